@@ -1,0 +1,17 @@
+//! Every balancing algorithm, one file each. See `docs/algorithms.md` for what each does and
+//! where it comes from.
+
+mod ip_hash;
+mod least_conn;
+mod random;
+mod round_robin;
+mod weighted_round_robin;
+
+pub use ip_hash::IpHash;
+pub use least_conn::LeastConn;
+pub use random::Random;
+pub use round_robin::RoundRobin;
+pub use weighted_round_robin::WeightedRoundRobin;
+
+#[cfg(test)]
+pub(crate) mod testing;

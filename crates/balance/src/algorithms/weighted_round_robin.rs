@@ -1,0 +1,83 @@
+//! nginx's default algorithm: smooth weighted round robin (see [`crate::smooth`]). Each backend
+//! gets its weight's share of requests, spread out rather than in bursts: weights 5, 1, 1 give
+//! `a a b a c a a`.
+
+use crate::backend::{BackendId, Backends};
+use crate::balancer::{Balancer, Completion, PickCtx};
+use crate::smooth::SmoothWeights;
+
+#[derive(Debug, Default)]
+pub struct WeightedRoundRobin {
+    weights: SmoothWeights,
+}
+
+impl Balancer for WeightedRoundRobin {
+    fn rebuild(&mut self, backends: &Backends<'_>) {
+        self.weights.rebuild(backends);
+    }
+
+    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        self.weights.pick_usable(ctx, backends)
+    }
+
+    fn on_complete(&mut self, id: BackendId, c: &Completion) {
+        self.weights.on_complete(id, c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{Harness, names};
+    use crate::balancer::Outcome;
+
+    #[test]
+    fn nginx_sequence_for_5_1_1() {
+        let mut h = Harness::new(&[5, 1, 1], WeightedRoundRobin::default());
+        assert_eq!(names(&h.picks(7)), "aabacaa");
+        assert_eq!(names(&h.picks(7)), "aabacaa");
+    }
+
+    #[test]
+    fn current_weights_step_by_step() {
+        // Weights 5, 1, 1 (the example in nginx's commit introducing smooth WRR): the
+        // current weights after each pick (the winner has already given back the total, 7).
+        let mut h = Harness::new(&[5, 1, 1], WeightedRoundRobin::default());
+        let expected: [[i64; 3]; 7] = [
+            [-2, 1, 1],
+            [-4, 2, 2],
+            [1, -4, 3],
+            [-1, -3, 4],
+            [4, -2, -2],
+            [2, -1, -1],
+            [0, 0, 0],
+        ];
+        for row in expected {
+            h.picks(1);
+            assert_eq!(h.balancer.weights.current(), row);
+        }
+    }
+
+    #[test]
+    fn failure_lowers_effective_weight_then_recovers() {
+        // weight 4, max_fails 2: one failure lowers effective weight by 4/2 = 2.
+        let mut h = Harness::with_max_fails(&[4, 4], 2, WeightedRoundRobin::default());
+        let id = h.pick().unwrap();
+        h.complete(id, Outcome::Failure);
+        // The failed backend now has effective weight 2 (growing back by one per round), so
+        // the other one takes more of the next rounds until the weights are equal again.
+        let next: String = names(&h.picks(8));
+        let a = next.matches('a').count();
+        let b = next.matches('b').count();
+        assert!(b > a, "the backend that failed should get fewer picks: {next}");
+    }
+
+    #[test]
+    fn excluded_backend_is_skipped() {
+        let mut h = Harness::new(&[5, 1, 1], WeightedRoundRobin::default());
+        for _ in 0..20 {
+            let id = h.pick_excluding(&[BackendId(0)]).unwrap();
+            assert_ne!(id, BackendId(0));
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Backends as the balancing core sees them: an id, a configuration, live statistics, and the
+//! read-only [`Backends`] view handed to algorithms.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A backend's index in the current membership of one tier of a [`Pool`](crate::Pool).
+///
+/// Ids are dense (`0..len`) so that algorithms can keep per-backend state in plain vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BackendId(pub u32);
+
+impl BackendId {
+    /// The id as a vector index.
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for BackendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A point in time, in nanoseconds. The proxy counts from its start on a monotonic clock; the
+/// simulator counts virtual time. The core only ever compares and subtracts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Nanos(pub u64);
+
+impl Nanos {
+    pub const ZERO: Nanos = Nanos(0);
+
+    /// `self - earlier`, or zero if `earlier` is later (clocks handed in are monotonic, but a
+    /// caller may pass a stale `now`).
+    #[inline]
+    pub fn since(self, earlier: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+}
+
+impl From<Duration> for Nanos {
+    fn from(d: Duration) -> Nanos {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+impl From<Nanos> for Duration {
+    fn from(n: Nanos) -> Duration {
+        Duration::from_nanos(n.0)
+    }
+}
+
+/// How a backend is configured, as far as balancing is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendSpec {
+    /// Relative share of requests, at least 1 (nginx `weight=`).
+    pub weight: u32,
+    /// Marked down by the operator: never chosen (nginx `down`).
+    pub down: bool,
+    /// Failed attempts within `fail_timeout` that take the backend out of rotation for
+    /// `fail_timeout`; 0 disables passive health (nginx `max_fails`, default 1).
+    pub max_fails: u32,
+    /// Both the window in which failures are counted and how long a failed backend stays out
+    /// (nginx `fail_timeout`, default 10 s).
+    pub fail_timeout: Nanos,
+}
+
+impl BackendSpec {
+    /// A backend of the given weight with nginx's defaults: `max_fails=1 fail_timeout=10s`.
+    pub fn new(weight: u32) -> BackendSpec {
+        BackendSpec {
+            weight,
+            down: false,
+            max_fails: 1,
+            fail_timeout: Nanos::from(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// Smoothing factor of the response-time average: nginx's `least_time` uses
+/// `avg = 0.05·v + 0.95·avg`, slow enough that one outlier does not flip the choice.
+pub(crate) const LATENCY_ALPHA: f64 = 0.05;
+
+/// Live statistics of one backend, owned and updated by [`Pool`](crate::Pool) only.
+#[derive(Debug, Clone)]
+pub struct BackendState {
+    pub(crate) spec: BackendSpec,
+    /// The weight algorithms use: the configured weight, until a weight model or slow start
+    /// changes it.
+    pub(crate) weight: u32,
+    /// Requests picked and not yet completed.
+    pub(crate) in_flight: u32,
+    /// Failures counted towards `max_fails` (nginx `peer->fails`).
+    pub(crate) fails: u32,
+    /// When the last failure happened (nginx `peer->accessed`).
+    pub(crate) accessed: Nanos,
+    /// When the failure window was last (re)started (nginx `peer->checked`): set on a failure,
+    /// and on the first pick after `fail_timeout` has passed, which makes that pick the probe
+    /// that decides whether the backend is back.
+    pub(crate) checked: Nanos,
+    /// Response-time moving average in nanoseconds; `None` until the first success.
+    pub(crate) latency: Option<f64>,
+    /// Moving average of 1 (success) and 0 (failure), with the same smoothing as latency.
+    pub(crate) success_rate: f64,
+    pub(crate) requests: u64,
+    pub(crate) failures: u64,
+}
+
+impl BackendState {
+    pub(crate) fn new(spec: BackendSpec) -> BackendState {
+        BackendState {
+            spec,
+            weight: spec.weight,
+            in_flight: 0,
+            fails: 0,
+            accessed: Nanos::ZERO,
+            checked: Nanos::ZERO,
+            latency: None,
+            success_rate: 1.0,
+            requests: 0,
+            failures: 0,
+        }
+    }
+
+    pub fn spec(&self) -> &BackendSpec {
+        &self.spec
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    pub fn fails(&self) -> u32 {
+        self.fails
+    }
+
+    /// Completed requests (successes and failures; cancellations are not counted).
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    pub fn latency(&self) -> Option<Nanos> {
+        self.latency.map(|l| Nanos(l as u64))
+    }
+
+    pub fn success_rate(&self) -> f64 {
+        self.success_rate
+    }
+
+    /// Whether the backend may be chosen at `now`: not marked down, weight above zero, and not
+    /// within `fail_timeout` of reaching `max_fails` (nginx's rule, checked on every pick).
+    #[inline]
+    pub fn is_eligible(&self, now: Nanos) -> bool {
+        !self.spec.down && self.weight > 0 && !self.is_failed(now)
+    }
+
+    /// Taken out of rotation by passive health at `now`.
+    #[inline]
+    pub fn is_failed(&self, now: Nanos) -> bool {
+        self.spec.max_fails != 0
+            && self.fails >= self.spec.max_fails
+            && now.since(self.checked) <= self.spec.fail_timeout
+    }
+}
+
+/// The read-only view of one tier's backends that algorithms see.
+///
+/// Every accessor is O(1) by id. Ids run from `0` to `len() - 1`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backends<'a> {
+    states: &'a [BackendState],
+    now: Nanos,
+}
+
+impl<'a> Backends<'a> {
+    pub fn new(states: &'a [BackendState], now: Nanos) -> Backends<'a> {
+        Backends { states, now }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// All ids, in configuration order.
+    pub fn ids(&self) -> impl Iterator<Item = BackendId> + use<> {
+        (0..self.states.len() as u32).map(BackendId)
+    }
+
+    /// The time this view was taken at.
+    #[inline]
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    #[inline]
+    pub fn state(&self, id: BackendId) -> &'a BackendState {
+        &self.states[id.index()]
+    }
+
+    /// The weight to balance by (configured, or as a weight model set it).
+    #[inline]
+    pub fn weight(&self, id: BackendId) -> u32 {
+        self.states[id.index()].weight
+    }
+
+    /// The configured `max_fails`, which also scales nginx's smooth-WRR penalty on failure.
+    #[inline]
+    pub fn max_fails(&self, id: BackendId) -> u32 {
+        self.states[id.index()].spec.max_fails
+    }
+
+    #[inline]
+    pub fn is_eligible(&self, id: BackendId) -> bool {
+        self.states[id.index()].is_eligible(self.now)
+    }
+
+    #[inline]
+    pub fn in_flight(&self, id: BackendId) -> u32 {
+        self.states[id.index()].in_flight
+    }
+
+    #[inline]
+    pub fn latency(&self, id: BackendId) -> Option<Nanos> {
+        self.states[id.index()].latency()
+    }
+
+    #[inline]
+    pub fn success_rate(&self, id: BackendId) -> f64 {
+        self.states[id.index()].success_rate
+    }
+}

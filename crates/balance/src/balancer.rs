@@ -1,0 +1,161 @@
+//! The interface every balancing algorithm implements, and the list of algorithms.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::algorithms;
+use crate::backend::{BackendId, Backends, Nanos};
+
+/// What an algorithm knows about the request it is choosing for.
+#[derive(Debug, Clone, Copy)]
+pub struct PickCtx<'a> {
+    /// The raw key the proxy extracted for hash algorithms: the client address octets (4 bytes
+    /// for IPv4, 16 for IPv6), or a header, cookie or URI. Each hash algorithm hashes it its own
+    /// way, so algorithms never parse HTTP.
+    pub affinity: Option<&'a [u8]>,
+    /// Backends already tried for this request: a retry must not choose them again.
+    pub exclude: &'a [BackendId],
+    pub now: Nanos,
+}
+
+impl<'a> PickCtx<'a> {
+    pub fn new(now: Nanos) -> PickCtx<'a> {
+        PickCtx {
+            affinity: None,
+            exclude: &[],
+            now,
+        }
+    }
+
+    /// Eligible by health and not yet tried for this request.
+    #[inline]
+    pub fn usable(&self, id: BackendId, backends: &Backends<'_>) -> bool {
+        backends.is_eligible(id) && !self.exclude.contains(&id)
+    }
+}
+
+/// How an attempt on a backend ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The backend answered (whatever the status).
+    Success,
+    /// Connect error, timeout, reset or an unparsable answer: counts towards `max_fails`.
+    Failure,
+    /// The client went away before the backend finished: no verdict on the backend.
+    Cancelled,
+}
+
+/// What an algorithm is told when a request it routed completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub outcome: Outcome,
+    /// From pick to completion.
+    pub latency: Nanos,
+    pub now: Nanos,
+}
+
+/// A balancing algorithm. It chooses; [`Pool`](crate::Pool) keeps the books.
+///
+/// Implementations own whatever derived state they need (cursors, smooth-WRR weights, rings,
+/// seeded generators) and rebuild it in [`rebuild`](Balancer::rebuild), off the hot path.
+pub trait Balancer: Send + fmt::Debug {
+    /// Membership or weights changed; also called once before the first pick.
+    fn rebuild(&mut self, backends: &Backends<'_>);
+
+    /// Choose a backend that is eligible and not excluded, or `None` if there is none.
+    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId>;
+
+    /// A request this algorithm routed to `id` completed.
+    fn on_complete(&mut self, _id: BackendId, _c: &Completion) {}
+}
+
+/// The algorithms by their configuration names (`algorithm = "..."`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    RoundRobin,
+    WeightedRoundRobin,
+    Random,
+    LeastConn,
+    IpHash,
+}
+
+impl Algorithm {
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::RoundRobin,
+        Algorithm::WeightedRoundRobin,
+        Algorithm::Random,
+        Algorithm::LeastConn,
+        Algorithm::IpHash,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round_robin",
+            Algorithm::WeightedRoundRobin => "weighted_round_robin",
+            Algorithm::Random => "random",
+            Algorithm::LeastConn => "least_conn",
+            Algorithm::IpHash => "ip_hash",
+        }
+    }
+
+    /// Whether the algorithm chooses by the request's affinity key.
+    pub fn uses_affinity(self) -> bool {
+        matches!(self, Algorithm::IpHash)
+    }
+
+    /// Whether configured weights change what the algorithm does.
+    pub fn uses_weights(self) -> bool {
+        !matches!(self, Algorithm::RoundRobin)
+    }
+
+    /// A fresh instance. `seed` feeds the algorithms that draw random numbers, so two runs with
+    /// the same seed make the same choices.
+    pub fn build(self, seed: u64) -> Box<dyn Balancer> {
+        match self {
+            Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
+            Algorithm::WeightedRoundRobin => {
+                Box::new(algorithms::WeightedRoundRobin::default())
+            }
+            Algorithm::Random => Box::new(algorithms::Random::new(seed)),
+            Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
+            Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An algorithm name that is not one of [`Algorithm::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAlgorithm(pub String);
+
+impl fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown algorithm \"{}\"; known algorithms: ", self.0)?;
+        for (i, a) in Algorithm::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(a.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}
+
+impl FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    fn from_str(s: &str) -> Result<Algorithm, UnknownAlgorithm> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| UnknownAlgorithm(s.to_owned()))
+    }
+}

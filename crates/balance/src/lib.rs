@@ -1,0 +1,33 @@
+//! The balancing core of fulcrum: backends, their live statistics, and the algorithms that
+//! choose among them.
+//!
+//! This crate does no I/O, reads no clock and draws from no global random source. Time comes in
+//! as [`Nanos`] and every algorithm that needs randomness owns a generator seeded by its caller.
+//! That is what lets the proxy, the lab and the simulator run exactly the same code, and what
+//! lets a test replay a million picks with a fake clock (the approach sozu takes for its
+//! protocol core).
+//!
+//! # Layout
+//!
+//! * [`backend`]: [`BackendId`], [`Nanos`], the per-backend configuration ([`BackendSpec`]) and
+//!   live statistics ([`BackendState`]), and [`Backends`], the read-only view algorithms see.
+//! * [`pool`]: [`Pool`], the one owner of per-backend statistics. `pick` hands out a [`Ticket`],
+//!   `complete` consumes it and updates in-flight counts, latency and passive health (nginx's
+//!   `max_fails`/`fail_timeout`), then tells the algorithm.
+//! * [`balancer`]: the [`Balancer`] trait every algorithm implements, [`PickCtx`], and
+//!   [`Algorithm`], the list of algorithms by their configuration names.
+//! * [`algorithms`]: one file per algorithm.
+//! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
+//!   to choose or to break ties.
+//!
+//! Algorithms read statistics through [`Backends`]; they never write them. Only [`Pool`] does.
+
+pub mod algorithms;
+pub mod backend;
+pub mod balancer;
+pub mod pool;
+pub mod smooth;
+
+pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos};
+pub use balancer::{Algorithm, Balancer, Completion, Outcome, PickCtx, UnknownAlgorithm};
+pub use pool::{Pool, Ticket};

@@ -1,0 +1,83 @@
+//! nginx's smooth weighted round robin (`ngx_http_upstream_get_peer` in
+//! `ngx_http_upstream_round_robin.c`), kept apart because three algorithms use it: weighted
+//! round robin itself, least_conn to break ties, and ip_hash as its fallback.
+//!
+//! Each pick, every candidate's `current` grows by its `effective` weight and the candidate with
+//! the highest `current` wins (the first one on a tie); the winner then gives back the sum of all
+//! candidates' `effective` weights. Weights 5, 1, 1 thus give `a a b a c a a`, never five `a` in a
+//! row. A failure lowers `effective` by `weight / max_fails`; every pick it takes part in gives
+//! one back, so a flapping backend is eased back in rather than hit with its full share.
+
+use crate::backend::{BackendId, Backends};
+use crate::balancer::Completion;
+
+#[derive(Debug, Default, Clone)]
+pub struct SmoothWeights {
+    current: Vec<i64>,
+    effective: Vec<i64>,
+    weight: Vec<i64>,
+    max_fails: Vec<u32>,
+}
+
+impl SmoothWeights {
+    /// Takes the weights from `backends`. Keeps the round's progress when only weights changed;
+    /// starts afresh when the membership did.
+    pub fn rebuild(&mut self, backends: &Backends<'_>) {
+        let n = backends.len();
+        if self.current.len() != n {
+            self.current = vec![0; n];
+            self.effective = backends.ids().map(|id| backends.weight(id) as i64).collect();
+        }
+        self.weight = backends.ids().map(|id| backends.weight(id) as i64).collect();
+        self.max_fails = backends.ids().map(|id| backends.max_fails(id)).collect();
+        for (e, &w) in self.effective.iter_mut().zip(&self.weight) {
+            *e = (*e).min(w);
+        }
+    }
+
+    /// One round among `candidates` (ids in ascending order); `None` if there are none.
+    #[inline]
+    pub fn pick(&mut self, candidates: impl Iterator<Item = BackendId>) -> Option<BackendId> {
+        let mut best: Option<usize> = None;
+        let mut total = 0i64;
+        for id in candidates {
+            let i = id.index();
+            self.current[i] += self.effective[i];
+            total += self.effective[i];
+            if self.effective[i] < self.weight[i] {
+                self.effective[i] += 1;
+            }
+            if best.is_none_or(|b| self.current[i] > self.current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        self.current[b] -= total;
+        Some(BackendId(b as u32))
+    }
+
+    /// The pick among all usable backends, as weighted round robin does.
+    pub fn pick_usable(
+        &mut self,
+        ctx: &crate::PickCtx<'_>,
+        backends: &Backends<'_>,
+    ) -> Option<BackendId> {
+        self.pick(backends.ids().filter(|&id| ctx.usable(id, backends)))
+    }
+
+    /// nginx lowers a failed peer's effective weight by `weight / max_fails`, floored at zero.
+    pub fn on_complete(&mut self, id: BackendId, c: &Completion) {
+        let i = id.index();
+        if c.outcome == crate::Outcome::Failure && i < self.effective.len() {
+            let max_fails = self.max_fails[i];
+            if max_fails > 0 {
+                self.effective[i] = (self.effective[i] - self.weight[i] / max_fails as i64).max(0);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn current(&self) -> &[i64] {
+        &self.current
+    }
+}

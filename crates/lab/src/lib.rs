@@ -1,0 +1,15 @@
+//! fulcrum's lab: the pieces experiments are made of. For now an emulated backend and a small
+//! HTTP client; later the open-loop load generator, scenarios and reports.
+//!
+//! # Layout
+//!
+//! * [`backend`]: an HTTP backend that answers with its name, optionally after a delay, and can
+//!   be killed (every connection dropped, the port closed) to emulate a crash.
+//! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
+//!   machine can play many clients across 127.0.0.0/8.
+
+pub mod backend;
+pub mod client;
+
+pub use backend::Backend;
+pub use client::{Client, Reply};

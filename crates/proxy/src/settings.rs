@@ -1,0 +1,155 @@
+//! The proxy's settings, validated. Defaults follow nginx where nginx has the same knob.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use balance::Algorithm;
+
+/// Everything the data plane needs to run.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    pub listeners: Vec<ListenerSettings>,
+    pub upstreams: Vec<UpstreamSettings>,
+    /// Log one line per request (target `fulcrum::access`).
+    pub access_log: bool,
+    /// How long shutdown waits for requests in flight before closing their connections.
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    pub listen: SocketAddr,
+    /// Name of the upstream requests go to.
+    pub upstream: String,
+    /// Client connections served at once; further clients wait in the kernel's accept queue
+    /// (like HAProxy's `maxconn`).
+    pub max_connections: usize,
+    /// Time a client has to send a complete request head; answered with 408 (nginx
+    /// `client_header_timeout`, 60 s there; HAProxy `timeout http-request`).
+    pub client_header_timeout: Duration,
+    /// Time allowed between two reads of a request body; answered with 408 (nginx
+    /// `client_body_timeout`).
+    pub client_body_timeout: Duration,
+    /// Bytes of the request head (request line and headers); larger heads get 431.
+    pub max_header_bytes: usize,
+    /// Header lines in a request; more get 431.
+    pub max_headers: usize,
+    /// Bytes of a request body; larger bodies get 413 (nginx `client_max_body_size`, 1 MiB).
+    pub max_body_bytes: u64,
+}
+
+impl ListenerSettings {
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+    pub const DEFAULT_MAX_HEADERS: usize = 100;
+    pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+
+    /// A listener on `listen` sending to `upstream`, with every default.
+    pub fn new(listen: SocketAddr, upstream: impl Into<String>) -> ListenerSettings {
+        ListenerSettings {
+            listen,
+            upstream: upstream.into(),
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            client_header_timeout: Self::DEFAULT_CLIENT_HEADER_TIMEOUT,
+            client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
+            max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
+            max_headers: Self::DEFAULT_MAX_HEADERS,
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    pub name: String,
+    pub algorithm: Algorithm,
+    pub backends: Vec<BackendSettings>,
+    /// Time to establish a connection to a backend (nginx `proxy_connect_timeout`, 60 s there;
+    /// 5 s here, since a backend that takes longer is better skipped).
+    pub connect_timeout: Duration,
+    /// Time to wait for the response head after sending, and between two reads of the body
+    /// (nginx `proxy_read_timeout`, 60 s).
+    pub read_timeout: Duration,
+    /// Further backends to try after a failed attempt; `None` tries every backend once (nginx
+    /// `proxy_next_upstream_tries 0`).
+    pub retries: Option<u32>,
+    /// Retry POST, PATCH and other non-idempotent requests after they were sent (nginx
+    /// `proxy_next_upstream ... non_idempotent`). Requests that never reached a backend are
+    /// always retried.
+    pub retry_non_idempotent: bool,
+    /// Idle keep-alive connections kept per backend (nginx `keepalive`).
+    pub keepalive: usize,
+    /// How long an idle keep-alive connection may wait for reuse (nginx `keepalive_timeout`).
+    pub keepalive_timeout: Duration,
+    /// Seed for algorithms that draw random numbers.
+    pub seed: u64,
+}
+
+impl UpstreamSettings {
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_KEEPALIVE: usize = 256;
+    pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// An upstream with every default.
+    pub fn new(
+        name: impl Into<String>,
+        algorithm: Algorithm,
+        backends: Vec<BackendSettings>,
+    ) -> UpstreamSettings {
+        UpstreamSettings {
+            name: name.into(),
+            algorithm,
+            backends,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            read_timeout: Self::DEFAULT_READ_TIMEOUT,
+            retries: None,
+            retry_non_idempotent: false,
+            keepalive: Self::DEFAULT_KEEPALIVE,
+            keepalive_timeout: Self::DEFAULT_KEEPALIVE_TIMEOUT,
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendSettings {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub backup: bool,
+    pub down: bool,
+    pub max_fails: u32,
+    pub fail_timeout: Duration,
+}
+
+impl BackendSettings {
+    pub const DEFAULT_MAX_FAILS: u32 = 1;
+    pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
+
+    pub fn new(addr: SocketAddr) -> BackendSettings {
+        BackendSettings {
+            addr,
+            weight: 1,
+            backup: false,
+            down: false,
+            max_fails: Self::DEFAULT_MAX_FAILS,
+            fail_timeout: Self::DEFAULT_FAIL_TIMEOUT,
+        }
+    }
+
+    pub fn weight(mut self, weight: u32) -> BackendSettings {
+        self.weight = weight;
+        self
+    }
+
+    pub(crate) fn spec(&self) -> balance::BackendSpec {
+        balance::BackendSpec {
+            weight: self.weight,
+            down: self.down,
+            max_fails: self.max_fails,
+            fail_timeout: self.fail_timeout.into(),
+        }
+    }
+}

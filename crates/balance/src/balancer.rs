@@ -113,9 +113,7 @@ impl Algorithm {
     pub fn build(self, seed: u64) -> Box<dyn Balancer> {
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
-            Algorithm::WeightedRoundRobin => {
-                Box::new(algorithms::WeightedRoundRobin::default())
-            }
+            Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
             Algorithm::Random => Box::new(algorithms::Random::new(seed)),
             Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),

@@ -261,7 +261,11 @@ mod tests {
         assert_eq!(p.state(BackendId(0)).in_flight(), 0);
         assert_eq!(p.state(BackendId(1)).in_flight(), 0);
         assert_eq!(p.state(BackendId(0)).latency(), Some(secs(1)));
-        assert_eq!(p.state(BackendId(1)).requests(), 0, "cancelled is not counted");
+        assert_eq!(
+            p.state(BackendId(1)).requests(),
+            0,
+            "cancelled is not counted"
+        );
     }
 
     #[test]
@@ -282,7 +286,11 @@ mod tests {
         let other = p.pick(None, &[], secs(12)).unwrap();
         assert_eq!(other.backend(), BackendId(1));
         let other2 = p.pick(None, &[], secs(12)).unwrap();
-        assert_eq!(other2.backend(), BackendId(1), "no second probe while the first is out");
+        assert_eq!(
+            other2.backend(),
+            BackendId(1),
+            "no second probe while the first is out"
+        );
         p.complete(other, Outcome::Success, secs(12));
         p.complete(other2, Outcome::Success, secs(12));
         // The probe succeeds: the backend is back.

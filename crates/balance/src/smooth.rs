@@ -26,9 +26,15 @@ impl SmoothWeights {
         let n = backends.len();
         if self.current.len() != n {
             self.current = vec![0; n];
-            self.effective = backends.ids().map(|id| backends.weight(id) as i64).collect();
+            self.effective = backends
+                .ids()
+                .map(|id| backends.weight(id) as i64)
+                .collect();
         }
-        self.weight = backends.ids().map(|id| backends.weight(id) as i64).collect();
+        self.weight = backends
+            .ids()
+            .map(|id| backends.weight(id) as i64)
+            .collect();
         self.max_fails = backends.ids().map(|id| backends.max_fails(id)).collect();
         for (e, &w) in self.effective.iter_mut().zip(&self.weight) {
             *e = (*e).min(w);

@@ -1,1 +1,132 @@
-fn main(){}
+//! `fulcrum`: the command line. See `fulcrum --help`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use fulcrum::{config, demo};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fulcrum",
+    version,
+    about = "A load balancer with every balancing algorithm, and a lab to compare them"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the load balancer.
+    Run {
+        /// The configuration file (TOML; see docs/configuration.md).
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit: 0 if it is good, 1 with every problem listed.
+    Check {
+        /// The configuration file to check.
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Start three backends and a proxy on loopback, send requests through every algorithm, and
+    /// show how each spread them.
+    Demo {
+        /// Requests per algorithm.
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        requests: u32,
+    },
+}
+
+fn init_logs(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Run { config } => run(&config),
+        Command::Demo { requests } => {
+            init_logs("warn");
+            runtime(2).and_then(|rt| rt.block_on(demo::run(requests as usize)))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fulcrum: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("fulcrum-worker")
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+}
+
+fn check(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    match config::load(path) {
+        Ok(cfg) => {
+            for w in &cfg.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!("{}: configuration is valid", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    init_logs("info");
+    let cfg = match config::load(path) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let rt = runtime(cfg.workers)?;
+    rt.block_on(async move {
+        let proxy = proxy::Proxy::bind(cfg.proxy).await?;
+        tracing::info!(
+            workers = cfg.workers,
+            version = env!("CARGO_PKG_VERSION"),
+            "fulcrum started"
+        );
+        proxy.run(shutdown_signal()).await;
+        tracing::info!("fulcrum stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

@@ -96,7 +96,11 @@ mod tests {
         // 3199·113 = 361487 mod 6271 = 4040; 4040 mod 3 = 2 -> the third backend.
         let mut h = Harness::new(&[1, 1, 1], IpHash::default());
         assert_eq!(pick_for(&mut h, [127, 0, 0, 1]), 2);
-        assert_eq!(pick_for(&mut h, [127, 0, 0, 200]), 2, "last octet is ignored");
+        assert_eq!(
+            pick_for(&mut h, [127, 0, 0, 200]),
+            2,
+            "last octet is ignored"
+        );
     }
 
     #[test]

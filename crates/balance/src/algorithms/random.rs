@@ -102,6 +102,9 @@ mod tests {
         let counts = h.counts(30_000);
         assert_eq!(counts[0], 0);
         // b : c should be 1 : 2.
-        assert!((counts[2] as f64 / counts[1] as f64 - 2.0).abs() < 0.15, "{counts:?}");
+        assert!(
+            (counts[2] as f64 / counts[1] as f64 - 2.0).abs() < 0.15,
+            "{counts:?}"
+        );
     }
 }

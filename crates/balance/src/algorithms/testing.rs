@@ -45,7 +45,9 @@ impl<B: Balancer> Harness<B> {
             exclude,
             now: self.now,
         };
-        let id = self.balancer.pick(&ctx, &Backends::new(&self.states, self.now))?;
+        let id = self
+            .balancer
+            .pick(&ctx, &Backends::new(&self.states, self.now))?;
         assert!(self.states[id.index()].is_eligible(self.now));
         assert!(!exclude.contains(&id));
         self.states[id.index()].in_flight += 1;

@@ -69,7 +69,10 @@ mod tests {
         let next: String = names(&h.picks(8));
         let a = next.matches('a').count();
         let b = next.matches('b').count();
-        assert!(b > a, "the backend that failed should get fewer picks: {next}");
+        assert!(
+            b > a,
+            "the backend that failed should get fewer picks: {next}"
+        );
     }
 
     #[test]

@@ -1,0 +1,662 @@
+//! The configuration file: TOML, read strictly (`deny_unknown_fields`), checked as a whole, and
+//! turned into the proxy's settings.
+//!
+//! Every problem is reported as `file:line:column: key: what is wrong`, with the offending
+//! line shown and what would be accepted, and all problems are reported at once. See
+//! `docs/configuration.md` for every key.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use balance::Algorithm;
+use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+/// A duration written as in nginx or systemd: "250ms", "10s", "1m 30s".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map(Dur).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration \"{text}\" ({e}); write a number and a unit, like \"250ms\", \"10s\" or \"1m\""
+            ))
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// Data-plane threads; default: one per core (nginx `worker_processes auto`).
+    pub workers: Option<Spanned<usize>>,
+    /// One line per request at target `fulcrum::access` (default true).
+    #[serde(default = "yes")]
+    pub access_log: bool,
+    /// How long shutdown waits for requests in flight (default 10s).
+    pub shutdown_timeout: Option<Dur>,
+    #[serde(default, rename = "listener")]
+    pub listeners: Vec<Listener>,
+    #[serde(default, rename = "upstream")]
+    pub upstreams: Vec<Upstream>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    pub listen: Spanned<String>,
+    pub upstream: Spanned<String>,
+    pub protocol: Option<Spanned<String>>,
+    pub max_connections: Option<Spanned<usize>>,
+    pub client_header_timeout: Option<Dur>,
+    pub client_body_timeout: Option<Dur>,
+    pub max_header_bytes: Option<Spanned<usize>>,
+    pub max_headers: Option<Spanned<usize>>,
+    pub max_body_bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    pub name: Spanned<String>,
+    pub algorithm: Option<Spanned<String>>,
+    pub hash_key: Option<Spanned<String>>,
+    pub max_fails: Option<u32>,
+    pub fail_timeout: Option<Dur>,
+    pub retries: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub retry_non_idempotent: bool,
+    pub connect_timeout: Option<Dur>,
+    pub read_timeout: Option<Dur>,
+    pub keepalive: Option<usize>,
+    pub keepalive_timeout: Option<Dur>,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default, rename = "backend")]
+    pub backends: Vec<Backend>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    pub addr: Spanned<String>,
+    pub weight: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default)]
+    pub down: bool,
+    pub max_fails: Option<u32>,
+    pub fail_timeout: Option<Dur>,
+}
+
+/// A configuration ready to run: the proxy's settings and the runtime's.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub workers: usize,
+    pub proxy: ProxySettings,
+    /// Things that are allowed but probably not meant.
+    pub warnings: Vec<String>,
+}
+
+/// Everything wrong with a configuration file, ready to print.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(p)?;
+        }
+        if self.problems.len() > 1 {
+            write!(
+                f,
+                "\n{} problems in {}",
+                self.problems.len(),
+                self.path.display()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where a problem is: the file, its text, and a byte span.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+    problems: Vec<String>,
+}
+
+impl Source<'_> {
+    /// `file:line:col: key: message`, then the line with the span underlined.
+    fn report(&mut self, span: Option<Range<usize>>, key: &str, message: &str) {
+        let mut out = String::new();
+        let Some(span) = span else {
+            let _ = write!(out, "{}: {key}: {message}", self.path.display());
+            self.problems.push(out);
+            return;
+        };
+        let start = span.start.min(self.text.len());
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = self.text[start..]
+            .find('\n')
+            .map_or(self.text.len(), |i| start + i);
+        let line_no = self.text[..start].matches('\n').count() + 1;
+        let col = self.text[line_start..start].chars().count() + 1;
+        let width = self.text[start..span.end.clamp(start, line_end)]
+            .chars()
+            .count()
+            .max(1);
+        let line = &self.text[line_start..line_end];
+        let gutter = " ".repeat(line_no.to_string().len());
+        let key = if key.is_empty() {
+            String::new()
+        } else {
+            format!("{key}: ")
+        };
+        let _ = write!(
+            out,
+            "{}:{line_no}:{col}: {key}{message}\n{gutter} |\n{line_no} | {line}\n{gutter} | {}{}",
+            self.path.display(),
+            " ".repeat(col - 1),
+            "^".repeat(width),
+        );
+        self.problems.push(out);
+    }
+
+    fn line_of(&self, span: &Range<usize>) -> usize {
+        self.text[..span.start.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
+    }
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_owned(),
+        problems: vec![format!(
+            "{}: cannot read the configuration file: {e}",
+            path.display()
+        )],
+    })?;
+    parse(path, &text)
+}
+
+/// Checks configuration text; `path` is only used in messages.
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let mut src = Source {
+        path,
+        text,
+        problems: Vec::new(),
+    };
+    let file: File = match toml::Deserializer::parse(text)
+        .map_err(|e| (String::new(), e))
+        .and_then(|de| {
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let key = e.path().to_string();
+                (if key == "." { String::new() } else { key }, e.into_inner())
+            })
+        }) {
+        Ok(file) => file,
+        Err((key, e)) => {
+            let message = e.message().replace('\n', " ");
+            src.report(e.span(), &key, message.trim());
+            return Err(ConfigError {
+                path: path.to_owned(),
+                problems: src.problems,
+            });
+        }
+    };
+    let config = check(&mut src, file);
+    if src.problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError {
+            path: path.to_owned(),
+            problems: src.problems,
+        })
+    }
+}
+
+fn check(src: &mut Source<'_>, file: File) -> Config {
+    let mut warnings = Vec::new();
+    let workers = match &file.workers {
+        Some(w) if *w.get_ref() == 0 => {
+            src.report(
+                Some(w.span()),
+                "workers",
+                "must be at least 1 (or leave it out: one per core)",
+            );
+            1
+        }
+        Some(w) => *w.get_ref(),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+
+    if file.listeners.is_empty() {
+        src.report(
+            None,
+            "listener",
+            "no [[listener]]: add one, e.g. listen = \"127.0.0.1:8080\" and upstream = \"web\"",
+        );
+    }
+    if file.upstreams.is_empty() {
+        src.report(
+            None,
+            "upstream",
+            "no [[upstream]]: add one with at least one [[upstream.backend]]",
+        );
+    }
+
+    let mut upstream_lines: HashMap<&str, usize> = HashMap::new();
+    let mut upstreams = Vec::new();
+    for (ui, u) in file.upstreams.iter().enumerate() {
+        let key = |k: &str| format!("upstream[{ui}].{k}");
+        let name = u.name.get_ref().as_str();
+        if name.is_empty() {
+            src.report(Some(u.name.span()), &key("name"), "must not be empty");
+        }
+        if let Some(first) = upstream_lines.insert(name, src.line_of(&u.name.span())) {
+            src.report(
+                Some(u.name.span()),
+                &key("name"),
+                &format!(
+                    "upstream \"{name}\" is already defined at line {first}: names must be unique"
+                ),
+            );
+        }
+        let algorithm = match &u.algorithm {
+            None => Algorithm::WeightedRoundRobin,
+            Some(a) => match a.get_ref().parse::<Algorithm>() {
+                Ok(alg) => alg,
+                Err(e) => {
+                    src.report(Some(a.span()), &key("algorithm"), &e.to_string());
+                    Algorithm::WeightedRoundRobin
+                }
+            },
+        };
+        if let Some(hk) = &u.hash_key {
+            if !algorithm.uses_affinity() {
+                src.report(
+                    Some(hk.span()),
+                    &key("hash_key"),
+                    &format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose ip_hash"),
+                );
+            } else if hk.get_ref() != "client_ip" {
+                src.report(
+                    Some(hk.span()),
+                    &key("hash_key"),
+                    "ip_hash always hashes the client address: the only value is \"client_ip\"",
+                );
+            }
+        }
+        if let Some(r) = &u.retries
+            && *r.get_ref() > 100
+        {
+            src.report(Some(r.span()), &key("retries"), "at most 100");
+        }
+        if u.backends.is_empty() {
+            src.report(
+                Some(u.name.span()),
+                &key("backend"),
+                &format!("upstream \"{name}\" has no backends: add [[upstream.backend]] with addr = \"host:port\""),
+            );
+        } else if u.backends.iter().all(|b| b.backup) {
+            src.report(
+                Some(u.name.span()),
+                &key("backend"),
+                &format!(
+                    "every backend of upstream \"{name}\" is a backup: at least one must not be"
+                ),
+            );
+        }
+
+        let mut seen: HashMap<SocketAddr, usize> = HashMap::new();
+        let mut backends = Vec::new();
+        for (bi, b) in u.backends.iter().enumerate() {
+            let bkey = |k: &str| format!("upstream[{ui}].backend[{bi}].{k}");
+            let addr = match resolve(b.addr.get_ref()) {
+                Ok(addr) => addr,
+                Err(why) => {
+                    src.report(Some(b.addr.span()), &bkey("addr"), &why);
+                    continue;
+                }
+            };
+            if let Some(first) = seen.insert(addr, src.line_of(&b.addr.span())) {
+                src.report(
+                    Some(b.addr.span()),
+                    &bkey("addr"),
+                    &format!("backend {addr} is already in upstream \"{name}\" (line {first}): list each backend once and use weight for a larger share"),
+                );
+            }
+            let weight = match &b.weight {
+                None => 1,
+                Some(w) if !(1..=1_000_000).contains(w.get_ref()) => {
+                    src.report(
+                        Some(w.span()),
+                        &bkey("weight"),
+                        "must be between 1 and 1000000 (to take a backend out of rotation, use down = true)",
+                    );
+                    1
+                }
+                Some(w) => *w.get_ref() as u32,
+            };
+            backends.push(BackendSettings {
+                addr,
+                weight,
+                backup: b.backup,
+                down: b.down,
+                max_fails: b
+                    .max_fails
+                    .or(u.max_fails)
+                    .unwrap_or(BackendSettings::DEFAULT_MAX_FAILS),
+                fail_timeout: b
+                    .fail_timeout
+                    .or(u.fail_timeout)
+                    .map_or(BackendSettings::DEFAULT_FAIL_TIMEOUT, |d| d.0),
+            });
+        }
+        if algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
+            warnings.push(format!(
+                "{}:{}: upstream \"{name}\": round_robin ignores weights; use weighted_round_robin to honour them",
+                src.path.display(),
+                src.line_of(&u.name.span()),
+            ));
+        }
+        upstreams.push(UpstreamSettings {
+            name: name.to_owned(),
+            algorithm,
+            backends,
+            connect_timeout: u
+                .connect_timeout
+                .map_or(UpstreamSettings::DEFAULT_CONNECT_TIMEOUT, |d| d.0),
+            read_timeout: u
+                .read_timeout
+                .map_or(UpstreamSettings::DEFAULT_READ_TIMEOUT, |d| d.0),
+            retries: u.retries.as_ref().map(|r| *r.get_ref()),
+            retry_non_idempotent: u.retry_non_idempotent,
+            keepalive: u.keepalive.unwrap_or(UpstreamSettings::DEFAULT_KEEPALIVE),
+            keepalive_timeout: u
+                .keepalive_timeout
+                .map_or(UpstreamSettings::DEFAULT_KEEPALIVE_TIMEOUT, |d| d.0),
+            seed: u.seed,
+        });
+    }
+
+    let mut listen_lines: HashMap<SocketAddr, usize> = HashMap::new();
+    let mut listeners = Vec::new();
+    for (li, l) in file.listeners.iter().enumerate() {
+        let key = |k: &str| format!("listener[{li}].{k}");
+        if let Some(p) = &l.protocol
+            && p.get_ref() != "http"
+        {
+            src.report(
+                Some(p.span()),
+                &key("protocol"),
+                &format!(
+                    "protocol \"{}\" is not supported yet; the only value is \"http\"",
+                    p.get_ref()
+                ),
+            );
+        }
+        let listen = match l.listen.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => addr,
+            Err(_) => {
+                src.report(
+                    Some(l.listen.span()),
+                    &key("listen"),
+                    &format!("\"{}\" is not an IP address and port, like \"127.0.0.1:8080\" or \"[::1]:8080\"", l.listen.get_ref()),
+                );
+                continue;
+            }
+        };
+        if let Some(first) = listen_lines.insert(listen, src.line_of(&l.listen.span())) {
+            src.report(
+                Some(l.listen.span()),
+                &key("listen"),
+                &format!("{listen} is already used by the listener at line {first}"),
+            );
+        }
+        let upstream = l.upstream.get_ref();
+        if !upstream_lines.contains_key(upstream.as_str()) {
+            let mut known: Vec<&str> = upstream_lines.keys().copied().collect();
+            known.sort_unstable();
+            src.report(
+                Some(l.upstream.span()),
+                &key("upstream"),
+                &format!(
+                    "no upstream is named \"{upstream}\"; defined: {}",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            );
+        }
+        let mut settings = ListenerSettings::new(listen, upstream.clone());
+        if let Some(n) = &l.max_connections {
+            if *n.get_ref() == 0 {
+                src.report(
+                    Some(n.span()),
+                    &key("max_connections"),
+                    "must be at least 1",
+                );
+            }
+            settings.max_connections = *n.get_ref();
+        }
+        if let Some(n) = &l.max_header_bytes {
+            if *n.get_ref() < 1024 {
+                src.report(
+                    Some(n.span()),
+                    &key("max_header_bytes"),
+                    "must be at least 1024",
+                );
+            }
+            settings.max_header_bytes = *n.get_ref();
+        }
+        if let Some(n) = &l.max_headers {
+            if *n.get_ref() == 0 {
+                src.report(Some(n.span()), &key("max_headers"), "must be at least 1");
+            }
+            settings.max_headers = *n.get_ref();
+        }
+        if let Some(d) = l.client_header_timeout {
+            settings.client_header_timeout = d.0;
+        }
+        if let Some(d) = l.client_body_timeout {
+            settings.client_body_timeout = d.0;
+        }
+        if let Some(n) = l.max_body_bytes {
+            settings.max_body_bytes = n;
+        }
+        listeners.push(settings);
+    }
+
+    Config {
+        workers,
+        proxy: ProxySettings {
+            listeners,
+            upstreams,
+            access_log: file.access_log,
+            shutdown_timeout: file
+                .shutdown_timeout
+                .map_or(Duration::from_secs(10), |d| d.0),
+        },
+        warnings,
+    }
+}
+
+/// A backend address: an IP and port, or a host name and port resolved now (nginx resolves
+/// `server` names at start-up too).
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if !addr.contains(':') {
+        return Err(format!(
+            "\"{addr}\" has no port: write host:port, like \"127.0.0.1:9001\""
+        ));
+    }
+    match addr.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("\"{addr}\" resolves to no address")),
+        Err(e) => Err(format!(
+            "cannot resolve \"{addr}\": {e}; write host:port, like \"127.0.0.1:9001\""
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(text: &str) -> String {
+        parse(Path::new("t.toml"), text).unwrap_err().to_string()
+    }
+
+    const GOOD: &str = r#"
+workers = 2
+
+[[listener]]
+listen = "127.0.0.1:8080"
+upstream = "web"
+
+[[upstream]]
+name = "web"
+algorithm = "least_conn"
+connect_timeout = "250ms"
+
+  [[upstream.backend]]
+  addr = "127.0.0.1:9001"
+  weight = 3
+
+  [[upstream.backend]]
+  addr = "127.0.0.1:9002"
+  backup = true
+"#;
+
+    #[test]
+    fn good_config() {
+        let c = parse(Path::new("t.toml"), GOOD).unwrap();
+        assert_eq!(c.workers, 2);
+        let u = &c.proxy.upstreams[0];
+        assert_eq!(u.algorithm, Algorithm::LeastConn);
+        assert_eq!(u.connect_timeout, Duration::from_millis(250));
+        assert_eq!(u.backends[0].weight, 3);
+        assert!(u.backends[1].backup);
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn unknown_algorithm_names_line_key_and_choices() {
+        let e = errors(&GOOD.replace("least_conn", "fastest"));
+        assert!(
+            e.starts_with("t.toml:10:13: upstream[0].algorithm: unknown algorithm \"fastest\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("round_robin, weighted_round_robin, random, least_conn, ip_hash"),
+            "{e}"
+        );
+        assert!(e.contains("10 | algorithm = \"fastest\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let e = errors(&GOOD.replace("weight = 3", "wieght = 3"));
+        assert!(e.starts_with("t.toml:15:3: upstream[0].backend[0]"), "{e}");
+        assert!(e.contains("unknown field `wieght`"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_line_and_key() {
+        let e = errors(&GOOD.replace("250ms", "fast"));
+        assert!(
+            e.starts_with("t.toml:11:19: upstream[0].connect_timeout: invalid duration \"fast\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn weight_zero_and_duplicate_backend_both_reported() {
+        let text = GOOD
+            .replace("weight = 3", "weight = 0")
+            .replace("9002", "9001");
+        let e = errors(&text);
+        assert!(
+            e.contains(
+                "t.toml:15:12: upstream[0].backend[0].weight: must be between 1 and 1000000"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("t.toml:18:10: upstream[0].backend[1].addr: backend 127.0.0.1:9001 is already in upstream \"web\" (line 14)"), "{e}");
+        assert!(e.contains("2 problems"), "{e}");
+    }
+
+    #[test]
+    fn listener_to_missing_upstream() {
+        let e = errors(&GOOD.replace("upstream = \"web\"", "upstream = \"api\""));
+        assert!(
+            e.contains(
+                "t.toml:6:12: listener[0].upstream: no upstream is named \"api\"; defined: web"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_listen_and_backend_addresses() {
+        let e = errors(
+            &GOOD
+                .replace("127.0.0.1:8080", "localhost")
+                .replace("127.0.0.1:9001", "127.0.0.1"),
+        );
+        assert!(
+            e.contains("listener[0].listen: \"localhost\" is not an IP address and port"),
+            "{e}"
+        );
+        assert!(
+            e.contains("upstream[0].backend[0].addr: \"127.0.0.1\" has no port"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn round_robin_with_weights_warns() {
+        let c = parse(
+            Path::new("t.toml"),
+            &GOOD.replace("least_conn", "round_robin"),
+        )
+        .unwrap();
+        assert_eq!(c.warnings.len(), 1);
+        assert!(c.warnings[0].contains("round_robin ignores weights"));
+    }
+
+    #[test]
+    fn toml_syntax_error_has_line() {
+        let e = errors("workers = \n[[listener]]\n");
+        assert!(e.starts_with("t.toml:1:"), "{e}");
+    }
+}

@@ -430,7 +430,9 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
                 continue;
             }
         };
-        if let Some(first) = listen_lines.insert(listen, src.line_of(&l.listen.span())) {
+        if listen.port() != 0
+            && let Some(first) = listen_lines.insert(listen, src.line_of(&l.listen.span()))
+        {
             src.report(
                 Some(l.listen.span()),
                 &key("listen"),

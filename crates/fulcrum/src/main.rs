@@ -40,12 +40,32 @@ enum Command {
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         requests: u32,
     },
+    /// The lab: emulated backends (and, later, load generation and experiments).
+    Lab {
+        #[command(subcommand)]
+        command: LabCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LabCommand {
+    /// Run one emulated backend: it answers every request with its name (`?delay_ms=N` delays
+    /// the answer), until SIGTERM or SIGINT.
+    Backend {
+        /// Address to listen on.
+        #[arg(short, long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// The name it answers with (defaults to the listen address).
+        #[arg(short, long)]
+        name: Option<String>,
+    },
 }
 
 fn init_logs(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }
@@ -58,6 +78,12 @@ fn main() -> ExitCode {
         Command::Demo { requests } => {
             init_logs("warn");
             runtime(2).and_then(|rt| rt.block_on(demo::run(requests as usize)))
+        }
+        Command::Lab {
+            command: LabCommand::Backend { listen, name },
+        } => {
+            init_logs("info");
+            runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name)))
         }
     };
     match result {
@@ -118,6 +144,20 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         tracing::info!("fulcrum stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+async fn lab_backend(
+    listen: std::net::SocketAddr,
+    name: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let name = name.unwrap_or_else(|| listen.to_string());
+    let backend = lab::Backend::start(&name, listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(listen = %backend.addr(), name = %name, "lab backend listening");
+    shutdown_signal().await;
+    backend.kill().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -144,8 +144,10 @@ async fn accept_loop(
         .max_headers(ctx.settings.max_headers)
         .max_header_size(ctx.settings.max_header_bytes);
     let mut connections = tokio::task::JoinSet::new();
-    let addr = listener.local_addr().ok();
-    tracing::info!(listen = ?addr, upstream = %ctx.upstream.name(), "listening");
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+    tracing::info!(listen = %addr, upstream = %ctx.upstream.name(), "listening");
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -156,7 +158,7 @@ async fn accept_loop(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors or similar: back off briefly instead of spinning.
-                    tracing::error!(listen = ?addr, error = %e, "accept failed");
+                    tracing::error!(listen = %addr, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -186,11 +188,11 @@ async fn accept_loop(
     drop(listener);
     let open = graceful.count();
     if open > 0 {
-        tracing::info!(listen = ?addr, connections = open, "waiting for open connections");
+        tracing::info!(listen = %addr, connections = open, "waiting for open connections");
     }
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(
-            listen = ?addr,
+            listen = %addr,
             grace = ?grace,
             "connections still open after shutdown_timeout; closing them"
         );

@@ -1,0 +1,305 @@
+//! The `fulcrum` binary as a user runs it: real processes, real sockets, real signals.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lab::{Backend, Client};
+
+fn fulcrum() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+}
+
+/// A scratch file that is removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("fulcrum-cli-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        TempFile(path)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A running `fulcrum run`, killed when dropped.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    listening: Vec<SocketAddr>,
+}
+
+impl Running {
+    /// Starts `fulcrum run` and waits until it has logged `n` listening addresses.
+    fn start(config: &TempFile, n: usize) -> Running {
+        let mut child = fulcrum()
+            .args(["run", "--config"])
+            .arg(&config.0)
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut running = Running {
+            child,
+            lines,
+            listening: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while running.listening.len() < n {
+            let line = running.next_line(deadline);
+            if line.contains(" listening") {
+                let addr = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))
+                    .expect("the listening line names the address");
+                running.listening.push(addr.parse().unwrap());
+            }
+        }
+        running
+    }
+
+    fn next_line(&self, deadline: Instant) -> String {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.lines
+            .recv_timeout(left)
+            .expect("fulcrum wrote the expected line in time")
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fulcrum did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn backend_block(addrs: &[(SocketAddr, u32)]) -> String {
+    addrs
+        .iter()
+        .map(|(a, w)| format!("  [[upstream.backend]]\n  addr = \"{a}\"\n  weight = {w}\n"))
+        .collect()
+}
+
+#[test]
+fn check_accepts_the_example_and_rejects_a_bad_config_with_line_and_key() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/fulcrum.toml");
+    let out = fulcrum()
+        .args(["check", "--config", example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let text = std::fs::read_to_string(example)
+        .unwrap()
+        .replace("\"weighted_round_robin\"", "\"fastest\"");
+    let bad = TempFile::new("bad.toml", &text);
+    let out = fulcrum()
+        .args(["check", "--config"])
+        .arg(&bad.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().position(|l| l.contains("fastest")).unwrap() + 1;
+    let expected = format!(
+        "{}:{line}:13: upstream[0].algorithm: unknown algorithm \"fastest\"",
+        bad.0.display()
+    );
+    assert!(
+        stderr.contains(&expected),
+        "expected {expected:?} in:\n{stderr}"
+    );
+    assert!(stderr.contains("known algorithms: round_robin"), "{stderr}");
+
+    let missing = fulcrum()
+        .args(["check", "--config", "/nonexistent/fulcrum.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot read the configuration file")
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let out = fulcrum().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("fulcrum "));
+    for cmd in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["check", "--help"],
+        &["demo", "--help"],
+        &["lab", "backend", "--help"],
+    ] {
+        let out = fulcrum().args(cmd).output().unwrap();
+        assert!(out.status.success(), "{cmd:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage: fulcrum"),
+            "{cmd:?}"
+        );
+    }
+}
+
+#[test]
+fn run_spreads_requests_exactly_and_stops_on_sigterm() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut backends = Vec::new();
+        for name in ["a", "b", "c"] {
+            backends.push(Backend::start(name, loopback).await.unwrap());
+        }
+        let even: Vec<_> = backends.iter().map(|b| (b.addr(), 1)).collect();
+        let weighted: Vec<_> = backends
+            .iter()
+            .zip([5, 1, 1])
+            .map(|(b, w)| (b.addr(), w))
+            .collect();
+        let config = TempFile::new(
+            "run.toml",
+            &format!(
+                "workers = 2\naccess_log = false\n\n\
+                 [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"rr\"\n\n\
+                 [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"wrr\"\n\n\
+                 [[upstream]]\nname = \"rr\"\nalgorithm = \"round_robin\"\n{}\n\
+                 [[upstream]]\nname = \"wrr\"\nalgorithm = \"weighted_round_robin\"\n{}",
+                backend_block(&even),
+                backend_block(&weighted)
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 2);
+
+        let mut counts = std::collections::HashMap::new();
+        let mut client = Client::new(fulcrum.listening[0]);
+        for _ in 0..300 {
+            let reply = client.get("/").await.unwrap();
+            assert_eq!(reply.status, 200);
+            *counts.entry(reply.text()).or_insert(0) += 1;
+        }
+        for name in ["a", "b", "c"] {
+            assert_eq!(counts.get(name), Some(&100), "{counts:?}");
+        }
+
+        // Several connections, so requests are served by both worker threads: the smooth WRR
+        // sequence is global, not per thread.
+        let mut seq = String::new();
+        let mut clients: Vec<Client> = (0..4).map(|_| Client::new(fulcrum.listening[1])).collect();
+        for i in 0..7 {
+            let reply = clients[i % 4].get("/").await.unwrap();
+            seq.push_str(&reply.text());
+        }
+        assert_eq!(seq, "aabacaa");
+
+        let status = fulcrum.terminate();
+        assert!(status.success(), "{status:?}");
+    });
+}
+
+#[test]
+fn all_backends_down_gives_503_and_fulcrum_keeps_running() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // Ports that refuse connections: bound, then closed.
+        let dead: Vec<(SocketAddr, u32)> = (0..3)
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                (l.local_addr().unwrap(), 1)
+            })
+            .collect();
+        let config = TempFile::new(
+            "down.toml",
+            &format!(
+                "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+                 [[upstream]]\nname = \"web\"\nconnect_timeout = \"2s\"\n{}",
+                backend_block(&dead)
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        for _ in 0..3 {
+            let started = Instant::now();
+            let reply = Client::new(fulcrum.listening[0]).get("/").await.unwrap();
+            assert_eq!(reply.status, 503);
+            assert!(reply.text().contains("no backend available"));
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        assert!(
+            fulcrum.child.try_wait().unwrap().is_none(),
+            "fulcrum must keep running"
+        );
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+#[test]
+fn listen_address_in_use_is_a_clear_startup_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = TempFile::new(
+        "inuse.toml",
+        &format!(
+            "[[listener]]\nlisten = \"{addr}\"\nupstream = \"web\"\n\n\
+             [[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9\"\n"
+        ),
+    );
+    let out = fulcrum()
+        .args(["run", "--config"])
+        .arg(&config.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("another process is using this address"),
+        "{stderr}"
+    );
+}

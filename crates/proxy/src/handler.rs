@@ -149,7 +149,10 @@ async fn proxy(
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return (too_large(), None),
             Ok(Err(_)) => {
                 return (
-                    local(StatusCode::BAD_REQUEST, "400 Bad Request: incomplete request body\n"),
+                    local(
+                        StatusCode::BAD_REQUEST,
+                        "400 Bad Request: incomplete request body\n",
+                    ),
                     None,
                 );
             }

@@ -130,8 +130,14 @@ mod tests {
         ]);
         add_forwarded(&mut h, "127.0.0.9:5000".parse().unwrap());
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.9");
-        assert_eq!(h["x-forwarded-proto"], "http", "a client's claim is replaced");
-        assert_eq!(h["forwarded"], "for=127.0.0.9;proto=http;host=\"example.com\"");
+        assert_eq!(
+            h["x-forwarded-proto"], "http",
+            "a client's claim is replaced"
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=127.0.0.9;proto=http;host=\"example.com\""
+        );
     }
 
     #[test]

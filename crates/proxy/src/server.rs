@@ -37,7 +37,10 @@ pub enum StartError {
         source: std::io::Error,
     },
     #[error("listener {listen} names upstream \"{upstream}\", which is not defined")]
-    UnknownUpstream { listen: SocketAddr, upstream: String },
+    UnknownUpstream {
+        listen: SocketAddr,
+        upstream: String,
+    },
 }
 
 /// Backlog of pending connections per listener (nginx uses 511 on Linux).
@@ -72,12 +75,14 @@ impl Proxy {
             .collect();
         let mut listeners = Vec::new();
         for l in settings.listeners {
-            let upstream = upstreams.get(&l.upstream).cloned().ok_or_else(|| {
-                StartError::UnknownUpstream {
-                    listen: l.listen,
-                    upstream: l.upstream.clone(),
-                }
-            })?;
+            let upstream =
+                upstreams
+                    .get(&l.upstream)
+                    .cloned()
+                    .ok_or_else(|| StartError::UnknownUpstream {
+                        listen: l.listen,
+                        upstream: l.upstream.clone(),
+                    })?;
             let listener = bind(l.listen).map_err(|source| StartError::Bind {
                 addr: l.listen,
                 source,
@@ -190,7 +195,10 @@ async fn accept_loop(
     if open > 0 {
         tracing::info!(listen = %addr, connections = open, "waiting for open connections");
     }
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             listen = %addr,
             grace = ?grace,

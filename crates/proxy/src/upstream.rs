@@ -38,7 +38,10 @@ impl AttemptError {
     /// Whether the request may have reached the backend (and so may only be retried if that is
     /// safe).
     pub(crate) fn request_sent(&self) -> bool {
-        !matches!(self, AttemptError::Connect(_) | AttemptError::ConnectTimeout)
+        !matches!(
+            self,
+            AttemptError::Connect(_) | AttemptError::ConnectTimeout
+        )
     }
 
     /// Whether the next backend may be tried: not after an invalid answer (nginx does not by
@@ -84,8 +87,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(settings: UpstreamSettings) -> Upstream {
-        let (backup, primary): (Vec<_>, Vec<_>) =
-            settings.backends.iter().partition(|b| b.backup);
+        let (backup, primary): (Vec<_>, Vec<_>) = settings.backends.iter().partition(|b| b.backup);
         let specs = |list: &[&crate::BackendSettings]| list.iter().map(|b| b.spec()).collect();
         let primary_specs: Vec<_> = specs(&primary);
         let backup_specs: Vec<_> = specs(&backup);
@@ -138,7 +140,11 @@ impl Upstream {
         self.backends[id.index()].addr()
     }
 
-    pub(crate) fn pick(self: &Arc<Self>, affinity: Option<&[u8]>, tried: &[BackendId]) -> Option<Attempt> {
+    pub(crate) fn pick(
+        self: &Arc<Self>,
+        affinity: Option<&[u8]>,
+        tried: &[BackendId],
+    ) -> Option<Attempt> {
         let ticket = self.pool().pick(affinity, tried, self.now())?;
         Some(Attempt {
             backend: ticket.backend(),
@@ -177,24 +183,21 @@ impl Upstream {
             let (mut sender, reused) = match conns.take_idle() {
                 Some(sender) => (sender, true),
                 None => {
-                    let sender = conns
-                        .connect(self.settings.connect_timeout)
-                        .await
-                        .map_err(|e| match e {
+                    let sender = conns.connect(self.settings.connect_timeout).await.map_err(
+                        |e| match e {
                             ConnectError::Io(e) => AttemptError::Connect(e),
                             ConnectError::Timeout => AttemptError::ConnectTimeout,
-                        })?;
+                        },
+                    )?;
                     (sender, false)
                 }
             };
             if reused && sender.ready().await.is_err() {
                 continue;
             }
-            let sent = tokio::time::timeout(
-                self.settings.read_timeout,
-                sender.try_send_request(request),
-            )
-            .await;
+            let sent =
+                tokio::time::timeout(self.settings.read_timeout, sender.try_send_request(request))
+                    .await;
             match sent {
                 Err(_) => return Err(AttemptError::ReadTimeout),
                 Ok(Ok(response)) => return Ok((response, sender)),

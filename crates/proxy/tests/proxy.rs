@@ -1,0 +1,1027 @@
+//! Black-box tests of the proxy: real backends on loopback (the lab's emulated backends, or raw
+//! TCP listeners that misbehave on purpose), an in-process proxy on 127.0.0.1:0, and clients
+//! that are either the lab's keep-alive client or raw sockets writing bytes by hand.
+//!
+//! No test sleeps to "let things settle": each waits for a condition with a deadline. The only
+//! fixed waits are the ones under test (a slow backend, a client that stalls, a request that
+//! must *not* complete within some time).
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use balance::Algorithm;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use lab::{Backend, Client};
+use proxy::{
+    BackendSettings, BackendSnapshot, ListenerSettings, Proxy, ProxySettings, Upstream,
+    UpstreamSettings,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+
+/// Upper bound for anything that should happen "promptly"; only reached when a test fails.
+const DEADLINE: Duration = Duration::from_secs(5);
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+fn localhost() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
+}
+
+/// One listener on 127.0.0.1:0 sending to `upstream`, every listener default.
+fn settings(upstream: UpstreamSettings) -> ProxySettings {
+    ProxySettings {
+        listeners: vec![ListenerSettings::new(localhost(), upstream.name.clone())],
+        upstreams: vec![upstream],
+        access_log: false,
+        shutdown_timeout: DEADLINE,
+    }
+}
+
+fn upstream(algorithm: Algorithm, backends: Vec<BackendSettings>) -> UpstreamSettings {
+    UpstreamSettings::new("u", algorithm, backends)
+}
+
+fn backends(addrs: &[SocketAddr]) -> Vec<BackendSettings> {
+    addrs.iter().map(|&a| BackendSettings::new(a)).collect()
+}
+
+/// A proxy running on a spawned task.
+struct Running {
+    addr: SocketAddr,
+    upstream: Arc<Upstream>,
+    /// Dropping or sending shuts the proxy down.
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    fn backend(&self, addr: SocketAddr) -> BackendSnapshot {
+        self.upstream
+            .snapshot()
+            .into_iter()
+            .find(|b| b.addr == addr)
+            .expect("backend is in the upstream")
+    }
+}
+
+async fn start(settings: ProxySettings) -> Running {
+    let proxy = Proxy::bind(settings).await.expect("proxy binds");
+    let addr = proxy.local_addrs()[0];
+    let upstream = Arc::clone(&proxy.upstreams()[0]);
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(proxy.run(async move {
+        let _ = rx.await;
+    }));
+    Running {
+        addr,
+        upstream,
+        shutdown: Some(tx),
+        task,
+    }
+}
+
+async fn backend(name: &str) -> Backend {
+    Backend::start(name, localhost())
+        .await
+        .expect("backend starts")
+}
+
+/// An address nothing listens on: connecting to it is refused at once.
+fn refusing_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind(localhost()).unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Polls `cond` until it holds; panics after `within`.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> lab::Reply {
+    let mut client = Client::new(addr);
+    timeout(DEADLINE, client.get(path))
+        .await
+        .expect("response in time")
+        .expect("response")
+}
+
+fn post(body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    Request::post("/")
+        .header(http::header::HOST, "fulcrum.test")
+        .body(Full::new(body.into()))
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP on both sides
+// ---------------------------------------------------------------------------------------------
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn content_length(head: &str) -> Option<usize> {
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+/// Reads one request (head, and a Content-Length body) from a backend-side connection.
+async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let len = content_length(&String::from_utf8_lossy(&buf[..head_end])).unwrap_or(0);
+    while buf.len() < head_end + len {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(buf)
+}
+
+/// A backend made of a raw listener; `serve` handles each connection.
+async fn raw_backend<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(serve(stream));
+        }
+    });
+    addr
+}
+
+/// What a raw client read.
+#[derive(Debug)]
+struct RawResponse {
+    status: u16,
+    /// Lower-cased names.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Everything received, head included.
+    raw: Vec<u8>,
+    /// Whether the proxy closed the connection (EOF or reset) before the deadline.
+    closed: bool,
+}
+
+impl RawResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn parse_headers(head: &str) -> Vec<(String, String)> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Reads from `stream` until the peer closes it or `within` passes, then parses one response.
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> RawResponse {
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let end = Instant::now() + within;
+    let closed = loop {
+        match tokio::time::timeout_at(end, stream.read(&mut chunk)).await {
+            Err(_) => break false,
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => raw.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head_end = find(&raw, b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
+    RawResponse {
+        status,
+        headers: parse_headers(&head),
+        body: raw[head_end + 4..].to_vec(),
+        raw,
+        closed,
+    }
+}
+
+/// Writes `request` on a new connection and reads until the proxy closes it.
+async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> RawResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The proxy may answer and close before reading all of a request it rejects; a failed
+    // write is then expected, and the answer is still there to read.
+    let _ = stream.write_all(request).await;
+    let response = read_until_closed(&mut stream, DEADLINE).await;
+    assert!(
+        response.closed,
+        "the connection was not closed: {response:?}"
+    );
+    response
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1, 2: algorithms end to end
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn round_robin_spreads_evenly() {
+    let (a, b, c) = (backend("a").await, backend("b").await, backend("c").await);
+    let up = upstream(
+        Algorithm::RoundRobin,
+        backends(&[a.addr(), b.addr(), c.addr()]),
+    );
+    let proxy = start(settings(up)).await;
+    let mut client = Client::new(proxy.addr);
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..300 {
+        let reply = client.get("/").await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.headers["x-backend"], reply.text().as_str());
+        *counts.entry(reply.text()).or_default() += 1;
+    }
+    let counts: Vec<_> = counts.into_iter().collect();
+    assert_eq!(
+        counts,
+        [("a".into(), 100), ("b".into(), 100), ("c".into(), 100)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_round_robin_is_smooth_across_workers() {
+    let (a, b, c) = (backend("a").await, backend("b").await, backend("c").await);
+    let up = upstream(
+        Algorithm::WeightedRoundRobin,
+        vec![
+            BackendSettings::new(a.addr()).weight(5),
+            BackendSettings::new(b.addr()).weight(1),
+            BackendSettings::new(c.addr()).weight(1),
+        ],
+    );
+    let proxy = start(settings(up)).await;
+    let mut seen = String::new();
+    for _ in 0..14 {
+        // A new connection each time, so requests land on either worker.
+        seen.push_str(&get(proxy.addr, "/").await.text());
+    }
+    assert_eq!(seen, "aabacaaaabacaa");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3, 4: backends failing
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_backend_mid_traffic_fails_no_request() {
+    const CLIENTS: usize = 4;
+    const PER_CLIENT: usize = 60;
+    let (a, b, c) = (backend("a").await, backend("b").await, backend("c").await);
+    let up = upstream(
+        Algorithm::RoundRobin,
+        backends(&[a.addr(), b.addr(), c.addr()]),
+    );
+    let proxy = start(settings(up)).await;
+
+    let killed = Arc::new(AtomicBool::new(false));
+    let (progress, mut done) = watch::channel(0usize);
+    let progress = Arc::new(progress);
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let (killed, progress, addr) = (Arc::clone(&killed), Arc::clone(&progress), proxy.addr);
+        clients.push(tokio::spawn(async move {
+            let mut client = Client::new(addr);
+            let mut replies = Vec::new();
+            for _ in 0..PER_CLIENT {
+                let after_kill = killed.load(Ordering::SeqCst);
+                // A short delay keeps requests in flight on `b` when it dies.
+                let reply = timeout(DEADLINE, client.get("/?delay_ms=10"))
+                    .await
+                    .expect("response in time")
+                    .expect("response");
+                replies.push((after_kill, reply.status, reply.text()));
+                progress.send_modify(|n| *n += 1);
+            }
+            replies
+        }));
+    }
+    timeout(DEADLINE, done.wait_for(|n| *n >= CLIENTS * PER_CLIENT / 4))
+        .await
+        .expect("traffic flows")
+        .unwrap();
+    let b_addr = b.addr();
+    eventually("a request in flight on b", DEADLINE, || {
+        let n = proxy.backend(b_addr).in_flight;
+        async move { n > 0 }
+    })
+    .await;
+    b.kill().await;
+    killed.store(true, Ordering::SeqCst);
+
+    let mut replies = Vec::new();
+    for client in clients {
+        replies.extend(client.await.unwrap());
+    }
+    assert_eq!(replies.len(), CLIENTS * PER_CLIENT);
+    let failed: Vec<_> = replies
+        .iter()
+        .filter(|(_, s, _)| *s != StatusCode::OK)
+        .collect();
+    assert!(failed.is_empty(), "failed requests: {failed:?}");
+    assert!(
+        replies.iter().any(|(after, _, n)| !after && n == "b"),
+        "b served before it was killed"
+    );
+    let after: Vec<_> = replies.iter().filter(|(after, _, _)| *after).collect();
+    assert!(
+        after.len() >= 10,
+        "too few requests after the kill: {}",
+        after.len()
+    );
+    assert!(
+        after.iter().all(|(_, _, n)| n == "a" || n == "c"),
+        "a dead backend answered"
+    );
+    let snap = proxy.backend(b_addr);
+    assert!(!snap.available, "b is marked failed: {snap:?}");
+}
+
+#[tokio::test]
+async fn all_backends_down_gives_503_quickly_and_the_proxy_keeps_serving() {
+    let (x, y) = (refusing_addr(), refusing_addr());
+    let up = upstream(Algorithm::RoundRobin, backends(&[x, y]));
+    assert_eq!(up.connect_timeout, Duration::from_secs(5));
+    let proxy = start(settings(up)).await;
+    let mut client = Client::new(proxy.addr);
+
+    let started = Instant::now();
+    let reply = client.get("/").await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    // Both were tried (one attempt each) and both count a failure.
+    for addr in [x, y] {
+        let snap = proxy.backend(addr);
+        assert_eq!((snap.failures, snap.available), (1, false), "{snap:?}");
+    }
+
+    let reply = client.get("/").await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    // A new connection is still accepted and answered.
+    let started = Instant::now();
+    let reply = get(proxy.addr, "/").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5, 6, 7: timeouts and broken answers
+// ---------------------------------------------------------------------------------------------
+
+/// A listening socket whose connects hang: backlog 0, never accepted, and its accept queue
+/// already full, so Linux drops further SYNs. Returns the fillers, to keep them open.
+async fn blackhole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&localhost().into()).unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        match timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => fillers.push(s),
+            Ok(Err(e)) => panic!("connect to the blackhole failed: {e}"),
+            // The queue is full: this is what the proxy will see too.
+            Err(_) => return (socket, addr, fillers),
+        }
+    }
+    panic!("the accept queue never filled; SYN dropping does not work here");
+}
+
+#[tokio::test]
+async fn connect_timeout_gives_504() {
+    let (_listener, addr, _fillers) = blackhole().await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[addr]));
+    up.connect_timeout = Duration::from_millis(300);
+    // A 504 within a few seconds can then only be the connect timeout.
+    assert_eq!(up.read_timeout, Duration::from_secs(60));
+    let proxy = start(settings(up)).await;
+    let started = Instant::now();
+    let reply = get(proxy.addr, "/").await;
+    let elapsed = started.elapsed();
+    assert_eq!(
+        reply.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "{}",
+        reply.text()
+    );
+    assert!(elapsed >= Duration::from_millis(290), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+    assert_eq!(proxy.backend(addr).failures, 1);
+}
+
+#[tokio::test]
+async fn garbage_from_backend_gives_502() {
+    let addr = raw_backend(|mut s| async move {
+        if read_request(&mut s).await.is_some() {
+            let _ = s.write_all(b"garbage\r\n\r\n").await;
+        }
+    })
+    .await;
+    let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[addr])))).await;
+    let reply = get(proxy.addr, "/").await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.text());
+    assert_eq!(proxy.backend(addr).failures, 1);
+}
+
+#[tokio::test]
+async fn truncated_backend_body_is_not_passed_off_as_complete() {
+    // The backend's answer, cut short by closing the connection: 10 bytes of a 100-byte body,
+    // and a chunked body without its last chunk.
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789"[..],
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n"[..],
+    ] {
+        let chunked = find(answer, b"chunked").is_some();
+        let addr = raw_backend(move |mut s| async move {
+            if read_request(&mut s).await.is_some() {
+                let _ = s.write_all(answer).await;
+            }
+        })
+        .await;
+        // max_fails = 0: the backend stays eligible after the first failure.
+        let broken = BackendSettings {
+            max_fails: 0,
+            ..BackendSettings::new(addr)
+        };
+        let proxy = start(settings(upstream(Algorithm::RoundRobin, vec![broken]))).await;
+
+        // Raw: the head and the 10 bytes arrive, then the proxy closes the connection (a
+        // keep-alive request: only an aborted response closes it).
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: fulcrum.test\r\n\r\n")
+            .await
+            .unwrap();
+        let r = read_until_closed(&mut stream, DEADLINE).await;
+        let case = format!("chunked = {chunked}: {:?}", String::from_utf8_lossy(&r.raw));
+        assert!(r.closed, "the proxy kept the connection open; {case}");
+        assert_eq!(r.status, 200, "{case}");
+        if chunked {
+            // Passed on chunked (the backend's framing is hop-by-hop), without the last chunk.
+            assert_eq!(r.header("transfer-encoding"), Some("chunked"), "{case}");
+            assert!(r.body.ends_with(b"\r\n0123456789\r\n"), "{case}");
+            assert!(
+                find(&r.body, b"0\r\n\r\n").is_none(),
+                "last chunk sent; {case}"
+            );
+        } else {
+            assert_eq!(r.header("content-length"), Some("100"), "{case}");
+            assert_eq!(r.body, b"0123456789", "{case}");
+        }
+
+        // An HTTP client sees an error, not a short body.
+        let mut client = Client::new(proxy.addr);
+        let result = timeout(DEADLINE, client.get("/")).await.expect("in time");
+        assert!(result.is_err(), "read as complete: {result:?}; {case}");
+        assert_eq!(proxy.backend(addr).failures, 2, "{case}");
+    }
+}
+
+#[tokio::test]
+async fn read_timeout_gives_504() {
+    let a = backend("a").await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[a.addr()]));
+    up.read_timeout = Duration::from_millis(300);
+    let proxy = start(settings(up)).await;
+    let started = Instant::now();
+    let reply = get(proxy.addr, "/?delay_ms=2000").await;
+    let elapsed = started.elapsed();
+    assert_eq!(
+        reply.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "{}",
+        reply.text()
+    );
+    assert!(elapsed >= Duration::from_millis(290), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(1500), "took {elapsed:?}");
+    // The backend itself is fine when asked for less.
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[a.addr()]));
+    up.read_timeout = Duration::from_millis(300);
+    let proxy = start(settings(up)).await;
+    assert_eq!(
+        get(proxy.addr, "/?delay_ms=10").await.status,
+        StatusCode::OK
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8: retries
+// ---------------------------------------------------------------------------------------------
+
+/// A backend that reads each request in full, then drops the connection without answering.
+async fn dropping_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let addr = raw_backend(move |mut s| {
+        let counter = Arc::clone(&counter);
+        async move {
+            if read_request(&mut s).await.is_some() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn retries_idempotent_requests_only_unless_told() {
+    let good = backend("good").await;
+    for (request_kind, retry_non_idempotent, expected) in [
+        ("POST", false, StatusCode::BAD_GATEWAY),
+        ("GET", false, StatusCode::OK),
+        ("POST", true, StatusCode::OK),
+    ] {
+        // A fresh upstream each time: round robin's first pick is the first backend, the bad one.
+        let (bad, seen) = dropping_backend().await;
+        let mut up = upstream(Algorithm::RoundRobin, backends(&[bad, good.addr()]));
+        up.retry_non_idempotent = retry_non_idempotent;
+        let proxy = start(settings(up)).await;
+        let mut client = Client::new(proxy.addr);
+        let reply = match request_kind {
+            "POST" => client.send(post("hello")).await,
+            _ => client.get("/").await,
+        }
+        .unwrap();
+        let case = format!("{request_kind}, retry_non_idempotent = {retry_non_idempotent}");
+        assert_eq!(reply.status, expected, "{case}: {}", reply.text());
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            1,
+            "{case}: bad backend got it first"
+        );
+        assert_eq!(proxy.backend(bad).failures, 1, "{case}");
+        let good_requests = proxy.backend(good.addr()).requests;
+        if expected == StatusCode::OK {
+            assert_eq!(reply.text(), "good", "{case}");
+            assert_eq!(good_requests, 1, "{case}");
+        } else {
+            assert_eq!(good_requests, 0, "{case}: not retried");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9, 10, 11: what the proxy accepts and what it passes on
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn header_hygiene_both_ways() {
+    // Echoes the request head it received as its body, with hop-by-hop headers of its own.
+    let echo = raw_backend(|mut s| async move {
+        if let Some(request) = read_request(&mut s).await {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive, X-Resp-Secret\r\n\
+                 X-Resp-Secret: 1\r\nKeep-Alive: timeout=5\r\nX-Resp-Keep: 1\r\n\r\n",
+                request.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(&request).await;
+        }
+    })
+    .await;
+    let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[echo])))).await;
+
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7)), 0))
+        .unwrap();
+    let mut stream = socket.connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /path?q=1 HTTP/1.1\r\n\
+              Host: example.com:8080\r\n\
+              Connection: close, X-Secret\r\n\
+              X-Secret: s\r\n\
+              Keep-Alive: timeout=5\r\n\
+              Proxy-Connection: keep-alive\r\n\
+              Proxy-Authorization: Basic Zm9vOmJhcg==\r\n\
+              TE: trailers\r\n\
+              X-Forwarded-For: 203.0.113.7\r\n\
+              X-Forwarded-Proto: https\r\n\
+              Forwarded: for=198.51.100.1\r\n\
+              X-Keep: yes\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let response = read_until_closed(&mut stream, DEADLINE).await;
+    assert_eq!(response.status, 200);
+
+    // What the client gets back.
+    for gone in ["x-resp-secret", "keep-alive"] {
+        assert_eq!(response.header(gone), None, "{gone} reached the client");
+    }
+    assert_eq!(response.header("x-resp-keep"), Some("1"));
+
+    // What the backend got.
+    let echoed = String::from_utf8(response.body.clone()).unwrap();
+    assert!(echoed.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "{echoed}");
+    let received = parse_headers(echoed.trim_end());
+    let values = |name: &str| -> Vec<&str> {
+        received
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    for gone in [
+        "connection",
+        "x-secret",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "te",
+    ] {
+        assert_eq!(
+            values(gone),
+            Vec::<&str>::new(),
+            "{gone} reached the backend"
+        );
+    }
+    assert_eq!(values("host"), ["example.com:8080"]);
+    assert_eq!(values("x-forwarded-for"), ["203.0.113.7, 127.0.0.7"]);
+    assert_eq!(values("x-forwarded-proto"), ["http"]);
+    assert_eq!(
+        values("forwarded"),
+        ["for=198.51.100.1, for=127.0.0.7;proto=http;host=\"example.com:8080\""]
+    );
+    assert_eq!(values("x-keep"), ["yes"]);
+}
+
+#[tokio::test]
+async fn host_header_checks() {
+    let a = backend("a").await;
+    let proxy = start(settings(upstream(
+        Algorithm::RoundRobin,
+        backends(&[a.addr()]),
+    )))
+    .await;
+
+    let r = raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(
+        r.status,
+        400,
+        "no Host: {:?}",
+        String::from_utf8_lossy(&r.raw)
+    );
+
+    let r = raw_exchange(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        400,
+        "two Hosts: {:?}",
+        String::from_utf8_lossy(&r.raw)
+    );
+
+    let r = raw_exchange(proxy.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(
+        r.status,
+        200,
+        "HTTP/1.0: {:?}",
+        String::from_utf8_lossy(&r.raw)
+    );
+    assert_eq!(r.body, b"a");
+
+    let r = raw_exchange(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    // Only the two good requests reached the backend.
+    assert_eq!(proxy.backend(a.addr()).requests, 2);
+}
+
+fn request_with_headers(extra: usize) -> Vec<u8> {
+    let mut req = b"GET / HTTP/1.1\r\nHost: fulcrum.test\r\nConnection: close\r\n".to_vec();
+    for i in 0..extra {
+        req.extend_from_slice(format!("X-H-{i}: v\r\n").as_bytes());
+    }
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
+fn request_with_head_bytes(total: usize) -> Vec<u8> {
+    let start = b"GET / HTTP/1.1\r\nHost: fulcrum.test\r\nConnection: close\r\nX-Big: ";
+    let filler = total - start.len() - 4;
+    let mut req = start.to_vec();
+    req.extend(std::iter::repeat_n(b'a', filler));
+    req.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(req.len(), total);
+    req
+}
+
+/// A backend that answers every request with 200 "ok", whatever its head. (The lab's backend
+/// is a hyper server with hyper's own limit of 100 headers, which a request at the proxy's limit
+/// exceeds once the proxy has added its forwarding headers.)
+async fn ok_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let addr = raw_backend(move |mut s| {
+        let counter = Arc::clone(&counter);
+        async move {
+            while read_request(&mut s).await.is_some() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn header_count_and_size_limits_give_431() {
+    let (ok, seen) = ok_backend().await;
+    let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[ok])))).await;
+    // Host and Connection, plus extras: 100 headers pass, 101 do not.
+    assert_eq!(
+        raw_exchange(proxy.addr, &request_with_headers(98))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        raw_exchange(proxy.addr, &request_with_headers(99))
+            .await
+            .status,
+        431
+    );
+    // 16 KiB of head pass, more do not.
+    let limit = ListenerSettings::DEFAULT_MAX_HEADER_BYTES;
+    let ok = raw_exchange(proxy.addr, &request_with_head_bytes(limit - 100)).await;
+    assert_eq!(ok.status, 200);
+    let big = raw_exchange(proxy.addr, &request_with_head_bytes(limit + 1024)).await;
+    assert_eq!(big.status, 431);
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "only the two good requests were passed on"
+    );
+}
+
+#[tokio::test]
+async fn slow_request_head_gets_408() {
+    let a = backend("a").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
+    s.listeners[0].client_header_timeout = Duration::from_millis(300);
+    let proxy = start(s).await;
+
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let started = Instant::now();
+    stream.write_all(b"GET /slo").await.unwrap();
+    let response = read_until_closed(&mut stream, DEADLINE).await;
+    let elapsed = started.elapsed();
+    assert!(response.closed);
+    assert_eq!(
+        response.status,
+        408,
+        "{:?}",
+        String::from_utf8_lossy(&response.raw)
+    );
+    assert_eq!(response.header("connection"), Some("close"));
+    // Exactly one response, complete.
+    let len: usize = response.header("content-length").unwrap().parse().unwrap();
+    assert_eq!(response.body.len(), len);
+    assert!(elapsed >= Duration::from_millis(250), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
+    assert_eq!(proxy.backend(a.addr()).requests, 0);
+}
+
+#[tokio::test]
+async fn body_over_max_body_bytes_gives_413() {
+    let a = backend("a").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
+    s.listeners[0].max_body_bytes = 1024;
+    let proxy = start(s).await;
+
+    // Declared too large: refused from the head alone, before any body is sent.
+    let r = raw_exchange(
+        proxy.addr,
+        b"POST / HTTP/1.1\r\nHost: fulcrum.test\r\nContent-Length: 1025\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 413, "{:?}", String::from_utf8_lossy(&r.raw));
+
+    // At the limit: passes.
+    let mut client = Client::new(proxy.addr);
+    let reply = client.send(post("x".repeat(1024))).await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(proxy.backend(a.addr()).requests, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12, 13: connections and shutdown
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_holds_further_clients_back() {
+    let a = backend("a").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
+    s.listeners[0].max_connections = 1;
+    let proxy = start(s).await;
+
+    let mut first = Client::new(proxy.addr);
+    assert_eq!(first.get("/").await.unwrap().status, StatusCode::OK);
+
+    let addr = proxy.addr;
+    let mut second = tokio::spawn(async move { Client::new(addr).get("/").await });
+    // The second connection waits while the first is open...
+    assert!(
+        timeout(Duration::from_millis(300), &mut second)
+            .await
+            .is_err(),
+        "a second connection was served while max_connections = 1 was in use"
+    );
+    // ... and the first is still served meanwhile.
+    assert_eq!(first.get("/").await.unwrap().status, StatusCode::OK);
+    assert!(!second.is_finished());
+    assert_eq!(proxy.backend(a.addr()).requests, 2);
+
+    drop(first);
+    let reply = timeout(DEADLINE, second)
+        .await
+        .expect("served once the first connection closed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(proxy.backend(a.addr()).requests, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_finishes_requests_in_flight() {
+    let a = backend("a").await;
+    let proxy = start(settings(upstream(
+        Algorithm::RoundRobin,
+        backends(&[a.addr()]),
+    )))
+    .await;
+    let Running {
+        addr,
+        upstream,
+        mut shutdown,
+        task,
+    } = proxy;
+
+    let in_flight = tokio::spawn(async move { Client::new(addr).get("/?delay_ms=500").await });
+    eventually("the request reaches the backend", DEADLINE, || {
+        let n = upstream.snapshot()[0].in_flight;
+        async move { n == 1 }
+    })
+    .await;
+
+    let shutdown_started = Instant::now();
+    shutdown.take().unwrap().send(()).unwrap();
+    eventually("new connections are refused", DEADLINE, || async {
+        matches!(TcpStream::connect(addr).await, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
+    .await;
+    assert!(
+        !in_flight.is_finished(),
+        "the listener closed only after the request in flight finished"
+    );
+
+    let reply = timeout(DEADLINE, in_flight)
+        .await
+        .expect("in time")
+        .unwrap()
+        .expect("the request in flight completes");
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.text(), "a");
+    timeout(DEADLINE, task).await.expect("run returns").unwrap();
+    // Well before shutdown_timeout (5 s): nothing was left to wait for.
+    assert!(shutdown_started.elapsed() < Duration::from_secs(2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 14: backup backends
+// ---------------------------------------------------------------------------------------------
+
+fn backup(addr: SocketAddr) -> BackendSettings {
+    BackendSettings {
+        backup: true,
+        ..BackendSettings::new(addr)
+    }
+}
+
+async fn names(addr: SocketAddr, n: usize) -> String {
+    let mut client = Client::new(addr);
+    let mut seen = String::new();
+    for _ in 0..n {
+        let reply = client.get("/").await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        seen.push_str(&reply.text());
+    }
+    seen
+}
+
+#[tokio::test]
+async fn backup_serves_only_when_primaries_cannot() {
+    let (a, b, z) = (backend("a").await, backend("b").await, backend("z").await);
+
+    // Healthy primaries: the backup gets nothing.
+    let up = upstream(
+        Algorithm::RoundRobin,
+        vec![
+            BackendSettings::new(a.addr()),
+            BackendSettings::new(b.addr()),
+            backup(z.addr()),
+        ],
+    );
+    let proxy = start(settings(up)).await;
+    assert_eq!(names(proxy.addr, 10).await, "ababababab");
+    assert_eq!(proxy.backend(z.addr()).requests, 0);
+
+    // Primary marked down: straight to the backup.
+    let up = upstream(
+        Algorithm::RoundRobin,
+        vec![
+            BackendSettings {
+                down: true,
+                ..BackendSettings::new(a.addr())
+            },
+            backup(z.addr()),
+        ],
+    );
+    let proxy = start(settings(up)).await;
+    assert_eq!(names(proxy.addr, 5).await, "zzzzz");
+    assert_eq!(proxy.backend(a.addr()).requests, 0);
+
+    // Primary dead: the first request fails over to the backup, the rest go there directly.
+    let dead = refusing_addr();
+    let up = upstream(
+        Algorithm::RoundRobin,
+        vec![BackendSettings::new(dead), backup(z.addr())],
+    );
+    let proxy = start(settings(up)).await;
+    assert_eq!(names(proxy.addr, 5).await, "zzzzz");
+    assert_eq!(proxy.backend(dead).failures, 1);
+    assert_eq!(proxy.backend(z.addr()).requests, 5);
+}

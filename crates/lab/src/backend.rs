@@ -61,7 +61,9 @@ impl Backend {
                 while connections.try_join_next().is_some() {}
                 connections.spawn(async move {
                     let service = service_fn(move |req| answer(body.clone(), req));
+                    // Room for a proxy's own headers on top of a client at the proxy's limit.
                     let _ = http1::Builder::new()
+                        .max_headers(200)
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });

@@ -170,6 +170,7 @@ async fn proxy(
 
     headers::remove_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::EXPECT);
+    let has_host = host.is_some();
     if let Some(host) = host {
         parts.headers.insert(header::HOST, host);
     }
@@ -198,6 +199,14 @@ async fn proxy(
         *request.method_mut() = parts.method.clone();
         *request.uri_mut() = uri.clone();
         *request.headers_mut() = parts.headers.clone();
+        if !has_host {
+            // An HTTP/1.0 client may leave Host out; the backend gets HTTP/1.1, which needs
+            // one: name the backend, as nginx's default `proxy_set_header Host $proxy_host`.
+            let addr = upstream.backend_addr(backend).to_string();
+            if let Ok(v) = HeaderValue::from_str(&addr) {
+                request.headers_mut().insert(header::HOST, v);
+            }
+        }
         match upstream.send(backend, request).await {
             Ok((response, sender)) => {
                 let (mut head, incoming) = response.into_parts();

@@ -13,6 +13,8 @@
 //!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await)
 //!   and the connections to each backend. `Attempt` completes its ticket exactly once, even
 //!   when the client goes away.
+//! * `client_io`: the client socket, noting whether a request is partly read, so a slow
+//!   request head gets a 408 and an idle keep-alive connection is closed quietly.
 //! * `connections`: keep-alive connections to one backend, reused LIFO.
 //! * `body`: the response body that streams the backend's answer to the client, enforces
 //!   `read_timeout` between reads, completes the attempt and returns the connection to the pool
@@ -21,6 +23,7 @@
 //!   (`X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`, RFC 7239).
 
 mod body;
+mod client_io;
 mod connections;
 mod handler;
 mod headers;

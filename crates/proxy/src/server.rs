@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -19,6 +20,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Semaphore, watch};
 
+use crate::client_io::ClientIo;
 use crate::handler::{self, ListenerContext};
 use crate::settings::ProxySettings;
 use crate::upstream::Upstream;
@@ -175,12 +177,15 @@ async fn accept_loop(
         let answer_timeout = socket2::SockRef::from(&stream).try_clone().ok();
         let ctx = Arc::clone(&ctx);
         let service = service_fn(move |req| handler::handle(req, Arc::clone(&ctx), client));
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let (io, partial_request) = ClientIo::new(stream);
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             if let Err(e) = conn.await {
                 if e.is_timeout() {
-                    if let Some(socket) = answer_timeout {
+                    if let Some(socket) = answer_timeout
+                        && partial_request.load(Ordering::Relaxed)
+                    {
                         let _ = socket.send(RESPONSE_408);
                     }
                 } else {

@@ -1025,3 +1025,72 @@ async fn backup_serves_only_when_primaries_cannot() {
     assert_eq!(proxy.backend(dead).failures, 1);
     assert_eq!(proxy.backend(z.addr()).requests, 5);
 }
+
+#[tokio::test]
+async fn idle_keep_alive_connection_is_closed_without_a_408() {
+    let a = backend("a").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
+    s.listeners[0].client_header_timeout = Duration::from_millis(300);
+    let proxy = start(s).await;
+
+    // A connection that never sends anything.
+    let mut silent = TcpStream::connect(proxy.addr).await.unwrap();
+    // A connection that completes one request, then stays idle.
+    let mut used = TcpStream::connect(proxy.addr).await.unwrap();
+    used.write_all(b"GET / HTTP/1.1\r\nHost: fulcrum.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = Vec::new();
+    let mut buf = [0u8; 1024];
+    while find(&first, b"\r\n\r\na").is_none() {
+        let n = used.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the first response");
+        first.extend_from_slice(&buf[..n]);
+    }
+
+    for stream in [&mut silent, &mut used] {
+        // Everything the proxy sends until it closes the connection.
+        let mut after = Vec::new();
+        let closed = tokio::time::timeout(DEADLINE, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => after.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the idle connection is closed after the timeout"
+        );
+        assert!(
+            after.is_empty(),
+            "an idle connection gets no 408: {:?}",
+            String::from_utf8_lossy(&after)
+        );
+    }
+}
+
+#[tokio::test]
+async fn http10_request_without_host_names_the_backend() {
+    let echo = raw_backend(|mut s| async move {
+        if let Some(request) = read_request(&mut s).await {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                request.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(&request).await;
+        }
+    })
+    .await;
+    let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[echo])))).await;
+    let r = raw_exchange(proxy.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.raw));
+    let received = String::from_utf8_lossy(&r.body).to_ascii_lowercase();
+    assert!(
+        received.contains(&format!("host: {echo}\r\n")),
+        "the backend gets Host = its address: {received}"
+    );
+}

@@ -1,0 +1,158 @@
+//! Properties every algorithm keeps, checked over random pools with proptest and a fake clock
+//! (no tokio, no real time: the simulator drives the same code the same way).
+
+use balance::{Algorithm, BackendId, BackendSpec, Nanos, Outcome, Pool};
+use proptest::prelude::*;
+
+fn specs(weights: &[u32], down: &[bool]) -> Vec<BackendSpec> {
+    weights
+        .iter()
+        .zip(down)
+        .map(|(&w, &d)| BackendSpec {
+            down: d,
+            ..BackendSpec::new(w)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A pick is never ineligible or excluded, comes from the backups only when no primary can
+    /// serve, and is `None` only when no backend at all can serve.
+    #[test]
+    fn never_ineligible_never_excluded(
+        alg in prop::sample::select(Algorithm::ALL),
+        weights in prop::collection::vec(1u32..10, 1..12),
+        down_bits in any::<u64>(),
+        exclude_bits in any::<u64>(),
+        backups in 0usize..3,
+        key in prop::collection::vec(any::<u8>(), 4),
+        held in 0usize..20,
+        seed in any::<u64>(),
+    ) {
+        let n = weights.len();
+        let down: Vec<bool> = (0..n + backups).map(|i| down_bits >> i & 1 == 1).collect();
+        let primary = specs(&weights, &down[..n]);
+        let backup = specs(&vec![1; backups], &down[n..]);
+        let mut pool = Pool::new(alg, &primary, &backup, seed);
+        let now = Nanos(1_000_000);
+        // Some requests in flight, so load-aware algorithms see uneven load.
+        let mut tickets = Vec::new();
+        for _ in 0..held {
+            if let Some(t) = pool.pick(Some(&key), &[], now) {
+                tickets.push(t);
+            }
+        }
+        let exclude: Vec<BackendId> = (0..(n + backups) as u32)
+            .filter(|i| exclude_bits >> i & 1 == 1)
+            .map(BackendId)
+            .collect();
+        let usable = |i: usize| !down[i] && !exclude.contains(&BackendId(i as u32));
+        let primary_usable = (0..n).any(usable);
+        let any_usable = (0..n + backups).any(usable);
+        match pool.pick(Some(&key), &exclude, now) {
+            Some(t) => {
+                let i = t.backend().index();
+                prop_assert!(usable(i), "{alg}: picked {i}, down={down:?} exclude={exclude:?}");
+                prop_assert!(i < n || !primary_usable, "{alg}: a backup while a primary could serve");
+                pool.complete(t, Outcome::Success, now);
+            }
+            None => prop_assert!(!any_usable, "{alg}: nothing picked though a backend could serve"),
+        }
+        for t in tickets {
+            pool.complete(t, Outcome::Success, now);
+        }
+        for s in pool.states() {
+            prop_assert_eq!(s.in_flight(), 0);
+        }
+    }
+
+    /// Smooth WRR gives each backend exactly its weight's share of every full round.
+    #[test]
+    fn weighted_round_robin_shares_are_exact(
+        weights in prop::collection::vec(1u32..20, 1..10),
+        rounds in 1u32..5,
+    ) {
+        let primary = specs(&weights, &vec![false; weights.len()]);
+        let mut pool = Pool::new(Algorithm::WeightedRoundRobin, &primary, &[], 0);
+        let total: u32 = weights.iter().sum();
+        let mut counts = vec![0u32; weights.len()];
+        for k in 0..total * rounds {
+            let t = pool.pick(None, &[], Nanos(u64::from(k))).unwrap();
+            counts[t.backend().index()] += 1;
+            pool.complete(t, Outcome::Success, Nanos(u64::from(k)));
+        }
+        let expected: Vec<u32> = weights.iter().map(|w| w * rounds).collect();
+        prop_assert_eq!(counts, expected);
+    }
+
+    /// Weighted random converges to the weights.
+    #[test]
+    fn random_shares_converge_to_weights(
+        weights in prop::collection::vec(1u32..10, 2..6),
+        seed in any::<u64>(),
+    ) {
+        let primary = specs(&weights, &vec![false; weights.len()]);
+        let mut pool = Pool::new(Algorithm::Random, &primary, &[], seed);
+        let draws = 40_000u32;
+        let mut counts = vec![0u32; weights.len()];
+        for _ in 0..draws {
+            let t = pool.pick(None, &[], Nanos(1)).unwrap();
+            counts[t.backend().index()] += 1;
+            pool.complete(t, Outcome::Success, Nanos(1));
+        }
+        let total: u32 = weights.iter().sum();
+        for (c, w) in counts.iter().zip(&weights) {
+            let share = f64::from(*c) / f64::from(draws);
+            let want = f64::from(*w) / f64::from(total);
+            prop_assert!((share - want).abs() < 0.02, "share {share:.3} vs weight share {want:.3}");
+        }
+    }
+}
+
+/// Thousands of picks and completions on a fake clock: least_conn with backends of different
+/// speeds sends more to the fast one, passive health takes a failing backend out and brings it
+/// back after fail_timeout, all without tokio or real time.
+#[test]
+fn virtual_time_replay() {
+    let ms = |m: u64| Nanos(m * 1_000_000);
+    let primary = specs(&[1, 1, 1], &[false; 3]);
+    let mut pool = Pool::new(Algorithm::LeastConn, &primary, &[], 0);
+    // Service time per backend: 1 ms, 5 ms, and backend 2 fails between 1 s and 2 s.
+    let service = [1u64, 5, 1];
+    let mut in_flight: Vec<(Nanos, balance::Ticket)> = Vec::new();
+    let mut served = [0u32; 3];
+    let mut failed_while_out = 0;
+    for step in 0..4_000u64 {
+        let now = Nanos(step * 1_000_000); // one arrival per ms
+        in_flight.sort_by_key(|(done, _)| *done);
+        while in_flight.first().is_some_and(|(done, _)| *done <= now) {
+            let (done, t) = in_flight.remove(0);
+            let i = t.backend().index();
+            let failing = i == 2 && done >= ms(1_000) && done < ms(2_000);
+            let outcome = if failing {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            };
+            pool.complete(t, outcome, done);
+        }
+        let t = pool
+            .pick(None, &[], now)
+            .expect("some backend is always up");
+        let i = t.backend().index();
+        served[i] += 1;
+        if i == 2 && now >= ms(1_100) && now < ms(2_000) {
+            failed_while_out += 1;
+        }
+        in_flight.push((Nanos(now.0 + service[i] * 1_000_000), t));
+    }
+    assert!(
+        served[0] > served[1],
+        "the fast backend serves more: {served:?}"
+    );
+    // While failing, backend 2 is out for fail_timeout (10 s) after its failure, so after the
+    // first failures it gets nothing at all.
+    assert_eq!(failed_while_out, 0, "{served:?}");
+}

@@ -1,4 +1,4 @@
-//! Weighted random (seed 002, §3.1; nginx `random` without `two`): each request goes to a backend
+//! Weighted random (seed 002, §III; nginx `random` without `two`): each request goes to a backend
 //! drawn with probability proportional to its weight.
 //!
 //! The draw is a binary search over cumulative weights built in `rebuild`, so a pick is

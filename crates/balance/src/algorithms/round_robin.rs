@@ -1,6 +1,7 @@
 //! Plain round robin (seed 002, "Design and Analysis for Layer 7 Load Balancing Algorithms",
-//! §3.2; seed 004): backends in turn, one request each, weights ignored. A backend that cannot be
-//! used this time is skipped and the turn passes to the next one.
+//! §III; seed 004, "Load Balancing Strategies, Algorithms and Comparison"): backends in turn,
+//! one request each, weights ignored. A backend that cannot be used this time is skipped and
+//! the turn passes to the next one.
 
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, PickCtx};

@@ -97,26 +97,26 @@ pub(crate) async fn handle(
     ctx: Arc<ListenerContext>,
     client: SocketAddr,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    if !ctx.access_log {
+        return Ok(proxy(req, &ctx, client).await.0);
+    }
     let started = Instant::now();
     let method = req.method().clone();
     let path = req
         .uri()
         .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".to_owned());
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
     let (response, backend) = proxy(req, &ctx, client).await;
-    if ctx.access_log {
-        tracing::info!(
-            target: "fulcrum::access",
-            client = %client.ip(),
-            method = %method,
-            path = %path,
-            upstream = %ctx.upstream.name(),
-            backend = %backend.map_or_else(|| "-".to_owned(), |b| b.to_string()),
-            status = response.status().as_u16(),
-            duration_us = started.elapsed().as_micros() as u64,
-        );
-    }
+    tracing::info!(
+        target: "fulcrum::access",
+        client = %client.ip(),
+        method = %method,
+        path = %path,
+        upstream = %ctx.upstream.name(),
+        backend = %backend.map_or_else(|| "-".to_owned(), |b| b.to_string()),
+        status = response.status().as_u16(),
+        duration_us = started.elapsed().as_micros() as u64,
+    );
     Ok(response)
 }
 

@@ -34,7 +34,8 @@ impl Drop for TempFile {
 struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
-    listening: Vec<SocketAddr>,
+    /// (upstream, address) of each listener, as logged.
+    listening: Vec<(String, SocketAddr)>,
 }
 
 impl Running {
@@ -65,14 +66,26 @@ impl Running {
         while running.listening.len() < n {
             let line = running.next_line(deadline);
             if line.contains(" listening") {
-                let addr = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("listen="))
-                    .expect("the listening line names the address");
-                running.listening.push(addr.parse().unwrap());
+                let field = |name: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(name))
+                        .unwrap_or_else(|| panic!("the listening line has {name}: {line}"))
+                        .to_owned()
+                };
+                let addr = field("listen=").parse().unwrap();
+                running.listening.push((field("upstream="), addr));
             }
         }
         running
+    }
+
+    /// The address of the listener sending to `upstream`.
+    fn addr_of(&self, upstream: &str) -> SocketAddr {
+        self.listening
+            .iter()
+            .find(|(u, _)| u == upstream)
+            .unwrap_or_else(|| panic!("no listener for {upstream}: {:?}", self.listening))
+            .1
     }
 
     fn next_line(&self, deadline: Instant) -> String {
@@ -125,7 +138,8 @@ fn check_accepts_the_example_and_rejects_a_bad_config_with_line_and_key() {
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{:?}: {}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
 
@@ -212,7 +226,7 @@ fn run_spreads_requests_exactly_and_stops_on_sigterm() {
         let mut fulcrum = Running::start(&config, 2);
 
         let mut counts = std::collections::HashMap::new();
-        let mut client = Client::new(fulcrum.listening[0]);
+        let mut client = Client::new(fulcrum.addr_of("rr"));
         for _ in 0..300 {
             let reply = client.get("/").await.unwrap();
             assert_eq!(reply.status, 200);
@@ -225,7 +239,9 @@ fn run_spreads_requests_exactly_and_stops_on_sigterm() {
         // Several connections, so requests are served by both worker threads: the smooth WRR
         // sequence is global, not per thread.
         let mut seq = String::new();
-        let mut clients: Vec<Client> = (0..4).map(|_| Client::new(fulcrum.listening[1])).collect();
+        let mut clients: Vec<Client> = (0..4)
+            .map(|_| Client::new(fulcrum.addr_of("wrr")))
+            .collect();
         for i in 0..7 {
             let reply = clients[i % 4].get("/").await.unwrap();
             seq.push_str(&reply.text());
@@ -259,7 +275,7 @@ fn all_backends_down_gives_503_and_fulcrum_keeps_running() {
         let mut fulcrum = Running::start(&config, 1);
         for _ in 0..3 {
             let started = Instant::now();
-            let reply = Client::new(fulcrum.listening[0]).get("/").await.unwrap();
+            let reply = Client::new(fulcrum.addr_of("web")).get("/").await.unwrap();
             assert_eq!(reply.status, 503);
             assert!(reply.text().contains("no backend available"));
             assert!(

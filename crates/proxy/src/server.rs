@@ -123,6 +123,10 @@ impl Proxy {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for (listener, ctx) in self.listeners {
+            // Logged here, in configuration order, before any accept loop runs.
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(listen = %addr, upstream = %ctx.upstream.name(), "listening");
+            }
             let stop = stop_rx.clone();
             let grace = self.shutdown_timeout;
             tasks.push(tokio::spawn(accept_loop(listener, ctx, stop, grace)));
@@ -154,7 +158,6 @@ async fn accept_loop(
     let addr = listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
-    tracing::info!(listen = %addr, upstream = %ctx.upstream.name(), "listening");
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),

@@ -68,10 +68,25 @@ fn nginx_binary() -> PathBuf {
     );
 }
 
-/// A free loopback port: bound by the OS, read, released for nginx to take.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
+/// An address for nginx to listen on that nothing else in the test run can take.
+///
+/// Every other server in the tests binds 127.0.0.1; a port picked here and released could be
+/// handed to one of them before nginx binds it, and the start-up probe would then talk to the
+/// wrong server. A loopback address of nginx's own (127.200.x.y, unique per process and label)
+/// cannot collide with 127.0.0.1:port on Linux, so the port only has to be free on it.
+fn free_addr(label: &str) -> SocketAddr {
+    let pid = std::process::id();
+    let ip = Ipv4Addr::new(
+        127,
+        200,
+        (pid % 250) as u8,
+        1 + label
+            .bytes()
+            .fold(0u8, |h, b| h.wrapping_mul(31).wrapping_add(b))
+            % 250,
+    );
+    let listener = TcpListener::bind((ip, 0)).expect("bind a port on nginx's loopback address");
+    listener.local_addr().expect("local address")
 }
 
 /// A fresh, unique directory under the system temp dir.
@@ -164,7 +179,7 @@ enum Started {
 
 fn try_start_nginx(bin: &Path, label: &str, backends: &[(SocketAddr, Peer)]) -> Started {
     let dir = fresh_dir(label);
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let addr = free_addr(label);
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_config(&dir, addr, backends)).expect("write nginx.conf");
     let stderr = std::fs::File::create(dir.join("stderr.log")).expect("create stderr.log");

@@ -457,32 +457,32 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
             );
         }
         let mut settings = ListenerSettings::new(listen, upstream.clone());
-        if let Some(n) = &l.max_connections {
-            if *n.get_ref() == 0 {
-                src.report(
-                    Some(n.span()),
-                    &key("max_connections"),
-                    "must be at least 1",
-                );
-            }
-            settings.max_connections = *n.get_ref();
-        }
-        if let Some(n) = &l.max_header_bytes {
-            if *n.get_ref() < 1024 {
-                src.report(
-                    Some(n.span()),
-                    &key("max_header_bytes"),
-                    "must be at least 1024",
-                );
-            }
-            settings.max_header_bytes = *n.get_ref();
-        }
-        if let Some(n) = &l.max_headers {
-            if *n.get_ref() == 0 {
-                src.report(Some(n.span()), &key("max_headers"), "must be at least 1");
-            }
-            settings.max_headers = *n.get_ref();
-        }
+        let mut at_least =
+            |n: &Option<Spanned<usize>>, min: usize, name: &str, field: &mut usize| {
+                if let Some(n) = n {
+                    if *n.get_ref() < min {
+                        src.report(
+                            Some(n.span()),
+                            &key(name),
+                            &format!("must be at least {min}"),
+                        );
+                    }
+                    *field = *n.get_ref();
+                }
+            };
+        at_least(
+            &l.max_connections,
+            1,
+            "max_connections",
+            &mut settings.max_connections,
+        );
+        at_least(
+            &l.max_header_bytes,
+            1024,
+            "max_header_bytes",
+            &mut settings.max_header_bytes,
+        );
+        at_least(&l.max_headers, 1, "max_headers", &mut settings.max_headers);
         if let Some(d) = l.client_header_timeout {
             settings.client_header_timeout = d.0;
         }

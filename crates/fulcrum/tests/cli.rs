@@ -110,6 +110,7 @@ impl Running {
                 Instant::now() < deadline,
                 "fulcrum did not stop after SIGTERM"
             );
+            // Poll interval of a loop bounded by `deadline`.
             std::thread::sleep(Duration::from_millis(20));
         }
     }

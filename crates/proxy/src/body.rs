@@ -55,14 +55,14 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Local(full) => full.is_end_stream(),
-            ProxyBody::Upstream(body) => body.inner.is_end_stream(),
+            ProxyBody::Upstream(body) => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Local(full) => full.size_hint(),
-            ProxyBody::Upstream(body) => body.inner.size_hint(),
+            ProxyBody::Upstream(body) => body.size_hint(),
         }
     }
 }

@@ -115,6 +115,7 @@ where
             return;
         }
         assert!(Instant::now() < end, "timed out waiting for: {what}");
+        // Poll interval of a loop bounded by `within`.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -623,20 +624,29 @@ async fn retries_idempotent_requests_only_unless_told() {
 // 9, 10, 11: what the proxy accepts and what it passes on
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn header_hygiene_both_ways() {
-    // Echoes the request head it received as its body, with hop-by-hop headers of its own.
-    let echo = raw_backend(|mut s| async move {
+/// A backend that answers with the request head it received as its body, adding `extra_head`
+/// (complete header lines) to its response head.
+async fn echo_backend(extra_head: &'static str) -> SocketAddr {
+    raw_backend(move |mut s| async move {
         if let Some(request) = read_request(&mut s).await {
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive, X-Resp-Secret\r\n\
-                 X-Resp-Secret: 1\r\nKeep-Alive: timeout=5\r\nX-Resp-Keep: 1\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{extra_head}\r\n",
                 request.len()
             );
             let _ = s.write_all(head.as_bytes()).await;
             let _ = s.write_all(&request).await;
         }
     })
+    .await
+}
+
+#[tokio::test]
+async fn header_hygiene_both_ways() {
+    // With hop-by-hop headers of its own, which must not reach the client.
+    let echo = echo_backend(
+        "Connection: keep-alive, X-Resp-Secret\r\nX-Resp-Secret: 1\r\n\
+         Keep-Alive: timeout=5\r\nX-Resp-Keep: 1\r\n",
+    )
     .await;
     let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[echo])))).await;
 
@@ -1074,17 +1084,7 @@ async fn idle_keep_alive_connection_is_closed_without_a_408() {
 
 #[tokio::test]
 async fn http10_request_without_host_names_the_backend() {
-    let echo = raw_backend(|mut s| async move {
-        if let Some(request) = read_request(&mut s).await {
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-                request.len()
-            );
-            let _ = s.write_all(head.as_bytes()).await;
-            let _ = s.write_all(&request).await;
-        }
-    })
-    .await;
+    let echo = echo_backend("").await;
     let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[echo])))).await;
     let r = raw_exchange(proxy.addr, b"GET / HTTP/1.0\r\n\r\n").await;
     assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.raw));

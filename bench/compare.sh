@@ -1,0 +1,370 @@
+#!/usr/bin/env bash
+# fulcrum head to head with nginx and HAProxy, on this machine, in one run.
+#
+#   bench/compare.sh            # the full run (about 7 minutes on 2 cores)
+#   DURATION=3 REPS=3 bench/compare.sh   # shorter runs
+#
+# What it does (docs/performance.md explains the method):
+#   * installs nginx, haproxy and wrk from Debian's packages if they are missing;
+#   * starts one nginx as the backends: 3 ports on 127.0.0.1 answering a small 200;
+#   * starts fulcrum, nginx and HAProxy as proxies, configured alike: round robin over the same
+#     3 backends, keep-alive to clients and to the backends, X-Forwarded-For added, access logs
+#     off, the same number of workers (processes for nginx, threads for HAProxy and fulcrum);
+#   * for each worker count (1, 2) and connection count (64, 256), runs `wrk --latency` against
+#     each proxy in turn, A B C A B C ..., REPS times after a warm-up, and the same against one
+#     backend directly (the ceiling);
+#   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker;
+#   * prints one table of medians, and writes it to bench/results/<date>-<host>.md.
+#
+# Pinning: with 1 worker, the proxies run on CPU 1 and wrk plus the backends on CPU 0, so the
+# proxy has a core to itself and is what limits the rate. With 2 workers nothing is pinned (the
+# machine has 2 cores; everything shares them), as an operator would run it.
+#
+# Every process it starts is stopped on exit, by PID.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-5}     # seconds per measured run
+WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
+REPS=${REPS:-3}             # interleaved repetitions
+WORKERS=${WORKERS:-"1 2"}
+CONNS=${CONNS:-"64 256"}
+
+BACKEND_PORTS=(19101 19102 19103)
+PORT_FULCRUM=19181
+PORT_NGINX=19182
+PORT_HAPROXY=19183
+
+need() {
+    local missing=()
+    for pkg in "$@"; do
+        command -v "$pkg" >/dev/null 2>&1 || [ -x "/usr/sbin/$pkg" ] || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        echo "installing from Debian's packages: ${missing[*]}" >&2
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+}
+need nginx haproxy wrk
+export PATH="$PATH:/usr/sbin"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+for port in "${BACKEND_PORTS[@]}" $PORT_FULCRUM $PORT_NGINX $PORT_HAPROXY; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "error: 127.0.0.1:$port is in use; stop what listens there and run again" >&2
+        exit 1
+    fi
+done
+
+echo "building fulcrum (release)..." >&2
+cargo build --release --locked -p fulcrum -q
+FULCRUM=$PWD/target/release/fulcrum
+
+WORK=$(mktemp -d /tmp/fulcrum-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+CLK_TCK=$(getconf CLK_TCK)
+CORES=$(nproc)
+
+# The PIDs of a process and its children (nginx's master and workers).
+family() {
+    echo "$1"
+    pgrep -P "$1" 2>/dev/null || true
+}
+
+# CPU time (user + system) of a process and its children, in clock ticks.
+cpu_ticks() {
+    local total=0 pid
+    for pid in $(family "$1"); do
+        # Fields after the command name, which is in parentheses: utime is the 12th, stime the 13th.
+        local rest
+        rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+        set -- $rest
+        total=$((total + ${12} + ${13}))
+    done
+    echo "$total"
+}
+
+# Peak resident memory (VmHWM) of a process and its children, in KiB.
+peak_rss_kib() {
+    local total=0 pid kib
+    for pid in $(family "$1"); do
+        kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)
+        total=$((total + ${kib:-0}))
+    done
+    echo "$total"
+}
+
+wait_port() {
+    local port=$1 i
+    for i in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    echo "error: nothing listens on 127.0.0.1:$port after 5 s" >&2
+    exit 1
+}
+
+# pin CPULIST: the taskset prefix for a command, or nothing.
+pin() {
+    if [ -n "$1" ] && [ "$CORES" -ge 2 ]; then echo "taskset -c $1"; fi
+}
+
+start_backends() {
+    local cpus=$1 dir=$WORK/backends
+    mkdir -p "$dir/logs"
+    {
+        echo "worker_processes 2; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
+        echo "events { worker_connections 8192; }"
+        echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
+        echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
+        echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
+        for port in "${BACKEND_PORTS[@]}"; do
+            echo "  server { listen 127.0.0.1:$port; location / { return 200 \"backend $port\\n\"; } }"
+        done
+        echo "}"
+    } >"$dir/nginx.conf"
+    $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
+    BACKENDS_PID=$!
+    PIDS+=("$BACKENDS_PID")
+    for port in "${BACKEND_PORTS[@]}"; do wait_port "$port"; done
+}
+
+stop() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# start_fulcrum WORKERS ALGORITHM CPUS
+start_fulcrum() {
+    local workers=$1 alg=$2 cpus=$3 conf=$WORK/fulcrum.toml
+    {
+        echo "workers = $workers"
+        echo "access_log = false"
+        echo "[[listener]]"
+        echo "listen = \"127.0.0.1:$PORT_FULCRUM\""
+        echo "upstream = \"b\""
+        echo "[[upstream]]"
+        echo "name = \"b\""
+        echo "algorithm = \"$alg\""
+        echo "keepalive = 1024"
+        for port in "${BACKEND_PORTS[@]}"; do
+            echo "[[upstream.backend]]"
+            echo "addr = \"127.0.0.1:$port\""
+        done
+    } >"$conf"
+    RUST_LOG=warn $(pin "$cpus") "$FULCRUM" run --config "$conf" 2>"$WORK/fulcrum.log" &
+    PROXY_PID[fulcrum]=$!
+    PIDS+=("$!")
+    wait_port $PORT_FULCRUM
+}
+
+# start_nginx WORKERS ALGORITHM CPUS
+start_nginx() {
+    local workers=$1 alg=$2 cpus=$3 dir=$WORK/nginx balance=""
+    mkdir -p "$dir/logs"
+    case $alg in
+        least_conn) balance="least_conn;" ;;
+        ip_hash) balance="ip_hash;" ;;
+    esac
+    {
+        echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
+        echo "events { worker_connections 8192; }"
+        echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
+        echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
+        echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
+        echo "  upstream b { $balance"
+        for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
+        echo "    keepalive 1024; keepalive_requests 1000000; }"
+        echo "  server { listen 127.0.0.1:$PORT_NGINX; location / {"
+        echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+        echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+        echo "}"
+    } >"$dir/nginx.conf"
+    $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
+    PROXY_PID[nginx]=$!
+    PIDS+=("$!")
+    wait_port $PORT_NGINX
+}
+
+# start_haproxy WORKERS ALGORITHM CPUS
+start_haproxy() {
+    local workers=$1 alg=$2 cpus=$3 conf=$WORK/haproxy.cfg balance=roundrobin i=0
+    case $alg in
+        least_conn) balance=leastconn ;;
+        ip_hash) balance=source ;;
+    esac
+    {
+        echo "global"
+        echo "  nbthread $workers"
+        echo "  maxconn 8000"
+        echo "defaults"
+        echo "  mode http"
+        echo "  option http-keep-alive"
+        echo "  option forwardfor"
+        echo "  timeout connect 5s"
+        echo "  timeout client 60s"
+        echo "  timeout server 60s"
+        echo "frontend f"
+        echo "  bind 127.0.0.1:$PORT_HAPROXY"
+        echo "  default_backend b"
+        echo "backend b"
+        echo "  balance $balance"
+        echo "  http-reuse always"
+        for port in "${BACKEND_PORTS[@]}"; do
+            i=$((i + 1))
+            echo "  server s$i 127.0.0.1:$port maxconn 4000"
+        done
+    } >"$conf"
+    $(pin "$cpus") haproxy -f "$conf" -db 2>"$WORK/haproxy.log" &
+    PROXY_PID[haproxy]=$!
+    PIDS+=("$!")
+    wait_port $PORT_HAPROXY
+}
+
+declare -A PROXY_PID PROXY_PORT=([fulcrum]=$PORT_FULCRUM [nginx]=$PORT_NGINX [haproxy]=$PORT_HAPROXY)
+RAW=$WORK/raw.tsv   # case workers conns proxy rep rps p50_us p99_us cpu_s rss_kib requests
+
+# Latency as wrk prints it (e.g. 812.00us, 1.20ms, 2.01s) in microseconds.
+to_us() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0
+        if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n
+    }'
+}
+
+# measure CASE WORKERS CONNS NAME REP PORT PID WRK_CPUS WRK_THREADS
+measure() {
+    local case=$1 workers=$2 conns=$3 name=$4 rep=$5 port=$6 pid=$7 cpus=$8 threads=$9
+    local before after out rps p50 p99 requests errors
+    before=$([ "$pid" = - ] && echo 0 || cpu_ticks "$pid")
+    out=$($(pin "$cpus") wrk -t"$threads" -c"$conns" -d"${DURATION}s" --latency "http://127.0.0.1:$port/")
+    after=$([ "$pid" = - ] && echo 0 || cpu_ticks "$pid")
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
+    p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+    requests=$(awk '/requests in/ { print $1 }' <<<"$out")
+    errors=$(awk '/Non-2xx|Socket errors/ { print }' <<<"$out")
+    if [ -n "$errors" ]; then
+        echo "warning: $name ($case, $workers workers, $conns conns): $errors" >&2
+    fi
+    local cpu_s rss
+    cpu_s=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
+    rss=$([ "$pid" = - ] && echo 0 || peak_rss_kib "$pid")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$case" "$workers" "$conns" "$name" "$rep" "$rps" "$p50" "$p99" "$cpu_s" "$rss" "$requests" >>"$RAW"
+    printf '  %-8s %-10s w=%s c=%-3s rep %s: %9.0f req/s  p99 %7.0f us  cpu %5.2f s\n' \
+        "$case" "$name" "$workers" "$conns" "$rep" "$rps" "$p99" "$cpu_s" >&2
+}
+
+# run_case CASE ALGORITHM WORKERS CONNS...
+run_case() {
+    local case=$1 alg=$2 workers=$3
+    shift 3
+    local proxy_cpus="" client_cpus="" threads=2
+    if [ "$workers" -eq 1 ]; then
+        proxy_cpus=1 client_cpus=0 threads=1
+    fi
+    start_backends "$client_cpus"
+    start_fulcrum "$workers" "$alg" "$proxy_cpus"
+    start_nginx "$workers" "$alg" "$proxy_cpus"
+    start_haproxy "$workers" "$alg" "$proxy_cpus"
+    local names=(fulcrum nginx haproxy) conns name rep
+    for name in "${names[@]}"; do
+        # Warm-up: connections to the backends opened, caches and allocators warm.
+        $(pin "$client_cpus") wrk -t"$threads" -c64 -d"${WARMUP}s" "http://127.0.0.1:${PROXY_PORT[$name]}/" >/dev/null
+    done
+    for conns in "$@"; do
+        for rep in $(seq 1 "$REPS"); do
+            if [ "$case" = round_robin ]; then
+                measure "$case" "$workers" "$conns" direct "$rep" "${BACKEND_PORTS[0]}" - "$client_cpus" "$threads"
+            fi
+            for name in "${names[@]}"; do
+                measure "$case" "$workers" "$conns" "$name" "$rep" "${PROXY_PORT[$name]}" "${PROXY_PID[$name]}" "$client_cpus" "$threads"
+            done
+        done
+    done
+    for name in "${names[@]}"; do stop "${PROXY_PID[$name]}"; done
+    stop "$BACKENDS_PID"
+}
+
+STARTED=$(date +%s)
+for workers in $WORKERS; do
+    # shellcheck disable=SC2086
+    run_case round_robin round_robin "$workers" $CONNS
+done
+run_case least_conn least_conn 1 64
+run_case ip_hash ip_hash 1 64
+
+# The table: medians over the repetitions, then ratios of fulcrum to each peer.
+RESULTS=bench/results
+mkdir -p "$RESULTS"
+OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s).md"
+{
+    echo "# fulcrum vs nginx vs HAProxy — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "* machine: $(hostname -s), $CORES cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
+    echo "* peers: $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(haproxy -v | head -1 | awk '{ print "HAProxy " $3 }'), $("$FULCRUM" --version), $(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')"
+    echo "* method: wrk --latency, ${DURATION} s per run, ${REPS} interleaved repetitions after a ${WARMUP} s warm-up; medians."
+    echo "  1 worker: proxies pinned to CPU 1, wrk and backends to CPU 0. 2 workers: no pinning."
+    echo "* cpu µs/req: the proxy's user+system CPU time over the requests it served (lower is better)."
+    echo "  peak RSS: VmHWM summed over the proxy's processes (nginx: master and workers)."
+    echo
+    echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    awk -F'\t' '
+        function median(key,    n, i, j, t, a) {
+            n = split(vals[key], a, " ")
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        {
+            row = $1 SUBSEP $2 SUBSEP $3 SUBSEP $4
+            if (!(row in seen)) { seen[row] = 1; order[++rows] = row }
+            for (f = 6; f <= 11; f++) vals[row, f] = vals[row, f] " " $f
+            if ($10 + 0 > peak[row]) peak[row] = $10 + 0
+        }
+        END {
+            for (r = 1; r <= rows; r++) {
+                row = order[r]
+                for (f = 6; f <= 11; f++) med[row, f] = median(row SUBSEP f)
+            }
+            for (r = 1; r <= rows; r++) {
+                row = order[r]; split(row, k, SUBSEP)
+                base = k[1] SUBSEP k[2] SUBSEP k[3]
+                xn = xh = ""
+                if (k[4] == "fulcrum") {
+                    xn = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "nginx", 6])
+                    xh = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "haproxy", 6])
+                }
+                cpu = med[row, 9]; per = med[row, 11] > 0 && k[4] != "direct" ? sprintf("%.2f", cpu * 1e6 / med[row, 11]) : "–"
+                printf "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s |\n",
+                    k[1], k[2], k[3], k[4], med[row, 6], med[row, 7], med[row, 8],
+                    k[4] == "direct" ? "–" : sprintf("%.2f", cpu), per,
+                    k[4] == "direct" ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh
+            }
+        }' "$RAW"
+    echo
+    echo "Finished in $(( $(date +%s) - STARTED )) s. Raw runs (case, workers, conns, proxy, rep, req/s, p50 µs, p99 µs, CPU s, peak RSS KiB, requests):"
+    echo
+    echo '```'
+    cat "$RAW"
+    echo '```'
+} >"$OUT"
+echo >&2
+sed -n '/^| case/,/^$/p' "$OUT"
+echo "written to $OUT" >&2

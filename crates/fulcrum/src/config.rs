@@ -100,10 +100,9 @@ pub struct Backend {
     pub fail_timeout: Option<Dur>,
 }
 
-/// A configuration ready to run: the proxy's settings and the runtime's.
+/// A configuration ready to run.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub workers: usize,
     pub proxy: ProxySettings,
     /// Things that are allowed but probably not meant.
     pub warnings: Vec<String>,
@@ -483,6 +482,15 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
             &mut settings.max_header_bytes,
         );
         at_least(&l.max_headers, 1, "max_headers", &mut settings.max_headers);
+        if let Some(n) = &l.max_headers
+            && *n.get_ref() > proxy::MAX_HEADERS_LIMIT
+        {
+            src.report(
+                Some(n.span()),
+                &key("max_headers"),
+                &format!("must be at most {}", proxy::MAX_HEADERS_LIMIT),
+            );
+        }
         if let Some(d) = l.client_header_timeout {
             settings.client_header_timeout = d.0;
         }
@@ -496,8 +504,8 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
     }
 
     Config {
-        workers,
         proxy: ProxySettings {
+            workers,
             listeners,
             upstreams,
             access_log: file.access_log,
@@ -562,7 +570,7 @@ connect_timeout = "250ms"
     #[test]
     fn good_config() {
         let c = parse(Path::new("t.toml"), GOOD).unwrap();
-        assert_eq!(c.workers, 2);
+        assert_eq!(c.proxy.workers, 2);
         let u = &c.proxy.upstreams[0];
         assert_eq!(u.algorithm, Algorithm::LeastConn);
         assert_eq!(u.connect_timeout, Duration::from_millis(250));

@@ -107,6 +107,7 @@ async fn run_one(
             .collect(),
     );
     let settings = ProxySettings {
+        workers: 2,
         listeners: vec![ListenerSettings::new(
             SocketAddr::from(([127, 0, 0, 1], 0)),
             "demo",

@@ -132,11 +132,16 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let rt = runtime(cfg.workers)?;
+    // The proxy runs its own worker threads; this runtime only waits for a signal.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let workers = cfg.proxy.workers;
     rt.block_on(async move {
         let proxy = proxy::Proxy::bind(cfg.proxy).await?;
         tracing::info!(
-            workers = cfg.workers,
+            workers,
             version = env!("CARGO_PKG_VERSION"),
             "fulcrum started"
         );

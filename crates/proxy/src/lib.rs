@@ -5,32 +5,30 @@
 //!
 //! * [`settings`]: what the proxy is told to do, already validated (the binary turns the TOML
 //!   configuration into these).
-//! * [`server`]: [`Proxy`] binds the listeners, accepts connections up to `max_connections`,
-//!   serves them with hyper, and shuts down gracefully.
-//! * `handler`: one request's life: checks (Host, sizes, body), the pick-and-retry loop over the
-//!   upstream's backends, and the answer (the backend's, or 502/503/504 of our own).
+//! * [`server`]: [`Proxy`] binds the listeners and runs `workers` threads, each with its own
+//!   single-threaded runtime and its own `SO_REUSEPORT` socket per listener (nginx's worker
+//!   layout); accepts connections up to `max_connections` and shuts down gracefully.
+//! * `conn`: one client connection: request heads read and checked, bodies buffered, the
+//!   pick-and-retry loop over the upstream's backends, the response relayed (or 502/503/504
+//!   of our own).
+//! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass (hop-by-hop
+//!   headers of RFC 9110 §7.6.1 removed, `X-Forwarded-For`, `X-Forwarded-Proto` and
+//!   `Forwarded` (RFC 7239) added), the framing rules of RFC 9112, the chunked decoder.
 //! * `upstream`: [`Upstream`], one pool of backends shared by every worker thread: the
-//!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await)
-//!   and the connections to each backend. `Attempt` completes its ticket exactly once, even
-//!   when the client goes away.
-//! * `client_io`: the client socket, noting whether a request is partly read, so a slow
-//!   request head gets a 408 and an idle keep-alive connection is closed quietly.
-//! * `connections`: keep-alive connections to one backend, reused LIFO.
-//! * `body`: the response body that streams the backend's answer to the client, enforces
-//!   `read_timeout` between reads, completes the attempt and returns the connection to the pool
-//!   when the body ends.
-//! * `headers`: hop-by-hop headers (RFC 9110 §7.6.1) and the forwarding headers
-//!   (`X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`, RFC 7239).
+//!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await).
+//!   `Attempt` completes its ticket exactly once, even when the client goes away.
+//! * `connections`: each worker's keep-alive connections to one backend, reused LIFO.
+//! * `buffer`: the read buffer a connection keeps for its life.
 
-mod body;
-mod client_io;
+mod buffer;
+mod conn;
 mod connections;
-mod handler;
-mod headers;
+mod http1;
 pub mod server;
 pub mod settings;
 mod upstream;
 
+pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, StartError};
 pub use settings::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
 pub use upstream::{BackendSnapshot, Upstream};

@@ -1,27 +1,32 @@
-//! Listeners and client connections.
+//! Listeners, workers and client connections.
 //!
 //! [`Proxy::bind`] binds every listener first, so an address in use is a start-up error naming
-//! the address, not a surprise later. [`Proxy::run`] accepts connections until the shutdown
-//! future resolves, then stops accepting, lets every connection finish the request it is on
-//! (idle keep-alive connections are closed at once), and waits up to `shutdown_timeout` for
-//! them.
+//! the address, not a surprise later. With more than one worker each listener gets one socket
+//! per worker, bound to the same address with `SO_REUSEPORT`, and the kernel spreads new
+//! connections over them (nginx's `listen ... reuseport`).
+//!
+//! [`Proxy::run`] starts `workers` threads, each running its own single-threaded tokio runtime:
+//! a connection lives on one thread from accept to close, its wake-ups never cross threads, and
+//! each worker keeps its own keep-alive connections to the backends. What the workers share is
+//! each upstream's balancing pool (one global sequence, see [`crate::Upstream`]) and each
+//! listener's `max_connections`.
+//!
+//! Shutdown: stop accepting, let every connection finish the request it is on (idle keep-alive
+//! connections are closed at once, the last responses say `Connection: close`), and wait up to
+//! `shutdown_timeout` for them before closing what is left.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{Semaphore, watch};
+use socket2::{Domain, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::task::JoinSet;
 
-use crate::client_io::ClientIo;
-use crate::handler::{self, ListenerContext};
+use crate::conn::{self, ListenerContext, WorkerListener};
 use crate::settings::ProxySettings;
 use crate::upstream::Upstream;
 
@@ -45,31 +50,42 @@ pub enum StartError {
     },
 }
 
-/// Backlog of pending connections per listener (nginx uses 511 on Linux).
-const LISTEN_BACKLOG: u32 = 511;
+/// Backlog of pending connections per socket (nginx uses 511 on Linux).
+const LISTEN_BACKLOG: i32 = 511;
+
+/// One configured listener: its context, its sockets (one per worker), its connection limit.
+#[derive(Debug)]
+struct Listener {
+    ctx: Arc<ListenerContext>,
+    sockets: Vec<std::net::TcpListener>,
+    limit: Arc<Semaphore>,
+}
 
 /// A bound, not yet running, proxy.
 #[derive(Debug)]
 pub struct Proxy {
-    listeners: Vec<(TcpListener, Arc<ListenerContext>)>,
+    workers: usize,
+    listeners: Vec<Listener>,
     upstreams: Vec<Arc<Upstream>>,
     shutdown_timeout: Duration,
 }
 
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+fn bind_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 impl Proxy {
-    /// Builds the upstreams and binds every listener.
+    /// Builds the upstreams and binds every listener, once per worker.
     pub async fn bind(settings: ProxySettings) -> Result<Proxy, StartError> {
+        let workers = settings.workers.max(1);
         let upstreams: HashMap<String, Arc<Upstream>> = settings
             .upstreams
             .iter()
@@ -85,20 +101,31 @@ impl Proxy {
                         listen: l.listen,
                         upstream: l.upstream.clone(),
                     })?;
-            let listener = bind(l.listen).map_err(|source| StartError::Bind {
+            let bind_error = |source| StartError::Bind {
                 addr: l.listen,
                 source,
-            })?;
-            let ctx = ListenerContext {
-                settings: l,
-                upstream,
-                access_log: settings.access_log,
             };
-            listeners.push((listener, Arc::new(ctx)));
+            let first = bind_socket(l.listen, workers > 1).map_err(bind_error)?;
+            // With port 0 the others must share the port the first one got.
+            let addr = first.local_addr().map_err(bind_error)?;
+            let mut sockets = vec![first];
+            for _ in 1..workers {
+                sockets.push(bind_socket(addr, true).map_err(bind_error)?);
+            }
+            listeners.push(Listener {
+                limit: Arc::new(Semaphore::new(l.max_connections)),
+                ctx: Arc::new(ListenerContext {
+                    settings: l,
+                    upstream,
+                    access_log: settings.access_log,
+                }),
+                sockets,
+            });
         }
         let mut upstreams: Vec<_> = upstreams.into_values().collect();
         upstreams.sort_by(|a, b| a.name().cmp(b.name()));
         Ok(Proxy {
+            workers,
             listeners,
             upstreams,
             shutdown_timeout: settings.shutdown_timeout,
@@ -109,7 +136,11 @@ impl Proxy {
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
             .iter()
-            .map(|(l, _)| l.local_addr().expect("a bound listener has an address"))
+            .map(|l| {
+                l.sockets[0]
+                    .local_addr()
+                    .expect("a bound listener has an address")
+            })
             .collect()
     }
 
@@ -118,54 +149,111 @@ impl Proxy {
         &self.upstreams
     }
 
-    /// Serves until `shutdown` resolves, then shuts down gracefully.
+    /// Serves until `shutdown` resolves, then shuts down gracefully. The workers are threads
+    /// of their own; the caller's runtime only waits.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
-        for (listener, ctx) in self.listeners {
-            // Logged here, in configuration order, before any accept loop runs.
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(listen = %addr, upstream = %ctx.upstream.name(), "listening");
+        for l in &self.listeners {
+            if let Ok(addr) = l.sockets[0].local_addr() {
+                tracing::info!(listen = %addr, upstream = %l.ctx.upstream.name(), "listening");
             }
+        }
+        // Deal the sockets out: worker i gets socket i of every listener.
+        let mut per_worker: Vec<Vec<WorkerSocket>> =
+            (0..self.workers).map(|_| Vec::new()).collect();
+        for l in self.listeners {
+            for (i, socket) in l.sockets.into_iter().enumerate() {
+                per_worker[i].push(WorkerSocket {
+                    socket,
+                    ctx: Arc::clone(&l.ctx),
+                    limit: Arc::clone(&l.limit),
+                });
+            }
+        }
+        let mut finished = Vec::new();
+        for (i, sockets) in per_worker.into_iter().enumerate() {
+            let (done_tx, done_rx) = oneshot::channel::<()>();
             let stop = stop_rx.clone();
             let grace = self.shutdown_timeout;
-            tasks.push(tokio::spawn(accept_loop(listener, ctx, stop, grace)));
+            let spawned = std::thread::Builder::new()
+                .name(format!("fulcrum-worker-{i}"))
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt.block_on(worker(sockets, stop, grace)),
+                        Err(e) => {
+                            tracing::error!(worker = i, error = %e, "cannot start a worker runtime")
+                        }
+                    }
+                    drop(done_tx);
+                });
+            match spawned {
+                Ok(_) => finished.push(done_rx),
+                Err(e) => tracing::error!(worker = i, error = %e, "cannot start a worker thread"),
+            }
         }
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");
         let _ = stop_tx.send(true);
-        for task in tasks {
-            let _ = task.await;
+        for done in finished {
+            // Resolves (with an error) when the worker drops its sender, on any exit.
+            let _ = done.await;
         }
     }
 }
 
+/// A listener's socket as one worker gets it.
+#[derive(Debug)]
+struct WorkerSocket {
+    socket: std::net::TcpListener,
+    ctx: Arc<ListenerContext>,
+    limit: Arc<Semaphore>,
+}
+
+/// One worker: an accept loop per listener, on this thread's runtime.
+async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: Duration) {
+    let mut loops = JoinSet::new();
+    for s in sockets {
+        let listener = match TcpListener::from_std(s.socket) {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register a listening socket");
+                continue;
+            }
+        };
+        let worker_listener = Arc::new(WorkerListener {
+            connections: s.ctx.upstream.worker_connections(),
+            ctx: s.ctx,
+        });
+        loops.spawn(accept_loop(
+            listener,
+            worker_listener,
+            s.limit,
+            stop.clone(),
+            grace,
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    ctx: Arc<ListenerContext>,
+    worker_listener: Arc<WorkerListener>,
+    limit: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let limit = Arc::new(Semaphore::new(ctx.settings.max_connections));
-    let graceful = GracefulShutdown::new();
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(ctx.settings.client_header_timeout)
-        .max_headers(ctx.settings.max_headers)
-        .max_header_size(ctx.settings.max_header_bytes);
-    let mut connections = tokio::task::JoinSet::new();
+    let mut connections = JoinSet::new();
     let addr = listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = stop.changed() => break,
-        };
         let (stream, client) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
+                Err(e) if is_transient(&e) => continue,
                 Err(e) => {
                     // Out of file descriptors or similar: back off briefly instead of spinning.
                     tracing::error!(listen = %addr, error = %e, "accept failed");
@@ -175,38 +263,29 @@ async fn accept_loop(
             },
             _ = stop.changed() => break,
         };
+        // The permit is taken after accepting: a worker waits for one only while it has a
+        // client, never while another worker's socket holds the waiting client. So at most one
+        // accepted connection per worker waits, unserved, for a permit.
+        let permit = tokio::select! {
+            permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stop.changed() => break,
+        };
         let _ = stream.set_nodelay(true);
-        // A second handle on the socket, to answer 408 after hyper gives up on a slow head.
-        let answer_timeout = socket2::SockRef::from(&stream).try_clone().ok();
-        let ctx = Arc::clone(&ctx);
-        let service = service_fn(move |req| handler::handle(req, Arc::clone(&ctx), client));
-        let (io, partial_request) = ClientIo::new(stream);
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         while connections.try_join_next().is_some() {}
-        connections.spawn(async move {
-            if let Err(e) = conn.await {
-                if e.is_timeout() {
-                    if let Some(socket) = answer_timeout
-                        && partial_request.load(Ordering::Relaxed)
-                    {
-                        let _ = socket.send(RESPONSE_408);
-                    }
-                } else {
-                    tracing::debug!(%client, error = %e, "client connection ended with an error");
-                }
-            }
-            drop(permit);
-        });
+        connections.spawn(conn::serve(
+            stream,
+            client,
+            Arc::clone(&worker_listener),
+            stop.clone(),
+            permit,
+        ));
     }
     drop(listener);
-    let open = graceful.count();
-    if open > 0 {
-        tracing::info!(listen = %addr, connections = open, "waiting for open connections");
+    if !connections.is_empty() {
+        tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
     }
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(
             listen = %addr,
             grace = ?grace,
@@ -216,5 +295,13 @@ async fn accept_loop(
     }
 }
 
-/// Sent when a client did not finish its request head within `client_header_timeout`.
-const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 61\r\nConnection: close\r\n\r\n408 Request Timeout: the request head did not arrive in time\n";
+/// Accept errors about one connection (it was reset or aborted before we took it), not the
+/// socket.
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::Interrupted
+    )
+}

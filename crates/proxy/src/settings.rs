@@ -8,6 +8,9 @@ use balance::Algorithm;
 /// Everything the data plane needs to run.
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
+    /// Worker threads, each with its own runtime and its own socket per listener (nginx
+    /// `worker_processes`); at least 1.
+    pub workers: usize,
     pub listeners: Vec<ListenerSettings>,
     pub upstreams: Vec<UpstreamSettings>,
     /// Log one line per request (target `fulcrum::access`).
@@ -32,7 +35,7 @@ pub struct ListenerSettings {
     pub client_body_timeout: Duration,
     /// Bytes of the request head (request line and headers); larger heads get 431.
     pub max_header_bytes: usize,
-    /// Header lines in a request; more get 431.
+    /// Header lines in a request; more get 431. At most [`crate::MAX_HEADERS_LIMIT`].
     pub max_headers: usize,
     /// Bytes of a request body; larger bodies get 413 (nginx `client_max_body_size`, 1 MiB).
     pub max_body_bytes: u64,

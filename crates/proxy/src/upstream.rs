@@ -1,5 +1,5 @@
-//! One upstream: its [`balance::Pool`], shared by every worker thread, and the connections to
-//! each of its backends.
+//! One upstream: its [`balance::Pool`], shared by every worker thread, and how one attempt
+//! reaches a backend (each worker keeps its own connections, see [`crate::connections`]).
 //!
 //! The pool sits behind a mutex that is held only for a pick or a completion (a few hundred
 //! nanoseconds, never across an await), so the algorithm sees one global sequence: weighted round
@@ -10,13 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::connections::{ConnectError, Connections, Sender};
+use crate::connections::Connections;
 use crate::settings::UpstreamSettings;
 
 /// Why an attempt on a backend failed.
@@ -27,11 +23,11 @@ pub(crate) enum AttemptError {
     ConnectTimeout,
     /// The connection failed after the request was (or may have been) sent, before a response
     /// head arrived.
-    Reset(hyper::Error),
+    Reset(std::io::Error),
     /// No response head within `read_timeout`.
     ReadTimeout,
-    /// The backend answered something that is not HTTP.
-    Invalid(hyper::Error),
+    /// The backend answered something that is not HTTP/1.x, or breaks its framing rules.
+    Invalid(&'static str),
 }
 
 impl AttemptError {
@@ -79,8 +75,9 @@ pub struct BackendSnapshot {
 pub struct Upstream {
     settings: UpstreamSettings,
     pool: Mutex<Pool>,
-    /// By pool id: primaries, then backups (the pool's order, not the configuration's).
-    backends: Vec<Connections>,
+    /// Backend addresses by pool id: primaries, then backups (the pool's order, not the
+    /// configuration's).
+    addrs: Vec<SocketAddr>,
     /// Time zero of the `Nanos` handed to the pool.
     epoch: Instant,
 }
@@ -97,14 +94,10 @@ impl Upstream {
             &backup_specs,
             settings.seed,
         );
-        let backends = primary
-            .iter()
-            .chain(&backup)
-            .map(|b| Connections::new(b.addr, settings.keepalive, settings.keepalive_timeout))
-            .collect();
+        let addrs = primary.iter().chain(&backup).map(|b| b.addr).collect();
         Upstream {
             pool: Mutex::new(pool),
-            backends,
+            addrs,
             epoch: Instant::now(),
             settings,
         }
@@ -116,6 +109,20 @@ impl Upstream {
 
     pub(crate) fn settings(&self) -> &UpstreamSettings {
         &self.settings
+    }
+
+    /// A worker's own keep-alive connections to each backend, by pool id.
+    pub(crate) fn worker_connections(&self) -> Vec<Connections> {
+        self.addrs
+            .iter()
+            .map(|&addr| {
+                Connections::new(
+                    addr,
+                    self.settings.keepalive,
+                    self.settings.keepalive_timeout,
+                )
+            })
+            .collect()
     }
 
     fn now(&self) -> Nanos {
@@ -132,12 +139,12 @@ impl Upstream {
     pub(crate) fn max_attempts(&self) -> usize {
         match self.settings.retries {
             Some(r) => r as usize + 1,
-            None => self.backends.len(),
+            None => self.addrs.len(),
         }
     }
 
     pub(crate) fn backend_addr(&self, id: BackendId) -> SocketAddr {
-        self.backends[id.index()].addr()
+        self.addrs[id.index()]
     }
 
     pub(crate) fn pick(
@@ -170,58 +177,6 @@ impl Upstream {
         }
     }
 
-    /// Sends `request` to backend `id` on a kept-alive connection or a new one, and waits for
-    /// the response head. On success the connection travels with the response, to be reused
-    /// once the body has been read.
-    pub(crate) async fn send(
-        &self,
-        id: BackendId,
-        mut request: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Sender), AttemptError> {
-        let conns = &self.backends[id.index()];
-        loop {
-            let (mut sender, reused) = match conns.take_idle() {
-                Some(sender) => (sender, true),
-                None => {
-                    let sender = conns.connect(self.settings.connect_timeout).await.map_err(
-                        |e| match e {
-                            ConnectError::Io(e) => AttemptError::Connect(e),
-                            ConnectError::Timeout => AttemptError::ConnectTimeout,
-                        },
-                    )?;
-                    (sender, false)
-                }
-            };
-            if reused && sender.ready().await.is_err() {
-                continue;
-            }
-            let sent =
-                tokio::time::timeout(self.settings.read_timeout, sender.try_send_request(request))
-                    .await;
-            match sent {
-                Err(_) => return Err(AttemptError::ReadTimeout),
-                Ok(Ok(response)) => return Ok((response, sender)),
-                Ok(Err(mut e)) => match e.take_message() {
-                    // A kept-alive connection closed before the request left: try another.
-                    Some(unsent) if reused => request = unsent,
-                    _ => {
-                        let e = e.into_error();
-                        return Err(if e.is_parse() {
-                            AttemptError::Invalid(e)
-                        } else {
-                            AttemptError::Reset(e)
-                        });
-                    }
-                },
-            }
-        }
-    }
-
-    /// Returns a connection whose response was read to the end.
-    pub(crate) fn reuse(&self, id: BackendId, sender: Sender) {
-        self.backends[id.index()].put_idle(sender);
-    }
-
     /// The state of every backend, in pool order.
     pub fn snapshot(&self) -> Vec<BackendSnapshot> {
         let pool = self.pool();
@@ -230,7 +185,7 @@ impl Upstream {
             .iter()
             .enumerate()
             .map(|(i, s)| BackendSnapshot {
-                addr: self.backends[i].addr(),
+                addr: self.addrs[i],
                 backup: i >= pool.primaries(),
                 weight: s.weight(),
                 in_flight: s.in_flight(),
@@ -252,10 +207,6 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
-    pub(crate) fn upstream(&self) -> &Arc<Upstream> {
-        &self.upstream
-    }
-
     pub(crate) fn complete(&mut self, outcome: Outcome) {
         if let Some(ticket) = self.ticket.take() {
             self.upstream.complete(ticket, outcome);

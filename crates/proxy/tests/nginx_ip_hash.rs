@@ -296,6 +296,7 @@ async fn compare(label: &str, peers: &[Peer]) {
         })
         .collect();
     let settings = ProxySettings {
+        workers: 2,
         listeners: vec![ListenerSettings::new("127.0.0.1:0".parse().unwrap(), "u")],
         upstreams: vec![UpstreamSettings::new(
             "u",

@@ -41,6 +41,7 @@ fn localhost() -> SocketAddr {
 /// One listener on 127.0.0.1:0 sending to `upstream`, every listener default.
 fn settings(upstream: UpstreamSettings) -> ProxySettings {
     ProxySettings {
+        workers: 2,
         listeners: vec![ListenerSettings::new(localhost(), upstream.name.clone())],
         upstreams: vec![upstream],
         access_log: false,

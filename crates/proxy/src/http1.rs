@@ -159,45 +159,68 @@ fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
         .any(|token| token.eq_ignore_ascii_case(name.as_bytes()))
 }
 
-/// The value of `Content-Length` headers: one decimal number, possibly repeated identically
-/// (`5, 5`); `Err` if any element is not a number or two disagree (RFC 9112 §6.3).
+/// The value of `Content-Length` headers: one decimal number, in one header or repeated
+/// identically in several; `Err` if any is not a number or two disagree (RFC 9112 §6.3).
 fn content_length<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<Option<u64>, ()> {
     let mut length = None;
     for value in values {
-        let mut any = false;
-        for element in value.split(|&b| b == b',') {
-            let element = element.trim_ascii();
-            if element.is_empty() || element.len() > 19 || !element.iter().all(u8::is_ascii_digit) {
-                return Err(());
-            }
-            let n = element
-                .iter()
-                .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-            if length.is_some_and(|l| l != n) {
-                return Err(());
-            }
-            length = Some(n);
-            any = true;
-        }
-        if !any {
+        let value = value.trim_ascii();
+        // 19 digits always fit in a u64. A list (`5, 5`) is refused, as hyper and nginx do.
+        if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
             return Err(());
         }
+        let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        if length.is_some_and(|l| l != n) {
+            return Err(());
+        }
+        length = Some(n);
     }
     Ok(length)
 }
 
-/// `Transfer-Encoding` across all its headers: `Ok(true)` if the final coding is chunked,
-/// `Ok(false)` if it is something else, `Err` if chunked appears anywhere but last.
-fn chunked_last<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<bool, ()> {
-    let mut last_chunked = false;
+/// What the `Transfer-Encoding` headers of a message say, all of them taken as one list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Codings {
+    /// Just `chunked`.
+    Chunked,
+    /// `chunked` last, after codings this proxy does not decode (`gzip, chunked`).
+    ChunkedAfterOthers,
+    /// The final coding is not `chunked` (or the list is empty).
+    NotChunkedLast,
+    /// `chunked` before another coding, or twice: chunked must be applied once, last.
+    ChunkedNotLast,
+}
+
+fn codings<'a>(values: impl Iterator<Item = &'a [u8]>) -> Codings {
+    let (mut count, mut last_chunked) = (0, false);
     for coding in values.flat_map(elements) {
         if last_chunked {
-            // Something after chunked: chunked must be the final coding, applied once.
-            return Err(());
+            return Codings::ChunkedNotLast;
         }
         last_chunked = coding.eq_ignore_ascii_case(b"chunked");
+        count += 1;
     }
-    Ok(last_chunked)
+    match (last_chunked, count) {
+        (false, _) => Codings::NotChunkedLast,
+        (true, 1) => Codings::Chunked,
+        (true, _) => Codings::ChunkedAfterOthers,
+    }
+}
+
+/// The status for a request line httparse refused as to its version: 505 if the line is
+/// otherwise well formed (`method SP target SP HTTP/d.d`), 400 if it is just malformed.
+fn version_error(buf: &[u8]) -> Reject {
+    let line = buf
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let well_formed = matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some(m), Some(t), Some([b'H', b'T', b'T', b'P', b'/', major, b'.', minor]), None)
+            if !m.is_empty() && !t.is_empty() && major.is_ascii_digit() && minor.is_ascii_digit()
+    );
+    if well_formed { BAD_VERSION } else { BAD_SYNTAX }
 }
 
 /// Whether `host` is a valid `Host` value: `uri-host [ ":" port ]` (RFC 9110 §7.2), with
@@ -308,7 +331,7 @@ pub(crate) fn parse_request(
             });
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HEAD_TOO_LARGE),
-        Err(httparse::Error::Version) => return Err(BAD_VERSION),
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(_) => return Err(BAD_SYNTAX),
     };
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
@@ -367,10 +390,12 @@ pub(crate) fn parse_request(
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
             .map(|h| h.value);
-        match chunked_last(te) {
-            Ok(true) => Framing::Chunked,
-            Ok(false) => return Err(UNKNOWN_CODING),
-            Err(()) => return Err(BAD_CODING),
+        // RFC 9112 §6.3: a final coding other than chunked leaves the length unknown (400);
+        // §6.1: a coding the server does not understand gets 501.
+        match codings(te) {
+            Codings::Chunked => Framing::Chunked,
+            Codings::ChunkedAfterOthers => return Err(UNKNOWN_CODING),
+            Codings::NotChunkedLast | Codings::ChunkedNotLast => return Err(BAD_CODING),
         }
     } else {
         length.map_or(Framing::None, Framing::Length)
@@ -573,6 +598,7 @@ pub(crate) fn parse_response(
             .map(|h| h.value)
     };
     let no_body = client.is_head || status == 204 || status == 304;
+    let mut other_codings = false;
     let framing = if no_body {
         Framing::None
     } else if has_te {
@@ -580,11 +606,22 @@ pub(crate) fn parse_response(
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
             .map(|h| h.value);
-        match chunked_last(te) {
-            Ok(true) => Framing::Chunked,
+        match codings(te) {
+            Codings::Chunked => Framing::Chunked,
+            // Other codings before chunked travel with the body, which stays encoded; an
+            // HTTP/1.0 client could not be told about them.
+            Codings::ChunkedAfterOthers if client.http11 => {
+                other_codings = true;
+                Framing::Chunked
+            }
+            Codings::ChunkedAfterOthers => {
+                return Err("transfer codings besides chunked, for an HTTP/1.0 client");
+            }
             // Not chunked at the end: the body runs to the end of the connection.
-            Ok(false) => Framing::Close,
-            Err(()) => return Err("chunked applied twice or not last in Transfer-Encoding"),
+            Codings::NotChunkedLast => Framing::Close,
+            Codings::ChunkedNotLast => {
+                return Err("chunked applied twice or not last in Transfer-Encoding");
+            }
         }
     } else {
         match content_length(lengths()) {
@@ -621,6 +658,12 @@ pub(crate) fn parse_response(
     match framing {
         Framing::Length(n) => {
             let _ = write!(out, "Content-Length: {n}\r\n");
+        }
+        Framing::Chunked if other_codings => {
+            out.extend_from_slice(b"Transfer-Encoding: ");
+            append_values(out, headers, "transfer-encoding");
+            out.truncate(out.len() - 2);
+            out.extend_from_slice(b"\r\n");
         }
         Framing::Chunked if !dechunk => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         _ => {}
@@ -685,17 +728,29 @@ pub(crate) enum ChunkError {
     DataEnd,
     #[error("chunk extension or trailer section too long")]
     TooLong,
+    #[error("invalid trailer field")]
+    Trailer,
+}
+
+/// RFC 9110 §5.6.2.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ChunkState {
-    Size { digits: u8 },
+    Size {
+        digits: u8,
+    },
     Extension,
     SizeLf,
     Data,
     DataCr,
     DataLf,
     TrailerStart,
+    /// In a trailer field's name.
+    TrailerName,
+    /// In a trailer field's value.
     Trailer,
     TrailerLf,
     FinalLf,
@@ -808,21 +863,21 @@ impl Chunked {
                     }
                     self.state = Size { digits: 0 };
                 }
-                TrailerStart => {
-                    self.state = if b == b'\r' { FinalLf } else { Trailer };
-                    if self.state == Trailer {
-                        continue;
-                    }
-                }
-                Trailer => {
+                TrailerStart if b == b'\r' => self.state = FinalLf,
+                // A field line: `token ":" value` (no obs-fold, no empty name).
+                TrailerStart if is_tchar(b) => self.state = TrailerName,
+                TrailerStart => return Err(ChunkError::Trailer),
+                TrailerName | Trailer => {
                     self.meta += 1;
                     if self.meta > CHUNK_META_LIMIT {
                         return Err(ChunkError::TooLong);
                     }
-                    if b == b'\r' {
-                        self.state = TrailerLf;
-                    } else if b == b'\n' {
-                        return Err(ChunkError::Size);
+                    match (self.state, b) {
+                        (TrailerName, b':') => self.state = Trailer,
+                        (TrailerName, b) if is_tchar(b) => {}
+                        (Trailer, b'\r') => self.state = TrailerLf,
+                        (Trailer, b) if b == b'\t' || !b.is_ascii_control() => {}
+                        _ => return Err(ChunkError::Trailer),
                     }
                 }
                 TrailerLf => {
@@ -935,6 +990,8 @@ mod tests {
         );
         assert_eq!(status("GE\x01T / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET /  HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.10\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"), 405);
         assert_eq!(status("GET a/b HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
@@ -942,14 +999,22 @@ mod tests {
 
     #[test]
     fn content_length_rules() {
-        for bad in ["abc", "-1", "+5", "1 2", "", "5, 6", "99999999999999999999"] {
+        for bad in [
+            "abc",
+            "-1",
+            "+5",
+            "1 2",
+            "",
+            "5, 6",
+            "5, 5",
+            "99999999999999999999",
+        ] {
             let raw = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {bad}\r\n\r\n");
             assert_eq!(status(&raw), 400, "Content-Length: {bad:?}");
         }
-        let (head, _) = request(
-            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n",
-        )
-        .unwrap();
+        let (head, _) =
+            request("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
+                .unwrap();
         assert_eq!(head.body, Framing::Length(5));
         assert_eq!(
             status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
@@ -968,6 +1033,10 @@ mod tests {
         assert_eq!(status(both), 400);
         assert_eq!(
             status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
             501
         );
         assert_eq!(
@@ -1148,6 +1217,18 @@ mod tests {
         assert_eq!(dechunk(b"3\r\nabcX").unwrap_err(), ChunkError::DataEnd);
         assert_eq!(dechunk(b"3\nabc").unwrap_err(), ChunkError::Size);
         assert_eq!(dechunk(b"\r\n").unwrap_err(), ChunkError::Size);
+        assert_eq!(
+            dechunk(b"0\r\nX(T: 1\r\n\r\n").unwrap_err(),
+            ChunkError::Trailer
+        );
+        assert_eq!(
+            dechunk(b"0\r\n folded\r\n\r\n").unwrap_err(),
+            ChunkError::Trailer
+        );
+        assert_eq!(
+            dechunk(b"0\r\nNoColon\r\n\r\n").unwrap_err(),
+            ChunkError::Trailer
+        );
         let (_, _, done) = dechunk(b"3\r\nab").unwrap();
         assert!(!done);
     }

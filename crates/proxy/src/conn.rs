@@ -113,6 +113,7 @@ pub(crate) async fn serve(
         client,
         listener,
         stop,
+        client_addr: http1::ClientAddr::new(client.ip()),
         inbuf: Buffer::new(CLIENT_BUFFER),
         head: Vec::with_capacity(1024),
         out: Vec::with_capacity(1024),
@@ -166,6 +167,8 @@ struct ClientConn {
     client: SocketAddr,
     listener: Arc<WorkerListener>,
     stop: watch::Receiver<bool>,
+    /// The client's address as the forwarding headers write it.
+    client_addr: http1::ClientAddr,
     inbuf: Buffer,
     /// The request head for the backend.
     head: Vec<u8>,
@@ -225,9 +228,9 @@ impl ClientConn {
         loop {
             if !self.inbuf.is_empty() {
                 self.head.clear();
-                let ip = self.client.ip();
+                let client = &self.client_addr;
                 if let Some(req) =
-                    http1::parse_request(self.inbuf.filled(), limits, ip, &mut self.head)?
+                    http1::parse_request(self.inbuf.filled(), limits, client, &mut self.head)?
                 {
                     return Ok(Some(req));
                 }

@@ -312,7 +312,7 @@ fn idempotent(method: &str) -> bool {
 pub(crate) fn parse_request(
     buf: &[u8],
     limits: Limits,
-    client: IpAddr,
+    client: &ClientAddr,
     out: &mut Vec<u8>,
 ) -> Result<Option<RequestHead>, Reject> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS_LIMIT];
@@ -450,19 +450,17 @@ pub(crate) fn parse_request(
     }
     // Forwarding headers: what came before is the client's claim, passed on; our own
     // observation is appended.
-    let ip = client.to_canonical();
     out.extend_from_slice(b"X-Forwarded-For: ");
     if prior_xff {
         append_values(out, headers, "x-forwarded-for");
     }
-    let _ = write!(out, "{ip}\r\nX-Forwarded-Proto: http\r\nForwarded: ");
+    out.extend_from_slice(client.ip.as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\nForwarded: ");
     if prior_forwarded {
         append_values(out, headers, "forwarded");
     }
-    let _ = match ip {
-        IpAddr::V4(v4) => write!(out, "for={v4};proto=http"),
-        IpAddr::V6(v6) => write!(out, "for=\"[{v6}]\";proto=http"),
-    };
+    out.extend_from_slice(client.forwarded_for.as_bytes());
+    out.extend_from_slice(b";proto=http");
     if let Some(host) = host {
         out.extend_from_slice(b";host=\"");
         out.extend_from_slice(host);
@@ -488,6 +486,49 @@ pub(crate) fn parse_request(
     }))
 }
 
+/// The client's address as the forwarding headers write it, formatted once per connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientAddr {
+    /// For `X-Forwarded-For`: `192.0.2.1`, `2001:db8::1` (IPv4-mapped addresses as IPv4).
+    ip: String,
+    /// The `Forwarded` element (RFC 7239 §4): `for=192.0.2.1`, `for="[2001:db8::1]"`.
+    forwarded_for: String,
+}
+
+impl ClientAddr {
+    pub(crate) fn new(ip: IpAddr) -> ClientAddr {
+        let ip = ip.to_canonical();
+        ClientAddr {
+            ip: ip.to_string(),
+            forwarded_for: match ip {
+                IpAddr::V4(v4) => format!("for={v4}"),
+                IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+            },
+        }
+    }
+}
+
+/// Appends `n` in decimal.
+fn put_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn put_content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"Content-Length: ");
+    put_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Every value of header `name`, trimmed, each followed by `, `.
 fn append_values(out: &mut Vec<u8>, headers: &[httparse::Header<'_>], name: &str) {
     for h in headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)) {
@@ -510,7 +551,7 @@ fn put_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 /// (chunked bodies are forwarded de-chunked, with their length), and the blank line.
 pub(crate) fn finish_request_head(out: &mut Vec<u8>, body: Option<usize>) {
     if let Some(n) = body {
-        let _ = write!(out, "Content-Length: {n}\r\n");
+        put_content_length(out, n as u64);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -640,7 +681,11 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    let _ = write!(out, "HTTP/1.1 {status} {reason}\r\n");
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
     for h in headers {
         let name = h.name;
         let framing_header = name.eq_ignore_ascii_case("content-length")
@@ -657,7 +702,7 @@ pub(crate) fn parse_response(
     }
     match framing {
         Framing::Length(n) => {
-            let _ = write!(out, "Content-Length: {n}\r\n");
+            put_content_length(out, n);
         }
         Framing::Chunked if other_codings => {
             out.extend_from_slice(b"Transfer-Encoding: ");
@@ -909,11 +954,13 @@ mod tests {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
     };
-    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9));
+    fn client() -> ClientAddr {
+        ClientAddr::new(IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9)))
+    }
 
     fn request(raw: &str) -> Result<(RequestHead, String), Reject> {
         let mut out = Vec::new();
-        let head = parse_request(raw.as_bytes(), LIMITS, CLIENT, &mut out)?.expect("complete");
+        let head = parse_request(raw.as_bytes(), LIMITS, &client(), &mut out)?.expect("complete");
         Ok((head, String::from_utf8(out).unwrap()))
     }
 
@@ -942,13 +989,16 @@ mod tests {
     fn partial_heads_ask_for_more_and_oversized_ones_are_refused() {
         let mut out = Vec::new();
         let partial = b"GET / HTTP/1.1\r\nHost: a\r\n";
-        assert_eq!(parse_request(partial, LIMITS, CLIENT, &mut out), Ok(None));
+        assert_eq!(
+            parse_request(partial, LIMITS, &client(), &mut out),
+            Ok(None)
+        );
         let small = Limits {
             max_headers: 100,
             max_header_bytes: 20,
         };
         assert_eq!(
-            parse_request(partial, small, CLIENT, &mut out)
+            parse_request(partial, small, &client(), &mut out)
                 .unwrap_err()
                 .status,
             431
@@ -957,7 +1007,7 @@ mod tests {
             parse_request(
                 b"GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
                 small,
-                CLIENT,
+                &client(),
                 &mut out
             )
             .unwrap_err()
@@ -970,7 +1020,7 @@ mod tests {
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
-            parse_request(two, few, CLIENT, &mut out)
+            parse_request(two, few, &client(), &mut out)
                 .unwrap_err()
                 .status,
             431

@@ -6,8 +6,8 @@
 //! * [`settings`]: what the proxy is told to do, already validated (the binary turns the TOML
 //!   configuration into these).
 //! * [`server`]: [`Proxy`] binds the listeners and runs `workers` threads, each with its own
-//!   single-threaded runtime and its own `SO_REUSEPORT` socket per listener (nginx's worker
-//!   layout); accepts connections up to `max_connections` and shuts down gracefully.
+//!   single-threaded runtime accepting on every listener (nginx's worker layout); accepts
+//!   connections up to `max_connections` and shuts down gracefully.
 //! * `conn`: one client connection: request heads read and checked, bodies buffered, the
 //!   pick-and-retry loop over the upstream's backends, the response relayed (or 502/503/504
 //!   of our own).

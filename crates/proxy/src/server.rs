@@ -1,9 +1,12 @@
 //! Listeners, workers and client connections.
 //!
 //! [`Proxy::bind`] binds every listener first, so an address in use is a start-up error naming
-//! the address, not a surprise later. With more than one worker each listener gets one socket
-//! per worker, bound to the same address with `SO_REUSEPORT`, and the kernel spreads new
-//! connections over them (nginx's `listen ... reuseport`).
+//! the address, not a surprise later. Every worker accepts on the same listening socket (each
+//! through its own descriptor and its own epoll), as nginx's workers do by default: a new
+//! connection goes to whichever worker takes it first, so a busy worker takes fewer. (One
+//! `SO_REUSEPORT` socket per worker was measured too: the kernel's hash can leave a burst of
+//! long-lived keep-alive connections unevenly spread for their whole life, and a second
+//! process could silently bind the same port.)
 //!
 //! [`Proxy::run`] starts `workers` threads, each running its own single-threaded tokio runtime:
 //! a connection lives on one thread from accept to close, its wake-ups never cross threads, and
@@ -53,7 +56,8 @@ pub enum StartError {
 /// Backlog of pending connections per socket (nginx uses 511 on Linux).
 const LISTEN_BACKLOG: i32 = 511;
 
-/// One configured listener: its context, its sockets (one per worker), its connection limit.
+/// One configured listener: its context, its socket (one descriptor per worker), its
+/// connection limit.
 #[derive(Debug)]
 struct Listener {
     ctx: Arc<ListenerContext>,
@@ -70,12 +74,9 @@ pub struct Proxy {
     shutdown_timeout: Duration,
 }
 
-fn bind_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
+fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
-    }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(LISTEN_BACKLOG)?;
@@ -105,13 +106,12 @@ impl Proxy {
                 addr: l.listen,
                 source,
             };
-            let first = bind_socket(l.listen, workers > 1).map_err(bind_error)?;
-            // With port 0 the others must share the port the first one got.
-            let addr = first.local_addr().map_err(bind_error)?;
-            let mut sockets = vec![first];
+            let socket = bind_socket(l.listen).map_err(bind_error)?;
+            let mut sockets = Vec::with_capacity(workers);
             for _ in 1..workers {
-                sockets.push(bind_socket(addr, true).map_err(bind_error)?);
+                sockets.push(socket.try_clone().map_err(bind_error)?);
             }
+            sockets.push(socket);
             listeners.push(Listener {
                 limit: Arc::new(Semaphore::new(l.max_connections)),
                 ctx: Arc::new(ListenerContext {
@@ -158,7 +158,7 @@ impl Proxy {
                 tracing::info!(listen = %addr, upstream = %l.ctx.upstream.name(), "listening");
             }
         }
-        // Deal the sockets out: worker i gets socket i of every listener.
+        // Deal the descriptors out: worker i gets descriptor i of every listener.
         let mut per_worker: Vec<Vec<WorkerSocket>> =
             (0..self.workers).map(|_| Vec::new()).collect();
         for l in self.listeners {

@@ -152,7 +152,8 @@ impl Upstream {
         affinity: Option<&[u8]>,
         tried: &[BackendId],
     ) -> Option<Attempt> {
-        let ticket = self.pool().pick(affinity, tried, self.now())?;
+        let now = self.now();
+        let ticket = self.pool().pick(affinity, tried, now)?;
         Some(Attempt {
             backend: ticket.backend(),
             upstream: Arc::clone(self),
@@ -162,8 +163,8 @@ impl Upstream {
 
     fn complete(&self, ticket: Ticket, outcome: Outcome) {
         let id = ticket.backend();
-        let mut pool = self.pool();
         let now = self.now();
+        let mut pool = self.pool();
         pool.complete(ticket, outcome, now);
         let state = pool.state(id);
         if outcome == Outcome::Failure && state.fails() == state.spec().max_fails {

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # fulcrum head to head with nginx and HAProxy, on this machine, in one run.
 #
-#   bench/compare.sh            # the full run (about 7 minutes on 2 cores)
-#   DURATION=3 REPS=3 bench/compare.sh   # shorter runs
+#   bench/compare.sh            # the full run (about 8 minutes on 2 cores)
+#   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
+#   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
 #
 # What it does (docs/performance.md explains the method):
 #   * installs nginx, haproxy and wrk from Debian's packages if they are missing;
-#   * starts one nginx as the backends: 3 ports on 127.0.0.1 answering a small 200;
+#   * starts one nginx as the backends: 3 ports on 127.0.0.1 answering a small 200 (1 worker
+#     process when pinned beside wrk, 2 otherwise);
 #   * starts fulcrum, nginx and HAProxy as proxies, configured alike: round robin over the same
 #     3 backends, keep-alive to clients and to the backends, X-Forwarded-For added, access logs
 #     off, the same number of workers (processes for nginx, threads for HAProxy and fulcrum);
 #   * for each worker count (1, 2) and connection count (64, 256), runs `wrk --latency` against
-#     each proxy in turn, A B C A B C ..., REPS times after a warm-up, and the same against one
-#     backend directly (the ceiling);
+#     each proxy in turn, REPS times after a warm-up, interleaved and rotated (A B C, B C A,
+#     C A B, ...), then the same against one backend directly (the ceiling);
 #   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker;
 #   * prints one table of medians, and writes it to bench/results/<date>-<host>.md.
 #
@@ -24,9 +26,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-5}     # seconds per measured run
+DURATION=${DURATION:-4}     # seconds per measured run
 WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
-REPS=${REPS:-3}             # interleaved repetitions
+REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
 
@@ -125,10 +127,12 @@ pin() {
 }
 
 start_backends() {
-    local cpus=$1 dir=$WORK/backends
+    local cpus=$1 dir=$WORK/backends procs=2
+    # Pinned to one CPU (beside wrk), one worker process is the fastest backend.
+    [ -n "$cpus" ] && procs=1
     mkdir -p "$dir/logs"
     {
-        echo "worker_processes 2; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
+        echo "worker_processes $procs; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
         echo "events { worker_connections 8192; }"
         echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
         echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
@@ -290,13 +294,22 @@ run_case() {
     done
     for conns in "$@"; do
         for rep in $(seq 1 "$REPS"); do
-            if [ "$case" = round_robin ]; then
-                measure "$case" "$workers" "$conns" direct "$rep" "${BACKEND_PORTS[0]}" - "$client_cpus" "$threads"
-            fi
-            for name in "${names[@]}"; do
+            # Interleaved, and rotated: fulcrum nginx haproxy, nginx haproxy fulcrum, ... so no
+            # proxy always runs first, or right after another.
+            for i in 0 1 2; do
+                name=${names[$(((i + rep - 1) % 3))]}
                 measure "$case" "$workers" "$conns" "$name" "$rep" "${PROXY_PORT[$name]}" "${PROXY_PID[$name]}" "$client_cpus" "$threads"
             done
         done
+        # The ceiling, after the proxies: the backends run flat out here, and the scheduler
+        # makes a process that just used much CPU wait longer afterwards (measured: a backend
+        # worker held back 100 ms in the run that followed), which would hit whichever proxy
+        # ran next.
+        if [ "$case" = round_robin ]; then
+            for rep in $(seq 1 "$REPS"); do
+                measure "$case" "$workers" "$conns" direct "$rep" "${BACKEND_PORTS[0]}" - "$client_cpus" "$threads"
+            done
+        fi
     done
     for name in "${names[@]}"; do stop "${PROXY_PID[$name]}"; done
     stop "$BACKENDS_PID"

@@ -61,26 +61,20 @@ const CLIENT_BUFFER: usize = 16 * 1024;
 const LINGER: Duration = Duration::from_secs(2);
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-const HEAD_TIMEOUT: Reject = Reject {
-    status: 408,
-    text: "408 Request Timeout: the request head did not arrive in time\n",
-};
-const BODY_TIMEOUT: Reject = Reject {
-    status: 408,
-    text: "408 Request Timeout: the request body did not arrive in time\n",
-};
-const TOO_LARGE: Reject = Reject {
-    status: 413,
-    text: "413 Content Too Large: the request body exceeds max_body_bytes\n",
-};
-const INCOMPLETE_BODY: Reject = Reject {
-    status: 400,
-    text: "400 Bad Request: incomplete request body\n",
-};
-const BAD_CHUNKED: Reject = Reject {
-    status: 400,
-    text: "400 Bad Request: invalid chunked request body\n",
-};
+const HEAD_TIMEOUT: Reject = http1::reject(
+    408,
+    "408 Request Timeout: the request head did not arrive in time\n",
+);
+const BODY_TIMEOUT: Reject = http1::reject(
+    408,
+    "408 Request Timeout: the request body did not arrive in time\n",
+);
+const TOO_LARGE: Reject = http1::reject(
+    413,
+    "413 Content Too Large: the request body exceeds max_body_bytes\n",
+);
+const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
+const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
 
 /// Our answer when no backend answered, by the last failure (as nginx does).
 fn failure_reject(last: Option<&AttemptError>) -> Reject {

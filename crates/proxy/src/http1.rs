@@ -50,7 +50,7 @@ pub(crate) struct Reject {
     pub(crate) text: &'static str,
 }
 
-const fn reject(status: u16, text: &'static str) -> Reject {
+pub(crate) const fn reject(status: u16, text: &'static str) -> Reject {
     Reject { status, text }
 }
 
@@ -150,12 +150,41 @@ fn elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|e| !e.is_empty())
 }
 
-/// Whether a `Connection` header among `headers` names `name` (making it hop-by-hop).
-fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
+/// The values of every header called `name`, in order.
+fn values<'b>(
+    headers: &[httparse::Header<'b>],
+    name: &'static str,
+) -> impl Iterator<Item = &'b [u8]> {
     headers
         .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-        .flat_map(|h| elements(h.value))
+        .filter(move |h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
+/// What the `Connection` headers of a message say.
+#[derive(Debug, Clone, Copy, Default)]
+struct ConnectionTokens {
+    present: bool,
+    close: bool,
+    keep_alive: bool,
+}
+
+fn connection_tokens(headers: &[httparse::Header<'_>]) -> ConnectionTokens {
+    let mut tokens = ConnectionTokens::default();
+    for token in values(headers, "connection").flat_map(|v| {
+        tokens.present = true;
+        elements(v)
+    }) {
+        tokens.close |= token.eq_ignore_ascii_case(b"close");
+        tokens.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+    }
+    tokens
+}
+
+/// Whether a `Connection` header among `headers` names `name` (making it hop-by-hop).
+fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
+    values(headers, "connection")
+        .flat_map(elements)
         .any(|token| token.eq_ignore_ascii_case(name.as_bytes()))
 }
 
@@ -352,33 +381,15 @@ pub(crate) fn parse_request(
 
     let mut host: Option<&[u8]> = None;
     let mut hosts = 0;
-    let mut has_te = false;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    let mut expect_continue = false;
-    for h in headers {
-        let name = h.name;
-        if name.eq_ignore_ascii_case("host") {
-            hosts += 1;
-            host = Some(h.value);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            has_te = true;
-        } else if name.eq_ignore_ascii_case("connection") {
-            for token in elements(h.value) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        } else if name.eq_ignore_ascii_case("expect") {
-            expect_continue |= h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
-        }
+    for value in values(headers, "host") {
+        hosts += 1;
+        host = Some(value);
     }
-    let length = content_length(
-        headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .map(|h| h.value),
-    )
-    .map_err(|()| BAD_LENGTH)?;
+    let has_te = values(headers, "transfer-encoding").next().is_some();
+    let connection = connection_tokens(headers);
+    let expect_continue =
+        values(headers, "expect").any(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
+    let length = content_length(values(headers, "content-length")).map_err(|()| BAD_LENGTH)?;
     let body = if has_te {
         if !http11 {
             return Err(BAD_CODING);
@@ -386,10 +397,7 @@ pub(crate) fn parse_request(
         if length.is_some() {
             return Err(LENGTH_AND_CHUNKED);
         }
-        let te = headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-            .map(|h| h.value);
+        let te = values(headers, "transfer-encoding");
         // RFC 9112 §6.3: a final coding other than chunked leaves the length unknown (400);
         // §6.1: a coding the server does not understand gets 501.
         match codings(te) {
@@ -422,9 +430,6 @@ pub(crate) fn parse_request(
     if let Some(host) = host {
         put_header(out, "Host", host);
     }
-    let has_connection = headers
-        .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("connection"));
     let mut prior_xff = false;
     let mut prior_forwarded = false;
     for h in headers {
@@ -442,7 +447,7 @@ pub(crate) fn parse_request(
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
             || name.eq_ignore_ascii_case("x-forwarded-proto")
-            || (has_connection && named_by_connection(headers, name))
+            || (connection.present && named_by_connection(headers, name))
         {
             continue;
         }
@@ -471,11 +476,7 @@ pub(crate) fn parse_request(
     Ok(Some(RequestHead {
         head_len,
         http11,
-        keep_alive: if http11 {
-            !close
-        } else {
-            keep_alive_token && !close
-        },
+        keep_alive: !connection.close && (http11 || connection.keep_alive),
         body,
         expect_continue,
         idempotent: idempotent(method),
@@ -530,9 +531,9 @@ fn put_content_length(out: &mut Vec<u8>, n: u64) {
 }
 
 /// Every value of header `name`, trimmed, each followed by `, `.
-fn append_values(out: &mut Vec<u8>, headers: &[httparse::Header<'_>], name: &str) {
-    for h in headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)) {
-        let value = h.value.trim_ascii();
+fn append_values(out: &mut Vec<u8>, headers: &[httparse::Header<'_>], name: &'static str) {
+    for value in values(headers, name) {
+        let value = value.trim_ascii();
         if !value.is_empty() {
             out.extend_from_slice(value);
             out.extend_from_slice(b", ");
@@ -617,37 +618,14 @@ pub(crate) fn parse_response(
         return Ok(Some(ResponseHead::Interim(head_len)));
     }
     let headers: &[httparse::Header<'_>] = res.headers;
-    let mut has_te = false;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    let mut has_connection = false;
-    for h in headers {
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            has_te = true;
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            has_connection = true;
-            for token in elements(h.value) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        }
-    }
-    let lengths = || {
-        headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .map(|h| h.value)
-    };
+    let has_te = values(headers, "transfer-encoding").next().is_some();
+    let connection = connection_tokens(headers);
     let no_body = client.is_head || status == 204 || status == 304;
     let mut other_codings = false;
     let framing = if no_body {
         Framing::None
     } else if has_te {
-        let te = headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-            .map(|h| h.value);
-        match codings(te) {
+        match codings(values(headers, "transfer-encoding")) {
             Codings::Chunked => Framing::Chunked,
             // Other codings before chunked travel with the body, which stays encoded; an
             // HTTP/1.0 client could not be told about them.
@@ -665,18 +643,14 @@ pub(crate) fn parse_response(
             }
         }
     } else {
-        match content_length(lengths()) {
+        match content_length(values(headers, "content-length")) {
             Ok(Some(n)) => Framing::Length(n),
             Ok(None) => Framing::Close,
             Err(()) => return Err("invalid or conflicting Content-Length"),
         }
     };
-    let backend_keep_alive = framing != Framing::Close
-        && if version == 1 {
-            !close
-        } else {
-            keep_alive_token && !close
-        };
+    let backend_keep_alive =
+        framing != Framing::Close && !connection.close && (version == 1 || connection.keep_alive);
     let dechunk = framing == Framing::Chunked && !client.http11;
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
@@ -694,7 +668,7 @@ pub(crate) fn parse_response(
         // GET would have had); otherwise framing is written below, from what was parsed.
         if (framing_header && !(no_body && name.eq_ignore_ascii_case("content-length")))
             || is_hop_by_hop(name)
-            || (has_connection && named_by_connection(headers, name))
+            || (connection.present && named_by_connection(headers, name))
         {
             continue;
         }

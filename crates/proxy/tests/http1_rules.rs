@@ -16,15 +16,17 @@
 //! the proxy has answered (it only answers once it has given up on the request), then confirmed
 //! by a sentinel request that does reach it.
 
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod common;
+
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use balance::Algorithm;
+use common::{localhost, raw_backend};
 use proxy::{BackendSettings, ListenerSettings, Proxy, ProxySettings, UpstreamSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, timeout_at};
 
@@ -37,10 +39,6 @@ const MAX_BODY: usize = 1000;
 // ---------------------------------------------------------------------------------------------
 // The proxy
 // ---------------------------------------------------------------------------------------------
-
-fn localhost() -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
-}
 
 /// The only place settings are built: one listener on 127.0.0.1:0 in front of one backend.
 fn settings(backend: SocketAddr) -> ProxySettings {
@@ -193,25 +191,6 @@ fn decode_chunked(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
 // ---------------------------------------------------------------------------------------------
 // Backends: raw listeners recording what arrives
 // ---------------------------------------------------------------------------------------------
-
-/// A backend made of a raw listener; `serve` handles each connection.
-async fn raw_backend<F, Fut>(serve: F) -> SocketAddr
-where
-    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let listener = TcpListener::bind(localhost()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(serve(stream));
-        }
-    });
-    addr
-}
 
 /// One request as a backend received it.
 #[derive(Debug, Clone)]

@@ -6,6 +6,8 @@
 //! fixed waits are the ones under test (a slow backend, a client that stalls, a request that
 //! must *not* complete within some time).
 
+mod common;
+
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use balance::Algorithm;
 use bytes::Bytes;
+use common::{localhost, raw_backend};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use lab::{Backend, Client};
@@ -22,7 +25,7 @@ use proxy::{
     UpstreamSettings,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
@@ -33,10 +36,6 @@ const DEADLINE: Duration = Duration::from_secs(5);
 // ---------------------------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------------------------
-
-fn localhost() -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
-}
 
 /// One listener on 127.0.0.1:0 sending to `upstream`, every listener default.
 fn settings(upstream: UpstreamSettings) -> ProxySettings {
@@ -176,25 +175,6 @@ async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
         buf.extend_from_slice(&chunk[..n]);
     }
     Some(buf)
-}
-
-/// A backend made of a raw listener; `serve` handles each connection.
-async fn raw_backend<F, Fut>(serve: F) -> SocketAddr
-where
-    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let listener = TcpListener::bind(localhost()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(serve(stream));
-        }
-    });
-    addr
 }
 
 /// What a raw client read.

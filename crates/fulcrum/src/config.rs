@@ -61,6 +61,7 @@ pub struct Listener {
     pub max_connections: Option<Spanned<usize>>,
     pub client_header_timeout: Option<Dur>,
     pub client_body_timeout: Option<Dur>,
+    pub send_timeout: Option<Dur>,
     pub max_header_bytes: Option<Spanned<usize>>,
     pub max_headers: Option<Spanned<usize>>,
     pub max_body_bytes: Option<u64>,
@@ -496,6 +497,9 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
         }
         if let Some(d) = l.client_body_timeout {
             settings.client_body_timeout = d.0;
+        }
+        if let Some(d) = l.send_timeout {
+            settings.send_timeout = d.0;
         }
         if let Some(n) = l.max_body_bytes {
             settings.max_body_bytes = n;

@@ -174,6 +174,15 @@ struct ClientConn {
     scratch: Vec<u8>,
 }
 
+/// Writes `a` then `b` to the client within `timeout` (nginx `send_timeout`: a client that
+/// stops reading does not hold its backend connection forever).
+async fn send(stream: &mut TcpStream, a: &[u8], b: &[u8], timeout: Duration) -> io::Result<()> {
+    match tokio::time::timeout(timeout, write_two(stream, a, b)).await {
+        Ok(written) => written,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
 /// Writes `a` then `b` with as few system calls as the socket allows (one, usually).
 async fn write_two(stream: &mut TcpStream, a: &[u8], b: &[u8]) -> io::Result<()> {
     if b.is_empty() {
@@ -332,7 +341,8 @@ impl ClientConn {
                 let reject = failure_reject(last_error.as_ref());
                 let keep_alive = req.keep_alive && !*self.stop.borrow();
                 http1::local_response(&mut self.out, reject.status, reject.text, keep_alive);
-                let sent = self.stream.write_all(&self.out).await.is_ok();
+                let st = self.settings().send_timeout;
+                let sent = send(&mut self.stream, &self.out, &[], st).await.is_ok();
                 (reject.status, None, sent.then_some(keep_alive))
             }
         };
@@ -368,6 +378,7 @@ impl ClientConn {
     async fn read_body(&mut self, req: &RequestHead) -> Result<Body, Option<Reject>> {
         let max = self.settings().max_body_bytes;
         let timeout = self.settings().client_body_timeout;
+        let send_timeout = self.settings().send_timeout;
         let mut continued = !req.expect_continue || !req.http11;
         match req.body {
             Framing::None | Framing::Close => Ok(Body::None),
@@ -382,7 +393,9 @@ impl ClientConn {
                 while self.inbuf.len() < n {
                     if !continued {
                         continued = true;
-                        self.stream.write_all(CONTINUE).await.map_err(|_| None)?;
+                        send(&mut self.stream, CONTINUE, &[], send_timeout)
+                            .await
+                            .map_err(|_| None)?;
                     }
                     self.read_more(timeout).await?;
                 }
@@ -407,7 +420,9 @@ impl ClientConn {
                     }
                     if !continued {
                         continued = true;
-                        self.stream.write_all(CONTINUE).await.map_err(|_| None)?;
+                        send(&mut self.stream, CONTINUE, &[], send_timeout)
+                            .await
+                            .map_err(|_| None)?;
                     }
                     self.read_more(timeout).await?;
                 }
@@ -428,7 +443,8 @@ impl ClientConn {
     /// Our own answer, then the connection closes.
     async fn answer_and_close(&mut self, reject: Reject) -> End {
         http1::local_response(&mut self.out, reject.status, reject.text, false);
-        match self.stream.write_all(&self.out).await {
+        let st = self.settings().send_timeout;
+        match send(&mut self.stream, &self.out, &[], st).await {
             Ok(()) => End::Linger,
             Err(_) => End::Close,
         }
@@ -566,11 +582,14 @@ impl ClientConn {
         attempt: &mut Attempt,
         read_timeout: Duration,
     ) -> Result<(), Relay> {
+        let st = self.settings().send_timeout;
         let client = &mut self.stream;
         match response.framing {
             Framing::None => {
                 attempt.complete(Outcome::Success);
-                client.write_all(&self.out).await.map_err(|_| Relay::Client)
+                send(client, &self.out, &[], st)
+                    .await
+                    .map_err(|_| Relay::Client)
             }
             Framing::Length(n) => {
                 let first = conn.buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
@@ -578,7 +597,7 @@ impl ClientConn {
                 if remaining == 0 {
                     attempt.complete(Outcome::Success);
                 }
-                write_two(client, &self.out, &conn.buf.filled()[..first])
+                send(client, &self.out, &conn.buf.filled()[..first], st)
                     .await
                     .map_err(|_| Relay::Client)?;
                 conn.buf.consume(first);
@@ -591,8 +610,7 @@ impl ClientConn {
                     if k as u64 == remaining {
                         attempt.complete(Outcome::Success);
                     }
-                    client
-                        .write_all(&conn.buf.filled()[..k])
+                    send(client, &conn.buf.filled()[..k], &[], st)
                         .await
                         .map_err(|_| Relay::Client)?;
                     conn.buf.consume(k);
@@ -621,9 +639,9 @@ impl ClientConn {
                         attempt.complete(Outcome::Success);
                     }
                     if let Some(h) = head.take() {
-                        write_two(client, h, data).await
+                        send(client, h, data, st).await
                     } else {
-                        client.write_all(data).await
+                        send(client, data, &[], st).await
                     }
                     .map_err(|_| Relay::Client)?;
                     conn.buf.consume(used);
@@ -634,7 +652,7 @@ impl ClientConn {
                 }
             }
             Framing::Close => {
-                write_two(client, &self.out, conn.buf.filled())
+                send(client, &self.out, conn.buf.filled(), st)
                     .await
                     .map_err(|_| Relay::Client)?;
                 loop {
@@ -649,8 +667,7 @@ impl ClientConn {
                             attempt.complete(Outcome::Success);
                             return Ok(());
                         }
-                        Ok(Ok(_)) => client
-                            .write_all(conn.buf.filled())
+                        Ok(Ok(_)) => send(client, conn.buf.filled(), &[], st)
                             .await
                             .map_err(|_| Relay::Client)?,
                         Ok(Err(e)) => return Err(Relay::Backend(e.to_string())),

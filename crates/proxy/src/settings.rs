@@ -33,6 +33,9 @@ pub struct ListenerSettings {
     /// Time allowed between two reads of a request body; answered with 408 (nginx
     /// `client_body_timeout`).
     pub client_body_timeout: Duration,
+    /// Time allowed for each write to the client; a client that stops reading for longer is
+    /// disconnected (nginx `send_timeout`).
+    pub send_timeout: Duration,
     /// Bytes of the request head (request line and headers); larger heads get 431.
     pub max_header_bytes: usize,
     /// Header lines in a request; more get 431. At most [`crate::MAX_HEADERS_LIMIT`].
@@ -45,6 +48,7 @@ impl ListenerSettings {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
     pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
     pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
     pub const DEFAULT_MAX_HEADERS: usize = 100;
     pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
@@ -57,6 +61,7 @@ impl ListenerSettings {
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             client_header_timeout: Self::DEFAULT_CLIENT_HEADER_TIMEOUT,
             client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
+            send_timeout: Self::DEFAULT_SEND_TIMEOUT,
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
             max_headers: Self::DEFAULT_MAX_HEADERS,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,

@@ -1075,3 +1075,47 @@ async fn http10_request_without_host_names_the_backend() {
         "the backend gets Host = its address: {received}"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off_after_send_timeout() {
+    // A backend with an endless body: it writes until the proxy stops taking it.
+    let closed = Arc::new(AtomicBool::new(false));
+    let saw_close = Arc::clone(&closed);
+    let big = raw_backend(move |mut s| {
+        let saw_close = Arc::clone(&saw_close);
+        async move {
+            if read_request(&mut s).await.is_none() {
+                return;
+            }
+            let head = "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n";
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = vec![b'x'; 64 * 1024];
+            while s.write_all(&chunk).await.is_ok() {}
+            saw_close.store(true, Ordering::SeqCst);
+        }
+    })
+    .await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[big])));
+    s.listeners[0].send_timeout = Duration::from_millis(300);
+    let proxy = start(s).await;
+
+    let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    // The client reads nothing. Once the socket buffers are full the proxy's writes stall;
+    // after send_timeout it gives up: the backend connection is closed and the attempt ends.
+    eventually("the backend connection closed", DEADLINE, || {
+        let closed = Arc::clone(&closed);
+        async move { closed.load(Ordering::SeqCst) }
+    })
+    .await;
+    eventually("the attempt completed", DEADLINE, || async {
+        proxy.backend(big).in_flight == 0
+    })
+    .await;
+    drop(client);
+}

@@ -32,7 +32,7 @@ use socket2::{Domain, Socket, Type};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::conn::{self, ListenerContext, WorkerListener};
@@ -72,7 +72,7 @@ struct Listener {
 }
 
 /// A connection accepted by one worker for another.
-type Handoff = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit);
+type Handoff = (std::net::TcpStream, SocketAddr);
 
 /// How a listener's connections are spread over the workers.
 #[derive(Debug)]
@@ -97,6 +97,40 @@ impl Spread {
             }
         }
         best
+    }
+}
+
+/// Hands a connection accepted by worker `me` to worker `to`, counting it there at once so a
+/// burst is dealt out evenly. If `to` cannot take it (its runtime is gone), `me` keeps it:
+/// `Some` is the connection to serve here.
+fn hand_over(
+    spread: &Spread,
+    to: usize,
+    me: usize,
+    stream: TcpStream,
+    client: SocketAddr,
+) -> Option<(TcpStream, SocketAddr)> {
+    let std = match stream.into_std() {
+        Ok(std) => std,
+        Err(e) => {
+            tracing::warn!(%client, error = %e, "cannot hand a connection over");
+            return None;
+        }
+    };
+    spread.open[to].fetch_add(1, Ordering::Relaxed);
+    let Err(mpsc::error::SendError((std, client))) = spread.inboxes[to].send((std, client)) else {
+        return None;
+    };
+    spread.open[to].fetch_sub(1, Ordering::Relaxed);
+    match TcpStream::from_std(std) {
+        Ok(stream) => {
+            spread.open[me].fetch_add(1, Ordering::Relaxed);
+            Some((stream, client))
+        }
+        Err(e) => {
+            tracing::warn!(%client, error = %e, "cannot take a connection back");
+            None
+        }
     }
 }
 
@@ -317,7 +351,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     loop {
-        let (stream, client, permit) = tokio::select! {
+        let (stream, client) = tokio::select! {
             accepted = a.listener.accept() => {
                 let (stream, client) = match accepted {
                     Ok(accepted) => accepted,
@@ -329,39 +363,35 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                         continue;
                     }
                 };
-                // The permit is taken after accepting: a worker waits for one only while it
-                // has a client, never while another worker holds the waiting client. So at
-                // most one accepted connection per worker waits, unserved, for a permit.
-                let permit = tokio::select! {
-                    permit = Arc::clone(&a.limit).acquire_owned() => permit.expect("the semaphore is never closed"),
-                    _ = stop.changed() => break,
-                };
                 let to = a.spread.least_loaded(a.worker);
-                if to != a.worker {
-                    match stream.into_std() {
-                        Ok(std) => {
-                            // Counted at once, so a burst is dealt out evenly.
-                            a.spread.open[to].fetch_add(1, Ordering::Relaxed);
-                            if a.spread.inboxes[to].send((std, client, permit)).is_err() {
-                                a.spread.open[to].fetch_sub(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(e) => tracing::warn!(listen = %addr, error = %e, "cannot hand a connection over"),
+                if to == a.worker {
+                    a.spread.open[a.worker].fetch_add(1, Ordering::Relaxed);
+                    (stream, client)
+                } else {
+                    match hand_over(&a.spread, to, a.worker, stream, client) {
+                        Some(kept) => kept,
+                        None => continue,
                     }
-                    continue;
                 }
-                a.spread.open[a.worker].fetch_add(1, Ordering::Relaxed);
-                (stream, client, permit)
             },
-            Some((std, client, permit)) = a.inbox.recv() => match TcpStream::from_std(std) {
+            Some((std, client)) = a.inbox.recv() => match TcpStream::from_std(std) {
                 // Already counted by the worker that handed it over.
-                Ok(stream) => (stream, client, permit),
+                Ok(stream) => (stream, client),
                 Err(e) => {
                     a.spread.open[a.worker].fetch_sub(1, Ordering::Relaxed);
                     tracing::warn!(listen = %addr, error = %e, "cannot take a connection over");
                     continue;
                 }
             },
+            _ = stop.changed() => break,
+        };
+        // The permit (max_connections) is taken by the worker that will serve the
+        // connection, after it has one: permits are held only by connections being served,
+        // which finish on their own, so waiting for one can never wait on another worker.
+        // Meanwhile this worker's accepts and hand-overs wait; the counts steer new
+        // connections elsewhere.
+        let permit = tokio::select! {
+            permit = Arc::clone(&a.limit).acquire_owned() => permit.expect("the semaphore is never closed"),
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);

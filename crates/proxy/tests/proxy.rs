@@ -1119,3 +1119,31 @@ async fn a_client_that_stops_reading_is_cut_off_after_send_timeout() {
     .await;
     drop(client);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_connections_under_overload_never_wedges_the_workers() {
+    // Many more clients than max_connections, on 2 workers that hand connections to each
+    // other: every request is eventually served (a permit held by a connection waiting in the
+    // other worker's queue once wedged both workers for good).
+    let a = backend("a").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
+    s.listeners[0].max_connections = 2;
+    let proxy = start(s).await;
+    let addr = proxy.addr;
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        clients.spawn(async move {
+            for _ in 0..20 {
+                assert_eq!(get(addr, "/").await.status, StatusCode::OK);
+            }
+        });
+    }
+    timeout(4 * DEADLINE, async {
+        while let Some(done) = clients.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await
+    .expect("all 640 requests served");
+    assert_eq!(proxy.backend(a.addr()).requests, 640);
+}

@@ -59,6 +59,18 @@ impl Buffer {
         }
     }
 
+    /// Gives memory back down to `capacity` if the buffer grew well past it and what is
+    /// buffered fits.
+    pub(crate) fn shrink_to(&mut self, capacity: usize) {
+        if self.data.len() > 2 * capacity && self.len() <= capacity {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            self.data.truncate(capacity);
+            self.data.shrink_to_fit();
+        }
+    }
+
     /// Reads what is available (at least one byte, or 0 at end of stream) into the free space,
     /// making some if there is none.
     pub(crate) async fn read_from(&mut self, stream: &mut TcpStream) -> std::io::Result<usize> {
@@ -88,5 +100,14 @@ mod tests {
         b.consume(4);
         assert!(b.is_empty());
         assert_eq!((b.start, b.end), (0, 0));
+
+        let mut b = Buffer::new(4);
+        b.reserve(100);
+        b.data[..3].copy_from_slice(b"xyz");
+        b.end = 3;
+        b.consume(1);
+        b.shrink_to(4);
+        assert_eq!(b.filled(), b"yz");
+        assert_eq!(b.data.len(), 4);
     }
 }

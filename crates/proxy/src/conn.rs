@@ -143,8 +143,10 @@ enum Body {
 enum Exchange {
     /// The whole response reached the client.
     Done { status: u16, keep_alive: bool },
-    /// A response was started but could not be finished: close the client connection.
-    Aborted { status: u16 },
+    /// A response was started but could not be finished: close the client connection (with a
+    /// reset if the backend failed, so the client cannot take a close-delimited body as
+    /// complete).
+    Aborted { status: u16, backend_failed: bool },
     /// Nothing was sent to the client: another backend may be tried.
     Failed(AttemptError),
 }
@@ -172,6 +174,14 @@ struct ClientConn {
     body: Vec<u8>,
     /// De-chunked response data, for HTTP/1.0 clients.
     scratch: Vec<u8>,
+}
+
+/// The instant `d` from now; a duration too large for the clock (a configured "10000y") means
+/// never, instead of an overflow.
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// Writes `a` then `b` to the client within `timeout` (nginx `send_timeout`: a client that
@@ -227,7 +237,7 @@ impl ClientConn {
             max_headers: self.settings().max_headers,
             max_header_bytes: self.settings().max_header_bytes,
         };
-        let deadline = Instant::now() + self.settings().client_header_timeout;
+        let deadline = after(self.settings().client_header_timeout);
         loop {
             if !self.inbuf.is_empty() {
                 self.head.clear();
@@ -312,7 +322,16 @@ impl ClientConn {
                     result = Some((status, Some(backend), Some(keep_alive)));
                     break;
                 }
-                Exchange::Aborted { status } => {
+                Exchange::Aborted {
+                    status,
+                    backend_failed,
+                } => {
+                    if backend_failed {
+                        // A reset rather than a clean end of stream: a body delimited by the
+                        // close must not look complete.
+                        let _ =
+                            socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+                    }
                     result = Some((status, Some(backend), None));
                     break;
                 }
@@ -335,12 +354,19 @@ impl ClientConn {
         if let Body::InBuffer(n) = body {
             self.inbuf.consume(n);
         }
+        // A large body grew the buffers; an idle keep-alive connection gives the memory back.
+        self.inbuf.shrink_to(CLIENT_BUFFER);
+        for scratch in [&mut self.body, &mut self.scratch] {
+            if scratch.capacity() > CLIENT_BUFFER {
+                *scratch = Vec::new();
+            }
+        }
         let (status, backend, keep_alive) = match result {
             Some(done) => done,
             None => {
                 let reject = failure_reject(last_error.as_ref());
                 let keep_alive = req.keep_alive && !*self.stop.borrow();
-                http1::local_response(&mut self.out, reject.status, reject.text, keep_alive);
+                http1::local_response(&mut self.out, reject, keep_alive, req.http11);
                 let st = self.settings().send_timeout;
                 let sent = send(&mut self.stream, &self.out, &[], st).await.is_ok();
                 (reject.status, None, sent.then_some(keep_alive))
@@ -386,10 +412,8 @@ impl ClientConn {
                 if n > max {
                     return Err(Some(TOO_LARGE));
                 }
+                // The buffer grows as the body arrives, not on the client's word.
                 let n = n as usize;
-                if self.inbuf.len() < n {
-                    self.inbuf.reserve(n - self.inbuf.len());
-                }
                 while self.inbuf.len() < n {
                     if !continued {
                         continued = true;
@@ -442,7 +466,7 @@ impl ClientConn {
 
     /// Our own answer, then the connection closes.
     async fn answer_and_close(&mut self, reject: Reject) -> End {
-        http1::local_response(&mut self.out, reject.status, reject.text, false);
+        http1::local_response(&mut self.out, reject, false, true);
         let st = self.settings().send_timeout;
         match send(&mut self.stream, &self.out, &[], st).await {
             Ok(()) => End::Linger,
@@ -455,7 +479,7 @@ impl ClientConn {
         if self.stream.shutdown().await.is_err() {
             return;
         }
-        let deadline = Instant::now() + LINGER;
+        let deadline = after(LINGER);
         loop {
             self.inbuf.consume(self.inbuf.len());
             match timeout_at(deadline, self.inbuf.read_from(&mut self.stream)).await {
@@ -563,11 +587,17 @@ impl ClientConn {
                     "backend failed in the middle of the response body; closing the client connection"
                 );
                 attempt.complete(Outcome::Failure);
-                Exchange::Aborted { status }
+                Exchange::Aborted {
+                    status,
+                    backend_failed: true,
+                }
             }
             Err(Relay::Client) => {
                 attempt.complete(Outcome::Cancelled);
-                Exchange::Aborted { status }
+                Exchange::Aborted {
+                    status,
+                    backend_failed: false,
+                }
             }
         }
     }
@@ -657,11 +687,8 @@ impl ClientConn {
                     .map_err(|_| Relay::Client)?;
                 loop {
                     conn.buf.consume(conn.buf.len());
-                    match timeout_at(
-                        Instant::now() + read_timeout,
-                        conn.buf.read_from(&mut conn.stream),
-                    )
-                    .await
+                    match timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream))
+                        .await
                     {
                         Ok(Ok(0)) => {
                             attempt.complete(Outcome::Success);
@@ -692,12 +719,7 @@ enum Relay {
 /// Reads more of a response body within `read_timeout`; the end of the stream is an error
 /// (the body was not complete).
 async fn read_backend(conn: &mut BackendConn, read_timeout: Duration) -> Result<(), Relay> {
-    match timeout_at(
-        Instant::now() + read_timeout,
-        conn.buf.read_from(&mut conn.stream),
-    )
-    .await
-    {
+    match timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream)).await {
         Ok(Ok(0)) => Err(Relay::Backend(
             "connection closed before the end of the body".into(),
         )),
@@ -720,7 +742,7 @@ async fn send_and_read_head(
     idempotent: bool,
     out: &mut Vec<u8>,
 ) -> Result<FinalResponse, HeadError> {
-    let deadline = Instant::now() + read_timeout;
+    let deadline = after(read_timeout);
     match timeout_at(deadline, write_two(&mut conn.stream, head, body)).await {
         Ok(Ok(())) => {}
         // The backend had closed the connection: nothing was taken in.

@@ -22,7 +22,6 @@
 //! On responses: an invalid status line or header, or a bad `Content-Length`, makes the
 //! response invalid (the caller answers 502); `Transfer-Encoding` wins over `Content-Length`.
 
-use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -636,8 +635,12 @@ pub(crate) fn parse_response(
             Codings::ChunkedAfterOthers => {
                 return Err("transfer codings besides chunked, for an HTTP/1.0 client");
             }
-            // Not chunked at the end: the body runs to the end of the connection.
-            Codings::NotChunkedLast => Framing::Close,
+            // Not chunked at the end: the body would run to the end of the connection, still
+            // coded, and the coding could not be passed on without the framing: refused, as
+            // recent nginx does.
+            Codings::NotChunkedLast => {
+                return Err("a transfer coding other than chunked, without chunked");
+            }
             Codings::ChunkedNotLast => {
                 return Err("chunked applied twice or not last in Transfer-Encoding");
             }
@@ -649,8 +652,14 @@ pub(crate) fn parse_response(
             Err(()) => return Err("invalid or conflicting Content-Length"),
         }
     };
-    let backend_keep_alive =
-        framing != Framing::Close && !connection.close && (version == 1 || connection.keep_alive);
+    // Transfer-Encoding in an HTTP/1.0 response, or beside Content-Length, is faulty framing:
+    // the connection is not reused (RFC 9112 §6.1, §6.3).
+    let faulty_framing =
+        has_te && (version == 0 || values(headers, "content-length").next().is_some());
+    let backend_keep_alive = framing != Framing::Close
+        && !faulty_framing
+        && !connection.close
+        && (version == 1 || connection.keep_alive);
     let dechunk = framing == Framing::Chunked && !client.http11;
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
@@ -703,20 +712,22 @@ pub(crate) fn parse_response(
     })))
 }
 
-/// Our own short answer: `text` with the given status.
-pub(crate) fn local_response(out: &mut Vec<u8>, status: u16, text: &str, keep_alive: bool) {
+/// Our own short answer. An HTTP/1.0 client kept alive is told so.
+pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, keep_alive: bool, http11: bool) {
     out.clear();
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len}\r\n{connection}\r\n{text}",
-        reason = reason(status),
-        len = text.len(),
-        connection = if keep_alive {
-            ""
-        } else {
-            "Connection: close\r\n"
-        },
-    );
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, u64::from(reject.status));
+    out.push(b' ');
+    out.extend_from_slice(reason(reject.status).as_bytes());
+    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
+    put_content_length(out, reject.text.len() as u64);
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if !http11 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(reject.text.as_bytes());
 }
 
 fn reason(status: u16) -> &'static str {

@@ -1147,3 +1147,38 @@ async fn max_connections_under_overload_never_wedges_the_workers() {
     .expect("all 640 requests served");
     assert_eq!(proxy.backend(a.addr()).requests, 640);
 }
+
+#[tokio::test]
+async fn a_close_delimited_body_cut_short_reaches_the_client_as_a_reset() {
+    // No Content-Length, no chunking: the body ends when the backend closes. A backend that
+    // stops mid-body (here: silent past read_timeout) must not look like one that finished.
+    let (release, released) = watch::channel(false);
+    let stalling = raw_backend(move |mut s| {
+        let mut released = released.clone();
+        async move {
+            if read_request(&mut s).await.is_some() {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\npartial").await;
+                let _ = released.wait_for(|r| *r).await;
+            }
+        }
+    })
+    .await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[stalling]));
+    up.read_timeout = Duration::from_millis(300);
+    let proxy = start(settings(up)).await;
+    let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = timeout(DEADLINE, client.read_to_end(&mut got))
+        .await
+        .expect("the proxy ends the connection");
+    let _ = release.send(true);
+    assert!(
+        read.is_err(),
+        "a truncated body ended like a complete one: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+}

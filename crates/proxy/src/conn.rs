@@ -403,8 +403,6 @@ impl ClientConn {
     /// went away.
     async fn read_body(&mut self, req: &RequestHead) -> Result<Body, Option<Reject>> {
         let max = self.settings().max_body_bytes;
-        let timeout = self.settings().client_body_timeout;
-        let send_timeout = self.settings().send_timeout;
         let mut continued = !req.expect_continue || !req.http11;
         match req.body {
             Framing::None | Framing::Close => Ok(Body::None),
@@ -415,13 +413,7 @@ impl ClientConn {
                 // The buffer grows as the body arrives, not on the client's word.
                 let n = n as usize;
                 while self.inbuf.len() < n {
-                    if !continued {
-                        continued = true;
-                        send(&mut self.stream, CONTINUE, &[], send_timeout)
-                            .await
-                            .map_err(|_| None)?;
-                    }
-                    self.read_more(timeout).await?;
+                    self.more_body(&mut continued).await?;
                 }
                 Ok(Body::InBuffer(n))
             }
@@ -442,20 +434,23 @@ impl ClientConn {
                             return Ok(Body::Decoded);
                         }
                     }
-                    if !continued {
-                        continued = true;
-                        send(&mut self.stream, CONTINUE, &[], send_timeout)
-                            .await
-                            .map_err(|_| None)?;
-                    }
-                    self.read_more(timeout).await?;
+                    self.more_body(&mut continued).await?;
                 }
             }
         }
     }
 
-    /// Reads more of a request body within `timeout`.
-    async fn read_more(&mut self, timeout: Duration) -> Result<(), Option<Reject>> {
+    /// Reads more of a request body within `client_body_timeout`, first telling a client that
+    /// waits for it to go on (`100 Continue`, once).
+    async fn more_body(&mut self, continued: &mut bool) -> Result<(), Option<Reject>> {
+        if !*continued {
+            *continued = true;
+            let st = self.settings().send_timeout;
+            send(&mut self.stream, CONTINUE, &[], st)
+                .await
+                .map_err(|_| None)?;
+        }
+        let timeout = self.settings().client_body_timeout;
         match tokio::time::timeout(timeout, self.inbuf.read_from(&mut self.stream)).await {
             Ok(Ok(0)) => Err(Some(INCOMPLETE_BODY)),
             Ok(Ok(_)) => Ok(()),

@@ -738,18 +738,24 @@ async fn send_and_read_head(
     out: &mut Vec<u8>,
 ) -> Result<FinalResponse, HeadError> {
     let deadline = after(read_timeout);
-    match timeout_at(deadline, write_two(&mut conn.stream, head, body)).await {
-        Ok(Ok(())) => {}
-        // The backend had closed the connection: nothing was taken in.
-        Ok(Err(_)) => return Err(HeadError::Stale),
+    // A write that fails is not the end: a backend may answer before reading the whole
+    // request (a 413 or 401 for a large body) and close. Its answer, if there is one, is what
+    // the client gets, and the backend is not blamed.
+    let unsent = match timeout_at(deadline, write_two(&mut conn.stream, head, body)).await {
+        Ok(Ok(())) => false,
+        Ok(Err(_)) => true,
         Err(_) => return Err(HeadError::Attempt(AttemptError::ReadTimeout)),
-    }
+    };
     let mut received = false;
     loop {
         if !conn.buf.is_empty() {
             received = true;
             match http1::parse_response(conn.buf.filled(), client, out) {
-                Ok(Some(ResponseHead::Final(response))) => return Ok(response),
+                Ok(Some(ResponseHead::Final(mut response))) => {
+                    // Part of the request may still be unread: the connection cannot be reused.
+                    response.backend_keep_alive &= !unsent;
+                    return Ok(response);
+                }
                 Ok(Some(ResponseHead::Interim(n))) => {
                     conn.buf.consume(n);
                     continue;
@@ -766,8 +772,11 @@ async fn send_and_read_head(
         match timeout_at(deadline, conn.buf.read_from(&mut conn.stream)).await {
             Ok(Ok(n)) if n > 0 => {}
             // Closed before a single byte: a kept-alive connection the backend dropped as the
-            // request went out. Safe to repeat on a fresh one only if the method is.
-            Ok(Ok(_)) | Ok(Err(_)) if !received && idempotent => return Err(HeadError::Stale),
+            // request went out. Safe to repeat on a fresh one if the request did not get
+            // through, or if the method may be repeated.
+            Ok(Ok(_)) | Ok(Err(_)) if !received && (unsent || idempotent) => {
+                return Err(HeadError::Stale);
+            }
             Ok(Ok(_)) => {
                 return Err(HeadError::Attempt(AttemptError::Reset(
                     io::ErrorKind::UnexpectedEof.into(),

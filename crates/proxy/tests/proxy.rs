@@ -1182,3 +1182,42 @@ async fn a_close_delimited_body_cut_short_reaches_the_client_as_a_reset() {
         String::from_utf8_lossy(&got)
     );
 }
+
+#[tokio::test]
+async fn a_backend_answering_before_reading_the_body_is_heard_and_not_blamed() {
+    // The backend reads the head only, refuses with 413 and closes, leaving most of a 1 MiB
+    // body unread: writing the rest fails, but its answer is what the client gets.
+    let early = raw_backend(|mut s| async move {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while find(&head, b"\r\n\r\n").is_none() {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s
+            .write_all(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!")
+            .await;
+    })
+    .await;
+    let proxy = start(settings(upstream(
+        Algorithm::RoundRobin,
+        backends(&[early]),
+    )))
+    .await;
+    for attempt in 0..5 {
+        let mut client = Client::new(proxy.addr);
+        let reply = timeout(DEADLINE, client.send(post(vec![b'x'; 1024 * 1024])))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert_eq!(
+            reply.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "attempt {attempt}"
+        );
+        assert_eq!(reply.text(), "big!");
+    }
+    assert_eq!(proxy.backend(early).failures, 0);
+}

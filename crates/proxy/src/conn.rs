@@ -176,6 +176,16 @@ struct ClientConn {
     scratch: Vec<u8>,
 }
 
+/// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
+/// (`\n\n` or `\n\r\n`) in what came after the first `scanned` bytes, or `limit` bytes.
+fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
+    if buf.len() >= limit {
+        return true;
+    }
+    let new = &buf[scanned.saturating_sub(2).min(buf.len())..];
+    new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// The instant `d` from now; a duration too large for the clock (a configured "10000y") means
 /// never, instead of an overflow.
 fn after(d: Duration) -> Instant {
@@ -238,8 +248,14 @@ impl ClientConn {
             max_header_bytes: self.settings().max_header_bytes,
         };
         let deadline = after(self.settings().client_header_timeout);
+        // Bytes already looked at for the blank line that ends a head: a client sending its
+        // head a byte at a time costs one scan of it, not one parse per byte.
+        let mut scanned = 0;
         loop {
-            if !self.inbuf.is_empty() {
+            let filled = self.inbuf.filled();
+            let complete = head_may_be_complete(filled, scanned, limits.max_header_bytes);
+            scanned = filled.len();
+            if complete {
                 self.head.clear();
                 let client = &self.client_addr;
                 if let Some(req) =
@@ -806,6 +822,26 @@ fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_is_parsed_once_its_blank_line_or_the_limit_is_there() {
+        assert!(!head_may_be_complete(b"", 0, 100));
+        assert!(!head_may_be_complete(
+            b"GET / HTTP/1.1\r\nHost: a\r\n",
+            0,
+            100
+        ));
+        assert!(head_may_be_complete(
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            0,
+            100
+        ));
+        assert!(head_may_be_complete(b"GET / HTTP/1.0\n\n", 0, 100));
+        // The blank line straddles what was scanned and what is new.
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(head_may_be_complete(head, head.len() - 1, 100));
+        assert!(head_may_be_complete(b"GET /aaaa", 0, 9));
+    }
 
     #[test]
     fn octets_of_mapped_and_v6() {

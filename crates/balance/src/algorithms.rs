@@ -1,12 +1,14 @@
 //! Every balancing algorithm, one file each. See `docs/algorithms.md` for what each does and
 //! where it comes from.
 
+mod chained_round_robin;
 mod ip_hash;
 mod least_conn;
 mod random;
 mod round_robin;
 mod weighted_round_robin;
 
+pub use chained_round_robin::ChainedRoundRobin;
 pub use ip_hash::IpHash;
 pub use least_conn::LeastConn;
 pub use random::Random;

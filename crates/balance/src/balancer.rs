@@ -75,6 +75,7 @@ pub enum Algorithm {
     RoundRobin,
     WeightedRoundRobin,
     Random,
+    ChainedRoundRobin,
     LeastConn,
     IpHash,
 }
@@ -84,6 +85,7 @@ impl Algorithm {
         Algorithm::RoundRobin,
         Algorithm::WeightedRoundRobin,
         Algorithm::Random,
+        Algorithm::ChainedRoundRobin,
         Algorithm::LeastConn,
         Algorithm::IpHash,
     ];
@@ -93,6 +95,7 @@ impl Algorithm {
             Algorithm::RoundRobin => "round_robin",
             Algorithm::WeightedRoundRobin => "weighted_round_robin",
             Algorithm::Random => "random",
+            Algorithm::ChainedRoundRobin => "chained_round_robin",
             Algorithm::LeastConn => "least_conn",
             Algorithm::IpHash => "ip_hash",
         }
@@ -115,6 +118,7 @@ impl Algorithm {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
             Algorithm::Random => Box::new(algorithms::Random::new(seed)),
+            Algorithm::ChainedRoundRobin => Box::new(algorithms::ChainedRoundRobin::default()),
             Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
         }

@@ -591,7 +591,9 @@ connect_timeout = "250ms"
             "{e}"
         );
         assert!(
-            e.contains("round_robin, weighted_round_robin, random, least_conn, ip_hash"),
+            e.contains(
+                "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, ip_hash"
+            ),
             "{e}"
         );
         assert!(e.contains("10 | algorithm = \"fastest\""), "{e}");

@@ -81,8 +81,9 @@ pub async fn run(requests: usize) -> anyhow::Result<ExitCode> {
         "round_robin ignores weights; weighted_round_robin is nginx's smooth WRR (3:2:1, interleaved);"
     );
     println!(
-        "random draws by weight; least_conn sees equal load here and breaks ties by smooth WRR;"
+        "random draws by weight; chained_round_robin sends batches of 3:2:1 in turn (seed 002);"
     );
+    println!("least_conn sees equal load here and breaks ties by smooth WRR;");
     println!("ip_hash maps each client /24 to a backend exactly as nginx does.");
     let failed: usize = rows.iter().map(|r| r.failed).sum();
     Ok(if failed == 0 {

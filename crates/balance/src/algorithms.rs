@@ -5,6 +5,7 @@ mod chained_round_robin;
 mod ip_hash;
 mod least_conn;
 mod random;
+mod random_two;
 mod round_robin;
 mod weighted_round_robin;
 
@@ -12,6 +13,7 @@ pub use chained_round_robin::ChainedRoundRobin;
 pub use ip_hash::IpHash;
 pub use least_conn::LeastConn;
 pub use random::Random;
+pub use random_two::RandomTwo;
 pub use round_robin::RoundRobin;
 pub use weighted_round_robin::WeightedRoundRobin;
 

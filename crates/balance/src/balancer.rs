@@ -77,6 +77,7 @@ pub enum Algorithm {
     Random,
     ChainedRoundRobin,
     LeastConn,
+    RandomTwo,
     IpHash,
 }
 
@@ -87,6 +88,7 @@ impl Algorithm {
         Algorithm::Random,
         Algorithm::ChainedRoundRobin,
         Algorithm::LeastConn,
+        Algorithm::RandomTwo,
         Algorithm::IpHash,
     ];
 
@@ -97,6 +99,7 @@ impl Algorithm {
             Algorithm::Random => "random",
             Algorithm::ChainedRoundRobin => "chained_round_robin",
             Algorithm::LeastConn => "least_conn",
+            Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
         }
     }
@@ -120,6 +123,7 @@ impl Algorithm {
             Algorithm::Random => Box::new(algorithms::Random::new(seed)),
             Algorithm::ChainedRoundRobin => Box::new(algorithms::ChainedRoundRobin::default()),
             Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
+            Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
         }
     }

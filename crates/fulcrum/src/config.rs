@@ -592,7 +592,8 @@ connect_timeout = "250ms"
         );
         assert!(
             e.contains(
-                "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, ip_hash"
+                "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, \
+                 random_two, ip_hash"
             ),
             "{e}"
         );

@@ -41,6 +41,18 @@ impl Balancer for Random {
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        self.draw(ctx, backends, None)
+    }
+}
+
+impl Random {
+    /// A usable backend drawn by weight, other than `besides`.
+    pub(crate) fn draw(
+        &mut self,
+        ctx: &PickCtx<'_>,
+        backends: &Backends<'_>,
+        besides: Option<BackendId>,
+    ) -> Option<BackendId> {
         let total = self.cumulative.last().copied().unwrap_or(0);
         if total == 0 {
             return None;
@@ -48,19 +60,20 @@ impl Balancer for Random {
         let r = self.rng.random_range(0..total);
         let i = self.cumulative.partition_point(|&c| c <= r);
         let id = BackendId(i as u32);
-        if ctx.usable(id, backends) {
+        let allowed = |id: BackendId| ctx.usable(id, backends) && Some(id) != besides;
+        if allowed(id) {
             return Some(id);
         }
         let usable_total: u64 = backends
             .ids()
-            .filter(|&id| ctx.usable(id, backends))
+            .filter(|&id| allowed(id))
             .map(|id| u64::from(backends.weight(id)))
             .sum();
         if usable_total == 0 {
             return None;
         }
         let mut r = self.rng.random_range(0..usable_total);
-        for id in backends.ids().filter(|&id| ctx.usable(id, backends)) {
+        for id in backends.ids().filter(|&id| allowed(id)) {
             let w = u64::from(backends.weight(id));
             if r < w {
                 return Some(id);

@@ -2,6 +2,7 @@
 //! where it comes from.
 
 mod chained_round_robin;
+mod fair;
 mod ip_hash;
 mod least_conn;
 mod random;
@@ -10,6 +11,7 @@ mod round_robin;
 mod weighted_round_robin;
 
 pub use chained_round_robin::ChainedRoundRobin;
+pub use fair::Fair;
 pub use ip_hash::IpHash;
 pub use least_conn::LeastConn;
 pub use random::Random;

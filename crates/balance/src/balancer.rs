@@ -77,6 +77,7 @@ pub enum Algorithm {
     Random,
     ChainedRoundRobin,
     LeastConn,
+    Fair,
     RandomTwo,
     IpHash,
 }
@@ -88,6 +89,7 @@ impl Algorithm {
         Algorithm::Random,
         Algorithm::ChainedRoundRobin,
         Algorithm::LeastConn,
+        Algorithm::Fair,
         Algorithm::RandomTwo,
         Algorithm::IpHash,
     ];
@@ -99,6 +101,7 @@ impl Algorithm {
             Algorithm::Random => "random",
             Algorithm::ChainedRoundRobin => "chained_round_robin",
             Algorithm::LeastConn => "least_conn",
+            Algorithm::Fair => "fair",
             Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
         }
@@ -123,6 +126,7 @@ impl Algorithm {
             Algorithm::Random => Box::new(algorithms::Random::new(seed)),
             Algorithm::ChainedRoundRobin => Box::new(algorithms::ChainedRoundRobin::default()),
             Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
+            Algorithm::Fair => Box::new(algorithms::Fair::default()),
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
         }

@@ -593,7 +593,7 @@ connect_timeout = "250ms"
         assert!(
             e.contains(
                 "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, \
-                 random_two, ip_hash"
+                 fair, random_two, ip_hash"
             ),
             "{e}"
         );

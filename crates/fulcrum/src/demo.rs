@@ -83,8 +83,8 @@ pub async fn run(requests: usize) -> anyhow::Result<ExitCode> {
     println!(
         "random draws by weight; chained_round_robin sends batches of 3:2:1 in turn (seed 002);"
     );
-    println!("least_conn sees equal load here and breaks ties by smooth WRR; random_two draws two");
-    println!("by weight and takes the less loaded (ties to the second draw);");
+    println!("least_conn sees equal load here and breaks ties by smooth WRR, fair by plain turns;");
+    println!("random_two draws two by weight and takes the less loaded (ties to the second draw);");
     println!("ip_hash maps each client /24 to a backend exactly as nginx does.");
     let failed: usize = rows.iter().map(|r| r.failed).sum();
     Ok(if failed == 0 {

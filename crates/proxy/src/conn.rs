@@ -698,23 +698,14 @@ impl ClientConn {
                     .map_err(|_| Relay::Client)?;
                 loop {
                     conn.buf.consume(conn.buf.len());
-                    match timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream))
-                        .await
-                    {
-                        Ok(Ok(0)) => {
-                            attempt.complete(Outcome::Success);
-                            return Ok(());
-                        }
-                        Ok(Ok(_)) => send(client, conn.buf.filled(), &[], st)
-                            .await
-                            .map_err(|_| Relay::Client)?,
-                        Ok(Err(e)) => return Err(Relay::Backend(e.to_string())),
-                        Err(_) => {
-                            return Err(Relay::Backend(format!(
-                                "nothing for {read_timeout:?} (read_timeout)"
-                            )));
-                        }
+                    if read_some(conn, read_timeout).await? == 0 {
+                        // The end of the stream is the end of this body.
+                        attempt.complete(Outcome::Success);
+                        return Ok(());
                     }
+                    send(client, conn.buf.filled(), &[], st)
+                        .await
+                        .map_err(|_| Relay::Client)?;
                 }
             }
         }
@@ -727,18 +718,26 @@ enum Relay {
     Client,
 }
 
-/// Reads more of a response body within `read_timeout`; the end of the stream is an error
-/// (the body was not complete).
-async fn read_backend(conn: &mut BackendConn, read_timeout: Duration) -> Result<(), Relay> {
+/// Reads more of a response body within `read_timeout`: the bytes read, 0 at the end of the
+/// stream.
+async fn read_some(conn: &mut BackendConn, read_timeout: Duration) -> Result<usize, Relay> {
     match timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream)).await {
-        Ok(Ok(0)) => Err(Relay::Backend(
-            "connection closed before the end of the body".into(),
-        )),
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(n)) => Ok(n),
         Ok(Err(e)) => Err(Relay::Backend(e.to_string())),
         Err(_) => Err(Relay::Backend(format!(
             "nothing for {read_timeout:?} (read_timeout)"
         ))),
+    }
+}
+
+/// Reads more of a response body whose length is known; the end of the stream is an error
+/// (the body was not complete).
+async fn read_backend(conn: &mut BackendConn, read_timeout: Duration) -> Result<(), Relay> {
+    match read_some(conn, read_timeout).await? {
+        0 => Err(Relay::Backend(
+            "connection closed before the end of the body".into(),
+        )),
+        _ => Ok(()),
     }
 }
 

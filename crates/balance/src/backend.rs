@@ -2,6 +2,7 @@
 //! read-only [`Backends`] view handed to algorithms.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A backend's index in the current membership of one tier of a [`Pool`](crate::Pool).
@@ -57,8 +58,12 @@ impl From<Nanos> for Duration {
 }
 
 /// How a backend is configured, as far as balancing is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
+    /// The backend's name as configured (`"10.0.0.1:8080"`). Ring algorithms (`hash consistent`,
+    /// `maglev`, `bounded_load`) place a backend by its name, so the same name lands in the same
+    /// places in every fulcrum (and, for `hash consistent`, in nginx). Give each backend its own.
+    pub name: Arc<str>,
     /// Relative share of requests, at least 1 (nginx `weight=`).
     pub weight: u32,
     /// Marked down by the operator: never chosen (nginx `down`).
@@ -72,16 +77,27 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
-    /// A backend of the given weight with nginx's defaults: `max_fails=1 fail_timeout=10s`.
+    /// A backend of the given weight with nginx's defaults: `max_fails=1 fail_timeout=10s`, and
+    /// no name (see [`named`](BackendSpec::named)).
     pub fn new(weight: u32) -> BackendSpec {
         BackendSpec {
+            name: Arc::from(""),
             weight,
             down: false,
             max_fails: 1,
             fail_timeout: Nanos::from(Duration::from_secs(10)),
         }
     }
+
+    /// The same backend, named.
+    pub fn named(mut self, name: &str) -> BackendSpec {
+        self.name = Arc::from(name);
+        self
+    }
 }
+
+/// A slow-start ramp of 1: the backend's whole weight. Ramps are fixed point, in 1/1024ths.
+pub const RAMP_FULL: u32 = 1024;
 
 /// Smoothing factor of the response-time average: nginx's `least_time` uses
 /// `avg = 0.05·v + 0.95·avg`, slow enough that one outlier does not flip the choice.
@@ -94,6 +110,10 @@ pub struct BackendState {
     /// The weight algorithms use: the configured weight, until a weight model or slow start
     /// changes it.
     pub(crate) weight: u32,
+    /// Slow start's share of `weight`, in 1/1024ths ([`RAMP_FULL`] outside slow start).
+    pub(crate) ramp: u32,
+    /// When slow start began for this backend, while it lasts.
+    pub(crate) ramp_since: Option<Nanos>,
     /// Requests picked and not yet completed.
     pub(crate) in_flight: u32,
     /// Failures counted towards `max_fails` (nginx `peer->fails`).
@@ -115,8 +135,9 @@ pub struct BackendState {
 impl BackendState {
     pub(crate) fn new(spec: BackendSpec) -> BackendState {
         BackendState {
-            spec,
             weight: spec.weight,
+            ramp: RAMP_FULL,
+            ramp_since: None,
             in_flight: 0,
             fails: 0,
             accessed: Nanos::ZERO,
@@ -125,6 +146,7 @@ impl BackendState {
             success_rate: 1.0,
             requests: 0,
             failures: 0,
+            spec,
         }
     }
 
@@ -138,6 +160,11 @@ impl BackendState {
 
     pub fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+
+    /// Slow start's share of the weight, in 1/1024ths ([`RAMP_FULL`] when not ramping).
+    pub fn ramp(&self) -> u32 {
+        self.ramp
     }
 
     pub fn fails(&self) -> u32 {
@@ -221,6 +248,21 @@ impl<'a> Backends<'a> {
     #[inline]
     pub fn weight(&self, id: BackendId) -> u32 {
         self.states[id.index()].weight
+    }
+
+    /// The weight with slow start applied, in 1/1024ths of a weight unit: `weight · ramp`.
+    /// Algorithms that honour `slow_start` balance by this instead of [`weight`](Self::weight);
+    /// outside slow start it is `weight · 1024`, the same proportions.
+    #[inline]
+    pub fn share(&self, id: BackendId) -> u64 {
+        let s = &self.states[id.index()];
+        u64::from(s.weight) * u64::from(s.ramp)
+    }
+
+    /// The backend's configured name (see [`BackendSpec::name`]).
+    #[inline]
+    pub fn name(&self, id: BackendId) -> &'a str {
+        &self.states[id.index()].spec.name
     }
 
     /// The configured `max_fails`, which also scales nginx's smooth-WRR penalty on failure.

@@ -69,6 +69,66 @@ pub trait Balancer: Send + fmt::Debug {
     fn on_complete(&mut self, _id: BackendId, _c: &Completion) {}
 }
 
+/// Which bytes of an IPv4 address `new_hash` hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Octets {
+    /// The first three, as seed 000 (and nginx's `ip_hash`) do: a /24 goes to one backend.
+    #[default]
+    Three,
+    /// The whole address.
+    All,
+}
+
+/// The options of the algorithms that have any, per upstream. Each algorithm reads only its
+/// own; the configuration layer refuses an option the chosen algorithm does not use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// `hash`: place keys on nginx's ketama ring (`hash $key consistent`) instead of
+    /// `crc32(key) % total weight`.
+    pub consistent: bool,
+    /// `new_hash`: which octets of an IPv4 address are hashed (IPv6: always all 16).
+    pub octets: Octets,
+    /// `maglev`: the lookup table's size, a prime well above the number of backends.
+    pub table_size: u32,
+    /// `bounded_load`: no backend takes more than `balance_factor` times its fair share of the
+    /// requests in flight.
+    pub balance_factor: f64,
+    /// `latency`: how many recent completions per backend the latency average and the success
+    /// rate are taken over.
+    pub window: u32,
+    /// `latency`: the weight of the newest latency in the moving average, in (0, 1].
+    pub smoothing: f64,
+    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)` (seed 002: the 4 s timeout).
+    pub penalty: Nanos,
+    /// How long a backend that joins or recovers takes to reach its full weight (Envoy's slow
+    /// start); `None` for no slow start. Only for algorithms where
+    /// [`Algorithm::supports_slow_start`] holds.
+    pub slow_start: Option<Nanos>,
+}
+
+impl Options {
+    pub const DEFAULT_TABLE_SIZE: u32 = 65537;
+    pub const DEFAULT_BALANCE_FACTOR: f64 = 1.25;
+    pub const DEFAULT_WINDOW: u32 = 10;
+    pub const DEFAULT_SMOOTHING: f64 = 0.5;
+    pub const DEFAULT_PENALTY: Nanos = Nanos(4_000_000_000);
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            consistent: false,
+            octets: Octets::default(),
+            table_size: Options::DEFAULT_TABLE_SIZE,
+            balance_factor: Options::DEFAULT_BALANCE_FACTOR,
+            window: Options::DEFAULT_WINDOW,
+            smoothing: Options::DEFAULT_SMOOTHING,
+            penalty: Options::DEFAULT_PENALTY,
+            slow_start: None,
+        }
+    }
+}
+
 /// The algorithms by their configuration names (`algorithm = "..."`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -117,9 +177,23 @@ impl Algorithm {
         !matches!(self, Algorithm::RoundRobin)
     }
 
-    /// A fresh instance. `seed` feeds the algorithms that draw random numbers, so two runs with
-    /// the same seed make the same choices.
-    pub fn build(self, seed: u64) -> Box<dyn Balancer> {
+    /// Whether the algorithm balances by [`Backends::share`], so `slow_start` can ramp a
+    /// backend's weight up (Envoy offers it for round robin and least request, for the same
+    /// reason: the share is what the weight decides, not a hash mapping).
+    pub fn supports_slow_start(self) -> bool {
+        matches!(
+            self,
+            Algorithm::WeightedRoundRobin
+                | Algorithm::Random
+                | Algorithm::LeastConn
+                | Algorithm::Fair
+                | Algorithm::RandomTwo
+        )
+    }
+
+    /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
+    /// numbers, so two runs with the same seed make the same choices.
+    pub fn build(self, _options: &Options, seed: u64) -> Box<dyn Balancer> {
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),

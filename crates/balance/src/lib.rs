@@ -28,6 +28,8 @@ pub mod balancer;
 pub mod pool;
 pub mod smooth;
 
-pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos};
-pub use balancer::{Algorithm, Balancer, Completion, Outcome, PickCtx, UnknownAlgorithm};
+pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
+pub use balancer::{
+    Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,
+};
 pub use pool::{Pool, Ticket};

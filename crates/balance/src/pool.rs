@@ -15,9 +15,25 @@
 //! the window has passed; the first pick after that is a probe, and its success clears the
 //! count. When no backend at all can be chosen, the primaries' counts are cleared so the next
 //! request tries them again instead of failing for a whole `fail_timeout` ("quick recovery").
+//!
+//! Slow start (Envoy's, `slow_start` in the configuration) ramps a backend that recovers or is
+//! marked up again from a tenth of its weight to all of it over the configured time: its
+//! [`ramp`](BackendState::ramp) is `max(0.1, max(t, 1 s) / slow_start)` (Envoy's formula with
+//! aggression 1 and `min_weight_percent` 10), re-evaluated on picks while any backend ramps.
+//! Backends present from the start do not ramp: all of them would, to no effect.
 
-use crate::backend::{BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos};
-use crate::balancer::{Algorithm, Balancer, Completion, Outcome, PickCtx};
+use crate::backend::{
+    BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos, RAMP_FULL,
+};
+use crate::balancer::{Algorithm, Balancer, Completion, Options, Outcome, PickCtx};
+
+/// Slow start never sends less than this share of a backend's weight (Envoy's default
+/// `min_weight_percent`, 10%), in 1/1024ths.
+const RAMP_MIN: u32 = RAMP_FULL / 10;
+
+/// A ramp is applied (and the algorithm's tables rebuilt) once it has moved by this much, in
+/// 1/1024ths: 64 steps over the slow start at most.
+const RAMP_STEP: u32 = RAMP_FULL / 64;
 
 /// The right to one request's worth of a backend, returned to [`Pool::complete`].
 #[derive(Debug)]
@@ -62,13 +78,19 @@ pub struct Pool {
     states: Vec<BackendState>,
     /// The primary tier, then the backup tier if there are backups.
     tiers: Vec<Tier>,
+    /// Slow start's length, if the algorithm supports it and it is configured.
+    slow_start: Option<Nanos>,
+    /// Backends in slow start.
+    ramping: Vec<BackendId>,
 }
 
 impl Pool {
     /// A pool over `primary` and `backup` backends. `seed` feeds algorithms that draw random
-    /// numbers; each tier gets its own stream derived from it.
+    /// numbers; each tier gets its own stream derived from it. `options.slow_start` is ignored
+    /// unless the algorithm [supports it](Algorithm::supports_slow_start).
     pub fn new(
         algorithm: Algorithm,
+        options: &Options,
         primary: &[BackendSpec],
         backup: &[BackendSpec],
         seed: u64,
@@ -76,25 +98,29 @@ impl Pool {
         let states: Vec<BackendState> = primary
             .iter()
             .chain(backup)
-            .copied()
+            .cloned()
             .map(BackendState::new)
             .collect();
         let mut tiers = vec![Tier {
             offset: 0,
             len: primary.len(),
-            balancer: algorithm.build(seed),
+            balancer: algorithm.build(options, seed),
         }];
         if !backup.is_empty() {
             tiers.push(Tier {
                 offset: primary.len(),
                 len: backup.len(),
-                balancer: algorithm.build(seed ^ 0x9e37_79b9_7f4a_7c15),
+                balancer: algorithm.build(options, seed ^ 0x9e37_79b9_7f4a_7c15),
             });
         }
         let mut pool = Pool {
             algorithm,
             states,
             tiers,
+            slow_start: options
+                .slow_start
+                .filter(|_| algorithm.supports_slow_start()),
+            ramping: Vec::new(),
         };
         pool.rebuild(Nanos::ZERO);
         pool
@@ -140,9 +166,54 @@ impl Pool {
         self.rebuild(now);
     }
 
-    /// Marks a backend down or up by hand (nginx `down`).
-    pub fn set_down(&mut self, id: BackendId, down: bool) {
-        self.states[id.index()].spec.down = down;
+    /// Marks a backend down or up by hand (nginx `down`). A backend marked up again enters
+    /// slow start, if the pool has it.
+    pub fn set_down(&mut self, id: BackendId, down: bool, now: Nanos) {
+        let was_down = std::mem::replace(&mut self.states[id.index()].spec.down, down);
+        if was_down && !down {
+            self.begin_slow_start(id, now);
+        }
+    }
+
+    /// Starts slow start for a backend that joins or comes back (a health check calls this when
+    /// a backend passes again). Does nothing if the pool has no slow start.
+    pub fn begin_slow_start(&mut self, id: BackendId, now: Nanos) {
+        if self.slow_start.is_none() {
+            return;
+        }
+        let state = &mut self.states[id.index()];
+        state.ramp_since = Some(now);
+        if !self.ramping.contains(&id) {
+            self.ramping.push(id);
+        }
+        self.update_ramps(now, true);
+    }
+
+    /// Moves every ramping backend along its slow start; rebuilds the algorithms' tables when
+    /// a ramp moved by a step or more (or `force`).
+    fn update_ramps(&mut self, now: Nanos, force: bool) {
+        let Some(length) = self.slow_start else {
+            return;
+        };
+        let mut changed = force;
+        let states = &mut self.states;
+        self.ramping.retain(|&id| {
+            let state = &mut states[id.index()];
+            let since = state.ramp_since.expect("a ramping backend has a start");
+            let ramp = slow_start_ramp(now.since(since), length);
+            if ramp == RAMP_FULL || ramp.abs_diff(state.ramp) >= RAMP_STEP {
+                state.ramp = ramp;
+                changed = true;
+            }
+            let done = ramp == RAMP_FULL;
+            if done {
+                state.ramp_since = None;
+            }
+            !done
+        });
+        if changed {
+            self.rebuild(now);
+        }
     }
 
     /// Chooses a backend for a request: from the primaries, else from the backups. `exclude`
@@ -153,6 +224,9 @@ impl Pool {
         exclude: &[BackendId],
         now: Nanos,
     ) -> Option<Ticket> {
+        if !self.ramping.is_empty() {
+            self.update_ramps(now, false);
+        }
         let mut local_exclude = Vec::new();
         for tier in &mut self.tiers {
             let exclude = if exclude.is_empty() {
@@ -195,6 +269,7 @@ impl Pool {
         let state = &mut self.states[ticket.backend.index()];
         debug_assert!(state.in_flight > 0);
         state.in_flight = state.in_flight.saturating_sub(1);
+        let mut recovered = false;
         match outcome {
             Outcome::Success => {
                 state.requests += 1;
@@ -205,6 +280,8 @@ impl Pool {
                 });
                 state.success_rate = (1.0 - LATENCY_ALPHA) * state.success_rate + LATENCY_ALPHA;
                 if state.accessed < state.checked {
+                    // The probe after `fail_timeout` succeeded: the backend is back.
+                    recovered = state.spec.max_fails != 0 && state.fails >= state.spec.max_fails;
                     state.fails = 0;
                 }
             }
@@ -217,6 +294,9 @@ impl Pool {
                 state.checked = now;
             }
             Outcome::Cancelled => {}
+        }
+        if recovered {
+            self.begin_slow_start(ticket.backend, now);
         }
         let tier = if ticket.backend.index() < self.tiers[0].len {
             &mut self.tiers[0]
@@ -233,6 +313,17 @@ impl Pool {
     }
 }
 
+/// Envoy's slow-start factor with aggression 1 and a 10% floor, in 1/1024ths:
+/// `max(0.1, max(elapsed, 1 s) / length)`, and 1 once `length` has passed.
+fn slow_start_ramp(elapsed: Nanos, length: Nanos) -> u32 {
+    if elapsed >= length {
+        return RAMP_FULL;
+    }
+    let elapsed = elapsed.0.max(1_000_000_000);
+    let ramp = u128::from(elapsed) * u128::from(RAMP_FULL) / u128::from(length.0.max(1));
+    (ramp.min(u128::from(RAMP_FULL)) as u32).max(RAMP_MIN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,7 +337,7 @@ mod tests {
         let spec = |w: &u32| BackendSpec::new(*w);
         let p: Vec<_> = primary.iter().map(spec).collect();
         let b: Vec<_> = backup.iter().map(spec).collect();
-        Pool::new(alg, &p, &b, 42)
+        Pool::new(alg, &Options::default(), &p, &b, 42)
     }
 
     #[test]
@@ -322,7 +413,13 @@ mod tests {
             max_fails: 0,
             ..BackendSpec::new(1)
         };
-        let mut p = Pool::new(Algorithm::RoundRobin, &[spec, spec], &[], 1);
+        let mut p = Pool::new(
+            Algorithm::RoundRobin,
+            &Options::default(),
+            &[spec.clone(), spec],
+            &[],
+            1,
+        );
         for _ in 0..4 {
             let t = p.pick(None, &[], secs(1)).unwrap();
             p.complete(t, Outcome::Failure, secs(1));
@@ -344,8 +441,8 @@ mod tests {
             .unwrap();
         assert_eq!(t.backend(), BackendId(2));
         p.complete(t, Outcome::Success, secs(1));
-        p.set_down(BackendId(0), true);
-        p.set_down(BackendId(1), true);
+        p.set_down(BackendId(0), true, Nanos(1));
+        p.set_down(BackendId(1), true, Nanos(1));
         let t = p.pick(None, &[], secs(1)).unwrap();
         assert_eq!(t.backend(), BackendId(2));
         p.complete(t, Outcome::Success, secs(1));
@@ -372,5 +469,92 @@ mod tests {
         let t = p.pick(None, &all[..2], secs(1)).unwrap();
         assert_eq!(t.backend(), BackendId(2));
         p.complete(t, Outcome::Success, secs(1));
+    }
+
+    fn slow_start_pool(alg: Algorithm) -> Pool {
+        let options = Options {
+            slow_start: Some(secs(10)),
+            ..Options::default()
+        };
+        let specs = [BackendSpec::new(1), BackendSpec::new(1)];
+        Pool::new(alg, &options, &specs, &[], 7)
+    }
+
+    /// Picks `n` requests at `at`, each completed at once; how many went to backend 0.
+    fn share_of_first(p: &mut Pool, n: usize, at: Nanos) -> usize {
+        let mut first = 0;
+        for _ in 0..n {
+            let t = p.pick(None, &[], at).unwrap();
+            first += usize::from(t.backend() == BackendId(0));
+            p.complete(t, Outcome::Success, at);
+        }
+        first
+    }
+
+    #[test]
+    fn slow_start_ramp_follows_envoys_formula() {
+        let ten = secs(10);
+        // max(0.1, max(t, 1 s) / 10 s), in 1/1024ths.
+        assert_eq!(slow_start_ramp(Nanos(0), ten), 102);
+        assert_eq!(slow_start_ramp(secs(1), ten), 102);
+        assert_eq!(slow_start_ramp(secs(2), ten), 204);
+        assert_eq!(slow_start_ramp(secs(5), ten), 512);
+        assert_eq!(slow_start_ramp(secs(10), ten), RAMP_FULL);
+        assert_eq!(slow_start_ramp(secs(60), ten), RAMP_FULL);
+    }
+
+    #[test]
+    fn a_backend_marked_up_ramps_to_its_weight() {
+        for alg in [
+            Algorithm::WeightedRoundRobin,
+            Algorithm::Random,
+            Algorithm::LeastConn,
+        ] {
+            let mut p = slow_start_pool(alg);
+            p.set_down(BackendId(0), true, secs(0));
+            p.set_down(BackendId(0), false, secs(100));
+            assert_eq!(p.state(BackendId(0)).ramp(), RAMP_MIN);
+            // Weights 0.1 : 1 at the start, 0.5 : 1 halfway, 1 : 1 at the end.
+            let start = share_of_first(&mut p, 1100, secs(100));
+            let half = share_of_first(&mut p, 1500, secs(105));
+            let end = share_of_first(&mut p, 1000, secs(110));
+            assert!(
+                start.abs_diff(100) <= 30,
+                "{alg}: {start} of 1100 at the start"
+            );
+            assert!(half.abs_diff(500) <= 50, "{alg}: {half} of 1500 halfway");
+            assert!(end.abs_diff(500) <= 50, "{alg}: {end} of 1000 at the end");
+            assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL);
+            assert!(p.ramping.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_backend_that_recovers_ramps_and_others_do_not() {
+        let mut p = slow_start_pool(Algorithm::WeightedRoundRobin);
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL, "no ramp at start");
+        let t = p.pick(None, &[], secs(1)).unwrap();
+        assert_eq!(t.backend(), BackendId(0));
+        p.complete(t, Outcome::Failure, secs(1));
+        // After fail_timeout the probe succeeds: the backend is back, at a tenth.
+        let probe = p.pick(None, &[BackendId(1)], secs(12)).unwrap();
+        p.complete(probe, Outcome::Success, secs(12));
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_MIN);
+        assert_eq!(p.state(BackendId(1)).ramp(), RAMP_FULL);
+        let start = share_of_first(&mut p, 1100, secs(12));
+        assert!(start.abs_diff(100) <= 30, "{start} of 1100");
+    }
+
+    #[test]
+    fn slow_start_is_ignored_where_the_algorithm_has_none() {
+        let options = Options {
+            slow_start: Some(secs(10)),
+            ..Options::default()
+        };
+        let specs = [BackendSpec::new(1), BackendSpec::new(1)];
+        let mut p = Pool::new(Algorithm::IpHash, &options, &specs, &[], 7);
+        p.set_down(BackendId(0), true, secs(0));
+        p.set_down(BackendId(0), false, secs(1));
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL);
     }
 }

@@ -7,6 +7,10 @@
 //! candidates' `effective` weights. Weights 5, 1, 1 thus give `a a b a c a a`, never five `a` in a
 //! row. A failure lowers `effective` by `weight / max_fails`; every pick it takes part in gives
 //! one back, so a flapping backend is eased back in rather than hit with its full share.
+//!
+//! Slow start scales a candidate's `effective` weight by its ramp: `current` and `total` grow
+//! by `effective · ramp` (ramps are in 1/1024ths, so outside slow start every term is 1024
+//! times nginx's and the order of picks is exactly nginx's).
 
 use crate::backend::{BackendId, Backends};
 use crate::balancer::Completion;
@@ -16,6 +20,7 @@ pub struct SmoothWeights {
     current: Vec<i64>,
     effective: Vec<i64>,
     weight: Vec<i64>,
+    ramp: Vec<i64>,
     max_fails: Vec<u32>,
 }
 
@@ -35,6 +40,10 @@ impl SmoothWeights {
             .ids()
             .map(|id| backends.weight(id) as i64)
             .collect();
+        self.ramp = backends
+            .ids()
+            .map(|id| i64::from(backends.state(id).ramp()))
+            .collect();
         self.max_fails = backends.ids().map(|id| backends.max_fails(id)).collect();
         for (e, &w) in self.effective.iter_mut().zip(&self.weight) {
             *e = (*e).min(w);
@@ -48,8 +57,9 @@ impl SmoothWeights {
         let mut total = 0i64;
         for id in candidates {
             let i = id.index();
-            self.current[i] += self.effective[i];
-            total += self.effective[i];
+            let share = self.effective[i] * self.ramp[i];
+            self.current[i] += share;
+            total += share;
             if self.effective[i] < self.weight[i] {
                 self.effective[i] += 1;
             }

@@ -1,16 +1,17 @@
 //! Properties every algorithm keeps, checked over random pools with proptest and a fake clock
 //! (no tokio, no real time: the simulator drives the same code the same way).
 
-use balance::{Algorithm, BackendId, BackendSpec, Nanos, Outcome, Pool};
+use balance::{Algorithm, BackendId, BackendSpec, Nanos, Options, Outcome, Pool};
 use proptest::prelude::*;
 
 fn specs(weights: &[u32], down: &[bool]) -> Vec<BackendSpec> {
     weights
         .iter()
         .zip(down)
-        .map(|(&w, &d)| BackendSpec {
+        .enumerate()
+        .map(|(i, (&w, &d))| BackendSpec {
             down: d,
-            ..BackendSpec::new(w)
+            ..BackendSpec::new(w).named(&format!("10.0.{}.{}:80", i / 200, i % 200 + 1))
         })
         .collect()
 }
@@ -35,7 +36,7 @@ proptest! {
         let down: Vec<bool> = (0..n + backups).map(|i| down_bits >> i & 1 == 1).collect();
         let primary = specs(&weights, &down[..n]);
         let backup = specs(&vec![1; backups], &down[n..]);
-        let mut pool = Pool::new(alg, &primary, &backup, seed);
+        let mut pool = Pool::new(alg, &Options::default(), &primary, &backup, seed);
         let now = Nanos(1_000_000);
         // Some requests in flight, so load-aware algorithms see uneven load.
         let mut tickets = Vec::new();
@@ -75,7 +76,7 @@ proptest! {
         rounds in 1u32..5,
     ) {
         let primary = specs(&weights, &vec![false; weights.len()]);
-        let mut pool = Pool::new(Algorithm::WeightedRoundRobin, &primary, &[], 0);
+        let mut pool = Pool::new(Algorithm::WeightedRoundRobin, &Options::default(), &primary, &[], 0);
         let total: u32 = weights.iter().sum();
         let mut counts = vec![0u32; weights.len()];
         for k in 0..total * rounds {
@@ -94,7 +95,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let primary = specs(&weights, &vec![false; weights.len()]);
-        let mut pool = Pool::new(Algorithm::Random, &primary, &[], seed);
+        let mut pool = Pool::new(Algorithm::Random, &Options::default(), &primary, &[], seed);
         let draws = 40_000u32;
         let mut counts = vec![0u32; weights.len()];
         for _ in 0..draws {
@@ -118,7 +119,7 @@ proptest! {
 fn virtual_time_replay() {
     let ms = |m: u64| Nanos(m * 1_000_000);
     let primary = specs(&[1, 1, 1], &[false; 3]);
-    let mut pool = Pool::new(Algorithm::LeastConn, &primary, &[], 0);
+    let mut pool = Pool::new(Algorithm::LeastConn, &Options::default(), &primary, &[], 0);
     // Service time per backend: 1 ms, 5 ms, and backend 2 fails between 1 s and 2 s.
     let service = [1u64, 5, 1];
     let mut in_flight: Vec<(Nanos, balance::Ticket)> = Vec::new();

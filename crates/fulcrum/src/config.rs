@@ -363,6 +363,7 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
             };
             backends.push(BackendSettings {
                 addr,
+                name: b.addr.get_ref().clone(),
                 weight,
                 backup: b.backup,
                 down: b.down,
@@ -386,6 +387,7 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
         upstreams.push(UpstreamSettings {
             name: name.to_owned(),
             algorithm,
+            options: balance::Options::default(),
             backends,
             connect_timeout: u
                 .connect_timeout

@@ -73,6 +73,8 @@ impl ListenerSettings {
 pub struct UpstreamSettings {
     pub name: String,
     pub algorithm: Algorithm,
+    /// The algorithm's options (hash ring, table size, slow start...).
+    pub options: balance::Options,
     pub backends: Vec<BackendSettings>,
     /// Time to establish a connection to a backend (nginx `proxy_connect_timeout`, 60 s there;
     /// 5 s here, since a backend that takes longer is better skipped).
@@ -110,6 +112,7 @@ impl UpstreamSettings {
         UpstreamSettings {
             name: name.into(),
             algorithm,
+            options: balance::Options::default(),
             backends,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             read_timeout: Self::DEFAULT_READ_TIMEOUT,
@@ -125,6 +128,9 @@ impl UpstreamSettings {
 #[derive(Debug, Clone)]
 pub struct BackendSettings {
     pub addr: SocketAddr,
+    /// The backend as configured (`"app1.internal:8080"`, or the address): ring algorithms
+    /// place it by this name, as nginx does.
+    pub name: String,
     pub weight: u32,
     pub backup: bool,
     pub down: bool,
@@ -139,6 +145,7 @@ impl BackendSettings {
     pub fn new(addr: SocketAddr) -> BackendSettings {
         BackendSettings {
             addr,
+            name: addr.to_string(),
             weight: 1,
             backup: false,
             down: false,
@@ -154,6 +161,7 @@ impl BackendSettings {
 
     pub(crate) fn spec(&self) -> balance::BackendSpec {
         balance::BackendSpec {
+            name: self.name.as_str().into(),
             weight: self.weight,
             down: self.down,
             max_fails: self.max_fails,

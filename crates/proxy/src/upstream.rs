@@ -90,6 +90,7 @@ impl Upstream {
         let backup_specs: Vec<_> = specs(&backup);
         let pool = Pool::new(
             settings.algorithm,
+            &settings.options,
             &primary_specs,
             &backup_specs,
             settings.seed,

@@ -26,8 +26,8 @@ impl Balancer for Fair {
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
         let n = backends.len();
         let cmp = |a: BackendId, b: BackendId| {
-            let la = u64::from(backends.in_flight(a)) * u64::from(backends.weight(b));
-            let lb = u64::from(backends.in_flight(b)) * u64::from(backends.weight(a));
+            let la = u128::from(backends.in_flight(a)) * u128::from(backends.share(b));
+            let lb = u128::from(backends.in_flight(b)) * u128::from(backends.share(a));
             la.cmp(&lb)
         };
         // Walk from the cursor, so the first of the least loaded is the next in turn.

@@ -20,8 +20,8 @@ impl Balancer for LeastConn {
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
         // Load of `a` compared with `b`, as conns/weight cross-multiplied.
         let cmp = |a: BackendId, b: BackendId| {
-            let la = u64::from(backends.in_flight(a)) * u64::from(backends.weight(b));
-            let lb = u64::from(backends.in_flight(b)) * u64::from(backends.weight(a));
+            let la = u128::from(backends.in_flight(a)) * u128::from(backends.share(b));
+            let lb = u128::from(backends.in_flight(b)) * u128::from(backends.share(a));
             la.cmp(&lb)
         };
         let mut best: Option<BackendId> = None;

@@ -15,7 +15,7 @@ use crate::balancer::{Balancer, PickCtx};
 #[derive(Debug)]
 pub struct Random {
     rng: Pcg64Mcg,
-    /// `cumulative[i]` is the sum of the weights of backends `0..=i`.
+    /// `cumulative[i]` is the sum of the shares (weight · slow-start ramp) of backends `0..=i`.
     cumulative: Vec<u64>,
 }
 
@@ -34,7 +34,7 @@ impl Balancer for Random {
         self.cumulative = backends
             .ids()
             .map(|id| {
-                sum += u64::from(backends.weight(id));
+                sum += backends.share(id);
                 sum
             })
             .collect();
@@ -67,14 +67,14 @@ impl Random {
         let usable_total: u64 = backends
             .ids()
             .filter(|&id| allowed(id))
-            .map(|id| u64::from(backends.weight(id)))
+            .map(|id| backends.share(id))
             .sum();
         if usable_total == 0 {
             return None;
         }
         let mut r = self.rng.random_range(0..usable_total);
         for id in backends.ids().filter(|&id| allowed(id)) {
-            let w = u64::from(backends.weight(id));
+            let w = backends.share(id);
             if r < w {
                 return Some(id);
             }

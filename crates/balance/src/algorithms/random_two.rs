@@ -36,7 +36,7 @@ impl Balancer for RandomTwo {
             return Some(first);
         };
         let load = |a: BackendId, b: BackendId| {
-            u64::from(backends.in_flight(a)) * u64::from(backends.weight(b))
+            u128::from(backends.in_flight(a)) * u128::from(backends.share(b))
         };
         Some(if load(second, first) > load(first, second) {
             first

@@ -22,10 +22,11 @@ impl<B: Balancer> Harness<B> {
     pub fn with_max_fails(weights: &[u32], max_fails: u32, balancer: B) -> Harness<B> {
         let states = weights
             .iter()
-            .map(|&w| {
+            .enumerate()
+            .map(|(i, &w)| {
                 BackendState::new(BackendSpec {
                     max_fails,
-                    ..BackendSpec::new(w)
+                    ..BackendSpec::new(w).named(&format!("10.0.0.{}:80", i + 1))
                 })
             })
             .collect();

@@ -129,6 +129,18 @@ impl Default for Options {
     }
 }
 
+/// The key a hash algorithm expects in [`PickCtx::affinity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Affinity {
+    /// The client address as octets: 4 for IPv4 (an IPv4-mapped IPv6 address included), 16 for
+    /// IPv6 (`ip_hash`, `new_hash`).
+    AddressOctets,
+    /// The configured `hash_key` as bytes: for `client_ip` the address as text (`"10.0.0.1"`,
+    /// nginx's `$remote_addr`), else the header value, cookie value or request URI (`hash`,
+    /// `maglev`, `bounded_load`). A request without the header or cookie has an empty key.
+    Key,
+}
+
 /// The algorithms by their configuration names (`algorithm = "..."`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -169,7 +181,16 @@ impl Algorithm {
 
     /// Whether the algorithm chooses by the request's affinity key.
     pub fn uses_affinity(self) -> bool {
-        matches!(self, Algorithm::IpHash)
+        self.affinity().is_some()
+    }
+
+    /// What the algorithm hashes, if anything: the client address as octets, or the
+    /// configured `hash_key` as text.
+    pub fn affinity(self) -> Option<Affinity> {
+        match self {
+            Algorithm::IpHash => Some(Affinity::AddressOctets),
+            _ => None,
+        }
     }
 
     /// Whether configured weights change what the algorithm does.

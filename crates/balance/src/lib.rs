@@ -30,6 +30,6 @@ pub mod smooth;
 
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{
-    Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,
+    Affinity, Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,
 };
 pub use pool::{Pool, Ticket};

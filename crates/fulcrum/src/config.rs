@@ -12,8 +12,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use balance::Algorithm;
-use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
+use balance::{Affinity, Algorithm};
+use proxy::{BackendSettings, HashKey, ListenerSettings, ProxySettings, UpstreamSettings};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
@@ -295,19 +295,21 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
                 }
             },
         };
+        let mut hash_key = HashKey::ClientIp;
         if let Some(hk) = &u.hash_key {
-            if !algorithm.uses_affinity() {
-                src.report(
+            match (algorithm.affinity(), hk.get_ref().parse::<HashKey>()) {
+                (_, Err(why)) => src.report(Some(hk.span()), &key("hash_key"), &why),
+                (None, Ok(_)) => src.report(
                     Some(hk.span()),
                     &key("hash_key"),
-                    &format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose ip_hash"),
-                );
-            } else if hk.get_ref() != "client_ip" {
-                src.report(
+                    &format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose a hash algorithm (hash, maglev, bounded_load, ip_hash, new_hash)"),
+                ),
+                (Some(Affinity::AddressOctets), Ok(k)) if k != HashKey::ClientIp => src.report(
                     Some(hk.span()),
                     &key("hash_key"),
-                    "ip_hash always hashes the client address: the only value is \"client_ip\"",
-                );
+                    &format!("{algorithm} always hashes the client address: the only value is \"client_ip\" (to hash {k}, use algorithm = \"hash\")"),
+                ),
+                (Some(_), Ok(k)) => hash_key = k,
             }
         }
         if let Some(r) = &u.retries
@@ -387,6 +389,7 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
         upstreams.push(UpstreamSettings {
             name: name.to_owned(),
             algorithm,
+            hash_key,
             options: balance::Options::default(),
             backends,
             connect_timeout: u

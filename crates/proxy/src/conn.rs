@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use balance::{BackendId, Outcome};
+use balance::{Affinity, BackendId, Outcome};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -35,7 +35,7 @@ use crate::connections::{BackendConn, ConnectError, Connections};
 use crate::http1::{
     self, Chunked, ClientSide, FinalResponse, Framing, Limits, Reject, RequestHead, ResponseHead,
 };
-use crate::settings::ListenerSettings;
+use crate::settings::{HashKey, ListenerSettings};
 use crate::upstream::{Attempt, AttemptError, Upstream};
 
 /// What every request on one listener shares.
@@ -113,6 +113,7 @@ pub(crate) async fn serve(
         out: Vec::with_capacity(1024),
         body: Vec::new(),
         scratch: Vec::new(),
+        key: Vec::new(),
     };
     if conn.run().await == End::Linger {
         conn.linger().await;
@@ -174,6 +175,8 @@ struct ClientConn {
     body: Vec<u8>,
     /// De-chunked response data, for HTTP/1.0 clients.
     scratch: Vec<u8>,
+    /// The request's hash key, for algorithms that hash `hash_key`.
+    key: Vec<u8>,
 }
 
 /// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
@@ -243,9 +246,11 @@ impl ClientConn {
     /// The next request head; `Ok(None)` when the connection should just close (the client
     /// closed it, went idle too long, or the proxy is stopping).
     async fn read_head(&mut self) -> Result<Option<RequestHead>, Reject> {
+        let upstream = Arc::clone(&self.listener.ctx.upstream);
         let limits = Limits {
             max_headers: self.settings().max_headers,
             max_header_bytes: self.settings().max_header_bytes,
+            key: upstream.hashed_request_part(),
         };
         let deadline = after(self.settings().client_header_timeout);
         // Bytes already looked at for the blank line that ends a head: a client sending its
@@ -295,6 +300,15 @@ impl ClientConn {
                 String::from_utf8_lossy(&raw[req.target.clone()]).into_owned(),
             )
         });
+        if self.listener.ctx.upstream.settings().algorithm.affinity() == Some(Affinity::Key) {
+            self.key.clear();
+            match self.listener.ctx.upstream.settings().hash_key {
+                HashKey::ClientIp => self.key.extend_from_slice(self.client_addr.ip().as_bytes()),
+                _ => self
+                    .key
+                    .extend_from_slice(&self.inbuf.filled()[req.key.clone()]),
+            }
+        }
         self.inbuf.consume(req.head_len);
 
         let body = match self.read_body(&req).await {
@@ -315,12 +329,13 @@ impl ClientConn {
         }
 
         let upstream = Arc::clone(&self.listener.ctx.upstream);
-        let mut key = [0u8; 16];
-        let affinity = upstream
-            .settings()
-            .algorithm
-            .uses_affinity()
-            .then(|| address_octets(self.client.ip(), &mut key));
+        let mut octets = [0u8; 16];
+        let key = std::mem::take(&mut self.key);
+        let affinity = match upstream.settings().algorithm.affinity() {
+            None => None,
+            Some(Affinity::AddressOctets) => Some(address_octets(self.client.ip(), &mut octets)),
+            Some(Affinity::Key) => Some(&key[..]),
+        };
         let idempotent = req.idempotent || upstream.settings().retry_non_idempotent;
         let mut tried: Vec<BackendId> = Vec::new();
         let mut last_error: Option<AttemptError> = None;
@@ -367,6 +382,7 @@ impl ClientConn {
                 }
             }
         }
+        self.key = key;
         if let Body::InBuffer(n) = body {
             self.inbuf.consume(n);
         }

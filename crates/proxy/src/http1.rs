@@ -26,6 +26,8 @@ use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::ops::Range;
 
+use crate::settings::HashKey;
+
 /// Upper bound of `max_headers`: header slots live on the stack while a head is parsed.
 pub const MAX_HEADERS_LIMIT: usize = 256;
 
@@ -97,9 +99,11 @@ const CONNECT: Reject = reject(
 
 /// Limits on a request head.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub(crate) struct Limits<'a> {
     pub(crate) max_headers: usize,
     pub(crate) max_header_bytes: usize,
+    /// The hash key to find in the request, if the upstream hashes a header, cookie or URI.
+    pub(crate) key: Option<&'a HashKey>,
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -121,6 +125,9 @@ pub(crate) struct RequestHead {
     /// Where the method and the request target are in the input (for the access log).
     pub(crate) method: Range<usize>,
     pub(crate) target: Range<usize>,
+    /// Where the hash key asked for in [`Limits::key`] is in the input; empty when the request
+    /// has no such header or cookie.
+    pub(crate) key: Range<usize>,
 }
 
 /// Headers that describe one connection, never passed on (RFC 9110 §7.6.1, plus the older
@@ -322,6 +329,11 @@ fn split_absolute(target: &str) -> Option<(&str, &str)> {
 }
 
 fn range_in(buf: &[u8], part: &str) -> Range<usize> {
+    bytes_in(buf, part.as_bytes())
+}
+
+/// Where `part`, a slice of `buf`, lies in it.
+fn bytes_in(buf: &[u8], part: &[u8]) -> Range<usize> {
     let start = part.as_ptr() as usize - buf.as_ptr() as usize;
     start..start + part.len()
 }
@@ -339,7 +351,7 @@ fn idempotent(method: &str) -> bool {
 /// without the blank line that ends it (see [`finish_request_head`]).
 pub(crate) fn parse_request(
     buf: &[u8],
-    limits: Limits,
+    limits: Limits<'_>,
     client: &ClientAddr,
     out: &mut Vec<u8>,
 ) -> Result<Option<RequestHead>, Reject> {
@@ -483,7 +495,33 @@ pub(crate) fn parse_request(
         has_host: host.is_some(),
         method: range_in(buf, method),
         target: range_in(buf, target),
+        key: match limits.key {
+            None | Some(HashKey::ClientIp) => 0..0,
+            Some(HashKey::Uri) => range_in(buf, path),
+            Some(HashKey::Header(name)) => headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map_or(0..0, |h| bytes_in(buf, h.value)),
+            Some(HashKey::Cookie(name)) => {
+                cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
+            }
+        },
     }))
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers (`a=1; b=2`, RFC 6265
+/// §4.2.1), the first if there are several; names compared without case, as nginx does.
+fn cookie<'b>(headers: &[httparse::Header<'b>], name: &[u8]) -> Option<&'b [u8]> {
+    values(headers, "cookie")
+        .flat_map(|v| v.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            let (n, v) = (&pair[..eq], &pair[eq + 1..]);
+            n.trim_ascii()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim_ascii())
+        })
 }
 
 /// The client's address as the forwarding headers write it, formatted once per connection.
@@ -496,6 +534,11 @@ pub(crate) struct ClientAddr {
 }
 
 impl ClientAddr {
+    /// The address as text: `192.0.2.1`, `2001:db8::1`.
+    pub(crate) fn ip(&self) -> &str {
+        &self.ip
+    }
+
     pub(crate) fn new(ip: IpAddr) -> ClientAddr {
         let ip = ip.to_canonical();
         ClientAddr {
@@ -935,9 +978,10 @@ impl Chunked {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits {
+    const LIMITS: Limits<'static> = Limits {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
+        key: None,
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9)))
@@ -953,6 +997,49 @@ mod tests {
         match request(raw) {
             Ok(_) => 200,
             Err(r) => r.status,
+        }
+    }
+
+    /// The hash key `key` finds in `raw`.
+    fn key_of(raw: &str, key: &HashKey) -> String {
+        let limits = Limits {
+            key: Some(key),
+            ..LIMITS
+        };
+        let head = parse_request(raw.as_bytes(), limits, &client(), &mut Vec::new())
+            .unwrap()
+            .unwrap();
+        raw[head.key].to_owned()
+    }
+
+    #[test]
+    fn finds_the_hash_key_in_headers_cookies_and_the_uri() {
+        let raw = "GET /p/q?x=1 HTTP/1.1\r\nHost: h\r\nX-User:  alice \r\nx-user: bob\r\n\
+                   Cookie: a=1; SID=s42 ;b=2\r\nCookie: sid=later\r\n\r\n";
+        let header = |n: &str| HashKey::Header(n.to_owned());
+        let cookie = |n: &str| HashKey::Cookie(n.to_owned());
+        assert_eq!(
+            key_of(raw, &header("x-user")),
+            "alice",
+            "the first, trimmed"
+        );
+        assert_eq!(key_of(raw, &header("X-USER")), "alice");
+        assert_eq!(key_of(raw, &header("x-missing")), "");
+        assert_eq!(key_of(raw, &cookie("sid")), "s42", "the first, any case");
+        assert_eq!(key_of(raw, &cookie("b")), "2");
+        assert_eq!(key_of(raw, &cookie("c")), "");
+        assert_eq!(key_of(raw, &HashKey::Uri), "/p/q?x=1");
+        let absolute = "GET http://h/p?y HTTP/1.1\r\nHost: h\r\n\r\n";
+        assert_eq!(key_of(absolute, &HashKey::Uri), "/p?y");
+    }
+
+    #[test]
+    fn hash_keys_parse_and_print_as_configured() {
+        for text in ["client_ip", "uri", "header:X-User", "cookie:sid"] {
+            assert_eq!(text.parse::<HashKey>().unwrap().to_string(), text);
+        }
+        for bad in ["", "header:", "cookie:a=b", "ip", "header"] {
+            assert!(bad.parse::<HashKey>().is_err(), "{bad:?} accepted");
         }
     }
 
@@ -981,6 +1068,7 @@ mod tests {
         let small = Limits {
             max_headers: 100,
             max_header_bytes: 20,
+            key: None,
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -1002,6 +1090,7 @@ mod tests {
         let few = Limits {
             max_headers: 1,
             max_header_bytes: 1024,
+            key: None,
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(

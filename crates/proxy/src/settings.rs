@@ -1,6 +1,8 @@
 //! The proxy's settings, validated. Defaults follow nginx where nginx has the same knob.
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use balance::Algorithm;
@@ -69,10 +71,76 @@ impl ListenerSettings {
     }
 }
 
+/// What a hash algorithm hashes (`hash_key`): nginx's `$remote_addr`, `$http_NAME`,
+/// `$cookie_NAME` or `$request_uri`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HashKey {
+    /// The client address (as text for `hash`, `maglev` and `bounded_load`; as octets for
+    /// `ip_hash` and `new_hash`, which only hash the address).
+    #[default]
+    ClientIp,
+    /// The first value of a request header (name compared without case); absent: empty.
+    Header(String),
+    /// The value of a cookie in the `Cookie` header (name compared without case, as nginx's
+    /// `$cookie_NAME`); absent: empty.
+    Cookie(String),
+    /// The request's path and query as the client sent them (nginx's `$request_uri`; of an
+    /// absolute-form target, the part after the authority).
+    Uri,
+}
+
+impl FromStr for HashKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<HashKey, String> {
+        let name = |kind: &str, n: &str| {
+            if n.is_empty()
+                || !n
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b':' && b != b';' && b != b'=')
+            {
+                Err(format!(
+                    "\"{kind}:\" needs a {kind} name, as in \"{kind}:X-User\" (got \"{s}\")"
+                ))
+            } else {
+                Ok(n.to_owned())
+            }
+        };
+        match s {
+            "client_ip" => Ok(HashKey::ClientIp),
+            "uri" => Ok(HashKey::Uri),
+            _ => {
+                if let Some(n) = s.strip_prefix("header:") {
+                    name("header", n).map(HashKey::Header)
+                } else if let Some(n) = s.strip_prefix("cookie:") {
+                    name("cookie", n).map(HashKey::Cookie)
+                } else {
+                    Err(format!(
+                        "unknown hash_key \"{s}\"; use client_ip, header:NAME, cookie:NAME or uri"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for HashKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HashKey::ClientIp => f.write_str("client_ip"),
+            HashKey::Header(n) => write!(f, "header:{n}"),
+            HashKey::Cookie(n) => write!(f, "cookie:{n}"),
+            HashKey::Uri => f.write_str("uri"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
     pub name: String,
     pub algorithm: Algorithm,
+    /// What hash algorithms hash.
+    pub hash_key: HashKey,
     /// The algorithm's options (hash ring, table size, slow start...).
     pub options: balance::Options,
     pub backends: Vec<BackendSettings>,
@@ -112,6 +180,7 @@ impl UpstreamSettings {
         UpstreamSettings {
             name: name.into(),
             algorithm,
+            hash_key: HashKey::ClientIp,
             options: balance::Options::default(),
             backends,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,

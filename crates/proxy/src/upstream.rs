@@ -13,7 +13,7 @@ use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
 use tokio::time::Instant;
 
 use crate::connections::Connections;
-use crate::settings::UpstreamSettings;
+use crate::settings::{HashKey, UpstreamSettings};
 
 /// Why an attempt on a backend failed.
 #[derive(Debug)]
@@ -106,6 +106,13 @@ impl Upstream {
 
     pub fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    /// The part of a request head the algorithm hashes (a header, a cookie, the URI), if any:
+    /// what the request parser must locate.
+    pub(crate) fn hashed_request_part(&self) -> Option<&HashKey> {
+        let hashed = self.settings.algorithm.affinity() == Some(balance::Affinity::Key);
+        (hashed && self.settings.hash_key != HashKey::ClientIp).then_some(&self.settings.hash_key)
     }
 
     pub(crate) fn settings(&self) -> &UpstreamSettings {

@@ -8,6 +8,9 @@
 //! chosen backend cannot be used, the byte loop runs again from the current hash; after 20 tries
 //! the choice falls back to smooth weighted round robin, as it does for a single backend or a
 //! request without an address.
+//!
+//! nginx walks the backends to find the one `hash mod total_weight` falls on; a binary search
+//! over cumulative weights (built in `rebuild`) lands on the same backend in O(log n).
 
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
@@ -22,7 +25,8 @@ const MAX_TRIES: u32 = 20;
 
 #[derive(Debug, Default)]
 pub struct IpHash {
-    total_weight: u32,
+    /// `cumulative[i]` is the sum of the weights of backends `0..=i`, down ones included.
+    cumulative: Vec<u64>,
     fallback: SmoothWeights,
 }
 
@@ -33,13 +37,21 @@ fn hashed_bytes(key: &[u8]) -> &[u8] {
 
 impl Balancer for IpHash {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.total_weight = backends.ids().map(|id| backends.weight(id)).sum();
+        let mut sum = 0;
+        self.cumulative = backends
+            .ids()
+            .map(|id| {
+                sum += u64::from(backends.weight(id));
+                sum
+            })
+            .collect();
         self.fallback.rebuild(backends);
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        let total_weight = self.cumulative.last().copied().unwrap_or(0);
         let key = match ctx.affinity {
-            Some(key) if backends.len() > 1 && self.total_weight > 0 => hashed_bytes(key),
+            Some(key) if backends.len() > 1 && total_weight > 0 => hashed_bytes(key),
             _ => return self.fallback.pick_usable(ctx, backends),
         };
         let mut hash = HASH_INIT;
@@ -47,13 +59,8 @@ impl Balancer for IpHash {
             for &b in key {
                 hash = (hash * HASH_MUL + u32::from(b)) % HASH_MOD;
             }
-            let mut w = hash % self.total_weight;
-            let mut i = 0;
-            while w >= backends.weight(BackendId(i)) {
-                w -= backends.weight(BackendId(i));
-                i += 1;
-            }
-            let id = BackendId(i);
+            let w = u64::from(hash) % total_weight;
+            let id = BackendId(self.cumulative.partition_point(|&c| c <= w) as u32);
             if ctx.usable(id, backends) {
                 return Some(id);
             }

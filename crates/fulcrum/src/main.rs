@@ -59,6 +59,27 @@ enum LabCommand {
         #[arg(short, long)]
         name: Option<String>,
     },
+    /// Seed 000's hash-spread experiment (its Figures 20–21): client addresses through every
+    /// algorithm that hashes the client, clients per server and how even that is — for clients
+    /// drawn uniformly over IPv4, and from a few /24 prefixes.
+    HashDistribution {
+        /// Distinct client addresses per run.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+        clients: u32,
+        /// Runs, each with newly drawn clients.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        runs: u32,
+        /// Servers of equal weight.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+        servers: u32,
+        /// The second experiment draws its clients from this many random /24 prefixes (0: only
+        /// the uniform one).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        prefixes: u32,
+        /// Seed of the client draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn init_logs(default: &str) {
@@ -84,6 +105,19 @@ fn main() -> ExitCode {
         } => {
             init_logs("info");
             runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name)))
+        }
+        Command::Lab {
+            command:
+                LabCommand::HashDistribution {
+                    clients,
+                    runs,
+                    servers,
+                    prefixes,
+                    seed,
+                },
+        } => {
+            hash_distribution(clients, runs, servers, prefixes, seed);
+            Ok(ExitCode::SUCCESS)
         }
     };
     match result {
@@ -149,6 +183,28 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         tracing::info!("fulcrum stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+fn hash_distribution(clients: u32, runs: u32, servers: u32, prefixes: u32, seed: u64) {
+    use lab::hash_spread::{Spec, contenders, report, run};
+    let contenders = contenders();
+    let mut drawn = vec![0];
+    if prefixes > 0 {
+        drawn.push(prefixes as usize);
+    }
+    for (i, prefixes) in drawn.into_iter().enumerate() {
+        let spec = Spec {
+            clients: clients as usize,
+            runs: runs as usize,
+            servers: servers as usize,
+            prefixes,
+            seed,
+        };
+        if i > 0 {
+            println!();
+        }
+        print!("{}", report(&spec, &run(&spec, &contenders)));
+    }
 }
 
 async fn lab_backend(

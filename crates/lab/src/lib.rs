@@ -7,9 +7,11 @@
 //!   be killed (every connection dropped, the port closed) to emulate a crash.
 //! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
 //!   machine can play many clients across 127.0.0.0/8.
+//! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
 pub mod backend;
 pub mod client;
+pub mod hash_spread;
 
 pub use backend::Backend;
 pub use client::{Client, Reply};

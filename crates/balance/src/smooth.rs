@@ -110,4 +110,9 @@ impl SmoothWeights {
     pub(crate) fn current(&self) -> &[i64] {
         &self.current
     }
+
+    #[cfg(test)]
+    pub(crate) fn effective(&self) -> &[i64] {
+        &self.effective
+    }
 }

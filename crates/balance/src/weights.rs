@@ -35,9 +35,10 @@
 //!   a loaded server to get nothing. Taking a server out is health checking's job, not a load
 //!   model's.
 //! * **One scale per model.** Each model returns weights for every backend on its own scale
-//!   (seed 001: 1000 in total, as the paper's `W_S`; seed 003: 100 per idle node; seed 000:
-//!   1000 in total, ours), so the caller applies all of them at once rather than mixing model
-//!   weights with configured ones.
+//!   (seed 001: the paper's base weights `W_S` sum to 1000, or the configured weights when
+//!   returning to them; seed 003: 100 for an idle node; seed 000: 1000 for an idle cluster,
+//!   ours), so the caller applies all of them at once with `Pool::set_weights` rather than
+//!   mixing model weights with configured ones.
 
 pub mod capacity_weighted;
 pub mod dwlc;

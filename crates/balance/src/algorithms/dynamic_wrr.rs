@@ -103,6 +103,22 @@ mod tests {
     }
 
     #[test]
+    fn a_weight_change_keeps_the_failure_penalty() {
+        // Weights 4, 4, max_fails 2: a failure costs a 4/2 = 2 of effective weight (nginx).
+        let mut h = Harness::with_max_fails(&[4, 4], 2, DynamicWrr::default());
+        let a = h.pick().unwrap();
+        assert_eq!(a, BackendId(0));
+        h.complete(a, crate::Outcome::Failure);
+        assert_eq!(h.balancer.weights.effective(), [2, 4]);
+        // Raised to 8: effective 2 + (8 − 4) = 6, the deficit of 2 kept.
+        set_weights(&mut h, &[8, 4]);
+        assert_eq!(h.balancer.weights.effective(), [6, 4]);
+        // Lowered to 1: 6 + (1 − 8) < 0, so 0; b lowered to 3: 4 − 1 = 3.
+        set_weights(&mut h, &[1, 3]);
+        assert_eq!(h.balancer.weights.effective(), [0, 3]);
+    }
+
+    #[test]
     fn unusable_backends_are_skipped() {
         let mut h = Harness::new(&[300, 100, 100], DynamicWrr::default());
         h.mark_down(0);

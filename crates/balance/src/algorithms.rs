@@ -1,7 +1,10 @@
 //! Every balancing algorithm, one file each. See `docs/algorithms.md` for what each does and
 //! where it comes from.
 
+mod capacity_weighted;
 mod chained_round_robin;
+mod dwlc;
+mod dynamic_wrr;
 mod fair;
 mod ip_hash;
 mod least_conn;
@@ -10,7 +13,10 @@ mod random_two;
 mod round_robin;
 mod weighted_round_robin;
 
+pub use capacity_weighted::CapacityWeighted;
 pub use chained_round_robin::ChainedRoundRobin;
+pub use dwlc::Dwlc;
+pub use dynamic_wrr::DynamicWrr;
 pub use fair::Fair;
 pub use ip_hash::IpHash;
 pub use least_conn::LeastConn;

@@ -152,6 +152,9 @@ pub enum Algorithm {
     Fair,
     RandomTwo,
     IpHash,
+    DynamicWrr,
+    Dwlc,
+    CapacityWeighted,
 }
 
 impl Algorithm {
@@ -164,6 +167,9 @@ impl Algorithm {
         Algorithm::Fair,
         Algorithm::RandomTwo,
         Algorithm::IpHash,
+        Algorithm::DynamicWrr,
+        Algorithm::Dwlc,
+        Algorithm::CapacityWeighted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -176,6 +182,9 @@ impl Algorithm {
             Algorithm::Fair => "fair",
             Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
+            Algorithm::DynamicWrr => "dynamic_wrr",
+            Algorithm::Dwlc => "dwlc",
+            Algorithm::CapacityWeighted => "capacity_weighted",
         }
     }
 
@@ -209,6 +218,9 @@ impl Algorithm {
                 | Algorithm::LeastConn
                 | Algorithm::Fair
                 | Algorithm::RandomTwo
+                | Algorithm::DynamicWrr
+                | Algorithm::Dwlc
+                | Algorithm::CapacityWeighted
         )
     }
 
@@ -224,6 +236,9 @@ impl Algorithm {
             Algorithm::Fair => Box::new(algorithms::Fair::default()),
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
+            Algorithm::DynamicWrr => Box::new(algorithms::DynamicWrr::default()),
+            Algorithm::Dwlc => Box::new(algorithms::Dwlc::default()),
+            Algorithm::CapacityWeighted => Box::new(algorithms::CapacityWeighted::default()),
         }
     }
 }

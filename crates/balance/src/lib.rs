@@ -19,6 +19,8 @@
 //! * [`algorithms`]: one file per algorithm.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
+//! * [`weights`]: the weight models, pure functions from backend load reports to the weights
+//!   `dynamic_wrr`, `dwlc` and `capacity_weighted` balance by (seeds 001, 003, 000).
 //!
 //! Algorithms read statistics through [`Backends`]; they never write them. Only [`Pool`] does.
 
@@ -27,6 +29,7 @@ pub mod backend;
 pub mod balancer;
 pub mod pool;
 pub mod smooth;
+pub mod weights;
 
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{

@@ -166,6 +166,16 @@ impl Pool {
         self.rebuild(now);
     }
 
+    /// Sets the weights of the first `weights.len()` backends (pool order: primaries, then
+    /// backups) with one rebuild, as a weight model does for a whole pool at once. Extra
+    /// weights are ignored; backends beyond them keep theirs.
+    pub fn set_weights(&mut self, weights: &[u32], now: Nanos) {
+        for (state, &weight) in self.states.iter_mut().zip(weights) {
+            state.weight = weight;
+        }
+        self.rebuild(now);
+    }
+
     /// Marks a backend down or up by hand (nginx `down`). A backend marked up again enters
     /// slow start, if the pool has it.
     pub fn set_down(&mut self, id: BackendId, down: bool, now: Nanos) {
@@ -425,6 +435,32 @@ mod tests {
             p.complete(t, Outcome::Failure, secs(1));
         }
         assert!(p.state(BackendId(0)).is_eligible(secs(1)));
+    }
+
+    #[test]
+    fn set_weights_sets_all_at_once() {
+        let mut p = pool(Algorithm::DynamicWrr, &[1, 1, 1], &[1]);
+        // Primaries, then the backup; one rebuild, then nginx's 5, 1, 1 sequence.
+        p.set_weights(&[5, 1, 1, 9], secs(1));
+        let weights: Vec<u32> = p.states().iter().map(|s| s.weight()).collect();
+        assert_eq!(weights, [5, 1, 1, 9]);
+        let mut seq = String::new();
+        for _ in 0..7 {
+            let t = p.pick(None, &[], secs(1)).unwrap();
+            seq.push((b'a' + t.backend().0 as u8) as char);
+            p.complete(t, Outcome::Success, secs(1));
+        }
+        assert_eq!(seq, "aabacaa");
+        // A shorter list leaves the rest; extra weights are ignored; 0 takes a backend out.
+        p.set_weights(&[0], secs(2));
+        p.set_weights(&[0, 2, 2, 9, 7, 7], secs(2));
+        let weights: Vec<u32> = p.states().iter().map(|s| s.weight()).collect();
+        assert_eq!(weights, [0, 2, 2, 9]);
+        for _ in 0..10 {
+            let t = p.pick(None, &[], secs(2)).unwrap();
+            assert!(matches!(t.backend().0, 1 | 2));
+            p.complete(t, Outcome::Success, secs(2));
+        }
     }
 
     #[test]

@@ -50,6 +50,20 @@ impl SmoothWeights {
         }
     }
 
+    /// As [`rebuild`](Self::rebuild), but a weight that changed takes effect at once: the
+    /// effective weight moves by the same amount, keeping any failure penalty, instead of
+    /// climbing to a raised weight one unit per pick. For weights that a load model rewrites
+    /// every few seconds on a scale of hundreds, where climbing would take hundreds of picks.
+    pub fn rebuild_at_once(&mut self, backends: &Backends<'_>) {
+        if self.current.len() == backends.len() {
+            for (i, id) in backends.ids().enumerate() {
+                let weight = backends.weight(id) as i64;
+                self.effective[i] = (self.effective[i] + weight - self.weight[i]).max(0);
+            }
+        }
+        self.rebuild(backends);
+    }
+
     /// One round among `candidates` (ids in ascending order); `None` if there are none.
     #[inline]
     pub fn pick(&mut self, candidates: impl Iterator<Item = BackendId>) -> Option<BackendId> {
@@ -95,5 +109,10 @@ impl SmoothWeights {
     #[cfg(test)]
     pub(crate) fn current(&self) -> &[i64] {
         &self.current
+    }
+
+    #[cfg(test)]
+    pub(crate) fn effective(&self) -> &[i64] {
+        &self.effective
     }
 }

@@ -152,6 +152,7 @@ pub enum Algorithm {
     Fair,
     RandomTwo,
     IpHash,
+    NewHash,
 }
 
 impl Algorithm {
@@ -164,6 +165,7 @@ impl Algorithm {
         Algorithm::Fair,
         Algorithm::RandomTwo,
         Algorithm::IpHash,
+        Algorithm::NewHash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -176,6 +178,7 @@ impl Algorithm {
             Algorithm::Fair => "fair",
             Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
+            Algorithm::NewHash => "new_hash",
         }
     }
 
@@ -188,7 +191,7 @@ impl Algorithm {
     /// configured `hash_key` as text.
     pub fn affinity(self) -> Option<Affinity> {
         match self {
-            Algorithm::IpHash => Some(Affinity::AddressOctets),
+            Algorithm::IpHash | Algorithm::NewHash => Some(Affinity::AddressOctets),
             _ => None,
         }
     }
@@ -214,7 +217,7 @@ impl Algorithm {
 
     /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
     /// numbers, so two runs with the same seed make the same choices.
-    pub fn build(self, _options: &Options, seed: u64) -> Box<dyn Balancer> {
+    pub fn build(self, options: &Options, seed: u64) -> Box<dyn Balancer> {
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
@@ -224,6 +227,7 @@ impl Algorithm {
             Algorithm::Fair => Box::new(algorithms::Fair::default()),
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
+            Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
         }
     }
 }

@@ -1,0 +1,82 @@
+//! Thousands of picks and completions on a fake clock for the algorithms that need feedback or
+//! a long run to show their character (no tokio, no real time): each test checks a property
+//! that a wrong implementation would break.
+
+use balance::{Algorithm, BackendId, BackendSpec, Nanos, Octets, Options, Outcome, Pool, Ticket};
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+fn ms(m: u64) -> Nanos {
+    Nanos(m * 1_000_000)
+}
+
+fn specs(weights: &[u32]) -> Vec<BackendSpec> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| BackendSpec::new(w).named(&format!("10.0.0.{}:80", i + 1)))
+        .collect()
+}
+
+/// Completes every ticket due by `now`, with the outcome `outcome(backend, done)` gives.
+fn complete_due(
+    pool: &mut Pool,
+    in_flight: &mut Vec<(Nanos, Ticket)>,
+    now: Nanos,
+    outcome: impl Fn(usize, Nanos) -> Outcome,
+) {
+    in_flight.sort_by_key(|(done, _)| std::cmp::Reverse(*done));
+    while in_flight.last().is_some_and(|(done, _)| *done <= now) {
+        let (done, t) = in_flight.pop().unwrap();
+        let o = outcome(t.backend().index(), done);
+        pool.complete(t, o, done);
+    }
+}
+
+/// new_hash: 3000 clients (each in its own /24) send 6000 requests over 6 s; backend 1 is
+/// marked down from 2 s to 4 s. A client whose backend stays up never moves; the clients of
+/// backend 1 move while it is down and come back after; the spread follows weights 1:2:1.
+#[test]
+fn new_hash_keeps_clients_in_place_through_a_backend_outage() {
+    let options = Options {
+        octets: Octets::Three,
+        ..Options::default()
+    };
+    let mut pool = Pool::new(Algorithm::NewHash, &options, &specs(&[1, 2, 1]), &[], 0);
+    let clients: Vec<[u8; 4]> = (0..3000u32)
+        .map(|i| [10, (i >> 8) as u8, i as u8, 7])
+        .collect();
+    let mut home: Vec<Option<usize>> = vec![None; clients.len()];
+    let mut rng = Pcg64Mcg::seed_from_u64(1);
+    let mut in_flight = Vec::new();
+    let mut per_backend = [0u32; 3];
+    for step in 0..6_000u64 {
+        let now = ms(step);
+        if step == 2_000 {
+            pool.set_down(BackendId(1), true, now);
+        }
+        if step == 4_000 {
+            pool.set_down(BackendId(1), false, now);
+        }
+        complete_due(&mut pool, &mut in_flight, now, |_, _| Outcome::Success);
+        let c = rng.random_range(0..clients.len());
+        let t = pool.pick(Some(&clients[c]), &[], now).unwrap();
+        let b = t.backend().index();
+        let down = (2_000..4_000).contains(&step);
+        match home[c] {
+            None if !down => home[c] = Some(b),
+            Some(h) if h != 1 || !down => assert_eq!(b, h, "client {c} moved at {step} ms"),
+            _ => assert_ne!(b, 1, "backend 1 chosen while down"),
+        }
+        if !down {
+            per_backend[b] += 1;
+        }
+        in_flight.push((Nanos(now.0 + 3_000_000), t));
+    }
+    let total: u32 = per_backend.iter().sum();
+    for (got, w) in per_backend.iter().zip([1u32, 2, 1]) {
+        let share = f64::from(*got) / f64::from(total);
+        let want = f64::from(w) / 4.0;
+        assert!((share - want).abs() < 0.04, "{per_backend:?}");
+    }
+}

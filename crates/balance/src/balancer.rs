@@ -153,6 +153,7 @@ pub enum Algorithm {
     RandomTwo,
     IpHash,
     NewHash,
+    LeastTime,
 }
 
 impl Algorithm {
@@ -166,6 +167,7 @@ impl Algorithm {
         Algorithm::RandomTwo,
         Algorithm::IpHash,
         Algorithm::NewHash,
+        Algorithm::LeastTime,
     ];
 
     pub fn name(self) -> &'static str {
@@ -179,6 +181,7 @@ impl Algorithm {
             Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
             Algorithm::NewHash => "new_hash",
+            Algorithm::LeastTime => "least_time",
         }
     }
 
@@ -212,6 +215,7 @@ impl Algorithm {
                 | Algorithm::LeastConn
                 | Algorithm::Fair
                 | Algorithm::RandomTwo
+                | Algorithm::LeastTime
         )
     }
 
@@ -228,6 +232,7 @@ impl Algorithm {
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
+            Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
         }
     }
 }

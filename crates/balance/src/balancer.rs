@@ -154,6 +154,7 @@ pub enum Algorithm {
     IpHash,
     NewHash,
     LeastTime,
+    P2cEwma,
 }
 
 impl Algorithm {
@@ -168,6 +169,7 @@ impl Algorithm {
         Algorithm::IpHash,
         Algorithm::NewHash,
         Algorithm::LeastTime,
+        Algorithm::P2cEwma,
     ];
 
     pub fn name(self) -> &'static str {
@@ -182,6 +184,7 @@ impl Algorithm {
             Algorithm::IpHash => "ip_hash",
             Algorithm::NewHash => "new_hash",
             Algorithm::LeastTime => "least_time",
+            Algorithm::P2cEwma => "p2c_ewma",
         }
     }
 
@@ -216,6 +219,7 @@ impl Algorithm {
                 | Algorithm::Fair
                 | Algorithm::RandomTwo
                 | Algorithm::LeastTime
+                | Algorithm::P2cEwma
         )
     }
 
@@ -233,6 +237,7 @@ impl Algorithm {
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
+            Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
         }
     }
 }

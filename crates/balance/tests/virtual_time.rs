@@ -125,3 +125,23 @@ fn least_time_sends_less_to_the_slow_backend() {
     let total: u32 = served.iter().sum();
     assert!(served[2] * 100 < total, "{served:?}");
 }
+
+/// p2c_ewma: the same pool as above. The slow backend's peak cost (60 ms) loses to a fast
+/// one's (10 ms) unless that one holds 6 or more requests, so it is only probed again when its
+/// cost has decayed (τ = 10 s) below a fast one's load: a handful of requests in 32 s.
+/// random_two (P2C on in-flight counts alone) sends it about an eighth (1021 of 8000 when
+/// this test was written), so the bound below tells them apart.
+#[test]
+fn p2c_ewma_sends_less_to_the_slow_backend() {
+    let service = [10, 10, 60];
+    let served = replay(
+        Algorithm::P2cEwma,
+        &[1, 1, 1],
+        8_000,
+        ms(4),
+        |i, _| ms(service[i]),
+        |_, _| Outcome::Success,
+    );
+    let total: u32 = served.iter().sum();
+    assert!(served[2] * 100 < total, "{served:?}");
+}

@@ -4,6 +4,7 @@
 mod chained_round_robin;
 mod fair;
 mod ip_hash;
+mod latency;
 mod least_conn;
 mod least_time;
 mod new_hash;
@@ -16,6 +17,7 @@ mod weighted_round_robin;
 pub use chained_round_robin::ChainedRoundRobin;
 pub use fair::Fair;
 pub use ip_hash::IpHash;
+pub use latency::Latency;
 pub use least_conn::LeastConn;
 pub use least_time::LeastTime;
 pub use new_hash::NewHash;

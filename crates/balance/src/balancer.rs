@@ -155,6 +155,7 @@ pub enum Algorithm {
     NewHash,
     LeastTime,
     P2cEwma,
+    Latency,
 }
 
 impl Algorithm {
@@ -170,6 +171,7 @@ impl Algorithm {
         Algorithm::NewHash,
         Algorithm::LeastTime,
         Algorithm::P2cEwma,
+        Algorithm::Latency,
     ];
 
     pub fn name(self) -> &'static str {
@@ -185,6 +187,7 @@ impl Algorithm {
             Algorithm::NewHash => "new_hash",
             Algorithm::LeastTime => "least_time",
             Algorithm::P2cEwma => "p2c_ewma",
+            Algorithm::Latency => "latency",
         }
     }
 
@@ -204,7 +207,7 @@ impl Algorithm {
 
     /// Whether configured weights change what the algorithm does.
     pub fn uses_weights(self) -> bool {
-        !matches!(self, Algorithm::RoundRobin)
+        !matches!(self, Algorithm::RoundRobin | Algorithm::Latency)
     }
 
     /// Whether the algorithm balances by [`Backends::share`], so `slow_start` can ramp a
@@ -238,6 +241,7 @@ impl Algorithm {
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
             Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
+            Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
         }
     }
 }

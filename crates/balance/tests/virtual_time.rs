@@ -145,3 +145,49 @@ fn p2c_ewma_sends_less_to_the_slow_backend() {
     let total: u32 = served.iter().sum();
     assert!(served[2] * 100 < total, "{served:?}");
 }
+
+/// latency (seed 002): the same pool as above, one request every 4 ms for 32 s. Latencies do
+/// not depend on load here, so `l` settles at 10, 10 and 60 ms and the slow backend's share at
+/// (1/60) / (2/10 + 1/60) = 7.7%; random would give it a third. Then backend 1 fails every
+/// other answer from 16 s on (passive health off, so only the algorithm reacts): with s = 0.5
+/// its `l` becomes 10 ms + 4 s, and its share in the last 8 s falls below 1%.
+#[test]
+fn latency_shares_follow_one_over_l_and_shun_failures() {
+    let weights = [1u32, 1, 1];
+    let specs: Vec<BackendSpec> = specs(&weights)
+        .into_iter()
+        .map(|s| BackendSpec { max_fails: 0, ..s })
+        .collect();
+    let mut pool = Pool::new(Algorithm::Latency, &Options::default(), &specs, &[], 3);
+    let service = [10, 10, 60];
+    let mut in_flight = Vec::new();
+    let mut first_half = [0u32; 3];
+    let mut last_quarter = [0u32; 3];
+    let mut answers = 0u64;
+    for step in 0..8_000u64 {
+        let now = ms(4 * step);
+        in_flight.sort_by_key(|(done, _): &(Nanos, Ticket)| std::cmp::Reverse(*done));
+        while in_flight.last().is_some_and(|(done, _)| *done <= now) {
+            let (done, t) = in_flight.pop().unwrap();
+            let failing = t.backend().index() == 1 && done >= ms(16_000);
+            answers += u64::from(failing);
+            let outcome = if failing && answers % 2 == 0 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            };
+            pool.complete(t, outcome, done);
+        }
+        let t = pool.pick(None, &[], now).unwrap();
+        let i = t.backend().index();
+        if step < 4_000 {
+            first_half[i] += 1;
+        } else if step >= 6_000 {
+            last_quarter[i] += 1;
+        }
+        in_flight.push((Nanos(now.0 + ms(service[i]).0), t));
+    }
+    let slow = f64::from(first_half[2]) / 4_000.0;
+    assert!((slow - 0.077).abs() < 0.02, "{first_half:?}");
+    assert!(last_quarter[1] < 20, "{last_quarter:?}");
+}

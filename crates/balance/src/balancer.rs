@@ -155,6 +155,10 @@ pub enum Algorithm {
     DynamicWrr,
     Dwlc,
     CapacityWeighted,
+    NewHash,
+    LeastTime,
+    P2cEwma,
+    Latency,
 }
 
 impl Algorithm {
@@ -170,6 +174,10 @@ impl Algorithm {
         Algorithm::DynamicWrr,
         Algorithm::Dwlc,
         Algorithm::CapacityWeighted,
+        Algorithm::NewHash,
+        Algorithm::LeastTime,
+        Algorithm::P2cEwma,
+        Algorithm::Latency,
     ];
 
     pub fn name(self) -> &'static str {
@@ -185,6 +193,10 @@ impl Algorithm {
             Algorithm::DynamicWrr => "dynamic_wrr",
             Algorithm::Dwlc => "dwlc",
             Algorithm::CapacityWeighted => "capacity_weighted",
+            Algorithm::NewHash => "new_hash",
+            Algorithm::LeastTime => "least_time",
+            Algorithm::P2cEwma => "p2c_ewma",
+            Algorithm::Latency => "latency",
         }
     }
 
@@ -197,14 +209,14 @@ impl Algorithm {
     /// configured `hash_key` as text.
     pub fn affinity(self) -> Option<Affinity> {
         match self {
-            Algorithm::IpHash => Some(Affinity::AddressOctets),
+            Algorithm::IpHash | Algorithm::NewHash => Some(Affinity::AddressOctets),
             _ => None,
         }
     }
 
     /// Whether configured weights change what the algorithm does.
     pub fn uses_weights(self) -> bool {
-        !matches!(self, Algorithm::RoundRobin)
+        !matches!(self, Algorithm::RoundRobin | Algorithm::Latency)
     }
 
     /// Whether the algorithm balances by [`Backends::share`], so `slow_start` can ramp a
@@ -221,12 +233,14 @@ impl Algorithm {
                 | Algorithm::DynamicWrr
                 | Algorithm::Dwlc
                 | Algorithm::CapacityWeighted
+                | Algorithm::LeastTime
+                | Algorithm::P2cEwma
         )
     }
 
     /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
     /// numbers, so two runs with the same seed make the same choices.
-    pub fn build(self, _options: &Options, seed: u64) -> Box<dyn Balancer> {
+    pub fn build(self, options: &Options, seed: u64) -> Box<dyn Balancer> {
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
@@ -239,6 +253,10 @@ impl Algorithm {
             Algorithm::DynamicWrr => Box::new(algorithms::DynamicWrr::default()),
             Algorithm::Dwlc => Box::new(algorithms::Dwlc::default()),
             Algorithm::CapacityWeighted => Box::new(algorithms::CapacityWeighted::default()),
+            Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
+            Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
+            Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
+            Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
         }
     }
 }

@@ -1,0 +1,218 @@
+//! `least_time`: nginx's `least_time last_byte` (`ngx_http_upstream_get_least_time_peer` and
+//! `ngx_http_upstream_least_time_eta` in `src/http/modules/ngx_http_upstream_least_time_module.c`,
+//! nginx OSS 1.31): the backend expected to finish its current work soonest.
+//!
+//! Each backend's estimate is `eta = rt · (1 + in_flight)`, where `rt` is its average response
+//! time in milliseconds — the Pool's moving average `avg = avg ? 0.05·v + 0.95·avg : v` over
+//! successful requests, pick to completion (nginx's `last_byte`). Before the product, nginx
+//! shapes `rt` the way this module does:
+//!
+//! * a backend not chosen for longer than `fail_timeout` has `rt` halved once per
+//!   `fail_timeout + 1` seconds since its failure window last started, so a slow backend is
+//!   given another chance;
+//! * an `rt` above 5000 ms counts as 5000 (all such backends are equally bad, and the choice
+//!   falls back to least connections);
+//! * otherwise `rt` is rounded up to the next multiple of 20 ms (`rt += 20 − rt mod 20`), so
+//!   backends with close response times tie and share the load. A backend without a response
+//!   time yet has `rt = 0`, hence 20 ms: it competes with the fastest bucket.
+//!
+//! The lowest `eta` per unit of weight wins, compared without division as
+//! `eta_a · weight_b < eta_b · weight_a`; ties are broken by smooth weighted round robin among
+//! exactly the tied backends, as `least_conn` does. Weights are [`Backends::share`], so slow
+//! start applies.
+
+use crate::backend::{BackendId, Backends, Nanos};
+use crate::balancer::{Balancer, Completion, PickCtx};
+use crate::smooth::SmoothWeights;
+
+/// Response times above this many milliseconds all count as this (nginx's cap).
+const RT_CAP_MS: u64 = 5000;
+/// Response times are rounded up to buckets of this many milliseconds (nginx's clusters).
+const RT_BUCKET_MS: u64 = 20;
+
+const NANOS_PER_MS: u64 = 1_000_000;
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+#[derive(Debug, Default)]
+pub struct LeastTime {
+    tie_break: SmoothWeights,
+}
+
+/// The response time nginx balances by, in milliseconds, shaped as
+/// `ngx_http_upstream_least_time_eta` does (see the module doc).
+fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -> u64 {
+    // nginx keeps whole milliseconds; the Pool keeps nanoseconds: round to the nearest.
+    let mut rt = backends
+        .latency(id)
+        .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
+    // nginx counts in whole seconds here (`ngx_time()`, `fail_timeout`). `checked` is the
+    // Pool's `peer->checked`: restarted on a failure and on the first pick after the window.
+    let state = backends.state(id);
+    let idle = now.since(state.checked).0 / NANOS_PER_SEC;
+    let fail_timeout = state.spec().fail_timeout.0 / NANOS_PER_SEC;
+    if idle > fail_timeout {
+        let shift = idle / (fail_timeout + 1);
+        rt = if shift < u64::from(u64::BITS) {
+            rt >> shift
+        } else {
+            0
+        };
+    }
+    if rt > RT_CAP_MS {
+        RT_CAP_MS
+    } else {
+        rt + RT_BUCKET_MS - rt % RT_BUCKET_MS
+    }
+}
+
+impl Balancer for LeastTime {
+    fn rebuild(&mut self, backends: &Backends<'_>) {
+        self.tie_break.rebuild(backends);
+    }
+
+    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        let eta = |id: BackendId| {
+            u128::from(shaped_rt_ms(backends, id, ctx.now))
+                * (1 + u128::from(backends.in_flight(id)))
+        };
+        // `eta_a / share_a` against `eta_b / share_b`, cross-multiplied.
+        let cmp = |a: BackendId, eta_a: u128, b: BackendId, eta_b: u128| {
+            (eta_a * u128::from(backends.share(b))).cmp(&(eta_b * u128::from(backends.share(a))))
+        };
+        let mut best: Option<(BackendId, u128)> = None;
+        let mut tied = false;
+        for id in backends.ids().filter(|&id| ctx.usable(id, backends)) {
+            let e = eta(id);
+            match best.map(|(b, eb)| cmp(id, e, b, eb)) {
+                None | Some(std::cmp::Ordering::Less) => {
+                    best = Some((id, e));
+                    tied = false;
+                }
+                Some(std::cmp::Ordering::Equal) => tied = true,
+                Some(std::cmp::Ordering::Greater) => {}
+            }
+        }
+        let (best, best_eta) = best?;
+        if !tied {
+            return Some(best);
+        }
+        self.tie_break.pick(
+            (best.0..backends.len() as u32)
+                .map(BackendId)
+                .filter(|&id| ctx.usable(id, backends) && cmp(id, eta(id), best, best_eta).is_eq()),
+        )
+    }
+
+    fn on_complete(&mut self, id: BackendId, c: &Completion) {
+        self.tie_break.on_complete(id, c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::{Harness, names};
+    use crate::balancer::Outcome;
+
+    fn set_rt_ms(h: &mut Harness<LeastTime>, i: usize, ms: u64) {
+        h.states[i].latency = Some((ms * NANOS_PER_MS) as f64);
+    }
+
+    #[test]
+    fn rt_is_shaped_as_nginx_does() {
+        // 0 (no data) -> 20; 45 -> 60; 100 -> 120 (a multiple of 20 still moves up a bucket);
+        // 4999 -> 5000 (4999 mod 20 = 19, +1); 5001 -> capped at 5000; 9000 -> 5000.
+        let mut h = Harness::new(&[1, 1, 1, 1, 1, 1], LeastTime::default());
+        for (i, ms) in [(1, 45), (2, 100), (3, 4999), (4, 5001), (5, 9000)] {
+            set_rt_ms(&mut h, i, ms);
+        }
+        let view = Backends::new(&h.states, h.now);
+        let got: Vec<u64> = view
+            .ids()
+            .map(|id| shaped_rt_ms(&view, id, h.now))
+            .collect();
+        assert_eq!(got, [20, 60, 120, 5000, 5000, 5000]);
+    }
+
+    #[test]
+    fn pinned_picks_with_requests_held() {
+        // rt a = 100 ms (120), b = 45 ms (60), c unknown (20); weights 1; each pick is held,
+        // so eta = rt·(1 + in flight) grows. By hand:
+        //  1: a120 b60 c20 -> c;   2: c40 -> c;   3: b60 = c60, tie -> smooth WRR over {b, c}
+        //  from zero: b 1, c 1, b first -> b (b -1);   4: a120 b120 c60 -> c;   5: c80 -> c;
+        //  6: c100 -> c;   7: a120 b120 c120, tie of all: currents a 1, b 0, c 2 -> c (c -1);
+        //  8: c140, a120 = b120: a 2, b 1 -> a.
+        let mut h = Harness::new(&[1, 1, 1], LeastTime::default());
+        set_rt_ms(&mut h, 0, 100);
+        set_rt_ms(&mut h, 1, 45);
+        assert_eq!(names(&h.hold(8)), "ccbcccca");
+        assert_eq!(h.in_flight(), [1, 1, 6]);
+    }
+
+    #[test]
+    fn eta_is_compared_per_weight() {
+        // a: 150 ms (160) at weight 3, b: 50 ms (60) at weight 1. Per weight a is 53.3 against
+        // b's 60: 160·1 < 60·3, so a wins though it is slower. With b's weight 3 as well, b.
+        let mut h = Harness::new(&[3, 1], LeastTime::default());
+        set_rt_ms(&mut h, 0, 150);
+        set_rt_ms(&mut h, 1, 50);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(0)));
+        let mut h = Harness::new(&[3, 3], LeastTime::default());
+        set_rt_ms(&mut h, 0, 150);
+        set_rt_ms(&mut h, 1, 50);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+    }
+
+    #[test]
+    fn ties_follow_smooth_wrr_step_by_step() {
+        // a: 85 ms, shaped to 100 (85 + 20 - 5), at weight 5; b and c: no response time yet
+        // (20 ms) at weight 1. Per weight all are at 20, and with each request completed
+        // before the next every pick ties, so the sequence is smooth WRR's for 5, 1, 1.
+        let mut h = Harness::new(&[5, 1, 1], LeastTime::default());
+        set_rt_ms(&mut h, 0, 85);
+        let mut seq = Vec::new();
+        for _ in 0..14 {
+            let id = h.pick().unwrap();
+            seq.push(id);
+            h.complete(id, Outcome::Success);
+        }
+        assert_eq!(names(&seq), "aabacaaaabacaa");
+    }
+
+    #[test]
+    fn beyond_the_cap_it_is_least_conn() {
+        // 9 s and 6 s both count as 5000 ms: the fewer requests in flight win, ties by smooth
+        // WRR. Held: 1: tie, currents a 1, b 1 -> a (a -1); 2: b alone least -> b (currents
+        // untouched); 3: tie, a 0, b 2 -> b; 4: a has fewer -> a.
+        let mut h = Harness::new(&[1, 1], LeastTime::default());
+        set_rt_ms(&mut h, 0, 9000);
+        set_rt_ms(&mut h, 1, 6000);
+        assert_eq!(names(&h.hold(4)), "abba");
+    }
+
+    #[test]
+    fn a_backend_idle_past_fail_timeout_has_its_rt_halved() {
+        // a: 400 ms, failure window started at 0; b: 150 ms (160), window started at 24 s.
+        // At 25 s, a has been idle 25 s > fail_timeout 10 s: shift = 25 / 11 = 2, so its rt is
+        // 400 >> 2 = 100 -> 120, and a wins. At 10 s (not yet past), b wins.
+        let mut h = Harness::new(&[1, 1], LeastTime::default());
+        set_rt_ms(&mut h, 0, 400);
+        set_rt_ms(&mut h, 1, 150);
+        h.states[1].checked = Nanos(24 * NANOS_PER_SEC);
+        h.now = Nanos(10 * NANOS_PER_SEC);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+        h.now = Nanos(25 * NANOS_PER_SEC);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(0)));
+    }
+
+    #[test]
+    fn unusable_backends_are_skipped() {
+        let mut h = Harness::new(&[1, 1, 1], LeastTime::default());
+        set_rt_ms(&mut h, 1, 500);
+        set_rt_ms(&mut h, 2, 500);
+        h.mark_down(0);
+        assert_eq!(h.pick_excluding(&[BackendId(1)]), Some(BackendId(2)));
+        h.mark_down(2);
+        assert_eq!(h.pick_excluding(&[BackendId(1)]), None);
+    }
+}

@@ -1,0 +1,278 @@
+//! `p2c_ewma`: power of two choices on peak EWMA latency, as Finagle's
+//! `com.twitter.finagle.loadbalancer.PeakEwma` (`Metric.observe`/`get`) and tower's
+//! `load::peak_ewma` (which Linkerd2-proxy's balancer uses) measure load.
+//!
+//! Each backend has a `cost`, an estimate of its round-trip time that is quick to rise and
+//! slow to fall. A completion at `now` with round-trip `rtt` first computes
+//! `w = exp(−Δt/τ)`, Δt the time since the cost was last touched and τ = 10 s; an `rtt` above
+//! the cost replaces it (the peak), otherwise `cost = cost·w + rtt·(1 − w)`. Reading the load
+//! first decays the cost the same way towards zero (an observation of 0, as Finagle's `get`
+//! and tower's `load` do, which also moves the time stamp), then gives
+//! `load = cost · (in_flight + 1)`; a backend with no cost yet (never completed a request) but
+//! with requests in flight gets Finagle's penalty instead, so it receives one probe at a time
+//! until its first answer.
+//!
+//! Each pick draws two different usable backends uniformly at random and sends the request to
+//! the one with the lower load per unit of weight (the slow-start share); with one usable
+//! backend, that one. Time comes only from `PickCtx::now` and `Completion::now`.
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::backend::{BackendId, Backends, Nanos};
+use crate::balancer::{Balancer, Completion, PickCtx};
+
+/// τ, the cost's mean lifetime: after τ an old peak has decayed to 1/e (Finagle's and
+/// Linkerd's default decay time, 10 s).
+const TAU_NANOS: f64 = 10e9;
+
+/// The load of a backend that has requests in flight but no round-trip time yet: Finagle's
+/// `Long.MaxValue >> 16` (about 39 hours in nanoseconds), large enough that any backend with a
+/// measured cost is preferred, small enough that adding the in-flight count still orders two
+/// such backends.
+const PENALTY: f64 = (i64::MAX >> 16) as f64;
+
+/// How many uniform draws over all backends may land on unusable ones before the draw is made
+/// over the usable ones only (O(n), and only then).
+const DRAW_TRIES: u32 = 8;
+
+/// One backend's peak EWMA.
+#[derive(Debug, Clone, Copy)]
+struct PeakEwma {
+    /// Round-trip estimate in nanoseconds; 0 until the first completion.
+    cost: f64,
+    /// When `cost` was last updated or decayed.
+    stamp: Nanos,
+}
+
+impl PeakEwma {
+    fn observe(&mut self, rtt: f64, now: Nanos) {
+        let w = (-(now.since(self.stamp).0 as f64) / TAU_NANOS).exp();
+        self.cost = if rtt > self.cost {
+            rtt
+        } else {
+            self.cost * w + rtt * (1.0 - w)
+        };
+        self.stamp = self.stamp.max(now);
+    }
+
+    fn load(&mut self, in_flight: u32, now: Nanos) -> f64 {
+        self.observe(0.0, now);
+        if self.cost == 0.0 && in_flight != 0 {
+            PENALTY + f64::from(in_flight)
+        } else {
+            self.cost * (f64::from(in_flight) + 1.0)
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct P2cEwma {
+    rng: Pcg64Mcg,
+    peaks: Vec<PeakEwma>,
+    /// Scratch list of usable backends, for the rare draw that rejection could not settle.
+    usable: Vec<BackendId>,
+}
+
+impl P2cEwma {
+    pub fn new(seed: u64) -> P2cEwma {
+        P2cEwma {
+            rng: Pcg64Mcg::seed_from_u64(seed),
+            peaks: Vec::new(),
+            usable: Vec::new(),
+        }
+    }
+
+    /// A usable backend other than `besides`, drawn uniformly.
+    fn draw(
+        &mut self,
+        ctx: &PickCtx<'_>,
+        backends: &Backends<'_>,
+        besides: Option<BackendId>,
+    ) -> Option<BackendId> {
+        let n = backends.len() as u32;
+        let allowed = |id: BackendId| ctx.usable(id, backends) && Some(id) != besides;
+        if n == 0 {
+            return None;
+        }
+        // Rejection keeps the draw uniform over the allowed backends.
+        for _ in 0..DRAW_TRIES {
+            let id = BackendId(self.rng.random_range(0..n));
+            if allowed(id) {
+                return Some(id);
+            }
+        }
+        self.usable.clear();
+        self.usable.extend(backends.ids().filter(|&id| allowed(id)));
+        if self.usable.is_empty() {
+            return None;
+        }
+        Some(self.usable[self.rng.random_range(0..self.usable.len())])
+    }
+}
+
+impl Balancer for P2cEwma {
+    fn rebuild(&mut self, backends: &Backends<'_>) {
+        if self.peaks.len() != backends.len() {
+            let fresh = PeakEwma {
+                cost: 0.0,
+                stamp: backends.now(),
+            };
+            self.peaks = vec![fresh; backends.len()];
+        }
+    }
+
+    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        let a = self.draw(ctx, backends, None)?;
+        let Some(b) = self.draw(ctx, backends, Some(a)) else {
+            return Some(a);
+        };
+        let load_a = self.peaks[a.index()].load(backends.in_flight(a), ctx.now);
+        let load_b = self.peaks[b.index()].load(backends.in_flight(b), ctx.now);
+        // load_b / share_b < load_a / share_a, cross-multiplied; a tie keeps the first drawn.
+        let share = |id: BackendId| backends.share(id) as f64;
+        Some(if load_b * share(a) < load_a * share(b) {
+            b
+        } else {
+            a
+        })
+    }
+
+    fn on_complete(&mut self, id: BackendId, c: &Completion) {
+        if let Some(peak) = self.peaks.get_mut(id.index()) {
+            peak.observe(c.latency.0 as f64, c.now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testing::Harness;
+    use crate::balancer::Outcome;
+
+    const MS: u64 = 1_000_000;
+    const SEC: u64 = 1_000_000_000;
+
+    fn done(h: &mut Harness<P2cEwma>, i: u32, rtt_ms: u64, at: Nanos) {
+        let c = Completion {
+            outcome: Outcome::Success,
+            latency: Nanos(rtt_ms * MS),
+            now: at,
+        };
+        h.balancer.on_complete(BackendId(i), &c);
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn cost_after_a_sequence_of_rtts() {
+        // τ = 10 s, cost 0 at 0.
+        //   1 s, 100 ms: above the cost -> 100 ms (the peak).
+        //   6 s, 20 ms: w = e^-0.5 = 0.60653066; 100·w + 20·(1 − w) = 68.5224528 ms.
+        //   6 s, 300 ms: a peak again -> 300 ms.
+        //   read at 16 s with 2 in flight: 300·e^-1 = 110.3638324 ms, load ×3 = 331.0914971 ms.
+        // (e^x from a calculator; no code of ours involved.)
+        let mut p = PeakEwma {
+            cost: 0.0,
+            stamp: Nanos::ZERO,
+        };
+        p.observe((100 * MS) as f64, Nanos(SEC));
+        assert_eq!(p.cost, 100e6);
+        p.observe((20 * MS) as f64, Nanos(6 * SEC));
+        assert!(close(p.cost, 68_522_452.777), "{}", p.cost);
+        p.observe((300 * MS) as f64, Nanos(6 * SEC));
+        assert_eq!(p.cost, 300e6);
+        let load = p.load(2, Nanos(16 * SEC));
+        assert!(close(load, 331_091_497.054), "{load}");
+        assert!(close(p.cost, 110_363_832.351), "reading decays the cost");
+    }
+
+    #[test]
+    fn unknown_backend_with_pending_work_is_penalised() {
+        // No cost and nothing in flight: load 0, the most attractive (it gets a probe). No cost
+        // but 1 in flight: Finagle's penalty + 1 = 140737488355328, above any measured load.
+        let mut p = PeakEwma {
+            cost: 0.0,
+            stamp: Nanos::ZERO,
+        };
+        assert_eq!(p.load(0, Nanos(SEC)), 0.0);
+        assert_eq!(p.load(1, Nanos(SEC)), 140_737_488_355_328.0);
+        // In the balancer: a has no cost and one request in flight; b has answered in 5 s and
+        // holds 3: b's load 5 s · 4 = 2e10 ns is far below the penalty, so b wins every time.
+        let mut h = Harness::new(&[1, 1], P2cEwma::new(3));
+        done(&mut h, 1, 5000, Nanos::ZERO);
+        h.now = Nanos(1);
+        h.states[0].in_flight = 1;
+        h.states[1].in_flight = 3;
+        for _ in 0..20 {
+            assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+        }
+    }
+
+    #[test]
+    fn the_lower_cost_wins_and_weights_scale_it() {
+        // Two backends: both are always drawn. a answered in 30 ms, b in 10 ms: b wins.
+        let mut h = Harness::new(&[1, 1], P2cEwma::new(1));
+        done(&mut h, 0, 30, Nanos::ZERO);
+        done(&mut h, 1, 10, Nanos::ZERO);
+        for _ in 0..20 {
+            assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+        }
+        // With a at weight 4: 30/4 = 7.5 per unit of weight against 10: a wins.
+        let mut h = Harness::new(&[4, 1], P2cEwma::new(1));
+        done(&mut h, 0, 30, Nanos::ZERO);
+        done(&mut h, 1, 10, Nanos::ZERO);
+        for _ in 0..20 {
+            assert_eq!(h.pick_excluding(&[]), Some(BackendId(0)));
+        }
+    }
+
+    #[test]
+    fn pending_requests_multiply_the_cost() {
+        // a 10 ms with 3 in flight (40), b 30 ms idle (30): b wins; with a at 1 in flight
+        // (20), a wins. Picks happen within microseconds of the completions, so decay is nil.
+        let mut h = Harness::new(&[1, 1], P2cEwma::new(2));
+        done(&mut h, 0, 10, Nanos::ZERO);
+        done(&mut h, 1, 30, Nanos::ZERO);
+        h.states[0].in_flight = 3;
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+        h.states[0].in_flight = 1;
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(0)));
+    }
+
+    #[test]
+    fn a_slow_backend_receives_less() {
+        // Four backends, one answering in 50 ms and three in 10 ms (fed back after each pick):
+        // the slow one loses every comparison it is drawn into.
+        let mut h = Harness::new(&[1, 1, 1, 1], P2cEwma::new(4));
+        let mut counts = [0u32; 4];
+        for k in 0..4000u64 {
+            h.now = Nanos(k * MS);
+            let id = h.pick().unwrap();
+            counts[id.index()] += 1;
+            h.states[id.index()].in_flight -= 1;
+            let rtt = if id == BackendId(3) { 50 } else { 10 };
+            let at = h.now;
+            done(&mut h, id.0, rtt, at);
+        }
+        // After its first answer d is drawn in half of all pairs and loses all of them.
+        assert!(counts[3] < 10, "{counts:?}");
+    }
+
+    #[test]
+    fn draws_only_usable_backends() {
+        let mut h = Harness::new(&[1, 1, 1, 1], P2cEwma::new(8));
+        h.mark_down(0);
+        h.mark_down(2);
+        for _ in 0..50 {
+            let id = h.pick_excluding(&[BackendId(1)]).unwrap();
+            assert_eq!(id, BackendId(3));
+        }
+        h.mark_down(3);
+        assert_eq!(h.pick_excluding(&[BackendId(1)]), None);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+    }
+}

@@ -152,6 +152,9 @@ pub enum Algorithm {
     Fair,
     RandomTwo,
     IpHash,
+    Hash,
+    Maglev,
+    BoundedLoad,
 }
 
 impl Algorithm {
@@ -164,6 +167,9 @@ impl Algorithm {
         Algorithm::Fair,
         Algorithm::RandomTwo,
         Algorithm::IpHash,
+        Algorithm::Hash,
+        Algorithm::Maglev,
+        Algorithm::BoundedLoad,
     ];
 
     pub fn name(self) -> &'static str {
@@ -176,6 +182,9 @@ impl Algorithm {
             Algorithm::Fair => "fair",
             Algorithm::RandomTwo => "random_two",
             Algorithm::IpHash => "ip_hash",
+            Algorithm::Hash => "hash",
+            Algorithm::Maglev => "maglev",
+            Algorithm::BoundedLoad => "bounded_load",
         }
     }
 
@@ -189,6 +198,7 @@ impl Algorithm {
     pub fn affinity(self) -> Option<Affinity> {
         match self {
             Algorithm::IpHash => Some(Affinity::AddressOctets),
+            Algorithm::Hash | Algorithm::Maglev | Algorithm::BoundedLoad => Some(Affinity::Key),
             _ => None,
         }
     }
@@ -214,7 +224,7 @@ impl Algorithm {
 
     /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
     /// numbers, so two runs with the same seed make the same choices.
-    pub fn build(self, _options: &Options, seed: u64) -> Box<dyn Balancer> {
+    pub fn build(self, options: &Options, seed: u64) -> Box<dyn Balancer> {
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
@@ -224,6 +234,11 @@ impl Algorithm {
             Algorithm::Fair => Box::new(algorithms::Fair::default()),
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
+            Algorithm::Hash => Box::new(algorithms::Hash::new(options.consistent)),
+            Algorithm::Maglev => Box::new(algorithms::Maglev::new(options.table_size)),
+            Algorithm::BoundedLoad => {
+                Box::new(algorithms::BoundedLoad::new(options.balance_factor))
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //! * [`balancer`]: the [`Balancer`] trait every algorithm implements, [`PickCtx`], and
 //!   [`Algorithm`], the list of algorithms by their configuration names.
 //! * [`algorithms`]: one file per algorithm.
+//! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
 //!
@@ -26,6 +27,7 @@ pub mod algorithms;
 pub mod backend;
 pub mod balancer;
 pub mod pool;
+pub mod ring;
 pub mod smooth;
 
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};

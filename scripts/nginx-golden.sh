@@ -156,7 +156,7 @@ by_client() {
     header "$weighted_file" "ip_hash" "${server_list_weighted[@]}"
     header "$equal_file" "ip_hash" "${server_list_equal[@]}"
     for i in $(seq 0 $((CLIENTS - 1))); do
-        local addr="127.$((i * 37 % 256)).$((i * 101 % 256)).$((i % 250 + 1))"
+        local addr="127.$((i * 37 % 256)).$(((i / 256 + i * 101) % 256)).$((i % 250 + 1))"
         local answers
         answers=$(curl -s --fail --max-time 5 --interface "$addr" -w '\n' \
             "http://$FRONT/ip_hash_weighted" "http://$FRONT/ip_hash_equal")

@@ -2,32 +2,38 @@
 //! where it comes from.
 
 mod capacity_weighted;
+mod bounded_load;
 mod chained_round_robin;
 mod dwlc;
 mod dynamic_wrr;
 mod fair;
+mod hash;
 mod ip_hash;
 mod latency;
 mod least_conn;
 mod least_time;
 mod new_hash;
 mod p2c_ewma;
+mod maglev;
 mod random;
 mod random_two;
 mod round_robin;
 mod weighted_round_robin;
 
 pub use capacity_weighted::CapacityWeighted;
+pub use bounded_load::BoundedLoad;
 pub use chained_round_robin::ChainedRoundRobin;
 pub use dwlc::Dwlc;
 pub use dynamic_wrr::DynamicWrr;
 pub use fair::Fair;
+pub use hash::Hash;
 pub use ip_hash::IpHash;
 pub use latency::Latency;
 pub use least_conn::LeastConn;
 pub use least_time::LeastTime;
 pub use new_hash::NewHash;
 pub use p2c_ewma::P2cEwma;
+pub use maglev::{Maglev, MaglevTable};
 pub use random::Random;
 pub use random_two::RandomTwo;
 pub use round_robin::RoundRobin;

@@ -159,6 +159,9 @@ pub enum Algorithm {
     LeastTime,
     P2cEwma,
     Latency,
+    Hash,
+    Maglev,
+    BoundedLoad,
 }
 
 impl Algorithm {
@@ -178,6 +181,9 @@ impl Algorithm {
         Algorithm::LeastTime,
         Algorithm::P2cEwma,
         Algorithm::Latency,
+        Algorithm::Hash,
+        Algorithm::Maglev,
+        Algorithm::BoundedLoad,
     ];
 
     pub fn name(self) -> &'static str {
@@ -197,6 +203,9 @@ impl Algorithm {
             Algorithm::LeastTime => "least_time",
             Algorithm::P2cEwma => "p2c_ewma",
             Algorithm::Latency => "latency",
+            Algorithm::Hash => "hash",
+            Algorithm::Maglev => "maglev",
+            Algorithm::BoundedLoad => "bounded_load",
         }
     }
 
@@ -210,6 +219,7 @@ impl Algorithm {
     pub fn affinity(self) -> Option<Affinity> {
         match self {
             Algorithm::IpHash | Algorithm::NewHash => Some(Affinity::AddressOctets),
+            Algorithm::Hash | Algorithm::Maglev | Algorithm::BoundedLoad => Some(Affinity::Key),
             _ => None,
         }
     }
@@ -257,6 +267,11 @@ impl Algorithm {
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
             Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
             Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
+            Algorithm::Hash => Box::new(algorithms::Hash::new(options.consistent)),
+            Algorithm::Maglev => Box::new(algorithms::Maglev::new(options.table_size)),
+            Algorithm::BoundedLoad => {
+                Box::new(algorithms::BoundedLoad::new(options.balance_factor))
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //! * [`balancer`]: the [`Balancer`] trait every algorithm implements, [`PickCtx`], and
 //!   [`Algorithm`], the list of algorithms by their configuration names.
 //! * [`algorithms`]: one file per algorithm.
+//! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
 //! * [`weights`]: the weight models, pure functions from backend load reports to the weights
@@ -28,6 +29,7 @@ pub mod algorithms;
 pub mod backend;
 pub mod balancer;
 pub mod pool;
+pub mod ring;
 pub mod smooth;
 pub mod weights;
 

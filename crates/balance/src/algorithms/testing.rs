@@ -75,6 +75,23 @@ impl<B: Balancer> Harness<B> {
         id
     }
 
+    pub fn pick_with_key_excluding(
+        &mut self,
+        key: &[u8],
+        exclude: &[BackendId],
+    ) -> Option<BackendId> {
+        let id = self.pick_ctx(Some(key), exclude);
+        if let Some(id) = id {
+            self.complete(id, Outcome::Success);
+        }
+        id
+    }
+
+    /// A pick with a key, held in flight.
+    pub fn hold_with_key(&mut self, key: &[u8]) -> Option<BackendId> {
+        self.pick_ctx(Some(key), &[])
+    }
+
     pub fn complete(&mut self, id: BackendId, outcome: Outcome) {
         self.states[id.index()].in_flight -= 1;
         let c = Completion {

@@ -1,8 +1,8 @@
 //! Every balancing algorithm, one file each. See `docs/algorithms.md` for what each does and
 //! where it comes from.
 
-mod capacity_weighted;
 mod bounded_load;
+mod capacity_weighted;
 mod chained_round_robin;
 mod dwlc;
 mod dynamic_wrr;
@@ -12,16 +12,16 @@ mod ip_hash;
 mod latency;
 mod least_conn;
 mod least_time;
+mod maglev;
 mod new_hash;
 mod p2c_ewma;
-mod maglev;
 mod random;
 mod random_two;
 mod round_robin;
 mod weighted_round_robin;
 
-pub use capacity_weighted::CapacityWeighted;
 pub use bounded_load::BoundedLoad;
+pub use capacity_weighted::CapacityWeighted;
 pub use chained_round_robin::ChainedRoundRobin;
 pub use dwlc::Dwlc;
 pub use dynamic_wrr::DynamicWrr;
@@ -31,9 +31,9 @@ pub use ip_hash::IpHash;
 pub use latency::Latency;
 pub use least_conn::LeastConn;
 pub use least_time::LeastTime;
+pub use maglev::{Maglev, MaglevTable};
 pub use new_hash::NewHash;
 pub use p2c_ewma::P2cEwma;
-pub use maglev::{Maglev, MaglevTable};
 pub use random::Random;
 pub use random_two::RandomTwo;
 pub use round_robin::RoundRobin;

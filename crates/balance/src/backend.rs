@@ -74,6 +74,8 @@ pub struct BackendSpec {
     /// Both the window in which failures are counted and how long a failed backend stays out
     /// (nginx `fail_timeout`, default 10 s).
     pub fail_timeout: Nanos,
+    /// This backend's slow start, overriding the pool's (`slow_start` on a backend).
+    pub slow_start: Option<Nanos>,
 }
 
 impl BackendSpec {
@@ -86,6 +88,7 @@ impl BackendSpec {
             down: false,
             max_fails: 1,
             fail_timeout: Nanos::from(Duration::from_secs(10)),
+            slow_start: None,
         }
     }
 

@@ -166,24 +166,28 @@ pub enum Algorithm {
 
 impl Algorithm {
     pub const ALL: &'static [Algorithm] = &[
+        // Static.
         Algorithm::RoundRobin,
         Algorithm::WeightedRoundRobin,
         Algorithm::Random,
         Algorithm::ChainedRoundRobin,
+        // By load or latency.
         Algorithm::LeastConn,
         Algorithm::Fair,
         Algorithm::RandomTwo,
-        Algorithm::IpHash,
-        Algorithm::DynamicWrr,
-        Algorithm::Dwlc,
-        Algorithm::CapacityWeighted,
-        Algorithm::NewHash,
         Algorithm::LeastTime,
         Algorithm::P2cEwma,
         Algorithm::Latency,
+        // By a hash of the client or the request.
+        Algorithm::IpHash,
+        Algorithm::NewHash,
         Algorithm::Hash,
         Algorithm::Maglev,
         Algorithm::BoundedLoad,
+        // By weights that backend load reports set.
+        Algorithm::DynamicWrr,
+        Algorithm::Dwlc,
+        Algorithm::CapacityWeighted,
     ];
 
     pub fn name(self) -> &'static str {

@@ -78,7 +78,8 @@ pub struct Pool {
     states: Vec<BackendState>,
     /// The primary tier, then the backup tier if there are backups.
     tiers: Vec<Tier>,
-    /// Slow start's length, if the algorithm supports it and it is configured.
+    /// Slow start's length for backends without their own (ignored if the algorithm does
+    /// not support slow start).
     slow_start: Option<Nanos>,
     /// Backends in slow start.
     ramping: Vec<BackendId>,
@@ -117,9 +118,7 @@ impl Pool {
             algorithm,
             states,
             tiers,
-            slow_start: options
-                .slow_start
-                .filter(|_| algorithm.supports_slow_start()),
+            slow_start: options.slow_start,
             ramping: Vec::new(),
         };
         pool.rebuild(Nanos::ZERO);
@@ -185,10 +184,18 @@ impl Pool {
         }
     }
 
+    /// How long `id`'s slow start lasts: its own `slow_start`, else the pool's; `None` if it
+    /// has none or the algorithm does not support it.
+    fn slow_start_of(&self, id: BackendId) -> Option<Nanos> {
+        let own = self.states[id.index()].spec.slow_start;
+        own.or(self.slow_start)
+            .filter(|_| self.algorithm.supports_slow_start())
+    }
+
     /// Starts slow start for a backend that joins or comes back (a health check calls this when
-    /// a backend passes again). Does nothing if the pool has no slow start.
+    /// a backend passes again). Does nothing if the backend has no slow start.
     pub fn begin_slow_start(&mut self, id: BackendId, now: Nanos) {
-        if self.slow_start.is_none() {
+        if self.slow_start_of(id).is_none() {
             return;
         }
         let state = &mut self.states[id.index()];
@@ -202,14 +209,17 @@ impl Pool {
     /// Moves every ramping backend along its slow start; rebuilds the algorithms' tables when
     /// a ramp moved by a step or more (or `force`).
     fn update_ramps(&mut self, now: Nanos, force: bool) {
-        let Some(length) = self.slow_start else {
-            return;
-        };
         let mut changed = force;
         let states = &mut self.states;
+        let pool_length = self.slow_start;
         self.ramping.retain(|&id| {
             let state = &mut states[id.index()];
             let since = state.ramp_since.expect("a ramping backend has a start");
+            let length = state
+                .spec
+                .slow_start
+                .or(pool_length)
+                .expect("only backends with a slow start ramp");
             let ramp = slow_start_ramp(now.since(since), length);
             if ramp == RAMP_FULL || ramp.abs_diff(state.ramp) >= RAMP_STEP {
                 state.ramp = ramp;
@@ -579,6 +589,35 @@ mod tests {
         assert_eq!(p.state(BackendId(1)).ramp(), RAMP_FULL);
         let start = share_of_first(&mut p, 1100, secs(12));
         assert!(start.abs_diff(100) <= 30, "{start} of 1100");
+    }
+
+    #[test]
+    fn a_backends_own_slow_start_wins_over_the_pools() {
+        let own = BackendSpec {
+            slow_start: Some(secs(2)),
+            ..BackendSpec::new(1)
+        };
+        let mut p = Pool::new(
+            Algorithm::LeastConn,
+            &Options::default(),
+            &[own, BackendSpec::new(1)],
+            &[],
+            7,
+        );
+        // Backend 1 has none (and the pool none): marked up, it is at full weight at once.
+        p.set_down(BackendId(1), true, secs(0));
+        p.set_down(BackendId(1), false, secs(1));
+        assert_eq!(p.state(BackendId(1)).ramp(), RAMP_FULL);
+        // Backend 0 ramps over its own 2 s: half way after 1 s, full after 2 s.
+        p.set_down(BackendId(0), true, secs(0));
+        p.set_down(BackendId(0), false, secs(10));
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL / 2);
+        let t = p.pick(None, &[], secs(11)).unwrap();
+        p.complete(t, Outcome::Success, secs(11));
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL / 2);
+        let t = p.pick(None, &[], secs(12)).unwrap();
+        p.complete(t, Outcome::Success, secs(12));
+        assert_eq!(p.state(BackendId(0)).ramp(), RAMP_FULL);
     }
 
     #[test]

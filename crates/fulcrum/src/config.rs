@@ -84,8 +84,32 @@ pub struct Upstream {
     pub keepalive_timeout: Option<Dur>,
     #[serde(default)]
     pub seed: u64,
+    /// `hash`: nginx's ketama ring.
+    pub consistent: Option<Spanned<bool>>,
+    /// `new_hash`: `3` or `"all"`.
+    pub octets: Option<Spanned<OctetsValue>>,
+    /// `maglev`: the table size, a prime.
+    pub table_size: Option<Spanned<i64>>,
+    /// `bounded_load`: the balance factor c > 1.
+    pub balance_factor: Option<Spanned<f64>>,
+    /// `latency`: completions per backend in the window.
+    pub window: Option<Spanned<i64>>,
+    /// `latency`: weight of the newest latency in the average.
+    pub smoothing: Option<Spanned<f64>>,
+    /// `latency`: the failure penalty.
+    pub penalty: Option<Spanned<Dur>>,
+    /// Slow start for every backend of the upstream.
+    pub slow_start: Option<Spanned<Dur>>,
     #[serde(default, rename = "backend")]
     pub backends: Vec<Backend>,
+}
+
+/// `octets = 3` or `octets = "all"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OctetsValue {
+    Count(i64),
+    Word(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +123,7 @@ pub struct Backend {
     pub down: bool,
     pub max_fails: Option<u32>,
     pub fail_timeout: Option<Dur>,
+    pub slow_start: Option<Spanned<Dur>>,
 }
 
 /// A configuration ready to run.
@@ -312,6 +337,7 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
                 (Some(_), Ok(k)) => hash_key = k,
             }
         }
+        let options = algorithm_options(src, u, ui, algorithm);
         if let Some(r) = &u.retries
             && *r.get_ref() > 100
         {
@@ -377,6 +403,10 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
                     .fail_timeout
                     .or(u.fail_timeout)
                     .map_or(BackendSettings::DEFAULT_FAIL_TIMEOUT, |d| d.0),
+                slow_start: b.slow_start.as_ref().and_then(|d| {
+                    slow_start_allowed(src, d.span(), &bkey("slow_start"), algorithm)
+                        .then_some(d.get_ref().0)
+                }),
             });
         }
         if algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
@@ -390,7 +420,7 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
             name: name.to_owned(),
             algorithm,
             hash_key,
-            options: balance::Options::default(),
+            options,
             backends,
             connect_timeout: u
                 .connect_timeout
@@ -528,6 +558,168 @@ fn check(src: &mut Source<'_>, file: File) -> Config {
 
 /// A backend address: an IP and port, or a host name and port resolved now (nginx resolves
 /// `server` names at start-up too).
+/// Which algorithms use an option.
+fn option_users(option: &str) -> Vec<Algorithm> {
+    let only = |a: Algorithm| vec![a];
+    match option {
+        "consistent" => only(Algorithm::Hash),
+        "octets" => only(Algorithm::NewHash),
+        "table_size" => only(Algorithm::Maglev),
+        "balance_factor" => only(Algorithm::BoundedLoad),
+        "window" | "smoothing" | "penalty" => only(Algorithm::Latency),
+        "slow_start" => Algorithm::ALL
+            .iter()
+            .copied()
+            .filter(|a| a.supports_slow_start())
+            .collect(),
+        _ => unreachable!("an option this function lists"),
+    }
+}
+
+/// Whether `option` is one `algorithm` uses; reports it otherwise.
+fn option_allowed(
+    src: &mut Source<'_>,
+    span: Range<usize>,
+    key: &str,
+    option: &str,
+    algorithm: Algorithm,
+) -> bool {
+    let users = option_users(option);
+    if users.contains(&algorithm) {
+        return true;
+    }
+    let names: Vec<&str> = users.iter().map(|a| a.name()).collect();
+    src.report(
+        Some(span),
+        key,
+        &format!(
+            "{option} is an option of {}; algorithm \"{algorithm}\" does not use it: remove it or change the algorithm",
+            names.join(", ")
+        ),
+    );
+    false
+}
+
+fn slow_start_allowed(
+    src: &mut Source<'_>,
+    span: Range<usize>,
+    key: &str,
+    algorithm: Algorithm,
+) -> bool {
+    option_allowed(src, span, key, "slow_start", algorithm)
+}
+
+/// The upstream's algorithm options, each checked against the algorithm and its range.
+fn algorithm_options(
+    src: &mut Source<'_>,
+    u: &Upstream,
+    ui: usize,
+    algorithm: Algorithm,
+) -> balance::Options {
+    let key = |k: &str| format!("upstream[{ui}].{k}");
+    let mut options = balance::Options::default();
+    if let Some(v) = &u.consistent
+        && option_allowed(src, v.span(), &key("consistent"), "consistent", algorithm)
+    {
+        options.consistent = *v.get_ref();
+    }
+    if let Some(v) = &u.octets
+        && option_allowed(src, v.span(), &key("octets"), "octets", algorithm)
+    {
+        match v.get_ref() {
+            OctetsValue::Count(3) => options.octets = balance::Octets::Three,
+            OctetsValue::Word(w) if w == "all" => options.octets = balance::Octets::All,
+            _ => src.report(
+                Some(v.span()),
+                &key("octets"),
+                "write octets = 3 (the first three octets of an IPv4 address, as the paper) or octets = \"all\"",
+            ),
+        }
+    }
+    if let Some(v) = &u.table_size
+        && option_allowed(src, v.span(), &key("table_size"), "table_size", algorithm)
+    {
+        let size = *v.get_ref();
+        let backends = u.backends.len() as i64;
+        if !(3..=16_777_213).contains(&size) || !is_prime(size as u64) {
+            src.report(
+                Some(v.span()),
+                &key("table_size"),
+                "must be a prime between 3 and 16777213, like 65537 (the default) or 655373",
+            );
+        } else if size < 10 * backends {
+            src.report(
+                Some(v.span()),
+                &key("table_size"),
+                &format!("{size} entries for {backends} backends: Maglev needs a table well above the number of backends (at least 10 times, 100 times for even shares)"),
+            );
+        } else {
+            options.table_size = size as u32;
+        }
+    }
+    if let Some(v) = &u.balance_factor
+        && option_allowed(
+            src,
+            v.span(),
+            &key("balance_factor"),
+            "balance_factor",
+            algorithm,
+        )
+    {
+        let c = *v.get_ref();
+        if !(c > 1.0 && c <= 100.0) {
+            src.report(
+                Some(v.span()),
+                &key("balance_factor"),
+                "must be above 1 and at most 100: a backend may take this many times its fair share (1.25 is the usual choice)",
+            );
+        } else {
+            options.balance_factor = c;
+        }
+    }
+    if let Some(v) = &u.window
+        && option_allowed(src, v.span(), &key("window"), "window", algorithm)
+    {
+        match u32::try_from(*v.get_ref()) {
+            Ok(w @ 1..=10_000) => options.window = w,
+            _ => src.report(
+                Some(v.span()),
+                &key("window"),
+                "must be between 1 and 10000 completions",
+            ),
+        }
+    }
+    if let Some(v) = &u.smoothing
+        && option_allowed(src, v.span(), &key("smoothing"), "smoothing", algorithm)
+    {
+        let a = *v.get_ref();
+        if a > 0.0 && a <= 1.0 {
+            options.smoothing = a;
+        } else {
+            src.report(
+                Some(v.span()),
+                &key("smoothing"),
+                "must be above 0 and at most 1 (the weight of the newest latency)",
+            );
+        }
+    }
+    if let Some(v) = &u.penalty
+        && option_allowed(src, v.span(), &key("penalty"), "penalty", algorithm)
+    {
+        options.penalty = v.get_ref().0.into();
+    }
+    if let Some(v) = &u.slow_start
+        && slow_start_allowed(src, v.span(), &key("slow_start"), algorithm)
+    {
+        options.slow_start = Some(v.get_ref().0.into());
+    }
+    options
+}
+
+fn is_prime(n: u64) -> bool {
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+}
+
 fn resolve(addr: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = addr.parse::<SocketAddr>() {
         return Ok(a);
@@ -598,11 +790,86 @@ connect_timeout = "250ms"
         assert!(
             e.contains(
                 "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, \
-                 fair, random_two, ip_hash"
+                 fair, random_two, least_time, p2c_ewma, latency, ip_hash, new_hash, hash, \
+                 maglev, bounded_load, dynamic_wrr, dwlc, capacity_weighted"
             ),
             "{e}"
         );
         assert!(e.contains("10 | algorithm = \"fastest\""), "{e}");
+    }
+
+    /// GOOD with `algorithm` and extra upstream lines in place of `connect_timeout`.
+    fn with_algorithm(algorithm: &str, lines: &str) -> String {
+        GOOD.replace("least_conn", algorithm)
+            .replace("connect_timeout = \"250ms\"", lines)
+    }
+
+    #[test]
+    fn algorithm_options_reach_the_upstream() {
+        let upstream =
+            |text: &str| parse(Path::new("t.toml"), text).unwrap().proxy.upstreams[0].clone();
+        let u = upstream(&with_algorithm(
+            "hash",
+            "consistent = true\nhash_key = \"cookie:sid\"",
+        ));
+        assert!(u.options.consistent);
+        assert_eq!(u.hash_key, HashKey::Cookie("sid".into()));
+        let u = upstream(&with_algorithm("new_hash", "octets = \"all\""));
+        assert_eq!(u.options.octets, balance::Octets::All);
+        let u = upstream(&with_algorithm(
+            "maglev",
+            "table_size = 251\nhash_key = \"uri\"",
+        ));
+        assert_eq!(u.options.table_size, 251);
+        let u = upstream(&with_algorithm("bounded_load", "balance_factor = 1.5"));
+        assert_eq!(u.options.balance_factor, 1.5);
+        let u = upstream(&with_algorithm(
+            "latency",
+            "window = 20\nsmoothing = 0.25\npenalty = \"2s\"",
+        ));
+        assert_eq!(
+            (u.options.window, u.options.smoothing, u.options.penalty),
+            (20, 0.25, balance::Nanos(2_000_000_000))
+        );
+        let text = with_algorithm("least_conn", "slow_start = \"30s\"")
+            .replace("weight = 3", "weight = 3\n  slow_start = \"5s\"");
+        let u = upstream(&text);
+        assert_eq!(u.options.slow_start, Some(balance::Nanos(30_000_000_000)));
+        assert_eq!(u.backends[0].slow_start, Some(Duration::from_secs(5)));
+        assert_eq!(u.backends[1].slow_start, None);
+    }
+
+    #[test]
+    fn options_of_another_algorithm_and_bad_values_are_refused() {
+        let e = errors(&with_algorithm("least_conn", "consistent = true"));
+        assert!(
+            e.contains("upstream[0].consistent: consistent is an option of hash; algorithm \"least_conn\" does not use it"),
+            "{e}"
+        );
+        let e = errors(&with_algorithm("ip_hash", "slow_start = \"10s\""));
+        assert!(
+            e.contains("slow_start is an option of weighted_round_robin, random"),
+            "{e}"
+        );
+        let e = errors(&with_algorithm("maglev", "table_size = 65536"));
+        assert!(e.contains("table_size: must be a prime"), "{e}");
+        let e = errors(&with_algorithm("maglev", "table_size = 7"));
+        assert!(e.contains("7 entries for 2 backends"), "{e}");
+        let e = errors(&with_algorithm("new_hash", "octets = 2"));
+        assert!(e.contains("write octets = 3"), "{e}");
+        let e = errors(&with_algorithm("bounded_load", "balance_factor = 1.0"));
+        assert!(e.contains("balance_factor: must be above 1"), "{e}");
+        let e = errors(&with_algorithm("latency", "smoothing = 0"));
+        assert!(e.contains("smoothing: must be above 0"), "{e}");
+        let e = errors(&with_algorithm("ip_hash", "hash_key = \"uri\""));
+        assert!(
+            e.contains("ip_hash always hashes the client address"),
+            "{e}"
+        );
+        let e = errors(&with_algorithm("hash", "hash_key = \"header:\""));
+        assert!(e.contains("needs a header name"), "{e}");
+        let e = errors(&with_algorithm("random", "hash_key = \"uri\""));
+        assert!(e.contains("does not hash a key"), "{e}");
     }
 
     #[test]

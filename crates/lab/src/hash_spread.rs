@@ -235,9 +235,11 @@ pub fn report(spec: &Spec, outcomes: &[Outcomes]) -> String {
 /// Mean max/min and mean coefficient of variation over the runs.
 pub fn mean_spread(o: &Outcomes) -> (f64, f64) {
     let runs = o.counts.len().max(1) as f64;
-    let (r, c) = o.counts.iter().map(|c| spread(c)).fold((0.0, 0.0), |acc, (r, c)| {
-        (acc.0 + r, acc.1 + c)
-    });
+    let (r, c) = o
+        .counts
+        .iter()
+        .map(|c| spread(c))
+        .fold((0.0, 0.0), |acc, (r, c)| (acc.0 + r, acc.1 + c));
     (r / runs, c / runs)
 }
 

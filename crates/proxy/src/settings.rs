@@ -205,6 +205,8 @@ pub struct BackendSettings {
     pub down: bool,
     pub max_fails: u32,
     pub fail_timeout: Duration,
+    /// This backend's slow start, overriding the upstream's (`options.slow_start`).
+    pub slow_start: Option<Duration>,
 }
 
 impl BackendSettings {
@@ -220,6 +222,7 @@ impl BackendSettings {
             down: false,
             max_fails: Self::DEFAULT_MAX_FAILS,
             fail_timeout: Self::DEFAULT_FAIL_TIMEOUT,
+            slow_start: None,
         }
     }
 
@@ -235,6 +238,7 @@ impl BackendSettings {
             down: self.down,
             max_fails: self.max_fails,
             fail_timeout: self.fail_timeout.into(),
+            slow_start: self.slow_start.map(Into::into),
         }
     }
 }

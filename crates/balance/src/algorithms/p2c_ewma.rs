@@ -12,13 +12,14 @@
 //! with requests in flight gets Finagle's penalty instead, so it receives one probe at a time
 //! until its first answer.
 //!
-//! Each pick draws two different usable backends uniformly at random and sends the request to
-//! the one with the lower load per unit of weight (the slow-start share); with one usable
-//! backend, that one. Time comes only from `PickCtx::now` and `Completion::now`.
+//! Each pick draws two different usable backends at random, by weight as nginx's `random two`
+//! does (uniformly when the weights are equal, as in Finagle and tower, which have no weights),
+//! and sends the request to the one with the lower load per unit of weight (the slow-start
+//! share); with one usable backend, that one. Drawing by weight matters: with uniform draws a
+//! backend can win at most the pairs it is drawn into, so a heavy backend (weight 6 of 8) could
+//! never reach its share. Time comes only from `PickCtx::now` and `Completion::now`.
 
-use rand::{RngExt, SeedableRng};
-use rand_pcg::Pcg64Mcg;
-
+use crate::algorithms::Random;
 use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, PickCtx};
 
@@ -31,10 +32,6 @@ const TAU_NANOS: f64 = 10e9;
 /// measured cost is preferred, small enough that adding the in-flight count still orders two
 /// such backends.
 const PENALTY: f64 = (i64::MAX >> 16) as f64;
-
-/// How many uniform draws over all backends may land on unusable ones before the draw is made
-/// over the usable ones only (O(n), and only then).
-const DRAW_TRIES: u32 = 8;
 
 /// One backend's peak EWMA.
 #[derive(Debug, Clone, Copy)]
@@ -68,51 +65,23 @@ impl PeakEwma {
 
 #[derive(Debug)]
 pub struct P2cEwma {
-    rng: Pcg64Mcg,
+    /// The two draws, by weight (slow-start share).
+    draws: Random,
     peaks: Vec<PeakEwma>,
-    /// Scratch list of usable backends, for the rare draw that rejection could not settle.
-    usable: Vec<BackendId>,
 }
 
 impl P2cEwma {
     pub fn new(seed: u64) -> P2cEwma {
         P2cEwma {
-            rng: Pcg64Mcg::seed_from_u64(seed),
+            draws: Random::new(seed),
             peaks: Vec::new(),
-            usable: Vec::new(),
         }
-    }
-
-    /// A usable backend other than `besides`, drawn uniformly.
-    fn draw(
-        &mut self,
-        ctx: &PickCtx<'_>,
-        backends: &Backends<'_>,
-        besides: Option<BackendId>,
-    ) -> Option<BackendId> {
-        let n = backends.len() as u32;
-        let allowed = |id: BackendId| ctx.usable(id, backends) && Some(id) != besides;
-        if n == 0 {
-            return None;
-        }
-        // Rejection keeps the draw uniform over the allowed backends.
-        for _ in 0..DRAW_TRIES {
-            let id = BackendId(self.rng.random_range(0..n));
-            if allowed(id) {
-                return Some(id);
-            }
-        }
-        self.usable.clear();
-        self.usable.extend(backends.ids().filter(|&id| allowed(id)));
-        if self.usable.is_empty() {
-            return None;
-        }
-        Some(self.usable[self.rng.random_range(0..self.usable.len())])
     }
 }
 
 impl Balancer for P2cEwma {
     fn rebuild(&mut self, backends: &Backends<'_>) {
+        self.draws.rebuild(backends);
         if self.peaks.len() != backends.len() {
             let fresh = PeakEwma {
                 cost: 0.0,
@@ -123,8 +92,8 @@ impl Balancer for P2cEwma {
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        let a = self.draw(ctx, backends, None)?;
-        let Some(b) = self.draw(ctx, backends, Some(a)) else {
+        let a = self.draws.draw(ctx, backends, None)?;
+        let Some(b) = self.draws.draw(ctx, backends, Some(a)) else {
             return Some(a);
         };
         let load_a = self.peaks[a.index()].load(backends.in_flight(a), ctx.now);

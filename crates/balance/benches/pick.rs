@@ -15,14 +15,14 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 const SIZES: [usize; 4] = [3, 100, 1_000, 10_000];
 const KEYS: usize = 4096;
 
-fn pool(algorithm: Algorithm, n: usize) -> Pool {
+fn pool(algorithm: Algorithm, options: &Options, n: usize) -> Pool {
     let specs: Vec<BackendSpec> = (0..n)
         .map(|i| {
             let ip = Ipv4Addr::from(0x0a00_0000 + i as u32 + 1);
             BackendSpec::new(1 + (i % 3) as u32).named(&format!("{ip}:8080"))
         })
         .collect();
-    Pool::new(algorithm, &Options::default(), &specs, &[], 1)
+    Pool::new(algorithm, options, &specs, &[], 1)
 }
 
 /// Client keys as the proxy hands them to `algorithm`.
@@ -39,12 +39,26 @@ fn keys(algorithm: Algorithm) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Every algorithm with its default options, and `hash` with `consistent = true` too.
+fn cases() -> Vec<(String, Algorithm, Options)> {
+    let mut cases: Vec<_> = Algorithm::ALL
+        .iter()
+        .map(|&a| (a.name().to_owned(), a, Options::default()))
+        .collect();
+    let consistent = Options {
+        consistent: true,
+        ..Options::default()
+    };
+    cases.push(("hash_consistent".to_owned(), Algorithm::Hash, consistent));
+    cases
+}
+
 fn pick_and_complete(c: &mut Criterion) {
-    for &algorithm in Algorithm::ALL {
-        let mut group = c.benchmark_group(format!("pick/{algorithm}"));
+    for (label, algorithm, options) in cases() {
+        let mut group = c.benchmark_group(format!("pick/{label}"));
         group.throughput(Throughput::Elements(1));
         for n in SIZES {
-            let mut pool = pool(algorithm, n);
+            let mut pool = pool(algorithm, &options, n);
             let keys = keys(algorithm);
             let hashed = algorithm.uses_affinity();
             let mut i = 0usize;

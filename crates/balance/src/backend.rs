@@ -214,11 +214,39 @@ impl BackendState {
 pub struct Backends<'a> {
     states: &'a [BackendState],
     now: Nanos,
+    /// The sum of the backends' in-flight counts.
+    in_flight: u64,
 }
 
 impl<'a> Backends<'a> {
+    /// A view of `states` at `now`. Adds up the in-flight counts (O(n)); the pool, which keeps
+    /// that sum as it goes, uses [`with_in_flight`](Self::with_in_flight).
     pub fn new(states: &'a [BackendState], now: Nanos) -> Backends<'a> {
-        Backends { states, now }
+        let in_flight = states.iter().map(|s| u64::from(s.in_flight)).sum();
+        Backends::with_in_flight(states, now, in_flight)
+    }
+
+    /// A view whose total in flight is already known.
+    pub(crate) fn with_in_flight(
+        states: &'a [BackendState],
+        now: Nanos,
+        in_flight: u64,
+    ) -> Backends<'a> {
+        debug_assert_eq!(
+            in_flight,
+            states.iter().map(|s| u64::from(s.in_flight)).sum::<u64>()
+        );
+        Backends {
+            states,
+            now,
+            in_flight,
+        }
+    }
+
+    /// Requests in flight on all these backends together, in O(1).
+    #[inline]
+    pub fn total_in_flight(&self) -> u64 {
+        self.in_flight
     }
 
     #[inline]

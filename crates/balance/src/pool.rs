@@ -61,6 +61,8 @@ struct Tier {
     offset: usize,
     len: usize,
     balancer: Box<dyn Balancer>,
+    /// Requests in flight on this tier's backends.
+    in_flight: u64,
 }
 
 impl Tier {
@@ -106,12 +108,14 @@ impl Pool {
             offset: 0,
             len: primary.len(),
             balancer: algorithm.build(options, seed),
+            in_flight: 0,
         }];
         if !backup.is_empty() {
             tiers.push(Tier {
                 offset: primary.len(),
                 len: backup.len(),
                 balancer: algorithm.build(options, seed ^ 0x9e37_79b9_7f4a_7c15),
+                in_flight: 0,
             });
         }
         let mut pool = Pool {
@@ -153,7 +157,8 @@ impl Pool {
 
     fn rebuild(&mut self, now: Nanos) {
         for tier in &mut self.tiers {
-            let view = Backends::new(&self.states[tier.offset..tier.offset + tier.len], now);
+            let states = &self.states[tier.offset..tier.offset + tier.len];
+            let view = Backends::with_in_flight(states, now, tier.in_flight);
             tier.balancer.rebuild(&view);
         }
     }
@@ -262,10 +267,12 @@ impl Pool {
                 now,
             };
             let states = &mut self.states[tier.offset..tier.offset + tier.len];
-            if let Some(local) = tier.balancer.pick(&ctx, &Backends::new(states, now)) {
+            let view = Backends::with_in_flight(states, now, tier.in_flight);
+            if let Some(local) = tier.balancer.pick(&ctx, &view) {
                 let state = &mut states[local.index()];
                 debug_assert!(state.is_eligible(now), "{local} picked while ineligible");
                 state.in_flight += 1;
+                tier.in_flight += 1;
                 if now.since(state.checked) > state.spec.fail_timeout {
                     state.checked = now;
                 }
@@ -288,7 +295,11 @@ impl Pool {
         let latency = now.since(ticket.picked);
         let state = &mut self.states[ticket.backend.index()];
         debug_assert!(state.in_flight > 0);
+        let was_in_flight = state.in_flight > 0;
         state.in_flight = state.in_flight.saturating_sub(1);
+        let tier_index = usize::from(ticket.backend.index() >= self.tiers[0].len);
+        self.tiers[tier_index].in_flight -= u64::from(was_in_flight);
+        let state = &mut self.states[ticket.backend.index()];
         let mut recovered = false;
         match outcome {
             Outcome::Success => {
@@ -318,11 +329,7 @@ impl Pool {
         if recovered {
             self.begin_slow_start(ticket.backend, now);
         }
-        let tier = if ticket.backend.index() < self.tiers[0].len {
-            &mut self.tiers[0]
-        } else {
-            &mut self.tiers[1]
-        };
+        let tier = &mut self.tiers[tier_index];
         let local = tier.local(ticket.backend).expect("ticket from this pool");
         let completion = Completion {
             outcome,

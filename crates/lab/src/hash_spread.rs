@@ -217,10 +217,11 @@ pub fn report(spec: &Spec, outcomes: &[Outcomes]) -> String {
     let reference = random_cv(spec.clients, spec.servers);
     let _ = writeln!(
         out,
-        "\nmean over runs (a random assignment would give cv ≈ {reference:.3}):"
+        "\nover {} runs: median max/min, mean cv (a random assignment would give cv ≈ {reference:.3}):",
+        spec.runs
     );
     for o in outcomes {
-        let (ratio, cv) = mean_spread(o);
+        let (ratio, cv) = summary(o);
         let _ = writeln!(
             out,
             "{:width$}  max/min {:>6}  cv {cv:.3}  ({:.1}× random)",
@@ -232,15 +233,19 @@ pub fn report(spec: &Spec, outcomes: &[Outcomes]) -> String {
     out
 }
 
-/// Mean max/min and mean coefficient of variation over the runs.
-pub fn mean_spread(o: &Outcomes) -> (f64, f64) {
+/// The median max/min (a run that left a server idle has an infinite ratio, which a mean
+/// could not carry) and the mean coefficient of variation over the runs.
+pub fn summary(o: &Outcomes) -> (f64, f64) {
+    let mut ratios: Vec<f64> = o.counts.iter().map(|c| spread(c).0).collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = match ratios.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => ratios[n / 2],
+        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    };
     let runs = o.counts.len().max(1) as f64;
-    let (r, c) = o
-        .counts
-        .iter()
-        .map(|c| spread(c))
-        .fold((0.0, 0.0), |acc, (r, c)| (acc.0 + r, acc.1 + c));
-    (r / runs, c / runs)
+    let cv = o.counts.iter().map(|c| spread(c).1).sum::<f64>() / runs;
+    (median, cv)
 }
 
 fn ratio_text(ratio: f64) -> String {
@@ -264,6 +269,14 @@ mod tests {
         assert!((cv - 0.141_42).abs() < 1e-4, "{cv}");
         assert_eq!(spread(&[0, 5, 5]).0, f64::INFINITY);
         assert!((random_cv(1000, 3) - 0.044_72).abs() < 1e-4);
+        let runs = Outcomes {
+            label: "x".into(),
+            counts: vec![vec![1, 2], vec![0, 2], vec![2, 2]],
+        };
+        // Ratios 2, inf, 1: median 2; cvs 1/3, 1, 0: mean 4/9.
+        let (ratio, cv) = summary(&runs);
+        assert_eq!(ratio, 2.0);
+        assert!((cv - 4.0 / 9.0).abs() < 1e-9, "{cv}");
     }
 
     #[test]

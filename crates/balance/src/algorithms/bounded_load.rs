@@ -22,6 +22,12 @@
 //! never a reason to refuse. Without a key (or with an empty one), smooth weighted round robin,
 //! as HAProxy falls back to round robin when the hash key is missing.
 //!
+//! The shares are computed over the backends not marked `down`, in `rebuild`, so a pick costs
+//! only its walk: total in flight comes from the pool in O(1). HAProxy also leaves out servers
+//! its health checks have taken down; a backend that passive health has taken out here keeps
+//! its share of the slots while it is out (the others' bound is that much tighter) — the price
+//! of not scanning every backend on every request.
+//!
 //! Where HAProxy differs: it looks up the closest point on either side of the hash, on a ring of
 //! its own (16 points per weight unit, hashed from server ids); we use nginx's ring and the
 //! first point at or above the hash, so that `bounded_load` without load agrees with nginx's
@@ -38,10 +44,15 @@ pub struct BoundedLoad {
     percent: u64,
     ring: Ring,
     fallback: SmoothWeights,
-    /// Per pick, reused: the weight of the eligible backends before each one.
+    /// The weight of the backends not marked down before each one (built in `rebuild`).
     cumulative: Vec<u64>,
-    /// Per pick, reused: backends met on the walk so far.
-    seen: Vec<bool>,
+    /// The weight of all backends not marked down.
+    total_weight: u64,
+    /// Backends with points on the ring.
+    on_ring: usize,
+    /// Per backend, the walk that last met it (see `mark`).
+    seen: Vec<u32>,
+    mark: u32,
 }
 
 impl BoundedLoad {
@@ -51,7 +62,10 @@ impl BoundedLoad {
             ring: Ring::default(),
             fallback: SmoothWeights::default(),
             cumulative: Vec::new(),
+            total_weight: 0,
+            on_ring: 0,
             seen: Vec::new(),
+            mark: 0,
         }
     }
 
@@ -61,44 +75,42 @@ impl BoundedLoad {
         ctx: &PickCtx<'_>,
         backends: &Backends<'_>,
     ) -> Option<BackendId> {
-        let mut total_in_flight = 0u64;
-        let mut total_weight = 0u64;
-        let mut usable = 0usize;
-        for id in backends.ids() {
-            total_in_flight += u64::from(backends.in_flight(id));
-            self.cumulative[id.index()] = total_weight;
-            if backends.is_eligible(id) {
-                total_weight += u64::from(backends.weight(id));
-            }
-            usable += usize::from(ctx.usable(id, backends));
-        }
-        if usable == 0 || total_weight == 0 {
+        if self.total_weight == 0 {
             return None;
         }
-        let slots_total = total_slots(total_in_flight, self.percent);
-        self.seen.fill(false);
+        let slots_total = total_slots(backends.total_in_flight(), self.percent);
+        // A new mark for this walk: `seen[i] == mark` means met already, with no O(n) reset.
+        self.mark = self.mark.wrapping_add(1);
+        if self.mark == 0 {
+            self.seen.fill(0);
+            self.mark = 1;
+        }
         let mut met = 0;
         let mut first = None;
         let start = self.ring.start(key_hash(key));
         for i in start..start + self.ring.len() {
             for &id in self.ring.at(i) {
-                if self.seen[id.index()] || !ctx.usable(id, backends) {
+                let seen = &mut self.seen[id.index()];
+                if *seen == self.mark {
                     continue;
                 }
-                self.seen[id.index()] = true;
+                *seen = self.mark;
                 met += 1;
+                if !ctx.usable(id, backends) {
+                    continue;
+                }
                 first.get_or_insert(id);
                 let slots = slots(
                     self.cumulative[id.index()],
                     u64::from(backends.weight(id)),
                     slots_total,
-                    total_weight,
+                    self.total_weight,
                 );
                 if u64::from(backends.in_flight(id)) < slots {
                     return Some(id);
                 }
             }
-            if met == usable {
+            if met == self.on_ring {
                 break;
             }
         }
@@ -131,8 +143,21 @@ fn slots(cumulative: u64, weight: u64, total: u64, total_weight: u64) -> u64 {
 impl Balancer for BoundedLoad {
     fn rebuild(&mut self, backends: &Backends<'_>) {
         self.ring = Ring::build(backends);
-        self.cumulative = vec![0; backends.len()];
-        self.seen = vec![false; backends.len()];
+        let mut total = 0;
+        self.cumulative = backends
+            .ids()
+            .map(|id| {
+                let before = total;
+                if !backends.state(id).spec().down {
+                    total += u64::from(backends.weight(id));
+                }
+                before
+            })
+            .collect();
+        self.total_weight = total;
+        self.on_ring = backends.ids().filter(|&id| backends.weight(id) > 0).count();
+        self.seen = vec![0; backends.len()];
+        self.mark = 0;
         self.fallback.rebuild(backends);
     }
 

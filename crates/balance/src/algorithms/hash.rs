@@ -10,7 +10,8 @@
 //! Plain (`consistent = false`): each try computes `crc32(rehash ‖ key)`, where `rehash` is
 //! the try's number in decimal and is left out on the first try; `(crc >> 16) & 0x7fff` is
 //! added to a running hash, and `running mod total_weight` walks the backends subtracting
-//! weights. The total counts every backend, `down` or failed ones included, as nginx's does.
+//! weights (found here by binary search over cumulative weights: the same backend, in O(log n)).
+//! The total counts every backend, `down` or failed ones included, as nginx's does.
 //! A backend that cannot be used (down, failed, already tried) means another try; after 20
 //! failed tries, round robin.
 //!
@@ -29,9 +30,10 @@ const MAX_TRIES: u32 = 20;
 #[derive(Debug)]
 pub struct Hash {
     consistent: bool,
-    /// Weights as of the last rebuild, and their sum (down backends included).
-    weights: Vec<u32>,
-    total_weight: u32,
+    /// `cumulative[i]`: the weights of backends `0..=i`, down ones included, as of the last
+    /// rebuild. nginx walks the backends subtracting weights; a binary search over these lands
+    /// on the same backend in O(log n).
+    cumulative: Vec<u64>,
     /// The ketama ring, when consistent.
     ring: Ring,
     fallback: SmoothWeights,
@@ -41,8 +43,7 @@ impl Hash {
     pub fn new(consistent: bool) -> Hash {
         Hash {
             consistent,
-            weights: Vec::new(),
-            total_weight: 0,
+            cumulative: Vec::new(),
             ring: Ring::default(),
             fallback: SmoothWeights::default(),
         }
@@ -51,7 +52,11 @@ impl Hash {
     /// The key, if the hash decides; `None` sends the request to round robin.
     fn key<'k>(&self, ctx: &PickCtx<'k>, backends: &Backends<'_>) -> Option<&'k [u8]> {
         let key = ctx.affinity.filter(|k| !k.is_empty())?;
-        (backends.len() >= 2 && self.total_weight > 0).then_some(key)
+        (backends.len() >= 2 && self.total_weight() > 0).then_some(key)
+    }
+
+    fn total_weight(&self) -> u64 {
+        self.cumulative.last().copied().unwrap_or(0)
     }
 
     fn pick_plain(
@@ -68,13 +73,8 @@ impl Hash {
             }
             crc.update(key);
             running = running.wrapping_add((crc.finalize() >> 16) & 0x7fff);
-            let mut w = running % self.total_weight;
-            let mut i = 0;
-            while w >= self.weights[i] {
-                w -= self.weights[i];
-                i += 1;
-            }
-            let id = BackendId(i as u32);
+            let w = u64::from(running) % self.total_weight();
+            let id = BackendId(self.cumulative.partition_point(|&c| c <= w) as u32);
             if ctx.usable(id, backends) {
                 return Some(id);
             }
@@ -120,8 +120,14 @@ fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
 
 impl Balancer for Hash {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.weights = backends.ids().map(|id| backends.weight(id)).collect();
-        self.total_weight = self.weights.iter().sum();
+        let mut sum = 0;
+        self.cumulative = backends
+            .ids()
+            .map(|id| {
+                sum += u64::from(backends.weight(id));
+                sum
+            })
+            .collect();
         if self.consistent {
             self.ring = Ring::build(backends);
         }

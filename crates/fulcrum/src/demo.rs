@@ -85,17 +85,15 @@ pub async fn run(requests: usize) -> anyhow::Result<ExitCode> {
     );
     println!("least_conn sees equal load here and breaks ties by smooth WRR, fair by plain turns;");
     println!("random_two draws two by weight and takes the less loaded (ties to the second draw);");
-    println!("least_time, p2c_ewma and latency follow measured latency (equal here, so by weight");
-    println!(
-        "  or, for latency, evenly); ip_hash maps each client /24 as nginx does, new_hash too"
+    print!(
+        "least_time takes the lowest rt·(1+in flight) per weight: one request at a time, the
+  heaviest backend wins every pick; p2c_ewma and latency follow measured latency, so small
+  differences between these backends show; ip_hash maps each client /24 as nginx does,
+  new_hash with seed 000's hash; hash (nginx's crc32), maglev and bounded_load hash the client
+  address as text; dynamic_wrr, dwlc and capacity_weighted use the configured weights until
+  backends report their load.
+"
     );
-    println!(
-        "  with seed 000's hash; hash (nginx's crc32), maglev and bounded_load hash the client"
-    );
-    println!(
-        "  address as text; dynamic_wrr, dwlc and capacity_weighted use the configured weights"
-    );
-    println!("  until backends report their load.");
     let failed: usize = rows.iter().map(|r| r.failed).sum();
     Ok(if failed == 0 {
         ExitCode::SUCCESS

@@ -10,33 +10,16 @@
 //! changed weight takes effect at once ([`SmoothWeights::rebuild_at_once`]), since the model's
 //! weights are per mille of the cluster.
 
-use crate::backend::{BackendId, Backends};
-use crate::balancer::{Balancer, Completion, PickCtx};
-use crate::smooth::SmoothWeights;
-
-#[derive(Debug, Default)]
-pub struct CapacityWeighted {
-    weights: SmoothWeights,
-}
-
-impl Balancer for CapacityWeighted {
-    fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.weights.rebuild_at_once(backends);
-    }
-
-    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        self.weights.pick_usable(ctx, backends)
-    }
-
-    fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.weights.on_complete(id, c);
-    }
-}
+/// The same balancer as [`DynamicWrr`](crate::algorithms::DynamicWrr) — smooth WRR applying
+/// model weights at once; the two algorithms differ only in the model that sets the weights.
+pub type CapacityWeighted = crate::algorithms::DynamicWrr;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithms::testing::{Harness, names};
+    use crate::backend::{BackendId, Backends};
+    use crate::balancer::Balancer;
     use crate::weights::LoadReport;
     use crate::weights::capacity_weighted::{Capacity, CapacityModel};
 

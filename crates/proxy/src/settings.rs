@@ -44,6 +44,10 @@ pub struct ListenerSettings {
     pub max_headers: usize,
     /// Bytes of a request body; larger bodies get 413 (nginx `client_max_body_size`, 1 MiB).
     pub max_body_bytes: u64,
+    /// Peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`,
+    /// `X-Forwarded-Host`, `X-Forwarded-Proto`) are believed and appended to; from any other
+    /// peer they are replaced by our own. Empty (the default): trust no one.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl ListenerSettings {
@@ -67,6 +71,7 @@ impl ListenerSettings {
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
             max_headers: Self::DEFAULT_MAX_HEADERS,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            trusted_proxies: Vec::new(),
         }
     }
 }

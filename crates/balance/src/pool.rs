@@ -13,8 +13,11 @@
 //! Passive health follows nginx (`ngx_http_upstream_free_round_robin_peer`): a failure bumps
 //! `fails` and restarts the `fail_timeout` window; `max_fails` failures take a backend out until
 //! the window has passed; the first pick after that is a probe, and its success clears the
-//! count. When no backend at all can be chosen, the primaries' counts are cleared so the next
+//! count. When no backend at all is usable, the primaries' counts are cleared so the next
 //! request tries them again instead of failing for a whole `fail_timeout` ("quick recovery").
+//! A request that finds nothing left only because it has already tried every usable backend
+//! does not trigger it (nginx's does): that would put failed backends back inside their
+//! `fail_timeout`.
 //!
 //! Slow start (Envoy's, `slow_start` in the configuration) ramps a backend that recovers or is
 //! marked up again from a tenth of its weight to all of it over the configured time: its
@@ -282,9 +285,15 @@ impl Pool {
                 });
             }
         }
-        let primaries = self.tiers[0].len;
-        for state in &mut self.states[..primaries] {
-            state.fails = 0;
+        // Quick recovery is for when nothing at all is usable, not for a request that has
+        // used up the usable ones: reviving failed backends for it would send the next
+        // requests to them inside their `fail_timeout`. (nginx clears the counts whenever its
+        // tried-set leaves nothing; we do not, see docs/architecture.md.)
+        if exclude.is_empty() || !self.states.iter().any(|s| s.is_eligible(now)) {
+            let primaries = self.tiers[0].len;
+            for state in &mut self.states[..primaries] {
+                state.fails = 0;
+            }
         }
         None
     }
@@ -512,6 +521,24 @@ mod tests {
         // The next request gets to try again.
         let t = p.pick(None, &[], secs(2)).unwrap();
         p.complete(t, Outcome::Success, secs(2));
+    }
+
+    #[test]
+    fn a_request_that_tried_every_backend_does_not_revive_the_failed_ones() {
+        // Backend 0 has failed (out for fail_timeout); backend 1 is healthy but this request
+        // already tried it. Nothing is left for this request, but something is usable: no
+        // quick recovery, backend 0 stays out.
+        let mut p = pool(Algorithm::RoundRobin, &[1, 1], &[]);
+        let t = p.pick(None, &[], secs(1)).unwrap();
+        assert_eq!(t.backend(), BackendId(0));
+        p.complete(t, Outcome::Failure, secs(1));
+        assert!(p.pick(None, &[BackendId(1)], secs(2)).is_none());
+        assert_eq!(p.state(BackendId(0)).fails(), 1);
+        for s in [2, 3, 4] {
+            let t = p.pick(None, &[], secs(s)).unwrap();
+            assert_eq!(t.backend(), BackendId(1), "at {s}s backend 0 is still out");
+            p.complete(t, Outcome::Success, secs(s));
+        }
     }
 
     #[test]

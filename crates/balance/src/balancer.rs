@@ -41,7 +41,8 @@ pub enum Outcome {
     Success,
     /// Connect error, timeout, reset or an unparsable answer: counts towards `max_fails`.
     Failure,
-    /// The client went away before the backend finished: no verdict on the backend.
+    /// No verdict on the backend: the client went away before it finished, or the attempt
+    /// failed for a reason that is not the backend's (see [`crate::retry`]).
     Cancelled,
 }
 

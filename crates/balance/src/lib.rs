@@ -17,6 +17,8 @@
 //! * [`balancer`]: the [`Balancer`] trait every algorithm implements, [`PickCtx`], and
 //!   [`Algorithm`], the list of algorithms by their configuration names.
 //! * [`algorithms`]: one file per algorithm.
+//! * [`retry`]: the retry-and-blame policy: what a failed attempt leads to (resend on a fresh
+//!   connection, the next backend, or our own error) and whether the backend is blamed.
 //! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
@@ -29,6 +31,7 @@ pub mod algorithms;
 pub mod backend;
 pub mod balancer;
 pub mod pool;
+pub mod retry;
 pub mod ring;
 pub mod smooth;
 pub mod weights;
@@ -38,3 +41,7 @@ pub use balancer::{
     Affinity, Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,
 };
 pub use pool::{Pool, Ticket};
+pub use retry::{
+    Action, AttemptFailure, Blame, Connection, Decision, Fault, Replay, RequestSent,
+    ResponseReceived,
+};

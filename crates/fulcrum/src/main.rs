@@ -166,6 +166,26 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
+    let needed = proxy::limits::descriptors_needed(&cfg.proxy);
+    match proxy::limits::raise_open_files_limit() {
+        Ok(Some(limit)) if limit < needed => {
+            eprintln!(
+                "fulcrum: error: {}: this configuration may need {needed} file descriptors \
+                 (max_connections of every listener twice, for its backend connections, plus \
+                 keepalive × backends × workers), but the limit is {limit} (ulimit -n); raise \
+                 the hard limit (LimitNOFILE= in a systemd unit, nofile in \
+                 /etc/security/limits.conf) or lower max_connections or keepalive",
+                path.display()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Ok(limit) => tracing::info!(
+            open_files_limit = limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+            needed,
+            "file descriptor limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
     // The proxy runs its own worker threads; this runtime only waits for a signal.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

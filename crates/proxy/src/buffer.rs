@@ -2,7 +2,6 @@
 //! consumed from the front, so nothing is allocated per request.
 
 use tokio::io::AsyncReadExt as _;
-use tokio::net::TcpStream;
 
 #[derive(Debug)]
 pub(crate) struct Buffer {
@@ -73,7 +72,10 @@ impl Buffer {
 
     /// Reads what is available (at least one byte, or 0 at end of stream) into the free space,
     /// making some if there is none.
-    pub(crate) async fn read_from(&mut self, stream: &mut TcpStream) -> std::io::Result<usize> {
+    pub(crate) async fn read_from<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        stream: &mut R,
+    ) -> std::io::Result<usize> {
         if self.end == self.data.len() {
             self.reserve(self.data.len().max(4096) / 2);
         }

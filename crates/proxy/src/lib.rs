@@ -8,22 +8,33 @@
 //! * [`server`]: [`Proxy`] binds the listeners and runs `workers` threads, each with its own
 //!   single-threaded runtime accepting on every listener (nginx's worker layout); accepts
 //!   connections up to `max_connections` and shuts down gracefully.
-//! * `conn`: one client connection: request heads read and checked, bodies buffered, the
-//!   pick-and-retry loop over the upstream's backends, the response relayed (or 502/503/504
-//!   of our own).
+//! * `client`: one client connection: request heads read and checked, bodies buffered, one
+//!   access log line per request we answer.
+//! * `forward`: a request's attempts over the upstream's backends, as the retry-and-blame
+//!   policy of [`balance::retry`] decides, ending in the relayed answer or our own 502/503/504.
+//! * `exchange`: one exchange on one backend connection: the request written while the answer
+//!   is read, the client watched meanwhile, failures classified, the response relayed.
 //! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass (hop-by-hop
-//!   headers of RFC 9110 §7.6.1 removed, `X-Forwarded-For`, `X-Forwarded-Proto` and
-//!   `Forwarded` (RFC 7239) added), the framing rules of RFC 9112, the chunked decoder.
+//!   headers of RFC 9110 §7.6.1 removed, forwarding headers set), the framing rules of RFC
+//!   9112, the chunked decoder.
 //! * `upstream`: [`Upstream`], one pool of backends shared by every worker thread: the
 //!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await).
 //!   `Attempt` completes its ticket exactly once, even when the client goes away.
-//! * `connections`: each worker's keep-alive connections to one backend, reused LIFO.
+//! * `connections`: each worker's connections to one backend: reuse known, idle expiry,
+//!   a per-backend cap, counts, connect errors classified.
+//! * `limits`: the process's file descriptor limit, raised at start-up and checked against
+//!   what the configuration may need.
+//! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
 
 mod buffer;
-mod conn;
+mod client;
 mod connections;
+mod exchange;
+mod forward;
 mod http1;
+mod io;
+pub mod limits;
 pub mod server;
 pub mod settings;
 mod upstream;

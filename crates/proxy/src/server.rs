@@ -35,7 +35,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::conn::{self, ListenerContext, WorkerListener};
+use crate::client::{self, ListenerContext, WorkerListener};
+use crate::connections::Connections;
 use crate::settings::ProxySettings;
 use crate::upstream::Upstream;
 
@@ -303,9 +304,11 @@ struct WorkerSocket {
     inbox: mpsc::UnboundedReceiver<Handoff>,
 }
 
-/// One worker: an accept loop per listener, on this thread's runtime.
+/// One worker: an accept loop per listener, and the expiry of its idle backend connections,
+/// on this thread's runtime.
 async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: Duration) {
     let mut loops = JoinSet::new();
+    let mut pools = Vec::new();
     for s in sockets {
         let listener = match TcpListener::from_std(s.socket) {
             Ok(listener) => listener,
@@ -314,8 +317,13 @@ async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: 
                 continue;
             }
         };
+        let connections = s.ctx.upstream.worker_connections();
+        pools.push((
+            Arc::clone(&connections),
+            s.ctx.upstream.settings().keepalive_timeout,
+        ));
         let worker_listener = Arc::new(WorkerListener {
-            connections: s.ctx.upstream.worker_connections(),
+            connections,
             ctx: s.ctx,
         });
         loops.spawn(accept_loop(
@@ -331,7 +339,31 @@ async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: 
             grace,
         ));
     }
+    let reaper = tokio::spawn(reap_idle(pools, stop.clone()));
     while loops.join_next().await.is_some() {}
+    reaper.abort();
+}
+
+/// Closes idle backend connections that expired (`keepalive_timeout`) or that their backend
+/// closed, wherever they are in the idle lists, until the worker stops. Runs every second, or
+/// more often for a shorter `keepalive_timeout`: an idle connection lives at most about
+/// `keepalive_timeout` plus that period.
+async fn reap_idle(pools: Vec<(Arc<[Connections]>, Duration)>, mut stop: watch::Receiver<bool>) {
+    let Some(shortest) = pools.iter().map(|(_, timeout)| *timeout).min() else {
+        return;
+    };
+    let period = shortest.clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
+        for (backends, _) in &pools {
+            for backend in backends.iter() {
+                backend.reap();
+            }
+        }
+    }
 }
 
 /// What one worker's accept loop for one listener works with.
@@ -402,11 +434,18 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         let stop = stop.clone();
         connections.spawn(async move {
             let _open = Open(&spread.open[worker]);
-            conn::serve(stream, client, worker_listener, stop, permit).await;
+            client::serve(stream, client, worker_listener, stop, permit).await;
         });
     }
     let listener = a.listener;
     drop(listener);
+    // Connections handed over but not yet taken are closed now, like those still in the
+    // kernel's queue, rather than left waiting for the whole shutdown_timeout.
+    a.inbox.close();
+    while let Ok((stream, _)) = a.inbox.try_recv() {
+        a.spread.open[a.worker].fetch_sub(1, Ordering::Relaxed);
+        drop(stream);
+    }
     if !connections.is_empty() {
         tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
     }

@@ -15,50 +15,6 @@ use tokio::time::Instant;
 use crate::connections::Connections;
 use crate::settings::{HashKey, UpstreamSettings};
 
-/// Why an attempt on a backend failed.
-#[derive(Debug)]
-pub(crate) enum AttemptError {
-    /// The connection could not be made: the request never left.
-    Connect(std::io::Error),
-    ConnectTimeout,
-    /// The connection failed after the request was (or may have been) sent, before a response
-    /// head arrived.
-    Reset(std::io::Error),
-    /// No response head within `read_timeout`.
-    ReadTimeout,
-    /// The backend answered something that is not HTTP/1.x, or breaks its framing rules.
-    Invalid(&'static str),
-}
-
-impl AttemptError {
-    /// Whether the request may have reached the backend (and so may only be retried if that is
-    /// safe).
-    pub(crate) fn request_sent(&self) -> bool {
-        !matches!(
-            self,
-            AttemptError::Connect(_) | AttemptError::ConnectTimeout
-        )
-    }
-
-    /// Whether the next backend may be tried: not after an invalid answer (nginx does not by
-    /// default either: the backend did respond).
-    pub(crate) fn retriable(&self) -> bool {
-        !matches!(self, AttemptError::Invalid(_))
-    }
-}
-
-impl std::fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AttemptError::Connect(e) => write!(f, "connect failed: {e}"),
-            AttemptError::ConnectTimeout => f.write_str("connect timed out"),
-            AttemptError::Reset(e) => write!(f, "connection failed before the response: {e}"),
-            AttemptError::ReadTimeout => f.write_str("no response within read_timeout"),
-            AttemptError::Invalid(e) => write!(f, "invalid response: {e}"),
-        }
-    }
-}
-
 /// A backend's state, for the demo, logs and (later) the admin API.
 #[derive(Debug, Clone)]
 pub struct BackendSnapshot {
@@ -69,6 +25,10 @@ pub struct BackendSnapshot {
     pub requests: u64,
     pub failures: u64,
     pub available: bool,
+    /// Connections open to the backend, over every worker (busy or idle).
+    pub connections_open: usize,
+    /// Of those, the idle ones kept for reuse.
+    pub connections_idle: usize,
 }
 
 #[derive(Debug)]
@@ -80,6 +40,8 @@ pub struct Upstream {
     addrs: Vec<SocketAddr>,
     /// Time zero of the `Nanos` handed to the pool.
     epoch: Instant,
+    /// Every worker's connections to the backends (by pool id), for counting.
+    worker_pools: Mutex<Vec<Arc<[Connections]>>>,
 }
 
 impl Upstream {
@@ -100,6 +62,7 @@ impl Upstream {
             pool: Mutex::new(pool),
             addrs,
             epoch: Instant::now(),
+            worker_pools: Mutex::new(Vec::new()),
             settings,
         }
     }
@@ -119,9 +82,10 @@ impl Upstream {
         &self.settings
     }
 
-    /// A worker's own keep-alive connections to each backend, by pool id.
-    pub(crate) fn worker_connections(&self) -> Vec<Connections> {
-        self.addrs
+    /// A new worker's own connections to each backend, by pool id.
+    pub(crate) fn worker_connections(&self) -> Arc<[Connections]> {
+        let pools: Arc<[Connections]> = self
+            .addrs
             .iter()
             .map(|&addr| {
                 Connections::new(
@@ -130,7 +94,30 @@ impl Upstream {
                     self.settings.keepalive_timeout,
                 )
             })
-            .collect()
+            .collect();
+        self.worker_pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&pools));
+        pools
+    }
+
+    /// Connections open to each backend (busy or idle) and idle, summed over the workers.
+    fn connection_counts(&self) -> Vec<(usize, usize)> {
+        let mut counts = vec![(0, 0); self.addrs.len()];
+        for pools in self
+            .worker_pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            for (count, pool) in counts.iter_mut().zip(pools.iter()) {
+                let (open, idle) = pool.counts();
+                count.0 += open;
+                count.1 += idle;
+            }
+        }
+        counts
     }
 
     fn now(&self) -> Nanos {
@@ -172,15 +159,20 @@ impl Upstream {
     fn complete(&self, ticket: Ticket, outcome: Outcome) {
         let id = ticket.backend();
         let now = self.now();
-        let mut pool = self.pool();
-        pool.complete(ticket, outcome, now);
-        let state = pool.state(id);
-        if outcome == Outcome::Failure && state.fails() == state.spec().max_fails {
+        let disabled = {
+            let mut pool = self.pool();
+            pool.complete(ticket, outcome, now);
+            let state = pool.state(id);
+            (outcome == Outcome::Failure && state.fails() == state.spec().max_fails)
+                .then(|| (state.fails(), state.spec().fail_timeout))
+        };
+        // Logged once the lock is released: a slow log sink must not hold up every worker.
+        if let Some((fails, fail_timeout)) = disabled {
             tracing::warn!(
                 upstream = %self.settings.name,
                 backend = %self.backend_addr(id),
-                fails = state.fails(),
-                fail_timeout = ?Duration::from(state.spec().fail_timeout),
+                fails,
+                fail_timeout = ?Duration::from(fail_timeout),
                 "backend temporarily disabled"
             );
         }
@@ -188,12 +180,14 @@ impl Upstream {
 
     /// The state of every backend, in pool order.
     pub fn snapshot(&self) -> Vec<BackendSnapshot> {
+        let connections = self.connection_counts();
         let pool = self.pool();
         let now = self.now();
         pool.states()
             .iter()
+            .zip(connections)
             .enumerate()
-            .map(|(i, s)| BackendSnapshot {
+            .map(|(i, (s, (open, idle)))| BackendSnapshot {
                 addr: self.addrs[i],
                 backup: i >= pool.primaries(),
                 weight: s.weight(),
@@ -201,6 +195,8 @@ impl Upstream {
                 requests: s.requests(),
                 failures: s.failures(),
                 available: s.is_eligible(now),
+                connections_open: open,
+                connections_idle: idle,
             })
             .collect()
     }

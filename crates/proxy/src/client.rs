@@ -1,0 +1,561 @@
+//! One client connection's life in the proxy.
+//!
+//! For each request on the connection:
+//!
+//! 1. The head is read within `client_header_timeout` (408 if part of it came and the rest did
+//!    not; an idle keep-alive connection is just closed), parsed, checked and rewritten for the
+//!    backend in one pass ([`http1::parse_request`]).
+//! 2. The body, if any, is read in full first (nginx's default `proxy_request_buffering on`),
+//!    so that a failed attempt can be retried with the same bytes: a `Content-Length` body
+//!    stays in the connection's read buffer, a chunked one is decoded.
+//! 3. The request is forwarded ([`crate::forward`]): backends picked and tried as the retry
+//!    policy says, the answer relayed, or our own 502/503/504.
+//! 4. One access log line, for every request we answer (our own refusals included), with the
+//!    backends tried, the status (499 when the client left first) and the time spent on
+//!    backends.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use balance::{Affinity, BackendId, Replay};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::{Instant, timeout_at};
+
+use crate::buffer::Buffer;
+use crate::connections::Connections;
+use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
+use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
+use crate::io::{after, send};
+use crate::settings::{HashKey, ListenerSettings};
+use crate::upstream::Upstream;
+
+/// What every request on one listener shares.
+#[derive(Debug)]
+pub(crate) struct ListenerContext {
+    pub(crate) settings: ListenerSettings,
+    pub(crate) upstream: Arc<Upstream>,
+    pub(crate) access_log: bool,
+}
+
+/// A listener as one worker serves it: the shared context and the worker's own connections to
+/// the upstream's backends.
+#[derive(Debug)]
+pub(crate) struct WorkerListener {
+    pub(crate) ctx: Arc<ListenerContext>,
+    pub(crate) connections: Arc<[Connections]>,
+}
+
+/// Initial read buffer of a client connection; it grows to hold a request body.
+const CLIENT_BUFFER: usize = 16 * 1024;
+/// How long a closing connection's unread input is drained, so the kernel does not answer it
+/// with a reset that could destroy our last response before the client reads it.
+const LINGER: Duration = Duration::from_secs(2);
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+const HEAD_TIMEOUT: Reject = http1::reject(
+    408,
+    "408 Request Timeout: the request head did not arrive in time\n",
+);
+const BODY_TIMEOUT: Reject = http1::reject(
+    408,
+    "408 Request Timeout: the request body did not arrive in time\n",
+);
+const TOO_LARGE: Reject = http1::reject(
+    413,
+    "413 Content Too Large: the request body exceeds max_body_bytes\n",
+);
+const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
+const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
+
+/// Serves one client connection until it closes, the proxy stops, or an error ends it.
+pub(crate) async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
+    stop: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    let client_addr = http1::ClientAddr::new(peer.ip());
+    let mut conn = ClientConn {
+        stream,
+        peer,
+        listener,
+        stop,
+        client_addr,
+        inbuf: Buffer::new(CLIENT_BUFFER),
+        scratch: Scratch::default(),
+        body: Vec::new(),
+        key: Vec::new(),
+    };
+    if conn.run().await == Next::Linger {
+        conn.linger().await;
+    }
+    drop(permit);
+}
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Read the next request.
+    KeepOpen,
+    /// We answered and close: drain what the client may still be sending first.
+    Linger,
+    /// Close now.
+    Close,
+}
+
+/// The body of the request being forwarded.
+#[derive(Debug, Clone, Copy)]
+enum Body {
+    None,
+    /// The first `n` bytes of the client's read buffer.
+    InBuffer(usize),
+    /// De-chunked into `ClientConn::body`.
+    Decoded,
+}
+
+/// Why no request head came.
+#[derive(Debug)]
+enum NoHead {
+    /// Just close: the client closed, went idle too long, or the proxy is stopping.
+    Close,
+    /// Refuse what came, and close.
+    Refuse(Reject),
+}
+
+struct ClientConn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
+    stop: watch::Receiver<bool>,
+    /// The client's address as the forwarding headers write it.
+    client_addr: http1::ClientAddr,
+    inbuf: Buffer,
+    /// Buffers lent to forwarding.
+    scratch: Scratch,
+    /// A de-chunked request body.
+    body: Vec<u8>,
+    /// The request's hash key, for algorithms that hash `hash_key`.
+    key: Vec<u8>,
+}
+
+/// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
+/// (`\n\n` or `\n\r\n`) in what came after the first `scanned` bytes, or `limit` bytes.
+fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
+    if buf.len() >= limit {
+        return true;
+    }
+    let new = &buf[scanned.saturating_sub(2).min(buf.len())..];
+    new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
+}
+
+/// What the access log says of a request, taken before its bytes leave the read buffer.
+#[derive(Debug)]
+struct LogEntry {
+    method: String,
+    target: String,
+    started: Instant,
+}
+
+impl LogEntry {
+    fn of(raw: &[u8], req: &RequestHead, started: Instant) -> LogEntry {
+        LogEntry {
+            method: String::from_utf8_lossy(&raw[req.method.clone()]).into_owned(),
+            target: String::from_utf8_lossy(&raw[req.target.clone()]).into_owned(),
+            started,
+        }
+    }
+
+    /// For a head refused before it could be parsed: the first two words of its first line,
+    /// as far as they go.
+    fn of_refused(raw: &[u8], started: Instant) -> LogEntry {
+        let line = raw.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
+        let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+        let mut word = |limit: usize| match words.next() {
+            Some(w) => String::from_utf8_lossy(&w[..w.len().min(limit)]).into_owned(),
+            None => "-".to_owned(),
+        };
+        LogEntry {
+            method: word(32),
+            target: word(256),
+            started,
+        }
+    }
+}
+
+/// The backends tried, as the access log writes them: `a,b`, or `-`.
+struct Tried<'a>(&'a Upstream, &'a [BackendId]);
+
+impl fmt::Display for Tried<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.1.is_empty() {
+            return f.write_str("-");
+        }
+        for (i, &id) in self.1.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}", self.0.backend_addr(id))?;
+        }
+        Ok(())
+    }
+}
+
+impl ClientConn {
+    fn settings(&self) -> &ListenerSettings {
+        &self.listener.ctx.settings
+    }
+
+    async fn run(&mut self) -> Next {
+        loop {
+            let req = match self.read_head().await {
+                Ok(req) => req,
+                Err(NoHead::Close) => return Next::Close,
+                Err(NoHead::Refuse(reject)) => {
+                    let entry = self.log_entry(|raw| LogEntry::of_refused(raw, Instant::now()));
+                    self.log(entry, reject.status, &[], None);
+                    return self.answer_and_close(reject).await;
+                }
+            };
+            match self.serve_request(req).await {
+                Next::KeepOpen => {}
+                end => return end,
+            }
+        }
+    }
+
+    fn log_entry(&self, make: impl FnOnce(&[u8]) -> LogEntry) -> Option<LogEntry> {
+        self.listener
+            .ctx
+            .access_log
+            .then(|| make(self.inbuf.filled()))
+    }
+
+    /// The next request head.
+    async fn read_head(&mut self) -> Result<RequestHead, NoHead> {
+        let upstream = Arc::clone(&self.listener.ctx.upstream);
+        let limits = Limits {
+            max_headers: self.settings().max_headers,
+            max_header_bytes: self.settings().max_header_bytes,
+            key: upstream.hashed_request_part(),
+        };
+        let deadline = after(self.settings().client_header_timeout);
+        // Bytes already looked at for the blank line that ends a head: a client sending its
+        // head a byte at a time costs one scan of it, not one parse per byte.
+        let mut scanned = 0;
+        loop {
+            let filled = self.inbuf.filled();
+            let complete = head_may_be_complete(filled, scanned, limits.max_header_bytes);
+            scanned = filled.len();
+            if complete {
+                let head = &mut self.scratch.head;
+                head.clear();
+                let client = &self.client_addr;
+                match http1::parse_request(self.inbuf.filled(), limits, client, head) {
+                    Ok(Some(req)) => return Ok(req),
+                    Ok(None) => {}
+                    Err(reject) => return Err(NoHead::Refuse(reject)),
+                }
+            } else if *self.stop.borrow() {
+                return Err(NoHead::Close);
+            }
+            let idle = self.inbuf.is_empty();
+            let read = tokio::select! {
+                biased;
+                read = timeout_at(deadline, self.inbuf.read_from(&mut self.stream)) => read,
+                _ = self.stop.changed(), if idle => return Err(NoHead::Close),
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(NoHead::Close),
+                Ok(Ok(_)) => {}
+                // Part of a request came, the rest did not: answer. An idle connection is
+                // just closed (a client reusing it right then would take a 408 as its answer).
+                Err(_) if !self.inbuf.is_empty() => return Err(NoHead::Refuse(HEAD_TIMEOUT)),
+                Err(_) => return Err(NoHead::Close),
+            }
+        }
+    }
+
+    /// Proxies one request.
+    async fn serve_request(&mut self, req: RequestHead) -> Next {
+        let started = Instant::now();
+        let entry = self.log_entry(|raw| LogEntry::of(raw, &req, started));
+        let upstream = Arc::clone(&self.listener.ctx.upstream);
+        if upstream.settings().algorithm.affinity() == Some(Affinity::Key) {
+            self.key.clear();
+            match upstream.settings().hash_key {
+                HashKey::ClientIp => self.key.extend_from_slice(self.client_addr.ip().as_bytes()),
+                _ => self
+                    .key
+                    .extend_from_slice(&self.inbuf.filled()[req.key.clone()]),
+            }
+        }
+        self.inbuf.consume(req.head_len);
+
+        let body = match self.read_body(&req).await {
+            Ok(body) => body,
+            Err(NoHead::Refuse(reject)) => {
+                self.log(entry, reject.status, &[], None);
+                return self.answer_and_close(reject).await;
+            }
+            Err(NoHead::Close) => return Next::Close,
+        };
+
+        let listener = Arc::clone(&self.listener);
+        let mut octets = [0u8; 16];
+        let affinity = match upstream.settings().algorithm.affinity() {
+            None => None,
+            Some(Affinity::AddressOctets) => Some(address_octets(self.peer.ip(), &mut octets)),
+            Some(Affinity::Key) => Some(&self.key[..]),
+        };
+        let stopping = *self.stop.borrow();
+        let client = ClientSide {
+            http11: req.http11,
+            keep_alive: req.keep_alive && !stopping,
+            is_head: req.is_head,
+        };
+        let forward = Forward {
+            upstream: &upstream,
+            connections: &listener.connections,
+            affinity,
+            head_len: self.scratch.head.len(),
+            has_host: req.has_host,
+            body: match body {
+                Body::None => &[],
+                Body::InBuffer(n) => &self.inbuf.filled()[..n],
+                Body::Decoded => &self.body,
+            },
+            has_body: !matches!(body, Body::None),
+            client,
+            replay: if req.idempotent || upstream.settings().retry_non_idempotent {
+                Replay::Safe
+            } else {
+                Replay::Unsafe
+            },
+            send_timeout: self.settings().send_timeout,
+        };
+        let forwarding = Instant::now();
+        let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;
+        let upstream_time = (!self.scratch.tried.is_empty()).then(|| forwarding.elapsed());
+
+        if let Body::InBuffer(n) = body {
+            self.inbuf.consume(n);
+        }
+        // A large body grew the buffers; an idle keep-alive connection gives the memory back.
+        self.inbuf.shrink_to(CLIENT_BUFFER);
+        for buf in [&mut self.body, &mut self.scratch.dechunked] {
+            if buf.capacity() > CLIENT_BUFFER {
+                *buf = Vec::new();
+            }
+        }
+
+        let tried = std::mem::take(&mut self.scratch.tried);
+        let (status, next) = match ending {
+            Ending::Answered { status, keep_alive } => {
+                let next = if keep_alive {
+                    Next::KeepOpen
+                } else {
+                    Next::Linger
+                };
+                (status, next)
+            }
+            Ending::CutShort {
+                status,
+                backend_failed,
+            } => {
+                if backend_failed {
+                    // A reset rather than a clean end of stream: a body delimited by the
+                    // close must not look complete.
+                    let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+                }
+                (status, Next::Close)
+            }
+            Ending::ClientGone => (CLIENT_CLOSED, Next::Close),
+            Ending::NoAnswer(fault) => {
+                let reject = forward::failure_reject(fault);
+                let keep_alive = client.keep_alive && !*self.stop.borrow();
+                http1::local_response(&mut self.scratch.out, reject, keep_alive, req.http11);
+                let st = self.settings().send_timeout;
+                let next = match send(&mut self.stream, &self.scratch.out, &[], st).await {
+                    Ok(()) if keep_alive => Next::KeepOpen,
+                    Ok(()) => Next::Linger,
+                    Err(_) => Next::Close,
+                };
+                (reject.status, next)
+            }
+        };
+        self.log(entry, status, &tried, upstream_time);
+        self.scratch.tried = tried;
+        next
+    }
+
+    fn log(
+        &self,
+        entry: Option<LogEntry>,
+        status: u16,
+        tried: &[BackendId],
+        upstream_time: Option<Duration>,
+    ) {
+        let Some(entry) = entry else {
+            return;
+        };
+        let upstream = &self.listener.ctx.upstream;
+        tracing::info!(
+            target: "fulcrum::access",
+            client = %self.peer.ip(),
+            method = %entry.method,
+            path = %entry.target,
+            upstream = %upstream.name(),
+            backends = %Tried(upstream, tried),
+            status,
+            upstream_us = upstream_time.map_or(0, |t| t.as_micros() as u64),
+            duration_us = entry.started.elapsed().as_micros() as u64,
+        );
+    }
+
+    /// Reads the request body.
+    async fn read_body(&mut self, req: &RequestHead) -> Result<Body, NoHead> {
+        let max = self.settings().max_body_bytes;
+        let mut continued = !req.expect_continue || !req.http11;
+        match req.body {
+            Framing::None | Framing::Close => Ok(Body::None),
+            Framing::Length(n) => {
+                if n > max {
+                    return Err(NoHead::Refuse(TOO_LARGE));
+                }
+                // The buffer grows as the body arrives, not on the client's word.
+                let n = n as usize;
+                while self.inbuf.len() < n {
+                    self.more_body(&mut continued).await?;
+                }
+                Ok(Body::InBuffer(n))
+            }
+            Framing::Chunked => {
+                self.body.clear();
+                let mut chunked = Chunked::default();
+                loop {
+                    if !self.inbuf.is_empty() {
+                        let body = &mut self.body;
+                        let used = chunked
+                            .advance(self.inbuf.filled(), |data| body.extend_from_slice(data))
+                            .map_err(|_| NoHead::Refuse(BAD_CHUNKED))?;
+                        self.inbuf.consume(used);
+                        if self.body.len() as u64 > max {
+                            return Err(NoHead::Refuse(TOO_LARGE));
+                        }
+                        if chunked.is_done() {
+                            return Ok(Body::Decoded);
+                        }
+                    }
+                    self.more_body(&mut continued).await?;
+                }
+            }
+        }
+    }
+
+    /// Reads more of a request body within `client_body_timeout`, first telling a client that
+    /// waits for it to go on (`100 Continue`, once).
+    async fn more_body(&mut self, continued: &mut bool) -> Result<(), NoHead> {
+        if !*continued {
+            *continued = true;
+            let st = self.settings().send_timeout;
+            send(&mut self.stream, CONTINUE, &[], st)
+                .await
+                .map_err(|_| NoHead::Close)?;
+        }
+        let timeout = self.settings().client_body_timeout;
+        match tokio::time::timeout(timeout, self.inbuf.read_from(&mut self.stream)).await {
+            Ok(Ok(0)) => Err(NoHead::Refuse(INCOMPLETE_BODY)),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(NoHead::Close),
+            Err(_) => Err(NoHead::Refuse(BODY_TIMEOUT)),
+        }
+    }
+
+    /// Our own answer, then the connection closes.
+    async fn answer_and_close(&mut self, reject: Reject) -> Next {
+        http1::local_response(&mut self.scratch.out, reject, false, true);
+        let st = self.settings().send_timeout;
+        match send(&mut self.stream, &self.scratch.out, &[], st).await {
+            Ok(()) => Next::Linger,
+            Err(_) => Next::Close,
+        }
+    }
+
+    /// Closes our side, then reads and discards what the client still sends, for a while.
+    async fn linger(&mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let deadline = after(LINGER);
+        loop {
+            self.inbuf.consume(self.inbuf.len());
+            match timeout_at(deadline, self.inbuf.read_from(&mut self.stream)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        }
+    }
+}
+
+/// The client address as a hash key: 4 octets for IPv4 (IPv4-mapped IPv6 included), 16 for
+/// IPv6. Algorithms that hash it decide how many octets count.
+fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => {
+            buf[..4].copy_from_slice(&v4.octets());
+            &buf[..4]
+        }
+        std::net::IpAddr::V6(v6) => {
+            *buf = v6.octets();
+            &buf[..]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_is_parsed_once_its_blank_line_or_the_limit_is_there() {
+        assert!(!head_may_be_complete(b"", 0, 100));
+        assert!(!head_may_be_complete(
+            b"GET / HTTP/1.1\r\nHost: a\r\n",
+            0,
+            100
+        ));
+        assert!(head_may_be_complete(
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            0,
+            100
+        ));
+        assert!(head_may_be_complete(b"GET / HTTP/1.0\n\n", 0, 100));
+        // The blank line straddles what was scanned and what is new.
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(head_may_be_complete(head, head.len() - 1, 100));
+        assert!(head_may_be_complete(b"GET /aaaa", 0, 9));
+    }
+
+    #[test]
+    fn octets_of_mapped_and_v6() {
+        let mut buf = [0; 16];
+        let v4: std::net::IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        assert_eq!(address_octets(v4, &mut buf), [10, 1, 2, 3]);
+        let v6: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(address_octets(v6, &mut buf).len(), 16);
+    }
+
+    #[test]
+    fn a_refused_head_is_logged_by_its_first_words() {
+        let now = Instant::now();
+        let e = LogEntry::of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n", now);
+        assert_eq!((e.method.as_str(), e.target.as_str()), ("GET", "/x"));
+        let e = LogEntry::of_refused(b"\r\n", now);
+        assert_eq!((e.method.as_str(), e.target.as_str()), ("-", "-"));
+    }
+}

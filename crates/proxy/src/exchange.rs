@@ -1,0 +1,300 @@
+//! One exchange with a backend on one connection: the request written while the answer is
+//! read, the response head parsed and rewritten for the client, then the body relayed.
+//!
+//! * **Reading while writing.** A backend may answer before it has read the whole request (a
+//!   413 or 401 for a large upload) and stop reading; writing the whole body first would block
+//!   until `read_timeout` and turn its answer into a 504. So the request is written and the
+//!   answer read at once, as nginx does; an answer that comes before the request went out
+//!   whole is passed on, and its connection is not reused (the rest of the request would be
+//!   taken for the next one).
+//! * **Watching the client.** While the backend works, a client that closes is noticed at
+//!   once ([`client_gone`]): the exchange ends, the backend connection is closed so the backend
+//!   stops working for nobody, and the attempt completes as cancelled.
+//! * **Classifying failures.** What went wrong before a complete head is reported as a
+//!   [`balance::AttemptFailure`] (reused or fresh connection, how much of the request went out,
+//!   whether any of the answer came), for the retry policy to decide on.
+//! * **Relaying.** The head is written with the first body bytes in one write, the rest of the
+//!   body as it arrives, at most `read_timeout` between two reads. The attempt completes as a
+//!   success as soon as the backend's part is over, before the last write to the client.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use balance::{AttemptFailure, Fault, Outcome, Replay, RequestSent, ResponseReceived};
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+use crate::connections::{BACKEND_BUFFER, BackendConn};
+use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
+use crate::io::{after, client_gone, send, write_two};
+use crate::upstream::Attempt;
+
+/// The request as every attempt sends it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    /// The head for the backend, blank line included.
+    pub(crate) head: &'a [u8],
+    pub(crate) body: &'a [u8],
+    /// What the client asked of the response's connection.
+    pub(crate) client: ClientSide,
+    pub(crate) replay: Replay,
+}
+
+/// How the first half of an exchange ended.
+#[derive(Debug)]
+pub(crate) enum Head {
+    /// A final response head, rewritten for the client into the output buffer, and consumed
+    /// from the connection's buffer.
+    Response(FinalResponse),
+    /// No usable head: what happened, and in words for the log.
+    Failed(AttemptFailure, String),
+    /// The client closed its connection while waiting.
+    ClientGone,
+}
+
+/// Sends `req` on `conn` and reads the final response head, writing the client's version of it
+/// into `out`. Gives up after `read_timeout` without an answer (counted from when the request
+/// went out whole, and bounding the writing too), or as soon as `client` leaves.
+pub(crate) async fn send_and_read_head(
+    conn: &mut BackendConn,
+    req: &Request<'_>,
+    client: &TcpStream,
+    read_timeout: Duration,
+    out: &mut Vec<u8>,
+) -> Head {
+    let connection = conn.connection();
+    let written = AtomicUsize::new(0);
+    // `None` while the request is being written.
+    let mut write_result: Option<std::io::Result<()>> = None;
+    let mut received = false;
+    let mut deadline = after(read_timeout);
+    let failed = {
+        let (mut rd, mut wr) = conn.stream.split();
+        let write = write_two(&mut wr, req.head, req.body, &written);
+        tokio::pin!(write);
+        let gone = client_gone(client);
+        tokio::pin!(gone);
+        loop {
+            if !conn.buf.is_empty() {
+                received = true;
+                match http1::parse_response(conn.buf.filled(), req.client, out) {
+                    Ok(Some(ResponseHead::Final(mut response))) => {
+                        response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
+                        conn.buf.consume(response.head_len);
+                        return Head::Response(response);
+                    }
+                    Ok(Some(ResponseHead::Interim(n))) => {
+                        conn.buf.consume(n);
+                        continue;
+                    }
+                    Ok(None) if conn.buf.len() >= BACKEND_BUFFER => {
+                        break (
+                            Fault::InvalidResponse,
+                            "response head larger than 16 KiB".to_owned(),
+                        );
+                    }
+                    Ok(None) => {}
+                    Err(why) => break (Fault::InvalidResponse, format!("invalid response: {why}")),
+                }
+            }
+            tokio::select! {
+                biased;
+                done = &mut write, if write_result.is_none() => {
+                    if done.is_ok() {
+                        deadline = after(read_timeout);
+                    }
+                    // A failed write is not the end: the backend may have answered before
+                    // closing, and its answer is what the client gets.
+                    write_result = Some(done);
+                }
+                read = timeout_at(deadline, conn.buf.read_from(&mut rd)) => match read {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(Ok(_)) => break (
+                        Fault::Closed,
+                        "connection closed before the response head".to_owned(),
+                    ),
+                    Ok(Err(e)) => break (
+                        Fault::Closed,
+                        format!("connection failed before the response head: {e}"),
+                    ),
+                    Err(_) => break (
+                        Fault::ReadTimeout,
+                        format!("no response within read_timeout ({read_timeout:?})"),
+                    ),
+                },
+                () = &mut gone => return Head::ClientGone,
+            }
+        }
+    };
+    let (fault, why) = failed;
+    let total = req.head.len() + req.body.len();
+    let request = match written.load(Ordering::Relaxed) {
+        0 => RequestSent::Nothing,
+        n if n < total => RequestSent::Partly,
+        _ => RequestSent::Whole,
+    };
+    let response = if received {
+        ResponseReceived::Partly
+    } else {
+        ResponseReceived::Nothing
+    };
+    Head::Failed(
+        AttemptFailure {
+            fault,
+            connection,
+            request,
+            response,
+            replay: req.replay,
+        },
+        why,
+    )
+}
+
+/// Why a relay stopped.
+#[derive(Debug)]
+pub(crate) enum Relay {
+    /// The backend failed: what happened.
+    Backend(String),
+    /// The client went away or stopped reading.
+    Client,
+}
+
+/// The client side of a relay.
+#[derive(Debug)]
+pub(crate) struct ClientEnd<'a> {
+    pub(crate) stream: &'a mut TcpStream,
+    pub(crate) send_timeout: Duration,
+    /// De-chunked response data, for HTTP/1.0 clients.
+    pub(crate) dechunked: &'a mut Vec<u8>,
+}
+
+impl ClientEnd<'_> {
+    async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
+        send(self.stream, a, b, self.send_timeout)
+            .await
+            .map_err(|_| Relay::Client)
+    }
+}
+
+/// Sends the response head and relays the body to the client. The attempt completes as a
+/// success as soon as the backend's part is over, before the last write to the client: the
+/// backend is free from then on.
+pub(crate) async fn relay(
+    conn: &mut BackendConn,
+    response: &FinalResponse,
+    head: &[u8],
+    client: &mut ClientEnd<'_>,
+    attempt: &mut Attempt,
+    read_timeout: Duration,
+) -> Result<(), Relay> {
+    match response.framing {
+        Framing::None => {
+            attempt.complete(Outcome::Success);
+            client.send(head, &[]).await
+        }
+        Framing::Length(n) => {
+            let first = conn.buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+            let mut remaining = n - first as u64;
+            if remaining == 0 {
+                attempt.complete(Outcome::Success);
+            }
+            client.send(head, &conn.buf.filled()[..first]).await?;
+            conn.buf.consume(first);
+            while remaining > 0 {
+                read_backend(conn, client.stream, read_timeout).await?;
+                let k = conn
+                    .buf
+                    .len()
+                    .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+                if k as u64 == remaining {
+                    attempt.complete(Outcome::Success);
+                }
+                client.send(&conn.buf.filled()[..k], &[]).await?;
+                conn.buf.consume(k);
+                remaining -= k as u64;
+            }
+            Ok(())
+        }
+        Framing::Chunked => {
+            let mut chunked = Chunked::default();
+            let mut head = Some(head);
+            loop {
+                let used = if response.dechunk {
+                    client.dechunked.clear();
+                    let dechunked = &mut *client.dechunked;
+                    chunked.advance(conn.buf.filled(), |d| dechunked.extend_from_slice(d))
+                } else {
+                    chunked.advance(conn.buf.filled(), |_| {})
+                }
+                .map_err(|e| Relay::Backend(e.to_string()))?;
+                if chunked.is_done() {
+                    attempt.complete(Outcome::Success);
+                }
+                let bytes: &[u8] = if response.dechunk {
+                    client.dechunked
+                } else {
+                    &conn.buf.filled()[..used]
+                };
+                let (a, b) = match head.take() {
+                    Some(h) => (h, bytes),
+                    None => (bytes, &[][..]),
+                };
+                send(client.stream, a, b, client.send_timeout)
+                    .await
+                    .map_err(|_| Relay::Client)?;
+                conn.buf.consume(used);
+                if chunked.is_done() {
+                    return Ok(());
+                }
+                read_backend(conn, client.stream, read_timeout).await?;
+            }
+        }
+        Framing::Close => {
+            client.send(head, conn.buf.filled()).await?;
+            loop {
+                conn.buf.consume(conn.buf.len());
+                if read_some(conn, client.stream, read_timeout).await? == 0 {
+                    // The end of the stream is the end of this body.
+                    attempt.complete(Outcome::Success);
+                    return Ok(());
+                }
+                client.send(conn.buf.filled(), &[]).await?;
+            }
+        }
+    }
+}
+
+/// Reads more of a response body within `read_timeout`: the bytes read, 0 at the end of the
+/// stream. A client that leaves meanwhile ends the relay.
+async fn read_some(
+    conn: &mut BackendConn,
+    client: &TcpStream,
+    read_timeout: Duration,
+) -> Result<usize, Relay> {
+    tokio::select! {
+        biased;
+        read = timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream)) => match read {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(Relay::Backend(e.to_string())),
+            Err(_) => Err(Relay::Backend(format!(
+                "nothing for {read_timeout:?} (read_timeout)"
+            ))),
+        },
+        () = client_gone(client) => Err(Relay::Client),
+    }
+}
+
+/// Reads more of a response body whose end is not reached; the end of the stream is an error
+/// (the body was not complete).
+async fn read_backend(
+    conn: &mut BackendConn,
+    client: &TcpStream,
+    read_timeout: Duration,
+) -> Result<(), Relay> {
+    match read_some(conn, client, read_timeout).await? {
+        0 => Err(Relay::Backend(
+            "connection closed before the end of the body".into(),
+        )),
+        _ => Ok(()),
+    }
+}

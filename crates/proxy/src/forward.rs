@@ -1,0 +1,264 @@
+//! A request's way to an answer: a backend picked by the upstream's algorithm, one exchange
+//! with it, and after a failure what [`balance::retry::decide`] says — the same backend on a
+//! fresh connection, the next backend (skipping those tried: chained failover, seed 004), or
+//! our own error. Each attempt's ticket completes exactly once, with the outcome the policy
+//! gives, so passive health and the load-aware algorithms see what really happened.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use balance::{Action, AttemptFailure, BackendId, Connection, Fault, Outcome, RequestSent};
+use balance::{ResponseReceived, retry};
+use tokio::net::TcpStream;
+
+use crate::connections::Connections;
+use crate::exchange::{self, ClientEnd, Head, Relay, Request};
+use crate::http1::{self, Reject};
+use crate::upstream::Upstream;
+
+/// The buffers one client connection lends every request it forwards.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// The request head for the backend: built once per request, finished per attempt.
+    pub(crate) head: Vec<u8>,
+    /// The response head for the client, or our own answer.
+    pub(crate) out: Vec<u8>,
+    /// De-chunked response data, for HTTP/1.0 clients.
+    pub(crate) dechunked: Vec<u8>,
+    /// Backends picked for the current request, in order.
+    pub(crate) tried: Vec<BackendId>,
+}
+
+/// Where a request goes and what it carries.
+#[derive(Debug)]
+pub(crate) struct Forward<'a> {
+    pub(crate) upstream: &'a Arc<Upstream>,
+    /// This worker's connections to the upstream's backends, by pool id.
+    pub(crate) connections: &'a [Connections],
+    pub(crate) affinity: Option<&'a [u8]>,
+    /// Bytes of `Scratch::head` written by the request parser (no framing, no blank line).
+    pub(crate) head_len: usize,
+    /// Whether the head has a `Host` line; if not, each attempt names its backend.
+    pub(crate) has_host: bool,
+    pub(crate) body: &'a [u8],
+    /// Whether the request had a body (its `Content-Length` is sent even when 0).
+    pub(crate) has_body: bool,
+    pub(crate) client: http1::ClientSide,
+    pub(crate) replay: balance::Replay,
+    pub(crate) send_timeout: Duration,
+}
+
+/// How forwarding ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The whole response reached the client.
+    Answered { status: u16, keep_alive: bool },
+    /// A response was started but could not be finished: close the client connection (with a
+    /// reset if the backend failed, so a close-delimited body cannot look complete).
+    CutShort { status: u16, backend_failed: bool },
+    /// The client closed its connection before the response began (logged as 499, nginx's
+    /// code for it).
+    ClientGone,
+    /// No backend answered: answer with our own error, chosen by the last failure (`None`: no
+    /// backend could be picked).
+    NoAnswer(Option<Fault>),
+}
+
+/// The status logged for a client that left before its answer (nginx's).
+pub(crate) const CLIENT_CLOSED: u16 = 499;
+
+/// Forwards one request; the backends tried are left in `scratch.tried`.
+pub(crate) async fn forward(
+    f: &Forward<'_>,
+    client: &mut TcpStream,
+    scratch: &mut Scratch,
+) -> Ending {
+    let upstream = f.upstream;
+    let settings = upstream.settings();
+    scratch.tried.clear();
+    let mut last_fault = None;
+    while scratch.tried.len() < upstream.max_attempts() {
+        let Some(mut attempt) = upstream.pick(f.affinity, &scratch.tried) else {
+            break;
+        };
+        let backend = attempt.backend;
+        scratch.tried.push(backend);
+        let addr = upstream.backend_addr(backend);
+        finish_head(&mut scratch.head, f, addr);
+        let pool = &f.connections[backend.index()];
+        let request = Request {
+            head: &scratch.head,
+            body: f.body,
+            client: f.client,
+            replay: f.replay,
+        };
+        let mut reuse = true;
+        let (action, fault) = loop {
+            let idle = if reuse { pool.take_idle() } else { None };
+            let mut conn = match idle {
+                Some(conn) => conn,
+                None => match pool.connect(settings.connect_timeout).await {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        let failure = AttemptFailure {
+                            fault: e.fault(),
+                            connection: Connection::Fresh,
+                            request: RequestSent::Nothing,
+                            response: ResponseReceived::Nothing,
+                            replay: f.replay,
+                        };
+                        let decision = retry::decide(&failure);
+                        attempt.complete(decision.outcome());
+                        log_failure(upstream, addr, &failure, &e.to_string(), decision);
+                        break (decision.action, failure.fault);
+                    }
+                },
+            };
+            let read_timeout = settings.read_timeout;
+            match exchange::send_and_read_head(
+                &mut conn,
+                &request,
+                client,
+                read_timeout,
+                &mut scratch.out,
+            )
+            .await
+            {
+                Head::Response(response) => {
+                    let mut end = ClientEnd {
+                        stream: client,
+                        send_timeout: f.send_timeout,
+                        dechunked: &mut scratch.dechunked,
+                    };
+                    let status = response.status;
+                    let relayed = exchange::relay(
+                        &mut conn,
+                        &response,
+                        &scratch.out,
+                        &mut end,
+                        &mut attempt,
+                        read_timeout,
+                    )
+                    .await;
+                    return match relayed {
+                        Ok(()) => {
+                            attempt.complete(Outcome::Success);
+                            if response.backend_keep_alive && conn.buf.is_empty() {
+                                pool.put_idle(conn);
+                            }
+                            Ending::Answered {
+                                status,
+                                keep_alive: response.client_keep_alive,
+                            }
+                        }
+                        Err(Relay::Backend(why)) => {
+                            tracing::warn!(
+                                upstream = %upstream.name(),
+                                backend = %addr,
+                                error = %why,
+                                "backend failed in the middle of the response body; closing the client connection"
+                            );
+                            attempt.complete(Outcome::Failure);
+                            Ending::CutShort {
+                                status,
+                                backend_failed: true,
+                            }
+                        }
+                        Err(Relay::Client) => {
+                            attempt.complete(Outcome::Cancelled);
+                            Ending::CutShort {
+                                status,
+                                backend_failed: false,
+                            }
+                        }
+                    };
+                }
+                Head::ClientGone => {
+                    // Dropping the connection closes it: the backend stops working for nobody.
+                    drop(conn);
+                    attempt.complete(Outcome::Cancelled);
+                    return Ending::ClientGone;
+                }
+                Head::Failed(failure, why) => {
+                    let decision = retry::decide(&failure);
+                    log_failure(upstream, addr, &failure, &why, decision);
+                    if decision.action == Action::ResendFresh && reuse {
+                        reuse = false;
+                        continue;
+                    }
+                    attempt.complete(decision.outcome());
+                    break (decision.action, failure.fault);
+                }
+            }
+        };
+        last_fault = Some(fault);
+        if action == Action::GiveUp {
+            break;
+        }
+    }
+    Ending::NoAnswer(last_fault)
+}
+
+/// Ends the request head for one attempt: a `Host` naming the backend when the client sent
+/// none (an HTTP/1.0 client may leave it out; the backend gets HTTP/1.1, which needs one), the
+/// body's `Content-Length`, the blank line. The one place a backend's head is finished.
+fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr) {
+    head.truncate(f.head_len);
+    if !f.has_host {
+        use std::io::Write as _;
+        let _ = write!(head, "Host: {backend}\r\n");
+    }
+    http1::finish_request_head(head, f.has_body.then_some(f.body.len()));
+}
+
+fn log_failure(
+    upstream: &Upstream,
+    backend: SocketAddr,
+    failure: &AttemptFailure,
+    why: &str,
+    decision: balance::Decision,
+) {
+    let next = match decision.action {
+        Action::ResendFresh => "resending on a fresh connection",
+        Action::NextBackend => "trying the next backend",
+        Action::GiveUp => "giving up",
+    };
+    let blamed = decision.blame == balance::Blame::Backend;
+    if decision.action == Action::ResendFresh {
+        // The ordinary keep-alive race: worth a trace, not an alarm.
+        tracing::debug!(upstream = %upstream.name(), %backend, error = %why, next, "kept-alive connection closed");
+    } else {
+        tracing::warn!(
+            upstream = %upstream.name(),
+            %backend,
+            error = %why,
+            connection = ?failure.connection,
+            request_sent = ?failure.request,
+            blamed,
+            next,
+            "attempt failed"
+        );
+    }
+}
+
+/// Our answer when no backend answered, by the last failure (as nginx does).
+pub(crate) fn failure_reject(last: Option<Fault>) -> Reject {
+    match last {
+        None | Some(Fault::ConnectFailed) => {
+            http1::reject(503, "503 Service Unavailable: no backend available\n")
+        }
+        Some(Fault::LocalResources) => http1::reject(
+            503,
+            "503 Service Unavailable: the proxy is out of connections; try again\n",
+        ),
+        Some(Fault::ConnectTimeout) | Some(Fault::ReadTimeout) => http1::reject(
+            504,
+            "504 Gateway Timeout: the backend did not answer in time\n",
+        ),
+        Some(Fault::Closed) | Some(Fault::InvalidResponse) => http1::reject(
+            502,
+            "502 Bad Gateway: the backend's answer was invalid or cut short\n",
+        ),
+    }
+}

@@ -1,0 +1,70 @@
+//! Socket writes with deadlines, and watching a client while it waits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::{self, IoSlice};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The instant `d` from now; a duration too large for the clock (a configured "10000y") means
+/// never, instead of an overflow.
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}
+
+/// Writes `a` then `b` to the client within `timeout` (nginx `send_timeout`: a client that
+/// stops reading does not hold its backend connection forever).
+pub(crate) async fn send(
+    stream: &mut TcpStream,
+    a: &[u8],
+    b: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    match tokio::time::timeout(timeout, write_two(stream, a, b, &AtomicUsize::new(0))).await {
+        Ok(written) => written,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// Writes `a` then `b` with as few system calls as the socket allows (one, usually), counting
+/// what was written in `written` as it goes (so a caller that gives up on the write still
+/// knows how much went out; atomic only because a task must be `Send`).
+pub(crate) async fn write_two<W: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut W,
+    a: &[u8],
+    b: &[u8],
+    written: &AtomicUsize,
+) -> io::Result<()> {
+    let mut slices = [IoSlice::new(a), IoSlice::new(b)];
+    let used = if b.is_empty() { 1 } else { 2 };
+    let mut rest = &mut slices[..used];
+    while !rest.is_empty() {
+        let n = stream.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        // Only this task writes it: a plain store, no read-modify-write.
+        written.store(written.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
+/// Resolves when the client has closed its side (or its connection failed) while it waits for
+/// an answer; never resolves once it has sent more (a pipelined request is not a departure).
+///
+/// Costs no system call while nothing happens: the peek first asks the reactor, and the read
+/// that took the request head in left the socket marked as drained. This is how nginx notices
+/// a client that gave up (`ngx_http_upstream_check_broken_connection`, a `recv` with
+/// `MSG_PEEK`); like nginx, a client that only half-closes after sending is taken as gone.
+pub(crate) async fn client_gone(client: &TcpStream) {
+    let mut byte = [0u8; 1];
+    match client.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}

@@ -173,7 +173,10 @@ impl LogEntry {
     /// For a head refused before it could be parsed: the first two words of its first line,
     /// as far as they go.
     fn of_refused(raw: &[u8], started: Instant) -> LogEntry {
-        let line = raw.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
+        let line = raw
+            .split(|&b| b == b'\r' || b == b'\n')
+            .next()
+            .unwrap_or(&[]);
         let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
         let mut word = |limit: usize| match words.next() {
             Some(w) => String::from_utf8_lossy(&w[..w.len().min(limit)]).into_owned(),

@@ -220,9 +220,18 @@ mod tests {
 
     #[test]
     fn running_out_of_descriptors_or_ports_is_our_own_shortage() {
-        for errno in [Errno::MFILE, Errno::NFILE, Errno::ADDRNOTAVAIL, Errno::NOBUFS] {
+        for errno in [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::ADDRNOTAVAIL,
+            Errno::NOBUFS,
+        ] {
             let e = std::io::Error::from_raw_os_error(errno.raw_os_error());
-            assert_eq!(ConnectError::Io(e).fault(), Fault::LocalResources, "{errno}");
+            assert_eq!(
+                ConnectError::Io(e).fault(),
+                Fault::LocalResources,
+                "{errno}"
+            );
         }
         for errno in [Errno::CONNREFUSED, Errno::HOSTUNREACH, Errno::CONNRESET] {
             let e = std::io::Error::from_raw_os_error(errno.raw_os_error());

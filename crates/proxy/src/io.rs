@@ -1,7 +1,7 @@
 //! Socket writes with deadlines, and watching a client while it waits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt as _;

@@ -11,9 +11,10 @@
 //! * `conn`: one client connection: request heads read and checked, bodies buffered, the
 //!   pick-and-retry loop over the upstream's backends, the response relayed (or 502/503/504
 //!   of our own).
-//! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass (hop-by-hop
-//!   headers of RFC 9110 §7.6.1 removed, `X-Forwarded-For`, `X-Forwarded-Proto` and
-//!   `Forwarded` (RFC 7239) added), the framing rules of RFC 9112, the chunked decoder.
+//! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass, one file per
+//!   part: `request` (the RFC 9112 rules, hop-by-hop headers of RFC 9110 §7.6.1 removed),
+//!   `target` (request-target forms, `Host`), `forwarding` (`X-Forwarded-For`,
+//!   `X-Forwarded-Proto`, `Forwarded` of RFC 7239), `response`, `chunked` (the decoder).
 //! * `upstream`: [`Upstream`], one pool of backends shared by every worker thread: the
 //!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await).
 //!   `Attempt` completes its ticket exactly once, even when the client goes away.

@@ -1,7 +1,7 @@
 //! The bad-input rules of RFC 9112 (HTTP/1.1 message syntax and framing) that the data plane
 //! enforces on both of its sides: client → proxy (requests) and backend → proxy (responses).
 //! They were first written against the hyper-based data plane and pinned its behaviour; the
-//! hand-written HTTP/1.1 path (crates/proxy/src/http1.rs) keeps every one of them, and is
+//! hand-written HTTP/1.1 path (crates/proxy/src/http1/) keeps every one of them, and is
 //! stricter where hyper was lenient or wrong (505 for unknown versions, 400 for
 //! Transfer-Encoding with Content-Length, 501 for unknown codings, HTTP/1.1 status lines to
 //! HTTP/1.0 clients, Content-Length removed from chunked responses).

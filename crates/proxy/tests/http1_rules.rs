@@ -1605,6 +1605,9 @@ async fn absolute_form_target_becomes_origin_form() {
         ("http://example.com/x?y=1", "/x?y=1", "example.com"),
         ("http://example.com:8080/x", "/x", "example.com:8080"),
         ("http://example.com", "/", "example.com"),
+        // An empty path is "/" (RFC 9110 §4.2.3), also before a query.
+        ("http://example.com?a=1", "/?a=1", "example.com"),
+        ("http://example.com:8080?a=1", "/?a=1", "example.com:8080"),
     ] {
         let r = exchange(
             proxy.addr,

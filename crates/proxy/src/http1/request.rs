@@ -508,6 +508,8 @@ mod tests {
         assert!(head.has_host);
         let (_, out) = request("GET http://b.test HTTP/1.1\r\nHost: b.test\r\n\r\n").unwrap();
         assert!(out.starts_with("GET / HTTP/1.1\r\n"), "{out}");
+        let (_, out) = request("GET http://b.test?a=1 HTTP/1.1\r\n\r\n").unwrap();
+        assert!(out.starts_with("GET /?a=1 HTTP/1.1\r\n"), "{out}");
         assert_eq!(
             status("GET http://u@b.test/ HTTP/1.1\r\nHost: b\r\n\r\n"),
             400

@@ -55,10 +55,19 @@ impl<'a> Target<'a> {
         }
     }
 
-    /// Appends the origin form the backend gets.
+    /// Appends the origin form the backend gets. Of an absolute form, that is what follows
+    /// the authority, with the path `/` when it is empty (RFC 9110 §4.2.3, RFC 9112 §3.2.1):
+    /// `http://a.test?q` is `/?q`.
     pub(super) fn put_origin_form(&self, out: &mut Vec<u8>) {
-        let path = self.as_sent();
-        out.extend_from_slice(if path.is_empty() { "/" } else { path }.as_bytes());
+        match self {
+            Target::Origin(target) => out.extend_from_slice(target.as_bytes()),
+            Target::Absolute { rest, .. } => {
+                if !rest.starts_with('/') {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(rest.as_bytes());
+            }
+        }
     }
 }
 
@@ -151,6 +160,9 @@ mod tests {
         assert_eq!(origin_form("CONNECT", "a:443"), Err(TargetError::Connect));
         assert_eq!(origin_form("GET", "http://b.test:81/x?y").unwrap(), "/x?y");
         assert_eq!(origin_form("GET", "HTTPS://b.test").unwrap(), "/");
+        // RFC 9110 §4.2.3: an empty path is "/", a query or not.
+        assert_eq!(origin_form("GET", "http://b.test?a=1").unwrap(), "/?a=1");
+        assert_eq!(origin_form("GET", "http://b.test:8080?").unwrap(), "/?");
         assert_eq!(
             origin_form("GET", "ftp://b.test/"),
             Err(TargetError::Invalid)

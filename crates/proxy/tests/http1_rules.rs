@@ -1035,14 +1035,15 @@ async fn chunked_request_bodies() {
     let backend = Backend::echo().await;
     let proxy = start(settings(backend.addr)).await;
 
-    // Valid, with a chunk extension and a trailer field.
+    // Valid, with chunk extensions (whitespace is allowed before the `;`, RFC 9112 §7.1.1 BWS,
+    // and before the CRLF) and a trailer field.
     let r = assert_accepted(
         &proxy,
         "valid chunked",
         b"POST /chunked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
           5;name=value\r\nhello\r\n\
-          6\r\n world\r\n\
-          A\r\n0123456789\r\n\
+          6 \t; n = \"v\"\r\n world\r\n\
+          A \r\n0123456789\r\n\
           0\r\nX-Trailer: t\r\n\r\n",
     )
     .await;
@@ -1072,6 +1073,13 @@ async fn chunked_request_bodies() {
         ("LF only after the data", b"5\r\nhello\n0\r\n\r\n"),
         ("CR only after the size", b"5\rhello\r\n0\r\n\r\n"),
         ("bad trailer line", b"5\r\nhello\r\n0\r\nX(T: 1\r\n\r\n"),
+        // After the size only BWS, then `;` or CRLF (RFC 9112 §7.1.1).
+        ("junk after the chunk size", b"5 junk\r\nhello\r\n0\r\n\r\n"),
+        ("two sizes", b"5 5\r\nhello\r\n0\r\n\r\n"),
+        (
+            "junk after the last chunk's size",
+            b"5\r\nhello\r\n0 x\r\n\r\n",
+        ),
     ];
     for (case, body) in invalid {
         let mut request =
@@ -1385,6 +1393,9 @@ fn scripted(request: &Received) -> Reply {
         "/bad-chunk" => reply_and_close(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
         ),
+        "/chunk-size-junk" => reply_and_close(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 junk\r\nhello\r\n0\r\n\r\n",
+        ),
         "/close-delimited" => reply_and_close("HTTP/1.1 200 OK\r\n\r\nhello world"),
         "/continue" => {
             reply("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -1444,26 +1455,33 @@ async fn backend_response_with_invalid_framing_is_502() {
     }
     assert_eq!(backend.requests().len(), 5);
 
-    // Bad chunk framing after a valid head: the client connection is closed, and the response
-    // is never presented as complete (the head may have gone out; the body never ends).
-    let mut client = Client::connect(proxy.addr).await;
-    client.send(&get("/bad-chunk")).await;
-    client.assert_closed_after_partial("bad chunk size").await;
-    if let Some((head, head_len)) = parse_head(&client.buf) {
-        assert_eq!(head.start, "HTTP/1.1 200 OK");
-        let body = &client.buf[head_len..];
-        let complete = if head.is_chunked() {
-            find(body, b"0\r\n\r\n").is_some()
+    // Bad chunk framing after a valid head (a size that is not hex; junk after the size, which
+    // RFC 9112 §7.1.1 does not allow): the client connection is closed, and the response is
+    // never presented as complete (the head may have gone out; the body never ends).
+    for target in ["/bad-chunk", "/chunk-size-junk"] {
+        let mut client = Client::connect(proxy.addr).await;
+        client.send(&get(target)).await;
+        client.assert_closed_after_partial(target).await;
+        if let Some((head, head_len)) = parse_head(&client.buf) {
+            assert_eq!(head.start, "HTTP/1.1 200 OK", "{target}");
+            let body = &client.buf[head_len..];
+            let complete = if head.is_chunked() {
+                find(body, b"0\r\n\r\n").is_some()
+            } else {
+                head.content_length().is_some_and(|n| body.len() >= n)
+            };
+            assert!(
+                !complete,
+                "{target}: presented as complete: {:?}",
+                lossy(&client.buf)
+            );
         } else {
-            head.content_length().is_some_and(|n| body.len() >= n)
-        };
-        assert!(!complete, "presented as complete: {:?}", lossy(&client.buf));
-    } else {
-        assert!(
-            find(&client.buf, b"hello").is_none(),
-            "{:?}",
-            lossy(&client.buf)
-        );
+            assert!(
+                find(&client.buf, b"hello").is_none(),
+                "{target}: {:?}",
+                lossy(&client.buf)
+            );
+        }
     }
 }
 

@@ -12,9 +12,11 @@
 //! it is fed whatever has been read, passes the data on, and says how much of the input
 //! belonged to the body. It is used on both sides: request bodies are decoded and forwarded
 //! with a length; chunked responses are checked as they are relayed (or decoded for an HTTP/1.0
-//! client). Line endings must be CRLF; the chunk extensions of a line, and the trailer section,
-//! are bounded by `CHUNK_META_LIMIT`; trailer fields are checked as `token ":" value` without
-//! obs-fold.
+//! client). Line endings must be CRLF. After a chunk size come only whitespace, then `;` and
+//! extensions, or the CRLF: `5 junk` is refused, since two parsers that read a size line
+//! differently would disagree on where the body ends. The bytes after a size, and the trailer
+//! section, are bounded by `CHUNK_META_LIMIT`; trailer fields are checked as
+//! `token ":" value` without obs-fold.
 
 /// Why a chunked body is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +43,9 @@ enum ChunkState {
     Size {
         digits: u8,
     },
+    /// Whitespace after the size (BWS before a `;`).
+    SizeSpace,
+    /// After a `;`, to the end of the line.
     Extension,
     SizeLf,
     Data,
@@ -63,7 +68,8 @@ pub(crate) struct Chunked {
     state: ChunkState,
     /// Data bytes left in the current chunk.
     remaining: u64,
-    /// Bytes of chunk extensions or trailers seen on the current line or section.
+    /// Bytes after the digits on the current size line (whitespace and extensions), or of the
+    /// trailer section.
     meta: usize,
 }
 
@@ -84,6 +90,19 @@ impl Default for Chunked {
 impl Chunked {
     pub(crate) fn is_done(&self) -> bool {
         self.state == ChunkState::Done
+    }
+
+    /// The state after byte `b`, which follows the digits of a chunk size or whitespace after
+    /// them: `chunk-size [ chunk-ext ] CRLF` with `chunk-ext = *( BWS ";" ... )` (RFC 9112
+    /// §7.1.1). Whitespace straight before the CRLF is accepted too, as hyper does.
+    fn after_size(&mut self, b: u8) -> Result<(), ChunkError> {
+        self.state = match b {
+            b' ' | b'\t' => ChunkState::SizeSpace,
+            b';' => ChunkState::Extension,
+            b'\r' => ChunkState::SizeLf,
+            _ => return Err(ChunkError::Size),
+        };
+        Ok(())
     }
 
     /// Decodes from `input`, passing each run of data to `on_data`; returns the bytes of
@@ -109,15 +128,20 @@ impl Chunked {
                         };
                     }
                     None if digits == 0 => return Err(ChunkError::Size),
-                    None => match b {
-                        b';' | b' ' | b'\t' => {
-                            self.meta = 0;
-                            self.state = Extension;
-                        }
-                        b'\r' => self.state = SizeLf,
-                        _ => return Err(ChunkError::Size),
-                    },
+                    None => {
+                        self.meta = 1;
+                        self.after_size(b)?;
+                    }
                 },
+                // Only whitespace, then the extensions or the end of the line: `5 junk` is
+                // not a size line.
+                SizeSpace => {
+                    self.meta += 1;
+                    if self.meta > CHUNK_META_LIMIT {
+                        return Err(ChunkError::TooLong);
+                    }
+                    self.after_size(b)?;
+                }
                 Extension => match b {
                     b'\r' => self.state = SizeLf,
                     b'\n' => return Err(ChunkError::Size),
@@ -253,5 +277,36 @@ mod tests {
         );
         let (_, _, done) = dechunk(b"3\r\nab").unwrap();
         assert!(!done);
+    }
+
+    #[test]
+    fn after_the_size_only_whitespace_then_an_extension_or_the_line_end() {
+        // chunk-size [ chunk-ext ] CRLF, chunk-ext = *( BWS ";" BWS ext-name [ ... ] ).
+        for good in [
+            &b"5;a=b\r\nhello\r\n0\r\n\r\n"[..],
+            b"5 ;a=b\r\nhello\r\n0\r\n\r\n",
+            b"5 \t ; a = \"b\"\r\nhello\r\n0\r\n\r\n",
+            b"5 \r\nhello\r\n0\t\r\n\r\n",
+        ] {
+            let (data, used, done) = dechunk(good).unwrap_or_else(|e| panic!("{good:?}: {e}"));
+            assert_eq!((&data[..], used, done), (&b"hello"[..], good.len(), true));
+        }
+        for bad in [
+            &b"5 junk\r\nhello\r\n0\r\n\r\n"[..],
+            b"5junk\r\nhello\r\n0\r\n\r\n",
+            b"5 5\r\nhello\r\n0\r\n\r\n",
+            b"5\t=x\r\nhello\r\n0\r\n\r\n",
+            b"5 \n",
+            b"5\r\nhello\r\n0 junk\r\n\r\n",
+        ] {
+            assert_eq!(dechunk(bad).unwrap_err(), ChunkError::Size, "{bad:?}");
+        }
+        // Whitespace counts against the extension limit, as extensions do.
+        let mut long = b"5".to_vec();
+        long.resize(CHUNK_META_LIMIT + 2, b' ');
+        assert_eq!(dechunk(&long).unwrap_err(), ChunkError::TooLong);
+        let mut long = b"5;".to_vec();
+        long.resize(CHUNK_META_LIMIT + 3, b'x');
+        assert_eq!(dechunk(&long).unwrap_err(), ChunkError::TooLong);
     }
 }

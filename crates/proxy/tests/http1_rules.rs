@@ -1386,6 +1386,14 @@ fn scripted(request: &Received) -> Reply {
             reply("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
         }
         "/cl-list" => reply("HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!"),
+        // Responses without a body: their Content-Length is passed on, so it is checked too.
+        "/head-cl-two" => {
+            reply("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+        }
+        "/204-cl-letters" => reply("HTTP/1.1 204 No Content\r\nContent-Length: abc\r\n\r\n"),
+        "/304-cl-two" => {
+            reply("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+        }
         "/chunked" => reply(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
              5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
@@ -1454,6 +1462,19 @@ async fn backend_response_with_invalid_framing_is_502() {
         assert!(find(&r.raw, b"hello").is_none(), "{target}");
     }
     assert_eq!(backend.requests().len(), 5);
+
+    // The same Content-Length rules hold when the response has no body (HEAD, 204, 304):
+    // its Content-Length would still reach the client.
+    for (method, target) in [
+        ("HEAD", "/head-cl-two"),
+        ("GET", "/204-cl-letters"),
+        ("GET", "/304-cl-two"),
+    ] {
+        let request = format!("{method} {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = exchange(proxy.addr, request.as_bytes()).await;
+        assert_eq!(r.status, 502, "{method} {target}: {:?}", lossy(&r.raw));
+    }
+    assert_eq!(backend.requests().len(), 8);
 
     // Bad chunk framing after a valid head (a size that is not hex; junk after the size, which
     // RFC 9112 §7.1.1 does not allow): the client connection is closed, and the response is

@@ -4,10 +4,12 @@
 //! version), hop-by-hop headers are removed (RFC 9110 §7.6.1), and the framing is written from
 //! what was parsed rather than copied: `Transfer-Encoding` wins over `Content-Length`, which is
 //! then dropped (RFC 9112 §6.3); a chunked body goes to an HTTP/1.0 client de-chunked and
-//! delimited by closing (§6.1), as is a body the backend delimits by closing. An invalid
-//! status line or header, or a bad `Content-Length`, makes the response invalid: the caller
-//! answers 502 and does not reuse the connection. 1xx answers are skipped (as nginx before
-//! 1.29).
+//! delimited by closing (§6.1), as is a body the backend delimits by closing. A response
+//! without a body (to HEAD, 204, 304: RFC 9110 §9.3.2, §15.3.5, §15.4.5) keeps its
+//! `Content-Length`, written once. An invalid status line or header, or a bad
+//! `Content-Length` (not one decimal number, or several that disagree, whatever the status),
+//! makes the response invalid: the caller answers 502 and does not reuse the connection. 1xx
+//! answers are skipped (as nginx before 1.29).
 
 use std::mem::MaybeUninit;
 
@@ -80,6 +82,15 @@ pub(crate) fn parse_response(
     let has_te = values(headers, "transfer-encoding").next().is_some();
     let connection = connection_tokens(headers);
     let no_body = client.is_head || status == 204 || status == 304;
+    // Content-Length, unless Transfer-Encoding overrides it (RFC 9112 §6.3), is checked
+    // whatever the status: a response without a body still passes its length on (for HEAD, the
+    // length a GET would have had), and a client must not get two that disagree.
+    let length = if has_te {
+        None
+    } else {
+        content_length(values(headers, "content-length"))
+            .map_err(|()| "invalid or conflicting Content-Length")?
+    };
     let mut other_codings = false;
     let framing = if no_body {
         Framing::None
@@ -106,11 +117,7 @@ pub(crate) fn parse_response(
             }
         }
     } else {
-        match content_length(values(headers, "content-length")) {
-            Ok(Some(n)) => Framing::Length(n),
-            Ok(None) => Framing::Close,
-            Err(()) => return Err("invalid or conflicting Content-Length"),
-        }
+        length.map_or(Framing::Close, Framing::Length)
     };
     // Transfer-Encoding in an HTTP/1.0 response, or beside Content-Length, is faulty framing:
     // the connection is not reused (RFC 9112 §6.1, §6.3).
@@ -131,11 +138,8 @@ pub(crate) fn parse_response(
     out.extend_from_slice(b"\r\n");
     for h in headers {
         let name = h.name;
-        let framing_header = name.eq_ignore_ascii_case("content-length")
-            || name.eq_ignore_ascii_case("transfer-encoding");
-        // A response without a body keeps its Content-Length (for HEAD it is the length a
-        // GET would have had); otherwise framing is written below, from what was parsed.
-        if (framing_header && !(no_body && name.eq_ignore_ascii_case("content-length")))
+        // Framing is written below, from what was parsed.
+        if name.eq_ignore_ascii_case("content-length")
             || is_hop_by_hop(name)
             || (connection.present && named_by_connection(headers, name))
         {
@@ -146,6 +150,11 @@ pub(crate) fn parse_response(
     match framing {
         Framing::Length(n) => {
             put_content_length(out, n);
+        }
+        Framing::None => {
+            if let Some(n) = length {
+                put_content_length(out, n);
+            }
         }
         Framing::Chunked if other_codings => {
             out.extend_from_slice(b"Transfer-Encoding: ");
@@ -291,6 +300,57 @@ mod tests {
             ),
             Ok(Some(ResponseHead::Interim(25)))
         ));
+    }
+
+    #[test]
+    fn content_length_is_checked_without_a_body_too() {
+        let head = ClientSide {
+            is_head: true,
+            ..KEEP11
+        };
+        for (raw, client) in [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                head,
+            ),
+            ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", head),
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 5, 6\r\n\r\n",
+                KEEP11,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: -1\r\n\r\n",
+                KEEP11,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                KEEP11,
+            ),
+        ] {
+            assert_eq!(
+                response(raw, client).map(|(_, out)| out),
+                Err("invalid or conflicting Content-Length"),
+                "{raw:?}"
+            );
+        }
+        // Repeated identically: one value, passed on once.
+        let (r, out) = response(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e\"\r\ncontent-length: 5\r\n\r\n",
+            head,
+        )
+        .unwrap();
+        assert_eq!(r.framing, Framing::None);
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 5\r\n\r\n"
+        );
+        // Transfer-Encoding overrides Content-Length, which is then not passed on (§6.3).
+        let (_, out) = response(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            head,
+        )
+        .unwrap();
+        assert_eq!(out, "HTTP/1.1 200 OK\r\n\r\n");
     }
 
     #[test]

@@ -103,11 +103,11 @@ pub(crate) async fn serve(
     permit: OwnedSemaphorePermit,
 ) {
     let mut conn = ClientConn {
+        client_addr: http1::ClientAddr::new(client.ip(), &listener.ctx.settings.trusted_proxies),
         stream,
         client,
         listener,
         stop,
-        client_addr: http1::ClientAddr::new(client.ip()),
         inbuf: Buffer::new(CLIENT_BUFFER),
         head: Vec::with_capacity(1024),
         out: Vec::with_capacity(1024),

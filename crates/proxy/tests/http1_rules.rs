@@ -1666,3 +1666,114 @@ async fn absolute_form_target_becomes_origin_form() {
         assert_eq!(received.head.values("host"), [host], "{target}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 16: forwarding headers, from untrusted and trusted peers (docs/configuration.md, "Forwarding
+// headers")
+// ---------------------------------------------------------------------------------------------
+
+/// A request for `target` with `headers` (whole lines, CRLF included) sent on a new connection
+/// from 127.0.0.1; what the backend received.
+async fn forwarded(proxy: &Running, backend: &Backend, target: &str, headers: &str) -> Received {
+    let request = format!("GET {target} HTTP/1.1\r\nHost: fulcrum.test\r\n{headers}\r\n");
+    let r = exchange(proxy.addr, request.as_bytes()).await;
+    assert_eq!(r.status, 200, "{target}: {:?}", lossy(&r.raw));
+    backend
+        .requests()
+        .into_iter()
+        .find(|r| r.target() == target)
+        .unwrap_or_else(|| panic!("{target} did not reach the backend"))
+}
+
+/// What a client that is not a trusted proxy says about itself is never passed on: every
+/// forwarding header is ours, from the connection's address.
+#[tokio::test]
+async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
+    let backend = Backend::echo().await;
+    let proxy = start(settings(backend.addr)).await;
+    let spoofed = "X-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6;host=evil.test\r\n\
+                   X-Real-IP: 6.6.6.6\r\nx-forwarded-host: evil.test\r\n\
+                   X-Forwarded-Proto: https\r\nX-Forwarded-For: 6.6.6.7\r\n";
+    for (target, headers) in [("/spoofed", spoofed), ("/plain", "")] {
+        let received = forwarded(&proxy, &backend, target, headers).await;
+        let head = &received.head;
+        assert_eq!(head.values("x-forwarded-for"), ["127.0.0.1"], "{target}");
+        assert_eq!(
+            head.values("forwarded"),
+            ["for=127.0.0.1;proto=http;host=\"fulcrum.test\""],
+            "{target}"
+        );
+        assert_eq!(head.values("x-real-ip"), ["127.0.0.1"], "{target}");
+        assert_eq!(head.values("x-forwarded-proto"), ["http"], "{target}");
+        assert_eq!(
+            head.values("x-forwarded-host"),
+            Vec::<&str>::new(),
+            "{target}"
+        );
+        assert!(find(&received.raw, b"6.6.6").is_none(), "{target}");
+        assert!(find(&received.raw, b"evil").is_none(), "{target}");
+    }
+}
+
+/// From a trusted proxy (the test client is 127.0.0.1): its X-Forwarded-For and Forwarded are
+/// appended to, X-Forwarded-Host and X-Forwarded-Proto pass, and X-Real-IP is the client as
+/// nginx's realip module (`real_ip_recursive on`) finds it in X-Forwarded-For.
+#[tokio::test]
+async fn forwarding_headers_from_a_trusted_peer_are_appended_to() {
+    let backend = Backend::echo().await;
+    let mut settings = settings(backend.addr);
+    settings.listeners[0].trusted_proxies = vec![
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+    ];
+    let proxy = start(settings).await;
+
+    let received = forwarded(
+        &proxy,
+        &backend,
+        "/chain",
+        "X-Forwarded-For: 203.0.113.7\r\nForwarded: for=203.0.113.7\r\n\
+         X-Real-IP: 6.6.6.6\r\nX-Forwarded-Host: app.test\r\n\
+         X-Forwarded-Proto: https\r\nx-forwarded-for: 10.1.2.3\r\n",
+    )
+    .await;
+    let head = &received.head;
+    assert_eq!(
+        head.values("x-forwarded-for"),
+        ["203.0.113.7, 10.1.2.3, 127.0.0.1"]
+    );
+    assert_eq!(
+        head.values("forwarded"),
+        ["for=203.0.113.7, for=127.0.0.1;proto=http;host=\"fulcrum.test\""]
+    );
+    // 127.0.0.1 and 10.1.2.3 are trusted; 203.0.113.7 is the first address that is not.
+    assert_eq!(head.values("x-real-ip"), ["203.0.113.7"]);
+    assert_eq!(head.values("x-forwarded-host"), ["app.test"]);
+    assert_eq!(head.values("x-forwarded-proto"), ["https"]);
+    assert!(find(&received.raw, b"6.6.6.6").is_none());
+
+    // Nothing sent: ours alone, as from anyone.
+    let received = forwarded(&proxy, &backend, "/direct", "").await;
+    let head = &received.head;
+    assert_eq!(head.values("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(head.values("x-real-ip"), ["127.0.0.1"]);
+    assert_eq!(head.values("x-forwarded-proto"), ["http"]);
+
+    // nginx's answers (1.22.1, same trusted ranges): every address trusted: the leftmost;
+    // an element that is not an address ends the walk at the last address that was one.
+    for (target, xff, real_ip) in [
+        ("/all-trusted", "10.0.0.2, 10.0.0.1", "10.0.0.2"),
+        ("/junk", "203.0.113.7, unknown, 10.0.0.1", "10.0.0.1"),
+        ("/junk-first", "unknown", "127.0.0.1"),
+        ("/ports", "[2001:db8::7]:443, 10.0.0.1:8080", "2001:db8::7"),
+    ] {
+        let received = forwarded(
+            &proxy,
+            &backend,
+            target,
+            &format!("X-Forwarded-For: {xff}\r\n"),
+        )
+        .await;
+        assert_eq!(received.head.values("x-real-ip"), [real_ip], "{target}");
+    }
+}

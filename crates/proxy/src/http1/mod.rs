@@ -17,8 +17,10 @@
 //!   enforces are listed there;
 //! * `target`: the request target's forms (RFC 9112 §3.2) and the `Host` syntax (RFC 9110
 //!   §7.2), and the origin-form path the backend gets;
-//! * `forwarding`: the forwarding headers (`X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`
-//!   of RFC 7239) added to every request, and the client's address as they write it;
+//! * `forwarding`: the forwarding headers (`X-Forwarded-For`, `Forwarded` of RFC 7239,
+//!   `X-Real-IP`, `X-Forwarded-Proto`, `X-Forwarded-Host`): which are replaced, appended to or
+//!   passed on, by whether the peer is a trusted proxy, and the client nginx's realip module
+//!   would find behind one;
 //! * `response`: a backend's response head parsed and rewritten for the client, and our own
 //!   short answers;
 //! * `chunked`: the incremental decoder of the chunked transfer coding (RFC 9112 §7.1).

@@ -4,7 +4,7 @@
 //!
 //! * request line and header syntax as httparse checks it (tokens, no whitespace before the
 //!   colon, no obs-fold, no control characters, RFC 9112 §3, §5): 400; versions other than 1.0
-//!   and 1.1: 505 (§2.6);
+//!   and 1.1: 505 (§2.3);
 //! * more than `max_headers` header lines, or a head over `max_header_bytes`: 431 (a request
 //!   line alone over the limit: 414);
 //! * `Content-Length` that is not a decimal number, or several that disagree: 400 (§6.3);
@@ -235,7 +235,7 @@ pub(crate) fn parse_request(
     for h in headers {
         let name = h.name;
         if is_hop_by_hop(name)
-            || forwarding::is_forwarding(name)
+            || forwarding::is_replaced(name, client)
             || name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
@@ -307,7 +307,7 @@ mod tests {
         key: None,
     };
     fn client() -> ClientAddr {
-        ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)))
+        ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
     }
 
     fn request(raw: &str) -> Result<(RequestHead, String), Reject> {
@@ -363,7 +363,8 @@ mod tests {
         assert_eq!(
             out,
             "GET /a?b HTTP/1.1\r\nHost: x.test\r\nAccept: */*\r\nX-Forwarded-For: 127.0.0.9\r\n\
-             X-Forwarded-Proto: http\r\nForwarded: for=127.0.0.9;proto=http;host=\"x.test\"\r\n"
+             X-Forwarded-Proto: http\r\nForwarded: for=127.0.0.9;proto=http;host=\"x.test\"\r\n\
+             X-Real-IP: 127.0.0.9\r\n"
         );
         assert!(head.keep_alive && head.http11 && head.idempotent && !head.is_head);
         assert_eq!(head.body, Framing::None);

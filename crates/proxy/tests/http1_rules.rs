@@ -4,7 +4,8 @@
 //! hand-written HTTP/1.1 path (crates/proxy/src/http1/) keeps every one of them, and is
 //! stricter where hyper was lenient or wrong (505 for unknown versions, 400 for
 //! Transfer-Encoding with Content-Length, 501 for unknown codings, HTTP/1.1 status lines to
-//! HTTP/1.0 clients, Content-Length removed from chunked responses).
+//! HTTP/1.0 clients, Content-Length removed from chunked responses). Last, the forwarding
+//! headers a backend gets, from a client and from a trusted proxy.
 //!
 //! Every request here is written by hand on a raw socket, and every backend is a raw TCP listener
 //! that records the bytes it received, so what crosses each side is asserted byte for byte.

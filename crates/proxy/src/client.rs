@@ -79,7 +79,7 @@ pub(crate) async fn serve(
     stop: watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
 ) {
-    let client_addr = http1::ClientAddr::new(peer.ip());
+    let client_addr = http1::ClientAddr::new(peer.ip(), &listener.ctx.settings.trusted_proxies);
     let mut conn = ClientConn {
         stream,
         peer,

@@ -14,9 +14,11 @@
 //!   policy of [`balance::retry`] decides, ending in the relayed answer or our own 502/503/504.
 //! * `exchange`: one exchange on one backend connection: the request written while the answer
 //!   is read, the client watched meanwhile, failures classified, the response relayed.
-//! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass (hop-by-hop
-//!   headers of RFC 9110 §7.6.1 removed, forwarding headers set), the framing rules of RFC
-//!   9112, the chunked decoder.
+//! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass, one file per
+//!   part: `request` (the RFC 9112 rules, hop-by-hop headers of RFC 9110 §7.6.1 removed),
+//!   `target` (request-target forms, `Host`), `forwarding` (`X-Forwarded-For`, `Forwarded` of
+//!   RFC 7239, `X-Real-IP`, `X-Forwarded-Proto`, `X-Forwarded-Host`: replaced, or believed
+//!   from `trusted_proxies`), `response`, `chunked` (the decoder).
 //! * `upstream`: [`Upstream`], one pool of backends shared by every worker thread: the
 //!   [`balance::Pool`] behind a mutex (held for a pick or a completion, never across an await).
 //!   `Attempt` completes its ticket exactly once, even when the client goes away.

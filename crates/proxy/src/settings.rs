@@ -247,3 +247,18 @@ impl BackendSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_keys_parse_and_print_as_configured() {
+        for text in ["client_ip", "uri", "header:X-User", "cookie:sid"] {
+            assert_eq!(text.parse::<HashKey>().unwrap().to_string(), text);
+        }
+        for bad in ["", "header:", "cookie:a=b", "ip", "header"] {
+            assert!(bad.parse::<HashKey>().is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,10 +1,11 @@
 //! The bad-input rules of RFC 9112 (HTTP/1.1 message syntax and framing) that the data plane
 //! enforces on both of its sides: client → proxy (requests) and backend → proxy (responses).
 //! They were first written against the hyper-based data plane and pinned its behaviour; the
-//! hand-written HTTP/1.1 path (crates/proxy/src/http1.rs) keeps every one of them, and is
+//! hand-written HTTP/1.1 path (crates/proxy/src/http1/) keeps every one of them, and is
 //! stricter where hyper was lenient or wrong (505 for unknown versions, 400 for
 //! Transfer-Encoding with Content-Length, 501 for unknown codings, HTTP/1.1 status lines to
-//! HTTP/1.0 clients, Content-Length removed from chunked responses).
+//! HTTP/1.0 clients, Content-Length removed from chunked responses). Last, the forwarding
+//! headers a backend gets, from a client and from a trusted proxy.
 //!
 //! Every request here is written by hand on a raw socket, and every backend is a raw TCP listener
 //! that records the bytes it received, so what crosses each side is asserted byte for byte.
@@ -1035,14 +1036,15 @@ async fn chunked_request_bodies() {
     let backend = Backend::echo().await;
     let proxy = start(settings(backend.addr)).await;
 
-    // Valid, with a chunk extension and a trailer field.
+    // Valid, with chunk extensions (whitespace is allowed before the `;`, RFC 9112 §7.1.1 BWS,
+    // and before the CRLF) and a trailer field.
     let r = assert_accepted(
         &proxy,
         "valid chunked",
         b"POST /chunked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
           5;name=value\r\nhello\r\n\
-          6\r\n world\r\n\
-          A\r\n0123456789\r\n\
+          6 \t; n = \"v\"\r\n world\r\n\
+          A \r\n0123456789\r\n\
           0\r\nX-Trailer: t\r\n\r\n",
     )
     .await;
@@ -1072,6 +1074,13 @@ async fn chunked_request_bodies() {
         ("LF only after the data", b"5\r\nhello\n0\r\n\r\n"),
         ("CR only after the size", b"5\rhello\r\n0\r\n\r\n"),
         ("bad trailer line", b"5\r\nhello\r\n0\r\nX(T: 1\r\n\r\n"),
+        // After the size only BWS, then `;` or CRLF (RFC 9112 §7.1.1).
+        ("junk after the chunk size", b"5 junk\r\nhello\r\n0\r\n\r\n"),
+        ("two sizes", b"5 5\r\nhello\r\n0\r\n\r\n"),
+        (
+            "junk after the last chunk's size",
+            b"5\r\nhello\r\n0 x\r\n\r\n",
+        ),
     ];
     for (case, body) in invalid {
         let mut request =
@@ -1378,12 +1387,23 @@ fn scripted(request: &Received) -> Reply {
             reply("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
         }
         "/cl-list" => reply("HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!"),
+        // Responses without a body: their Content-Length is passed on, so it is checked too.
+        "/head-cl-two" => {
+            reply("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+        }
+        "/204-cl-letters" => reply("HTTP/1.1 204 No Content\r\nContent-Length: abc\r\n\r\n"),
+        "/304-cl-two" => {
+            reply("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+        }
         "/chunked" => reply(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
              5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
         ),
         "/bad-chunk" => reply_and_close(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        ),
+        "/chunk-size-junk" => reply_and_close(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 junk\r\nhello\r\n0\r\n\r\n",
         ),
         "/close-delimited" => reply_and_close("HTTP/1.1 200 OK\r\n\r\nhello world"),
         "/continue" => {
@@ -1444,26 +1464,46 @@ async fn backend_response_with_invalid_framing_is_502() {
     }
     assert_eq!(backend.requests().len(), 5);
 
-    // Bad chunk framing after a valid head: the client connection is closed, and the response
-    // is never presented as complete (the head may have gone out; the body never ends).
-    let mut client = Client::connect(proxy.addr).await;
-    client.send(&get("/bad-chunk")).await;
-    client.assert_closed_after_partial("bad chunk size").await;
-    if let Some((head, head_len)) = parse_head(&client.buf) {
-        assert_eq!(head.start, "HTTP/1.1 200 OK");
-        let body = &client.buf[head_len..];
-        let complete = if head.is_chunked() {
-            find(body, b"0\r\n\r\n").is_some()
+    // The same Content-Length rules hold when the response has no body (HEAD, 204, 304):
+    // its Content-Length would still reach the client.
+    for (method, target) in [
+        ("HEAD", "/head-cl-two"),
+        ("GET", "/204-cl-letters"),
+        ("GET", "/304-cl-two"),
+    ] {
+        let request = format!("{method} {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = exchange(proxy.addr, request.as_bytes()).await;
+        assert_eq!(r.status, 502, "{method} {target}: {:?}", lossy(&r.raw));
+    }
+    assert_eq!(backend.requests().len(), 8);
+
+    // Bad chunk framing after a valid head (a size that is not hex; junk after the size, which
+    // RFC 9112 §7.1.1 does not allow): the client connection is closed, and the response is
+    // never presented as complete (the head may have gone out; the body never ends).
+    for target in ["/bad-chunk", "/chunk-size-junk"] {
+        let mut client = Client::connect(proxy.addr).await;
+        client.send(&get(target)).await;
+        client.assert_closed_after_partial(target).await;
+        if let Some((head, head_len)) = parse_head(&client.buf) {
+            assert_eq!(head.start, "HTTP/1.1 200 OK", "{target}");
+            let body = &client.buf[head_len..];
+            let complete = if head.is_chunked() {
+                find(body, b"0\r\n\r\n").is_some()
+            } else {
+                head.content_length().is_some_and(|n| body.len() >= n)
+            };
+            assert!(
+                !complete,
+                "{target}: presented as complete: {:?}",
+                lossy(&client.buf)
+            );
         } else {
-            head.content_length().is_some_and(|n| body.len() >= n)
-        };
-        assert!(!complete, "presented as complete: {:?}", lossy(&client.buf));
-    } else {
-        assert!(
-            find(&client.buf, b"hello").is_none(),
-            "{:?}",
-            lossy(&client.buf)
-        );
+            assert!(
+                find(&client.buf, b"hello").is_none(),
+                "{target}: {:?}",
+                lossy(&client.buf)
+            );
+        }
     }
 }
 
@@ -1605,6 +1645,9 @@ async fn absolute_form_target_becomes_origin_form() {
         ("http://example.com/x?y=1", "/x?y=1", "example.com"),
         ("http://example.com:8080/x", "/x", "example.com:8080"),
         ("http://example.com", "/", "example.com"),
+        // An empty path is "/" (RFC 9110 §4.2.3), also before a query.
+        ("http://example.com?a=1", "/?a=1", "example.com"),
+        ("http://example.com:8080?a=1", "/?a=1", "example.com:8080"),
     ] {
         let r = exchange(
             proxy.addr,
@@ -1622,5 +1665,116 @@ async fn absolute_form_target_becomes_origin_form() {
             "{target}"
         );
         assert_eq!(received.head.values("host"), [host], "{target}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 16: forwarding headers, from untrusted and trusted peers (docs/configuration.md, "Forwarding
+// headers")
+// ---------------------------------------------------------------------------------------------
+
+/// A request for `target` with `headers` (whole lines, CRLF included) sent on a new connection
+/// from 127.0.0.1; what the backend received.
+async fn forwarded(proxy: &Running, backend: &Backend, target: &str, headers: &str) -> Received {
+    let request = format!("GET {target} HTTP/1.1\r\nHost: fulcrum.test\r\n{headers}\r\n");
+    let r = exchange(proxy.addr, request.as_bytes()).await;
+    assert_eq!(r.status, 200, "{target}: {:?}", lossy(&r.raw));
+    backend
+        .requests()
+        .into_iter()
+        .find(|r| r.target() == target)
+        .unwrap_or_else(|| panic!("{target} did not reach the backend"))
+}
+
+/// What a client that is not a trusted proxy says about itself is never passed on: every
+/// forwarding header is ours, from the connection's address.
+#[tokio::test]
+async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
+    let backend = Backend::echo().await;
+    let proxy = start(settings(backend.addr)).await;
+    let spoofed = "X-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6;host=evil.test\r\n\
+                   X-Real-IP: 6.6.6.6\r\nx-forwarded-host: evil.test\r\n\
+                   X-Forwarded-Proto: https\r\nX-Forwarded-For: 6.6.6.7\r\n";
+    for (target, headers) in [("/spoofed", spoofed), ("/plain", "")] {
+        let received = forwarded(&proxy, &backend, target, headers).await;
+        let head = &received.head;
+        assert_eq!(head.values("x-forwarded-for"), ["127.0.0.1"], "{target}");
+        assert_eq!(
+            head.values("forwarded"),
+            ["for=127.0.0.1;proto=http;host=\"fulcrum.test\""],
+            "{target}"
+        );
+        assert_eq!(head.values("x-real-ip"), ["127.0.0.1"], "{target}");
+        assert_eq!(head.values("x-forwarded-proto"), ["http"], "{target}");
+        assert_eq!(
+            head.values("x-forwarded-host"),
+            Vec::<&str>::new(),
+            "{target}"
+        );
+        assert!(find(&received.raw, b"6.6.6").is_none(), "{target}");
+        assert!(find(&received.raw, b"evil").is_none(), "{target}");
+    }
+}
+
+/// From a trusted proxy (the test client is 127.0.0.1): its X-Forwarded-For and Forwarded are
+/// appended to, X-Forwarded-Host and X-Forwarded-Proto pass, and X-Real-IP is the client as
+/// nginx's realip module (`real_ip_recursive on`) finds it in X-Forwarded-For.
+#[tokio::test]
+async fn forwarding_headers_from_a_trusted_peer_are_appended_to() {
+    let backend = Backend::echo().await;
+    let mut settings = settings(backend.addr);
+    settings.listeners[0].trusted_proxies = vec![
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+    ];
+    let proxy = start(settings).await;
+
+    let received = forwarded(
+        &proxy,
+        &backend,
+        "/chain",
+        "X-Forwarded-For: 203.0.113.7\r\nForwarded: for=203.0.113.7\r\n\
+         X-Real-IP: 6.6.6.6\r\nX-Forwarded-Host: app.test\r\n\
+         X-Forwarded-Proto: https\r\nx-forwarded-for: 10.1.2.3\r\n",
+    )
+    .await;
+    let head = &received.head;
+    assert_eq!(
+        head.values("x-forwarded-for"),
+        ["203.0.113.7, 10.1.2.3, 127.0.0.1"]
+    );
+    assert_eq!(
+        head.values("forwarded"),
+        ["for=203.0.113.7, for=127.0.0.1;proto=http;host=\"fulcrum.test\""]
+    );
+    // 127.0.0.1 and 10.1.2.3 are trusted; 203.0.113.7 is the first address that is not.
+    assert_eq!(head.values("x-real-ip"), ["203.0.113.7"]);
+    assert_eq!(head.values("x-forwarded-host"), ["app.test"]);
+    assert_eq!(head.values("x-forwarded-proto"), ["https"]);
+    assert!(find(&received.raw, b"6.6.6.6").is_none());
+
+    // Nothing sent: ours alone, as from anyone.
+    let received = forwarded(&proxy, &backend, "/direct", "").await;
+    let head = &received.head;
+    assert_eq!(head.values("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(head.values("x-real-ip"), ["127.0.0.1"]);
+    assert_eq!(head.values("x-forwarded-proto"), ["http"]);
+
+    // nginx's answers (1.22.1, same trusted ranges): every address trusted: the leftmost;
+    // an element that is not an address ends the walk at the last address that was one.
+    for (target, xff, real_ip) in [
+        ("/all-trusted", "10.0.0.2, 10.0.0.1", "10.0.0.2"),
+        ("/junk", "203.0.113.7, unknown, 10.0.0.1", "10.0.0.1"),
+        ("/junk-first", "unknown", "127.0.0.1"),
+        ("/ports", "[2001:db8::7]:443, 10.0.0.1:8080", "2001:db8::7"),
+    ] {
+        let received = forwarded(
+            &proxy,
+            &backend,
+            target,
+            &format!("X-Forwarded-For: {xff}\r\n"),
+        )
+        .await;
+        assert_eq!(received.head.values("x-real-ip"), [real_ip], "{target}");
     }
 }

@@ -1,4 +1,5 @@
 //! Helpers shared by the proxy's black-box tests.
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -1,0 +1,373 @@
+//! A backend's response head, parsed and rewritten for the client, and our own short answers.
+//!
+//! The status line always goes out as `HTTP/1.1` (RFC 9110 §6.2: a server sends its own
+//! version), hop-by-hop headers are removed (RFC 9110 §7.6.1), and the framing is written from
+//! what was parsed rather than copied: `Transfer-Encoding` wins over `Content-Length`, which is
+//! then dropped (RFC 9112 §6.3); a chunked body goes to an HTTP/1.0 client de-chunked and
+//! delimited by closing (§6.1), as is a body the backend delimits by closing. A response
+//! without a body (to HEAD, 204, 304: RFC 9110 §9.3.2, §15.3.5, §15.4.5) keeps its
+//! `Content-Length`, written once. An invalid status line or header, or a bad
+//! `Content-Length` (not one decimal number, or several that disagree, whatever the status),
+//! makes the response invalid: the caller answers 502 and does not reuse the connection. 1xx
+//! answers are skipped (as nginx before 1.29).
+
+use std::mem::MaybeUninit;
+
+use super::{
+    Codings, Framing, Reject, append_values, codings, connection_tokens, content_length,
+    is_hop_by_hop, named_by_connection, put_content_length, put_decimal, put_header, values,
+};
+
+/// What the client asked of the response's connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientSide {
+    pub(crate) http11: bool,
+    /// The client and the proxy both want the connection kept open.
+    pub(crate) keep_alive: bool,
+    pub(crate) is_head: bool,
+}
+
+/// A parsed backend response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ResponseHead {
+    /// A 1xx answer before the real one: skip these bytes and read on.
+    Interim(usize),
+    Final(FinalResponse),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FinalResponse {
+    pub(crate) head_len: usize,
+    pub(crate) status: u16,
+    /// How the body arrives from the backend.
+    pub(crate) framing: Framing,
+    /// The backend connection may carry another request afterwards.
+    pub(crate) backend_keep_alive: bool,
+    /// The client connection stays open after this response.
+    pub(crate) client_keep_alive: bool,
+    /// The body is sent to the client de-chunked (an HTTP/1.0 client cannot take chunked).
+    pub(crate) dechunk: bool,
+}
+
+/// Response header slots: backends are trusted further than clients, but not without bound.
+const RESPONSE_MAX_HEADERS: usize = 128;
+
+/// Parses the response head at the start of `buf`; `Ok(None)`: incomplete. On a final
+/// response, the head the client gets is written to `out` (cleared first), blank line
+/// included. `Err` says what is wrong with the response.
+pub(crate) fn parse_response(
+    buf: &[u8],
+    client: ClientSide,
+    out: &mut Vec<u8>,
+) -> Result<Option<ResponseHead>, &'static str> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let head_len = match config.parse_response_with_uninit_headers(&mut res, buf, &mut slots) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err("too many header lines"),
+        Err(_) => return Err("malformed status line or header"),
+    };
+    let (Some(version), Some(status), Some(reason)) = (res.version, res.code, res.reason) else {
+        return Err("malformed status line");
+    };
+    if status == 101 {
+        return Err("101 Switching Protocols, but no upgrade was asked for");
+    }
+    if (100..200).contains(&status) {
+        return Ok(Some(ResponseHead::Interim(head_len)));
+    }
+    let headers: &[httparse::Header<'_>] = res.headers;
+    let has_te = values(headers, "transfer-encoding").next().is_some();
+    let connection = connection_tokens(headers);
+    let no_body = client.is_head || status == 204 || status == 304;
+    // Content-Length, unless Transfer-Encoding overrides it (RFC 9112 §6.3), is checked
+    // whatever the status: a response without a body still passes its length on (for HEAD, the
+    // length a GET would have had), and a client must not get two that disagree.
+    let length = if has_te {
+        None
+    } else {
+        content_length(values(headers, "content-length"))
+            .map_err(|()| "invalid or conflicting Content-Length")?
+    };
+    let mut other_codings = false;
+    let framing = if no_body {
+        Framing::None
+    } else if has_te {
+        match codings(values(headers, "transfer-encoding")) {
+            Codings::Chunked => Framing::Chunked,
+            // Other codings before chunked travel with the body, which stays encoded; an
+            // HTTP/1.0 client could not be told about them.
+            Codings::ChunkedAfterOthers if client.http11 => {
+                other_codings = true;
+                Framing::Chunked
+            }
+            Codings::ChunkedAfterOthers => {
+                return Err("transfer codings besides chunked, for an HTTP/1.0 client");
+            }
+            // Not chunked at the end: the body would run to the end of the connection, still
+            // coded, and the coding could not be passed on without the framing: refused, as
+            // recent nginx does.
+            Codings::NotChunkedLast => {
+                return Err("a transfer coding other than chunked, without chunked");
+            }
+            Codings::ChunkedNotLast => {
+                return Err("chunked applied twice or not last in Transfer-Encoding");
+            }
+        }
+    } else {
+        length.map_or(Framing::Close, Framing::Length)
+    };
+    // Transfer-Encoding in an HTTP/1.0 response, or beside Content-Length, is faulty framing:
+    // the connection is not reused (RFC 9112 §6.1, §6.3).
+    let faulty_framing =
+        has_te && (version == 0 || values(headers, "content-length").next().is_some());
+    let backend_keep_alive = framing != Framing::Close
+        && !faulty_framing
+        && !connection.close
+        && (version == 1 || connection.keep_alive);
+    let dechunk = framing == Framing::Chunked && !client.http11;
+    let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
+
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for h in headers {
+        let name = h.name;
+        // Framing is written below, from what was parsed.
+        if name.eq_ignore_ascii_case("content-length")
+            || is_hop_by_hop(name)
+            || (connection.present && named_by_connection(headers, name))
+        {
+            continue;
+        }
+        put_header(out, name, h.value);
+    }
+    match framing {
+        Framing::Length(n) => {
+            put_content_length(out, n);
+        }
+        Framing::None => {
+            if let Some(n) = length {
+                put_content_length(out, n);
+            }
+        }
+        Framing::Chunked if other_codings => {
+            out.extend_from_slice(b"Transfer-Encoding: ");
+            append_values(out, headers, "transfer-encoding");
+            out.truncate(out.len() - 2);
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked if !dechunk => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        _ => {}
+    }
+    if !client_keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if !client.http11 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(Some(ResponseHead::Final(FinalResponse {
+        head_len,
+        status,
+        framing,
+        backend_keep_alive,
+        client_keep_alive,
+        dechunk,
+    })))
+}
+
+/// Our own short answer. An HTTP/1.0 client kept alive is told so.
+pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, keep_alive: bool, http11: bool) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, u64::from(reject.status));
+    out.push(b' ');
+    out.extend_from_slice(reason(reject.status).as_bytes());
+    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
+    put_content_length(out, reject.text.len() as u64);
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if !http11 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(reject.text.as_bytes());
+}
+
+/// The reason phrase of a status we answer with ourselves (RFC 9110 §15).
+fn reason(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reject;
+    use super::*;
+
+    fn response(raw: &str, client: ClientSide) -> Result<(FinalResponse, String), &'static str> {
+        let mut out = Vec::new();
+        match parse_response(raw.as_bytes(), client, &mut out)?.expect("complete") {
+            ResponseHead::Final(f) => Ok((f, String::from_utf8(out).unwrap())),
+            ResponseHead::Interim(n) => panic!("interim {n}"),
+        }
+    }
+
+    const KEEP11: ClientSide = ClientSide {
+        http11: true,
+        keep_alive: true,
+        is_head: false,
+    };
+
+    #[test]
+    fn response_framing() {
+        let (r, out) = response(
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nKeep-Alive: x\r\n\r\n",
+            KEEP11,
+        )
+        .unwrap();
+        assert_eq!(r.framing, Framing::Length(3));
+        assert!(r.backend_keep_alive && r.client_keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
+
+        let (r, out) = response(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            KEEP11,
+        )
+        .unwrap();
+        assert_eq!(r.framing, Framing::Chunked);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+
+        let (r, out) = response("HTTP/1.1 200 OK\r\n\r\n", KEEP11).unwrap();
+        assert_eq!(r.framing, Framing::Close);
+        assert!(!r.backend_keep_alive && !r.client_keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+
+        let head = ClientSide {
+            is_head: true,
+            ..KEEP11
+        };
+        let (r, out) = response("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", head).unwrap();
+        assert_eq!(r.framing, Framing::None);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+
+        let (r, _) = response(
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+            KEEP11,
+        )
+        .unwrap();
+        assert_eq!(r.framing, Framing::None);
+
+        let old = ClientSide {
+            http11: false,
+            keep_alive: true,
+            is_head: false,
+        };
+        let (r, out) =
+            response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", old).unwrap();
+        assert!(r.dechunk && !r.client_keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+        let (_, out) = response("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", old).unwrap();
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        );
+
+        assert!(response("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", KEEP11).is_err());
+        let mut out = Vec::new();
+        assert!(matches!(
+            parse_response(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n",
+                KEEP11,
+                &mut out
+            ),
+            Ok(Some(ResponseHead::Interim(25)))
+        ));
+    }
+
+    #[test]
+    fn content_length_is_checked_without_a_body_too() {
+        let head = ClientSide {
+            is_head: true,
+            ..KEEP11
+        };
+        for (raw, client) in [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                head,
+            ),
+            ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", head),
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 5, 6\r\n\r\n",
+                KEEP11,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: -1\r\n\r\n",
+                KEEP11,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                KEEP11,
+            ),
+        ] {
+            assert_eq!(
+                response(raw, client).map(|(_, out)| out),
+                Err("invalid or conflicting Content-Length"),
+                "{raw:?}"
+            );
+        }
+        // Repeated identically: one value, passed on once.
+        let (r, out) = response(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e\"\r\ncontent-length: 5\r\n\r\n",
+            head,
+        )
+        .unwrap();
+        assert_eq!(r.framing, Framing::None);
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 5\r\n\r\n"
+        );
+        // Transfer-Encoding overrides Content-Length, which is then not passed on (§6.3).
+        let (_, out) = response(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            head,
+        )
+        .unwrap();
+        assert_eq!(out, "HTTP/1.1 200 OK\r\n\r\n");
+    }
+
+    #[test]
+    fn local_answers() {
+        let mut out = Vec::new();
+        local_response(&mut out, reject(400, "no\n"), true, false);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Length: 3\r\nConnection: keep-alive\r\n\r\nno\n"
+        );
+        let mut out = Vec::new();
+        local_response(&mut out, reject(502, "x"), false, true);
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .starts_with("HTTP/1.1 502 Bad Gateway\r\n")
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! The request target and `Host`: which form a target takes (RFC 9112 §3.2), whether a `Host`
+//! value is `uri-host [ ":" port ]` (RFC 9110 §7.2), and the origin-form path a backend gets.
+//!
+//! A client talking to a proxy may send the absolute form (`GET http://a.test/x HTTP/1.1`,
+//! §3.2.2); its authority then wins over `Host`, and the backend, an origin server, gets the
+//! origin form (`GET /x`). Userinfo (`http://u@a.test/`) is refused: RFC 9110 §4.2.4 deprecates
+//! it, and it only serves to mislead about the host.
+
+/// The request target, as the backend's request line is written from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target<'a> {
+    /// `/path?query`, or `*` for `OPTIONS`: passed on as it is.
+    Origin(&'a str),
+    /// `http://authority[/path?query]`: the authority becomes `Host`; the rest is what follows
+    /// the authority, possibly empty.
+    Absolute { authority: &'a str, rest: &'a str },
+}
+
+/// Why a target is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TargetError {
+    /// `CONNECT host:port`: this is not a tunnel.
+    Connect,
+    /// Neither origin form, `*` for `OPTIONS`, nor an `http`/`https` absolute form.
+    Invalid,
+}
+
+impl<'a> Target<'a> {
+    /// The form of `target`, as sent with `method`.
+    pub(super) fn parse(method: &str, target: &'a str) -> Result<Target<'a>, TargetError> {
+        if target.starts_with('/') || (target == "*" && method == "OPTIONS") {
+            Ok(Target::Origin(target))
+        } else if method == "CONNECT" {
+            Err(TargetError::Connect)
+        } else {
+            let (authority, rest) = split_absolute(target).ok_or(TargetError::Invalid)?;
+            Ok(Target::Absolute { authority, rest })
+        }
+    }
+
+    /// The authority of an absolute-form target.
+    pub(super) fn authority(&self) -> Option<&'a str> {
+        match self {
+            Target::Origin(_) => None,
+            Target::Absolute { authority, .. } => Some(authority),
+        }
+    }
+
+    /// The path and query as the client sent them (after the authority, for the absolute
+    /// form): nginx's `$request_uri`, which `hash_key = "uri"` hashes.
+    pub(super) fn as_sent(&self) -> &'a str {
+        match self {
+            Target::Origin(path) => path,
+            Target::Absolute { rest, .. } => rest,
+        }
+    }
+
+    /// Appends the origin form the backend gets. Of an absolute form, that is what follows
+    /// the authority, with the path `/` when it is empty (RFC 9110 §4.2.3, RFC 9112 §3.2.1):
+    /// `http://a.test?q` is `/?q`.
+    pub(super) fn put_origin_form(&self, out: &mut Vec<u8>) {
+        match self {
+            Target::Origin(target) => out.extend_from_slice(target.as_bytes()),
+            Target::Absolute { rest, .. } => {
+                if !rest.starts_with('/') {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(rest.as_bytes());
+            }
+        }
+    }
+}
+
+/// Whether `host` is a valid `Host` value: `uri-host [ ":" port ]` (RFC 9110 §7.2), with
+/// `uri-host` an IP literal in brackets or a reg-name / IPv4 address.
+pub(super) fn valid_host(host: &[u8]) -> bool {
+    let (name, port) = if let Some(rest) = host.strip_prefix(b"[") {
+        let Some(end) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &rest[..end];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.' | b'v' | b'V'))
+        {
+            return false;
+        }
+        match &rest[end + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&b"x"[..], port),
+            _ => return false,
+        }
+    } else {
+        match host.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&host[..colon], &host[colon + 1..]),
+            None => (host, &b""[..]),
+        }
+    };
+    let reg_name = |b: &u8| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+    };
+    !name.is_empty()
+        && name.iter().all(reg_name)
+        && port.len() <= 5
+        && port.iter().all(u8::is_ascii_digit)
+}
+
+/// An absolute-form target (`http://host[:port]/path?query`): its authority and what follows
+/// it.
+fn split_absolute(target: &str) -> Option<(&str, &str)> {
+    let scheme_end = target.find("://")?;
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let rest = &target[scheme_end + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.contains('@') || !valid_host(authority.as_bytes()) {
+        return None;
+    }
+    Some((authority, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin_form(method: &str, target: &str) -> Result<String, TargetError> {
+        let mut out = Vec::new();
+        Target::parse(method, target)?.put_origin_form(&mut out);
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn target_forms() {
+        assert_eq!(origin_form("GET", "/a?b").unwrap(), "/a?b");
+        assert_eq!(origin_form("OPTIONS", "*").unwrap(), "*");
+        assert_eq!(origin_form("GET", "*"), Err(TargetError::Invalid));
+        assert_eq!(origin_form("GET", "a/b"), Err(TargetError::Invalid));
+        assert_eq!(origin_form("CONNECT", "a:443"), Err(TargetError::Connect));
+        assert_eq!(origin_form("GET", "http://b.test:81/x?y").unwrap(), "/x?y");
+        assert_eq!(origin_form("GET", "HTTPS://b.test").unwrap(), "/");
+        // RFC 9110 §4.2.3: an empty path is "/", a query or not.
+        assert_eq!(origin_form("GET", "http://b.test?a=1").unwrap(), "/?a=1");
+        assert_eq!(origin_form("GET", "http://b.test:8080?").unwrap(), "/?");
+        assert_eq!(
+            origin_form("GET", "ftp://b.test/"),
+            Err(TargetError::Invalid)
+        );
+        assert_eq!(
+            origin_form("GET", "http://u@b.test/"),
+            Err(TargetError::Invalid)
+        );
+        assert_eq!(origin_form("GET", "http:///x"), Err(TargetError::Invalid));
+        let t = Target::parse("GET", "http://b.test:81/x?y").unwrap();
+        assert_eq!(t.authority(), Some("b.test:81"));
+        assert_eq!(t.as_sent(), "/x?y");
+    }
+
+    #[test]
+    fn host_values() {
+        for good in [
+            "a.test",
+            "a.test:8080",
+            "a.test:",
+            "[::1]:80",
+            "[2001:db8::1]",
+            "10.0.0.1:1",
+        ] {
+            assert!(valid_host(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "", "a b", ":80", "a:99999x", "a:123456", "[::1", "[]", "[::1]x", "a/b",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad}");
+        }
+    }
+}

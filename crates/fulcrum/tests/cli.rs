@@ -320,3 +320,86 @@ fn listen_address_in_use_is_a_clear_startup_error() {
         "{stderr}"
     );
 }
+
+/// A backend that takes connections and requests and never answers; holds them open.
+fn silent_backend() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().map_while(Result::ok) {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// Sends raw bytes on a new connection and reads until the proxy closes it.
+fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn every_answer_is_in_the_access_log_with_the_backends_tried_and_the_clients_fate() {
+    let silent = silent_backend();
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = TempFile::new(
+        "access.toml",
+        &format!(
+            "workers = 1\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+             [[upstream]]\nname = \"web\"\nread_timeout = \"300ms\"\n{}",
+            backend_block(&[(refusing, 1), (silent, 1)])
+        ),
+    );
+    let fulcrum = Running::start(&config, 1);
+    let addr = fulcrum.addr_of("web");
+    // Refused before any backend: 400 (no Host) and 505 (an unknown version).
+    assert!(raw(addr, b"GET /no-host HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400"));
+    assert!(raw(addr, b"GET /v2 HTTP/2.5\r\nHost: t\r\n\r\n").starts_with("HTTP/1.1 505"));
+    // The refusing backend, then the silent one: 504 naming both.
+    let answer = raw(addr, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    // A client that leaves while the backend works: 499.
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /gone HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut entries: Vec<String> = Vec::new();
+    while entries.len() < 4 {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("fulcrum::access") {
+            entries.push(line);
+        }
+    }
+    let entry = |path: &str| {
+        entries
+            .iter()
+            .find(|l| l.contains(&format!("path={path} ")))
+            .unwrap_or_else(|| panic!("no access log entry for {path}: {entries:#?}"))
+    };
+    assert!(entry("/no-host").contains("status=400"), "{entries:#?}");
+    assert!(entry("/v2").contains("status=505"), "{entries:#?}");
+    let slow = entry("/slow");
+    assert!(slow.contains("status=504"), "{slow}");
+    assert!(
+        slow.contains(&format!("backends={refusing},{silent} ")),
+        "both backends tried, in order: {slow}"
+    );
+    let gone = entry("/gone");
+    assert!(gone.contains("status=499"), "{gone}");
+    assert!(gone.contains(&format!("backends={silent} ")), "{gone}");
+}

@@ -439,13 +439,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
     }
     let listener = a.listener;
     drop(listener);
-    // Connections handed over but not yet taken are closed now, like those still in the
-    // kernel's queue, rather than left waiting for the whole shutdown_timeout.
-    a.inbox.close();
-    while let Ok((stream, _)) = a.inbox.try_recv() {
-        a.spread.open[a.worker].fetch_sub(1, Ordering::Relaxed);
-        drop(stream);
-    }
+    close_unserved(&mut a.inbox, &a.spread.open[a.worker]);
     if !connections.is_empty() {
         tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
     }
@@ -457,6 +451,17 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
             "connections still open after shutdown_timeout; closing them"
         );
         connections.abort_all();
+    }
+}
+
+/// Closes the connections handed to a worker that has stopped and not yet taken, like those
+/// still in the kernel's queue, rather than leaving them waiting for the whole
+/// `shutdown_timeout` while the worker's other connections finish; no more can come.
+fn close_unserved(inbox: &mut mpsc::UnboundedReceiver<Handoff>, open: &AtomicUsize) {
+    inbox.close();
+    while let Ok((stream, _)) = inbox.try_recv() {
+        open.fetch_sub(1, Ordering::Relaxed);
+        drop(stream);
     }
 }
 
@@ -480,6 +485,34 @@ mod tests {
             open: open.iter().map(|&n| AtomicUsize::new(n)).collect(),
             inboxes: open.iter().map(|_| mpsc::unbounded_channel().0).collect(),
         }
+    }
+
+    #[test]
+    fn connections_handed_to_a_stopped_worker_are_closed_at_once() {
+        use std::io::Read as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut inbox) = mpsc::unbounded_channel();
+        let open = AtomicUsize::new(0);
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            clients.push(client);
+            tx.send(listener.accept().unwrap()).unwrap();
+            open.fetch_add(1, Ordering::Relaxed);
+        }
+        close_unserved(&mut inbox, &open);
+        assert_eq!(open.load(Ordering::Relaxed), 0);
+        for mut client in clients {
+            assert_eq!(client.read(&mut [0; 1]).unwrap(), 0, "closed, not held");
+        }
+        // A worker handing over after that keeps the connection.
+        let late = std::net::TcpStream::connect(addr).unwrap();
+        assert!(tx.send(listener.accept().unwrap()).is_err());
+        drop(late);
     }
 
     #[test]

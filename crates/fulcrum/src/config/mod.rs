@@ -220,6 +220,90 @@ mod tests {
         );
     }
 
+    /// Nothing reachable from the file may panic: every key of every section, set to values
+    /// of every form and at every edge, under the algorithms that use the options.
+    #[test]
+    fn no_value_makes_check_panic() {
+        const VALUES: &[&str] = &[
+            "\"\"",
+            "\"0s\"",
+            "\"1y\"",
+            "\"2y\"",
+            "\"abc\"",
+            "\"unix:/x\"",
+            "\"10.0.0.0/8\"",
+            "0",
+            "-1",
+            "1",
+            "3",
+            "65537",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "0x7fffffffffffffff",
+            "1.5",
+            "nan",
+            "-inf",
+            "true",
+            "1979-05-27",
+            "[]",
+            "[1, \"a\", []]",
+            "{}",
+            "{ addr = \"127.0.0.1:1\" }",
+        ];
+        // The three sections of a minimal file; a key is set by replacing its line in its
+        // section, or by adding one.
+        const PARTS: [&str; 3] = [
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n",
+            "[[upstream]]\nname = \"web\"\nalgorithm = \"ALGORITHM\"\n",
+            "[[upstream.backend]]\naddr = \"127.0.0.1:1\"\n",
+        ];
+        let set = |part: &str, key: &str, line: &str| {
+            let mut lines: Vec<&str> = part
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{key} = ")))
+                .collect();
+            lines.push(line);
+            lines.join("\n") + "\n"
+        };
+        let sections: [(Option<usize>, &[&str]); 4] = [
+            (None, super::file::SECTION.keys),
+            (Some(0), super::listener::SECTION.keys),
+            (Some(1), super::upstream::SECTION.keys),
+            (Some(2), super::backend::SECTION.keys),
+        ];
+        let algorithms = [
+            "weighted_round_robin",
+            "hash",
+            "new_hash",
+            "maglev",
+            "bounded_load",
+            "latency",
+        ];
+        let mut passed = 0;
+        for algorithm in algorithms {
+            for (part, keys) in &sections {
+                for key in *keys {
+                    for value in VALUES {
+                        let line = format!("{key} = {value}");
+                        let mut parts = PARTS.map(str::to_owned);
+                        let mut text = String::new();
+                        match part {
+                            None => text = format!("{line}\n"),
+                            Some(i) => parts[*i] = set(PARTS[*i], key, &line),
+                        }
+                        text.push_str(&parts.join("\n").replace("ALGORITHM", algorithm));
+                        // Ok or Err, never a panic.
+                        if super::parse(std::path::Path::new("t.toml"), &text).is_ok() {
+                            passed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // The edges within bounds pass: the file around them is valid.
+        assert!(passed > 100, "{passed}");
+    }
+
     #[test]
     fn example_file_is_valid() {
         let text = include_str!("../../../../examples/fulcrum.toml");

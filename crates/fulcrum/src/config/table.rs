@@ -112,12 +112,18 @@ impl<'a> Table<'a> {
         r.error(span, &self.key(name), message);
     }
 
-    /// Reports a value of the wrong form: `expected <form>, not <what was written>`.
-    fn mismatch(&self, r: &mut Report<'_>, name: &str, value: &Spanned<DeValue<'_>>, form: &str) {
+    /// Reports a value of the wrong form: `expected <form>, not <what was written>`;
+    /// `unquote` when the string written would be right without its quotes.
+    fn mismatch(
+        &self,
+        r: &mut Report<'_>,
+        name: &str,
+        value: &Spanned<DeValue<'_>>,
+        form: &str,
+        unquote: bool,
+    ) {
         let mut message = format!("expected {form}, not {}", found(value.get_ref()));
-        if let DeValue::String(s) = value.get_ref()
-            && (s.parse::<f64>().is_ok() || *s == "true" || *s == "false")
-        {
+        if unquote {
             message.push_str(" (write it without quotes)");
         }
         r.error(value.span(), &self.key(name), message);
@@ -135,7 +141,8 @@ impl<'a> Table<'a> {
         match value.get_ref() {
             DeValue::String(s) => Some(Spanned::new(value.span(), s.as_ref())),
             _ => {
-                self.mismatch(r, name, value, &format!("{what} such as \"{example}\""));
+                let form = format!("{what} such as \"{example}\"");
+                self.mismatch(r, name, value, &form, false);
                 None
             }
         }
@@ -168,8 +175,9 @@ impl<'a> Table<'a> {
         let value = self.get(name)?;
         match value.get_ref() {
             DeValue::Boolean(b) => Some(*b),
-            _ => {
-                self.mismatch(r, name, value, "true or false");
+            other => {
+                let unquote = matches!(other, DeValue::String(s) if s == "true" || s == "false");
+                self.mismatch(r, name, value, "true or false", unquote);
                 None
             }
         }
@@ -196,13 +204,15 @@ impl<'a> Table<'a> {
             ),
             DeValue::String(s) => {
                 // The user's own number makes the best example.
-                let example = s.trim().parse::<i64>().unwrap_or(*range.start());
-                self.mismatch(r, name, value, &format!("an integer such as {example}"));
+                let number = s.trim().parse::<i64>().ok();
+                let example = number.unwrap_or(*range.start());
+                let form = format!("an integer such as {example}");
+                self.mismatch(r, name, value, &form, number.is_some());
                 return None;
             }
             _ => {
-                let example = *range.start();
-                self.mismatch(r, name, value, &format!("an integer such as {example}"));
+                let form = format!("an integer such as {}", range.start());
+                self.mismatch(r, name, value, &form, false);
                 return None;
             }
         };
@@ -242,7 +252,9 @@ impl<'a> Table<'a> {
         match n {
             Some(n) => Some(Spanned::new(value.span(), n)),
             None => {
-                self.mismatch(r, name, value, &format!("a number such as {example}"));
+                let unquote = matches!(value.get_ref(), DeValue::String(s) if s.trim().parse::<f64>().is_ok());
+                let form = format!("a number such as {example}");
+                self.mismatch(r, name, value, &form, unquote);
                 None
             }
         }
@@ -269,7 +281,7 @@ impl<'a> Table<'a> {
                 };
                 let form =
                     format!("a duration such as \"{example}\" (a number and a unit, in quotes)");
-                self.mismatch(r, name, value, &form);
+                self.mismatch(r, name, value, &form, false);
                 None
             }
         }
@@ -289,12 +301,8 @@ impl<'a> Table<'a> {
             return Vec::new();
         };
         let DeValue::Array(items) = value.get_ref() else {
-            self.mismatch(
-                r,
-                name,
-                value,
-                &format!("a list of {many} such as [\"{example}\"]"),
-            );
+            let form = format!("a list of {many} such as [\"{example}\"]");
+            self.mismatch(r, name, value, &form, false);
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -465,6 +473,16 @@ mod tests {
             e.contains(
                 "upstream[0].balance_factor: expected a number such as 1.25, not the string \"1.5\""
             ),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("backup = true", "backup = \"3\""));
+        assert!(
+            e.contains("backup: expected true or false, not the string \"3\"\n"),
+            "no advice to drop the quotes: {e}"
+        );
+        let e = refused(&GOOD.replace("backup = true", "backup = \"true\""));
+        assert!(
+            e.contains("not the string \"true\" (write it without quotes)"),
             "{e}"
         );
         let e = refused(&GOOD.replace("weight = 3", "weight = 2.5"));

@@ -7,9 +7,10 @@
 //! another form is reported, with the key path as the user wrote it, and reading goes on, so
 //! one run reports every problem in the file.
 //!
-//! A key the section does not know is reported with the closest known key (`did you mean`, by
-//! optimal string alignment distance, as `git` and `cargo` suggest commands), and the full
-//! list only when nothing is close. Keys of the design that arrive later (health checks,
+//! A key the section does not know is reported with the closest known key (`did you mean`, as
+//! `git` and `cargo` answer a mistyped command; here by optimal string alignment distance, in
+//! which a swap of two neighbouring letters is one edit), and with the full list only when
+//! nothing is close. Keys of the design that arrive later (health checks,
 //! admin, TLS, …) are reported as not supported yet rather than unknown.
 
 use std::ops::{Range, RangeInclusive};

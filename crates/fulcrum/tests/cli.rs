@@ -177,6 +177,53 @@ fn check_accepts_the_example_and_rejects_a_bad_config_with_line_and_key() {
 }
 
 #[test]
+fn check_reports_every_problem_at_once_in_the_docs_words() {
+    let text = "\
+workers = \"2\"
+
+[[listener]]
+listen = \"unix:/run/fulcrum.sock\"
+upstream = \"web\"
+max_connections = 4611686018427387904
+trusted_proxies = [\"10.0.0.0/8\", \"10.0.0.300\"]
+
+[[upstream]]
+name = \"web\"
+conect_timeout = \"1s\"
+read_timeout = \"0s\"
+
+  [[upstream.backend]]
+  addr = \"127.0.0.1:9001\"
+  weight = \"3\"
+";
+    let bad = TempFile::new("several.toml", text);
+    let out = fulcrum()
+        .args(["check", "--config"])
+        .arg(&bad.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = bad.0.display();
+    for want in [
+        format!("{file}:1:11: workers: expected an integer such as 2, not the string \"2\""),
+        format!("{file}:4:10: listener[0].listen: Unix-socket listeners are not supported"),
+        format!("{file}:6:19: listener[0].max_connections: must be between 1 and 1000000"),
+        format!("{file}:7:34: listener[0].trusted_proxies[1]: "),
+        format!(
+            "{file}:11:1: upstream[0].conect_timeout: unknown key `conect_timeout`; did you mean `connect_timeout`?"
+        ),
+        format!("{file}:12:16: upstream[0].read_timeout: must be more than 0"),
+        format!("{file}:16:12: upstream[0].backend[0].weight: expected an integer such as 3"),
+        "16 |   weight = \"3\"\n   |            ^^^".to_owned(),
+        format!("7 problems in {file}"),
+    ] {
+        assert!(stderr.contains(&want), "expected {want:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("serde"), "{stderr}");
+}
+
+#[test]
 fn help_and_version() {
     let out = fulcrum().arg("--version").output().unwrap();
     assert!(out.status.success());

@@ -1,0 +1,152 @@
+//! How addresses are written: a listener's IP address and port, a backend's `host:port`
+//! (resolved now, as nginx resolves `server` names at start-up), a trusted proxy's address or
+//! CIDR range — and what to write instead of a Unix socket path or a URL.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use ipnet::IpNet;
+
+/// A Unix socket written as nginx does (`unix:/run/app.sock`) or as a bare path.
+fn is_socket_path(text: &str) -> bool {
+    text.starts_with("unix:")
+        || text.starts_with('/')
+        || text.starts_with("./")
+        || text.starts_with('~')
+        || (text.contains('/') && !text.contains(':'))
+}
+
+/// `http://127.0.0.1:9001/`: an address was expected, not a URL.
+fn scheme(text: &str) -> Option<&str> {
+    let (scheme, _) = text.split_once("://")?;
+    (!scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphabetic())).then_some(scheme)
+}
+
+/// What a listener or backend address cannot be, whatever else is wrong with it.
+fn not_an_address(text: &str, role: &str, example: &str) -> Option<String> {
+    if is_socket_path(text) {
+        return Some(format!(
+            "Unix-socket {role}s are not supported (yet): write an IP address and port, such as \"{example}\""
+        ));
+    }
+    scheme(text).map(|scheme| {
+        format!(
+            "write the address without \"{scheme}://\" (and without a path), such as \"{example}\""
+        )
+    })
+}
+
+/// A listener's address: an IP address and port.
+pub(super) fn listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    Err(not_an_address(text, "listener", "127.0.0.1:8080").unwrap_or_else(|| {
+        format!("\"{text}\" is not an IP address and port, like \"127.0.0.1:8080\" or \"[::1]:8080\"")
+    }))
+}
+
+/// A backend's address: an IP address and port, or a host name and port resolved now.
+pub(super) fn backend(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Some(why) = not_an_address(text, "backend", "127.0.0.1:9001") {
+        return Err(why);
+    }
+    if !text.contains(':') {
+        return Err(format!(
+            "\"{text}\" has no port: write host:port, like \"127.0.0.1:9001\""
+        ));
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("\"{text}\" resolves to no address")),
+        Err(e) => Err(format!(
+            "cannot resolve \"{text}\": {e}; write host:port, like \"127.0.0.1:9001\""
+        )),
+    }
+}
+
+/// A trusted proxy: an address (`192.168.1.5`, `::1`: that address alone) or a CIDR range
+/// (`10.0.0.0/8`). Also says whether the range had bits set past its prefix
+/// (`10.1.2.3/8`), which nginx warns about too: the range is `10.0.0.0/8` all the same.
+pub(super) fn trusted_proxy(text: &str) -> Result<(IpNet, bool), String> {
+    let form = "write an address such as \"192.168.1.5\" or a range such as \"10.0.0.0/8\"";
+    let (addr, prefix) = match text.split_once('/') {
+        Some((addr, prefix)) => (addr, Some(prefix)),
+        None => (text, None),
+    };
+    let Ok(addr) = addr.trim().parse::<IpAddr>() else {
+        return Err(format!("\"{text}\" is not an IP address: {form}"));
+    };
+    let longest: u8 = if addr.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        None => longest,
+        Some(p) => match p.trim().parse::<u8>() {
+            Ok(p) if p <= longest => p,
+            _ => {
+                return Err(format!(
+                    "\"{text}\": the prefix length after / must be a number from 0 to {longest} for an {} address",
+                    if addr.is_ipv4() { "IPv4" } else { "IPv6" }
+                ));
+            }
+        },
+    };
+    let net = IpNet::new(addr, prefix).map_err(|e| format!("\"{text}\": {e}; {form}"))?;
+    let trunc = net.trunc();
+    Ok((trunc, trunc.addr() != addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_sockets_and_urls_are_named_as_such() {
+        for path in ["unix:/run/app.sock", "/run/app.sock", "run/app.sock"] {
+            let e = backend(path).unwrap_err();
+            assert!(
+                e.starts_with("Unix-socket backends are not supported (yet)"),
+                "{e}"
+            );
+            assert!(e.contains("\"127.0.0.1:9001\""), "{e}");
+            let e = listen(path).unwrap_err();
+            assert!(
+                e.starts_with("Unix-socket listeners are not supported (yet)"),
+                "{e}"
+            );
+        }
+        let e = backend("http://127.0.0.1:9001/").unwrap_err();
+        assert!(
+            e.starts_with("write the address without \"http://\""),
+            "{e}"
+        );
+        assert_eq!(backend("127.0.0.1:9001").unwrap().port(), 9001);
+        assert_eq!(backend("[::1]:80").unwrap().port(), 80);
+        assert!(backend("127.0.0.1").unwrap_err().contains("has no port"));
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_ranges() {
+        let net = |t| trusted_proxy(t).map(|(n, odd)| (n.to_string(), odd));
+        assert_eq!(net("10.0.0.0/8"), Ok(("10.0.0.0/8".to_owned(), false)));
+        assert_eq!(net("192.168.1.5"), Ok(("192.168.1.5/32".to_owned(), false)));
+        assert_eq!(net("::1"), Ok(("::1/128".to_owned(), false)));
+        assert_eq!(net("fd00::/8"), Ok(("fd00::/8".to_owned(), false)));
+        assert_eq!(net("10.1.2.3/8"), Ok(("10.0.0.0/8".to_owned(), true)));
+        assert!(net("10.0.0.0/33").unwrap_err().contains("from 0 to 32"));
+        assert!(net("::/129").unwrap_err().contains("from 0 to 128"));
+        assert!(
+            net("10.0.0.300")
+                .unwrap_err()
+                .contains("is not an IP address")
+        );
+        assert!(
+            net("localhost")
+                .unwrap_err()
+                .contains("is not an IP address")
+        );
+        assert!(net("10.0.0.0/").is_err());
+    }
+}

@@ -1,0 +1,325 @@
+//! An upstream's balancing: `algorithm`, `hash_key`, and the options only some algorithms use
+//! (`consistent`, `octets`, `table_size`, `balance_factor`, `window`, `smoothing`, `penalty`,
+//! `slow_start`). An option the chosen algorithm does not use is refused with the algorithms
+//! that do, so a setting never silently does nothing. See `docs/algorithms.md`.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use balance::{Affinity, Algorithm};
+use proxy::HashKey;
+use toml::de::DeValue;
+
+use super::duration::Zero;
+use super::report::Report;
+use super::table::{Table, found};
+
+/// An upstream's algorithm and what configures it.
+#[derive(Debug)]
+pub(super) struct Balancing {
+    pub algorithm: Algorithm,
+    pub hash_key: HashKey,
+    pub options: balance::Options,
+}
+
+/// Reads the balancing keys of an upstream with `backends` backends.
+pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, backends: usize) -> Balancing {
+    let algorithm = match t.text(r, "algorithm", "an algorithm", "least_conn") {
+        None => Algorithm::WeightedRoundRobin,
+        Some(a) => match a.get_ref().parse::<Algorithm>() {
+            Ok(alg) => alg,
+            Err(e) => {
+                r.error(a.span(), &t.key("algorithm"), e);
+                Algorithm::WeightedRoundRobin
+            }
+        },
+    };
+    let hash_key = hash_key(r, t, algorithm);
+    let options = options(r, t, algorithm, backends);
+    Balancing {
+        algorithm,
+        hash_key,
+        options,
+    }
+}
+
+fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> HashKey {
+    let Some(hk) = t.text(r, "hash_key", "a key", "client_ip") else {
+        return HashKey::ClientIp;
+    };
+    let key = t.key("hash_key");
+    match (algorithm.affinity(), hk.get_ref().parse::<HashKey>()) {
+        (_, Err(why)) => r.error(hk.span(), &key, why),
+        (None, Ok(_)) => r.error(
+            hk.span(),
+            &key,
+            format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose a hash algorithm (hash, maglev, bounded_load, ip_hash, new_hash)"),
+        ),
+        (Some(Affinity::AddressOctets), Ok(k)) if k != HashKey::ClientIp => r.error(
+            hk.span(),
+            &key,
+            format!("{algorithm} always hashes the client address: the only value is \"client_ip\" (to hash {k}, use algorithm = \"hash\")"),
+        ),
+        (Some(_), Ok(k)) => return k,
+    }
+    HashKey::ClientIp
+}
+
+/// Which algorithms use an option.
+fn option_users(option: &str) -> Vec<Algorithm> {
+    let only = |a: Algorithm| vec![a];
+    match option {
+        "consistent" => only(Algorithm::Hash),
+        "octets" => only(Algorithm::NewHash),
+        "table_size" => only(Algorithm::Maglev),
+        "balance_factor" => only(Algorithm::BoundedLoad),
+        "window" | "smoothing" | "penalty" => only(Algorithm::Latency),
+        "slow_start" => Algorithm::ALL
+            .iter()
+            .copied()
+            .filter(|a| a.supports_slow_start())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Where `option` is set in `t` if it is and `algorithm` uses it; reported if it is set for
+/// an algorithm that does not use it.
+fn used(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    option: &str,
+    algorithm: Algorithm,
+) -> Option<Range<usize>> {
+    let span = t.span_of(option)?;
+    let users = option_users(option);
+    if users.contains(&algorithm) {
+        return Some(span);
+    }
+    let names: Vec<&str> = users.iter().map(|a| a.name()).collect();
+    r.error(
+        span,
+        &t.key(option),
+        format!(
+            "{option} is an option of {}; algorithm \"{algorithm}\" does not use it: remove it or change the algorithm",
+            names.join(", ")
+        ),
+    );
+    None
+}
+
+/// `slow_start`, on an upstream or a backend: refused for algorithms without weights to ramp.
+/// 0 is no slow start (a backend can opt out of its upstream's).
+pub(super) fn slow_start(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+) -> Option<Duration> {
+    used(r, t, "slow_start", algorithm)?;
+    t.duration(r, "slow_start", Zero::Allowed)
+}
+
+fn options(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    backends: usize,
+) -> balance::Options {
+    let mut options = balance::Options::default();
+    if used(r, t, "consistent", algorithm).is_some()
+        && let Some(v) = t.flag(r, "consistent")
+    {
+        options.consistent = v;
+    }
+    if used(r, t, "octets", algorithm).is_some()
+        && let Some(v) = t.value("octets")
+    {
+        match v.get_ref() {
+            DeValue::Integer(i) if i128::from_str_radix(i.as_str(), i.radix()) == Ok(3) => options.octets = balance::Octets::Three,
+            DeValue::String(w) if w == "all" => options.octets = balance::Octets::All,
+            other => r.error(
+                v.span(),
+                &t.key("octets"),
+                format!("write octets = 3 (the first three octets of an IPv4 address, as the paper) or octets = \"all\", not {}", found(other)),
+            ),
+        }
+    }
+    if let Some(span) = used(r, t, "table_size", algorithm)
+        && let Some(size) = t.integer::<u32>(
+            r,
+            "table_size",
+            3..=16_777_213,
+            ", a prime like 65537 (the default) or 655373",
+        )
+    {
+        if !is_prime(u64::from(size)) {
+            t.error(
+                r,
+                "table_size",
+                "must be a prime between 3 and 16777213, like 65537 (the default) or 655373",
+            );
+        } else if (size as usize) < 10 * backends {
+            r.error(
+                span,
+                &t.key("table_size"),
+                format!("{size} entries for {backends} backends: Maglev needs a table well above the number of backends (at least 10 times, 100 times for even shares)"),
+            );
+        } else {
+            options.table_size = size;
+        }
+    }
+    if used(r, t, "balance_factor", algorithm).is_some()
+        && let Some(c) = t.number(r, "balance_factor", "1.25")
+    {
+        let c = *c.get_ref();
+        if c > 1.0 && c <= 100.0 {
+            options.balance_factor = c;
+        } else {
+            t.error(
+                r,
+                "balance_factor",
+                "must be above 1 and at most 100: a backend may take this many times its fair share (1.25 is the usual choice)",
+            );
+        }
+    }
+    if used(r, t, "window", algorithm).is_some()
+        && let Some(w) = t.integer(r, "window", 1..=10_000, " completions")
+    {
+        options.window = w;
+    }
+    if used(r, t, "smoothing", algorithm).is_some()
+        && let Some(a) = t.number(r, "smoothing", "0.5")
+    {
+        let a = *a.get_ref();
+        if a > 0.0 && a <= 1.0 {
+            options.smoothing = a;
+        } else {
+            t.error(
+                r,
+                "smoothing",
+                "must be above 0 and at most 1 (the weight of the newest latency)",
+            );
+        }
+    }
+    // 0 is allowed: failures then add nothing to a backend's estimate.
+    if used(r, t, "penalty", algorithm).is_some()
+        && let Some(p) = t.duration(r, "penalty", Zero::Allowed)
+    {
+        options.penalty = p.into();
+    }
+    options.slow_start = slow_start(r, t, algorithm).map(Into::into);
+    options
+}
+
+fn is_prime(n: u64) -> bool {
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::*;
+
+    #[test]
+    fn unknown_algorithm_names_line_key_and_choices() {
+        let e = refused(&GOOD.replace("least_conn", "fastest"));
+        assert!(
+            e.starts_with("t.toml:10:13: upstream[0].algorithm: unknown algorithm \"fastest\""),
+            "{e}"
+        );
+        assert!(
+            e.contains(
+                "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, \
+                 fair, random_two, least_time, p2c_ewma, latency, ip_hash, new_hash, hash, \
+                 maglev, bounded_load, dynamic_wrr, dwlc, capacity_weighted"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("10 | algorithm = \"fastest\""), "{e}");
+    }
+
+    #[test]
+    fn algorithm_options_reach_the_upstream() {
+        let upstream = |text: &str| ok(text).proxy.upstreams[0].clone();
+        let u = upstream(&with_algorithm(
+            "hash",
+            "consistent = true\nhash_key = \"cookie:sid\"",
+        ));
+        assert!(u.options.consistent);
+        assert_eq!(u.hash_key, HashKey::Cookie("sid".into()));
+        let u = upstream(&with_algorithm("new_hash", "octets = \"all\""));
+        assert_eq!(u.options.octets, balance::Octets::All);
+        let u = upstream(&with_algorithm("new_hash", "octets = 3"));
+        assert_eq!(u.options.octets, balance::Octets::Three);
+        let u = upstream(&with_algorithm(
+            "maglev",
+            "table_size = 251\nhash_key = \"uri\"",
+        ));
+        assert_eq!(u.options.table_size, 251);
+        let u = upstream(&with_algorithm("bounded_load", "balance_factor = 1.5"));
+        assert_eq!(u.options.balance_factor, 1.5);
+        let u = upstream(&with_algorithm("bounded_load", "balance_factor = 2"));
+        assert_eq!(u.options.balance_factor, 2.0);
+        let u = upstream(&with_algorithm(
+            "latency",
+            "window = 20\nsmoothing = 0.25\npenalty = \"2s\"",
+        ));
+        assert_eq!(
+            (u.options.window, u.options.smoothing, u.options.penalty),
+            (20, 0.25, balance::Nanos(2_000_000_000))
+        );
+        let u = upstream(&with_algorithm("latency", "penalty = \"0s\""));
+        assert_eq!(u.options.penalty, balance::Nanos(0));
+        let text = with_algorithm("least_conn", "slow_start = \"30s\"")
+            .replace("weight = 3", "weight = 3\n  slow_start = \"0s\"");
+        let u = upstream(&text);
+        assert_eq!(u.options.slow_start, Some(balance::Nanos(30_000_000_000)));
+        assert_eq!(u.backends[0].slow_start, Some(Duration::ZERO));
+        assert_eq!(u.backends[1].slow_start, None);
+    }
+
+    #[test]
+    fn options_of_another_algorithm_and_bad_values_are_refused() {
+        let e = refused(&with_algorithm("least_conn", "consistent = true"));
+        assert!(
+            e.contains("upstream[0].consistent: consistent is an option of hash; algorithm \"least_conn\" does not use it"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("ip_hash", "slow_start = \"10s\""));
+        assert!(
+            e.contains("slow_start is an option of weighted_round_robin, random"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("maglev", "table_size = 65536"));
+        assert!(e.contains("table_size: must be a prime"), "{e}");
+        let e = refused(&with_algorithm("maglev", "table_size = 4294967311"));
+        assert!(
+            e.contains("table_size: must be between 3 and 16777213"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("maglev", "table_size = 7"));
+        assert!(e.contains("7 entries for 2 backends"), "{e}");
+        let e = refused(&with_algorithm("new_hash", "octets = 2"));
+        assert!(e.contains("write octets = 3"), "{e}");
+        let e = refused(&with_algorithm("bounded_load", "balance_factor = 1.0"));
+        assert!(e.contains("balance_factor: must be above 1"), "{e}");
+        let e = refused(&with_algorithm("bounded_load", "balance_factor = nan"));
+        assert!(e.contains("balance_factor: must be above 1"), "{e}");
+        let e = refused(&with_algorithm("latency", "smoothing = 0"));
+        assert!(e.contains("smoothing: must be above 0"), "{e}");
+        let e = refused(&with_algorithm("latency", "window = 0"));
+        assert!(
+            e.contains("window: must be between 1 and 10000 completions"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("ip_hash", "hash_key = \"uri\""));
+        assert!(
+            e.contains("ip_hash always hashes the client address"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("hash", "hash_key = \"header:\""));
+        assert!(e.contains("needs a header name"), "{e}");
+        let e = refused(&with_algorithm("random", "hash_key = \"uri\""));
+        assert!(e.contains("does not hash a key"), "{e}");
+    }
+}

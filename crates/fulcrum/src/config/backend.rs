@@ -1,0 +1,169 @@
+//! `[[upstream.backend]]`: one server of an upstream (nginx's `server` line in an `upstream`
+//! block), and the passive-health keys it shares with its upstream.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use balance::Algorithm;
+use toml::Spanned;
+
+use super::duration::Zero;
+use super::report::Report;
+use super::table::{Section, Table};
+use super::{address, algorithm};
+
+pub(super) const SECTION: Section = Section {
+    title: "[[upstream.backend]]",
+    keys: &[
+        "addr",
+        "weight",
+        "backup",
+        "down",
+        "max_fails",
+        "fail_timeout",
+        "slow_start",
+    ],
+    not_yet: &["agent", "node_exporter", "memcached", "agent_check"],
+};
+
+/// The largest weight. Weights are relative, so a million gives any ratio worth expressing;
+/// the ring of `hash consistent` and `bounded_load` bounds their total further (see
+/// `upstream::MAX_RING_WEIGHT`).
+pub(super) const MAX_WEIGHT: i64 = 1_000_000;
+
+/// The largest `max_fails`: more failures than this within one `fail_timeout` is passive
+/// health turned off in all but name (write 0 for that).
+const MAX_FAILS: i64 = 1_000_000;
+
+/// A checked backend.
+#[derive(Debug)]
+pub(super) struct Backend {
+    pub addr: Spanned<SocketAddr>,
+    /// The address as written (a host name stays a host name: rings place it by this).
+    pub name: String,
+    pub weight: u32,
+    pub backup: bool,
+    pub down: bool,
+    /// `None`: the upstream's.
+    pub max_fails: Option<u32>,
+    /// `None`: the upstream's.
+    pub fail_timeout: Option<Duration>,
+    /// `None`: the upstream's (`Some(0)` opts out of it).
+    pub slow_start: Option<Duration>,
+}
+
+/// Reads one backend of an upstream balanced by `algorithm`; `None` when its address is
+/// missing or wrong (the other keys are still checked).
+pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<Backend> {
+    let addr = t.required_text(r, "addr", "an address", "127.0.0.1:9001");
+    let addr = addr.and_then(|a| match address::backend(a.get_ref()) {
+        Ok(resolved) => Some((Spanned::new(a.span(), resolved), a.get_ref().to_string())),
+        Err(why) => {
+            r.error(a.span(), &t.key("addr"), why);
+            None
+        }
+    });
+    let weight = t.integer(
+        r,
+        "weight",
+        1..=MAX_WEIGHT,
+        " (to take a backend out of rotation, use down = true)",
+    );
+    let backup = t.flag(r, "backup");
+    let down = t.flag(r, "down");
+    let max_fails = max_fails(r, t);
+    let fail_timeout = fail_timeout(r, t);
+    let slow_start = algorithm::slow_start(r, t, algorithm);
+    let (addr, name) = addr?;
+    Some(Backend {
+        addr,
+        name,
+        weight: weight.unwrap_or(1),
+        backup: backup.unwrap_or(false),
+        down: down.unwrap_or(false),
+        max_fails,
+        fail_timeout,
+        slow_start,
+    })
+}
+
+/// `max_fails`, on an upstream or a backend; 0 turns passive health off (nginx's meaning).
+pub(super) fn max_fails(r: &mut Report<'_>, t: &Table<'_>) -> Option<u32> {
+    t.integer(
+        r,
+        "max_fails",
+        0..=MAX_FAILS,
+        " (0 turns passive health off)",
+    )
+}
+
+/// `fail_timeout`, on an upstream or a backend. 0 would take a failing backend out for no
+/// time at all, which is `max_fails = 0` in disguise: refused, pointing there.
+pub(super) fn fail_timeout(r: &mut Report<'_>, t: &Table<'_>) -> Option<Duration> {
+    t.duration(
+        r,
+        "fail_timeout",
+        Zero::Refused(
+            "a failed backend would be back at once; to turn passive health off, write max_fails = 0",
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+
+    #[test]
+    fn bad_backend_addresses() {
+        let e = refused(&GOOD.replace("127.0.0.1:9001", "127.0.0.1"));
+        assert!(
+            e.contains("t.toml:14:10: upstream[0].backend[0].addr: \"127.0.0.1\" has no port"),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("127.0.0.1:9001", "http://127.0.0.1:9001/"));
+        assert!(
+            e.contains("upstream[0].backend[0].addr: write the address without \"http://\""),
+            "{e}"
+        );
+    }
+
+    /// Defect 6 of issue 10: `addr = "unix:/run/app.sock"` was "invalid port value".
+    #[test]
+    fn unix_socket_backends_are_plainly_unsupported() {
+        for path in ["unix:/run/app.sock", "/run/app.sock"] {
+            let e = refused(&GOOD.replace("127.0.0.1:9001", path));
+            assert!(
+                e.contains(
+                    "t.toml:14:10: upstream[0].backend[0].addr: Unix-socket backends are not \
+                     supported (yet): write an IP address and port, such as \"127.0.0.1:9001\""
+                ),
+                "{e}"
+            );
+            assert!(!e.contains("invalid port"), "{e}");
+        }
+    }
+
+    /// Defect 1 of issue 10: `fail_timeout = "0s"` would never take a failing backend out.
+    #[test]
+    fn passive_health_keys() {
+        let e = refused(&GOOD.replace("weight = 3", "weight = 3\n  fail_timeout = \"0s\""));
+        assert!(
+            e.contains("upstream[0].backend[0].fail_timeout: must be more than 0: a failed backend would be back at once; to turn passive health off, write max_fails = 0"),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("weight = 3", "weight = 3\n  max_fails = -1"));
+        assert!(
+            e.contains("upstream[0].backend[0].max_fails: must be between 0 and 1000000"),
+            "{e}"
+        );
+        let text = with_algorithm("least_conn", "max_fails = 3\nfail_timeout = \"30s\"")
+            .replace("weight = 3", "weight = 3\n  max_fails = 0");
+        let u = &ok(&text).proxy.upstreams[0];
+        assert_eq!(u.backends[0].max_fails, 0);
+        assert_eq!(u.backends[1].max_fails, 3);
+        assert_eq!(
+            u.backends[1].fail_timeout,
+            std::time::Duration::from_secs(30)
+        );
+    }
+}

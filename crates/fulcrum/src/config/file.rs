@@ -1,0 +1,175 @@
+//! The file as a whole: its top-level keys, its sections, and what ties sections together —
+//! upstream names are unique, every listener sends to an upstream that exists, and no address
+//! is listened on twice.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use toml::Spanned;
+use toml::de::DeTable;
+
+use super::duration::Zero;
+use super::listener::{self, Listener};
+use super::report::Report;
+use super::table::{Section, Table};
+use super::upstream::{self, Upstream};
+
+pub(super) const SECTION: Section = Section {
+    title: "the top level",
+    keys: &[
+        "workers",
+        "access_log",
+        "shutdown_timeout",
+        "listener",
+        "upstream",
+    ],
+    not_yet: &["admin"],
+};
+
+/// The most worker threads. Each is a thread with its own runtime and its own descriptor per
+/// listener; beyond the number of cores more workers only take turns, and the largest
+/// servers have a few hundred cores.
+pub(super) const MAX_WORKERS: i64 = 1024;
+
+/// A checked file: every section that could be read, each checked.
+#[derive(Debug)]
+pub(super) struct File {
+    /// `None`: one per core (see `settings`).
+    pub workers: Option<usize>,
+    pub access_log: Option<bool>,
+    pub shutdown_timeout: Option<Duration>,
+    pub listeners: Vec<Listener>,
+    pub upstreams: Vec<Upstream>,
+}
+
+/// Reads and checks the whole document; every problem goes to `r`.
+pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> File {
+    let top = Table::new(r, String::new(), doc.span(), doc.get_ref(), &SECTION);
+    let workers = top.integer(
+        r,
+        "workers",
+        1..=MAX_WORKERS,
+        " (or leave it out: one per core)",
+    );
+    let access_log = top.flag(r, "access_log");
+    // 0: close what is open at once, without a grace period.
+    let shutdown_timeout = top.duration(r, "shutdown_timeout", Zero::Allowed);
+
+    let mut upstreams: Vec<Upstream> = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let upstream_tables = top.sections(r, "upstream", &upstream::SECTION);
+    let mut unnamed = false;
+    for t in &upstream_tables {
+        let Some(u) = upstream::read(r, t) else {
+            unnamed = true;
+            continue;
+        };
+        let name = u.name.get_ref();
+        if let Some(first) = names.get(name) {
+            r.error(
+                u.name.span(),
+                &t.key("name"),
+                format!(
+                    "upstream \"{name}\" is already defined at line {first}: names must be unique"
+                ),
+            );
+        } else {
+            names.insert(name.clone(), r.line_of(&u.name.span()));
+        }
+        upstreams.push(u);
+    }
+
+    let mut defined: Vec<&str> = names.keys().map(String::as_str).collect();
+    defined.sort_unstable();
+    let mut listeners: Vec<Listener> = Vec::new();
+    let mut listening: HashMap<SocketAddr, usize> = HashMap::new();
+    let listener_tables = top.sections(r, "listener", &listener::SECTION);
+    for t in &listener_tables {
+        let Some(l) = listener::read(r, t, (!unnamed).then_some(defined.as_slice())) else {
+            continue;
+        };
+        let addr = *l.listen.get_ref();
+        // Port 0 asks the system for a free port: several such listeners never collide.
+        if addr.port() != 0
+            && let Some(first) = listening.insert(addr, r.line_of(&l.listen.span()))
+        {
+            r.error(
+                l.listen.span(),
+                &t.key("listen"),
+                format!("{addr} is already used by the listener at line {first}"),
+            );
+        }
+        listeners.push(l);
+    }
+
+    if top.no_items("listener") {
+        r.error_in_file(
+            "listener",
+            "no [[listener]]: add one, e.g. listen = \"127.0.0.1:8080\" and upstream = \"web\"",
+        );
+    }
+    if top.no_items("upstream") {
+        r.error_in_file(
+            "upstream",
+            "no [[upstream]]: add one with at least one [[upstream.backend]]",
+        );
+    }
+    File {
+        workers,
+        access_log,
+        shutdown_timeout,
+        listeners,
+        upstreams,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+
+    /// Defect 1 of issue 10: `workers` had no upper bound (a huge value made the proxy try to
+    /// allocate a socket list that size).
+    #[test]
+    fn workers_are_bounded() {
+        for n in ["0", "1025", "4611686018427387904"] {
+            let e = refused(&GOOD.replace("workers = 2", &format!("workers = {n}")));
+            assert!(
+                e.starts_with("t.toml:2:11: workers: must be between 1 and 1024 (or leave it out: one per core)"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            ok(&GOOD.replace("workers = 2", "workers = 1024"))
+                .proxy
+                .workers,
+            1024
+        );
+        let w = ok(&GOOD.replace("workers = 2", "")).proxy.workers;
+        assert!((1..=1024).contains(&w), "{w}");
+    }
+
+    #[test]
+    fn top_level_keys() {
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\naccess_log = false\nshutdown_timeout = \"0s\"",
+        ));
+        assert!(!c.proxy.access_log);
+        assert_eq!(c.proxy.shutdown_timeout, std::time::Duration::ZERO);
+        let c = ok(GOOD);
+        assert!(c.proxy.access_log);
+        assert_eq!(c.proxy.shutdown_timeout, std::time::Duration::from_secs(10));
+        let e = refused(&GOOD.replace("workers = 2", "shutdown_timeout = \"2y\""));
+        assert!(
+            e.contains("t.toml:2:20: shutdown_timeout: at most a year"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_listener_of_an_unnamed_upstream_is_not_blamed() {
+        let e = refused(&GOOD.replace("name = \"web\"\n", ""));
+        assert!(!e.contains("no upstream is named"), "{e}");
+    }
+}

@@ -1,0 +1,380 @@
+//! `[[listener]]`: an address fulcrum accepts clients on, the upstream it sends them to, and
+//! what a client may ask of it (connections, time, header and body sizes, whose forwarding
+//! headers to believe).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::address;
+use super::duration::Zero;
+use super::report::Report;
+use super::table::{Section, Table};
+
+pub(super) const SECTION: Section = Section {
+    title: "[[listener]]",
+    keys: &[
+        "listen",
+        "upstream",
+        "protocol",
+        "max_connections",
+        "client_header_timeout",
+        "client_body_timeout",
+        "send_timeout",
+        "max_header_bytes",
+        "max_headers",
+        "max_body_bytes",
+        "trusted_proxies",
+    ],
+    not_yet: &["route", "http2", "proxy_protocol", "tls"],
+};
+
+/// The most client connections one listener serves at once. Each holds a descriptor (two
+/// while it talks to a backend), and Linux's default ceiling per process (`fs.nr_open`) is
+/// 1048576, so more could never be reached; the limit is a semaphore whose own maximum
+/// (`usize::MAX >> 3` permits in tokio) must never be exceeded, or the proxy panics at start.
+const MAX_CONNECTIONS: i64 = 1_000_000;
+
+/// The smallest request head allowed: a request line and a few ordinary headers.
+const MIN_HEADER_BYTES: i64 = 1024;
+
+/// The largest request head allowed. A client can make each of its connections hold this much
+/// before it is refused; nginx's largest default header buffer is 8 KB and HAProxy's 16 KB, so
+/// 1 MiB leaves room for any real head.
+const MAX_HEADER_BYTES: i64 = 1 << 20;
+
+/// The largest request body allowed. Bodies are held whole in memory before they are
+/// forwarded (so that a failed attempt can be retried), one per connection: beyond 1 GiB a
+/// few uploads would exhaust a server. There is no "unlimited" (nginx's
+/// `client_max_body_size 0`) for the same reason.
+const MAX_BODY_BYTES: i64 = 1 << 30;
+
+/// A checked listener.
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub listen: Spanned<SocketAddr>,
+    pub upstream: String,
+    /// `None` in this and the following: the default (see `settings`).
+    pub max_connections: Option<usize>,
+    pub client_header_timeout: Option<Duration>,
+    pub client_body_timeout: Option<Duration>,
+    pub send_timeout: Option<Duration>,
+    pub max_header_bytes: Option<usize>,
+    pub max_headers: Option<usize>,
+    pub max_body_bytes: Option<u64>,
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
+/// some upstream's name could not be read: then any name may be right). `None` when the
+/// listener's address or upstream is missing or wrong (the rest is still checked).
+pub(super) fn read(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    upstreams: Option<&[&str]>,
+) -> Option<Listener> {
+    let listen = t.required_text(r, "listen", "an address", "127.0.0.1:8080");
+    let listen = listen.and_then(|l| match address::listen(l.get_ref()) {
+        Ok(addr) => Some(Spanned::new(l.span(), addr)),
+        Err(why) => {
+            r.error(l.span(), &t.key("listen"), why);
+            None
+        }
+    });
+    let upstream = t.required_text(r, "upstream", "an upstream name", "web");
+    let upstream = upstream.and_then(|u| {
+        let Some(upstreams) = upstreams.filter(|names| !names.contains(u.get_ref())) else {
+            return Some(u.get_ref().to_string());
+        };
+        let defined = if upstreams.is_empty() {
+            "none".to_owned()
+        } else {
+            upstreams.join(", ")
+        };
+        r.error(
+            u.span(),
+            &t.key("upstream"),
+            format!(
+                "no upstream is named \"{}\"; defined: {defined}",
+                u.get_ref()
+            ),
+        );
+        None
+    });
+    if let Some(p) = t.text(r, "protocol", "a protocol", "http")
+        && *p.get_ref() != "http"
+    {
+        r.error(
+            p.span(),
+            &t.key("protocol"),
+            format!(
+                "protocol \"{}\" is not supported yet; the only value is \"http\"",
+                p.get_ref()
+            ),
+        );
+    }
+    let max_connections = t.integer(r, "max_connections", 1..=MAX_CONNECTIONS, "");
+    let client_header_timeout = t.duration(
+        r,
+        "client_header_timeout",
+        Zero::Refused("no client could send a request in time"),
+    );
+    let client_body_timeout = t.duration(
+        r,
+        "client_body_timeout",
+        Zero::Refused("no client could send a request body in time"),
+    );
+    let send_timeout = t.duration(
+        r,
+        "send_timeout",
+        Zero::Refused("any answer that does not fit the socket buffer at once would be cut"),
+    );
+    let max_header_bytes = t.integer(
+        r,
+        "max_header_bytes",
+        MIN_HEADER_BYTES..=MAX_HEADER_BYTES,
+        "",
+    );
+    let max_headers = t.integer(r, "max_headers", 1..=proxy::MAX_HEADERS_LIMIT as i64, "");
+    let max_body_bytes = t.integer(
+        r,
+        "max_body_bytes",
+        1..=MAX_BODY_BYTES,
+        " (bodies are held in memory before they are forwarded, so there is no unlimited)",
+    );
+    let trusted_proxies = trusted_proxies(r, t);
+    Some(Listener {
+        listen: listen?,
+        upstream: upstream?,
+        max_connections,
+        client_header_timeout,
+        client_body_timeout,
+        send_timeout,
+        max_header_bytes,
+        max_headers,
+        max_body_bytes,
+        trusted_proxies,
+    })
+}
+
+/// `trusted_proxies = ["10.0.0.0/8", "192.168.1.5", "::1"]`: each element an address or a
+/// CIDR range; a wrong one is reported by its index.
+fn trusted_proxies(r: &mut Report<'_>, t: &Table<'_>) -> Vec<IpNet> {
+    let mut nets = Vec::new();
+    for (key, text) in t.strings(
+        r,
+        "trusted_proxies",
+        ("an address", "addresses"),
+        "10.0.0.0/8",
+    ) {
+        match address::trusted_proxy(text.get_ref()) {
+            Ok((net, host_bits)) => {
+                if host_bits {
+                    r.warn(
+                        &text.span(),
+                        format!(
+                            "{key}: \"{}\" has bits set past its prefix; it means {net}",
+                            text.get_ref()
+                        ),
+                    );
+                }
+                nets.push(net);
+            }
+            Err(why) => r.error(text.span(), &key, why),
+        }
+    }
+    nets
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+
+    /// Defect 1 of issue 10: zero timeouts passed `check`, then nothing could be served.
+    #[test]
+    fn zero_timeouts_are_refused() {
+        for key in [
+            "client_header_timeout",
+            "client_body_timeout",
+            "send_timeout",
+        ] {
+            let e = refused(&with_listener(&format!("{key} = \"0s\"")));
+            assert!(
+                e.contains(&format!(
+                    "t.toml:7:{}: listener[0].{key}: must be more than 0: ",
+                    key.len() + 4
+                )),
+                "{e}"
+            );
+        }
+        let c = ok(&with_listener("send_timeout = \"1ms\""));
+        assert_eq!(
+            c.proxy.listeners[0].send_timeout,
+            std::time::Duration::from_millis(1)
+        );
+    }
+
+    /// Defect 1 of issue 10: `max_connections = 4611686018427387904` passed `check` and made
+    /// tokio's semaphore panic at start; every size now has a documented bound.
+    #[test]
+    fn sizes_run_cannot_honour_are_refused() {
+        let huge = "4611686018427387904";
+        for (line, want) in [
+            (
+                format!("max_connections = {huge}"),
+                "listener[0].max_connections: must be between 1 and 1000000",
+            ),
+            (
+                "max_connections = 0".to_owned(),
+                "listener[0].max_connections: must be between 1 and 1000000",
+            ),
+            (
+                format!("max_header_bytes = {huge}"),
+                "listener[0].max_header_bytes: must be between 1024 and 1048576",
+            ),
+            (
+                "max_header_bytes = 100".to_owned(),
+                "listener[0].max_header_bytes: must be between 1024 and 1048576",
+            ),
+            (
+                "max_headers = 257".to_owned(),
+                "listener[0].max_headers: must be between 1 and 256",
+            ),
+            (
+                format!("max_body_bytes = {huge}"),
+                "listener[0].max_body_bytes: must be between 1 and 1073741824",
+            ),
+            (
+                "max_body_bytes = 0".to_owned(),
+                "listener[0].max_body_bytes: must be between 1 and 1073741824 (bodies are held in memory",
+            ),
+            (
+                "max_body_bytes = 99999999999999999999999".to_owned(),
+                "listener[0].max_body_bytes: must be between 1 and 1073741824",
+            ),
+        ] {
+            let e = refused(&with_listener(&line));
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        let c = ok(&with_listener(
+            "max_connections = 1000000\nmax_headers = 256\nmax_header_bytes = 1048576\nmax_body_bytes = 1073741824",
+        ));
+        let l = &c.proxy.listeners[0];
+        assert_eq!(
+            (
+                l.max_connections,
+                l.max_headers,
+                l.max_header_bytes,
+                l.max_body_bytes
+            ),
+            (1_000_000, 256, 1 << 20, 1 << 30)
+        );
+    }
+
+    /// Defect 7 of issue 10: `trusted_proxies`, addresses and CIDR ranges.
+    #[test]
+    fn trusted_proxies_are_read_into_the_settings() {
+        let c = ok(&with_listener(
+            r#"trusted_proxies = ["10.0.0.0/8", "192.168.1.5", "::1"]"#,
+        ));
+        let nets: Vec<String> = c.proxy.listeners[0]
+            .trusted_proxies
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(nets, ["10.0.0.0/8", "192.168.1.5/32", "::1/128"]);
+        assert!(c.warnings.is_empty());
+        assert!(ok(GOOD).proxy.listeners[0].trusted_proxies.is_empty());
+
+        let e = refused(&with_listener(
+            r#"trusted_proxies = ["10.0.0.0/33", "10.0.0.1", 7, "proxy.internal"]"#,
+        ));
+        assert!(
+            e.contains("t.toml:7:20: listener[0].trusted_proxies[0]: \"10.0.0.0/33\": the prefix length after / must be a number from 0 to 32"),
+            "{e}"
+        );
+        assert!(
+            e.contains("t.toml:7:47: listener[0].trusted_proxies[2]: expected an address such as \"10.0.0.0/8\", not the number 7"),
+            "{e}"
+        );
+        assert!(
+            e.contains("listener[0].trusted_proxies[3]: \"proxy.internal\" is not an IP address"),
+            "{e}"
+        );
+        assert!(!e.contains("trusted_proxies[1]"), "{e}");
+        assert!(e.contains("3 problems"), "{e}");
+
+        let e = refused(&with_listener(r#"trusted_proxies = "10.0.0.0/8""#));
+        assert!(
+            e.contains("listener[0].trusted_proxies: expected a list of addresses such as [\"10.0.0.0/8\"], not the string \"10.0.0.0/8\""),
+            "{e}"
+        );
+
+        let c = ok(&with_listener(r#"trusted_proxies = ["10.1.2.3/8"]"#));
+        assert_eq!(
+            c.proxy.listeners[0].trusted_proxies[0].to_string(),
+            "10.0.0.0/8"
+        );
+        assert!(
+            c.warnings[0].contains("listener[0].trusted_proxies[0]: \"10.1.2.3/8\" has bits set past its prefix; it means 10.0.0.0/8"),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    /// Defect 6 of issue 10: a Unix socket was "invalid port value".
+    #[test]
+    fn unix_socket_listeners_are_plainly_unsupported() {
+        for path in ["unix:/run/fulcrum.sock", "/run/fulcrum.sock"] {
+            let e = refused(&GOOD.replace("127.0.0.1:8080", path));
+            assert!(
+                e.contains(
+                    "t.toml:5:10: listener[0].listen: Unix-socket listeners are not supported (yet): \
+                     write an IP address and port, such as \"127.0.0.1:8080\""
+                ),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn listener_to_missing_upstream() {
+        let e = refused(&GOOD.replace("upstream = \"web\"", "upstream = \"api\""));
+        assert!(
+            e.contains(
+                "t.toml:6:12: listener[0].upstream: no upstream is named \"api\"; defined: web"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn listen_address_twice() {
+        let text = GOOD.replace(
+            "[[upstream]]",
+            "[[listener]]\nlisten = \"127.0.0.1:8080\"\nupstream = \"web\"\n\n[[upstream]]",
+        );
+        let e = refused(&text);
+        assert!(
+            e.contains("t.toml:9:10: listener[1].listen: 127.0.0.1:8080 is already used by the listener at line 5"),
+            "{e}"
+        );
+        ok(&text.replace("127.0.0.1:8080", "127.0.0.1:0"));
+    }
+
+    #[test]
+    fn bad_listen_address_and_protocol() {
+        let e = refused(&GOOD.replace("127.0.0.1:8080", "localhost"));
+        assert!(
+            e.contains("listener[0].listen: \"localhost\" is not an IP address and port"),
+            "{e}"
+        );
+        let e = refused(&with_listener("protocol = \"tcp\""));
+        assert!(
+            e.contains("listener[0].protocol: protocol \"tcp\" is not supported yet"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! The one place a checked file becomes the settings the proxy runs with: defaults filled in
+//! (the proxy's own, which follow nginx), and what a backend inherits from its upstream.
+
+use std::time::Duration;
+
+use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
+
+use super::file::{File, MAX_WORKERS};
+use super::listener::Listener;
+use super::upstream::Upstream;
+
+/// How long shutdown waits for requests in flight when `shutdown_timeout` is left out.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The proxy's settings for a file that passed every check.
+pub(super) fn proxy(file: File) -> ProxySettings {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ProxySettings {
+        // nginx's `worker_processes auto`, within the bound a configured value has.
+        workers: file
+            .workers
+            .unwrap_or_else(|| cores.min(MAX_WORKERS as usize)),
+        listeners: file.listeners.into_iter().map(listener).collect(),
+        upstreams: file.upstreams.into_iter().map(upstream).collect(),
+        access_log: file.access_log.unwrap_or(true),
+        shutdown_timeout: file.shutdown_timeout.unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
+    }
+}
+
+fn listener(l: Listener) -> ListenerSettings {
+    let mut s = ListenerSettings::new(l.listen.into_inner(), l.upstream);
+    if let Some(n) = l.max_connections {
+        s.max_connections = n;
+    }
+    if let Some(d) = l.client_header_timeout {
+        s.client_header_timeout = d;
+    }
+    if let Some(d) = l.client_body_timeout {
+        s.client_body_timeout = d;
+    }
+    if let Some(d) = l.send_timeout {
+        s.send_timeout = d;
+    }
+    if let Some(n) = l.max_header_bytes {
+        s.max_header_bytes = n;
+    }
+    if let Some(n) = l.max_headers {
+        s.max_headers = n;
+    }
+    if let Some(n) = l.max_body_bytes {
+        s.max_body_bytes = n;
+    }
+    s.trusted_proxies = l.trusted_proxies;
+    s
+}
+
+fn upstream(u: Upstream) -> UpstreamSettings {
+    let backends = u
+        .backends
+        .into_iter()
+        .map(|b| BackendSettings {
+            addr: b.addr.into_inner(),
+            name: b.name,
+            weight: b.weight,
+            backup: b.backup,
+            down: b.down,
+            max_fails: b
+                .max_fails
+                .or(u.max_fails)
+                .unwrap_or(BackendSettings::DEFAULT_MAX_FAILS),
+            fail_timeout: b
+                .fail_timeout
+                .or(u.fail_timeout)
+                .unwrap_or(BackendSettings::DEFAULT_FAIL_TIMEOUT),
+            slow_start: b.slow_start,
+        })
+        .collect();
+    let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);
+    s.hash_key = u.balancing.hash_key;
+    s.options = u.balancing.options;
+    if let Some(d) = u.connect_timeout {
+        s.connect_timeout = d;
+    }
+    if let Some(d) = u.read_timeout {
+        s.read_timeout = d;
+    }
+    s.retries = u.retries;
+    if let Some(b) = u.retry_non_idempotent {
+        s.retry_non_idempotent = b;
+    }
+    if let Some(n) = u.keepalive {
+        s.keepalive = n;
+    }
+    if let Some(d) = u.keepalive_timeout {
+        s.keepalive_timeout = d;
+    }
+    if let Some(seed) = u.seed {
+        s.seed = seed;
+    }
+    s
+}

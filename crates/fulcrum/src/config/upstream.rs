@@ -1,0 +1,364 @@
+//! `[[upstream]]`: a pool of backends, how requests are spread over it, and how an attempt is
+//! timed and retried (nginx's `upstream` block with the `proxy_*` directives that apply to
+//! it).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use balance::Algorithm;
+use toml::Spanned;
+
+use super::algorithm::{self, Balancing};
+use super::backend::{self, Backend};
+use super::duration::Zero;
+use super::report::Report;
+use super::table::{Section, Table};
+
+pub(super) const SECTION: Section = Section {
+    title: "[[upstream]]",
+    keys: &[
+        "name",
+        "algorithm",
+        "hash_key",
+        "consistent",
+        "octets",
+        "table_size",
+        "balance_factor",
+        "window",
+        "smoothing",
+        "penalty",
+        "slow_start",
+        "max_fails",
+        "fail_timeout",
+        "retries",
+        "retry_non_idempotent",
+        "connect_timeout",
+        "read_timeout",
+        "keepalive",
+        "keepalive_timeout",
+        "seed",
+        "backend",
+    ],
+    not_yet: &[
+        "health_check",
+        "poll_interval",
+        "poll_timeout",
+        "stale_after",
+    ],
+};
+
+/// The most further backends one request may try. Every retry is another backend's time; a
+/// hundred is more than any pool needs, and `retries` left out already means "each backend
+/// once".
+const MAX_RETRIES: i64 = 100;
+
+/// The most idle connections kept per backend and worker: each holds a descriptor, and a
+/// process rarely may hold more than a million (Linux's default `fs.nr_open` is 1048576).
+const MAX_KEEPALIVE: i64 = 1_000_000;
+
+/// The largest total weight of an upstream balanced on nginx's ketama ring (`hash` with
+/// `consistent = true`, and `bounded_load`). The ring has 160 points per unit of weight and
+/// is built again whenever membership changes: 10000 units make 1.6 million points (about
+/// 13 MB, built in tens of milliseconds), while a million-weight backend alone would need
+/// 160 million (1.3 GB) before the proxy could start.
+const MAX_RING_WEIGHT: u64 = 10_000;
+
+/// A checked upstream.
+#[derive(Debug)]
+pub(super) struct Upstream {
+    pub name: Spanned<String>,
+    pub balancing: Balancing,
+    /// `None` in this and the following: the default (see `settings`).
+    pub max_fails: Option<u32>,
+    pub fail_timeout: Option<Duration>,
+    pub retries: Option<u32>,
+    pub retry_non_idempotent: Option<bool>,
+    pub connect_timeout: Option<Duration>,
+    pub read_timeout: Option<Duration>,
+    pub keepalive: Option<usize>,
+    pub keepalive_timeout: Option<Duration>,
+    pub seed: Option<u64>,
+    pub backends: Vec<Backend>,
+}
+
+/// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
+/// is still checked).
+pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
+    let name = t.required_text(r, "name", "a name", "web");
+    if let Some(n) = &name
+        && n.get_ref().is_empty()
+    {
+        r.error(n.span(), &t.key("name"), "must not be empty");
+    }
+    let balancing = algorithm::read(r, t, t.count("backend"));
+    let max_fails = backend::max_fails(r, t);
+    let fail_timeout = backend::fail_timeout(r, t);
+    let retries = t.integer(r, "retries", 0..=MAX_RETRIES, "");
+    let retry_non_idempotent = t.flag(r, "retry_non_idempotent");
+    let connect_timeout = t.duration(
+        r,
+        "connect_timeout",
+        Zero::Refused("every connection attempt would time out before it starts"),
+    );
+    let read_timeout = t.duration(
+        r,
+        "read_timeout",
+        Zero::Refused("no backend could ever answer in time"),
+    );
+    let keepalive = t.integer(r, "keepalive", 0..=MAX_KEEPALIVE, " (0 turns reuse off)");
+    let keepalive_timeout = t.duration(
+        r,
+        "keepalive_timeout",
+        Zero::Refused(
+            "an idle connection would be closed before its reuse; to keep none, write keepalive = 0",
+        ),
+    );
+    let seed = t.integer(r, "seed", 0..=i64::MAX, "");
+
+    let shown = name.as_ref().map_or_else(
+        || "this upstream".to_owned(),
+        |n| format!("upstream \"{}\"", n.get_ref()),
+    );
+    let tables = t.sections(r, "backend", &backend::SECTION);
+    if t.no_items("backend") {
+        r.error(
+            t.span(),
+            &t.key("backend"),
+            format!("{shown} has no backends: add [[upstream.backend]] with addr = \"host:port\""),
+        );
+    }
+    let mut backends = Vec::new();
+    let mut seen: HashMap<SocketAddr, usize> = HashMap::new();
+    for b in &tables {
+        let Some(backend) = backend::read(r, b, balancing.algorithm) else {
+            continue;
+        };
+        let addr = *backend.addr.get_ref();
+        if let Some(first) = seen.insert(addr, r.line_of(&backend.addr.span())) {
+            r.error(
+                backend.addr.span(),
+                &b.key("addr"),
+                format!("backend {addr} is already in {shown} (line {first}): list each backend once and use weight for a larger share"),
+            );
+        }
+        backends.push(backend);
+    }
+    if !backends.is_empty() && backends.len() == tables.len() && backends.iter().all(|b| b.backup) {
+        r.error(
+            t.span(),
+            &t.key("backend"),
+            format!("every backend of {shown} is a backup: at least one must not be"),
+        );
+    }
+    check_ring_weight(r, t, &balancing, &backends);
+    if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
+        r.warn(
+            &t.span(),
+            format!(
+                "{shown}: round_robin ignores weights; use weighted_round_robin to honour them"
+            ),
+        );
+    }
+
+    let name = name?;
+    Some(Upstream {
+        name: Spanned::new(name.span(), name.get_ref().to_string()),
+        balancing,
+        max_fails,
+        fail_timeout,
+        retries,
+        retry_non_idempotent,
+        connect_timeout,
+        read_timeout,
+        keepalive,
+        keepalive_timeout,
+        seed,
+        backends,
+    })
+}
+
+/// Refuses a total weight the ketama ring cannot be built for in reasonable time and memory.
+fn check_ring_weight(r: &mut Report<'_>, t: &Table<'_>, b: &Balancing, backends: &[Backend]) {
+    let ring = match b.algorithm {
+        Algorithm::Hash if b.options.consistent => "hash with consistent = true",
+        Algorithm::BoundedLoad => "bounded_load",
+        _ => return,
+    };
+    let total: u64 = backends.iter().map(|b| u64::from(b.weight)).sum();
+    if total > MAX_RING_WEIGHT {
+        r.error(
+            t.span_of("algorithm").unwrap_or_else(|| t.span()),
+            &t.key("backend"),
+            format!(
+                "total weight {total} is too large for {ring}: its ring has 160 points per unit of weight, so keep the total at most {MAX_RING_WEIGHT} (weights are relative: divide them)"
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+
+    /// Defect 1 of issue 10: `read_timeout = "0s"` and `connect_timeout = "0s"` passed
+    /// `check`, then every request got 504 and every backend was disabled.
+    #[test]
+    fn zero_timeouts_are_refused() {
+        for (key, why) in [
+            ("connect_timeout", "every connection attempt would time out"),
+            ("read_timeout", "no backend could ever answer in time"),
+            ("keepalive_timeout", "to keep none, write keepalive = 0"),
+            (
+                "fail_timeout",
+                "to turn passive health off, write max_fails = 0",
+            ),
+        ] {
+            let e = refused(&with_algorithm("least_conn", &format!("{key} = \"0s\"")));
+            let want = format!(
+                "t.toml:11:{}: upstream[0].{key}: must be more than 0: ",
+                key.len() + 4
+            );
+            assert!(e.starts_with(&want), "{want:?} in {e}");
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
+    /// Defect 1 of issue 10: durations past what a clock holds passed `check`.
+    #[test]
+    fn durations_beyond_a_year_are_refused() {
+        for d in ["400d", "100000000000y"] {
+            let e = refused(&with_algorithm(
+                "least_conn",
+                &format!("read_timeout = \"{d}\""),
+            ));
+            assert!(
+                e.contains("upstream[0].read_timeout: at most a year (\"1y\")"),
+                "{e}"
+            );
+        }
+        let u = &ok(&with_algorithm("least_conn", "read_timeout = \"1y\""))
+            .proxy
+            .upstreams[0];
+        assert_eq!(u.read_timeout, std::time::Duration::from_secs(31_557_600));
+    }
+
+    #[test]
+    fn bad_duration_names_line_and_key() {
+        let e = refused(&GOOD.replace("250ms", "fast"));
+        assert!(
+            e.starts_with("t.toml:11:19: upstream[0].connect_timeout: invalid duration \"fast\""),
+            "{e}"
+        );
+    }
+
+    /// Defect 1 of issue 10: every count has a bound, and 0 where it means something.
+    #[test]
+    fn counts_run_cannot_honour_are_refused() {
+        let huge = "4611686018427387904";
+        for (line, want) in [
+            (
+                format!("keepalive = {huge}"),
+                "upstream[0].keepalive: must be between 0 and 1000000",
+            ),
+            (
+                "keepalive = -1".to_owned(),
+                "upstream[0].keepalive: must be between 0 and 1000000",
+            ),
+            (
+                "retries = 101".to_owned(),
+                "upstream[0].retries: must be between 0 and 100",
+            ),
+            (
+                format!("max_fails = {huge}"),
+                "upstream[0].max_fails: must be between 0 and 1000000",
+            ),
+            (
+                "seed = -1".to_owned(),
+                "upstream[0].seed: must be between 0 and 9223372036854775807",
+            ),
+        ] {
+            let e = refused(&with_algorithm("least_conn", &line));
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        let c = ok(&with_algorithm(
+            "least_conn",
+            "keepalive = 0\nretries = 0\nseed = 9223372036854775807\nretry_non_idempotent = true",
+        ));
+        let u = &c.proxy.upstreams[0];
+        assert_eq!(
+            (u.keepalive, u.retries, u.seed, u.retry_non_idempotent),
+            (0, Some(0), i64::MAX as u64, true)
+        );
+    }
+
+    /// A ring of a million weight units (160 million points) would not be built in time.
+    #[test]
+    fn ring_weight_is_bounded() {
+        let heavy = |alg: &str, line: &str| {
+            with_algorithm(alg, line).replace("weight = 3", "weight = 1000000")
+        };
+        let e = refused(&heavy("hash", "consistent = true"));
+        assert!(
+            e.contains("upstream[0].backend: total weight 1000001 is too large for hash with consistent = true"),
+            "{e}"
+        );
+        let e = refused(&heavy("bounded_load", "seed = 1"));
+        assert!(e.contains("too large for bounded_load"), "{e}");
+        ok(&heavy("hash", "consistent = false"));
+        ok(&heavy("weighted_round_robin", "seed = 1"));
+        ok(&with_algorithm("hash", "consistent = true").replace("weight = 3", "weight = 9999"));
+    }
+
+    #[test]
+    fn weight_zero_and_duplicate_backend_both_reported() {
+        let text = GOOD
+            .replace("weight = 3", "weight = 0")
+            .replace("9002", "9001");
+        let e = refused(&text);
+        assert!(
+            e.contains(
+                "t.toml:15:12: upstream[0].backend[0].weight: must be between 1 and 1000000"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("t.toml:18:10: upstream[0].backend[1].addr: backend 127.0.0.1:9001 is already in upstream \"web\" (line 14)"), "{e}");
+        assert!(e.contains("2 problems"), "{e}");
+    }
+
+    #[test]
+    fn names_backends_and_backups() {
+        let text = format!(
+            "{GOOD}\n[[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9003\"\n"
+        );
+        let e = refused(&text);
+        assert!(
+            e.contains(
+                "t.toml:22:8: upstream[1].name: upstream \"web\" is already defined at line 9"
+            ),
+            "{e}"
+        );
+        let e = refused(&format!("{GOOD}\n[[upstream]]\nname = \"api\"\n"));
+        assert!(
+            e.contains("t.toml:21:1: upstream[1].backend: upstream \"api\" has no backends"),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("weight = 3", "backup = true"));
+        assert!(
+            e.contains("upstream[0].backend: every backend of upstream \"web\" is a backup"),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("name = \"web\"", "name = \"\""));
+        assert!(e.contains("upstream[0].name: must not be empty"), "{e}");
+    }
+
+    #[test]
+    fn round_robin_with_weights_warns() {
+        let c = ok(&GOOD.replace("least_conn", "round_robin"));
+        assert_eq!(c.warnings.len(), 1);
+        assert_eq!(
+            c.warnings[0],
+            "t.toml:8: upstream \"web\": round_robin ignores weights; use weighted_round_robin to honour them"
+        );
+    }
+}

@@ -166,26 +166,24 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let needed = proxy::limits::descriptors_needed(&cfg.proxy);
-    match proxy::limits::raise_open_files_limit() {
-        Ok(Some(limit)) if limit < needed => {
-            eprintln!(
-                "fulcrum: error: {}: this configuration may need {needed} file descriptors \
-                 (max_connections of every listener twice, for its backend connections, plus \
-                 keepalive × backends × workers), but the limit is {limit} (ulimit -n); raise \
-                 the hard limit (LimitNOFILE= in a systemd unit, nofile in \
-                 /etc/security/limits.conf) or lower max_connections or keepalive",
-                path.display()
-            );
-            return Ok(ExitCode::FAILURE);
+    let mut cfg = cfg;
+    let limit = match proxy::limits::raise_open_files_limit() {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open files limit");
+            None
         }
-        Ok(limit) => tracing::info!(
-            open_files_limit = limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
-            needed,
-            "file descriptor limit"
-        ),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    };
+    if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
+        eprintln!("fulcrum: error: {}: {e}", path.display());
+        return Ok(ExitCode::FAILURE);
     }
+    tracing::info!(
+        open_files_limit = %limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+        needed = proxy::limits::descriptors_needed(&cfg.proxy),
+        max_connections = ?cfg.proxy.listeners.iter().map(|l| l.connection_limit()).collect::<Vec<_>>(),
+        "file descriptors"
+    );
     // The proxy runs its own worker threads; this runtime only waits for a signal.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -450,3 +450,56 @@ fn every_answer_is_in_the_access_log_with_the_backends_tried_and_the_clients_fat
     assert!(gone.contains("status=499"), "{gone}");
     assert!(gone.contains(&format!("backends={silent} ")), "{gone}");
 }
+
+/// Runs `fulcrum run` under a hard open-files limit of `limit` (as `ulimit -n` sets it).
+fn run_with_open_files_limit(config: &TempFile, limit: u32) -> Child {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {limit} && exec \"$0\" run --config \"$1\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_fulcrum"))
+        .arg(&config.0)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn max_connections_fit_the_open_files_limit() {
+    // Explicit values that may need more descriptors than the limit: refused, with the numbers.
+    let config = TempFile::new(
+        "fds.toml",
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\nmax_connections = 1000\n\n\
+         [[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9\"\n",
+    );
+    let out = run_with_open_files_limit(&config, 512)
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("may need") && stderr.contains("limit is 512"),
+        "{stderr}"
+    );
+
+    // Without max_connections, the listener takes what the limit allows, and starts.
+    let config = TempFile::new(
+        "fds-auto.toml",
+        "workers = 1\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nkeepalive = 10\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9\"\n",
+    );
+    let mut child = run_with_open_files_limit(&config, 512);
+    let stderr = child.stderr.take().unwrap();
+    let line = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("file descriptors"))
+        .expect("the limits are logged");
+    let _ = child.kill();
+    let _ = child.wait();
+    // (512 - 64 reserve - 1 listening socket - 10 idle) / 2
+    assert!(line.contains("open_files_limit=512"), "{line}");
+    assert!(line.contains("max_connections=[218]"), "{line}");
+}

@@ -193,7 +193,7 @@ impl Proxy {
             }
             sockets.push(socket);
             listeners.push(Listener {
-                limit: Arc::new(Semaphore::new(l.max_connections)),
+                limit: Arc::new(Semaphore::new(l.connection_limit())),
                 ctx: Arc::new(ListenerContext {
                     settings: l,
                     upstream,

@@ -27,8 +27,9 @@ pub struct ListenerSettings {
     /// Name of the upstream requests go to.
     pub upstream: String,
     /// Client connections served at once; further clients wait in the kernel's accept queue
-    /// (like HAProxy's `maxconn`).
-    pub max_connections: usize,
+    /// (like HAProxy's `maxconn`). `None`: as many as the open-files limit allows, at most
+    /// [`Self::DEFAULT_MAX_CONNECTIONS`] (see [`crate::limits::fit_to_limit`]).
+    pub max_connections: Option<usize>,
     /// Time a client has to send a complete request head; answered with 408 (nginx
     /// `client_header_timeout`, 60 s there; HAProxy `timeout http-request`).
     pub client_header_timeout: Duration,
@@ -59,12 +60,18 @@ impl ListenerSettings {
     pub const DEFAULT_MAX_HEADERS: usize = 100;
     pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 
+    /// The connections served at once: `max_connections`, or the default.
+    pub fn connection_limit(&self) -> usize {
+        self.max_connections
+            .unwrap_or(Self::DEFAULT_MAX_CONNECTIONS)
+    }
+
     /// A listener on `listen` sending to `upstream`, with every default.
     pub fn new(listen: SocketAddr, upstream: impl Into<String>) -> ListenerSettings {
         ListenerSettings {
             listen,
             upstream: upstream.into(),
-            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            max_connections: None,
             client_header_timeout: Self::DEFAULT_CLIENT_HEADER_TIMEOUT,
             client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,

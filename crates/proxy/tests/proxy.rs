@@ -654,7 +654,7 @@ async fn body_over_max_body_bytes_gives_413() {
 async fn max_connections_holds_further_clients_back() {
     let a = backend("a").await;
     let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
-    s.listeners[0].max_connections = 1;
+    s.listeners[0].max_connections = Some(1);
     let proxy = start(s).await;
 
     let mut first = Client::new(proxy.addr);
@@ -905,7 +905,7 @@ async fn max_connections_under_overload_never_wedges_the_workers() {
     // other worker's queue once wedged both workers for good).
     let a = backend("a").await;
     let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[a.addr()])));
-    s.listeners[0].max_connections = 2;
+    s.listeners[0].max_connections = Some(2);
     let proxy = start(s).await;
     let addr = proxy.addr;
     let mut clients = tokio::task::JoinSet::new();

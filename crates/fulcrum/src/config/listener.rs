@@ -269,7 +269,7 @@ mod tests {
                 l.max_header_bytes,
                 l.max_body_bytes
             ),
-            (1_000_000, 256, 1 << 20, 1 << 30)
+            (Some(1_000_000), 256, 1 << 20, 1 << 30)
         );
     }
 

@@ -29,9 +29,7 @@ pub(super) fn proxy(file: File) -> ProxySettings {
 
 fn listener(l: Listener) -> ListenerSettings {
     let mut s = ListenerSettings::new(l.listen.into_inner(), l.upstream);
-    if let Some(n) = l.max_connections {
-        s.max_connections = n;
-    }
+    s.max_connections = l.max_connections;
     if let Some(d) = l.client_header_timeout {
         s.client_header_timeout = d;
     }

@@ -123,6 +123,15 @@ impl Drop for Running {
     }
 }
 
+/// `fulcrum check --config FILE`, run to its end.
+fn check(config: &TempFile) -> std::process::Output {
+    fulcrum()
+        .args(["check", "--config"])
+        .arg(&config.0)
+        .output()
+        .unwrap()
+}
+
 fn backend_block(addrs: &[(SocketAddr, u32)]) -> String {
     addrs
         .iter()
@@ -148,11 +157,7 @@ fn check_accepts_the_example_and_rejects_a_bad_config_with_line_and_key() {
         .unwrap()
         .replace("\"weighted_round_robin\"", "\"fastest\"");
     let bad = TempFile::new("bad.toml", &text);
-    let out = fulcrum()
-        .args(["check", "--config"])
-        .arg(&bad.0)
-        .output()
-        .unwrap();
+    let out = check(&bad);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line = text.lines().position(|l| l.contains("fastest")).unwrap() + 1;
@@ -197,11 +202,7 @@ read_timeout = \"0s\"
   weight = \"3\"
 ";
     let bad = TempFile::new("several.toml", text);
-    let out = fulcrum()
-        .args(["check", "--config"])
-        .arg(&bad.0)
-        .output()
-        .unwrap();
+    let out = check(&bad);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let file = bad.0.display();

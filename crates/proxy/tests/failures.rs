@@ -222,22 +222,6 @@ async fn defect_4_an_early_answer_during_an_upload_reaches_the_client() {
     assert_eq!(other_seen.load(Ordering::SeqCst), 0);
 }
 
-/// A backend that reads each request and drops the connection; counts the requests.
-async fn dropping_backend() -> (SocketAddr, Arc<AtomicUsize>) {
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&seen);
-    let addr = raw_backend(move |mut s| {
-        let counter = Arc::clone(&counter);
-        async move {
-            if read_request(&mut s).await.is_some() {
-                counter.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    })
-    .await;
-    (addr, seen)
-}
-
 #[tokio::test]
 async fn defect_5_a_request_that_tried_every_backend_does_not_revive_the_failed_ones() {
     let (a, a_seen) = dropping_backend().await;

@@ -323,22 +323,6 @@ async fn read_timeout_gives_504() {
 // 8: retries
 // ---------------------------------------------------------------------------------------------
 
-/// A backend that reads each request in full, then drops the connection without answering.
-async fn dropping_backend() -> (SocketAddr, Arc<AtomicUsize>) {
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&seen);
-    let addr = raw_backend(move |mut s| {
-        let counter = Arc::clone(&counter);
-        async move {
-            if read_request(&mut s).await.is_some() {
-                counter.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    })
-    .await;
-    (addr, seen)
-}
-
 #[tokio::test]
 async fn retries_idempotent_requests_only_unless_told() {
     let good = backend("good").await;

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use balance::Algorithm;
@@ -22,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::common::localhost;
+use crate::common::{localhost, raw_backend};
 
 /// Upper bound for anything that should happen "promptly"; only reached when a test fails.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -242,4 +243,20 @@ pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> RawResponse {
         "the connection was not closed: {response:?}"
     );
     response
+}
+
+/// A backend that reads each request in full, then drops the connection without answering.
+pub async fn dropping_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let addr = raw_backend(move |mut s| {
+        let counter = Arc::clone(&counter);
+        async move {
+            if read_request(&mut s).await.is_some() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    (addr, seen)
 }

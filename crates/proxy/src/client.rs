@@ -381,7 +381,11 @@ impl ClientConn {
             Ending::NoAnswer(fault) => {
                 let reject = forward::failure_reject(fault);
                 let keep_alive = client.keep_alive && !*self.stop.borrow();
-                http1::local_response(&mut self.scratch.out, reject, keep_alive, req.http11);
+                let client = ClientSide {
+                    keep_alive,
+                    ..client
+                };
+                http1::local_response(&mut self.scratch.out, reject, client);
                 let st = self.settings().send_timeout;
                 let next = match send(&mut self.stream, &self.scratch.out, &[], st).await {
                     Ok(()) if keep_alive => Next::KeepOpen,
@@ -481,7 +485,12 @@ impl ClientConn {
 
     /// Our own answer, then the connection closes.
     async fn answer_and_close(&mut self, reject: Reject) -> Next {
-        http1::local_response(&mut self.scratch.out, reject, false, true);
+        let closing = ClientSide {
+            http11: true,
+            keep_alive: false,
+            is_head: false,
+        };
+        http1::local_response(&mut self.scratch.out, reject, closing);
         let st = self.settings().send_timeout;
         match send(&mut self.stream, &self.scratch.out, &[], st).await {
             Ok(()) => Next::Linger,

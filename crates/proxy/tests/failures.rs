@@ -464,3 +464,25 @@ async fn a_busy_connection_is_counted_open_and_not_idle() {
     let snap = proxy.backend(addr);
     assert_eq!((snap.connections_open, snap.connections_idle), (1, 0));
 }
+
+#[tokio::test]
+async fn our_own_answer_to_head_has_no_body() {
+    // No backend: our 503, to a HEAD then a GET on one kept-alive connection.
+    let proxy = start(settings(upstream(
+        Algorithm::RoundRobin,
+        backends(&[refusing_addr()]),
+    )))
+    .await;
+    let r = raw_exchange(
+        proxy.addr,
+        b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let raw = String::from_utf8_lossy(&r.raw);
+    assert_eq!(raw.matches("HTTP/1.1 503 ").count(), 2, "{raw}");
+    assert_eq!(
+        raw.matches("no backend available").count(),
+        1,
+        "only the GET has a body: {raw}"
+    );
+}

@@ -1472,7 +1472,10 @@ async fn backend_response_with_invalid_framing_is_502() {
         ("GET", "/304-cl-two"),
     ] {
         let request = format!("{method} {target} HTTP/1.1\r\nHost: t\r\n\r\n");
-        let r = exchange(proxy.addr, request.as_bytes()).await;
+        let mut client = Client::connect(proxy.addr).await;
+        client.send(request.as_bytes()).await;
+        // Our 502 to HEAD has no body either.
+        let r = client.response_to(method).await;
         assert_eq!(r.status, 502, "{method} {target}: {:?}", lossy(&r.raw));
     }
     assert_eq!(backend.requests().len(), 8);

@@ -182,7 +182,7 @@ pub(crate) fn parse_response(
 }
 
 /// Our own short answer. An HTTP/1.0 client kept alive is told so.
-pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, keep_alive: bool, http11: bool) {
+pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSide) {
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(reject.status));
@@ -190,13 +190,17 @@ pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, keep_alive: bool
     out.extend_from_slice(reason(reject.status).as_bytes());
     out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
     put_content_length(out, reject.text.len() as u64);
-    if !keep_alive {
+    if !client.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
-    } else if !http11 {
+    } else if !client.http11 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(reject.text.as_bytes());
+    // The answer to HEAD has no body (RFC 9110 §9.3.2): on a kept-alive connection the
+    // client would take one for the start of the next response.
+    if !client.is_head {
+        out.extend_from_slice(reject.text.as_bytes());
+    }
 }
 
 /// The reason phrase of a status we answer with ourselves (RFC 9110 §15).
@@ -356,18 +360,28 @@ mod tests {
     #[test]
     fn local_answers() {
         let mut out = Vec::new();
-        local_response(&mut out, reject(400, "no\n"), true, false);
+        let client = |http11, keep_alive, is_head| ClientSide {
+            http11,
+            keep_alive,
+            is_head,
+        };
+        local_response(&mut out, reject(400, "no\n"), client(false, true, false));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
              Content-Length: 3\r\nConnection: keep-alive\r\n\r\nno\n"
         );
         let mut out = Vec::new();
-        local_response(&mut out, reject(502, "x"), false, true);
+        local_response(&mut out, reject(502, "x"), client(true, false, false));
         assert!(
             String::from_utf8(out)
                 .unwrap()
                 .starts_with("HTTP/1.1 502 Bad Gateway\r\n")
         );
+        // HEAD: the length a GET would have had, and no body.
+        let mut out = Vec::new();
+        local_response(&mut out, reject(503, "down\n"), client(true, true, true));
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.ends_with("Content-Length: 5\r\n\r\n"), "{out:?}");
     }
 }

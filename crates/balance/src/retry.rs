@@ -17,13 +17,14 @@
 //!    default `retry-on conn-failure`).
 //! 3. **A reused connection closed or reset before any byte of the answer**: the ordinary
 //!    keep-alive race (the backend closed an idle connection as the request went out). Nobody is
-//!    blamed. If the request did not get through whole, or may be repeated, it is resent once
-//!    on a fresh connection to the same backend (as browsers and Go's transport do). A complete
-//!    non-idempotent request is not resent: whether the backend acted on it cannot be known
+//!    blamed. If none of the request went out, or it may be repeated, it is resent once on a
+//!    fresh connection to the same backend (as browsers and Go's transport do). A
+//!    non-idempotent request of which any byte went out is not resent: whether the backend
+//!    acted on it cannot be known — a backend may act on a head before its body arrives
 //!    (RFC 9110 §9.2.2, RFC 9112 §9.3.1); the client gets 502 and decides.
 //! 4. **Any other close or reset before the answer's head was complete** (a fresh connection,
 //!    or after part of an answer): the backend is blamed; the next backend is tried if the
-//!    request may be repeated or did not get through whole.
+//!    request may be repeated or none of it went out.
 //! 5. **No answer within `read_timeout`**: the backend is blamed, once, and the request is not
 //!    retried. A request that is slow on one backend is most often slow because of what it
 //!    asks, and would be slow on the next: retrying it (nginx's default) multiplies its cost
@@ -138,8 +139,10 @@ impl Decision {
 /// The retry-and-blame rule (see the module documentation for the reasons).
 pub fn decide(f: &AttemptFailure) -> Decision {
     let decision = |action, blame| Decision { action, blame };
-    // The backend cannot have acted on a request it did not get whole.
-    let repeatable = f.replay == Replay::Safe || f.request != RequestSent::Whole;
+    // An unsafe request is sent again only if none of it went out: a backend may act on a
+    // head before its body has arrived (nginx counts a request as sent once sending starts,
+    // and Go's transport retries unsafe requests only when nothing was written).
+    let repeatable = f.replay == Replay::Safe || f.request == RequestSent::Nothing;
     let on_repeatable = |action| if repeatable { action } else { Action::GiveUp };
     match f.fault {
         Fault::LocalResources => decision(Action::NextBackend, Blame::Nobody),
@@ -265,7 +268,7 @@ mod tests {
             ),
             (
                 unsafe_(failure(Fault::Closed, reused, partly)),
-                d(ResendFresh, Nobody),
+                d(GiveUp, Nobody),
             ),
             (
                 unsafe_(failure(Fault::Closed, reused, nothing)),
@@ -281,8 +284,16 @@ mod tests {
                 d(NextBackend, Backend),
             ),
             (
-                unsafe_(failure(Fault::Closed, fresh, partly)),
+                failure(Fault::Closed, fresh, partly),
                 d(NextBackend, Backend),
+            ),
+            (
+                unsafe_(failure(Fault::Closed, fresh, nothing)),
+                d(NextBackend, Backend),
+            ),
+            (
+                unsafe_(failure(Fault::Closed, fresh, partly)),
+                d(GiveUp, Backend),
             ),
             (
                 unsafe_(failure(Fault::Closed, fresh, whole)),
@@ -324,9 +335,9 @@ mod tests {
     }
 
     #[test]
-    fn a_complete_unsafe_request_never_goes_out_twice() {
+    fn an_unsafe_request_that_began_to_go_out_never_goes_out_twice() {
         for f in every_failure()
-            .filter(|f| f.replay == Replay::Unsafe && f.request == RequestSent::Whole)
+            .filter(|f| f.replay == Replay::Unsafe && f.request != RequestSent::Nothing)
         {
             assert_eq!(decide(&f).action, GiveUp, "{f:?}");
         }

@@ -82,13 +82,18 @@ enum LabCommand {
     },
 }
 
-fn init_logs(default: &str) {
+/// Logs to stderr through a writer thread, so a slow log sink (a full pipe to journald or
+/// docker) never blocks a worker in the middle of its connections; lines beyond its buffer
+/// are dropped rather than stall the data plane. Keep the guard until exit: it flushes.
+fn init_logs(default: &str) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .init();
+    guard
 }
 
 fn main() -> ExitCode {
@@ -97,13 +102,13 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Run { config } => run(&config),
         Command::Demo { requests } => {
-            init_logs("warn");
+            let _logs = init_logs("warn");
             runtime(2).and_then(|rt| rt.block_on(demo::run(requests as usize)))
         }
         Command::Lab {
             command: LabCommand::Backend { listen, name },
         } => {
-            init_logs("info");
+            let _logs = init_logs("info");
             runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name)))
         }
         Command::Lab {
@@ -155,7 +160,7 @@ fn check(path: &std::path::Path) -> anyhow::Result<ExitCode> {
 }
 
 fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    init_logs("info");
+    let _logs = init_logs("info");
     let cfg = match config::load(path) {
         Ok(cfg) => cfg,
         Err(e) => {

@@ -442,13 +442,19 @@ fn every_answer_is_in_the_access_log_with_the_backends_tried_and_the_clients_fat
     assert!(entry("/no-host").contains("status=400"), "{entries:#?}");
     assert!(entry("/v2").contains("status=505"), "{entries:#?}");
     let slow = entry("/slow");
-    assert!(slow.contains("status=504"), "{slow}");
+    assert!(
+        slow.contains("status=504") && slow.contains("fate=no_answer"),
+        "{slow}"
+    );
     assert!(
         slow.contains(&format!("backends={refusing},{silent} ")),
         "both backends tried, in order: {slow}"
     );
     let gone = entry("/gone");
-    assert!(gone.contains("status=499"), "{gone}");
+    assert!(
+        gone.contains("status=499") && gone.contains("fate=client_gone"),
+        "{gone}"
+    );
     assert!(gone.contains(&format!("backends={silent} ")), "{gone}");
 }
 

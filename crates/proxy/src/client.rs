@@ -90,6 +90,7 @@ pub(crate) async fn serve(
         scratch: Scratch::default(),
         body: Vec::new(),
         key: Vec::new(),
+        pipelining: false,
     };
     if conn.run().await == Next::Linger {
         conn.linger().await;
@@ -141,6 +142,8 @@ struct ClientConn {
     body: Vec<u8>,
     /// The request's hash key, for algorithms that hash `hash_key`.
     key: Vec<u8>,
+    /// The client has sent a request before the previous one was answered.
+    pipelining: bool,
 }
 
 /// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
@@ -220,7 +223,7 @@ impl ClientConn {
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
                     let entry = self.log_entry(|raw| LogEntry::of_refused(raw, Instant::now()));
-                    self.log(entry, reject.status, &[], None);
+                    self.log(entry, reject.status, &[], None, "refused");
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -250,6 +253,7 @@ impl ClientConn {
         // Bytes already looked at for the blank line that ends a head: a client sending its
         // head a byte at a time costs one scan of it, not one parse per byte.
         let mut scanned = 0;
+        let mut read_any = false;
         loop {
             let filled = self.inbuf.filled();
             let complete = head_may_be_complete(filled, scanned, limits.max_header_bytes);
@@ -259,7 +263,12 @@ impl ClientConn {
                 head.clear();
                 let client = &self.client_addr;
                 match http1::parse_request(self.inbuf.filled(), limits, client, head) {
-                    Ok(Some(req)) => return Ok(req),
+                    Ok(Some(req)) => {
+                        // The whole head was here before this request began to be read: it
+                        // came while the previous one was being answered.
+                        self.pipelining |= !read_any;
+                        return Ok(req);
+                    }
                     Ok(None) => {}
                     Err(reject) => return Err(NoHead::Refuse(reject)),
                 }
@@ -274,7 +283,7 @@ impl ClientConn {
             };
             match read {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(NoHead::Close),
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => read_any = true,
                 // Part of a request came, the rest did not: answer. An idle connection is
                 // just closed (a client reusing it right then would take a 408 as its answer).
                 Err(_) if !self.inbuf.is_empty() => return Err(NoHead::Refuse(HEAD_TIMEOUT)),
@@ -302,12 +311,23 @@ impl ClientConn {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                self.log(entry, reject.status, &[], None);
+                self.log(entry, reject.status, &[], None, "refused");
                 return self.answer_and_close(reject).await;
             }
-            Err(NoHead::Close) => return Next::Close,
+            Err(NoHead::Close) => {
+                // The client left in the middle of its body.
+                self.log(entry, CLIENT_CLOSED, &[], None, "client_gone");
+                return Next::Close;
+            }
         };
 
+        // A client that sent its next request before this one was answered is pipelining:
+        // when it closes its side, it has said all it will say and still wants the answers,
+        // so it is not taken as gone.
+        self.pipelining |= match body {
+            Body::InBuffer(n) => self.inbuf.len() > n,
+            Body::None | Body::Decoded => !self.inbuf.is_empty(),
+        };
         let listener = Arc::clone(&self.listener);
         let mut octets = [0u8; 16];
         let affinity = match upstream.settings().algorithm.affinity() {
@@ -339,6 +359,7 @@ impl ClientConn {
             } else {
                 Replay::Unsafe
             },
+            watch_client: !self.pipelining,
             send_timeout: self.settings().send_timeout,
         };
         let forwarding = Instant::now();
@@ -357,6 +378,16 @@ impl ClientConn {
         }
 
         let tried = std::mem::take(&mut self.scratch.tried);
+        let fate = match ending {
+            Ending::Answered { .. } => "answered",
+            Ending::CutShort {
+                backend_failed: true,
+                ..
+            } => "cut_short_by_backend",
+            Ending::CutShort { .. } => "cut_short_by_client",
+            Ending::ClientGone => "client_gone",
+            Ending::NoAnswer(_) => "no_answer",
+        };
         let (status, next) = match ending {
             Ending::Answered { status, keep_alive } => {
                 let next = if keep_alive {
@@ -366,15 +397,11 @@ impl ClientConn {
                 };
                 (status, next)
             }
-            Ending::CutShort {
-                status,
-                backend_failed,
-            } => {
-                if backend_failed {
-                    // A reset rather than a clean end of stream: a body delimited by the
-                    // close must not look complete.
-                    let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
-                }
+            Ending::CutShort { status, .. } => {
+                // A reset rather than a clean end of stream, whoever cut it short: a body
+                // delimited by the close must not look complete (a client that only
+                // half-closed would still read it).
+                let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
                 (status, Next::Close)
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close),
@@ -395,17 +422,22 @@ impl ClientConn {
                 (reject.status, next)
             }
         };
-        self.log(entry, status, &tried, upstream_time);
+        self.log(entry, status, &tried, upstream_time, fate);
         self.scratch.tried = tried;
         next
     }
 
+    /// One access log line. `fate`: how the exchange ended — `answered`, `refused` (our own
+    /// 4xx before any backend), `no_answer` (our own 5xx after the backends tried),
+    /// `client_gone` (499), `cut_short_by_backend` or `cut_short_by_client` (the status is the
+    /// backend's, but the body did not reach the client whole).
     fn log(
         &self,
         entry: Option<LogEntry>,
         status: u16,
         tried: &[BackendId],
         upstream_time: Option<Duration>,
+        fate: &'static str,
     ) {
         let Some(entry) = entry else {
             return;
@@ -419,6 +451,7 @@ impl ClientConn {
             upstream = %upstream.name(),
             backends = %Tried(upstream, tried),
             status,
+            fate = %fate,
             upstream_us = upstream_time.map_or(0, |t| t.as_micros() as u64),
             duration_us = entry.started.elapsed().as_micros() as u64,
         );

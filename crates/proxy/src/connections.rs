@@ -13,14 +13,21 @@
 //!   (nginx's `keepalive`). [`Connections::reap`], run by each worker on a timer, closes the
 //!   expired ones and those the backend closed, wherever they are in the list: a connection
 //!   the backend closed would otherwise sit in CLOSE-WAIT until it reached the top.
-//! * **A closed idle connection is noticed without a system call**: the reactor marks the
-//!   socket readable when the FIN (or stray bytes) arrive, and a connection that is readable
-//!   while idle is discarded.
+//! * **A closed idle connection is noticed without a system call** in the common case: the
+//!   reactor marks the socket readable when the FIN (or stray bytes) arrive. Readiness is a
+//!   hint (a response that filled the read buffer exactly leaves it set too), so a connection
+//!   marked readable is confirmed with a non-blocking peek before it is discarded. Before an
+//!   idle connection carries a non-idempotent request — which cannot be resent if the backend
+//!   closes the connection under it — it is always peeked: a busy worker may not yet have
+//!   polled the FIN that already arrived, and that narrows the keep-alive race to the time
+//!   the request is in flight.
 //! * **Counted**: connections open (busy or idle) and idle, per backend and worker, for the
 //!   admin API and metrics to sum.
 //! * **Connect errors are classified** ([`ConnectError::fault`]): running out of descriptors or
 //!   local ports is the proxy's problem, not the backend's.
 
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -30,6 +37,7 @@ use std::time::Duration;
 
 use balance::{Connection, Fault};
 use rustix::io::Errno;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -122,46 +130,69 @@ pub(crate) struct Connections {
     addr: SocketAddr,
     /// Only this worker's tasks use the list: the lock is never contended (the admin API's
     /// reads aside).
-    idle: Mutex<Vec<Idle>>,
+    idle: Mutex<VecDeque<Idle>>,
     /// Connections open to the backend, busy or idle.
     open: Arc<AtomicUsize>,
     max_idle: usize,
     idle_timeout: Duration,
 }
 
-/// Whether the reactor has seen the socket become readable (data or end of stream), which an
-/// idle connection must not be.
-fn readable(stream: &TcpStream) -> bool {
+/// Whether the reactor has seen the socket become readable (data or end of stream).
+fn marked_readable(stream: &TcpStream) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
     stream.poll_read_ready(&mut cx).is_ready()
+}
+
+/// Looks at the socket's input without taking it: `Ok(0)` at the end of the stream.
+fn peek(stream: &TcpStream) -> std::io::Result<usize> {
+    socket2::SockRef::from(stream).peek(&mut [MaybeUninit::uninit(); 1])
+}
+
+/// Whether an idle connection is still open with nothing to read: what the reactor says,
+/// confirmed by a peek when it says readable (which clears a stale mark), or always peeked
+/// when `careful`.
+fn quiet(stream: &TcpStream, careful: bool) -> bool {
+    let nothing = |r: std::io::Result<usize>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    if marked_readable(stream) {
+        nothing(stream.try_io(Interest::READABLE, || peek(stream)))
+    } else {
+        !careful || nothing(peek(stream))
+    }
 }
 
 impl Connections {
     pub(crate) fn new(addr: SocketAddr, max_idle: usize, idle_timeout: Duration) -> Connections {
         Connections {
             addr,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(VecDeque::new()),
             open: Arc::new(AtomicUsize::new(0)),
             max_idle,
             idle_timeout,
         }
     }
 
-    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    fn idle_list(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether an idle connection can still be used at `now`.
-    fn usable(&self, entry: &Idle, now: Instant) -> bool {
-        now.duration_since(entry.since) < self.idle_timeout && !readable(&entry.conn.stream)
+    fn usable(&self, entry: &Idle, now: Instant, careful: bool) -> bool {
+        now.duration_since(entry.since) < self.idle_timeout && quiet(&entry.conn.stream, careful)
     }
 
-    /// The most recently returned connection that is still open and not idle for too long.
-    pub(crate) fn take_idle(&self) -> Option<BackendConn> {
+    /// Whether connections are kept for reuse at all (`keepalive` > 0).
+    pub(crate) fn keeps_idle(&self) -> bool {
+        self.max_idle > 0
+    }
+
+    /// The most recently returned connection that is still open and not idle for too long;
+    /// `careful` (for a request that cannot be resent): make sure with a system call that the
+    /// backend has not closed it.
+    pub(crate) fn take_idle(&self, careful: bool) -> Option<BackendConn> {
         let mut idle = self.idle_list();
         let now = Instant::now();
-        while let Some(entry) = idle.pop() {
-            if self.usable(&entry, now) {
+        while let Some(entry) = idle.pop_back() {
+            if self.usable(&entry, now, careful) {
                 let mut conn = entry.conn;
                 conn.reused = true;
                 return Some(conn);
@@ -170,16 +201,21 @@ impl Connections {
         None
     }
 
-    /// Puts a connection back for reuse, unless enough are idle already.
+    /// Puts a connection back for reuse. When `keepalive` are idle already, the one idle the
+    /// longest is closed instead (as nginx's cache evicts its least recently used).
     pub(crate) fn put_idle(&self, conn: BackendConn) {
         debug_assert!(conn.buf.is_empty());
-        let mut idle = self.idle_list();
-        if idle.len() < self.max_idle {
-            idle.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
+        if self.max_idle == 0 {
+            return;
         }
+        let mut idle = self.idle_list();
+        if idle.len() >= self.max_idle {
+            idle.pop_front();
+        }
+        idle.push_back(Idle {
+            conn,
+            since: Instant::now(),
+        });
     }
 
     /// Closes the idle connections that expired or that the backend closed; returns how many.
@@ -187,7 +223,7 @@ impl Connections {
         let now = Instant::now();
         let mut idle = self.idle_list();
         let before = idle.len();
-        idle.retain(|entry| self.usable(entry, now));
+        idle.retain(|entry| self.usable(entry, now, false));
         before - idle.len()
     }
 
@@ -262,9 +298,9 @@ mod tests {
             assert_eq!(c.connection(), Connection::Fresh);
             pool.put_idle(c);
         }
-        // The cap: the third is closed, not kept.
+        // The cap: the one idle the longest is closed.
         assert_eq!(pool.counts(), (2, 2));
-        let c = pool.take_idle().unwrap();
+        let c = pool.take_idle(true).unwrap();
         assert_eq!(c.connection(), Connection::Reused);
         pool.put_idle(c);
         tokio::time::advance(Duration::from_secs(59)).await;
@@ -272,6 +308,26 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(pool.reap(), 2);
         assert_eq!(pool.counts(), (0, 0));
-        assert!(pool.take_idle().is_none());
+        assert!(pool.take_idle(false).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_careful_take_sees_a_close_the_reactor_has_not_reported() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Connections::new(addr, 4, Duration::from_secs(60));
+        for _ in 0..2 {
+            let conn = pool.connect(Duration::from_secs(1)).await.unwrap();
+            let (server_side, _) = listener.accept().await.unwrap();
+            pool.put_idle(conn);
+            drop(server_side);
+        }
+        // No await since the backend closed both: the reactor has not polled the FINs, but
+        // they are in the kernel (loopback delivers at once).
+        assert!(
+            pool.take_idle(true).is_none(),
+            "both closed, both seen by the peek"
+        );
+        assert_eq!(pool.counts(), (0, 0));
     }
 }

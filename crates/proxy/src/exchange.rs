@@ -38,6 +38,9 @@ pub(crate) struct Request<'a> {
     /// What the client asked of the response's connection.
     pub(crate) client: ClientSide,
     pub(crate) replay: Replay,
+    /// Whether a client that closes its side is taken as gone (not when it has already sent
+    /// its next request: it still wants the answers).
+    pub(crate) watch_client: bool,
 }
 
 /// How the first half of an exchange ended.
@@ -53,8 +56,8 @@ pub(crate) enum Head {
 }
 
 /// Sends `req` on `conn` and reads the final response head, writing the client's version of it
-/// into `out`. Gives up after `read_timeout` without an answer (counted from when the request
-/// went out whole, and bounding the writing too), or as soon as `client` leaves.
+/// into `out`. Gives up after `read_timeout` without an answer once the request went out
+/// whole, or without progress while it is written, or as soon as `client` leaves.
 pub(crate) async fn send_and_read_head(
     conn: &mut BackendConn,
     req: &Request<'_>,
@@ -67,12 +70,17 @@ pub(crate) async fn send_and_read_head(
     // `None` while the request is being written.
     let mut write_result: Option<std::io::Result<()>> = None;
     let mut received = false;
+    // While the request is being written, the deadline moves with every write that makes
+    // progress (a large upload to a slow reader is not a timeout); once it is written, the
+    // backend has `read_timeout` to answer (nginx: `proxy_send_timeout` between writes, then
+    // `proxy_read_timeout`).
     let mut deadline = after(read_timeout);
+    let mut written_by_deadline = 0;
     let failed = {
         let (mut rd, mut wr) = conn.stream.split();
         let write = write_two(&mut wr, req.head, req.body, &written);
         tokio::pin!(write);
-        let gone = client_gone(client);
+        let gone = watch(client, req.watch_client);
         tokio::pin!(gone);
         loop {
             if !conn.buf.is_empty() {
@@ -117,6 +125,12 @@ pub(crate) async fn send_and_read_head(
                         Fault::Closed,
                         format!("connection failed before the response head: {e}"),
                     ),
+                    Err(_) if write_result.is_none()
+                        && written.load(Ordering::Relaxed) > written_by_deadline =>
+                    {
+                        written_by_deadline = written.load(Ordering::Relaxed);
+                        deadline = after(read_timeout);
+                    }
                     Err(_) => break (
                         Fault::ReadTimeout,
                         format!("no response within read_timeout ({read_timeout:?})"),
@@ -166,6 +180,8 @@ pub(crate) struct ClientEnd<'a> {
     pub(crate) send_timeout: Duration,
     /// De-chunked response data, for HTTP/1.0 clients.
     pub(crate) dechunked: &'a mut Vec<u8>,
+    /// See [`Request::watch_client`].
+    pub(crate) watch: bool,
 }
 
 impl ClientEnd<'_> {
@@ -201,7 +217,7 @@ pub(crate) async fn relay(
             client.send(head, &conn.buf.filled()[..first]).await?;
             conn.buf.consume(first);
             while remaining > 0 {
-                read_backend(conn, client.stream, read_timeout).await?;
+                read_backend(conn, client.stream, client.watch, read_timeout).await?;
                 let k = conn
                     .buf
                     .len()
@@ -246,14 +262,14 @@ pub(crate) async fn relay(
                 if chunked.is_done() {
                     return Ok(());
                 }
-                read_backend(conn, client.stream, read_timeout).await?;
+                read_backend(conn, client.stream, client.watch, read_timeout).await?;
             }
         }
         Framing::Close => {
             client.send(head, conn.buf.filled()).await?;
             loop {
                 conn.buf.consume(conn.buf.len());
-                if read_some(conn, client.stream, read_timeout).await? == 0 {
+                if read_some(conn, client.stream, client.watch, read_timeout).await? == 0 {
                     // The end of the stream is the end of this body.
                     attempt.complete(Outcome::Success);
                     return Ok(());
@@ -269,6 +285,7 @@ pub(crate) async fn relay(
 async fn read_some(
     conn: &mut BackendConn,
     client: &TcpStream,
+    watch_client: bool,
     read_timeout: Duration,
 ) -> Result<usize, Relay> {
     tokio::select! {
@@ -280,7 +297,7 @@ async fn read_some(
                 "nothing for {read_timeout:?} (read_timeout)"
             ))),
         },
-        () = client_gone(client) => Err(Relay::Client),
+        () = watch(client, watch_client) => Err(Relay::Client),
     }
 }
 
@@ -289,12 +306,22 @@ async fn read_some(
 async fn read_backend(
     conn: &mut BackendConn,
     client: &TcpStream,
+    watch_client: bool,
     read_timeout: Duration,
 ) -> Result<(), Relay> {
-    match read_some(conn, client, read_timeout).await? {
+    match read_some(conn, client, watch_client, read_timeout).await? {
         0 => Err(Relay::Backend(
             "connection closed before the end of the body".into(),
         )),
         _ => Ok(()),
+    }
+}
+
+/// [`client_gone`], or never when the client is not watched.
+async fn watch(client: &TcpStream, watched: bool) {
+    if watched {
+        client_gone(client).await;
+    } else {
+        std::future::pending().await
     }
 }

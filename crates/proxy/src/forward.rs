@@ -46,6 +46,8 @@ pub(crate) struct Forward<'a> {
     pub(crate) has_body: bool,
     pub(crate) client: http1::ClientSide,
     pub(crate) replay: balance::Replay,
+    /// See [`Request::watch_client`].
+    pub(crate) watch_client: bool,
     pub(crate) send_timeout: Duration,
 }
 
@@ -85,17 +87,22 @@ pub(crate) async fn forward(
         let backend = attempt.backend;
         scratch.tried.push(backend);
         let addr = upstream.backend_addr(backend);
-        finish_head(&mut scratch.head, f, addr);
         let pool = &f.connections[backend.index()];
+        finish_head(&mut scratch.head, f, addr, pool.keeps_idle());
         let request = Request {
             head: &scratch.head,
             body: f.body,
             client: f.client,
             replay: f.replay,
+            watch_client: f.watch_client,
         };
         let mut reuse = true;
         let (action, fault) = loop {
-            let idle = if reuse { pool.take_idle() } else { None };
+            let idle = if reuse {
+                pool.take_idle(f.replay == balance::Replay::Unsafe)
+            } else {
+                None
+            };
             let mut conn = match idle {
                 Some(conn) => conn,
                 None => match pool.connect(settings.connect_timeout).await {
@@ -130,6 +137,7 @@ pub(crate) async fn forward(
                         stream: client,
                         send_timeout: f.send_timeout,
                         dechunked: &mut scratch.dechunked,
+                        watch: f.watch_client,
                     };
                     let status = response.status;
                     let relayed = exchange::relay(
@@ -201,13 +209,18 @@ pub(crate) async fn forward(
 }
 
 /// Ends the request head for one attempt: a `Host` naming the backend when the client sent
-/// none (an HTTP/1.0 client may leave it out; the backend gets HTTP/1.1, which needs one), the
-/// body's `Content-Length`, the blank line. The one place a backend's head is finished.
-fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr) {
+/// none (an HTTP/1.0 client may leave it out; the backend gets HTTP/1.1, which needs one),
+/// `Connection: close` when connections to it are not kept (so the backend closes first and
+/// the TIME-WAIT state stays on its side, as nginx does without `keepalive`), the body's
+/// `Content-Length`, the blank line. The one place a backend's head is finished.
+fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr, keep_alive: bool) {
     head.truncate(f.head_len);
     if !f.has_host {
         use std::io::Write as _;
         let _ = write!(head, "Host: {backend}\r\n");
+    }
+    if !keep_alive {
+        head.extend_from_slice(b"Connection: close\r\n");
     }
     http1::finish_request_head(head, f.has_body.then_some(f.body.len()));
 }

@@ -81,7 +81,10 @@ async fn defect_1_a_failing_request_is_not_replayed_on_every_idle_connection() {
     .await;
     // Eight idle connections to the backend in the worker's pool.
     burst(proxy.addr, "/slow", 8).await;
-    assert_eq!(proxy.backend(addr).connections_idle, 8);
+    eventually("eight idle connections", DEADLINE, || async {
+        proxy.backend(addr).connections_idle == 8
+    })
+    .await;
 
     let r = raw_exchange(
         proxy.addr,
@@ -190,7 +193,9 @@ async fn defect_4_an_early_answer_during_an_upload_reaches_the_client() {
     let (early, heads) = early_answer_backend().await;
     let (other, other_seen) = dying_backend().await;
     let mut up = upstream(Algorithm::RoundRobin, backends(&[early, other]));
-    up.read_timeout = Duration::from_secs(3);
+    // Long enough that the old behaviour (a 504 after read_timeout) cannot pass for an early
+    // answer on a loaded machine.
+    up.read_timeout = Duration::from_secs(10);
     let mut s = settings(up);
     s.listeners[0].max_body_bytes = 64 << 20;
     let proxy = start(s).await;
@@ -211,7 +216,7 @@ async fn defect_4_an_early_answer_during_an_upload_reaches_the_client() {
         r.status
     );
     assert_eq!(r.status, 413, "{:?}", String::from_utf8_lossy(&r.raw));
-    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
     assert_eq!(heads.load(Ordering::SeqCst), 1);
     assert_eq!(
         proxy.backend(early).failures,
@@ -385,7 +390,10 @@ async fn defect_7_idle_connections_closed_by_the_backend_do_not_linger_in_close_
     let addr = keepalive_backend(Some(Duration::from_millis(200))).await;
     let proxy = start(upstream_settings_one(addr)).await;
     burst(proxy.addr, "/slow", 18).await;
-    assert_eq!(proxy.backend(addr).connections_idle, 18);
+    eventually("18 idle connections", DEADLINE, || async {
+        proxy.backend(addr).connections_idle == 18
+    })
+    .await;
     // The backend closes them all after 200 ms idle; the proxy must close its side too.
     let closed = Instant::now();
     eventually("no proxy socket in CLOSE-WAIT", DEADLINE, || async {
@@ -407,15 +415,19 @@ async fn defect_7_idle_connections_expire_after_keepalive_timeout() {
     let proxy = start(settings(up)).await;
     burst(proxy.addr, "/slow", 10).await;
     let idle_since = Instant::now();
-    assert_eq!(sockets_to(addr.port()).0, 10);
+    let open = sockets_to(addr.port()).0;
+    assert!(open > 0);
     eventually("every idle connection expired", DEADLINE, || async {
         proxy.backend(addr).connections_open == 0 && sockets_to(addr.port()) == (0, 0)
     })
     .await;
     let expired = idle_since.elapsed();
-    println!("defect 7: keepalive_timeout 300 ms: 10 idle connections closed after {expired:?}");
+    println!(
+        "defect 7: keepalive_timeout 300 ms: {open} idle connections closed after {expired:?}"
+    );
     assert!(expired >= Duration::from_millis(290), "{expired:?}");
-    assert!(expired < Duration::from_millis(1000), "{expired:?}");
+    // keepalive_timeout plus the reaper's period (300 ms here), with room for a loaded machine.
+    assert!(expired < Duration::from_millis(2500), "{expired:?}");
 }
 
 #[tokio::test]
@@ -485,4 +497,163 @@ async fn our_own_answer_to_head_has_no_body() {
         1,
         "only the GET has a body: {raw}"
     );
+}
+
+#[tokio::test]
+async fn without_keepalive_the_backend_is_told_to_close() {
+    let (addr, heads) = recording_backend().await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[addr]));
+    up.keepalive = 0;
+    let proxy = start(settings(up)).await;
+    assert_eq!(get(proxy.addr, "/").await.status, 200);
+    let head = heads.lock().unwrap().pop().unwrap().to_ascii_lowercase();
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+}
+
+/// A keep-alive backend that keeps every request head it receives.
+async fn recording_backend() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = Arc::clone(&heads);
+    let addr = raw_backend(move |mut s| {
+        let kept = Arc::clone(&kept);
+        async move {
+            while let Some(request) = read_request(&mut s).await {
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&request).into_owned());
+                if s.write_all(OK).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, heads)
+}
+
+/// A backend that reads request bodies slowly: 256 KiB every 20 ms (about 12 MB/s).
+async fn slow_reader() -> SocketAddr {
+    raw_backend(|mut s| async move {
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = Vec::new();
+        let head_end = loop {
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .split("content-length: ")
+            .nth(1)
+            .and_then(|v| v.split("\r\n").next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut read = got.len() - head_end;
+        while read < length {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+        let _ = s.write_all(OK).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_slow_but_moving_upload_is_not_a_timeout() {
+    let addr = slow_reader().await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[addr]));
+    // Far less than the upload takes (32 MiB at about 12 MB/s), more than the backend takes
+    // to read what the kernel's buffers hold once the proxy has written the last byte.
+    up.read_timeout = Duration::from_secs(1);
+    let mut s = settings(up);
+    s.listeners[0].max_body_bytes = 64 << 20;
+    let proxy = start(s).await;
+    let body = vec![b'x'; 32 << 20];
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let started = Instant::now();
+    let head = format!(
+        "PUT / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    let r = read_until_closed(&mut stream, Duration::from_secs(20)).await;
+    let took = started.elapsed();
+    assert_eq!(
+        r.status,
+        200,
+        "after {took:?}: {:?}",
+        String::from_utf8_lossy(&r.raw)
+    );
+    assert!(
+        took > Duration::from_millis(400),
+        "the upload took {took:?}"
+    );
+    assert_eq!(proxy.backend(addr).failures, 0);
+}
+
+const EXACT_BODY: usize = 16 * 1024 - 42;
+
+/// A keep-alive backend whose every response (head and body) is exactly 16 KiB, the size of
+/// the proxy's read buffer; counts the connections it accepts.
+async fn exact_fill_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    let addr = raw_backend(move |mut s| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async move {
+            // "HTTP/1.1 200 OK\r\nContent-Length: NNNNN\r\n\r\n" is 42 bytes.
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", EXACT_BODY);
+            let mut response = head.into_bytes();
+            response.resize(16 * 1024, b'x');
+            while read_request(&mut s).await.is_some() {
+                if s.write_all(&response).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn a_response_that_fills_the_read_buffer_exactly_keeps_its_connection() {
+    let (addr, accepted) = exact_fill_backend().await;
+    let proxy = start(one_worker(upstream(
+        Algorithm::RoundRobin,
+        backends(&[addr]),
+    )))
+    .await;
+    let mut client = lab::Client::new(proxy.addr);
+    for _ in 0..5 {
+        let reply = client.get("/").await.unwrap();
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.body.len(), EXACT_BODY);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
+}
+
+#[tokio::test]
+async fn a_client_that_pipelines_then_half_closes_gets_every_answer() {
+    // A client that sent a request while another was in progress and then closed its side
+    // has said all it will say: it wants the answers.
+    let addr = keepalive_backend(None).await;
+    let proxy = start(settings(upstream(Algorithm::RoundRobin, backends(&[addr])))).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\nGET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap();
+    let r = read_until_closed(&mut stream, DEADLINE).await;
+    let raw = String::from_utf8_lossy(&r.raw);
+    assert_eq!(raw.matches("HTTP/1.1 200 OK").count(), 2, "{raw}");
 }

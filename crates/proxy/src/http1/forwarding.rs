@@ -87,13 +87,41 @@ fn is_in(addr: IpAddr, nets: &[IpNet]) -> bool {
     nets.iter().any(|net| net.contains(&addr))
 }
 
+/// Whether header names `a` and `b` are the same once case is ignored and `_` is read as
+/// `-`: CGI, WSGI and Rack turn both into the same variable (`HTTP_X_FORWARDED_FOR`), so
+/// `X_Forwarded_For` from a client must be dropped like `X-Forwarded-For` (the spoofing behind
+/// CVE-2024-45614; nginx drops names with `_` altogether by default).
+fn same_name(a: &str, b: &str) -> bool {
+    let fold = |c: u8| {
+        if c == b'_' {
+            b'-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
+}
+
 /// Whether the client's header `name` stays out of the backend's head: [`put_forwarding`]
-/// writes its own instead, or, for `X-Forwarded-Host` from an untrusted peer, none.
+/// writes its own instead, or, from an untrusted peer, none: `X-Forwarded-Host`, and the
+/// other claims about the scheme and address the client used that frameworks believe
+/// (`X-Forwarded-Ssl: on` makes Rack take a request for https).
 pub(super) fn is_replaced(name: &str, client: &ClientAddr) -> bool {
     let always = ["x-forwarded-for", "forwarded", "x-real-ip"];
-    let from_untrusted = ["x-forwarded-proto", "x-forwarded-host"];
-    always.iter().any(|f| f.eq_ignore_ascii_case(name))
-        || (client.trusted.is_none() && from_untrusted.iter().any(|f| f.eq_ignore_ascii_case(name)))
+    let from_untrusted = [
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-ssl",
+        "x-forwarded-scheme",
+        "x-forwarded-port",
+        "x-forwarded-prefix",
+        "x-url-scheme",
+        "front-end-https",
+    ];
+    let replaced = |list: &[&str]| list.iter().any(|f| same_name(f, name));
+    // A trusted proxy writes these with dashes; an underscore is someone else's.
+    replaced(&always)
+        || (replaced(&from_untrusted) && (client.trusted.is_none() || name.contains('_')))
 }
 
 /// Appends the forwarding headers of a request whose headers are `headers`, from `client`,
@@ -274,8 +302,20 @@ mod tests {
         for h in SPOOFED {
             assert!(is_replaced(h.name, &peer), "{}", h.name);
         }
-        assert!(!is_replaced("x-forwarded-port", &peer));
+        // Names a framework folds onto ours, and the other claims about the scheme.
+        for name in [
+            "X_Forwarded_For",
+            "x-real_ip",
+            "X-Forwarded-Ssl",
+            "X-Forwarded-Scheme",
+            "x-forwarded-port",
+            "Front-End-Https",
+        ] {
+            assert!(is_replaced(name, &peer), "{name}");
+        }
         assert!(!is_replaced("accept", &peer));
+        assert!(!is_replaced("x-forwarded", &peer));
+        assert!(!is_replaced("x-forwarded-forx", &peer));
     }
 
     #[test]
@@ -294,6 +334,9 @@ mod tests {
             ("x-real-ip", true),
             ("X-Forwarded-Proto", false),
             ("X-Forwarded-Host", false),
+            ("X-Forwarded-Ssl", false),
+            ("X_Forwarded_For", true),
+            ("X_Forwarded_Proto", true),
         ] {
             assert_eq!(is_replaced(name, &peer), replaced, "{name}");
         }

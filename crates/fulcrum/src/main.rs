@@ -172,13 +172,10 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         tracing::warn!("{w}");
     }
     let mut cfg = cfg;
-    let limit = match proxy::limits::raise_open_files_limit() {
-        Ok(limit) => limit,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot raise the open files limit");
-            None
-        }
-    };
+    let (limit, error) = proxy::limits::raise_open_files_limit();
+    if let Some(e) = error {
+        tracing::warn!(error = %e, "cannot raise the open files limit to the hard limit");
+    }
     if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
         eprintln!("fulcrum: error: {}: {e}", path.display());
         return Ok(ExitCode::FAILURE);

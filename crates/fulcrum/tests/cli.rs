@@ -506,7 +506,7 @@ fn max_connections_fit_the_open_files_limit() {
         .expect("the limits are logged");
     let _ = child.kill();
     let _ = child.wait();
-    // (512 - 64 reserve - 1 listening socket - 10 idle) / 2
+    // (512 - 64 reserve - 4 for the worker - 1 listening socket - 10 idle) / 2
     assert!(line.contains("open_files_limit=512"), "{line}");
-    assert!(line.contains("max_connections=[218]"), "{line}");
+    assert!(line.contains("max_connections=[216]"), "{line}");
 }

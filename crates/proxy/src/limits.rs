@@ -13,15 +13,22 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 use crate::settings::{ListenerSettings, ProxySettings};
 
-/// Descriptors kept for everything but connections: the runtime's epoll and wake-up
-/// descriptors per worker, standard streams, log files, the configuration being reread.
+/// Descriptors kept for everything but connections: standard streams, log files, the
+/// configuration being reread, the main runtime.
 const RESERVE: u64 = 64;
 
-/// What a configuration may need beyond its client connections: the reserve, each listener's
-/// socket in each worker, and `keepalive` idle connections to each backend in each worker.
+/// Descriptors each worker's runtime holds: its epoll, its wake-up eventfd, its copy of the
+/// signal pipe, and one to spare.
+const PER_WORKER: u64 = 4;
+
+/// What a configuration may need beyond its client connections and their backend
+/// connections: the reserve, each worker's runtime, each listener's socket in each worker, and
+/// the idle connections kept for reuse — `keepalive` to each backend in each worker, but never
+/// more than the listener's client connections (idle connections are left over from requests
+/// that were in flight at once).
 fn fixed_need(settings: &ProxySettings) -> u64 {
     let workers = settings.workers.max(1) as u64;
-    let mut needed = RESERVE;
+    let mut needed = RESERVE + PER_WORKER * workers;
     for listener in &settings.listeners {
         needed += workers;
         if let Some(upstream) = settings
@@ -29,7 +36,8 @@ fn fixed_need(settings: &ProxySettings) -> u64 {
             .iter()
             .find(|u| u.name == listener.upstream)
         {
-            needed += workers * upstream.keepalive as u64 * upstream.backends.len() as u64;
+            let idle = workers * upstream.keepalive as u64 * upstream.backends.len() as u64;
+            needed += idle.min(listener.connection_limit() as u64);
         }
     }
     needed
@@ -106,20 +114,23 @@ pub fn fit_to_limit(settings: &mut ProxySettings, limit: Option<u64>) -> Result<
     Ok(())
 }
 
-/// Raises the soft limit on open files to the hard limit; returns the limit now in force
-/// (`None`: unlimited).
-pub fn raise_open_files_limit() -> std::io::Result<Option<u64>> {
+/// Raises the soft limit on open files to the hard limit; returns the limit in force
+/// afterwards (`None`: unlimited) and, if raising failed, why (the soft limit then stays).
+pub fn raise_open_files_limit() -> (Option<u64>, Option<std::io::Error>) {
     let limit = getrlimit(Resource::Nofile);
-    if limit.current != limit.maximum {
-        setrlimit(
+    let mut error = None;
+    if limit.current != limit.maximum
+        && let Err(e) = setrlimit(
             Resource::Nofile,
             Rlimit {
                 current: limit.maximum,
                 maximum: limit.maximum,
             },
-        )?;
+        )
+    {
+        error = Some(e.into());
     }
-    Ok(getrlimit(Resource::Nofile).current)
+    (getrlimit(Resource::Nofile).current, error)
 }
 
 #[cfg(test)]
@@ -152,13 +163,21 @@ mod tests {
         }
     }
 
-    /// Per listener: 2 listening sockets and 2 workers × 10 × 3 idle connections.
+    /// Two workers' runtimes, then per listener: 2 listening sockets and 2 workers × 10 × 3
+    /// idle connections.
+    const WORKERS: u64 = 2 * PER_WORKER;
     const PER_LISTENER: u64 = 2 + 60;
 
     #[test]
     fn the_need_counts_clients_their_backends_and_idle_connections() {
         let s = settings(&[Some(100)]);
-        assert_eq!(descriptors_needed(&s), RESERVE + PER_LISTENER + 200);
+        assert_eq!(
+            descriptors_needed(&s),
+            RESERVE + WORKERS + PER_LISTENER + 200
+        );
+        // Idle connections never outnumber the client connections they were left by.
+        let s = settings(&[Some(20)]);
+        assert_eq!(descriptors_needed(&s), RESERVE + WORKERS + 2 + 20 + 40);
     }
 
     #[test]
@@ -171,7 +190,7 @@ mod tests {
         // explicit listener, halved.
         let mut s = settings(&[None, Some(100)]);
         fit_to_limit(&mut s, Some(20_000)).unwrap();
-        let left = 20_000 - (RESERVE + 2 * PER_LISTENER + 200);
+        let left = 20_000 - (RESERVE + WORKERS + 2 * PER_LISTENER + 200);
         assert_eq!(s.listeners[0].max_connections, Some((left / 2) as usize));
         assert_eq!(s.listeners[1].max_connections, Some(100));
         assert!(descriptors_needed(&s) <= 20_000);
@@ -188,7 +207,7 @@ mod tests {
         assert_eq!(
             e,
             Shortage {
-                needed: RESERVE + PER_LISTENER + 20_000,
+                needed: RESERVE + WORKERS + PER_LISTENER + 20_000,
                 limit: 1024
             }
         );

@@ -93,6 +93,16 @@ pub(super) fn trusted_proxy(text: &str) -> Result<(IpNet, bool), String> {
             }
         },
     };
+    // Peers are compared as IPv4 when they are IPv4-mapped (`::ffff:10.0.0.1`), so a mapped
+    // range is taken as the IPv4 range it covers; a range wider than the mapped block cannot
+    // be (and would match no peer).
+    let (addr, prefix) = match addr {
+        IpAddr::V6(v6) if prefix >= 96 => match v6.to_ipv4_mapped() {
+            Some(v4) => (IpAddr::V4(v4), prefix - 96),
+            None => (addr, prefix),
+        },
+        _ => (addr, prefix),
+    };
     let net = IpNet::new(addr, prefix).map_err(|e| format!("\"{text}\": {e}; {form}"))?;
     let trunc = net.trunc();
     Ok((trunc, trunc.addr() != addr))
@@ -135,6 +145,15 @@ mod tests {
         assert_eq!(net("::1"), Ok(("::1/128".to_owned(), false)));
         assert_eq!(net("fd00::/8"), Ok(("fd00::/8".to_owned(), false)));
         assert_eq!(net("10.1.2.3/8"), Ok(("10.0.0.0/8".to_owned(), true)));
+        // IPv4-mapped: the IPv4 range, as peers are compared.
+        assert_eq!(
+            net("::ffff:10.0.0.0/104"),
+            Ok(("10.0.0.0/8".to_owned(), false))
+        );
+        assert_eq!(
+            net("::ffff:192.0.2.1"),
+            Ok(("192.0.2.1/32".to_owned(), false))
+        );
         assert!(net("10.0.0.0/33").unwrap_err().contains("from 0 to 32"));
         assert!(net("::/129").unwrap_err().contains("from 0 to 128"));
         assert!(

@@ -4,6 +4,13 @@
 #   bench/compare.sh            # the full run (about 8 minutes on 2 cores)
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
+#   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
+#
+# BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
+# fourth contender, `baseline`, configured exactly like fulcrum, on its own port. Comparing two
+# builds across separate runs mixes the change with the machine's drift from one run to the
+# next (absolute rates move by 10% and more here); measured in the same run, interleaved with
+# the others, the ratio fulcrum / baseline is what the change did. Unset, nothing of it runs.
 #
 # What it does (docs/performance.md explains the method):
 #   * installs nginx, haproxy and wrk from Debian's packages if they are missing;
@@ -12,11 +19,13 @@
 #   * starts fulcrum, nginx and HAProxy as proxies, configured alike: round robin over the same
 #     3 backends, keep-alive to clients and to the backends, X-Forwarded-For added, access logs
 #     off, the same number of workers (processes for nginx, threads for HAProxy and fulcrum);
+#     with BASELINE, that binary too, as `baseline`, with fulcrum's configuration;
 #   * for each worker count (1, 2) and connection count (64, 256), runs `wrk --latency` against
 #     each proxy in turn, REPS times after a warm-up, interleaved and rotated (A B C, B C A,
 #     C A B, ...), then the same against one backend directly (the ceiling);
 #   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker;
-#   * prints one table of medians, and writes it to bench/results/<date>-<host>.md.
+#   * prints one table of medians, and writes it to bench/results/<date>-<host>.md
+#     (<date>-<host>-baseline.md with BASELINE, so it does not replace a run without one).
 #
 # Pinning: with 1 worker, the proxies run on CPU 1 and wrk plus the backends on CPU 0, so the
 # proxy has a core to itself and is what limits the rate. With 2 workers nothing is pinned (the
@@ -24,6 +33,16 @@
 #
 # Every process it starts is stopped on exit, by PID.
 set -euo pipefail
+
+BASELINE=${BASELINE:-}
+if [ -n "$BASELINE" ]; then
+    # Resolved before the cd below, so a path relative to where it was run from still works.
+    if [ ! -x "$BASELINE" ] || [ -d "$BASELINE" ]; then
+        echo "error: BASELINE=$BASELINE is not an executable file" >&2
+        exit 1
+    fi
+    BASELINE=$(realpath "$BASELINE")
+fi
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-4}     # seconds per measured run
@@ -36,6 +55,7 @@ BACKEND_PORTS=(19101 19102 19103)
 PORT_FULCRUM=19181
 PORT_NGINX=19182
 PORT_HAPROXY=19183
+PORT_BASELINE=19184
 
 need() {
     local missing=()
@@ -54,7 +74,9 @@ need nginx haproxy wrk
 export PATH="$PATH:/usr/sbin"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-for port in "${BACKEND_PORTS[@]}" $PORT_FULCRUM $PORT_NGINX $PORT_HAPROXY; do
+PORTS=("${BACKEND_PORTS[@]}" "$PORT_FULCRUM" "$PORT_NGINX" "$PORT_HAPROXY")
+[ -z "$BASELINE" ] || PORTS+=("$PORT_BASELINE")
+for port in "${PORTS[@]}"; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         echo "error: 127.0.0.1:$port is in use; stop what listens there and run again" >&2
         exit 1
@@ -63,7 +85,11 @@ done
 
 echo "building fulcrum (release)..." >&2
 cargo build --release --locked -p fulcrum -q
-FULCRUM=$PWD/target/release/fulcrum
+# The commit measured, taken now: the checkout may move on while the run goes.
+REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+if git status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | grep -q .; then
+    REVISION="$REVISION with uncommitted changes"
+fi
 
 WORK=$(mktemp -d /tmp/fulcrum-bench.XXXXXX)
 PIDS=()
@@ -79,6 +105,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A copy, so that a rebuild in this checkout during the run does not swap the binary between
+# cases.
+cp target/release/fulcrum "$WORK/fulcrum"
+FULCRUM=$WORK/fulcrum
+
 CLK_TCK=$(getconf CLK_TCK)
 CORES=$(nproc)
 
@@ -93,10 +124,10 @@ cpu_ticks() {
     local total=0 pid
     for pid in $(family "$1"); do
         # Fields after the command name, which is in parentheses: utime is the 12th, stime the 13th.
-        local rest
+        local rest fields
         rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
-        set -- $rest
-        total=$((total + ${12} + ${13}))
+        read -ra fields <<<"$rest"
+        total=$((total + fields[11] + fields[12]))
     done
     echo "$total"
 }
@@ -138,6 +169,8 @@ start_backends() {
         echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
         echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
         for port in "${BACKEND_PORTS[@]}"; do
+            # The \n is for nginx (the body's newline), not for echo.
+            # shellcheck disable=SC2028
             echo "  server { listen 127.0.0.1:$port; location / { return 200 \"backend $port\\n\"; } }"
         done
         echo "}"
@@ -153,14 +186,16 @@ stop() {
     wait "$1" 2>/dev/null || true
 }
 
-# start_fulcrum WORKERS ALGORITHM CPUS
+# start_fulcrum WORKERS ALGORITHM CPUS [NAME BINARY PORT]
+# The same configuration for this checkout's build and for BASELINE; only the port differs.
 start_fulcrum() {
-    local workers=$1 alg=$2 cpus=$3 conf=$WORK/fulcrum.toml
+    local workers=$1 alg=$2 cpus=$3 name=${4:-fulcrum} bin=${5:-$FULCRUM} listen=${6:-$PORT_FULCRUM}
+    local conf=$WORK/$name.toml port
     {
         echo "workers = $workers"
         echo "access_log = false"
         echo "[[listener]]"
-        echo "listen = \"127.0.0.1:$PORT_FULCRUM\""
+        echo "listen = \"127.0.0.1:$listen\""
         echo "upstream = \"b\""
         echo "[[upstream]]"
         echo "name = \"b\""
@@ -171,10 +206,10 @@ start_fulcrum() {
             echo "addr = \"127.0.0.1:$port\""
         done
     } >"$conf"
-    RUST_LOG=warn $(pin "$cpus") "$FULCRUM" run --config "$conf" 2>"$WORK/fulcrum.log" &
-    PROXY_PID[fulcrum]=$!
+    RUST_LOG=warn $(pin "$cpus") "$bin" run --config "$conf" 2>"$WORK/$name.log" &
+    PROXY_PID[$name]=$!
     PIDS+=("$!")
-    wait_port $PORT_FULCRUM
+    wait_port "$listen"
 }
 
 # start_nginx WORKERS ALGORITHM CPUS
@@ -240,7 +275,7 @@ start_haproxy() {
     wait_port $PORT_HAPROXY
 }
 
-declare -A PROXY_PID PROXY_PORT=([fulcrum]=$PORT_FULCRUM [nginx]=$PORT_NGINX [haproxy]=$PORT_HAPROXY)
+declare -A PROXY_PID PROXY_PORT=([fulcrum]=$PORT_FULCRUM [nginx]=$PORT_NGINX [haproxy]=$PORT_HAPROXY [baseline]=$PORT_BASELINE)
 RAW=$WORK/raw.tsv   # case workers conns proxy rep rps p50_us p99_us cpu_s rss_kib requests
 
 # Latency as wrk prints it (e.g. 812.00us, 1.20ms, 2.01s) in microseconds.
@@ -255,9 +290,10 @@ to_us() {
 measure() {
     local case=$1 workers=$2 conns=$3 name=$4 rep=$5 port=$6 pid=$7 cpus=$8 threads=$9
     local before after out rps p50 p99 requests errors
-    before=$([ "$pid" = - ] && echo 0 || cpu_ticks "$pid")
+    before=0 after=0
+    if [ "$pid" != - ]; then before=$(cpu_ticks "$pid"); fi
     out=$($(pin "$cpus") wrk -t"$threads" -c"$conns" -d"${DURATION}s" --latency "http://127.0.0.1:$port/")
-    after=$([ "$pid" = - ] && echo 0 || cpu_ticks "$pid")
+    if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
     rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
     p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
     p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
@@ -268,7 +304,8 @@ measure() {
     fi
     local cpu_s rss
     cpu_s=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
-    rss=$([ "$pid" = - ] && echo 0 || peak_rss_kib "$pid")
+    rss=0
+    if [ "$pid" != - ]; then rss=$(peak_rss_kib "$pid"); fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$case" "$workers" "$conns" "$name" "$rep" "$rps" "$p50" "$p99" "$cpu_s" "$rss" "$requests" >>"$RAW"
     printf '  %-8s %-10s w=%s c=%-3s rep %s: %9.0f req/s  p99 %7.0f us  cpu %5.2f s\n' \
@@ -287,7 +324,11 @@ run_case() {
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
     start_nginx "$workers" "$alg" "$proxy_cpus"
     start_haproxy "$workers" "$alg" "$proxy_cpus"
-    local names=(fulcrum nginx haproxy) conns name rep
+    local names=(fulcrum nginx haproxy) conns name rep i
+    if [ -n "$BASELINE" ]; then
+        start_fulcrum "$workers" "$alg" "$proxy_cpus" baseline "$BASELINE" $PORT_BASELINE
+        names+=(baseline)
+    fi
     for name in "${names[@]}"; do
         # Warm-up: connections to the backends opened, caches and allocators warm.
         $(pin "$client_cpus") wrk -t"$threads" -c64 -d"${WARMUP}s" "http://127.0.0.1:${PROXY_PORT[$name]}/" >/dev/null
@@ -295,9 +336,9 @@ run_case() {
     for conns in "$@"; do
         for rep in $(seq 1 "$REPS"); do
             # Interleaved, and rotated: fulcrum nginx haproxy, nginx haproxy fulcrum, ... so no
-            # proxy always runs first, or right after another.
-            for i in 0 1 2; do
-                name=${names[$(((i + rep - 1) % 3))]}
+            # proxy always runs first, or right after another (with BASELINE, over the four).
+            for i in "${!names[@]}"; do
+                name=${names[$(((i + rep - 1) % ${#names[@]}))]}
                 measure "$case" "$workers" "$conns" "$name" "$rep" "${PROXY_PORT[$name]}" "${PROXY_PID[$name]}" "$client_cpus" "$threads"
             done
         done
@@ -326,20 +367,29 @@ run_case ip_hash ip_hash 1 64
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results
 mkdir -p "$RESULTS"
-OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s).md"
+OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
 {
-    echo "# fulcrum vs nginx vs HAProxy — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# fulcrum vs ${BASELINE:+baseline vs }nginx vs HAProxy — $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "* machine: $(hostname -s), $CORES cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
     echo "* peers: $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(haproxy -v | head -1 | awk '{ print "HAProxy " $3 }'), $("$FULCRUM" --version), $(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')"
+    if [ -n "$BASELINE" ]; then
+        # Both builds may print the same version; the commit and the file's hash say which is which.
+        echo "* fulcrum: this checkout at $REVISION; baseline: $BASELINE ($("$BASELINE" --version), sha256 $(sha256sum "$BASELINE" | cut -c1-12))"
+    fi
     echo "* method: wrk --latency, ${DURATION} s per run, ${REPS} interleaved repetitions after a ${WARMUP} s warm-up; medians."
     echo "  1 worker: proxies pinned to CPU 1, wrk and backends to CPU 0. 2 workers: no pinning."
     echo "* cpu µs/req: the proxy's user+system CPU time over the requests it served (lower is better)."
     echo "  peak RSS: VmHWM summed over the proxy's processes (nginx: master and workers)."
     echo
-    echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    awk -F'\t' '
+    if [ -n "$BASELINE" ]; then
+        echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s | ×baseline req/s |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    else
+        echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    fi
+    awk -F'\t' -v baseline="${BASELINE:+1}" '
         function median(key,    n, i, j, t, a) {
             n = split(vals[key], a, " ")
             for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
@@ -359,16 +409,20 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s).md"
             for (r = 1; r <= rows; r++) {
                 row = order[r]; split(row, k, SUBSEP)
                 base = k[1] SUBSEP k[2] SUBSEP k[3]
-                xn = xh = ""
-                if (k[4] == "fulcrum") {
+                xn = xh = xb = ""
+                # The baseline gets ratios to the peers too: beside those of fulcrum, in the same
+                # run, they show how far the change moved fulcrum against nginx and HAProxy.
+                if (k[4] == "fulcrum" || k[4] == "baseline") {
                     xn = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "nginx", 6])
                     xh = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "haproxy", 6])
                 }
+                if (k[4] == "fulcrum" && baseline) xb = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "baseline", 6])
                 cpu = med[row, 9]; per = med[row, 11] > 0 && k[4] != "direct" ? sprintf("%.2f", cpu * 1e6 / med[row, 11]) : "–"
-                printf "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s |\n",
+                printf "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s |%s\n",
                     k[1], k[2], k[3], k[4], med[row, 6], med[row, 7], med[row, 8],
                     k[4] == "direct" ? "–" : sprintf("%.2f", cpu), per,
-                    k[4] == "direct" ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh
+                    k[4] == "direct" ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh,
+                    baseline ? " " xb " |" : ""
             }
         }' "$RAW"
     echo

@@ -87,7 +87,11 @@ enum LabCommand {
 /// are dropped rather than stall the data plane. Keep the guard until exit: it flushes.
 fn init_logs(default: &str) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    // The channel is allocated whole up front: 8192 lines (256 KiB) rather than the crate's
+    // 128,000 (4 MiB) is ample between two writes of the thread.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(8192)
+        .finish(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

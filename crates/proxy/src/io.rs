@@ -63,7 +63,10 @@ pub(crate) async fn write_two<W: tokio::io::AsyncWrite + Unpin>(
 /// `MSG_PEEK`); like nginx, a client that only half-closes after sending is taken as gone.
 pub(crate) async fn client_gone(client: &TcpStream) {
     let mut byte = [0u8; 1];
-    match client.peek(&mut byte).await {
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    // `poll_peek` waits in the socket's reader slot; the `peek` future would queue a waiter
+    // behind a lock on every request.
+    match std::future::poll_fn(|cx| client.poll_peek(cx, &mut buf)).await {
         Ok(0) | Err(_) => {}
         Ok(_) => std::future::pending().await,
     }

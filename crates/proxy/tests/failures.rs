@@ -188,6 +188,22 @@ async fn early_answer_backend() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, heads)
 }
 
+/// PUTs 32 MiB and reads the answer until the proxy closes the connection (or `within`);
+/// returns it and how long it took.
+async fn upload_32_mib(proxy: SocketAddr, within: Duration) -> (RawResponse, Duration) {
+    let body = vec![b'x'; 32 << 20];
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let started = Instant::now();
+    let head = format!(
+        "PUT /upload HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    let r = read_until_closed(&mut stream, within).await;
+    (r, started.elapsed())
+}
+
 #[tokio::test]
 async fn defect_4_an_early_answer_during_an_upload_reaches_the_client() {
     let (early, heads) = early_answer_backend().await;
@@ -200,17 +216,7 @@ async fn defect_4_an_early_answer_during_an_upload_reaches_the_client() {
     s.listeners[0].max_body_bytes = 64 << 20;
     let proxy = start(s).await;
 
-    let body = vec![b'x'; 32 << 20];
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let started = Instant::now();
-    let head = format!(
-        "PUT /upload HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    let r = read_until_closed(&mut stream, DEADLINE).await;
-    let took = started.elapsed();
+    let (r, took) = upload_32_mib(proxy.addr, DEADLINE).await;
     println!(
         "defect 4: 32 MiB PUT to a backend answering 413 at once: {} in {took:?}",
         r.status
@@ -575,17 +581,7 @@ async fn a_slow_but_moving_upload_is_not_a_timeout() {
     let mut s = settings(up);
     s.listeners[0].max_body_bytes = 64 << 20;
     let proxy = start(s).await;
-    let body = vec![b'x'; 32 << 20];
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let started = Instant::now();
-    let head = format!(
-        "PUT / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    let r = read_until_closed(&mut stream, Duration::from_secs(20)).await;
-    let took = started.elapsed();
+    let (r, took) = upload_32_mib(proxy.addr, Duration::from_secs(20)).await;
     assert_eq!(
         r.status,
         200,

@@ -65,6 +65,15 @@ async fn burst(addr: SocketAddr, path: &str, n: usize) {
     }
 }
 
+/// A proxy with one worker (so every connection to the backend is in one pool) over `addr`.
+async fn one_worker_proxy(addr: SocketAddr) -> Running {
+    start(one_worker(upstream(
+        Algorithm::RoundRobin,
+        backends(&[addr]),
+    )))
+    .await
+}
+
 fn one_worker(up: proxy::UpstreamSettings) -> proxy::ProxySettings {
     let mut s = settings(up);
     s.workers = 1;
@@ -74,11 +83,7 @@ fn one_worker(up: proxy::UpstreamSettings) -> proxy::ProxySettings {
 #[tokio::test]
 async fn defect_1_a_failing_request_is_not_replayed_on_every_idle_connection() {
     let (addr, died) = dying_backend().await;
-    let proxy = start(one_worker(upstream(
-        Algorithm::RoundRobin,
-        backends(&[addr]),
-    )))
-    .await;
+    let proxy = one_worker_proxy(addr).await;
     // Eight idle connections to the backend in the worker's pool.
     burst(proxy.addr, "/slow", 8).await;
     eventually("eight idle connections", DEADLINE, || async {
@@ -129,11 +134,7 @@ async fn closing_after_one() -> (SocketAddr, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn defect_2_the_keep_alive_race_does_not_eject_a_healthy_backend() {
     let (addr, answered) = closing_after_one().await;
-    let proxy = start(one_worker(upstream(
-        Algorithm::RoundRobin,
-        backends(&[addr]),
-    )))
-    .await;
+    let proxy = one_worker_proxy(addr).await;
     let mut client = lab::Client::new(proxy.addr);
     assert_eq!(client.get("/").await.unwrap().status, 200);
 
@@ -623,11 +624,7 @@ async fn exact_fill_backend() -> (SocketAddr, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn a_response_that_fills_the_read_buffer_exactly_keeps_its_connection() {
     let (addr, accepted) = exact_fill_backend().await;
-    let proxy = start(one_worker(upstream(
-        Algorithm::RoundRobin,
-        backends(&[addr]),
-    )))
-    .await;
+    let proxy = one_worker_proxy(addr).await;
     let mut client = lab::Client::new(proxy.addr);
     for _ in 0..5 {
         let reply = client.get("/").await.unwrap();

@@ -203,7 +203,11 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             version = env!("CARGO_PKG_VERSION"),
             "fulcrum started"
         );
+        // The control plane (load feedback) runs on this runtime, beside the workers.
+        let (stop_control, stopped) = tokio::sync::watch::channel(false);
+        control::spawn(proxy.upstreams(), &stopped);
         proxy.run(shutdown_signal()).await;
+        let _ = stop_control.send(true);
         tracing::info!("fulcrum stopped");
         Ok(ExitCode::SUCCESS)
     })

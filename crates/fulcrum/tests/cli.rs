@@ -510,3 +510,124 @@ fn max_connections_fit_the_open_files_limit() {
     assert!(line.contains("open_files_limit=512"), "{line}");
     assert!(line.contains("max_connections=[216]"), "{line}");
 }
+
+/// A stand-in for `fulcrum agent` that always reports the same load (a fixture the issue
+/// allows): every `GET` is answered with `{"cpu":u,...}` for every utilization `u`. Dropping
+/// the handle stops it (its port then refuses connections).
+fn fixed_agent(rt: &tokio::runtime::Runtime, u: f64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = format!(
+        "{{\"cpu\":{u},\"mem\":{u},\"disk\":{u},\"net\":{u},\"container_mem\":{u},\"ts_ms\":0}}"
+    );
+    let task = rt.spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[test]
+fn dwlc_follows_agent_reports_and_a_stale_agent_gets_the_average() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let backends: Vec<Backend> = ["a", "b", "c"]
+        .iter()
+        .map(|n| rt.block_on(Backend::start(n, loopback)).unwrap())
+        .collect();
+    // Uniform utilizations 0.6, 0.2, 0.9: seed 003's L = 60, 20, 90, so W = 40, 80, 10.
+    let agents: Vec<_> = [0.6, 0.2, 0.9]
+        .iter()
+        .map(|&u| fixed_agent(&rt, u))
+        .collect();
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"dwlc\"\n\
+         poll_interval = \"500ms\"\npoll_timeout = \"200ms\"\nstale_after = 2\n",
+    );
+    for (b, (agent, _)) in backends.iter().zip(&agents) {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  agent = \"{agent}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new("dwlc.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let wait_for_weights = |want: &str| loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("weights applied") && line.contains(&format!("new={want}")) {
+            return line;
+        }
+    };
+    let applied = wait_for_weights("[40, 80, 10]");
+    assert!(applied.contains("cpu=0.20"), "{applied}");
+
+    let addr = fulcrum.addr_of("web");
+    let counts = rt.block_on(async {
+        let mut client = Client::new(addr);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..260 {
+            let reply = client.get("/").await.unwrap();
+            assert_eq!(reply.status, 200);
+            *counts.entry(reply.text()).or_insert(0) += 1;
+        }
+        counts
+    });
+    for (name, want) in [("a", 80), ("b", 160), ("c", 20)] {
+        let got = counts.get(name).copied().unwrap_or(0);
+        assert!(
+            (want - 5..=want + 5).contains(&got),
+            "{name}: {got} of 260, want about {want}: {counts:?}"
+        );
+    }
+
+    // The 0.2 agent dies. Its backend keeps serving; after stale_after polls it is weighted as
+    // the average of the fresh reports (0.75: L = 75, W = 25), neither idle (100) nor full.
+    let (_, b_agent) = &agents[1];
+    b_agent.abort();
+    let client_task = rt.spawn(async move {
+        let mut client = Client::new(addr);
+        let mut failed = 0;
+        let mut sent = 0;
+        let until = tokio::time::Instant::now() + Duration::from_secs(3);
+        while tokio::time::Instant::now() < until {
+            sent += 1;
+            match client.get("/").await {
+                Ok(r) if r.status == 200 => {}
+                _ => failed += 1,
+            }
+        }
+        (sent, failed)
+    });
+    let applied = wait_for_weights("[40, 25, 10]");
+    assert!(applied.contains("cpu=0.75"), "{applied}");
+    let (sent, failed) = rt.block_on(client_task).unwrap();
+    assert_eq!(
+        failed, 0,
+        "{failed} of {sent} requests failed while the agent was gone"
+    );
+}

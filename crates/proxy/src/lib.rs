@@ -43,5 +43,7 @@ mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, StartError};
-pub use settings::{BackendSettings, HashKey, ListenerSettings, ProxySettings, UpstreamSettings};
+pub use settings::{
+    BackendSettings, HashKey, ListenerSettings, LoadSource, ProxySettings, UpstreamSettings,
+};
 pub use upstream::{BackendSnapshot, Upstream};

@@ -175,6 +175,12 @@ pub struct UpstreamSettings {
     pub keepalive_timeout: Duration,
     /// Seed for algorithms that draw random numbers.
     pub seed: u64,
+    /// How often backends' load sources are polled (seed 003's t = 3 s).
+    pub poll_interval: Duration,
+    /// How long one poll may take.
+    pub poll_timeout: Duration,
+    /// Polls in a row without a fresh report after which a backend's report is stale.
+    pub stale_after: u32,
 }
 
 impl UpstreamSettings {
@@ -182,6 +188,9 @@ impl UpstreamSettings {
     pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
     pub const DEFAULT_KEEPALIVE: usize = 256;
     pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
+    pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const DEFAULT_STALE_AFTER: u32 = 3;
 
     /// An upstream with every default.
     pub fn new(
@@ -202,6 +211,9 @@ impl UpstreamSettings {
             keepalive: Self::DEFAULT_KEEPALIVE,
             keepalive_timeout: Self::DEFAULT_KEEPALIVE_TIMEOUT,
             seed: 0,
+            poll_interval: Self::DEFAULT_POLL_INTERVAL,
+            poll_timeout: Self::DEFAULT_POLL_TIMEOUT,
+            stale_after: Self::DEFAULT_STALE_AFTER,
         }
     }
 }
@@ -219,6 +231,15 @@ pub struct BackendSettings {
     pub fail_timeout: Duration,
     /// This backend's slow start, overriding the upstream's (`options.slow_start`).
     pub slow_start: Option<Duration>,
+    /// Where its load reports come from, if anywhere.
+    pub load_source: Option<LoadSource>,
+}
+
+/// Where a backend's load reports come from (one source per backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSource {
+    /// A `fulcrum agent`: `GET /load` answers the JSON of the agent protocol.
+    Agent(SocketAddr),
 }
 
 impl BackendSettings {
@@ -235,6 +256,7 @@ impl BackendSettings {
             max_fails: Self::DEFAULT_MAX_FAILS,
             fail_timeout: Self::DEFAULT_FAIL_TIMEOUT,
             slow_start: None,
+            load_source: None,
         }
     }
 

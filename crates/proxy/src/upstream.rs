@@ -78,8 +78,29 @@ impl Upstream {
         (hashed && self.settings.hash_key != HashKey::ClientIp).then_some(&self.settings.hash_key)
     }
 
-    pub(crate) fn settings(&self) -> &UpstreamSettings {
+    /// What the upstream was configured with.
+    pub fn settings(&self) -> &UpstreamSettings {
         &self.settings
+    }
+
+    /// The configured backends in pool order (primaries, then backups): entry `i` is the
+    /// backend of `BackendId(i)`.
+    pub fn backends_in_pool_order(&self) -> Vec<&crate::BackendSettings> {
+        let (backup, primary): (Vec<_>, Vec<_>) =
+            self.settings.backends.iter().partition(|b| b.backup);
+        primary.into_iter().chain(backup).collect()
+    }
+
+    /// Applies the weights of every backend at once, in pool order (a weight model's result):
+    /// one rebuild under the pool lock, so no pick ever sees half of them.
+    pub fn set_weights(&self, weights: &[u32]) {
+        let now = self.now();
+        self.pool().set_weights(weights, now);
+    }
+
+    /// The weights in force, in pool order.
+    pub fn weights(&self) -> Vec<u32> {
+        self.pool().states().iter().map(|s| s.weight()).collect()
     }
 
     /// A new worker's own connections to each backend, by pool id.

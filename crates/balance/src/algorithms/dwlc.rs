@@ -21,7 +21,10 @@ pub struct Dwlc {
 
 impl Balancer for Dwlc {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.least_conn.rebuild(backends);
+        // The model rewrites weights by tens at a time (seed 003: W = 100 − L): they apply at
+        // once rather than climbing one unit per pick, which took the first hundred picks
+        // after a change to reach 40, 80, 10 from 1, 1, 1.
+        self.least_conn.rebuild_at_once(backends);
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
@@ -54,6 +57,29 @@ mod tests {
             h.complete(id, Outcome::Success);
         }
         assert_eq!(seq, "aabacaa");
+    }
+
+    #[test]
+    fn new_model_weights_apply_from_the_next_pick() {
+        // From 1, 1, 1 to the model's 40, 80, 10: one request at a time, the first 130 picks
+        // already split 40 / 80 / 10 (they climbed one unit per pick before, skewing the first
+        // hundred picks towards the backends that had been equal).
+        let mut h = Harness::new(&[1, 1, 1], Dwlc::default());
+        for _ in 0..3 {
+            let id = h.pick().unwrap();
+            h.complete(id, Outcome::Success);
+        }
+        for (s, w) in h.states.iter_mut().zip([40, 80, 10]) {
+            s.weight = w;
+        }
+        h.balancer.rebuild(&Backends::new(&h.states, h.now));
+        let mut counts = [0; 3];
+        for _ in 0..130 {
+            let id = h.pick().unwrap();
+            counts[id.index()] += 1;
+            h.complete(id, Outcome::Success);
+        }
+        assert_eq!(counts, [40, 80, 10]);
     }
 
     #[test]

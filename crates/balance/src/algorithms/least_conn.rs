@@ -12,6 +12,14 @@ pub struct LeastConn {
     tie_break: SmoothWeights,
 }
 
+impl LeastConn {
+    /// As [`Balancer::rebuild`], but a changed weight takes effect at once in the tie-break
+    /// (see [`SmoothWeights::rebuild_at_once`]): for weights a load model rewrites.
+    pub fn rebuild_at_once(&mut self, backends: &Backends<'_>) {
+        self.tie_break.rebuild_at_once(backends);
+    }
+}
+
 impl Balancer for LeastConn {
     fn rebuild(&mut self, backends: &Backends<'_>) {
         self.tie_break.rebuild(backends);

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use balance::Algorithm;
+use proxy::LoadSource;
 use toml::Spanned;
 
 use super::duration::Zero;
@@ -22,8 +23,9 @@ pub(super) const SECTION: Section = Section {
         "max_fails",
         "fail_timeout",
         "slow_start",
+        "agent",
     ],
-    not_yet: &["agent", "node_exporter", "memcached", "agent_check"],
+    not_yet: &["node_exporter", "memcached", "agent_check"],
 };
 
 /// The largest weight. Weights are relative, so a million gives any ratio worth expressing;
@@ -50,6 +52,40 @@ pub(super) struct Backend {
     pub fail_timeout: Option<Duration>,
     /// `None`: the upstream's (`Some(0)` opts out of it).
     pub slow_start: Option<Duration>,
+    /// Where its load reports come from.
+    pub load_source: Option<LoadSource>,
+}
+
+/// The algorithms that balance by weights a load model computes from backends' reports.
+pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::DynamicWrr | Algorithm::Dwlc | Algorithm::CapacityWeighted
+    )
+}
+
+/// `agent = "host:port"`: the backend's `fulcrum agent`, only for algorithms that use load
+/// reports (anywhere else it would be polled for nothing).
+fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
+    let agent = t.text(r, "agent", "an address", "127.0.0.1:9101")?;
+    if !uses_load_reports(algorithm) {
+        r.error(
+            agent.span(),
+            &t.key("agent"),
+            format!(
+                "load reports are used by dynamic_wrr, dwlc and capacity_weighted, not by {}: choose one of those or remove agent",
+                algorithm
+            ),
+        );
+        return None;
+    }
+    match address::backend(agent.get_ref()) {
+        Ok(addr) => Some(LoadSource::Agent(addr)),
+        Err(why) => {
+            r.error(agent.span(), &t.key("agent"), why);
+            None
+        }
+    }
 }
 
 /// Reads one backend of an upstream balanced by `algorithm`; `None` when its address is
@@ -74,6 +110,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
     let max_fails = max_fails(r, t);
     let fail_timeout = fail_timeout(r, t);
     let slow_start = algorithm::slow_start(r, t, algorithm);
+    let load_source = load_source(r, t, algorithm);
     let (addr, name) = addr?;
     Some(Backend {
         addr,
@@ -84,6 +121,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
         max_fails,
         fail_timeout,
         slow_start,
+        load_source,
     })
 }
 

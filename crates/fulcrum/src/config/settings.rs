@@ -71,6 +71,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
                 .or(u.fail_timeout)
                 .unwrap_or(BackendSettings::DEFAULT_FAIL_TIMEOUT),
             slow_start: b.slow_start,
+            load_source: b.load_source,
         })
         .collect();
     let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);
@@ -91,6 +92,15 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     }
     if let Some(d) = u.keepalive_timeout {
         s.keepalive_timeout = d;
+    }
+    if let Some(d) = u.poll_interval {
+        s.poll_interval = d;
+    }
+    if let Some(d) = u.poll_timeout {
+        s.poll_timeout = d;
+    }
+    if let Some(n) = u.stale_after {
+        s.stale_after = n;
     }
     if let Some(seed) = u.seed {
         s.seed = seed;

@@ -542,9 +542,11 @@ mod tests {
 
     #[test]
     fn keys_of_later_work_are_not_yet_supported() {
-        let e = refused(&GOOD.replace("weight = 3", "agent = \"127.0.0.1:9101\""));
+        let e = refused(&GOOD.replace("weight = 3", "node_exporter = \"127.0.0.1:9100\""));
         assert!(
-            e.contains("upstream[0].backend[0].agent: `agent` is not supported yet"),
+            e.contains(
+                "upstream[0].backend[0].node_exporter: `node_exporter` is not supported yet"
+            ),
             "{e}"
         );
         let e = refused(&format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:9900\"\n"));

@@ -37,6 +37,9 @@ pub(super) const SECTION: Section = Section {
         "read_timeout",
         "keepalive",
         "keepalive_timeout",
+        "poll_interval",
+        "poll_timeout",
+        "stale_after",
         "seed",
         "backend",
     ],
@@ -56,6 +59,10 @@ const MAX_RETRIES: i64 = 100;
 /// The most idle connections kept per backend and worker: each holds a descriptor, and a
 /// process rarely may hold more than a million (Linux's default `fs.nr_open` is 1048576).
 const MAX_KEEPALIVE: i64 = 1_000_000;
+
+/// The most polls a report may be missed before it is stale: beyond this a dead reporter
+/// would steer its backend for too long.
+const MAX_STALE_AFTER: i64 = 100;
 
 /// The largest total weight of an upstream balanced on nginx's ketama ring (`hash` with
 /// `consistent = true`, and `bounded_load`). The ring has 160 points per unit of weight and
@@ -78,6 +85,9 @@ pub(super) struct Upstream {
     pub read_timeout: Option<Duration>,
     pub keepalive: Option<usize>,
     pub keepalive_timeout: Option<Duration>,
+    pub poll_interval: Option<Duration>,
+    pub poll_timeout: Option<Duration>,
+    pub stale_after: Option<u32>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -115,6 +125,33 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         ),
     );
     let seed = t.integer(r, "seed", 0..=i64::MAX, "");
+    let poll_interval = t.duration(
+        r,
+        "poll_interval",
+        Zero::Refused("backends would be polled without pause"),
+    );
+    let poll_timeout = t.duration(
+        r,
+        "poll_timeout",
+        Zero::Refused("every poll would time out before it starts"),
+    );
+    let stale_after = t.integer(r, "stale_after", 1..=MAX_STALE_AFTER, "");
+    if let (Some(timeout), Some(span)) = (
+        poll_timeout.or(Some(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT)),
+        t.span_of("poll_timeout")
+            .or_else(|| t.span_of("poll_interval")),
+    ) {
+        let interval = poll_interval.unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
+        if timeout > interval {
+            r.error(
+                span,
+                &t.key("poll_timeout"),
+                format!(
+                    "poll_timeout ({timeout:?}) is longer than poll_interval ({interval:?}): a poll must end before the next begins"
+                ),
+            );
+        }
+    }
 
     let shown = name.as_ref().map_or_else(
         || "this upstream".to_owned(),
@@ -173,6 +210,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         read_timeout,
         keepalive,
         keepalive_timeout,
+        poll_interval,
+        poll_timeout,
+        stale_after,
         seed,
         backends,
     })

@@ -1,0 +1,260 @@
+//! Load feedback for one upstream: poll every backend's load source each `poll_interval`, feed
+//! the reports to the upstream's weight model, apply its weights to the pool.
+//!
+//! * **Bounded work.** All sources are polled at once, each within `poll_timeout` (which the
+//!   configuration keeps below `poll_interval`), so there is at most one poll in flight per
+//!   source and a round never overlaps the next.
+//! * **Staleness.** A backend whose source misses a poll keeps its last report for
+//!   `stale_after` polls in a row (a lost poll or two change nothing). After that its report
+//!   is stale, and the backend is taken to be as loaded as the average of the backends with
+//!   fresh reports: it neither gets the flood an idle report would draw (the models read a
+//!   missing report as idle) nor is starved as if it were full. When no backend has a fresh
+//!   report, the configured weights come back. The transition to stale and back is logged
+//!   once each, not on every poll.
+//! * **Applying.** The model's weights for every backend are applied in one
+//!   [`proxy::Upstream::set_weights`]: one lock, one rebuild of the algorithm's tables, no
+//!   connection touched. Every change is logged with the old and new weights and the reports
+//!   behind them.
+
+use std::sync::Arc;
+
+use balance::Nanos;
+use balance::weights::LoadReport;
+use proxy::{LoadSource, Upstream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::model::Model;
+use crate::source::{self, PollError};
+
+/// What the loop knows of one backend's reports.
+#[derive(Debug, Clone, Default)]
+struct Tracked {
+    last: Option<LoadReport>,
+    /// Polls in a row without a fresh report.
+    missed: u32,
+    /// Whether the report was last logged as stale.
+    stale: bool,
+}
+
+/// An upstream's feedback loop state.
+#[derive(Debug)]
+pub struct Feedback {
+    upstream: Arc<Upstream>,
+    /// Each backend's source, pool order.
+    sources: Vec<Option<LoadSource>>,
+    configured: Vec<u32>,
+    model: Model,
+    tracked: Vec<Tracked>,
+    epoch: Instant,
+}
+
+impl Feedback {
+    /// Whether `upstream` has anything to poll: a weight model and at least one source.
+    pub fn wanted(upstream: &Upstream) -> bool {
+        let algorithm = upstream.settings().algorithm;
+        let configured: Vec<u32> = upstream
+            .backends_in_pool_order()
+            .iter()
+            .map(|b| b.weight)
+            .collect();
+        Model::for_algorithm(algorithm, &configured).is_some()
+            && upstream
+                .backends_in_pool_order()
+                .iter()
+                .any(|b| b.load_source.is_some())
+    }
+
+    fn new(upstream: Arc<Upstream>) -> Option<Feedback> {
+        let backends = upstream.backends_in_pool_order();
+        let configured: Vec<u32> = backends.iter().map(|b| b.weight).collect();
+        let sources = backends.iter().map(|b| b.load_source).collect();
+        let model = Model::for_algorithm(upstream.settings().algorithm, &configured)?;
+        let tracked = vec![Tracked::default(); configured.len()];
+        drop(backends);
+        Some(Feedback {
+            upstream,
+            sources,
+            configured,
+            model,
+            tracked,
+            epoch: Instant::now(),
+        })
+    }
+
+    /// Records one round of polls (`None` for a backend without a source) and returns the
+    /// reports the model gets (see the module docs), or `None` when no backend has a fresh
+    /// report (the configured weights apply).
+    fn record(
+        &mut self,
+        polled: Vec<Option<Result<LoadReport, PollError>>>,
+    ) -> Option<Vec<Option<LoadReport>>> {
+        let stale_after = self.upstream.settings().stale_after;
+        let name = self.upstream.name().to_owned();
+        let backends: Vec<String> = self
+            .upstream
+            .backends_in_pool_order()
+            .iter()
+            .map(|b| b.name.clone())
+            .collect();
+        for (i, (t, result)) in self.tracked.iter_mut().zip(polled).enumerate() {
+            match result {
+                Some(Ok(report)) => {
+                    t.last = Some(report);
+                    t.missed = 0;
+                    if t.stale {
+                        t.stale = false;
+                        tracing::info!(upstream = %name, backend = %backends[i], "load reports are fresh again");
+                    }
+                }
+                Some(Err(e)) => {
+                    t.missed = t.missed.saturating_add(1);
+                    if t.missed >= stale_after && !t.stale {
+                        t.stale = true;
+                        tracing::warn!(
+                            upstream = %name,
+                            backend = %backends[i],
+                            error = %e,
+                            polls = t.missed,
+                            "load reports are stale: the backend is weighted as the average of the fresh ones until its source answers"
+                        );
+                    } else {
+                        tracing::debug!(upstream = %name, backend = %backends[i], error = %e, "load poll failed");
+                    }
+                }
+                None => {}
+            }
+        }
+        let fresh: Vec<LoadReport> = self
+            .tracked
+            .iter()
+            .filter(|t| t.missed < stale_after)
+            .filter_map(|t| t.last)
+            .collect();
+        let average = average(&fresh)?;
+        Some(
+            self.tracked
+                .iter()
+                .map(|t| match t.last {
+                    Some(report) if t.missed < stale_after => Some(report),
+                    _ => Some(average),
+                })
+                .collect(),
+        )
+    }
+
+    /// Computes and applies the weights after a round; returns them if they changed.
+    fn apply(&mut self, reports: Option<Vec<Option<LoadReport>>>) -> Option<Vec<u32>> {
+        let now = Nanos::from(self.epoch.elapsed());
+        let weights = match &reports {
+            Some(reports) => self.model.weights(reports, now),
+            None => self.configured.clone(),
+        };
+        let old = self.upstream.weights();
+        if old == weights {
+            return None;
+        }
+        self.upstream.set_weights(&weights);
+        let shown: Vec<String> = match &reports {
+            Some(reports) => reports
+                .iter()
+                .map(|r| match r {
+                    Some(r) => format!(
+                        "cpu={:.2} mem={:.2} disk={:.2} net={:.2} container_mem={:.2}",
+                        r.cpu, r.mem, r.disk, r.net, r.container_mem
+                    ),
+                    None => "-".to_owned(),
+                })
+                .collect(),
+            None => vec!["no fresh report: the configured weights".to_owned()],
+        };
+        tracing::info!(
+            upstream = %self.upstream.name(),
+            old = ?old,
+            new = ?weights,
+            reports = ?shown,
+            "weights applied"
+        );
+        Some(weights)
+    }
+}
+
+/// The mean of `reports`, field by field; `None` for no reports.
+fn average(reports: &[LoadReport]) -> Option<LoadReport> {
+    if reports.is_empty() {
+        return None;
+    }
+    let n = reports.len() as f64;
+    let mean = |f: fn(&LoadReport) -> f64| reports.iter().map(f).sum::<f64>() / n;
+    Some(LoadReport {
+        cpu: mean(|r| r.cpu),
+        mem: mean(|r| r.mem),
+        disk: mean(|r| r.disk),
+        net: mean(|r| r.net),
+        container_mem: mean(|r| r.container_mem),
+    })
+}
+
+/// Runs `upstream`'s feedback loop until `stop` turns true.
+pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+    let Some(mut feedback) = Feedback::new(upstream) else {
+        return;
+    };
+    let settings = feedback.upstream.settings();
+    let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let mut polls = JoinSet::new();
+        for (i, source) in feedback.sources.iter().enumerate() {
+            match *source {
+                Some(LoadSource::Agent(addr)) => {
+                    polls.spawn(async move { (i, source::poll_agent(addr, timeout).await) });
+                }
+                None => {}
+            }
+        }
+        let mut polled: Vec<Option<Result<LoadReport, PollError>>> =
+            vec![None; feedback.sources.len()];
+        let round = async {
+            while let Some(done) = polls.join_next().await {
+                if let Ok((i, result)) = done {
+                    polled[i] = Some(result);
+                }
+            }
+        };
+        tokio::select! {
+            () = round => {}
+            _ = stop.changed() => return,
+        }
+        let reports = feedback.record(polled);
+        feedback.apply(reports);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(u: f64) -> LoadReport {
+        LoadReport {
+            cpu: u,
+            mem: u,
+            disk: u,
+            net: u,
+            container_mem: u,
+        }
+    }
+
+    #[test]
+    fn the_average_of_fresh_reports() {
+        assert_eq!(average(&[]), None);
+        let a = average(&[report(0.6), report(0.9)]).unwrap();
+        assert!((a.cpu - 0.75).abs() < 1e-9 && (a.container_mem - 0.75).abs() < 1e-9);
+    }
+}

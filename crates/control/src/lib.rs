@@ -1,0 +1,32 @@
+//! fulcrum's control plane: what runs periodically beside the data plane.
+//!
+//! Nothing here blocks a worker: every loop runs on the main runtime, not on the workers', and
+//! touches an upstream's pool only to apply a result (one lock, one rebuild). Every loop races
+//! its timer against shutdown.
+//!
+//! # Layout
+//!
+//! * [`feedback`]: polls each backend's load source every `poll_interval`, keeps track of
+//!   stale reports, feeds the upstream's weight model (seed 001's `dynamic_wrr`, seed 003's
+//!   `dwlc`, seed 000's `capacity_weighted`) and applies its weights with
+//!   [`proxy::Upstream::set_weights`].
+//! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`).
+//! * [`model`]: the weight model of an upstream, behind one interface.
+
+pub mod feedback;
+pub mod model;
+pub mod source;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+/// Starts the control loops of every upstream on the current runtime; they end when `stop`
+/// turns true.
+pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
+    for upstream in upstreams {
+        if feedback::Feedback::wanted(upstream) {
+            tokio::spawn(feedback::run(Arc::clone(upstream), stop.clone()));
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! An upstream's weight model, behind one interface: reports in (one per backend, pool
+//! order), the weights for `Pool::set_weights` out. The models themselves are pure code in
+//! [`balance::weights`]; this only picks the one the upstream's algorithm balances by.
+
+use balance::weights::LoadReport;
+use balance::weights::capacity_weighted::CapacityModel;
+use balance::weights::dwlc::DwlcModel;
+use balance::weights::dynamic_wrr::DynamicWrrModel;
+use balance::{Algorithm, Nanos};
+
+/// The weight model of one upstream.
+#[derive(Debug, Clone)]
+pub enum Model {
+    /// Seed 003: `W = 100 − L`, changed by steps of at least 5.
+    Dwlc(DwlcModel),
+    /// Seed 001: entropy-weighted remaining performance.
+    DynamicWrr(DynamicWrrModel),
+    /// Seed 000: capacity × free share. The capacities are the configured weights.
+    CapacityWeighted {
+        model: CapacityModel,
+        capacities: Vec<f64>,
+    },
+}
+
+impl Model {
+    /// The model `algorithm` balances by, over backends with the `configured` weights (pool
+    /// order); `None` for an algorithm that takes no load reports.
+    pub fn for_algorithm(algorithm: Algorithm, configured: &[u32]) -> Option<Model> {
+        match algorithm {
+            Algorithm::Dwlc => Some(Model::Dwlc(DwlcModel::new(configured.len()))),
+            Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::new(configured))),
+            Algorithm::CapacityWeighted => Some(Model::CapacityWeighted {
+                model: CapacityModel::default(),
+                capacities: configured.iter().map(|&w| f64::from(w)).collect(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The weights for `reports` at `now`.
+    pub fn weights(&mut self, reports: &[Option<LoadReport>], now: Nanos) -> Vec<u32> {
+        match self {
+            Model::Dwlc(m) => {
+                m.update(reports, now);
+                m.weights().to_vec()
+            }
+            Model::DynamicWrr(m) => {
+                m.update(reports);
+                m.weights().to_vec()
+            }
+            Model::CapacityWeighted { model, capacities } => model.weights(capacities, reports),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Reading a backend's load source: `GET /load` on its `fulcrum agent` (DESIGN §2), the JSON
+//! `{"cpu":0.42,"mem":0.63,"disk":0.10,"net":0.05,"container_mem":0.50,"ts_ms":...}`.
+//!
+//! A source is untrusted input: the body is read up to [`MAX_BODY`] bytes, every field must be
+//! a finite number (NaN, infinities and strings are refused), and values outside [0, 1] are
+//! clamped, so no report can carry a model outside its range.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use balance::weights::LoadReport;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+
+/// The largest `/load` body read; a report is under 200 bytes.
+pub const MAX_BODY: usize = 16 * 1024;
+
+/// Why a poll gave no report, in words for the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PollError(pub String);
+
+/// The agent's JSON. Every utilization is required; `ts_ms` is informative.
+#[derive(Debug, Deserialize)]
+struct Wire {
+    cpu: f64,
+    mem: f64,
+    disk: f64,
+    net: f64,
+    container_mem: f64,
+}
+
+/// Parses an agent's `/load` body into a checked report.
+pub fn parse_load(body: &[u8]) -> Result<LoadReport, PollError> {
+    let wire: Wire = serde_json::from_slice(body).map_err(|e| {
+        PollError(format!(
+            "not a load report ({e}); expected JSON such as {{\"cpu\":0.42,\"mem\":0.63,\"disk\":0.1,\"net\":0.05,\"container_mem\":0.5}}"
+        ))
+    })?;
+    LoadReport::checked(wire.cpu, wire.mem, wire.disk, wire.net, wire.container_mem)
+        .map_err(|e| PollError(e.to_string()))
+}
+
+/// Polls a `fulcrum agent` once, within `timeout`.
+pub async fn poll_agent(addr: SocketAddr, timeout: Duration) -> Result<LoadReport, PollError> {
+    match tokio::time::timeout(timeout, get_load(addr)).await {
+        Ok(result) => result,
+        Err(_) => Err(PollError(format!(
+            "no answer within poll_timeout ({timeout:?})"
+        ))),
+    }
+}
+
+async fn get_load(addr: SocketAddr) -> Result<LoadReport, PollError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| PollError(format!("{what}: {e}"));
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| fail("cannot connect", &e))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail("HTTP handshake failed", &e))?;
+    let request = http::Request::get("/load")
+        .header(http::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| fail("cannot build the request", &e))?;
+    // The connection is driven by a task of its own; it ends when the agent closes it or
+    // when `sender` is dropped at the end of this poll.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| fail("request failed", &e))?;
+    if !response.status().is_success() {
+        return Err(PollError(format!(
+            "GET /load answered {}",
+            response.status()
+        )));
+    }
+    let body = Limited::new(response.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| fail("cannot read the body (at most 16 KiB)", &*e))?
+        .to_bytes();
+    parse_load(&body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_parsed_and_checked() {
+        let r = parse_load(
+            br#"{"cpu":0.42,"mem":0.63,"disk":0.1,"net":0.05,"container_mem":0.5,"ts_ms":1}"#,
+        )
+        .unwrap();
+        assert_eq!((r.cpu, r.mem, r.container_mem), (0.42, 0.63, 0.5));
+        // Out of range: clamped.
+        let r = parse_load(br#"{"cpu":-3,"mem":7,"disk":0,"net":0,"container_mem":0}"#).unwrap();
+        assert_eq!((r.cpu, r.mem), (0.0, 1.0));
+        for garbage in [
+            &b"garbage"[..],
+            br#"{"cpu":"NaN","mem":0,"disk":0,"net":0,"container_mem":0}"#,
+            br#"{"cpu":0.1}"#,
+            br#"{"cpu":1e999,"mem":0,"disk":0,"net":0,"container_mem":0}"#,
+            b"",
+        ] {
+            assert!(
+                parse_load(garbage).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(garbage)
+            );
+        }
+    }
+}

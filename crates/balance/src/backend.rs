@@ -133,6 +133,9 @@ pub struct BackendState {
     pub(crate) success_rate: f64,
     pub(crate) requests: u64,
     pub(crate) failures: u64,
+    /// Taken out by active health checks (they failed `fall` times in a row, and have not
+    /// passed `rise` times since).
+    pub(crate) check_failed: bool,
 }
 
 impl BackendState {
@@ -149,6 +152,7 @@ impl BackendState {
             success_rate: 1.0,
             requests: 0,
             failures: 0,
+            check_failed: false,
             spec,
         }
     }
@@ -195,7 +199,12 @@ impl BackendState {
     /// within `fail_timeout` of reaching `max_fails` (nginx's rule, checked on every pick).
     #[inline]
     pub fn is_eligible(&self, now: Nanos) -> bool {
-        !self.spec.down && self.weight > 0 && !self.is_failed(now)
+        !self.spec.down && self.weight > 0 && !self.check_failed && !self.is_failed(now)
+    }
+
+    /// Whether active health checks have taken the backend out.
+    pub fn is_check_failed(&self) -> bool {
+        self.check_failed
     }
 
     /// Taken out of rotation by passive health at `now`.

@@ -192,6 +192,24 @@ impl Pool {
         }
     }
 
+    /// Records what active health checks concluded (HAProxy's rule: checks and passive health
+    /// each can take a backend out; one the checks bring back enters slow start, if it has
+    /// one). Returns whether the state changed.
+    pub fn set_check_result(&mut self, id: BackendId, healthy: bool, now: Nanos) -> bool {
+        let state = &mut self.states[id.index()];
+        if state.check_failed != healthy {
+            return false;
+        }
+        state.check_failed = !healthy;
+        if healthy {
+            // Back: a fresh start for passive health too, as after a successful probe.
+            state.fails = 0;
+            self.begin_slow_start(id, now);
+        }
+        self.rebuild(now);
+        true
+    }
+
     /// How long `id`'s slow start lasts: its own `slow_start`, else the pool's; `None` if it
     /// has none or the algorithm does not support it.
     fn slow_start_of(&self, id: BackendId) -> Option<Nanos> {
@@ -539,6 +557,31 @@ mod tests {
             assert_eq!(t.backend(), BackendId(1), "at {s}s backend 0 is still out");
             p.complete(t, Outcome::Success, secs(s));
         }
+    }
+
+    #[test]
+    fn a_failed_check_takes_a_backend_out_until_it_passes() {
+        let mut p = pool(Algorithm::RoundRobin, &[1, 1], &[]);
+        assert!(p.set_check_result(BackendId(0), false, secs(1)));
+        assert!(
+            !p.set_check_result(BackendId(0), false, secs(1)),
+            "no change"
+        );
+        for _ in 0..4 {
+            let t = p.pick(None, &[], secs(2)).unwrap();
+            assert_eq!(t.backend(), BackendId(1));
+            p.complete(t, Outcome::Success, secs(2));
+        }
+        assert!(p.set_check_result(BackendId(0), true, secs(3)));
+        let picked: Vec<_> = (0..2)
+            .map(|_| {
+                let t = p.pick(None, &[], secs(3)).unwrap();
+                let b = t.backend();
+                p.complete(t, Outcome::Success, secs(3));
+                b
+            })
+            .collect();
+        assert!(picked.contains(&BackendId(0)));
     }
 
     #[test]

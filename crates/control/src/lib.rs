@@ -1,4 +1,5 @@
-//! fulcrum's control plane: what runs periodically beside the data plane.
+//! fulcrum's control plane: what runs periodically beside the data plane (load feedback and
+//! active health checks).
 //!
 //! Nothing here blocks a worker: every loop runs on the main runtime, not on the workers', and
 //! touches an upstream's pool only to apply a result (one lock, one rebuild). Every loop races
@@ -10,10 +11,14 @@
 //!   stale reports, feeds the upstream's weight model (seed 001's `dynamic_wrr`, seed 003's
 //!   `dwlc`, seed 000's `capacity_weighted`) and applies its weights with
 //!   [`proxy::Upstream::set_weights`].
-//! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`).
+//! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
+//!   `fall`, combined with passive health in the pool.
+//! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`), and the one-request
+//!   HTTP client the checks share.
 //! * [`model`]: the weight model of an upstream, behind one interface.
 
 pub mod feedback;
+pub mod health;
 pub mod model;
 pub mod source;
 
@@ -27,6 +32,9 @@ pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
     for upstream in upstreams {
         if feedback::Feedback::wanted(upstream) {
             tokio::spawn(feedback::run(Arc::clone(upstream), stop.clone()));
+        }
+        if upstream.settings().health_check.is_some() {
+            tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));
         }
     }
 }

@@ -55,6 +55,20 @@ pub async fn poll_agent(addr: SocketAddr, timeout: Duration) -> Result<LoadRepor
 }
 
 async fn get_load(addr: SocketAddr) -> Result<LoadReport, PollError> {
+    let (status, body) = get(addr, "/load", MAX_BODY).await?;
+    if !status.is_success() {
+        return Err(PollError(format!("GET /load answered {status}")));
+    }
+    parse_load(&body)
+}
+
+/// `GET path` on `addr`, one request on its own connection: the status and the first
+/// `max_body` bytes of the body at most (0: the body is not read).
+pub async fn get(
+    addr: SocketAddr,
+    path: &str,
+    max_body: usize,
+) -> Result<(http::StatusCode, Bytes), PollError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| PollError(format!("{what}: {e}"));
     let stream = TcpStream::connect(addr)
         .await
@@ -62,31 +76,30 @@ async fn get_load(addr: SocketAddr) -> Result<LoadReport, PollError> {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| fail("HTTP handshake failed", &e))?;
-    let request = http::Request::get("/load")
-        .header(http::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| fail("cannot build the request", &e))?;
-    // The connection is driven by a task of its own; it ends when the agent closes it or
-    // when `sender` is dropped at the end of this poll.
+    // The connection is driven by a task of its own; it ends when the peer closes it or when
+    // `sender` is dropped at the end of this request.
     tokio::spawn(async move {
         let _ = connection.await;
     });
+    let request = http::Request::get(path)
+        .header(http::header::HOST, addr.to_string())
+        .header(http::header::USER_AGENT, "fulcrum")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| fail("cannot build the request", &e))?;
     let response = sender
         .send_request(request)
         .await
         .map_err(|e| fail("request failed", &e))?;
-    if !response.status().is_success() {
-        return Err(PollError(format!(
-            "GET /load answered {}",
-            response.status()
-        )));
+    let status = response.status();
+    if max_body == 0 {
+        return Ok((status, Bytes::new()));
     }
-    let body = Limited::new(response.into_body(), MAX_BODY)
+    let body = Limited::new(response.into_body(), max_body)
         .collect()
         .await
-        .map_err(|e| fail("cannot read the body (at most 16 KiB)", &*e))?
+        .map_err(|e| fail("cannot read the body", &*e))?
         .to_bytes();
-    parse_load(&body)
+    Ok((status, body))
 }
 
 #[cfg(test)]

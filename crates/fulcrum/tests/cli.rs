@@ -631,3 +631,154 @@ fn dwlc_follows_agent_reports_and_a_stale_agent_gets_the_average() {
         "{failed} of {sent} requests failed while the agent was gone"
     );
 }
+
+/// A keep-alive backend answering its `name` to every request, except `GET /health`, which is
+/// 200 while `healthy` holds and 503 otherwise.
+fn checked_backend(
+    rt: &tokio::runtime::Runtime,
+    name: &'static str,
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> SocketAddr {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let healthy = std::sync::Arc::clone(&healthy);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                loop {
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+                    got.drain(..end + 4);
+                    let answer = if head.starts_with("GET /health ") {
+                        if healthy.load(Ordering::SeqCst) {
+                            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_owned()
+                        } else {
+                            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown"
+                                .to_owned()
+                        }
+                    } else {
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n{name}")
+                    };
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_backend_failing_its_health_checks_is_taken_out_and_brought_back() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b_healthy = Arc::new(AtomicBool::new(true));
+    let addrs = [
+        checked_backend(&rt, "a", Arc::new(AtomicBool::new(true))),
+        checked_backend(&rt, "b", Arc::clone(&b_healthy)),
+        checked_backend(&rt, "c", Arc::new(AtomicBool::new(true))),
+    ];
+    let config = TempFile::new(
+        "health.toml",
+        &format!(
+            "workers = 1\naccess_log = false\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+             [[upstream]]\nname = \"web\"\n\
+             [upstream.health_check]\npath = \"/health\"\ninterval = \"200ms\"\ntimeout = \"100ms\"\nrise = 2\nfall = 3\n\n{}",
+            backend_block(&addrs.map(|a| (a, 1)))
+        ),
+    );
+    let fulcrum = Running::start(&config, 1);
+    let addr = fulcrum.addr_of("web");
+    // Steady traffic all along, counting failures and answers from b.
+    let failed = Arc::new(AtomicUsize::new(0));
+    let from_b = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let (failed, from_b, stop) = (Arc::clone(&failed), Arc::clone(&from_b), Arc::clone(&stop));
+        rt.spawn(async move {
+            let mut client = Client::new(addr);
+            let mut sent = 0;
+            while !stop.load(Ordering::SeqCst) {
+                sent += 1;
+                match client.get("/").await {
+                    Ok(r) if r.status == 200 => {
+                        if r.text() == "b" {
+                            from_b.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            sent
+        })
+    };
+    let wait_for = |what: &str, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let line = fulcrum.next_line(deadline);
+            if line.contains(what) {
+                return line;
+            }
+        }
+    };
+    // fall × interval + timeout = 700 ms, and room for a loaded machine.
+    let bound = Duration::from_millis(700);
+    b_healthy.store(false, Ordering::SeqCst);
+    let failing = Instant::now();
+    let out = wait_for("failed its health checks", Duration::from_secs(10));
+    let took = failing.elapsed();
+    assert!(out.contains(&addrs[1].to_string()), "{out}");
+    assert!(
+        took < bound + Duration::from_millis(800),
+        "out after {took:?}"
+    );
+    // Out: nothing reaches b while its checks fail.
+    let seen = from_b.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(600)); // traffic meanwhile: the thing measured
+    assert_eq!(
+        from_b.load(Ordering::SeqCst),
+        seen,
+        "b got requests while out"
+    );
+
+    b_healthy.store(true, Ordering::SeqCst);
+    let passing = Instant::now();
+    let back = wait_for("passed its health checks", Duration::from_secs(10));
+    let took_back = passing.elapsed();
+    assert!(back.contains(&addrs[1].to_string()), "{back}");
+    // rise × interval + timeout = 500 ms.
+    assert!(
+        took_back < Duration::from_millis(500 + 800),
+        "back after {took_back:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while from_b.load(Ordering::SeqCst) == seen {
+        assert!(Instant::now() < deadline, "b gets no requests once back");
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let sent = rt.block_on(traffic).unwrap();
+    println!("health: out after {took:?}, back after {took_back:?}; {sent} requests, none failed");
+    assert_eq!(failed.load(Ordering::SeqCst), 0, "of {sent}");
+}

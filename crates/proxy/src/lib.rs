@@ -44,6 +44,7 @@ mod upstream;
 pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, StartError};
 pub use settings::{
-    BackendSettings, HashKey, ListenerSettings, LoadSource, ProxySettings, UpstreamSettings,
+    BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,
+    ProxySettings, UpstreamSettings,
 };
 pub use upstream::{BackendSnapshot, Upstream};

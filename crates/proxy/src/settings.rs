@@ -181,6 +181,37 @@ pub struct UpstreamSettings {
     pub poll_timeout: Duration,
     /// Polls in a row without a fresh report after which a backend's report is stale.
     pub stale_after: u32,
+    /// Active health checks, if any.
+    pub health_check: Option<HealthCheckSettings>,
+}
+
+/// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
+/// place (not once per worker). As HAProxy: `fall` failed checks in a row take a backend out,
+/// `rise` passed checks in a row bring it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckSettings {
+    pub kind: CheckKind,
+    pub interval: Duration,
+    /// Time allowed for one check (connect, and for HTTP the status line).
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+impl HealthCheckSettings {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const DEFAULT_RISE: u32 = 2;
+    pub const DEFAULT_FALL: u32 = 3;
+}
+
+/// What a health check does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// `GET path`; passes when the status is within `expect` (inclusive).
+    Http { path: String, expect: (u16, u16) },
+    /// Passes when a connection can be made.
+    Tcp,
 }
 
 impl UpstreamSettings {
@@ -214,6 +245,7 @@ impl UpstreamSettings {
             poll_interval: Self::DEFAULT_POLL_INTERVAL,
             poll_timeout: Self::DEFAULT_POLL_TIMEOUT,
             stale_after: Self::DEFAULT_STALE_AFTER,
+            health_check: None,
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct BackendSnapshot {
     pub requests: u64,
     pub failures: u64,
     pub available: bool,
+    /// Whether active health checks have taken it out.
+    pub check_failed: bool,
     /// Connections open to the backend, over every worker (busy or idle).
     pub connections_open: usize,
     /// Of those, the idle ones kept for reuse.
@@ -96,6 +98,13 @@ impl Upstream {
     pub fn set_weights(&self, weights: &[u32]) {
         let now = self.now();
         self.pool().set_weights(weights, now);
+    }
+
+    /// Records an active health check's verdict on backend `id` (pool order); returns whether
+    /// it changed the backend's state.
+    pub fn set_check_result(&self, id: BackendId, healthy: bool) -> bool {
+        let now = self.now();
+        self.pool().set_check_result(id, healthy, now)
     }
 
     /// The weights in force, in pool order.
@@ -216,6 +225,7 @@ impl Upstream {
                 requests: s.requests(),
                 failures: s.failures(),
                 available: s.is_eligible(now),
+                check_failed: s.is_check_failed(),
                 connections_open: open,
                 connections_idle: idle,
             })

@@ -27,6 +27,7 @@ mod algorithm;
 mod backend;
 mod duration;
 mod file;
+mod health;
 mod listener;
 mod report;
 mod settings;

@@ -102,6 +102,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     if let Some(n) = u.stale_after {
         s.stale_after = n;
     }
+    s.health_check = u.health_check;
     if let Some(seed) = u.seed {
         s.seed = seed;
     }

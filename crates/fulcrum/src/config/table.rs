@@ -321,6 +321,29 @@ impl<'a> Table<'a> {
         out
     }
 
+    /// A single sub-table (`[upstream.health_check]` in an `[[upstream]]`), with its unknown
+    /// keys reported; `None` when absent or not a table (reported).
+    pub(super) fn section(
+        &self,
+        r: &mut Report<'_>,
+        name: &str,
+        section: &Section,
+    ) -> Option<Table<'a>> {
+        let value = self.get(name)?;
+        let key = self.key(name);
+        match value.get_ref() {
+            DeValue::Table(entries) => Some(Table::new(r, key, value.span(), entries, section)),
+            other => {
+                r.error(
+                    value.span(),
+                    &key,
+                    format!("expected a {} section, not {}", section.title, found(other)),
+                );
+                None
+            }
+        }
+    }
+
     /// The tables of an array of tables (`[[upstream.backend]]` in an `[[upstream]]`), each
     /// with its unknown keys reported.
     pub(super) fn sections(

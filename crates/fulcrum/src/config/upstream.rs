@@ -12,6 +12,7 @@ use toml::Spanned;
 use super::algorithm::{self, Balancing};
 use super::backend::{self, Backend};
 use super::duration::Zero;
+use super::health;
 use super::report::Report;
 use super::table::{Section, Table};
 
@@ -41,14 +42,10 @@ pub(super) const SECTION: Section = Section {
         "poll_timeout",
         "stale_after",
         "seed",
+        "health_check",
         "backend",
     ],
-    not_yet: &[
-        "health_check",
-        "poll_interval",
-        "poll_timeout",
-        "stale_after",
-    ],
+    not_yet: &[],
 };
 
 /// The most further backends one request may try. Every retry is another backend's time; a
@@ -88,6 +85,7 @@ pub(super) struct Upstream {
     pub poll_interval: Option<Duration>,
     pub poll_timeout: Option<Duration>,
     pub stale_after: Option<u32>,
+    pub health_check: Option<proxy::HealthCheckSettings>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -136,6 +134,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         Zero::Refused("every poll would time out before it starts"),
     );
     let stale_after = t.integer(r, "stale_after", 1..=MAX_STALE_AFTER, "");
+    let health_check = t
+        .section(r, "health_check", &health::SECTION)
+        .and_then(|h| health::read(r, &h));
     if let (Some(timeout), Some(span)) = (
         poll_timeout.or(Some(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT)),
         t.span_of("poll_timeout")
@@ -213,6 +214,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         poll_interval,
         poll_timeout,
         stale_after,
+        health_check,
         seed,
         backends,
     })

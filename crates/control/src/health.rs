@@ -1,0 +1,176 @@
+//! Active health checks for one upstream (`[upstream.health_check]`), run from one place for
+//! all workers.
+//!
+//! Every `interval`, every backend is checked at once, each within `timeout`: `type = "http"`
+//! sends `GET path` and passes when the status is within `expect`; `type = "tcp"` passes when
+//! a connection can be made. As HAProxy: `fall` failed checks in a row take a backend out,
+//! `rise` passed checks in a row bring it back; a backend starts in, so a restart does not
+//! empty the pool. Active and passive health combine: either takes a backend out (the pool's
+//! `max_fails` window still applies while checks pass), and one the checks bring back enters
+//! its slow start, if it has one. Each change is logged once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use balance::BackendId;
+use proxy::{CheckKind, HealthCheckSettings, Upstream};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+use crate::source;
+
+/// One backend's run of results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Streak {
+    healthy: bool,
+    /// Checks in a row that disagree with `healthy`.
+    against: u32,
+}
+
+impl Streak {
+    /// Records one check; returns the new state when it flips.
+    fn record(&mut self, passed: bool, rise: u32, fall: u32) -> Option<bool> {
+        if passed == self.healthy {
+            self.against = 0;
+            return None;
+        }
+        self.against += 1;
+        let needed = if self.healthy { fall } else { rise };
+        if self.against < needed {
+            return None;
+        }
+        self.healthy = passed;
+        self.against = 0;
+        Some(passed)
+    }
+}
+
+/// One check of the backend at `addr`: `Ok` when it passes, else why not.
+pub async fn check(addr: SocketAddr, settings: &HealthCheckSettings) -> Result<(), String> {
+    let attempt = async {
+        match &settings.kind {
+            CheckKind::Tcp => TcpStream::connect(addr)
+                .await
+                .map(drop)
+                .map_err(|e| format!("cannot connect: {e}")),
+            CheckKind::Http { path, expect } => {
+                let (status, _) = source::get(addr, path, 0).await.map_err(|e| e.0)?;
+                let code = status.as_u16();
+                if (expect.0..=expect.1).contains(&code) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "GET {path} answered {status}, not within {}-{}",
+                        expect.0, expect.1
+                    ))
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(settings.timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
+    }
+}
+
+/// Runs `upstream`'s health checks until `stop` turns true (returns at once without
+/// `[upstream.health_check]`).
+pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+    let Some(settings) = upstream.settings().health_check.clone() else {
+        return;
+    };
+    let backends: Vec<(SocketAddr, String)> = upstream
+        .backends_in_pool_order()
+        .iter()
+        .map(|b| (b.addr, b.name.clone()))
+        .collect();
+    let mut streaks = vec![
+        Streak {
+            healthy: true,
+            against: 0
+        };
+        backends.len()
+    ];
+    let settings = Arc::new(settings);
+    let mut ticks = tokio::time::interval(settings.interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let mut checks = JoinSet::new();
+        for (i, &(addr, _)) in backends.iter().enumerate() {
+            let settings = Arc::clone(&settings);
+            checks.spawn(async move { (i, check(addr, &settings).await) });
+        }
+        let mut results: Vec<Option<Result<(), String>>> = vec![None; backends.len()];
+        let round = async {
+            while let Some(done) = checks.join_next().await {
+                if let Ok((i, result)) = done {
+                    results[i] = Some(result);
+                }
+            }
+        };
+        tokio::select! {
+            () = round => {}
+            _ = stop.changed() => return,
+        }
+        for (i, result) in results.into_iter().enumerate() {
+            let Some(result) = result else { continue };
+            let passed = result.is_ok();
+            let Some(healthy) = streaks[i].record(passed, settings.rise, settings.fall) else {
+                continue;
+            };
+            upstream.set_check_result(BackendId(i as u32), healthy);
+            let backend = &backends[i].1;
+            match result {
+                Ok(()) => tracing::info!(
+                    upstream = %upstream.name(),
+                    %backend,
+                    rise = settings.rise,
+                    "backend passed its health checks: back in rotation"
+                ),
+                Err(why) => tracing::warn!(
+                    upstream = %upstream.name(),
+                    %backend,
+                    error = %why,
+                    fall = settings.fall,
+                    "backend failed its health checks: out of rotation"
+                ),
+            }
+        }
+    }
+}
+
+/// The longest a backend can keep failing before it is taken out: `fall` checks, one
+/// `interval` apart, the last taking up to `timeout`.
+pub fn detection_bound(settings: &HealthCheckSettings) -> Duration {
+    settings.interval * settings.fall + settings.timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fall_checks_in_a_row_take_out_and_rise_bring_back() {
+        let mut s = Streak {
+            healthy: true,
+            against: 0,
+        };
+        // rise 2, fall 3: two failures and a pass change nothing.
+        assert_eq!(s.record(false, 2, 3), None);
+        assert_eq!(s.record(false, 2, 3), None);
+        assert_eq!(s.record(true, 2, 3), None);
+        assert_eq!(s.record(false, 2, 3), None);
+        assert_eq!(s.record(false, 2, 3), None);
+        assert_eq!(s.record(false, 2, 3), Some(false));
+        assert_eq!(s.record(false, 2, 3), None);
+        assert_eq!(s.record(true, 2, 3), None);
+        assert_eq!(s.record(true, 2, 3), Some(true));
+    }
+}

@@ -26,7 +26,35 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::model::Model;
+use crate::node_exporter::NodeExporter;
 use crate::source::{self, PollError};
+
+/// A backend's load source, with whatever it keeps between polls.
+#[derive(Debug, Clone)]
+enum Poller {
+    Agent(std::net::SocketAddr),
+    NodeExporter(NodeExporter),
+}
+
+impl Poller {
+    fn new(source: LoadSource) -> Poller {
+        match source {
+            LoadSource::Agent(addr) => Poller::Agent(addr),
+            LoadSource::NodeExporter(addr) => Poller::NodeExporter(NodeExporter::new(addr)),
+        }
+    }
+
+    /// One poll: `Ok(None)` when the source has no report yet.
+    async fn poll(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<LoadReport>, PollError> {
+        match self {
+            Poller::Agent(addr) => source::poll_agent(*addr, timeout).await.map(Some),
+            Poller::NodeExporter(n) => n.poll(timeout).await,
+        }
+    }
+}
 
 /// What the loop knows of one backend's reports.
 #[derive(Debug, Clone, Default)]
@@ -42,8 +70,8 @@ struct Tracked {
 #[derive(Debug)]
 pub struct Feedback {
     upstream: Arc<Upstream>,
-    /// Each backend's source, pool order.
-    sources: Vec<Option<LoadSource>>,
+    /// Each backend's source, pool order (`None` while its poll is out).
+    sources: Vec<Option<Poller>>,
     configured: Vec<u32>,
     model: Model,
     tracked: Vec<Tracked>,
@@ -69,7 +97,10 @@ impl Feedback {
     fn new(upstream: Arc<Upstream>) -> Option<Feedback> {
         let backends = upstream.backends_in_pool_order();
         let configured: Vec<u32> = backends.iter().map(|b| b.weight).collect();
-        let sources = backends.iter().map(|b| b.load_source).collect();
+        let sources = backends
+            .iter()
+            .map(|b| b.load_source.map(Poller::new))
+            .collect();
         let model = Model::for_algorithm(upstream.settings().algorithm, &configured)?;
         let tracked = vec![Tracked::default(); configured.len()];
         drop(backends);
@@ -211,20 +242,23 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
         let mut polls = JoinSet::new();
-        for (i, source) in feedback.sources.iter().enumerate() {
-            match *source {
-                Some(LoadSource::Agent(addr)) => {
-                    polls.spawn(async move { (i, source::poll_agent(addr, timeout).await) });
-                }
-                None => {}
+        for (i, source) in feedback.sources.iter_mut().enumerate() {
+            if let Some(mut poller) = source.take() {
+                polls.spawn(async move {
+                    let result = poller.poll(timeout).await;
+                    (i, poller, result)
+                });
             }
         }
         let mut polled: Vec<Option<Result<LoadReport, PollError>>> =
             vec![None; feedback.sources.len()];
+        let sources = &mut feedback.sources;
         let round = async {
             while let Some(done) = polls.join_next().await {
-                if let Ok((i, result)) = done {
-                    polled[i] = Some(result);
+                if let Ok((i, poller, result)) = done {
+                    sources[i] = Some(poller);
+                    // Ok(None): a source that needs a second scrape for its deltas.
+                    polled[i] = result.transpose();
                 }
             }
         };

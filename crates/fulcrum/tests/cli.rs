@@ -782,3 +782,112 @@ fn a_backend_failing_its_health_checks_is_taken_out_and_brought_back() {
     println!("health: out after {took:?}, back after {took_back:?}; {sent} requests, none failed");
     assert_eq!(failed.load(Ordering::SeqCst), 0, "of {sent}");
 }
+
+/// A child process killed (by its PID) when dropped.
+struct Child2(std::process::Child);
+
+impl Drop for Child2 {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until something accepts connections on `addr`.
+fn wait_for_port(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {addr}");
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Memory in use as `/proc/meminfo` says: `1 − MemAvailable / MemTotal`.
+fn meminfo_used() -> f64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    1.0 - field("MemAvailable:") / field("MemTotal:")
+}
+
+#[test]
+fn a_real_node_exporter_feeds_the_weights() {
+    let exporter_bin = "/usr/bin/prometheus-node-exporter";
+    if !std::path::Path::new(exporter_bin).exists() {
+        println!(
+            "SKIPPED: {exporter_bin} is not installed (apt-get install prometheus-node-exporter; .ci/run installs it)"
+        );
+        return;
+    }
+    let exporter_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let _exporter = Child2(
+        Command::new(exporter_bin)
+            .arg(format!("--web.listen-address={exporter_addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(exporter_addr);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let backends: Vec<Backend> = ["a", "b"]
+        .iter()
+        .map(|n| rt.block_on(Backend::start(n, loopback)).unwrap())
+        .collect();
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"dwlc\"\npoll_interval = \"300ms\"\n",
+    );
+    for b in &backends {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  node_exporter = \"{exporter_addr}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new("node-exporter.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let applied = loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("weights applied") {
+            break line;
+        }
+    };
+    // Both backends read the same machine: one report, one weight, shown twice.
+    let mem: f64 = applied
+        .split("mem=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no mem figure in {applied}"));
+    let want = meminfo_used();
+    assert!(
+        (mem - want).abs() < 0.05,
+        "mem {mem} from node_exporter, {want} from /proc/meminfo: {applied}"
+    );
+    let new = applied
+        .split("new=[")
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
+        .unwrap();
+    let weights: Vec<&str> = new.split(", ").collect();
+    assert_eq!(weights.len(), 2, "{applied}");
+    assert_eq!(weights[0], weights[1], "{applied}");
+    let reply = rt
+        .block_on(Client::new(fulcrum.addr_of("web")).get("/"))
+        .unwrap();
+    assert_eq!(reply.status, 200);
+}

@@ -272,6 +272,8 @@ pub struct BackendSettings {
 pub enum LoadSource {
     /// A `fulcrum agent`: `GET /load` answers the JSON of the agent protocol.
     Agent(SocketAddr),
+    /// A Prometheus node_exporter: `GET /metrics`, utilizations from counter deltas.
+    NodeExporter(SocketAddr),
 }
 
 impl BackendSettings {

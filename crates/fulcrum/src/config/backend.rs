@@ -24,8 +24,9 @@ pub(super) const SECTION: Section = Section {
         "fail_timeout",
         "slow_start",
         "agent",
+        "node_exporter",
     ],
-    not_yet: &["node_exporter", "memcached", "agent_check"],
+    not_yet: &["memcached", "agent_check"],
 };
 
 /// The largest weight. Weights are relative, so a million gives any ratio worth expressing;
@@ -64,25 +65,40 @@ pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
     )
 }
 
-/// `agent = "host:port"`: the backend's `fulcrum agent`, only for algorithms that use load
-/// reports (anywhere else it would be polled for nothing).
+/// The backend's load source, one at most: `agent = "host:port"` (a `fulcrum agent`) or
+/// `node_exporter = "host:port"`; only for algorithms that use load reports (anywhere else
+/// it would be polled for nothing).
 fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
-    let agent = t.text(r, "agent", "an address", "127.0.0.1:9101")?;
+    let agent = t.text(r, "agent", "an address", "127.0.0.1:9101");
+    let exporter = t.text(r, "node_exporter", "an address", "127.0.0.1:9100");
+    let (key, value, make): (&str, _, fn(std::net::SocketAddr) -> LoadSource) =
+        match (agent, exporter) {
+            (None, None) => return None,
+            (Some(_), Some(e)) => {
+                r.error(
+                    e.span(),
+                    &t.key("node_exporter"),
+                    "a backend has one load source: keep agent or node_exporter, not both",
+                );
+                return None;
+            }
+            (Some(a), None) => ("agent", a, LoadSource::Agent),
+            (None, Some(e)) => ("node_exporter", e, LoadSource::NodeExporter),
+        };
     if !uses_load_reports(algorithm) {
         r.error(
-            agent.span(),
-            &t.key("agent"),
+            value.span(),
+            &t.key(key),
             format!(
-                "load reports are used by dynamic_wrr, dwlc and capacity_weighted, not by {}: choose one of those or remove agent",
-                algorithm
+                "load reports are used by dynamic_wrr, dwlc and capacity_weighted, not by {algorithm}: choose one of those or remove {key}"
             ),
         );
         return None;
     }
-    match address::backend(agent.get_ref()) {
-        Ok(addr) => Some(LoadSource::Agent(addr)),
+    match address::backend(value.get_ref()) {
+        Ok(addr) => Some(make(addr)),
         Err(why) => {
-            r.error(agent.span(), &t.key("agent"), why);
+            r.error(value.span(), &t.key(key), why);
             None
         }
     }
@@ -203,5 +219,33 @@ mod tests {
             u.backends[1].fail_timeout,
             std::time::Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn one_load_source_and_only_for_load_models() {
+        let e = refused(&GOOD.replace("weight = 3", "weight = 3\n  agent = \"127.0.0.1:9101\""));
+        assert!(
+            e.contains("agent: load reports are used by dynamic_wrr, dwlc and capacity_weighted"),
+            "{e}"
+        );
+        let text = with_algorithm("dwlc", "").replace(
+            "weight = 3",
+            "weight = 3\n  agent = \"127.0.0.1:9101\"\n  node_exporter = \"127.0.0.1:9100\"",
+        );
+        let e = refused(&text);
+        assert!(e.contains("a backend has one load source"), "{e}");
+        let text = with_algorithm("dwlc", "poll_interval = \"500ms\"").replace(
+            "weight = 3",
+            "weight = 3\n  node_exporter = \"127.0.0.1:9100\"",
+        );
+        let u = &ok(&text).proxy.upstreams[0];
+        assert_eq!(
+            u.backends[0].load_source,
+            Some(proxy::LoadSource::NodeExporter(
+                ([127, 0, 0, 1], 9100).into()
+            ))
+        );
+        // Unset, poll_timeout follows a short poll_interval.
+        assert_eq!(u.poll_timeout, std::time::Duration::from_millis(500));
     }
 }

@@ -36,7 +36,8 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<HealthCheckSetti
     let rise = t.integer(r, "rise", 1..=MAX_COUNT, "");
     let fall = t.integer(r, "fall", 1..=MAX_COUNT, "");
     let interval = interval.unwrap_or(HealthCheckSettings::DEFAULT_INTERVAL);
-    let timeout = timeout.unwrap_or(HealthCheckSettings::DEFAULT_TIMEOUT);
+    // Unset, the timeout is 1 s or the interval if that is shorter.
+    let timeout = timeout.unwrap_or(HealthCheckSettings::DEFAULT_TIMEOUT.min(interval));
     let mut ok = true;
     if timeout > interval {
         t.error(

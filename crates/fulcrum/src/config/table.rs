@@ -565,11 +565,9 @@ mod tests {
 
     #[test]
     fn keys_of_later_work_are_not_yet_supported() {
-        let e = refused(&GOOD.replace("weight = 3", "node_exporter = \"127.0.0.1:9100\""));
+        let e = refused(&GOOD.replace("weight = 3", "memcached = \"127.0.0.1:11211\""));
         assert!(
-            e.contains(
-                "upstream[0].backend[0].node_exporter: `node_exporter` is not supported yet"
-            ),
+            e.contains("upstream[0].backend[0].memcached: `memcached` is not supported yet"),
             "{e}"
         );
         let e = refused(&format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:9900\"\n"));

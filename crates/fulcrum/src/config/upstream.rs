@@ -137,11 +137,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let health_check = t
         .section(r, "health_check", &health::SECTION)
         .and_then(|h| health::read(r, &h));
-    if let (Some(timeout), Some(span)) = (
-        poll_timeout.or(Some(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT)),
-        t.span_of("poll_timeout")
-            .or_else(|| t.span_of("poll_interval")),
-    ) {
+    if let (Some(timeout), Some(span)) = (poll_timeout, t.span_of("poll_timeout")) {
         let interval = poll_interval.unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
         if timeout > interval {
             r.error(
@@ -153,6 +149,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             );
         }
     }
+    // Unset, the timeout is 1 s or the interval if that is shorter.
+    let poll_timeout = poll_timeout
+        .or_else(|| poll_interval.map(|i| i.min(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT)));
 
     let shown = name.as_ref().map_or_else(
         || "this upstream".to_owned(),

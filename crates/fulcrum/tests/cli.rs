@@ -515,14 +515,24 @@ fn max_connections_fit_the_open_files_limit() {
 /// allows): every `GET` is answered with `{"cpu":u,...}` for every utilization `u`. Dropping
 /// the handle stops it (its port then refuses connections).
 fn fixed_agent(rt: &tokio::runtime::Runtime, u: f64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    scripted_agent(
+        rt,
+        format!(
+            "{{\"cpu\":{u},\"mem\":{u},\"disk\":{u},\"net\":{u},\"container_mem\":{u},\"ts_ms\":0}}"
+        ),
+    )
+}
+
+/// An agent stand-in answering every `GET` with `body` (200, JSON or not).
+fn scripted_agent(
+    rt: &tokio::runtime::Runtime,
+    body: String,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let body = format!(
-        "{{\"cpu\":{u},\"mem\":{u},\"disk\":{u},\"net\":{u},\"container_mem\":{u},\"ts_ms\":0}}"
-    );
     let task = rt.spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else {
@@ -890,4 +900,113 @@ fn a_real_node_exporter_feeds_the_weights() {
         .block_on(Client::new(fulcrum.addr_of("web")).get("/"))
         .unwrap();
     assert_eq!(reply.status, 200);
+}
+
+#[test]
+fn bad_load_reports_never_crash_fulcrum_or_leave_the_models_range() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    // An agent that takes the connection and says nothing.
+    let silent = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let _hold = rt.spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let agents = [
+        scripted_agent(
+            &rt,
+            "{\"cpu\":0.5,\"mem\":0.5,\"disk\":0.5,\"net\":0.5,\"container_mem\":0.5}".into(),
+        )
+        .0,
+        scripted_agent(&rt, "garbage, not JSON".into()).0,
+        scripted_agent(
+            &rt,
+            "{\"cpu\":NaN,\"mem\":0,\"disk\":0,\"net\":0,\"container_mem\":0}".into(),
+        )
+        .0,
+        scripted_agent(
+            &rt,
+            "{\"cpu\":-5,\"mem\":7,\"disk\":1e300,\"net\":-0.1,\"container_mem\":2}".into(),
+        )
+        .0,
+        scripted_agent(&rt, format!("{{\"cpu\":\"{}\"}}", "x".repeat(1 << 20))).0,
+        silent_addr,
+    ];
+    let backends: Vec<Backend> = (0..agents.len())
+        .map(|i| {
+            rt.block_on(Backend::start(&format!("b{i}"), loopback))
+                .unwrap()
+        })
+        .collect();
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"dwlc\"\n\
+         poll_interval = \"200ms\"\nstale_after = 1\n",
+    );
+    for (b, agent) in backends.iter().zip(&agents) {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  agent = \"{agent}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new("bad-reports.toml", &text);
+    let mut fulcrum = Running::start(&config, 1);
+    let addr = fulcrum.addr_of("web");
+    // Two seconds: ten polls of every source, with traffic.
+    let until = Instant::now() + Duration::from_secs(2);
+    let failed = rt.block_on(async {
+        let mut client = Client::new(addr);
+        let mut failed = 0;
+        while Instant::now() < until {
+            if !matches!(client.get("/").await, Ok(r) if r.status == 200) {
+                failed += 1;
+            }
+        }
+        failed
+    });
+    assert_eq!(failed, 0);
+    let mut lines = Vec::new();
+    while let Ok(line) = fulcrum.lines.try_recv() {
+        lines.push(line);
+    }
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum is still running"
+    );
+    // Each broken source is logged once (it turns stale once and never comes back), the
+    // clamped one never.
+    for (i, agent) in agents.iter().enumerate() {
+        let backend = backends[i].addr().to_string();
+        let stale = lines
+            .iter()
+            .filter(|l| l.contains("load reports are stale") && l.contains(&backend))
+            .count();
+        let want = if i == 0 || i == 3 { 0 } else { 1 };
+        assert_eq!(stale, want, "backend {i} (agent {agent}): {lines:#?}");
+    }
+    // Every weight applied is within dwlc's range, 1 to 100.
+    let applied: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("weights applied"))
+        .collect();
+    assert!(!applied.is_empty(), "{lines:#?}");
+    for line in applied {
+        let new = line
+            .split("new=[")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap();
+        for w in new.split(", ") {
+            let w: u32 = w.parse().unwrap();
+            assert!((1..=100).contains(&w), "{line}");
+        }
+    }
 }

@@ -34,24 +34,34 @@ use crate::source::{self, PollError};
 enum Poller {
     Agent(std::net::SocketAddr),
     NodeExporter(NodeExporter),
+    /// The memcached, and the backend's name (its key).
+    Memcached(std::net::SocketAddr, String),
 }
 
 impl Poller {
-    fn new(source: LoadSource) -> Poller {
+    fn new(source: LoadSource, backend: &str) -> Poller {
         match source {
             LoadSource::Agent(addr) => Poller::Agent(addr),
             LoadSource::NodeExporter(addr) => Poller::NodeExporter(NodeExporter::new(addr)),
+            LoadSource::Memcached(addr) => Poller::Memcached(addr, backend.to_owned()),
         }
     }
 
-    /// One poll: `Ok(None)` when the source has no report yet.
+    /// One poll: `Ok(None)` when the source has no report yet. `max_age`: how old a pushed
+    /// report may be.
     async fn poll(
         &mut self,
         timeout: std::time::Duration,
+        max_age: std::time::Duration,
     ) -> Result<Option<LoadReport>, PollError> {
         match self {
             Poller::Agent(addr) => source::poll_agent(*addr, timeout).await.map(Some),
             Poller::NodeExporter(n) => n.poll(timeout).await,
+            Poller::Memcached(server, backend) => {
+                crate::memcached::poll(*server, backend, timeout, max_age)
+                    .await
+                    .map(Some)
+            }
         }
     }
 }
@@ -99,7 +109,7 @@ impl Feedback {
         let configured: Vec<u32> = backends.iter().map(|b| b.weight).collect();
         let sources = backends
             .iter()
-            .map(|b| b.load_source.map(Poller::new))
+            .map(|b| b.load_source.map(|s| Poller::new(s, &b.name)))
             .collect();
         let model = Model::for_algorithm(upstream.settings().algorithm, &configured)?;
         let tracked = vec![Tracked::default(); configured.len()];
@@ -234,6 +244,8 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
     };
     let settings = feedback.upstream.settings();
     let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
+    // A pushed report older than the staleness window is no report.
+    let max_age = interval * settings.stale_after.max(1);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -245,7 +257,7 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
         for (i, source) in feedback.sources.iter_mut().enumerate() {
             if let Some(mut poller) = source.take() {
                 polls.spawn(async move {
-                    let result = poller.poll(timeout).await;
+                    let result = poller.poll(timeout, max_age).await;
                     (i, poller, result)
                 });
             }

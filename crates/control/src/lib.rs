@@ -13,6 +13,7 @@
 //!   [`proxy::Upstream::set_weights`].
 //! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
 //!   `fall`, combined with passive health in the pool.
+//! * [`memcached`]: reports agents pushed to memcached (seed 001's hub).
 //! * [`node_exporter`]: a Prometheus node_exporter as a load source.
 //! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`), and the one-request
 //!   HTTP client the checks share.
@@ -20,6 +21,7 @@
 
 pub mod feedback;
 pub mod health;
+pub mod memcached;
 pub mod model;
 pub mod node_exporter;
 pub mod source;

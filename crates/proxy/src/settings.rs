@@ -274,6 +274,8 @@ pub enum LoadSource {
     Agent(SocketAddr),
     /// A Prometheus node_exporter: `GET /metrics`, utilizations from counter deltas.
     NodeExporter(SocketAddr),
+    /// A memcached that agents push their reports to (`fulcrum/load/<backend addr>`).
+    Memcached(SocketAddr),
 }
 
 impl BackendSettings {

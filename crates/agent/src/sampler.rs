@@ -49,22 +49,37 @@ struct Health {
     failing: bool,
 }
 
+/// A change of a source's health, the only time it is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transition {
+    Failed,
+    Recovered,
+}
+
 impl Health {
-    fn check<T>(&mut self, source: &str, result: Result<T, String>) -> Option<T> {
-        match result {
-            Ok(value) => {
-                if std::mem::take(&mut self.failing) {
-                    tracing::info!(source, "load source readable again");
-                }
-                Some(value)
-            }
-            Err(error) => {
-                if !std::mem::replace(&mut self.failing, true) {
-                    tracing::warn!(source, %error, "cannot read a load source; reporting 0 for it until it recovers");
-                }
-                None
-            }
+    /// Records one attempt; a transition when it differs from the last.
+    fn observe(&mut self, ok: bool) -> Option<Transition> {
+        let was_failing = std::mem::replace(&mut self.failing, !ok);
+        match (was_failing, ok) {
+            (false, false) => Some(Transition::Failed),
+            (true, true) => Some(Transition::Recovered),
+            _ => None,
         }
+    }
+
+    fn check<T>(&mut self, source: &str, result: Result<T, String>) -> Option<T> {
+        match (self.observe(result.is_ok()), &result) {
+            (Some(Transition::Failed), Err(error)) => tracing::warn!(
+                source,
+                %error,
+                "cannot read a load source; reporting 0 for it until it recovers"
+            ),
+            (Some(Transition::Recovered), _) => {
+                tracing::info!(source, "load source readable again");
+            }
+            _ => {}
+        }
+        result.ok()
     }
 }
 
@@ -229,4 +244,49 @@ impl Sampler {
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_source_is_reported_once_per_transition() {
+        let mut health = Health::default();
+        let seen: Vec<_> = [true, false, false, false, true, true, false]
+            .into_iter()
+            .map(|ok| health.observe(ok))
+            .collect();
+        use Transition::*;
+        assert_eq!(
+            seen,
+            [
+                None,
+                Some(Failed),
+                None,
+                None,
+                Some(Recovered),
+                None,
+                Some(Failed)
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_files_give_zero_not_a_panic() {
+        let nowhere = std::path::PathBuf::from("/nonexistent/fulcrum-agent");
+        let paths = Paths {
+            stat: nowhere.join("stat"),
+            meminfo: nowhere.join("meminfo"),
+            diskstats: nowhere.join("diskstats"),
+            net_dev: nowhere.join("net_dev"),
+            sys_class_net: nowhere.join("net"),
+            cgroup_root: nowhere.join("cgroup"),
+        };
+        let mut sampler = Sampler::new(paths, None);
+        let sample = sampler.sample();
+        assert_eq!(sample.report, LoadReport::default());
+        assert!(sample.ts_ms > 0);
+        assert!(sampler.cpu.failing && sampler.mem.failing && sampler.container_mem.failing);
+    }
 }

@@ -320,10 +320,12 @@ async fn run_agent(settings: agent::Settings) -> anyhow::Result<ExitCode> {
     );
     let interval = settings.interval;
     let stop = shutdown_signal();
-    let agent = agent::Agent::bind(settings).await.with_context(|| match haproxy {
-        Some(h) => format!("cannot listen on {listen} or {h}"),
-        None => format!("cannot listen on {listen}"),
-    })?;
+    let agent = agent::Agent::bind(settings)
+        .await
+        .with_context(|| match haproxy {
+            Some(h) => format!("cannot listen on {listen} or {h}"),
+            None => format!("cannot listen on {listen}"),
+        })?;
     tracing::info!(
         listen = %agent.http_addr()?,
         interval = %humantime::format_duration(interval),

@@ -69,7 +69,10 @@ impl Agent {
 
     fn log_lines(&self, containing: &str) -> Vec<String> {
         let log = self.log.lock().unwrap();
-        log.iter().filter(|l| l.contains(containing)).cloned().collect()
+        log.iter()
+            .filter(|l| l.contains(containing))
+            .cloned()
+            .collect()
     }
 
     /// `GET path`, once the first sample is there (503 until then).
@@ -77,12 +80,17 @@ impl Agent {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let mut stream = TcpStream::connect(self.http).unwrap();
-            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
             let (status, body) = exchange(&mut stream, path, true);
             if status != 503 {
                 return (status, body);
             }
-            assert!(Instant::now() < deadline, "GET {path}: still 503 after 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "GET {path}: still 503 after 20 s"
+            );
             std::thread::sleep(POLL);
         }
     }
@@ -106,7 +114,10 @@ impl Agent {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "fulcrum agent did not stop after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "fulcrum agent did not stop after SIGTERM"
+            );
             std::thread::sleep(POLL);
         }
     }
@@ -131,7 +142,11 @@ fn exchange(stream: &mut TcpStream, path: &str, close: bool) -> (u16, String) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "connection closed mid-head");
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "connection closed mid-head"
+        );
         head.push(byte[0]);
     }
     let head = String::from_utf8(head).unwrap();
@@ -220,7 +235,11 @@ fn installed(program: &str, arg: &str) -> bool {
     if !found {
         println!(
             "SKIPPED: {program} is not installed (Debian: apt-get install -y {}); scripts/test and .ci/run install it",
-            if program == "promtool" { "prometheus" } else { program }
+            if program == "promtool" {
+                "prometheus"
+            } else {
+                program
+            }
         );
     }
     found
@@ -429,7 +448,11 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
         std::thread::sleep(POLL);
     }
     let warnings = agent.log_lines("cannot push");
-    assert_eq!(warnings.len(), 1, "one warning for 5+ failed pushes: {warnings:#?}");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning for 5+ failed pushes: {warnings:#?}"
+    );
 
     let memcached = Memcached::start(port);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -437,7 +460,10 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
         if let Some(value) = memcached_get(port, "fulcrum/load/127.0.0.1:9001") {
             break value;
         }
-        assert!(Instant::now() < deadline, "the report in memcached within 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "the report in memcached within 20 s"
+        );
         std::thread::sleep(POLL);
     };
     Report::parse(&stored);

@@ -40,6 +40,7 @@ use tokio::sync::watch;
 
 use crate::report::{Exposition, Sample};
 use crate::sampler::{Paths, Sampler};
+use crate::shutdown::Shutdown;
 
 /// What `fulcrum agent` was asked to do.
 #[derive(Debug, Clone)]
@@ -168,5 +169,3 @@ async fn sample_every(
         publish.send_replace(Some(Arc::new(published)));
     }
 }
-
-use crate::shutdown::Shutdown;

@@ -123,7 +123,7 @@ pub async fn run(
         let result = tokio::select! {
             r = attempt => r.unwrap_or_else(|_| {
                 client = None;
-                Err(format!("no answer within {}", humanize(interval)))
+                Err(format!("no answer within {interval:?}"))
             }),
             () = shutdown.wait() => break,
         };
@@ -140,10 +140,6 @@ pub async fn run(
             Err(_) => {}
         }
     }
-}
-
-fn humanize(d: Duration) -> String {
-    format!("{} ms", d.as_millis())
 }
 
 #[cfg(test)]

@@ -495,3 +495,30 @@ fn haproxy_agent_check_answers_one_percentage_line() {
         assert!((1..=100).contains(&percent), "{line:?}");
     }
 }
+
+#[test]
+fn bad_options_are_refused_before_anything_starts() {
+    let refused = |args: &[&str], expect: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["agent", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} refused");
+        assert!(stderr.contains(expect), "{args:?}: {expect:?} in {stderr}");
+    };
+    refused(&["--push", "memcached://127.0.0.1:11211"], "--name");
+    refused(&["--name", "127.0.0.1:9001"], "--push");
+    refused(
+        &["--push", "127.0.0.1:11211", "--name", "a"],
+        "memcached://HOST:PORT",
+    );
+    refused(
+        &["--push", "memcached://127.0.0.1:11211", "--name", "a b"],
+        "--name",
+    );
+    refused(&["--net-speed", "1GB"], "Gbit");
+    refused(&["--interval", "0s"], "at least 10ms");
+    refused(&["--interval", "soon"], "--interval");
+}

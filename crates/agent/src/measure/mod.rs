@@ -62,3 +62,51 @@ pub fn share(part: f64, whole: f64) -> f64 {
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Text that looks like the kernel's files often enough to reach deep into the parsers:
+    /// names, numbers (huge and negative ones too), colons and line breaks.
+    fn kernel_like() -> impl Strategy<Value = String> {
+        let token = prop_oneof![
+            "[a-z]{1,6}[0-9]{0,2}",
+            any::<u64>().prop_map(|n| n.to_string()),
+            "-?[0-9]{1,25}",
+            Just("cpu".to_owned()),
+            Just("MemTotal:".to_owned()),
+            Just("MemAvailable:".to_owned()),
+            Just(":".to_owned()),
+            Just("max".to_owned()),
+            Just("\n".to_owned()),
+            ".{0,3}",
+        ];
+        proptest::collection::vec(token, 0..80).prop_map(|t| t.join(" "))
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic_and_stay_in_range(a in kernel_like(), b in kernel_like(), ms in 0u64..10_000) {
+            let elapsed = Duration::from_millis(ms);
+            if let (Ok(x), Ok(y)) = (cpu::parse(&a), cpu::parse(&b)) {
+                prop_assert!((0.0..=1.0).contains(&cpu::utilization(x, y)));
+            }
+            if let Ok(u) = memory::utilization(&a) {
+                prop_assert!((0.0..=1.0).contains(&u));
+            }
+            if let (Ok(x), Ok(y)) = (disk::parse(&a), disk::parse(&b)) {
+                prop_assert!((0.0..=1.0).contains(&disk::utilization(&x, &y, elapsed)));
+            }
+            if let (Ok(x), Ok(y)) = (network::parse(&a), network::parse(&b)) {
+                let u = network::utilization(&x, &y, elapsed, 1_000_000);
+                prop_assert!((0.0..=1.0).contains(&u));
+            }
+            let _ = network::parse_link_speed(&a);
+            let _ = network::parse_speed(&a);
+            let _ = cgroup::parse_max(&a);
+            let _ = cgroup::parse_current(&a);
+        }
+    }
+}

@@ -467,7 +467,14 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
         std::thread::sleep(POLL);
     };
     Report::parse(&stored);
+    // The agent logs the recovery after memcached has answered, so possibly after the read.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.log_lines("to memcached again").is_empty() {
+        assert!(Instant::now() < deadline, "the recovery logged within 10 s");
+        std::thread::sleep(POLL);
+    }
     assert_eq!(agent.log_lines("to memcached again").len(), 1);
+    assert_eq!(agent.log_lines("cannot push").len(), 1);
     drop(memcached);
 }
 

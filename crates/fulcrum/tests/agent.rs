@@ -447,6 +447,10 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
         assert!(Instant::now() < deadline, "samples keep coming");
         std::thread::sleep(POLL);
     }
+    while agent.log_lines("cannot push").is_empty() {
+        assert!(Instant::now() < deadline, "the failure logged");
+        std::thread::sleep(POLL);
+    }
     let warnings = agent.log_lines("cannot push");
     assert_eq!(
         warnings.len(),

@@ -73,7 +73,10 @@ mod tests {
     #[test]
     fn keys_and_timestamps() {
         assert_eq!(key("10.0.0.1:8080"), "fulcrum/load/10.0.0.1:8080");
-        assert_eq!(timestamp_ms(br#"{"cpu":0.1,"ts_ms":1700000000000}"#).unwrap(), 1700000000000);
+        assert_eq!(
+            timestamp_ms(br#"{"cpu":0.1,"ts_ms":1700000000000}"#).unwrap(),
+            1700000000000
+        );
         assert!(timestamp_ms(br#"{"cpu":0.1}"#).is_err());
     }
 }

@@ -40,6 +40,34 @@ enum Command {
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         requests: u32,
     },
+    /// Run the backend-side load reporter: samples CPU, memory, disk, network and container
+    /// memory every interval and serves them as GET /load (JSON) and GET /metrics (Prometheus),
+    /// until SIGTERM or SIGINT.
+    Agent {
+        /// Address of the HTTP endpoint (GET /load, GET /metrics).
+        #[arg(short, long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Time between samples.
+        #[arg(long, default_value = "1s", value_parser = parse_interval)]
+        interval: std::time::Duration,
+        /// Link speed the network figure is a share of, e.g. 1Gbit or 100Mbit (default: the
+        /// sum of /sys/class/net/<if>/speed over the interfaces whose speed is known).
+        #[arg(long, value_name = "SPEED", value_parser = agent::measure::network::parse_speed)]
+        net_speed: Option<u64>,
+        /// The cgroup v2 root whose limited groups make the container memory figure.
+        #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
+        cgroup_root: PathBuf,
+        /// Also write every report to memcached, under fulcrum/load/<name>.
+        #[arg(long, value_name = "memcached://HOST:PORT", requires = "name")]
+        push: Option<String>,
+        /// The backend address the pushed reports are filed under (the address fulcrum's
+        /// configuration gives this backend).
+        #[arg(long, value_name = "ADDR", requires = "push")]
+        name: Option<String>,
+        /// Also answer HAProxy's agent-check protocol on this address (a line such as "75%").
+        #[arg(long, value_name = "ADDR")]
+        haproxy_agent: Option<std::net::SocketAddr>,
+    },
     /// The lab: emulated backends (and, later, load generation and experiments).
     Lab {
         #[command(subcommand)]
@@ -108,6 +136,36 @@ fn main() -> ExitCode {
         Command::Demo { requests } => {
             let _logs = init_logs("warn");
             runtime(2).and_then(|rt| rt.block_on(demo::run(requests as usize)))
+        }
+        Command::Agent {
+            listen,
+            interval,
+            net_speed,
+            cgroup_root,
+            push,
+            name,
+            haproxy_agent,
+        } => {
+            let push = match (push, name) {
+                (Some(url), Some(name)) => match agent::push::Target::new(&url, &name) {
+                    Ok(target) => Some(target),
+                    Err(e) => {
+                        eprintln!("fulcrum: error: --push: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                _ => None,
+            };
+            let settings = agent::Settings {
+                listen,
+                interval,
+                net_speed,
+                cgroup_root,
+                push,
+                haproxy_agent,
+            };
+            let _logs = init_logs("info");
+            runtime(1).and_then(|rt| rt.block_on(run_agent(settings)))
         }
         Command::Lab {
             command: LabCommand::Backend { listen, name },
@@ -249,13 +307,56 @@ async fn lab_backend(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// A sampling interval: a humantime duration ("1s", "500ms") of at least 10 ms.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    if d < std::time::Duration::from_millis(10) {
+        return Err(format!("{text:?}: the interval is at least 10ms"));
+    }
+    Ok(d)
+}
+
+async fn run_agent(settings: agent::Settings) -> anyhow::Result<ExitCode> {
+    let (listen, haproxy, push) = (
+        settings.listen,
+        settings.haproxy_agent,
+        settings.push.clone(),
+    );
+    let interval = settings.interval;
+    let stop = shutdown_signal();
+    let agent = agent::Agent::bind(settings)
+        .await
+        .with_context(|| match haproxy {
+            Some(h) => format!("cannot listen on {listen} or {h}"),
+            None => format!("cannot listen on {listen}"),
+        })?;
+    tracing::info!(
+        listen = %agent.http_addr()?,
+        interval = %humantime::format_duration(interval),
+        "agent listening"
+    );
+    if let Some(addr) = agent.haproxy_addr() {
+        tracing::info!(haproxy_agent = %addr?, "agent-check listening");
+    }
+    if let Some(target) = push {
+        tracing::info!(server = %target.server, key = %target.key(), "pushing reports to memcached");
+    }
+    agent.run(stop).await;
+    tracing::info!("agent stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on the first SIGTERM or SIGINT. The handlers are installed at the call, not at
+/// the first poll, so a signal that arrives before the future is awaited is not lost (nor
+/// fatal: without a handler SIGTERM kills the process).
+fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }

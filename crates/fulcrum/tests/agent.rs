@@ -533,3 +533,109 @@ fn bad_options_are_refused_before_anything_starts() {
     refused(&["--interval", "0s"], "at least 10ms");
     refused(&["--interval", "soon"], "--interval");
 }
+
+/// A `fulcrum run` whose stderr lines arrive on a channel, killed when dropped.
+struct Balancer {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Balancer {
+    fn start(config: &str) -> Balancer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["run", "--config", config])
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Balancer { child, lines }
+    }
+
+    /// The first line containing `what`, within `within`.
+    fn line_with(&self, what: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("fulcrum did not log {what:?} in time"));
+            if line.contains(what) {
+                return line;
+            }
+        }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn reports_pushed_to_memcached_feed_the_balancers_weights() {
+    if !installed("memcached", "-V") {
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _memcached = Memcached::start(port);
+    let push = format!("memcached://127.0.0.1:{port}");
+    // Two backends (nothing needs to answer on them: no request is sent), each with an agent
+    // pushing under its address.
+    let backends = ["127.0.0.1:9001", "127.0.0.1:9002"];
+    let _agents: Vec<Agent> = backends
+        .iter()
+        .map(|b| Agent::start(&["--interval", "200ms", "--push", &push, "--name", b]))
+        .collect();
+    let dir = TempDir::new("memcached-feed");
+    let config = format!("{}/fulcrum.toml", dir.path());
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"dwlc\"\npoll_interval = \"300ms\"\n",
+    );
+    for b in backends {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{b}\"\n  memcached = \"127.0.0.1:{port}\"\n"
+        );
+    }
+    std::fs::write(&config, text).unwrap();
+    let fulcrum = Balancer::start(&config);
+    let applied = fulcrum.line_with("weights applied", Duration::from_secs(15));
+    // Both agents measure this machine: the memory figure is /proc/meminfo's.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> f64 {
+        meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let want = 1.0 - field("MemAvailable:") / field("MemTotal:");
+    let mems: Vec<f64> = applied
+        .split("mem=")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(mems.len(), 2, "{applied}");
+    for mem in mems {
+        assert!(
+            (mem - want).abs() < 0.05,
+            "mem {mem}, /proc/meminfo {want}: {applied}"
+        );
+    }
+}

@@ -25,8 +25,9 @@ pub(super) const SECTION: Section = Section {
         "slow_start",
         "agent",
         "node_exporter",
+        "memcached",
     ],
-    not_yet: &["memcached", "agent_check"],
+    not_yet: &["agent_check"],
 };
 
 /// The largest weight. Weights are relative, so a million gives any ratio worth expressing;
@@ -65,26 +66,32 @@ pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
     )
 }
 
-/// The backend's load source, one at most: `agent = "host:port"` (a `fulcrum agent`) or
-/// `node_exporter = "host:port"`; only for algorithms that use load reports (anywhere else
-/// it would be polled for nothing).
+/// The backend's load source, one at most: `agent = "host:port"` (a `fulcrum agent`),
+/// `node_exporter = "host:port"` or `memcached = "host:port"` (where agents push); only for
+/// algorithms that use load reports (anywhere else it would be polled for nothing).
 fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
-    let agent = t.text(r, "agent", "an address", "127.0.0.1:9101");
-    let exporter = t.text(r, "node_exporter", "an address", "127.0.0.1:9100");
-    let (key, value, make): (&str, _, fn(std::net::SocketAddr) -> LoadSource) =
-        match (agent, exporter) {
-            (None, None) => return None,
-            (Some(_), Some(e)) => {
-                r.error(
-                    e.span(),
-                    &t.key("node_exporter"),
-                    "a backend has one load source: keep agent or node_exporter, not both",
-                );
-                return None;
-            }
-            (Some(a), None) => ("agent", a, LoadSource::Agent),
-            (None, Some(e)) => ("node_exporter", e, LoadSource::NodeExporter),
-        };
+    let keys: [(&str, &str, fn(std::net::SocketAddr) -> LoadSource); 3] = [
+        ("agent", "127.0.0.1:9101", LoadSource::Agent),
+        ("node_exporter", "127.0.0.1:9100", LoadSource::NodeExporter),
+        ("memcached", "127.0.0.1:11211", LoadSource::Memcached),
+    ];
+    let mut given = keys
+        .iter()
+        .filter_map(|&(key, example, make)| {
+            t.text(r, key, "an address", example)
+                .map(|value| (key, value, make))
+        })
+        .collect::<Vec<_>>();
+    if given.len() > 1 {
+        let (key, value, _) = &given[1];
+        r.error(
+            value.span(),
+            &t.key(key),
+            "a backend has one load source: keep one of agent, node_exporter and memcached",
+        );
+        return None;
+    }
+    let (key, value, make) = given.pop()?;
     if !uses_load_reports(algorithm) {
         r.error(
             value.span(),

@@ -66,11 +66,14 @@ pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
     )
 }
 
+/// How a source key's address becomes a [`LoadSource`].
+type MakeSource = fn(std::net::SocketAddr) -> LoadSource;
+
 /// The backend's load source, one at most: `agent = "host:port"` (a `fulcrum agent`),
 /// `node_exporter = "host:port"` or `memcached = "host:port"` (where agents push); only for
 /// algorithms that use load reports (anywhere else it would be polled for nothing).
 fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
-    let keys: [(&str, &str, fn(std::net::SocketAddr) -> LoadSource); 3] = [
+    let keys: [(&str, &str, MakeSource); 3] = [
         ("agent", "127.0.0.1:9101", LoadSource::Agent),
         ("node_exporter", "127.0.0.1:9100", LoadSource::NodeExporter),
         ("memcached", "127.0.0.1:11211", LoadSource::Memcached),

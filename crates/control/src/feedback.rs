@@ -36,6 +36,8 @@ enum Poller {
     NodeExporter(NodeExporter),
     /// The memcached, and the backend's name (its key).
     Memcached(std::net::SocketAddr, String),
+    /// Nothing to poll here.
+    None,
 }
 
 impl Poller {
@@ -44,6 +46,9 @@ impl Poller {
             LoadSource::Agent(addr) => Poller::Agent(addr),
             LoadSource::NodeExporter(addr) => Poller::NodeExporter(NodeExporter::new(addr)),
             LoadSource::Memcached(addr) => Poller::Memcached(addr, backend.to_owned()),
+            // Not a report source: the agent-check loop reads it (config keeps it away from
+            // load models).
+            LoadSource::AgentCheck(_) => Poller::None,
         }
     }
 
@@ -57,6 +62,7 @@ impl Poller {
         match self {
             Poller::Agent(addr) => source::poll_agent(*addr, timeout).await.map(Some),
             Poller::NodeExporter(n) => n.poll(timeout).await,
+            Poller::None => Ok(None),
             Poller::Memcached(server, backend) => {
                 crate::memcached::poll(*server, backend, timeout, max_age)
                     .await

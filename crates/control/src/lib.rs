@@ -11,6 +11,8 @@
 //!   stale reports, feeds the upstream's weight model (seed 001's `dynamic_wrr`, seed 003's
 //!   `dwlc`, seed 000's `capacity_weighted`) and applies its weights with
 //!   [`proxy::Upstream::set_weights`].
+//! * [`agent_check`]: HAProxy's agent-check protocol as a source: a percentage of the
+//!   configured weight, drain, down and up, as HAProxy applies them.
 //! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
 //!   `fall`, combined with passive health in the pool.
 //! * [`memcached`]: reports agents pushed to memcached (seed 001's hub).
@@ -19,6 +21,7 @@
 //!   HTTP client the checks share.
 //! * [`model`]: the weight model of an upstream, behind one interface.
 
+pub mod agent_check;
 pub mod feedback;
 pub mod health;
 pub mod memcached;
@@ -36,6 +39,14 @@ pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
     for upstream in upstreams {
         if feedback::Feedback::wanted(upstream) {
             tokio::spawn(feedback::run(Arc::clone(upstream), stop.clone()));
+        }
+        if upstream
+            .settings()
+            .backends
+            .iter()
+            .any(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
+        {
+            tokio::spawn(agent_check::run(Arc::clone(upstream), stop.clone()));
         }
         if upstream.settings().health_check.is_some() {
             tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));

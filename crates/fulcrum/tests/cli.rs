@@ -1010,3 +1010,84 @@ fn bad_load_reports_never_crash_fulcrum_or_leave_the_models_range() {
         }
     }
 }
+
+/// A stand-in for an HAProxy agent: every connection gets the current `reply` and is closed.
+fn haproxy_agent(
+    rt: &tokio::runtime::Runtime,
+    reply: std::sync::Arc<std::sync::Mutex<String>>,
+) -> SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let line = reply.lock().unwrap().clone();
+            let _ = s.write_all(line.as_bytes()).await;
+        }
+    });
+    addr
+}
+
+#[test]
+fn haproxy_agent_checks_scale_drain_and_take_out() {
+    use std::sync::{Arc, Mutex};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let backends: Vec<Backend> = ["a", "b", "c"]
+        .iter()
+        .map(|n| rt.block_on(Backend::start(n, loopback)).unwrap())
+        .collect();
+    let replies: Vec<Arc<Mutex<String>>> = ["50%\n", "drain\n", "up 100%\n"]
+        .iter()
+        .map(|r| Arc::new(Mutex::new((*r).to_owned())))
+        .collect();
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"weighted_round_robin\"\npoll_interval = \"200ms\"\n",
+    );
+    for (b, reply) in backends.iter().zip(&replies) {
+        let agent = haproxy_agent(&rt, Arc::clone(reply));
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  weight = 4\n  agent_check = \"{agent}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new("agent-check.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let wait_for = |what: &str| loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains(what) {
+            return line;
+        }
+    };
+    // 50% of 4, drained, 100% of 4.
+    wait_for("new=[2, 0, 4]");
+    let addr = fulcrum.addr_of("web");
+    let count = |n: usize| {
+        rt.block_on(async {
+            let mut client = Client::new(addr);
+            let mut counts = std::collections::HashMap::new();
+            for _ in 0..n {
+                let reply = client.get("/").await.unwrap();
+                assert_eq!(reply.status, 200);
+                *counts.entry(reply.text()).or_insert(0) += 1;
+            }
+            counts
+        })
+    };
+    let counts = count(60);
+    assert_eq!(
+        (counts.get("a"), counts.get("b"), counts.get("c")),
+        (Some(&20), None, Some(&40)),
+        "{counts:?}"
+    );
+    // The agent of a says down: a is taken out.
+    *replies[0].lock().unwrap() = "down\n".to_owned();
+    wait_for("agent check changed the backend's state");
+    let counts = count(20);
+    assert_eq!(counts.get("c"), Some(&20), "{counts:?}");
+}

@@ -276,6 +276,9 @@ pub enum LoadSource {
     NodeExporter(SocketAddr),
     /// A memcached that agents push their reports to (`fulcrum/load/<backend addr>`).
     Memcached(SocketAddr),
+    /// An agent speaking HAProxy's agent-check protocol: its replies set the weight and state
+    /// directly (no load model).
+    AgentCheck(SocketAddr),
 }
 
 impl BackendSettings {

@@ -26,8 +26,9 @@ pub(super) const SECTION: Section = Section {
         "agent",
         "node_exporter",
         "memcached",
+        "agent_check",
     ],
-    not_yet: &["agent_check"],
+    not_yet: &[],
 };
 
 /// The largest weight. Weights are relative, so a million gives any ratio worth expressing;
@@ -73,10 +74,11 @@ type MakeSource = fn(std::net::SocketAddr) -> LoadSource;
 /// `node_exporter = "host:port"` or `memcached = "host:port"` (where agents push); only for
 /// algorithms that use load reports (anywhere else it would be polled for nothing).
 fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
-    let keys: [(&str, &str, MakeSource); 3] = [
+    let keys: [(&str, &str, MakeSource); 4] = [
         ("agent", "127.0.0.1:9101", LoadSource::Agent),
         ("node_exporter", "127.0.0.1:9100", LoadSource::NodeExporter),
         ("memcached", "127.0.0.1:11211", LoadSource::Memcached),
+        ("agent_check", "127.0.0.1:9102", LoadSource::AgentCheck),
     ];
     let mut given = keys
         .iter()
@@ -90,12 +92,24 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
         r.error(
             value.span(),
             &t.key(key),
-            "a backend has one load source: keep one of agent, node_exporter and memcached",
+            "a backend has one load source: keep one of agent, node_exporter, memcached and agent_check",
         );
         return None;
     }
     let (key, value, make) = given.pop()?;
-    if !uses_load_reports(algorithm) {
+    if key == "agent_check" {
+        // HAProxy's agent-check sets weights itself: not for an algorithm whose model does.
+        if uses_load_reports(algorithm) {
+            r.error(
+                value.span(),
+                &t.key(key),
+                format!(
+                    "agent_check sets the weight itself, as in HAProxy, while {algorithm} computes it from load reports: use agent, node_exporter or memcached with {algorithm}, or another algorithm with agent_check"
+                ),
+            );
+            return None;
+        }
+    } else if !uses_load_reports(algorithm) {
         r.error(
             value.span(),
             &t.key(key),

@@ -1,0 +1,239 @@
+//! HAProxy's agent-check protocol as a source (`agent_check = "host:port"`): every
+//! `poll_interval` fulcrum connects to the backend's agent, reads one line, and acts on it as
+//! HAProxy does (HAProxy configuration manual, `agent-check`):
+//!
+//! * `75%`: the backend's weight becomes 75% of its configured weight (at least 1; `0%`
+//!   drains it, weight 0);
+//! * `drain`: weight 0 — no new requests, those in flight finish; `ready` ends a drain;
+//! * `down`, `fail`, `stopped`, `maint`: taken out, as by a failed health check; `up` brings it
+//!   back (into its slow start);
+//! * other words (`maxconn:N`, free text after `#`) are ignored.
+//!
+//! Words may be combined (`75% up`, separated by spaces, commas or tabs). A line is at most
+//! 1 KiB; an agent that does not answer within `poll_timeout`, or answers nothing usable,
+//! changes nothing (logged once until it answers again).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use balance::BackendId;
+use proxy::{LoadSource, Upstream};
+use tokio::io::AsyncReadExt as _;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+/// The longest reply read.
+const MAX_LINE: usize = 1024;
+
+/// What one reply asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reply {
+    /// The share of the configured weight, in percent.
+    pub percent: Option<u32>,
+    /// `Some(true)`: drain; `Some(false)`: ready (end a drain).
+    pub drain: Option<bool>,
+    /// `Some(false)`: down; `Some(true)`: up.
+    pub up: Option<bool>,
+}
+
+/// Parses an agent's reply; `None` when it says nothing this protocol knows.
+pub fn parse(line: &str) -> Option<Reply> {
+    let line = line.split('#').next().unwrap_or("");
+    let mut reply = Reply::default();
+    let mut understood = false;
+    for word in line
+        .split([' ', ',', '\t', '\r', '\n'])
+        .filter(|w| !w.is_empty())
+    {
+        let word = word.to_ascii_lowercase();
+        if let Some(n) = word.strip_suffix('%') {
+            if let Ok(p) = n.parse::<u32>() {
+                reply.percent = Some(p.min(100_000));
+                understood = true;
+            }
+            continue;
+        }
+        match word.as_str() {
+            "drain" => reply.drain = Some(true),
+            "ready" => reply.drain = Some(false),
+            "down" | "fail" | "stopped" | "maint" => reply.up = Some(false),
+            "up" => reply.up = Some(true),
+            _ => continue,
+        }
+        understood = true;
+    }
+    understood.then_some(reply)
+}
+
+/// The weight a reply gives a backend configured with `configured`, now at `current`.
+pub fn weight(reply: &Reply, configured: u32, current: u32, draining: bool) -> u32 {
+    if draining {
+        return 0;
+    }
+    match reply.percent {
+        Some(0) => 0,
+        Some(p) => {
+            ((u64::from(configured) * u64::from(p) / 100).max(1)).min(u64::from(u32::MAX)) as u32
+        }
+        None if current == 0 => configured,
+        None => current,
+    }
+}
+
+/// Reads one reply from the agent at `addr` within `timeout`.
+async fn ask(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
+    let read = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let mut buf = vec![0u8; MAX_LINE];
+        let mut len = 0;
+        while len < MAX_LINE && !buf[..len].contains(&b'\n') {
+            match stream.read(&mut buf[len..]).await {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+        Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// Runs `upstream`'s agent checks until `stop` turns true (returns at once when no backend
+/// has `agent_check`).
+pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+    let backends: Vec<(Option<SocketAddr>, String, u32)> = upstream
+        .backends_in_pool_order()
+        .iter()
+        .map(|b| {
+            let agent = match b.load_source {
+                Some(LoadSource::AgentCheck(addr)) => Some(addr),
+                _ => None,
+            };
+            (agent, b.name.clone(), b.weight)
+        })
+        .collect();
+    if backends.iter().all(|(agent, _, _)| agent.is_none()) {
+        return;
+    }
+    let settings = upstream.settings();
+    let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
+    let mut failing = vec![false; backends.len()];
+    let mut draining = vec![false; backends.len()];
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let mut asks = JoinSet::new();
+        for (i, (agent, _, _)) in backends.iter().enumerate() {
+            if let Some(addr) = *agent {
+                asks.spawn(async move { (i, ask(addr, timeout).await) });
+            }
+        }
+        let mut replies = vec![None; backends.len()];
+        let round = async {
+            while let Some(done) = asks.join_next().await {
+                if let Ok((i, reply)) = done {
+                    replies[i] = Some(reply);
+                }
+            }
+        };
+        tokio::select! {
+            () = round => {}
+            _ = stop.changed() => return,
+        }
+        let mut weights = upstream.weights();
+        let before = weights.clone();
+        for (i, answer) in replies.into_iter().enumerate() {
+            let Some(answer) = answer else { continue };
+            let (_, name, configured) = &backends[i];
+            let reply = match answer.as_deref().map(parse) {
+                Ok(Some(reply)) => reply,
+                other => {
+                    if !failing[i] {
+                        failing[i] = true;
+                        let why = match other {
+                            Err(e) => e.clone(),
+                            _ => format!("no agent-check word in {:?}", answer.unwrap_or_default()),
+                        };
+                        tracing::warn!(upstream = %upstream.name(), backend = %name, error = %why, "agent check gave nothing usable; the backend keeps its state");
+                    }
+                    continue;
+                }
+            };
+            failing[i] = false;
+            if let Some(drain) = reply.drain {
+                draining[i] = drain;
+            }
+            weights[i] = weight(&reply, *configured, weights[i], draining[i]);
+            if let Some(up) = reply.up
+                && upstream.set_check_result(BackendId(i as u32), up)
+            {
+                tracing::info!(upstream = %upstream.name(), backend = %name, up, "agent check changed the backend's state");
+            }
+        }
+        if weights != before {
+            upstream.set_weights(&weights);
+            tracing::info!(upstream = %upstream.name(), old = ?before, new = ?weights, "weights applied from agent checks");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_as_haproxy_reads_them() {
+        assert_eq!(
+            parse("75%\n"),
+            Some(Reply {
+                percent: Some(75),
+                ..Reply::default()
+            })
+        );
+        assert_eq!(
+            parse("up, 50%  # fine"),
+            Some(Reply {
+                percent: Some(50),
+                up: Some(true),
+                ..Reply::default()
+            })
+        );
+        assert_eq!(parse("DRAIN").unwrap().drain, Some(true));
+        assert_eq!(parse("maint").unwrap().up, Some(false));
+        assert_eq!(parse("maxconn:30"), None);
+        assert_eq!(parse("garbage"), None);
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("-5%"), None);
+    }
+
+    #[test]
+    fn weights_from_replies() {
+        let pct = |p| Reply {
+            percent: Some(p),
+            ..Reply::default()
+        };
+        assert_eq!(weight(&pct(75), 4, 4, false), 3);
+        assert_eq!(weight(&pct(1), 4, 4, false), 1, "at least 1");
+        assert_eq!(weight(&pct(0), 4, 4, false), 0, "0% drains");
+        assert_eq!(weight(&pct(200), 4, 4, false), 8);
+        assert_eq!(weight(&Reply::default(), 4, 3, true), 0, "draining");
+        assert_eq!(
+            weight(&Reply::default(), 4, 0, false),
+            4,
+            "ready after a drain"
+        );
+        assert_eq!(weight(&Reply::default(), 4, 3, false), 3, "unchanged");
+    }
+}

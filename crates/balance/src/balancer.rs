@@ -99,7 +99,9 @@ pub struct Options {
     pub window: u32,
     /// `latency`: the weight of the newest latency in the moving average, in (0, 1].
     pub smoothing: f64,
-    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)` (seed 002: the 4 s timeout).
+    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)`: seed 002 sets it to the timeout
+    /// (4 s in its testbed, the default here); the configuration uses the upstream's
+    /// `read_timeout` unless `penalty` is given.
     pub penalty: Nanos,
     /// `dynamic_wrr`: the threshold `H` of seed 001 §III.C: a server whose free share (weighted
     /// remaining performance per unit of size, in [0, 1]) is at most this is highly loaded.

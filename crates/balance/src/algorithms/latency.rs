@@ -3,7 +3,7 @@
 //!
 //! Every backend's expected latency per request is `l = base + p·(1/s − 1)`: `base` an
 //! exponential moving average of its recent latencies, `s` its recent success rate, and `p` the
-//! penalty for a failed attempt (the paper's 4 s timeout), so that a backend needing `1/s`
+//! penalty for a failed attempt (the paper's timeout), so that a backend needing `1/s`
 //! tries on average pays `1/s − 1` timeouts. Each request then goes to a backend drawn at random
 //! with probability `(1/l_i) / Σ_j (1/l_j)`, re-weighted after every completion (the paper found
 //! periodic re-weighting worse).
@@ -19,6 +19,16 @@
 //! `l` known, so it is tried; with no data anywhere all backends weigh the same. A backend
 //! whose window holds only failures has `s = 0`, an infinite `l` and weight 0 — yet it is
 //! chosen when it is the only usable backend, since a pick must not fail while one exists.
+//! Weight 0 is not for good: a backend that is never drawn would never complete anything that
+//! could raise it, so ten failures in an outage would shut it out after it recovered. Once its
+//! `fail_timeout` has passed since its latest failure (nginx's window for a failed peer, 10 s
+//! by default), its outcomes are forgotten and it is drawn as a backend without data; one
+//! success weighs it by its latency again, one failure shuts it out for another
+//! `fail_timeout`. Time comes from the pick's `now`, so this is exact in virtual time.
+//!
+//! The penalty: the paper sets `p` to its timeout (4 s in its testbed), which is
+//! [`Options::DEFAULT_PENALTY`]; the configuration sets it to the upstream's `read_timeout`
+//! unless `penalty` is given.
 //!
 //! The draw is O(log n): the weights `1/l` sit in a segment tree (each inner node holds the sum
 //! and maximum of its leaves, and how many leaves have no data yet), updated on each
@@ -30,7 +40,7 @@ use std::collections::VecDeque;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::backend::{BackendId, Backends};
+use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, Options, Outcome, PickCtx};
 
 /// The smallest `l`, in seconds, so that a backend answering in zero virtual time gets a
@@ -64,6 +74,11 @@ pub struct Latency {
     penalty_secs: f64,
     histories: Vec<History>,
     tree: WeightTree,
+    /// Each backend's `fail_timeout`, how long a window of failures shuts it out.
+    fail_timeouts: Vec<Nanos>,
+    /// Backends whose window holds only failures (weight 0), with the time they are tried
+    /// again; usually empty, so a pick pays nothing for it.
+    shut_out: Vec<(BackendId, Nanos)>,
 }
 
 impl Latency {
@@ -82,6 +97,26 @@ impl Latency {
             penalty_secs: options.penalty.as_secs_f64(),
             histories: Vec::new(),
             tree: WeightTree::new(0),
+            fail_timeouts: Vec::new(),
+            shut_out: Vec::new(),
+        }
+    }
+
+    /// Forgets the failures of every shut-out backend whose `fail_timeout` has passed since its
+    /// last failure, so that it is drawn again as a backend without data.
+    fn readmit(&mut self, now: Nanos) {
+        let mut k = 0;
+        while k < self.shut_out.len() {
+            let (id, at) = self.shut_out[k];
+            if now < at {
+                k += 1;
+                continue;
+            }
+            self.shut_out.swap_remove(k);
+            let h = &mut self.histories[id.index()];
+            h.outcomes.clear();
+            h.successes = 0;
+            self.tree.set(id.index(), Estimate::Unknown);
         }
     }
 
@@ -151,10 +186,18 @@ impl Balancer for Latency {
         if self.histories.len() != backends.len() {
             self.histories = vec![History::default(); backends.len()];
             self.tree = WeightTree::new(backends.len());
+            self.shut_out.clear();
         }
+        self.fail_timeouts = backends
+            .ids()
+            .map(|id| backends.state(id).spec().fail_timeout)
+            .collect();
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        if !self.shut_out.is_empty() {
+            self.readmit(ctx.now);
+        }
         let unknown_weight = self.unknown_weight();
         let total = self.tree.total(unknown_weight);
         if total > 0.0 {
@@ -193,6 +236,19 @@ impl Balancer for Latency {
         h.successes += u32::from(success);
         let leaf = self.estimate(&self.histories[id.index()]);
         self.tree.set(id.index(), leaf);
+        // Shut out from its latest failure while its window holds nothing else.
+        if !self.shut_out.is_empty() {
+            self.shut_out.retain(|&(shut, _)| shut != id);
+        }
+        if self.histories[id.index()].successes == 0 {
+            let timeout = self
+                .fail_timeouts
+                .get(id.index())
+                .copied()
+                .unwrap_or_default();
+            let at = Nanos(c.now.0.saturating_add(timeout.0));
+            self.shut_out.push((id, at));
+        }
     }
 }
 
@@ -393,6 +449,43 @@ mod tests {
         // ... yet it is chosen when it is the only usable backend.
         h.mark_down(0);
         assert_eq!(h.pick(), Some(BackendId(1)));
+    }
+
+    /// The review's finding: about ten failures during an outage gave a backend weight 0 for
+    /// good, since a backend that is never drawn never completes anything that could raise it.
+    #[test]
+    fn a_backend_recovered_from_an_outage_is_tried_again() {
+        let s = |secs: u64| Nanos(secs * 1_000_000_000);
+        let mut h = Harness::new(&[1, 1], Latency::new(&options(10), 8));
+        for _ in 0..10 {
+            feed(&mut h, 0, Outcome::Success, 100);
+            feed(&mut h, 1, Outcome::Success, 100);
+        }
+        // The outage: ten failures at t = 100 s fill b's window.
+        h.now = s(100);
+        for _ in 0..10 {
+            feed(&mut h, 1, Outcome::Failure, 100);
+        }
+        // Within its fail_timeout (10 s, nginx's default) b is not drawn.
+        h.now = s(105);
+        assert!(!h.hold(1_000).contains(&BackendId(1)));
+        // Once it has passed, b is drawn again, as a backend without data (the best known
+        // weight, so about half of the picks): within a few picks.
+        h.now = Nanos(s(110).0 + 1);
+        let first = h.hold(100).iter().position(|&id| id == BackendId(1));
+        assert!(matches!(first, Some(k) if k < 20), "{first:?}");
+        // Healthy again: one success and it is weighed by its latency, evenly with a.
+        feed(&mut h, 1, Outcome::Success, 100);
+        let b = h.hold(10_000).iter().filter(|id| id.0 == 1).count();
+        assert!(b.abs_diff(5_000) < 250, "{b}");
+        // Still failing when tried: out again for another fail_timeout from that failure.
+        for _ in 0..10 {
+            feed(&mut h, 1, Outcome::Failure, 100);
+        }
+        h.now = s(115);
+        assert!(!h.hold(1_000).contains(&BackendId(1)));
+        h.now = s(121);
+        assert!(h.hold(100).contains(&BackendId(1)));
     }
 
     #[test]

@@ -19,7 +19,11 @@ use super::table::{Table, found};
 pub(super) struct Balancing {
     pub algorithm: Algorithm,
     pub hash_key: HashKey,
+    /// The options; `penalty` is left at its default here, see `penalty`.
     pub options: balance::Options,
+    /// `latency`'s `penalty` as configured; `None`: the upstream's `read_timeout`, which is
+    /// what seed 002 sets it to (its timeout), filled in with the other defaults.
+    pub penalty: Option<Duration>,
 }
 
 /// Reads the balancing keys of an upstream with `backends` backends.
@@ -36,10 +40,14 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, backends: usize) -> Balanc
     };
     let hash_key = hash_key(r, t, algorithm);
     let options = options(r, t, algorithm, backends);
+    // 0 is allowed: failures then add nothing to a backend's estimate.
+    let penalty =
+        used(r, t, "penalty", algorithm).and_then(|_| t.duration(r, "penalty", Zero::Allowed));
     Balancing {
         algorithm,
         hash_key,
         options,
+        penalty,
     }
 }
 
@@ -202,12 +210,6 @@ fn options(
             );
         }
     }
-    // 0 is allowed: failures then add nothing to a backend's estimate.
-    if used(r, t, "penalty", algorithm).is_some()
-        && let Some(p) = t.duration(r, "penalty", Zero::Allowed)
-    {
-        options.penalty = p.into();
-    }
     thresholds(r, t, algorithm, &mut options);
     options.slow_start = slow_start(r, t, algorithm).map(Into::into);
     options
@@ -322,6 +324,16 @@ mod tests {
         assert_eq!((u.options.high_load, u.options.low_load), (0.1, 0.5));
         let u = upstream(&with_algorithm("dynamic_wrr", "low_load = 0.3"));
         assert_eq!((u.options.high_load, u.options.low_load), (0.2, 0.3));
+        // Without a penalty, the timeout a failure costs: read_timeout (seed 002 §V).
+        let u = upstream(&with_algorithm("latency", ""));
+        assert_eq!(u.options.penalty, balance::Nanos(60_000_000_000));
+        let u = upstream(&with_algorithm("latency", "read_timeout = \"5s\""));
+        assert_eq!(u.options.penalty, balance::Nanos(5_000_000_000));
+        let u = upstream(&with_algorithm(
+            "latency",
+            "read_timeout = \"5s\"\npenalty = \"2s\"",
+        ));
+        assert_eq!(u.options.penalty, balance::Nanos(2_000_000_000));
         let u = upstream(&with_algorithm("latency", "penalty = \"0s\""));
         assert_eq!(u.options.penalty, balance::Nanos(0));
         let text = with_algorithm("least_conn", "slow_start = \"30s\"")

@@ -22,9 +22,10 @@
 //! Weight 0 is not for good: a backend that is never drawn would never complete anything that
 //! could raise it, so ten failures in an outage would shut it out after it recovered. Once its
 //! `fail_timeout` has passed since its latest failure (nginx's window for a failed peer, 10 s
-//! by default), its outcomes are forgotten and it is drawn as a backend without data; one
-//! success weighs it by its latency again, one failure shuts it out for another
-//! `fail_timeout`. Time comes from the pick's `now`, so this is exact in virtual time.
+//! by default), its outcomes are forgotten and it is drawn as a backend without data for one
+//! request, its probe, and weighs 0 again until the probe's outcome is in (a probe into a dead
+//! backend may take a whole read timeout); one success weighs it by its latency again, one
+//! failure shuts it out for another `fail_timeout`, a cancelled probe lets the next pick probe. Time comes from the pick's `now`, so this is exact in virtual time.
 //!
 //! The penalty: the paper sets `p` to its timeout (4 s in its testbed), which is
 //! [`Options::DEFAULT_PENALTY`]; the configuration sets it to the upstream's `read_timeout`
@@ -55,6 +56,10 @@ struct History {
     /// The last `window` outcomes (`true` for success), oldest first.
     outcomes: VecDeque<bool>,
     successes: u32,
+    /// Readmitted after a shut-out and not drawn since: the next pick of it is its probe.
+    probe: bool,
+    /// Its probe is in flight: it weighs 0 until an outcome comes back.
+    awaiting: bool,
 }
 
 /// What the algorithm knows of a backend's latency.
@@ -103,7 +108,8 @@ impl Latency {
     }
 
     /// Forgets the failures of every shut-out backend whose `fail_timeout` has passed since its
-    /// last failure, so that it is drawn again as a backend without data.
+    /// last failure, so that it is drawn again as a backend without data, for one request (its
+    /// probe) until an outcome comes back.
     fn readmit(&mut self, now: Nanos) {
         let mut k = 0;
         while k < self.shut_out.len() {
@@ -116,6 +122,7 @@ impl Latency {
             let h = &mut self.histories[id.index()];
             h.outcomes.clear();
             h.successes = 0;
+            h.probe = true;
             self.tree.set(id.index(), Estimate::Unknown);
         }
     }
@@ -146,10 +153,32 @@ impl Latency {
     }
 
     fn weight(&self, id: BackendId) -> f64 {
-        match self.estimate(&self.histories[id.index()]) {
+        let h = &self.histories[id.index()];
+        if h.awaiting {
+            return 0.0;
+        }
+        match self.estimate(h) {
             Estimate::Unknown => self.unknown_weight(),
             Estimate::Weight(w) => w,
         }
+    }
+
+    /// The weighted draw: over all backends by the tree, and over the usable ones only if that
+    /// landed on one that cannot be used.
+    fn draw(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        let unknown_weight = self.unknown_weight();
+        let total = self.tree.total(unknown_weight);
+        if total > 0.0 {
+            let r = self.rng.random::<f64>() * total;
+            let i = self.tree.find(r, unknown_weight);
+            if i < backends.len() {
+                let id = BackendId(i as u32);
+                if ctx.usable(id, backends) && self.weight(id) > 0.0 {
+                    return Some(id);
+                }
+            }
+        }
+        self.draw_usable(ctx, backends)
     }
 
     /// The slow path, when the draw over all backends landed on an unusable one: a draw over
@@ -198,19 +227,15 @@ impl Balancer for Latency {
         if !self.shut_out.is_empty() {
             self.readmit(ctx.now);
         }
-        let unknown_weight = self.unknown_weight();
-        let total = self.tree.total(unknown_weight);
-        if total > 0.0 {
-            let r = self.rng.random::<f64>() * total;
-            let i = self.tree.find(r, unknown_weight);
-            if i < backends.len() {
-                let id = BackendId(i as u32);
-                if ctx.usable(id, backends) && self.weight(id) > 0.0 {
-                    return Some(id);
-                }
-            }
+        let id = self.draw(ctx, backends)?;
+        let h = &mut self.histories[id.index()];
+        if h.probe {
+            // One probe at a time: a backend back from an outage gets no more until it answers.
+            h.probe = false;
+            h.awaiting = true;
+            self.tree.set(id.index(), Estimate::Weight(0.0));
         }
-        self.draw_usable(ctx, backends)
+        Some(id)
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
@@ -218,6 +243,12 @@ impl Balancer for Latency {
         let Some(h) = self.histories.get_mut(id.index()) else {
             return;
         };
+        if std::mem::take(&mut h.awaiting) && c.outcome == Outcome::Cancelled {
+            // The probe said nothing of the backend: the next pick probes again.
+            h.probe = true;
+            self.tree.set(id.index(), Estimate::Unknown);
+            return;
+        }
         let success = match c.outcome {
             Outcome::Success => true,
             Outcome::Failure => false,
@@ -470,10 +501,13 @@ mod tests {
         h.now = s(105);
         assert!(!h.hold(1_000).contains(&BackendId(1)));
         // Once it has passed, b is drawn again, as a backend without data (the best known
-        // weight, so about half of the picks): within a few picks.
+        // weight, so about half of the picks): within a few picks, and once only while that
+        // probe is in flight.
         h.now = Nanos(s(110).0 + 1);
-        let first = h.hold(100).iter().position(|&id| id == BackendId(1));
+        let held = h.hold(100);
+        let first = held.iter().position(|&id| id == BackendId(1));
         assert!(matches!(first, Some(k) if k < 20), "{first:?}");
+        assert_eq!(held.iter().filter(|id| id.0 == 1).count(), 1);
         // Healthy again: one success and it is weighed by its latency, evenly with a.
         feed(&mut h, 1, Outcome::Success, 100);
         let b = h.hold(10_000).iter().filter(|id| id.0 == 1).count();
@@ -485,6 +519,9 @@ mod tests {
         h.now = s(115);
         assert!(!h.hold(1_000).contains(&BackendId(1)));
         h.now = s(121);
+        assert!(h.hold(100).contains(&BackendId(1)));
+        // A probe cancelled by its client says nothing: the next pick probes again.
+        feed(&mut h, 1, Outcome::Cancelled, 100);
         assert!(h.hold(100).contains(&BackendId(1)));
     }
 

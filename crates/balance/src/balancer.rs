@@ -99,8 +99,17 @@ pub struct Options {
     pub window: u32,
     /// `latency`: the weight of the newest latency in the moving average, in (0, 1].
     pub smoothing: f64,
-    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)` (seed 002: the 4 s timeout).
+    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)`: seed 002 sets it to the timeout
+    /// (4 s in its testbed, the default here); the configuration uses the upstream's
+    /// `read_timeout` unless `penalty` is given.
     pub penalty: Nanos,
+    /// `dynamic_wrr`: the threshold `H` of seed 001 §III.C: a server whose free share (weighted
+    /// remaining performance per unit of size, in [0, 1]) is at most this is highly loaded.
+    /// The paper gives no value; ours, below `low_load`.
+    pub high_load: f64,
+    /// `dynamic_wrr`: the threshold `L`: a server whose free share is at least this is lightly
+    /// loaded. The paper gives no value; ours, above `high_load`.
+    pub low_load: f64,
     /// How long a backend that joins or recovers takes to reach its full weight (Envoy's slow
     /// start); `None` for no slow start. Only for algorithms where
     /// [`Algorithm::supports_slow_start`] holds.
@@ -113,6 +122,10 @@ impl Options {
     pub const DEFAULT_WINDOW: u32 = 10;
     pub const DEFAULT_SMOOTHING: f64 = 0.5;
     pub const DEFAULT_PENALTY: Nanos = Nanos(4_000_000_000);
+    /// 0.2: utilization above 0.8 is overload in seed 000's Table 3.
+    pub const DEFAULT_HIGH_LOAD: f64 = crate::weights::dynamic_wrr::HIGH_LOAD;
+    /// 0.4: utilization below 0.6 is free in seed 000's Table 3.
+    pub const DEFAULT_LOW_LOAD: f64 = crate::weights::dynamic_wrr::LOW_LOAD;
 }
 
 impl Default for Options {
@@ -125,6 +138,8 @@ impl Default for Options {
             window: Options::DEFAULT_WINDOW,
             smoothing: Options::DEFAULT_SMOOTHING,
             penalty: Options::DEFAULT_PENALTY,
+            high_load: Options::DEFAULT_HIGH_LOAD,
+            low_load: Options::DEFAULT_LOW_LOAD,
             slow_start: None,
         }
     }

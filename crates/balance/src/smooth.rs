@@ -25,21 +25,30 @@ pub struct SmoothWeights {
 }
 
 impl SmoothWeights {
-    /// Takes the weights from `backends`. Keeps the round's progress when only weights changed;
-    /// starts afresh when the membership did.
+    /// Takes the weights from `backends`. Starts a fresh round (every `current` at 0) when the
+    /// membership or any weight changed; keeps the round's progress otherwise (a health or
+    /// slow-start change).
+    ///
+    /// Why a weight change restarts the round: `current` values are on the scale of the old
+    /// weights. Kept across a change from a model's scale of hundreds to the configured 1, 1, 2,
+    /// the backend left with the highest `current` wins every pick until the small new total
+    /// has worn it down: 11 to 60 picks in a row. From zero, the picks follow nginx's sequence
+    /// for the new weights, so no backend takes more picks in a row than that sequence gives it
+    /// (plus the one it may have taken just before the change). The price is the old round's
+    /// unfinished progress, at most one pick's worth per backend and change.
     pub fn rebuild(&mut self, backends: &Backends<'_>) {
         let n = backends.len();
-        if self.current.len() != n {
-            self.current = vec![0; n];
-            self.effective = backends
-                .ids()
-                .map(|id| backends.weight(id) as i64)
-                .collect();
-        }
-        self.weight = backends
+        let weight: Vec<i64> = backends
             .ids()
             .map(|id| backends.weight(id) as i64)
             .collect();
+        if self.current.len() != n {
+            self.current = vec![0; n];
+            self.effective = weight.clone();
+        } else if self.weight != weight {
+            self.current.fill(0);
+        }
+        self.weight = weight;
         self.ramp = backends
             .ids()
             .map(|id| i64::from(backends.state(id).ramp()))

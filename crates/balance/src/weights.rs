@@ -6,8 +6,9 @@
 //! * [`dynamic_wrr`] (seed 001, Qin et al., "Research on Nginx Dynamic Load Balancing
 //!   Algorithm", §III): the entropy weight method turns the four utilizations of every server
 //!   into index weights; a cluster with an overloaded and a lightly loaded node is re-weighted
-//!   by remaining performance, and one without an overloaded node drifts back to the configured
-//!   weights. Balanced by smooth weighted round robin.
+//!   by remaining performance (each server's configured weight times its free share), and one
+//!   without an overloaded node drifts back to the base weights of eq. 5. Balanced by smooth
+//!   weighted round robin.
 //! * [`dwlc`] (seed 003, Li, Li, Li, "An Integrated Load-balancing Scheduling Algorithm for
 //!   Nginx-Based Web Application Clusters", §4.2): `W = 100 − L` with `L` a fixed blend of the
 //!   utilizations in percent, changed only by steps of at least 5, every 3 s. Balanced by
@@ -27,17 +28,22 @@
 //!   The models themselves accept any `LoadReport` and [sanitize](LoadReport::sanitized) it
 //!   again: NaN counts as fully used (1.0, so a broken reporter cannot attract traffic), and
 //!   other values are clamped into [0, 1].
-//! * **A backend without a report is idle**: all utilizations 0, the seeds' starting point
-//!   (seed 003 §4.2 sets `L(0) = 0` and gives a joining node the full weight 100). The models
-//!   take `&[Option<LoadReport>]`, one entry per backend in pool order.
+//! * **`None` means "idle", nothing else.** A backend whose entry is `None` (or that has no
+//!   entry, the slice being shorter than the pool) is taken as reporting all utilizations 0,
+//!   the seeds' starting point (seed 003 §4.2 sets `L(0) = 0` and gives a joining node the full
+//!   weight 100). The models cannot tell "never reported", "reporter dead" and "report too
+//!   old" apart, and do not try: a dead or stale reporter passed as `None` would draw the most
+//!   traffic. Deciding what a stale or missing report stands for (a last good report for a
+//!   grace period, then a neutral one) is the feeding side's job, the control plane's, which
+//!   knows the ages; it should pass `None` only for a backend it means to be treated as idle.
+//!   The models take `&[Option<LoadReport>]`, one entry per backend in pool order.
 //! * **Weights are at least [`MIN_WEIGHT`] = 1.** All three papers write their weights into
 //!   nginx's configuration, and nginx refuses `weight=0`; so none of the seeds can have meant
 //!   a loaded server to get nothing. Taking a server out is health checking's job, not a load
 //!   model's.
 //! * **One scale per model.** Each model returns weights for every backend on its own scale
-//!   (seed 001: the paper's base weights `W_S` sum to 1000, or the configured weights when
-//!   returning to them; seed 003: 100 for an idle node; seed 000: 1000 for an idle cluster,
-//!   ours), so the caller applies all of them at once with `Pool::set_weights` rather than
+//!   (seed 001: the paper's base weights `W_S` sum to 1000; seed 003: 100 for an idle node;
+//!   seed 000: 1000 for an idle cluster, ours), so the caller applies all of them at once with `Pool::set_weights` rather than
 //!   mixing model weights with configured ones.
 
 pub mod capacity_weighted;
@@ -130,7 +136,8 @@ fn unit(v: f64) -> f64 {
     if v.is_nan() { 1.0 } else { v.clamp(0.0, 1.0) }
 }
 
-/// The report to use for a backend: its own, sanitized, or an idle one if it has none.
+/// The report to use for a backend: its own, sanitized, or an idle one (all 0) for `None`
+/// (see the module's conventions for what `None` means and who decides it).
 fn report_or_idle(report: &Option<LoadReport>) -> LoadReport {
     report.map(LoadReport::sanitized).unwrap_or_default()
 }

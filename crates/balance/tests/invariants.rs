@@ -157,3 +157,76 @@ fn virtual_time_replay() {
     // first failures it gets nothing at all.
     assert_eq!(failed_while_out, 0, "{served:?}");
 }
+
+/// The longest run of one backend in `picks` consecutive picks, per backend.
+fn longest_runs(pool: &mut Pool, n: usize, picks: u32, t0: u64) -> Vec<u32> {
+    let mut longest = vec![0u32; n];
+    let mut run = (usize::MAX, 0u32);
+    for k in 0..picks {
+        let now = Nanos(t0 + u64::from(k));
+        let t = pool.pick(None, &[], now).unwrap();
+        let i = t.backend().index();
+        run = if run.0 == i { (i, run.1 + 1) } else { (i, 1) };
+        longest[i] = longest[i].max(run.1);
+        pool.complete(t, Outcome::Success, now);
+    }
+    longest
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Changing the weights never causes a burst: after `set_weights`, no backend takes more
+    /// picks in a row than smooth WRR gives it from scratch with the new weights, plus the one
+    /// pick it may have taken just before the change. (A weight model moving from a scale of
+    /// hundreds back to 1, 1, 2 once gave one backend 11 to 60 picks in a row.)
+    #[test]
+    fn a_weight_change_causes_no_burst(
+        alg in prop::sample::select(&[
+            Algorithm::WeightedRoundRobin,
+            Algorithm::DynamicWrr,
+            Algorithm::CapacityWeighted,
+            Algorithm::LeastConn,
+        ][..]),
+        before in prop::collection::vec(1u32..1000, 2..6),
+        after_seed in prop::collection::vec(1u32..10, 6),
+        picks_before in 0u32..2000,
+    ) {
+        let n = before.len();
+        let after = &after_seed[..n];
+        let primary = specs(&before, &vec![false; n]);
+        let mut pool = Pool::new(alg, &Options::default(), &primary, &[], 0);
+        longest_runs(&mut pool, n, picks_before, 0);
+        pool.set_weights(after, Nanos(1_000_000));
+        let total: u32 = after.iter().sum();
+        let got = longest_runs(&mut pool, n, 3 * total, 2_000_000);
+        let mut fresh = Pool::new(alg, &Options::default(), &specs(after, &vec![false; n]), &[], 0);
+        let allowed = longest_runs(&mut fresh, n, 3 * total, 0);
+        for i in 0..n {
+            prop_assert!(
+                got[i] <= allowed[i] + 1,
+                "backend {} took {} picks in a row after {:?} → {:?} (from scratch: {})",
+                i, got[i], before, after, allowed[i]
+            );
+        }
+    }
+}
+
+/// The case the review found: dynamic_wrr's model at 299, 156, 3 snapping back to the
+/// configured 1, 1, 2. Smooth WRR from scratch gives 1, 1, 2 as `c a b c`, so with the pick
+/// before the change no backend may take more than 2 in a row.
+#[test]
+fn a_model_scale_snapping_back_causes_no_burst() {
+    for picks_before in 0..458 {
+        let primary = specs(&[1, 1, 2], &[false; 3]);
+        let mut pool = Pool::new(Algorithm::DynamicWrr, &Options::default(), &primary, &[], 0);
+        pool.set_weights(&[299, 156, 3], Nanos(0));
+        longest_runs(&mut pool, 3, picks_before, 1);
+        pool.set_weights(&[1, 1, 2], Nanos(10_000));
+        let runs = longest_runs(&mut pool, 3, 40, 20_000);
+        assert!(
+            runs.iter().all(|&r| r <= 2),
+            "after {picks_before} picks at 299, 156, 3: runs {runs:?}"
+        );
+    }
+}

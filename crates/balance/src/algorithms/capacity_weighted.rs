@@ -32,19 +32,18 @@ mod tests {
 
     #[test]
     fn shares_follow_the_models_weights() {
-        // The model's example (weights/capacity_weighted.rs): capacities 1.15, 1.55, 2.65,
-        // loads 0.5, 0.3, 0.1 → weights 107, 203, 446. From a fresh round, smooth WRR gives
-        // every backend exactly its weight in Σw = 756 picks.
+        // The model's example (weights/capacity_weighted.rs): capacities 0.2446, 0.3018,
+        // 0.4536 (dual core 1 GB, dual core 2 GB, quad core 4 GB), loads 0.5, 0.3, 0.1 →
+        // weights 122, 211, 408. From a fresh round, smooth WRR gives every backend exactly
+        // its weight in Σw = 741 picks.
         let m = CapacityModel::default();
-        let caps: Vec<f64> = [(2.0, 1.0), (2.0, 2.0), (4.0, 4.0)]
+        let figures: Vec<Capacity> = [(2.0, 1.0), (2.0, 2.0), (4.0, 4.0)]
             .iter()
-            .map(|&(cpu, mem)| {
-                m.capacity(&Capacity {
-                    cpu,
-                    mem,
-                    disk: 1.0,
-                    net: 1.0,
-                })
+            .map(|&(cpu, mem)| Capacity {
+                cpu,
+                mem,
+                disk: 1.0,
+                net: 1.0,
             })
             .collect();
         let report = |cpu, mem, disk, net| {
@@ -56,8 +55,8 @@ mod tests {
                 container_mem: 0.0,
             })
         };
-        let weights = m.weights(
-            &caps,
+        let weights = m.weights_for(
+            &figures,
             &[
                 report(0.8, 0.6, 0.2, 0.4),
                 report(0.4, 0.4, 0.2, 0.2),
@@ -69,7 +68,7 @@ mod tests {
             s.weight = w;
         }
         h.balancer.rebuild(&Backends::new(&h.states, h.now));
-        assert_eq!(h.counts(756), [107, 203, 446]);
+        assert_eq!(h.counts(741), [122, 211, 408]);
     }
 
     #[test]

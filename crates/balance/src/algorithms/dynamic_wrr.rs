@@ -57,8 +57,8 @@ mod tests {
 
     #[test]
     fn shares_follow_the_models_weights() {
-        // The model's example (weights/dynamic_wrr.rs): c busy, weights 299, 156, 3. From a
-        // fresh round, smooth WRR gives every backend exactly its weight in Σw = 458 picks.
+        // The model's example (weights/dynamic_wrr.rs): c busy, weights 244, 161, 11. From a
+        // fresh round, smooth WRR gives every backend exactly its weight in Σw = 416 picks.
         let report = |cpu, mem, disk, net| {
             Some(LoadReport {
                 cpu,
@@ -76,7 +76,7 @@ mod tests {
         ]);
         let mut h = Harness::new(&[1, 1, 2], DynamicWrr::default());
         set_weights(&mut h, model.weights());
-        assert_eq!(h.counts(458), [299, 156, 3]);
+        assert_eq!(h.counts(416), [244, 161, 11]);
     }
 
     #[test]

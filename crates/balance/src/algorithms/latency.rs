@@ -3,7 +3,7 @@
 //!
 //! Every backend's expected latency per request is `l = base + p·(1/s − 1)`: `base` an
 //! exponential moving average of its recent latencies, `s` its recent success rate, and `p` the
-//! penalty for a failed attempt (the paper's 4 s timeout), so that a backend needing `1/s`
+//! penalty for a failed attempt (the paper's timeout), so that a backend needing `1/s`
 //! tries on average pays `1/s − 1` timeouts. Each request then goes to a backend drawn at random
 //! with probability `(1/l_i) / Σ_j (1/l_j)`, re-weighted after every completion (the paper found
 //! periodic re-weighting worse).
@@ -19,6 +19,17 @@
 //! `l` known, so it is tried; with no data anywhere all backends weigh the same. A backend
 //! whose window holds only failures has `s = 0`, an infinite `l` and weight 0 — yet it is
 //! chosen when it is the only usable backend, since a pick must not fail while one exists.
+//! Weight 0 is not for good: a backend that is never drawn would never complete anything that
+//! could raise it, so ten failures in an outage would shut it out after it recovered. Once its
+//! `fail_timeout` has passed since its latest failure (nginx's window for a failed peer, 10 s
+//! by default), its outcomes are forgotten and it is drawn as a backend without data for one
+//! request, its probe, and weighs 0 again until the probe's outcome is in (a probe into a dead
+//! backend may take a whole read timeout); one success weighs it by its latency again, one
+//! failure shuts it out for another `fail_timeout`, a cancelled probe lets the next pick probe. Time comes from the pick's `now`, so this is exact in virtual time.
+//!
+//! The penalty: the paper sets `p` to its timeout (4 s in its testbed), which is
+//! [`Options::DEFAULT_PENALTY`]; the configuration sets it to the upstream's `read_timeout`
+//! unless `penalty` is given.
 //!
 //! The draw is O(log n): the weights `1/l` sit in a segment tree (each inner node holds the sum
 //! and maximum of its leaves, and how many leaves have no data yet), updated on each
@@ -30,7 +41,7 @@ use std::collections::VecDeque;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::backend::{BackendId, Backends};
+use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, Options, Outcome, PickCtx};
 
 /// The smallest `l`, in seconds, so that a backend answering in zero virtual time gets a
@@ -45,6 +56,10 @@ struct History {
     /// The last `window` outcomes (`true` for success), oldest first.
     outcomes: VecDeque<bool>,
     successes: u32,
+    /// Readmitted after a shut-out and not drawn since: the next pick of it is its probe.
+    probe: bool,
+    /// Its probe is in flight: it weighs 0 until an outcome comes back.
+    awaiting: bool,
 }
 
 /// What the algorithm knows of a backend's latency.
@@ -64,6 +79,11 @@ pub struct Latency {
     penalty_secs: f64,
     histories: Vec<History>,
     tree: WeightTree,
+    /// Each backend's `fail_timeout`, how long a window of failures shuts it out.
+    fail_timeouts: Vec<Nanos>,
+    /// Backends whose window holds only failures (weight 0), with the time they are tried
+    /// again; usually empty, so a pick pays nothing for it.
+    shut_out: Vec<(BackendId, Nanos)>,
 }
 
 impl Latency {
@@ -82,6 +102,28 @@ impl Latency {
             penalty_secs: options.penalty.as_secs_f64(),
             histories: Vec::new(),
             tree: WeightTree::new(0),
+            fail_timeouts: Vec::new(),
+            shut_out: Vec::new(),
+        }
+    }
+
+    /// Forgets the failures of every shut-out backend whose `fail_timeout` has passed since its
+    /// last failure, so that it is drawn again as a backend without data, for one request (its
+    /// probe) until an outcome comes back.
+    fn readmit(&mut self, now: Nanos) {
+        let mut k = 0;
+        while k < self.shut_out.len() {
+            let (id, at) = self.shut_out[k];
+            if now < at {
+                k += 1;
+                continue;
+            }
+            self.shut_out.swap_remove(k);
+            let h = &mut self.histories[id.index()];
+            h.outcomes.clear();
+            h.successes = 0;
+            h.probe = true;
+            self.tree.set(id.index(), Estimate::Unknown);
         }
     }
 
@@ -111,10 +153,32 @@ impl Latency {
     }
 
     fn weight(&self, id: BackendId) -> f64 {
-        match self.estimate(&self.histories[id.index()]) {
+        let h = &self.histories[id.index()];
+        if h.awaiting {
+            return 0.0;
+        }
+        match self.estimate(h) {
             Estimate::Unknown => self.unknown_weight(),
             Estimate::Weight(w) => w,
         }
+    }
+
+    /// The weighted draw: over all backends by the tree, and over the usable ones only if that
+    /// landed on one that cannot be used.
+    fn draw(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        let unknown_weight = self.unknown_weight();
+        let total = self.tree.total(unknown_weight);
+        if total > 0.0 {
+            let r = self.rng.random::<f64>() * total;
+            let i = self.tree.find(r, unknown_weight);
+            if i < backends.len() {
+                let id = BackendId(i as u32);
+                if ctx.usable(id, backends) && self.weight(id) > 0.0 {
+                    return Some(id);
+                }
+            }
+        }
+        self.draw_usable(ctx, backends)
     }
 
     /// The slow path, when the draw over all backends landed on an unusable one: a draw over
@@ -151,23 +215,27 @@ impl Balancer for Latency {
         if self.histories.len() != backends.len() {
             self.histories = vec![History::default(); backends.len()];
             self.tree = WeightTree::new(backends.len());
+            self.shut_out.clear();
         }
+        self.fail_timeouts = backends
+            .ids()
+            .map(|id| backends.state(id).spec().fail_timeout)
+            .collect();
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        let unknown_weight = self.unknown_weight();
-        let total = self.tree.total(unknown_weight);
-        if total > 0.0 {
-            let r = self.rng.random::<f64>() * total;
-            let i = self.tree.find(r, unknown_weight);
-            if i < backends.len() {
-                let id = BackendId(i as u32);
-                if ctx.usable(id, backends) && self.weight(id) > 0.0 {
-                    return Some(id);
-                }
-            }
+        if !self.shut_out.is_empty() {
+            self.readmit(ctx.now);
         }
-        self.draw_usable(ctx, backends)
+        let id = self.draw(ctx, backends)?;
+        let h = &mut self.histories[id.index()];
+        if h.probe {
+            // One probe at a time: a backend back from an outage gets no more until it answers.
+            h.probe = false;
+            h.awaiting = true;
+            self.tree.set(id.index(), Estimate::Weight(0.0));
+        }
+        Some(id)
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
@@ -175,6 +243,12 @@ impl Balancer for Latency {
         let Some(h) = self.histories.get_mut(id.index()) else {
             return;
         };
+        if std::mem::take(&mut h.awaiting) && c.outcome == Outcome::Cancelled {
+            // The probe said nothing of the backend: the next pick probes again.
+            h.probe = true;
+            self.tree.set(id.index(), Estimate::Unknown);
+            return;
+        }
         let success = match c.outcome {
             Outcome::Success => true,
             Outcome::Failure => false,
@@ -193,6 +267,19 @@ impl Balancer for Latency {
         h.successes += u32::from(success);
         let leaf = self.estimate(&self.histories[id.index()]);
         self.tree.set(id.index(), leaf);
+        // Shut out from its latest failure while its window holds nothing else.
+        if !self.shut_out.is_empty() {
+            self.shut_out.retain(|&(shut, _)| shut != id);
+        }
+        if self.histories[id.index()].successes == 0 {
+            let timeout = self
+                .fail_timeouts
+                .get(id.index())
+                .copied()
+                .unwrap_or_default();
+            let at = Nanos(c.now.0.saturating_add(timeout.0));
+            self.shut_out.push((id, at));
+        }
     }
 }
 
@@ -393,6 +480,49 @@ mod tests {
         // ... yet it is chosen when it is the only usable backend.
         h.mark_down(0);
         assert_eq!(h.pick(), Some(BackendId(1)));
+    }
+
+    /// The review's finding: about ten failures during an outage gave a backend weight 0 for
+    /// good, since a backend that is never drawn never completes anything that could raise it.
+    #[test]
+    fn a_backend_recovered_from_an_outage_is_tried_again() {
+        let s = |secs: u64| Nanos(secs * 1_000_000_000);
+        let mut h = Harness::new(&[1, 1], Latency::new(&options(10), 8));
+        for _ in 0..10 {
+            feed(&mut h, 0, Outcome::Success, 100);
+            feed(&mut h, 1, Outcome::Success, 100);
+        }
+        // The outage: ten failures at t = 100 s fill b's window.
+        h.now = s(100);
+        for _ in 0..10 {
+            feed(&mut h, 1, Outcome::Failure, 100);
+        }
+        // Within its fail_timeout (10 s, nginx's default) b is not drawn.
+        h.now = s(105);
+        assert!(!h.hold(1_000).contains(&BackendId(1)));
+        // Once it has passed, b is drawn again, as a backend without data (the best known
+        // weight, so about half of the picks): within a few picks, and once only while that
+        // probe is in flight.
+        h.now = Nanos(s(110).0 + 1);
+        let held = h.hold(100);
+        let first = held.iter().position(|&id| id == BackendId(1));
+        assert!(matches!(first, Some(k) if k < 20), "{first:?}");
+        assert_eq!(held.iter().filter(|id| id.0 == 1).count(), 1);
+        // Healthy again: one success and it is weighed by its latency, evenly with a.
+        feed(&mut h, 1, Outcome::Success, 100);
+        let b = h.hold(10_000).iter().filter(|id| id.0 == 1).count();
+        assert!(b.abs_diff(5_000) < 250, "{b}");
+        // Still failing when tried: out again for another fail_timeout from that failure.
+        for _ in 0..10 {
+            feed(&mut h, 1, Outcome::Failure, 100);
+        }
+        h.now = s(115);
+        assert!(!h.hold(1_000).contains(&BackendId(1)));
+        h.now = s(121);
+        assert!(h.hold(100).contains(&BackendId(1)));
+        // A probe cancelled by its client says nothing: the next pick probes again.
+        feed(&mut h, 1, Outcome::Cancelled, 100);
+        assert!(h.hold(100).contains(&BackendId(1)));
     }
 
     #[test]

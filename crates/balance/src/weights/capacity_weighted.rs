@@ -3,11 +3,21 @@
 //!
 //! * Static capacity (eq. 1): `C(S) = K1·Pcpu + K2·Pmem + K3·Pdisk + K4·Pnet`, with the
 //!   paper's coefficients for a typical web cluster `K = 0.15, 0.4, 0.3, 0.15` (§IV.A.1). The
-//!   `P`s are whatever the operator measures (CPU frequency or cores, memory, disk I/O,
-//!   bandwidth), so only their ratios between servers matter.
-//! * Load (eq. 3): `L(S) = λ1·Ucpu + λ2·Umem + λ3·Udisk + λ4·Unet`, `Σλ = 1`. The paper gives
-//!   no values for the `λ`s (its Table 3 gives only the utilization ranges it calls free,
-//!   normal and overloaded), so ours are equal, 0.25 each; a caller may set others.
+//!   `P`s are the operator's static figures (CPU frequency or cores, memory, disk I/O,
+//!   bandwidth), each in its own unit. Blended as they are, the units would decide `C`: a CPU
+//!   in MHz (≈ 2000) next to memory in GB (≈ 1) leaves `K` no say. So each figure is first
+//!   normalised across the servers, to the server's share of the cluster's total
+//!   (`P'_ij = P_ij / Σ_j P_ij`), and the blend is of shares: `C` is then the server's share of
+//!   the cluster's capacity, `ΣC = ΣK = 1`, and `K_i` is exactly index `i`'s say. The paper
+//!   does not say how its `P`s are scaled; this is the reading under which its `K`s mean what
+//!   §IV.A.1 says they mean ("the importance of each parameter"). A figure no server has
+//!   (total 0) gives every server an equal share.
+//! * Load (eq. 3): `L(S) = λ1·Ucpu + λ2·Umem + λ3·Udisk + λ4·Unet`, `Σλ = 1`. Eq. 2 derives
+//!   the `λ`s from how much each utilization moved per connection between two samples
+//!   (`k_i = ΔSta_i / ΔCONN`, `λ_i = k_i / Σk`); the model sees reports, not connection counts,
+//!   so ours stay fixed: equal, 0.25 each, as the paper gives no values (its Table 3 gives
+//!   only the utilization ranges it calls free, normal and overloaded). A caller may set
+//!   others.
 //! * Weight (eq. 5): `Weight(S) = C(S)·(1 − L(S)) / ΣC`, a share in [0, 1]. We scale it by
 //!   [`SCALE`] = 1000 and round: the weights sum to 1000 on an idle cluster, per mille of the
 //!   cluster's capacity, fine enough for smooth WRR and small enough for its per-pick recovery
@@ -27,8 +37,9 @@ pub const LAMBDA: [f64; 4] = [0.25; 4];
 /// The weights of an idle cluster sum to this.
 pub const SCALE: f64 = 1000.0;
 
-/// A server's static performance figures, `Pcpu, Pmem, Pdisk, Pnet` of eq. 1, in any units
-/// as long as every server uses the same ones.
+/// A server's static performance figures, `Pcpu, Pmem, Pdisk, Pnet` of eq. 1, each in any
+/// unit (MHz or cores, GB or MB, ...) as long as every server gives that figure in the same
+/// one; [`CapacityModel::capacities`] normalises them across servers.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Capacity {
     pub cpu: f64,
@@ -59,13 +70,29 @@ fn non_negative(v: f64) -> f64 {
 }
 
 impl CapacityModel {
-    /// `C(S)` of eq. 1. Negative or non-finite figures count as 0.
-    pub fn capacity(&self, p: &Capacity) -> f64 {
-        let [k1, k2, k3, k4] = self.k;
-        k1 * non_negative(p.cpu)
-            + k2 * non_negative(p.mem)
-            + k3 * non_negative(p.disk)
-            + k4 * non_negative(p.net)
+    /// `C(S)` of eq. 1 for every server, from each server's figures: each figure is first
+    /// normalised to the server's share of the cluster's total of that figure, so units do
+    /// not matter and the result sums to `ΣK` (1 with the paper's `K`). Negative or
+    /// non-finite figures count as 0; a figure that is 0 on every server gives equal shares.
+    pub fn capacities(&self, figures: &[Capacity]) -> Vec<f64> {
+        let column = |f: fn(&Capacity) -> f64| -> Vec<f64> {
+            let values: Vec<f64> = figures.iter().map(|p| non_negative(f(p))).collect();
+            let total: f64 = values.iter().sum();
+            if total > 0.0 && total.is_finite() {
+                values.iter().map(|v| v / total).collect()
+            } else {
+                vec![1.0 / figures.len() as f64; figures.len()]
+            }
+        };
+        let shares = [
+            column(|p| p.cpu),
+            column(|p| p.mem),
+            column(|p| p.disk),
+            column(|p| p.net),
+        ];
+        (0..figures.len())
+            .map(|j| (0..4).map(|i| self.k[i] * shares[i][j]).sum())
+            .collect()
     }
 
     /// `L(S)` of eq. 3 from a report (sanitized first), in [0, 1] when `Σλ = 1`.
@@ -77,7 +104,7 @@ impl CapacityModel {
 
     /// Eq. 5 scaled by [`SCALE`]: `1000 · C·(1 − L) / ΣC` per server, rounded, at least 1.
     ///
-    /// `capacities` are the `C(S)` values (from [`capacity`](Self::capacity), or any other
+    /// `capacities` are the `C(S)` values (from [`capacities`](Self::capacities), or any other
     /// static measure of the servers, such as their configured weights); `reports` one per
     /// server, `None` for a server that has not reported (idle, `L = 0`). The result has one
     /// weight per capacity. If no server has a usable capacity (all 0, negative or not a
@@ -98,6 +125,13 @@ impl CapacityModel {
                 to_weight(SCALE * c * (1.0 - load) / total)
             })
             .collect()
+    }
+}
+
+impl CapacityModel {
+    /// [`weights`](Self::weights) over the capacities of the servers' `figures`.
+    pub fn weights_for(&self, figures: &[Capacity], reports: &[Option<LoadReport>]) -> Vec<u32> {
+        self.weights(&self.capacities(figures), reports)
     }
 }
 
@@ -154,12 +188,15 @@ mod tests {
     #[test]
     fn capacity_load_and_weight_by_the_papers_formulas() {
         let m = CapacityModel::default();
-        // C = 0.15·Pcpu + 0.4·Pmem + 0.3·1 + 0.15·1:
-        // a = 0.3 + 0.4 + 0.45 = 1.15; b = 0.3 + 0.8 + 0.45 = 1.55; c = 0.6 + 1.6 + 0.45 = 2.65.
-        let caps: Vec<f64> = servers().iter().map(|p| m.capacity(p)).collect();
-        for (got, want) in caps.iter().zip([1.15, 1.55, 2.65]) {
-            assert!((got - want).abs() < 1e-12, "{caps:?}");
+        // Shares of each figure: cpu 2, 2, 4 of 8 = 0.25, 0.25, 0.5; mem 1, 2, 4 of 7 = 1/7,
+        // 2/7, 4/7; disk and net 1/3 each. C = 0.15·cpu + 0.4·mem + 0.3·disk + 0.15·net:
+        // a = 0.0375 + 0.057143 + 0.1 + 0.05 = 0.244643; b = 0.0375 + 0.114286 + 0.15 =
+        // 0.301786; c = 0.075 + 0.228571 + 0.15 = 0.453571; ΣC = 1.
+        let caps = m.capacities(&servers());
+        for (got, want) in caps.iter().zip([0.244643, 0.301786, 0.453571]) {
+            assert!((got - want).abs() < 1e-6, "{caps:?}");
         }
+        assert!((caps.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         // L = 0.25·(cpu + mem + disk + net):
         // a = 0.25·(0.8 + 0.6 + 0.2 + 0.4) = 0.5; b = 0.25·1.2 = 0.3; c = 0.25·0.4 = 0.1.
         let reports = [
@@ -168,15 +205,45 @@ mod tests {
             report(0.2, 0.2, 0.0, 0.0),
         ];
         assert!((m.load(&reports[0].unwrap()) - 0.5).abs() < 1e-12);
-        // ΣC = 5.35; 1000·C·(1 − L)/ΣC:
-        // a = 1000·1.15·0.5/5.35 = 107.48 → 107; b = 1000·1.55·0.7/5.35 = 202.80 → 203;
-        // c = 1000·2.65·0.9/5.35 = 445.79 → 446.
-        assert_eq!(m.weights(&caps, &reports), [107, 203, 446]);
-        // Without c's report, c is idle: 1000·2.65/5.35 = 495.33 → 495.
-        assert_eq!(m.weights(&caps, &reports[..2]), [107, 203, 495]);
-        // No reports at all: the weights follow the capacities, 1000·C/ΣC = 214.95, 289.72,
-        // 495.33.
-        assert_eq!(m.weights(&caps, &[]), [215, 290, 495]);
+        // 1000·C·(1 − L)/ΣC: a = 244.643·0.5 = 122.32 → 122; b = 301.786·0.7 = 211.25 → 211;
+        // c = 453.571·0.9 = 408.21 → 408.
+        assert_eq!(m.weights_for(&servers(), &reports), [122, 211, 408]);
+        // Without c's report, c is idle: 453.57 → 454.
+        assert_eq!(m.weights(&caps, &reports[..2]), [122, 211, 454]);
+        // No reports at all: the weights follow the capacities, 244.64, 301.79, 453.57.
+        assert_eq!(m.weights(&caps, &[]), [245, 302, 454]);
+    }
+
+    #[test]
+    fn units_do_not_decide_the_capacity() {
+        // The same three servers with the CPU in MHz (seed 000's Table 4 gives 1996.249 MHz
+        // per core) and memory in MB: the same capacities, the same weights. Blending raw
+        // figures, 0.15·3992 against 0.4·1024 would have let the CPU's unit decide C.
+        let m = CapacityModel::default();
+        let mhz = 1996.249;
+        let in_other_units: Vec<Capacity> = servers()
+            .iter()
+            .map(|p| Capacity {
+                cpu: p.cpu * mhz,
+                mem: p.mem * 1024.0,
+                disk: p.disk * 21.5,
+                net: p.net * 1000.0,
+            })
+            .collect();
+        let a = m.capacities(&servers());
+        let b = m.capacities(&in_other_units);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-12, "{a:?} vs {b:?}");
+        }
+        // And K decides: with only memory counted, C is memory's share, 1/7, 2/7, 4/7.
+        let memory_only = CapacityModel {
+            k: [0.0, 1.0, 0.0, 0.0],
+            ..CapacityModel::default()
+        };
+        assert_eq!(
+            memory_only.weights_for(&in_other_units, &[]),
+            [143, 286, 571]
+        );
     }
 
     #[test]
@@ -193,6 +260,25 @@ mod tests {
         // One server: all of the scale, less its load (L = 0.25·(0.5 + 0.5) = 0.25 → 750).
         assert_eq!(m.weights(&[3.0], &[report(0.5, 0.5, 0.0, 0.0)]), [750]);
         assert!(m.weights(&[], &[full]).is_empty());
+        // A figure no server has (all 0, or not a number) gives equal shares of it.
+        let figures = [
+            Capacity {
+                cpu: 2.0,
+                mem: 0.0,
+                disk: f64::NAN,
+                net: -1.0,
+            },
+            Capacity {
+                cpu: 6.0,
+                mem: 0.0,
+                disk: f64::NAN,
+                net: -1.0,
+            },
+        ];
+        // C = 0.15·(¼, ¾) + (0.4 + 0.3 + 0.15)·½ = 0.4625, 0.5375.
+        let caps = m.capacities(&figures);
+        assert!((caps[0] - 0.4625).abs() < 1e-12 && (caps[1] - 0.5375).abs() < 1e-12);
+        assert!(m.capacities(&[]).is_empty());
     }
 
     #[test]
@@ -210,7 +296,7 @@ mod tests {
         // σ = sqrt(0.02667) = 0.163299.
         let sigma = spread(&[0.2, 0.4, 0.6]).unwrap();
         assert!((sigma - 0.163_299_316_2).abs() < 1e-9, "{sigma}");
-        // The example above: U = L/C = 0.5/1.15, 0.3/1.55, 0.1/2.65 = 0.43478, 0.19355,
+        // Capacities 1.15, 1.55, 2.65 and loads 0.5, 0.3, 0.1: U = L/C = 0.43478, 0.19355,
         // 0.03774; mean 0.22202; σ = 0.163339 (computed separately in Python).
         let u: Vec<f64> = [(0.5, 1.15), (0.3, 1.55), (0.1, 2.65)]
             .iter()

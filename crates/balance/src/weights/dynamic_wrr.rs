@@ -1,40 +1,52 @@
 //! The entropy-weighted dynamic weighted round robin of seed 001 (Qin et al., "Research on
 //! Nginx Dynamic Load Balancing Algorithm", §III).
 //!
-//! From the four utilizations of every server (CPU, memory, disk I/O, network):
+//! From the four utilizations `u_ij` of every server `j` (CPU, memory, disk I/O, network; the
+//! paper's indicators `X_i`) and each server's size `s_j` (its configured weight):
 //!
-//! 1. **Remaining performance** `r_ij = 1 − u_ij` of index `i` on server `j` (§III.C's
-//!    `C_j, M_j, D_j, N_j`). The agent reports utilizations, not absolute figures, so the
-//!    remaining performance is the free share; the operator's idea of how big each server is
-//!    lives in the configured weights, which the model returns to.
-//! 2. **Min-max normalisation** across servers, per index (eq. 1): `Y_ij = (r_ij − min_i) /
-//!    (max_i − min_i)`.
-//! 3. **Entropy weight method** (eqs. 2–4): `p_ij = Y_ij / Σ_j Y_ij`;
+//! 1. **Min-max normalisation** of the raw indicators across servers, per index (eq. 1):
+//!    `Y_ij = (u_ij − min_i) / (max_i − min_i)`.
+//! 2. **Entropy weight method** (eqs. 2–4): `p_ij = Y_ij / Σ_j Y_ij`;
 //!    `e_i = −(1/ln n)·Σ_j p_ij·ln p_ij` over the `n` servers; `d_i = 1 − e_i`;
 //!    index weight `w_i = d_i / Σ d` (the paper's `(1 − E_i)/(m − ΣE)` for `m` indices).
-//! 4. **Base weight** (eq. 5): `W_S,j = 1000·Σ_i w_i·r_ij / T_i` with `T_i = Σ_j r_ij`: the
-//!    server's index-weighted share of the cluster's remaining performance, in per mille (an
-//!    idle cluster's base weights sum to 1000).
-//! 5. **Load** (eq. 6): `U_j = Σ_i w_i·r_ij`, the weighted remaining performance. A server is
-//!    highly loaded when `U_j ≤ H` and lightly loaded when `U_j ≥ L`.
+//! 3. **Remaining performance** `r_ij = s_j·(1 − u_ij)` (§III.C's `C_j, M_j, D_j, N_j`): the
+//!    absolute spare capacity, the server's size times its free share. The agent reports
+//!    utilizations, not cores or bytes, so the size comes from the configuration: a 4-core
+//!    server configured with weight 2 next to 2-core ones with weight 1 has twice their spare
+//!    capacity at the same utilization, as the paper's 2-core/1 GB, 2-core/2 GB, 4-core/4 GB
+//!    servers do.
+//! 4. **Base weight** (eq. 5), the paper's initial weight: `W_S,j = 1000·Σ_i w_i·r_ij / T_i`
+//!    with `T_i = Σ_j r_ij`: the server's index-weighted share of the cluster's remaining
+//!    performance, in per mille (base weights always sum to 1000; an idle cluster's are the
+//!    sizes' shares).
+//! 5. **Load** (eq. 6): `U_j = Σ_i w_i·r_ij`, the weighted remaining performance.
 //! 6. **Adjustment** (eqs. 7–8): when some server is highly loaded and some lightly loaded, the
 //!    cluster is out of balance and every weight becomes `W_j = F_j·W_S,j` with
 //!    `F_j = U_j / Σ U`. When no server is highly loaded, the weights move back towards the
-//!    initial (configured) weights, "gradually" as the paper says: each update halves the gap
-//!    (in proportion), and the configured weights are restored exactly once every gap is below
-//!    one unit. When every loaded server is highly loaded and none is lightly loaded, there is
-//!    nowhere to move load to, and the weights stay.
+//!    base weights `W_S`, "gradually" as the paper says: each update halves the gap, and the
+//!    base weights are taken exactly once every gap is below one unit. When servers are highly
+//!    loaded and none is lightly loaded, there is nowhere to move load to, and the weights
+//!    stay.
 //!
 //! What the paper leaves open and we chose:
 //!
-//! * `H` and `L`: the paper gives no values. We take them from seed 000's Table 3 (utilization
-//!   above 0.8 is overload, below 0.6 is free): `H` = 0.2 remaining, `L` = 0.4 remaining.
+//! * `H` and `L` are ours: the paper names the thresholds but gives no values. The defaults
+//!   come from seed 000's Table 3 (utilization above 0.8 is overload, below 0.6 is free):
+//!   `H` = 0.2 and `L` = 0.4, configurable (`high_load`, `low_load`). They apply to the free
+//!   share `Σ_i w_i·(1 − u_ij)` in [0, 1], not to `U_j` itself, whose unit is whatever the
+//!   configured weights are counted in: a server at 90 % is highly loaded whether it is
+//!   configured with weight 1 or 100.
+//! * The initial weight `W_S` is recomputed from every round's reports (eq. 5 is written over
+//!   the current remaining performance); before the first report, it is that of an idle
+//!   cluster, the sizes in per mille. So the model's weights stay on one scale, about 1000,
+//!   and never jump back to the configured 1, 1, 2.
 //! * Degenerate inputs of the entropy method: an index whose values are equal on every server
 //!   (within 1e-9) carries no information, `d = 0` (min-max would divide by zero); `0·ln 0`
-//!   counts as 0 (the server with the least remaining performance always has `p = 0`); one
-//!   server alone carries no information either (`1/ln 1` is undefined); and when no index
-//!   carries information, the indices weigh equally (1/4 each). An index with no remaining
-//!   performance anywhere (`T_i = 0`) gives every server an equal share in eq. 5.
+//!   counts as 0 (the least used server always has `p = 0`); one server alone carries no
+//!   information either (`1/ln 1` is undefined); and when no index carries information, the
+//!   indices weigh equally (1/4 each). An index with no remaining performance anywhere
+//!   (`T_i = 0`) gives every server an equal share in eq. 5. Sizes that are all 0 count as
+//!   equal.
 //! * A server without a report counts as idle (see the [module conventions](super)); weights
 //!   are at least 1 (nginx, where the paper writes them, refuses 0).
 
@@ -43,55 +55,71 @@ use super::{LoadReport, report_or_idle, to_weight};
 /// CPU, memory, disk, network.
 pub const INDICES: usize = 4;
 
-/// Eq. 5's scale: base weights of an idle cluster sum to this.
+/// Eq. 5's scale: base weights sum to this.
 pub const SCALE: f64 = 1000.0;
 
-/// `H`: a server with at most this much weighted remaining performance is highly loaded.
+/// `H` by default: a server with at most this free share (weighted remaining performance per
+/// unit of size) is highly loaded. Ours, from seed 000's Table 3 (above 0.8 used is overload).
 pub const HIGH_LOAD: f64 = 0.2;
 
-/// `L`: a server with at least this much weighted remaining performance is lightly loaded.
+/// `L` by default: a server with at least this free share is lightly loaded. Ours, from seed
+/// 000's Table 3 (below 0.6 used is free).
 pub const LOW_LOAD: f64 = 0.4;
 
-/// The share of the gap to the initial weights closed by each update without a highly loaded
+/// The share of the gap to the base weights closed by each update without a highly loaded
 /// server (ours: the paper says only "gradually").
 pub const RETURN_RATE: f64 = 0.5;
 
-/// Differences between servers below this count as none (noise of `1 − u`).
+/// Differences between servers below this count as none.
 const EQUAL: f64 = 1e-9;
 
-/// The remaining performance `1 − u` of CPU, memory, disk and network (sanitized first).
-pub fn remaining(report: &LoadReport) -> [f64; INDICES] {
+/// The utilizations of CPU, memory, disk and network (sanitized): the paper's raw indicators.
+pub fn indicators(report: &LoadReport) -> [f64; INDICES] {
     let r = report.sanitized();
-    [1.0 - r.cpu, 1.0 - r.mem, 1.0 - r.disk, 1.0 - r.net]
+    [r.cpu, r.mem, r.disk, r.net]
 }
 
-/// The entropy weight method (eqs. 1–4) over `values[server][index]`: one weight per index,
-/// summing to 1. See the module documentation for the degenerate cases. `values` are expected
-/// as [`remaining`] gives them, in [0, 1]; other values do not panic but mean nothing.
-pub fn entropy_weights(values: &[[f64; INDICES]]) -> [f64; INDICES] {
+/// The remaining performance `s·(1 − u)` of a server of size `size` per index.
+pub fn remaining(size: f64, used: &[f64; INDICES]) -> [f64; INDICES] {
+    used.map(|u| size * (1.0 - u))
+}
+
+/// The degrees of divergence `d_i = 1 − e_i` of the entropy weight method (eqs. 1–3) over the
+/// raw indicators `values[server][index]`. See the module documentation for the degenerate
+/// cases. `values` are expected as [`indicators`] gives them, in [0, 1]; other values do not
+/// panic but mean nothing.
+pub fn divergences(values: &[[f64; INDICES]]) -> [f64; INDICES] {
     let n = values.len();
     let mut d = [0.0; INDICES];
-    if n >= 2 {
-        let k = 1.0 / (n as f64).ln();
-        for (i, d_i) in d.iter_mut().enumerate() {
-            let column = values.iter().map(|row| row[i]);
-            let min = column.clone().fold(f64::INFINITY, f64::min);
-            let max = column.clone().fold(f64::NEG_INFINITY, f64::max);
-            let range = max - min;
-            if range <= EQUAL {
-                continue;
-            }
-            let y: Vec<f64> = column.map(|x| (x - min) / range).collect();
-            let total: f64 = y.iter().sum();
-            let e = -k
-                * y.iter()
-                    .map(|&y| y / total)
-                    .filter(|&p| p > 0.0)
-                    .map(|p| p * p.ln())
-                    .sum::<f64>();
-            *d_i = (1.0 - e).clamp(0.0, 1.0);
-        }
+    if n < 2 {
+        return d;
     }
+    let k = 1.0 / (n as f64).ln();
+    for (i, d_i) in d.iter_mut().enumerate() {
+        let column = values.iter().map(|row| row[i]);
+        let min = column.clone().fold(f64::INFINITY, f64::min);
+        let max = column.clone().fold(f64::NEG_INFINITY, f64::max);
+        let range = max - min;
+        if range.is_nan() || range <= EQUAL {
+            continue;
+        }
+        let y: Vec<f64> = column.map(|x| (x - min) / range).collect();
+        let total: f64 = y.iter().sum();
+        let e = -k
+            * y.iter()
+                .map(|&y| y / total)
+                .filter(|&p| p > 0.0)
+                .map(|p| p * p.ln())
+                .sum::<f64>();
+        *d_i = (1.0 - e).clamp(0.0, 1.0);
+    }
+    d
+}
+
+/// The index weights `w_i = d_i / Σ d` (eq. 4), summing to 1; equal when no index carries
+/// information.
+pub fn entropy_weights(values: &[[f64; INDICES]]) -> [f64; INDICES] {
+    let d = divergences(values);
     let total: f64 = d.iter().sum();
     if total > 0.0 {
         d.map(|d| d / total)
@@ -140,7 +168,7 @@ pub fn base_weights(values: &[[f64; INDICES]], index: &[f64; INDICES]) -> Vec<f6
 pub enum Adjustment {
     /// A highly and a lightly loaded server: weights recomputed as `F_j·W_S,j`.
     Rebalanced,
-    /// No highly loaded server: weights moved towards the initial ones (or are there).
+    /// No highly loaded server: weights moved towards the base weights (or are there).
     Returning,
     /// Highly loaded servers but no lightly loaded one: weights kept.
     Saturated,
@@ -149,48 +177,78 @@ pub enum Adjustment {
 /// The weights of one pool under seed 001's model.
 #[derive(Debug, Clone)]
 pub struct DynamicWrrModel {
-    initial: Vec<u32>,
+    /// Each server's size `s_j` (its configured weight), scaled to a mean of 1.
+    sizes: Vec<f64>,
     weights: Vec<u32>,
     high: f64,
     low: f64,
 }
 
 impl DynamicWrrModel {
-    /// A model starting at, and returning to, the configured `initial` weights, with the
-    /// default thresholds [`HIGH_LOAD`] and [`LOW_LOAD`].
-    pub fn new(initial: &[u32]) -> DynamicWrrModel {
-        DynamicWrrModel::with_thresholds(initial, HIGH_LOAD, LOW_LOAD)
+    /// A model for servers whose sizes are the configured `weights`, with the default
+    /// thresholds [`HIGH_LOAD`] and [`LOW_LOAD`].
+    pub fn new(weights: &[u32]) -> DynamicWrrModel {
+        DynamicWrrModel::with_thresholds(weights, HIGH_LOAD, LOW_LOAD)
     }
 
-    /// The same with thresholds `H` = `high` and `L` = `low` on the weighted remaining
-    /// performance (in [0, 1]).
-    pub fn with_thresholds(initial: &[u32], high: f64, low: f64) -> DynamicWrrModel {
+    /// The same with thresholds `H` = `high` and `L` = `low` on the free share (in [0, 1]);
+    /// the configuration gives them as `high_load` and `low_load`
+    /// ([`Options::high_load`](crate::Options::high_load)).
+    pub fn with_thresholds(weights: &[u32], high: f64, low: f64) -> DynamicWrrModel {
+        let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+        let n = weights.len() as f64;
+        let sizes: Vec<f64> = if total > 0.0 {
+            weights.iter().map(|&w| f64::from(w) * n / total).collect()
+        } else {
+            vec![1.0; weights.len()]
+        };
+        let idle = vec![[0.0; INDICES]; sizes.len()];
+        let start = base_weights(&DynamicWrrModel::remaining_of(&sizes, &idle), &[0.25; 4]);
         DynamicWrrModel {
-            initial: initial.to_vec(),
-            weights: initial.to_vec(),
+            sizes,
+            weights: start.into_iter().map(to_weight).collect(),
             high,
             low,
         }
     }
 
-    /// The current weights, one per server.
+    /// The same with the thresholds of an upstream's options (`high_load`, `low_load`).
+    pub fn with_options(weights: &[u32], options: &crate::Options) -> DynamicWrrModel {
+        DynamicWrrModel::with_thresholds(weights, options.high_load, options.low_load)
+    }
+
+    /// The current weights, one per server: before the first update, the base weights of an
+    /// idle cluster (the sizes in per mille).
     pub fn weights(&self) -> &[u32] {
         &self.weights
+    }
+
+    fn remaining_of(sizes: &[f64], used: &[[f64; INDICES]]) -> Vec<[f64; INDICES]> {
+        sizes
+            .iter()
+            .zip(used)
+            .map(|(&s, u)| remaining(s, u))
+            .collect()
     }
 
     /// One round of the model over `reports` (one per server; missing ones count as idle,
     /// extra ones are ignored).
     pub fn update(&mut self, reports: &[Option<LoadReport>]) -> Adjustment {
-        let values: Vec<[f64; INDICES]> = (0..self.weights.len())
-            .map(|j| remaining(&report_or_idle(reports.get(j).unwrap_or(&None))))
+        let used: Vec<[f64; INDICES]> = (0..self.sizes.len())
+            .map(|j| indicators(&report_or_idle(reports.get(j).unwrap_or(&None))))
             .collect();
-        let index = entropy_weights(&values);
-        let u = performance(&values, &index);
-        let high = u.iter().any(|&u| u <= self.high);
-        let low = u.iter().any(|&u| u >= self.low);
+        let index = entropy_weights(&used);
+        let values = DynamicWrrModel::remaining_of(&self.sizes, &used);
+        let free = performance(
+            &DynamicWrrModel::remaining_of(&vec![1.0; used.len()], &used),
+            &index,
+        );
+        let high = free.iter().any(|&f| f <= self.high);
+        let low = free.iter().any(|&f| f >= self.low);
+        let base = base_weights(&values, &index);
         match (high, low) {
             (true, true) => {
-                let base = base_weights(&values, &index);
+                let u = performance(&values, &index);
                 let total: f64 = u.iter().sum();
                 self.weights = u
                     .iter()
@@ -200,42 +258,32 @@ impl DynamicWrrModel {
                 Adjustment::Rebalanced
             }
             (false, _) => {
-                self.return_to_initial();
+                self.return_to(&base);
                 Adjustment::Returning
             }
             (true, false) => Adjustment::Saturated,
         }
     }
 
-    /// Closes [`RETURN_RATE`] of the gap between the current weights and the initial ones,
-    /// scaled to the current total; snaps to the initial weights once every gap is below 1.
-    fn return_to_initial(&mut self) {
-        if self.weights == self.initial {
-            return;
-        }
-        let current: f64 = self.weights.iter().map(|&w| f64::from(w)).sum();
-        let initial: f64 = self.initial.iter().map(|&w| f64::from(w)).sum();
-        if initial <= 0.0 {
-            self.weights.clone_from(&self.initial);
-            return;
-        }
+    /// Closes [`RETURN_RATE`] of the gap between the current weights and `base`; takes `base`
+    /// (rounded) once every gap is below 1.
+    fn return_to(&mut self, base: &[f64]) {
         let mut close = true;
         let next: Vec<u32> = self
             .weights
             .iter()
-            .zip(&self.initial)
-            .map(|(&w, &w0)| {
-                let target = f64::from(w0) * current / initial;
+            .zip(base)
+            .map(|(&w, &target)| {
                 let next = f64::from(w) + (target - f64::from(w)) * RETURN_RATE;
                 close &= (next - target).abs() < 1.0;
                 to_weight(next)
             })
             .collect();
-        if close {
-            self.weights.clone_from(&self.initial);
+        self.weights = if close {
+            base.iter().copied().map(to_weight).collect()
         } else {
-            self.weights = next;
-        }
+            next
+        };
     }
 }
 
@@ -267,101 +315,142 @@ mod tests {
         ]
     }
 
+    fn used(reports: &[Option<LoadReport>]) -> Vec<[f64; INDICES]> {
+        reports.iter().map(|r| indicators(&r.unwrap())).collect()
+    }
+
     #[test]
-    fn entropy_weights_by_hand() {
-        // Remaining performance r = 1 − u, per index over a, b, c:
-        //   cpu  0.8, 0.5, 0.05 → Y = (r − 0.05)/0.75 = 1, 0.6, 0  → p = 0.625, 0.375, 0
-        //        e = −(0.625·ln 0.625 + 0.375·ln 0.375)/ln 3 = 0.661563/1.098612 = 0.602181
-        //        d = 0.397819
+    fn entropy_runs_on_the_raw_indicators() {
+        // The review's example. Min-max over the utilizations themselves (eq. 1), per index
+        // over a, b, c:
+        //   cpu  0.2, 0.5, 0.95 → Y = 0, 0.4, 1 → p = 0, 2/7, 5/7
+        //        e = −(2/7·ln 2/7 + 5/7·ln 5/7)/ln 3 = 0.598270/1.098612 = 0.544568
+        //        d = 0.455432
         //   mem  0.5, 0.5, 0.5   → equal: no information, d = 0
-        //   disk 0.9, 0.9, 0.1   → Y = 1, 1, 0 → p = 0.5, 0.5, 0 → e = ln 2/ln 3 = 0.630930
-        //        d = 0.369070
-        //   net  0.7, 0.4, 0.1   → Y = 1, 0.5, 0 → p = 2/3, 1/3, 0
-        //        e = −(2/3·ln 2/3 + 1/3·ln 1/3)/ln 3 = 0.636514/1.098612 = 0.579380
+        //   disk 0.1, 0.1, 0.9   → Y = 0, 0, 1 → p = 0, 0, 1 → e = 0, d = 1
+        //   net  0.3, 0.6, 0.9   → Y = 0, 0.5, 1 → p = 0, 1/3, 2/3
+        //        e = −(1/3·ln 1/3 + 2/3·ln 2/3)/ln 3 = 0.636514/1.098612 = 0.579380
         //        d = 0.420620
-        // Σd = 1.187509; w = d/Σd = 0.335003, 0, 0.310794, 0.354203.
-        let values: Vec<_> = busy_c().iter().map(|r| remaining(&r.unwrap())).collect();
-        let w = entropy_weights(&values);
-        for (got, want) in w.iter().zip([0.335003, 0.0, 0.310794, 0.354203]) {
+        let d = divergences(&used(&busy_c()));
+        for (got, want) in d.iter().zip([0.455432, 0.0, 1.0, 0.420620]) {
+            assert!((got - want).abs() < 1e-6, "{d:?}");
+        }
+        // Normalising the free share 1 − u instead (the model before the review) mirrors Y
+        // and gives other entropies: cpu d = 0.397819, disk d = 0.369070.
+        let free: Vec<_> = used(&busy_c()).iter().map(|u| u.map(|u| 1.0 - u)).collect();
+        let d_free = divergences(&free);
+        assert!((d_free[0] - 0.397819).abs() < 1e-6, "{d_free:?}");
+        assert!((d_free[2] - 0.369070).abs() < 1e-6, "{d_free:?}");
+        // Σd = 1.876052; w = d/Σd = 0.242761, 0, 0.533034, 0.224205.
+        let w = entropy_weights(&used(&busy_c()));
+        for (got, want) in w.iter().zip([0.242761, 0.0, 0.533034, 0.224205]) {
             assert!((got - want).abs() < 1e-6, "{w:?}");
         }
-        // U = Σ w·r: a = 0.335003·0.8 + 0.310794·0.9 + 0.354203·0.7 = 0.795659;
-        // b = 0.335003·0.5 + 0.310794·0.9 + 0.354203·0.4 = 0.588897;
-        // c = 0.335003·0.05 + 0.310794·0.1 + 0.354203·0.1 = 0.083250.
-        let u = performance(&values, &w);
-        assert!(close(u[0], 0.795659) && close(u[1], 0.588897) && close(u[2], 0.083250));
-        // T = 1.35 (cpu), 1.5 (mem), 1.9 (disk), 1.2 (net);
-        // W_S,a = 1000·(0.335003·0.8/1.35 + 0.310794·0.9/1.9 + 0.354203·0.7/1.2) = 552.357;
-        // W_S,b = 1000·(0.335003·0.5/1.35 + 0.310794·0.9/1.9 + 0.354203·0.4/1.2) = 389.361;
-        // W_S,c = 1000·(0.335003·0.05/1.35 + 0.310794·0.1/1.9 + 0.354203·0.1/1.2) = 58.282.
+    }
+
+    #[test]
+    fn remaining_performance_is_the_servers_size_times_its_free_share() {
+        // Sizes 1, 1, 2 (the configured weights), scaled to a mean of 1: 0.75, 0.75, 1.5.
+        // r = s·(1 − u): cpu a = 0.75·0.8 = 0.6, b = 0.75·0.5 = 0.375, c = 1.5·0.05 = 0.075;
+        // T = 1.05 (cpu), 1.5 (mem), 1.5 (disk), 0.975 (net).
+        let sizes = [0.75, 0.75, 1.5];
+        let values: Vec<_> = sizes
+            .iter()
+            .zip(used(&busy_c()))
+            .map(|(&s, u)| remaining(s, &u))
+            .collect();
+        assert!(close(values[2][0], 0.075) && close(values[2][2], 0.15));
+        let w = entropy_weights(&used(&busy_c()));
+        // W_S,a = 1000·(0.242761·0.6/1.05 + 0.533034·0.675/1.5 + 0.224205·0.525/0.975)
+        //       = 499.312; W_S,b = 395.552; W_S,c = 105.137. (A separate Python script.)
         let ws = base_weights(&values, &w);
-        assert!((ws[0] - 552.357).abs() < 1e-3, "{ws:?}");
-        assert!((ws[1] - 389.361).abs() < 1e-3, "{ws:?}");
-        assert!((ws[2] - 58.282).abs() < 1e-3, "{ws:?}");
+        assert!((ws[0] - 499.312).abs() < 1e-3, "{ws:?}");
+        assert!((ws[1] - 395.552).abs() < 1e-3, "{ws:?}");
+        assert!((ws[2] - 105.137).abs() < 1e-3, "{ws:?}");
         assert!((ws.iter().sum::<f64>() - 1000.0).abs() < 1e-9);
+        // U = Σ w·r: 0.623162, 0.518095, 0.131793.
+        let u = performance(&values, &w);
+        assert!(close(u[0], 0.623162) && close(u[1], 0.518095) && close(u[2], 0.131793));
     }
 
     #[test]
     fn a_busy_server_next_to_an_idle_one_is_rebalanced() {
-        // Continuing the example: c is highly loaded (U = 0.083 ≤ 0.2) and a lightly loaded
-        // (U = 0.796 ≥ 0.4). ΣU = 1.467806; F = 0.542074, 0.401209, 0.056717;
-        // W = F·W_S = 0.542074·552.357 = 299.42 → 299; 0.401209·389.361 = 156.22 → 156;
-        // 0.056717·58.282 = 3.31 → 3. (Checked with a separate Python script.)
+        // The free shares Σ w·(1 − u) are 0.830883, 0.690793, 0.087862: c is highly loaded
+        // (≤ 0.2), a lightly (≥ 0.4). F = U/ΣU = 0.489503, 0.406971, 0.103525;
+        // W = F·W_S = 244.41 → 244, 160.98 → 161, 10.88 → 11.
         let mut m = DynamicWrrModel::new(&[1, 1, 2]);
         assert_eq!(m.update(&busy_c()), Adjustment::Rebalanced);
-        assert_eq!(m.weights(), [299, 156, 3]);
+        assert_eq!(m.weights(), [244, 161, 11]);
+        // The same loads on three equal servers: c has half the spare capacity it had, so
+        // less weight. T = 1.35, 1.5, 1.9, 1.2; W_S = 527.134, 417.136, 55.729;
+        // F = 0.516224, 0.429187, 0.054588; W = 272.12 → 272, 179.03 → 179, 3.04 → 3.
+        let mut m = DynamicWrrModel::new(&[1, 1, 1]);
+        assert_eq!(m.update(&busy_c()), Adjustment::Rebalanced);
+        assert_eq!(m.weights(), [272, 179, 3]);
     }
 
     #[test]
-    fn without_a_busy_server_weights_return_to_the_configured_ones() {
+    fn servers_of_different_size_at_equal_utilization_keep_their_sizes() {
+        // The paper's cluster: two dual-core servers (1 GB, 2 GB) and a quad-core with 4 GB,
+        // configured 1, 1, 2. Before any report, and at any equal utilization, the weights
+        // are the sizes in per mille (eq. 5 with equal shares): 250, 250, 500.
+        let mut m = DynamicWrrModel::new(&[1, 1, 2]);
+        assert_eq!(m.weights(), [250, 250, 500]);
+        let half = [report(0.5, 0.5, 0.5, 0.5); 3];
+        assert_eq!(m.update(&half), Adjustment::Returning);
+        assert_eq!(m.weights(), [250, 250, 500]);
+    }
+
+    #[test]
+    fn without_a_busy_server_weights_return_to_the_base_weights() {
         let mut m = DynamicWrrModel::new(&[1, 1, 2]);
         m.update(&busy_c());
-        assert_eq!(m.weights(), [299, 156, 3]);
-        // Everyone idle now: no server at U ≤ 0.2. Total 458, so the targets are the
-        // configured 1:1:2 scaled to it: 114.5, 114.5, 229. Each update halves the gap:
-        // 299 → 299 + (114.5 − 299)/2 = 206.75 → 207; 156 → 135.25 → 135; 3 → 116.
+        assert_eq!(m.weights(), [244, 161, 11]);
+        // Everyone idle now: no server at or below H. The base weights of an idle cluster
+        // are 250, 250, 500 and each update halves the gap: 244 → 247; 161 → 205.5 → 206
+        // (rounded half away from zero); 11 → 255.5 → 256.
         let idle = [None, None, None];
         assert_eq!(m.update(&idle), Adjustment::Returning);
-        assert_eq!(m.weights(), [207, 135, 116]);
-        // Total 458 again: 207 → 160.75 → 161; 135 → 124.75 → 125; 116 → 172.5 → 173 (rounded
-        // half away from zero).
-        m.update(&idle);
-        assert_eq!(m.weights(), [161, 125, 173]);
-        // The gaps keep halving until all are below one unit; then 1, 1, 2 exactly.
+        assert_eq!(m.weights(), [247, 206, 256]);
+        assert_eq!(m.update(&idle), Adjustment::Returning);
+        assert_eq!(m.weights(), [249, 228, 378]);
+        // The same rounds simulated separately in Python: 250, 239, 439; 250, 245, 470;
+        // 250, 248, 485; 250, 249, 493; 250, 250, 497; 250, 250, 499; then every gap is
+        // below one unit and round 9 takes 250, 250, 500. The scale stays near 1000
+        // throughout: nothing snaps back to 1, 1, 2.
         let mut rounds = 2;
-        while m.weights() != [1, 1, 2] {
+        while m.weights() != [250, 250, 500] {
             assert_eq!(m.update(&idle), Adjustment::Returning);
             rounds += 1;
             assert!(rounds < 20, "{:?}", m.weights());
         }
-        // The same rounds simulated separately in Python: 138, 120, 201; 126, 117, 215;
-        // 120, 116, 222; 117, 115, 226; 116, 115, 228; then every gap is below one unit and
-        // round 8 restores 1, 1, 2.
-        assert_eq!(rounds, 8);
+        assert_eq!(rounds, 9);
         assert_eq!(m.update(&idle), Adjustment::Returning);
-        assert_eq!(m.weights(), [1, 1, 2]);
+        assert_eq!(m.weights(), [250, 250, 500]);
     }
 
     #[test]
     fn all_servers_busy_keeps_the_weights() {
-        // U ≤ 0.2 everywhere and nobody at U ≥ 0.4: nowhere to move load.
+        // Free share ≤ 0.2 everywhere and nobody at ≥ 0.4: nowhere to move load.
         let mut m = DynamicWrrModel::new(&[3, 1]);
+        assert_eq!(m.weights(), [750, 250]);
         let busy = [report(0.9, 0.9, 0.9, 0.85), report(0.95, 0.9, 0.8, 0.9)];
         assert_eq!(m.update(&busy), Adjustment::Saturated);
-        assert_eq!(m.weights(), [3, 1]);
+        assert_eq!(m.weights(), [750, 250]);
     }
 
     #[test]
     fn thresholds_decide_between_rebalancing_and_returning() {
-        // Two servers, only cpu differs: w = (1, 0, 0, 0) (with two servers any index that
-        // differs has p = (1, 0), e = 0, d = 1). U = remaining cpu = 0.7 and 0.25.
+        // Two equal servers, only cpu differs: w = (1, 0, 0, 0) (with two servers any index
+        // that differs has p = (0, 1), e = 0, d = 1). Free shares 0.7 and 0.25; T = 0.95;
+        // W_S = 1000·0.7/0.95 = 736.84 and 1000·0.25/0.95 = 263.16.
         let reports = [report(0.3, 0.5, 0.5, 0.5), report(0.75, 0.5, 0.5, 0.5)];
-        // With H = 0.2, 0.25 is not highly loaded: the weights stay configured.
+        // With H = 0.2, 0.25 is not highly loaded: from 500, 500 halfway to W_S,
+        // 618.42 → 618 and 381.58 → 382.
         let mut m = DynamicWrrModel::new(&[5, 5]);
         assert_eq!(m.update(&reports), Adjustment::Returning);
-        assert_eq!(m.weights(), [5, 5]);
-        // With H = 0.25 it is (U ≤ H): T = 0.95; W_S = 1000·0.7/0.95 = 736.84 and
-        // 1000·0.25/0.95 = 263.16; F = 0.7/0.95, 0.25/0.95;
+        assert_eq!(m.weights(), [618, 382]);
+        // With H = 0.25 it is: F = 0.7/0.95, 0.25/0.95;
         // W = 0.736842·736.84 = 542.94 → 543 and 0.263158·263.16 = 69.25 → 69.
         let mut m = DynamicWrrModel::with_thresholds(&[5, 5], 0.25, 0.4);
         assert_eq!(m.update(&reports), Adjustment::Rebalanced);
@@ -369,7 +458,25 @@ mod tests {
         // With L = 0.75 the other server is not lightly loaded (0.7 < 0.75): saturated.
         let mut m = DynamicWrrModel::with_thresholds(&[5, 5], 0.25, 0.75);
         assert_eq!(m.update(&reports), Adjustment::Saturated);
-        assert_eq!(m.weights(), [5, 5]);
+        assert_eq!(m.weights(), [500, 500]);
+        // The upstream's options carry them.
+        let options = crate::Options {
+            high_load: 0.25,
+            ..crate::Options::default()
+        };
+        let mut m = DynamicWrrModel::with_options(&[5, 5], &options);
+        assert_eq!(m.update(&reports), Adjustment::Rebalanced);
+    }
+
+    #[test]
+    fn thresholds_apply_to_the_free_share_whatever_the_weight_scale() {
+        // 1, 1 and 100, 100 are the same cluster: the same decisions and weights.
+        let reports = [report(0.3, 0.5, 0.5, 0.5), report(0.75, 0.5, 0.5, 0.5)];
+        let mut small = DynamicWrrModel::with_thresholds(&[1, 1], 0.25, 0.4);
+        let mut large = DynamicWrrModel::with_thresholds(&[100, 100], 0.25, 0.4);
+        assert_eq!(small.update(&reports), Adjustment::Rebalanced);
+        assert_eq!(large.update(&reports), Adjustment::Rebalanced);
+        assert_eq!(small.weights(), large.weights());
     }
 
     #[test]
@@ -381,13 +488,13 @@ mod tests {
         assert_eq!(entropy_weights(&[[0.9, 0.1, 0.5, 0.5]]), [0.25; 4]);
         assert_eq!(entropy_weights(&[]), [0.25; 4]);
         // One busy server alone is highly loaded but nobody is lightly loaded: saturated,
-        // its weight stays.
+        // its weight (the whole scale) stays.
         let mut one = DynamicWrrModel::new(&[7]);
         assert_eq!(
             one.update(&[report(1.0, 1.0, 1.0, 1.0)]),
             Adjustment::Saturated
         );
-        assert_eq!(one.weights(), [7]);
+        assert_eq!(one.weights(), [1000]);
         // Nothing remaining anywhere in one index (T = 0): equal shares in eq. 5, no division
         // by zero. cpu 1.0 on both, the rest differs only on disk.
         let values = [[0.0, 0.5, 0.9, 0.5], [0.0, 0.5, 0.1, 0.5]];
@@ -400,16 +507,19 @@ mod tests {
             report(f64::NAN, f64::NAN, f64::NAN, f64::NAN),
             report(-4.0, 7.0, f64::INFINITY, 0.0),
         ];
-        // Remaining: a = (0, 0, 0, 0), b = (1, 0, 0, 1): cpu and net differ, w = (½, 0, 0, ½);
-        // U = 0 and 1: rebalanced. W_S = 0 and 1000; F = 0 and 1: W = 0 → 1 and 1000.
+        // Used: a = (1, 1, 1, 1), b = (0, 1, 1, 0): cpu and net differ, w = (½, 0, 0, ½);
+        // free shares 0 and 1: rebalanced. W_S = 0 and 1000; F = 0 and 1: W = 0 → 1 and 1000.
         assert_eq!(m.update(&bad), Adjustment::Rebalanced);
         assert_eq!(m.weights(), [1, 1000]);
         // Fewer reports than servers: the others are idle; an empty model does nothing.
         let mut m = DynamicWrrModel::new(&[2, 2, 2]);
+        assert_eq!(m.weights(), [333, 333, 333]);
         assert_eq!(m.update(&[]), Adjustment::Returning);
-        assert_eq!(m.weights(), [2, 2, 2]);
+        assert_eq!(m.weights(), [333, 333, 333]);
         let mut empty = DynamicWrrModel::new(&[]);
         assert_eq!(empty.update(&busy_c()), Adjustment::Returning);
         assert!(empty.weights().is_empty());
+        // Sizes all 0 count as equal.
+        assert_eq!(DynamicWrrModel::new(&[0, 0]).weights(), [500, 500]);
     }
 }

@@ -1,6 +1,6 @@
 //! An upstream's balancing: `algorithm`, `hash_key`, and the options only some algorithms use
 //! (`consistent`, `octets`, `table_size`, `balance_factor`, `window`, `smoothing`, `penalty`,
-//! `slow_start`). An option the chosen algorithm does not use is refused with the algorithms
+//! `high_load`, `low_load`, `slow_start`). An option the chosen algorithm does not use is refused with the algorithms
 //! that do, so a setting never silently does nothing. See `docs/algorithms.md`.
 
 use std::ops::Range;
@@ -19,7 +19,11 @@ use super::table::{Table, found};
 pub(super) struct Balancing {
     pub algorithm: Algorithm,
     pub hash_key: HashKey,
+    /// The options; `penalty` is left at its default here, see `penalty`.
     pub options: balance::Options,
+    /// `latency`'s `penalty` as configured; `None`: the upstream's `read_timeout`, which is
+    /// what seed 002 sets it to (its timeout), filled in with the other defaults.
+    pub penalty: Option<Duration>,
 }
 
 /// Reads the balancing keys of an upstream with `backends` backends.
@@ -36,10 +40,14 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, backends: usize) -> Balanc
     };
     let hash_key = hash_key(r, t, algorithm);
     let options = options(r, t, algorithm, backends);
+    // 0 is allowed: failures then add nothing to a backend's estimate.
+    let penalty =
+        used(r, t, "penalty", algorithm).and_then(|_| t.duration(r, "penalty", Zero::Allowed));
     Balancing {
         algorithm,
         hash_key,
         options,
+        penalty,
     }
 }
 
@@ -74,6 +82,7 @@ fn option_users(option: &str) -> Vec<Algorithm> {
         "table_size" => only(Algorithm::Maglev),
         "balance_factor" => only(Algorithm::BoundedLoad),
         "window" | "smoothing" | "penalty" => only(Algorithm::Latency),
+        "high_load" | "low_load" => only(Algorithm::DynamicWrr),
         "slow_start" => Algorithm::ALL
             .iter()
             .copied()
@@ -201,14 +210,54 @@ fn options(
             );
         }
     }
-    // 0 is allowed: failures then add nothing to a backend's estimate.
-    if used(r, t, "penalty", algorithm).is_some()
-        && let Some(p) = t.duration(r, "penalty", Zero::Allowed)
-    {
-        options.penalty = p.into();
-    }
+    thresholds(r, t, algorithm, &mut options);
     options.slow_start = slow_start(r, t, algorithm).map(Into::into);
     options
+}
+
+/// `dynamic_wrr`'s `high_load` and `low_load` (seed 001's `H` and `L`, free shares in
+/// [0, 1]), with `high_load < low_load` so that no server is both.
+fn thresholds(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    options: &mut balance::Options,
+) {
+    let mut read = |key: &str, example: &str| -> Option<f64> {
+        used(r, t, key, algorithm)?;
+        let v = *t.number(r, key, example)?.get_ref();
+        if (0.0..=1.0).contains(&v) {
+            Some(v)
+        } else {
+            t.error(
+                r,
+                key,
+                "must be between 0 and 1: a share of a server's performance left free",
+            );
+            None
+        }
+    };
+    let high = read("high_load", "0.2");
+    let low = read("low_load", "0.4");
+    let (h, l) = (
+        high.unwrap_or(options.high_load),
+        low.unwrap_or(options.low_load),
+    );
+    if h >= l {
+        let key = if high.is_some() {
+            "high_load"
+        } else {
+            "low_load"
+        };
+        t.error(
+            r,
+            key,
+            format!("high_load ({h}) must be below low_load ({l}): a server cannot be highly and lightly loaded at once"),
+        );
+        return;
+    }
+    options.high_load = h;
+    options.low_load = l;
 }
 
 fn is_prime(n: u64) -> bool {
@@ -268,6 +317,23 @@ mod tests {
             (u.options.window, u.options.smoothing, u.options.penalty),
             (20, 0.25, balance::Nanos(2_000_000_000))
         );
+        let u = upstream(&with_algorithm(
+            "dynamic_wrr",
+            "high_load = 0.1\nlow_load = 0.5",
+        ));
+        assert_eq!((u.options.high_load, u.options.low_load), (0.1, 0.5));
+        let u = upstream(&with_algorithm("dynamic_wrr", "low_load = 0.3"));
+        assert_eq!((u.options.high_load, u.options.low_load), (0.2, 0.3));
+        // Without a penalty, the timeout a failure costs: read_timeout (seed 002 §V).
+        let u = upstream(&with_algorithm("latency", ""));
+        assert_eq!(u.options.penalty, balance::Nanos(60_000_000_000));
+        let u = upstream(&with_algorithm("latency", "read_timeout = \"5s\""));
+        assert_eq!(u.options.penalty, balance::Nanos(5_000_000_000));
+        let u = upstream(&with_algorithm(
+            "latency",
+            "read_timeout = \"5s\"\npenalty = \"2s\"",
+        ));
+        assert_eq!(u.options.penalty, balance::Nanos(2_000_000_000));
         let u = upstream(&with_algorithm("latency", "penalty = \"0s\""));
         assert_eq!(u.options.penalty, balance::Nanos(0));
         let text = with_algorithm("least_conn", "slow_start = \"30s\"")
@@ -305,6 +371,18 @@ mod tests {
         assert!(e.contains("balance_factor: must be above 1"), "{e}");
         let e = refused(&with_algorithm("bounded_load", "balance_factor = nan"));
         assert!(e.contains("balance_factor: must be above 1"), "{e}");
+        let e = refused(&with_algorithm("weighted_round_robin", "high_load = 0.1"));
+        assert!(
+            e.contains("high_load is an option of dynamic_wrr; algorithm \"weighted_round_robin\" does not use it"),
+            "{e}"
+        );
+        let e = refused(&with_algorithm("dynamic_wrr", "low_load = 1.5"));
+        assert!(e.contains("low_load: must be between 0 and 1"), "{e}");
+        let e = refused(&with_algorithm("dynamic_wrr", "high_load = 0.5"));
+        assert!(
+            e.contains("high_load: high_load (0.5) must be below low_load (0.4)"),
+            "{e}"
+        );
         let e = refused(&with_algorithm("latency", "smoothing = 0"));
         assert!(e.contains("smoothing: must be above 0"), "{e}");
         let e = refused(&with_algorithm("latency", "window = 0"));

@@ -83,6 +83,11 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     if let Some(d) = u.read_timeout {
         s.read_timeout = d;
     }
+    // Seed 002 §V sets latency's penalty to the timeout a failed attempt costs: the upstream's
+    // read_timeout unless the penalty is given.
+    if s.algorithm == balance::Algorithm::Latency {
+        s.options.penalty = u.balancing.penalty.unwrap_or(s.read_timeout).into();
+    }
     s.retries = u.retries;
     if let Some(b) = u.retry_non_idempotent {
         s.retry_non_idempotent = b;

@@ -29,6 +29,8 @@ pub(super) const SECTION: Section = Section {
         "window",
         "smoothing",
         "penalty",
+        "high_load",
+        "low_load",
         "slow_start",
         "max_fails",
         "fail_timeout",

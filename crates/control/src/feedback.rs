@@ -103,7 +103,7 @@ impl Feedback {
             .iter()
             .map(|b| b.weight)
             .collect();
-        Model::for_algorithm(algorithm, &configured).is_some()
+        Model::for_algorithm(algorithm, &configured, &upstream.settings().options).is_some()
             && upstream
                 .backends_in_pool_order()
                 .iter()
@@ -117,7 +117,8 @@ impl Feedback {
             .iter()
             .map(|b| b.load_source.map(|s| Poller::new(s, &b.name)))
             .collect();
-        let model = Model::for_algorithm(upstream.settings().algorithm, &configured)?;
+        let settings = upstream.settings();
+        let model = Model::for_algorithm(settings.algorithm, &configured, &settings.options)?;
         let tracked = vec![Tracked::default(); configured.len()];
         drop(backends);
         Some(Feedback {

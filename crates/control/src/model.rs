@@ -24,11 +24,18 @@ pub enum Model {
 
 impl Model {
     /// The model `algorithm` balances by, over backends with the `configured` weights (pool
-    /// order); `None` for an algorithm that takes no load reports.
-    pub fn for_algorithm(algorithm: Algorithm, configured: &[u32]) -> Option<Model> {
+    /// order) and the upstream's `options` (seed 001's thresholds H and L); `None` for an
+    /// algorithm that takes no load reports.
+    pub fn for_algorithm(
+        algorithm: Algorithm,
+        configured: &[u32],
+        options: &balance::Options,
+    ) -> Option<Model> {
         match algorithm {
             Algorithm::Dwlc => Some(Model::Dwlc(DwlcModel::new(configured.len()))),
-            Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::new(configured))),
+            Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::with_options(
+                configured, options,
+            ))),
             Algorithm::CapacityWeighted => Some(Model::CapacityWeighted {
                 model: CapacityModel::default(),
                 capacities: configured.iter().map(|&w| f64::from(w)).collect(),

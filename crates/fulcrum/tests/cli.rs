@@ -1091,3 +1091,81 @@ fn haproxy_agent_checks_scale_drain_and_take_out() {
     let counts = count(20);
     assert_eq!(counts.get("c"), Some(&20), "{counts:?}");
 }
+
+/// Three backends whose agents report uniform utilizations 0.6, 0.2 and 0.9, balanced by
+/// `algorithm`: the weights its model applies, and how 260 sequential requests split.
+fn split_under_reports(algorithm: &str) -> (Vec<u32>, [usize; 3]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let backends: Vec<Backend> = ["a", "b", "c"]
+        .iter()
+        .map(|n| rt.block_on(Backend::start(n, loopback)).unwrap())
+        .collect();
+    let agents: Vec<_> = [0.6, 0.2, 0.9]
+        .iter()
+        .map(|&u| fixed_agent(&rt, u))
+        .collect();
+    let mut text = format!(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"{algorithm}\"\npoll_interval = \"300ms\"\n"
+    );
+    for (b, (agent, _)) in backends.iter().zip(&agents) {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  agent = \"{agent}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new(&format!("{algorithm}.toml"), &text);
+    let fulcrum = Running::start(&config, 1);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let applied = loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("weights applied") {
+            break line;
+        }
+    };
+    let weights: Vec<u32> = applied
+        .split("new=[")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("no weights in {applied}"))
+        .split(", ")
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let addr = fulcrum.addr_of("web");
+    let counts = rt.block_on(async {
+        let mut client = Client::new(addr);
+        let mut counts = [0; 3];
+        for _ in 0..260 {
+            let reply = client.get("/").await.unwrap();
+            assert_eq!(reply.status, 200);
+            counts[(reply.text().as_bytes()[0] - b'a') as usize] += 1;
+        }
+        counts
+    });
+    (weights, counts)
+}
+
+#[test]
+fn dynamic_wrr_and_capacity_weighted_follow_agent_reports_in_their_formulas_order() {
+    for algorithm in ["dynamic_wrr", "capacity_weighted"] {
+        let (weights, counts) = split_under_reports(algorithm);
+        // The least loaded (0.2) weighs most, the most loaded (0.9) least.
+        assert!(
+            weights[1] > weights[0] && weights[0] > weights[2],
+            "{algorithm}: {weights:?}"
+        );
+        // Smooth WRR over sequential requests: each backend's share of 260 is its weight's,
+        // to within one request per backend and round of the weights.
+        let total: u32 = weights.iter().sum();
+        for i in 0..3 {
+            let want = 260.0 * f64::from(weights[i]) / f64::from(total);
+            assert!(
+                (counts[i] as f64 - want).abs() <= 3.0,
+                "{algorithm}: weights {weights:?}, counts {counts:?}"
+            );
+        }
+        println!("{algorithm}: weights {weights:?}, 260 requests split {counts:?}");
+    }
+}

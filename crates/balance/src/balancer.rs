@@ -110,6 +110,13 @@ pub struct Options {
     /// `dynamic_wrr`: the threshold `L`: a server whose free share is at least this is lightly
     /// loaded. The paper gives no value; ours, above `high_load`.
     pub low_load: f64,
+    /// `utilization_wrr` (gRFC A58): how long a backend must report before its weight is used.
+    pub blackout_period: Nanos,
+    /// `utilization_wrr`: how long a weight stays in use without a new report.
+    pub weight_expiration_period: Nanos,
+    /// `utilization_wrr`: how much errors weigh against a backend (`eps/qps · penalty` is
+    /// added to its utilization).
+    pub error_utilization_penalty: f64,
     /// How long a backend that joins or recovers takes to reach its full weight (Envoy's slow
     /// start); `None` for no slow start. Only for algorithms where
     /// [`Algorithm::supports_slow_start`] holds.
@@ -126,6 +133,12 @@ impl Options {
     pub const DEFAULT_HIGH_LOAD: f64 = crate::weights::dynamic_wrr::HIGH_LOAD;
     /// 0.4: utilization below 0.6 is free in seed 000's Table 3.
     pub const DEFAULT_LOW_LOAD: f64 = crate::weights::dynamic_wrr::LOW_LOAD;
+    /// A58's default: 10 s.
+    pub const DEFAULT_BLACKOUT_PERIOD: Nanos = Nanos(10_000_000_000);
+    /// A58's default: 3 minutes.
+    pub const DEFAULT_WEIGHT_EXPIRATION_PERIOD: Nanos = Nanos(180_000_000_000);
+    /// Envoy's default for A58's penalty: 1.0.
+    pub const DEFAULT_ERROR_UTILIZATION_PENALTY: f64 = 1.0;
 }
 
 impl Default for Options {
@@ -140,6 +153,9 @@ impl Default for Options {
             penalty: Options::DEFAULT_PENALTY,
             high_load: Options::DEFAULT_HIGH_LOAD,
             low_load: Options::DEFAULT_LOW_LOAD,
+            blackout_period: Options::DEFAULT_BLACKOUT_PERIOD,
+            weight_expiration_period: Options::DEFAULT_WEIGHT_EXPIRATION_PERIOD,
+            error_utilization_penalty: Options::DEFAULT_ERROR_UTILIZATION_PENALTY,
             slow_start: None,
         }
     }
@@ -171,6 +187,7 @@ pub enum Algorithm {
     DynamicWrr,
     Dwlc,
     CapacityWeighted,
+    UtilizationWrr,
     NewHash,
     LeastTime,
     P2cEwma,
@@ -204,6 +221,7 @@ impl Algorithm {
         Algorithm::DynamicWrr,
         Algorithm::Dwlc,
         Algorithm::CapacityWeighted,
+        Algorithm::UtilizationWrr,
     ];
 
     pub fn name(self) -> &'static str {
@@ -219,6 +237,7 @@ impl Algorithm {
             Algorithm::DynamicWrr => "dynamic_wrr",
             Algorithm::Dwlc => "dwlc",
             Algorithm::CapacityWeighted => "capacity_weighted",
+            Algorithm::UtilizationWrr => "utilization_wrr",
             Algorithm::NewHash => "new_hash",
             Algorithm::LeastTime => "least_time",
             Algorithm::P2cEwma => "p2c_ewma",
@@ -263,6 +282,7 @@ impl Algorithm {
                 | Algorithm::DynamicWrr
                 | Algorithm::Dwlc
                 | Algorithm::CapacityWeighted
+                | Algorithm::UtilizationWrr
                 | Algorithm::LeastTime
                 | Algorithm::P2cEwma
         )
@@ -283,6 +303,8 @@ impl Algorithm {
             Algorithm::DynamicWrr => Box::new(algorithms::DynamicWrr::default()),
             Algorithm::Dwlc => Box::new(algorithms::Dwlc::default()),
             Algorithm::CapacityWeighted => Box::new(algorithms::CapacityWeighted::default()),
+            // The same smooth WRR, weighted by A58's model (weights::utilization).
+            Algorithm::UtilizationWrr => Box::new(algorithms::DynamicWrr::default()),
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
             Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),

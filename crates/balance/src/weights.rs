@@ -49,6 +49,7 @@
 pub mod capacity_weighted;
 pub mod dwlc;
 pub mod dynamic_wrr;
+pub mod utilization;
 
 use std::fmt;
 

@@ -28,6 +28,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::model::Model;
 use crate::node_exporter::NodeExporter;
 use crate::source::{self, PollError};
+use balance::weights::utilization::Observed;
 
 /// A backend's load source, with whatever it keeps between polls.
 #[derive(Debug, Clone)]
@@ -92,6 +93,9 @@ pub struct Feedback {
     model: Model,
     tracked: Vec<Tracked>,
     epoch: Instant,
+    /// Requests and failures completed on each backend at the last round, and when: the
+    /// balancer's own rates for A58's model.
+    counted: Option<(Instant, Vec<(u64, u64)>)>,
 }
 
 impl Feedback {
@@ -128,6 +132,7 @@ impl Feedback {
             model,
             tracked,
             epoch: Instant::now(),
+            counted: None,
         })
     }
 
@@ -192,11 +197,50 @@ impl Feedback {
         )
     }
 
+    /// What the balancer saw of each backend since the last round: requests and failures per
+    /// second, and the CPU utilization of a report that came this round.
+    fn observe(&mut self) -> Vec<Observed> {
+        let now = Instant::now();
+        let counts: Vec<(u64, u64)> = self
+            .upstream
+            .snapshot()
+            .iter()
+            .map(|b| (b.requests, b.failures))
+            .collect();
+        let rates: Vec<(f64, f64)> = match &self.counted {
+            Some((then, before)) => {
+                let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
+                counts
+                    .iter()
+                    .zip(before)
+                    .map(|(&(r, f), &(r0, f0))| {
+                        (
+                            r.saturating_sub(r0) as f64 / secs,
+                            f.saturating_sub(f0) as f64 / secs,
+                        )
+                    })
+                    .collect()
+            }
+            None => vec![(0.0, 0.0); counts.len()],
+        };
+        self.counted = Some((now, counts));
+        rates
+            .into_iter()
+            .zip(&self.tracked)
+            .map(|((qps, eps), t)| Observed {
+                qps,
+                eps,
+                utilization: t.last.filter(|_| t.missed == 0).map(|r| r.cpu),
+            })
+            .collect()
+    }
+
     /// Computes and applies the weights after a round; returns them if they changed.
     fn apply(&mut self, reports: Option<Vec<Option<LoadReport>>>) -> Option<Vec<u32>> {
         let now = Nanos::from(self.epoch.elapsed());
+        let observed = self.observe();
         let weights = match &reports {
-            Some(reports) => self.model.weights(reports, now),
+            Some(reports) => self.model.weights(reports, &observed, now),
             None => self.configured.clone(),
         };
         let old = self.upstream.weights();

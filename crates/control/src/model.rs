@@ -6,6 +6,7 @@ use balance::weights::LoadReport;
 use balance::weights::capacity_weighted::CapacityModel;
 use balance::weights::dwlc::DwlcModel;
 use balance::weights::dynamic_wrr::DynamicWrrModel;
+use balance::weights::utilization::{Observed, UtilizationModel, UtilizationSettings};
 use balance::{Algorithm, Nanos};
 
 /// The weight model of one upstream.
@@ -20,6 +21,9 @@ pub enum Model {
         model: CapacityModel,
         capacities: Vec<f64>,
     },
+    /// gRFC A58: `qps / (utilization + eps/qps · penalty)`, from the balancer's own request and
+    /// error rates and the reported CPU utilization.
+    UtilizationWrr(UtilizationModel),
 }
 
 impl Model {
@@ -36,6 +40,10 @@ impl Model {
             Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::with_options(
                 configured, options,
             ))),
+            Algorithm::UtilizationWrr => Some(Model::UtilizationWrr(UtilizationModel::new(
+                configured.len(),
+                UtilizationSettings::from(options),
+            ))),
             Algorithm::CapacityWeighted => Some(Model::CapacityWeighted {
                 model: CapacityModel::default(),
                 capacities: configured.iter().map(|&w| f64::from(w)).collect(),
@@ -44,9 +52,20 @@ impl Model {
         }
     }
 
-    /// The weights for `reports` at `now`.
-    pub fn weights(&mut self, reports: &[Option<LoadReport>], now: Nanos) -> Vec<u32> {
+    /// The weights for `reports` at `now`; `observed` is what the balancer saw of each backend
+    /// over the last period (its rates, and the utilization of a fresh report only), which
+    /// only A58's model reads.
+    pub fn weights(
+        &mut self,
+        reports: &[Option<LoadReport>],
+        observed: &[Observed],
+        now: Nanos,
+    ) -> Vec<u32> {
         match self {
+            Model::UtilizationWrr(m) => {
+                m.record(observed, now);
+                m.weights(now)
+            }
             Model::Dwlc(m) => {
                 m.update(reports, now);
                 m.weights().to_vec()

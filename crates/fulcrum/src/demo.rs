@@ -90,8 +90,8 @@ pub async fn run(requests: usize) -> anyhow::Result<ExitCode> {
   heaviest backend wins every pick; p2c_ewma and latency follow measured latency, so small
   differences between these backends show; ip_hash maps each client /24 as nginx does,
   new_hash with seed 000's hash; hash (nginx's crc32), maglev and bounded_load hash the client
-  address as text; dynamic_wrr, dwlc and capacity_weighted use the configured weights until
-  backends report their load.
+  address as text; dynamic_wrr, dwlc, capacity_weighted and utilization_wrr use the configured
+  weights here, where no backend reports its load (see docs/feedback.md for agents).
 "
     );
     let failed: usize = rows.iter().map(|r| r.failed).sum();

@@ -1169,3 +1169,72 @@ fn dynamic_wrr_and_capacity_weighted_follow_agent_reports_in_their_formulas_orde
         println!("{algorithm}: weights {weights:?}, 260 requests split {counts:?}");
     }
 }
+
+#[test]
+fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let backends: Vec<Backend> = ["a", "b", "c"]
+        .iter()
+        .map(|n| rt.block_on(Backend::start(n, loopback)).unwrap())
+        .collect();
+    // CPU 0.25, 0.5 and 1.0 for the same requests per second: A58 weighs them 4 : 2 : 1.
+    let agents: Vec<_> = [0.25, 0.5, 1.0]
+        .iter()
+        .map(|&u| fixed_agent(&rt, u))
+        .collect();
+    let mut text = String::from(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"utilization_wrr\"\n\
+         poll_interval = \"500ms\"\nblackout_period = \"0s\"\n",
+    );
+    for (b, (agent, _)) in backends.iter().zip(&agents) {
+        text += &format!(
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  agent = \"{agent}\"\n",
+            b.addr()
+        );
+    }
+    let config = TempFile::new("utilization.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let addr = fulcrum.addr_of("web");
+    // Traffic, so the balancer has rates to divide (equal at first: all weights are 1).
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = Arc::clone(&stop);
+        rt.spawn(async move {
+            let mut client = Client::new(addr);
+            while !stop.load(Ordering::SeqCst) {
+                assert_eq!(client.get("/").await.unwrap().status, 200);
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let applied = loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("weights applied") {
+            break line;
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    rt.block_on(traffic).unwrap();
+    let weights: Vec<f64> = applied
+        .split("new=[")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap()
+        .split(", ")
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert!(
+        weights[0] > weights[1] && weights[1] > weights[2],
+        "{applied}"
+    );
+    let ratio = weights[0] / weights[2];
+    assert!(
+        (3.0..=5.0).contains(&ratio),
+        "a/c = {ratio}, about 4 wanted: {applied}"
+    );
+}

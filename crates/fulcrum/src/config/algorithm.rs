@@ -83,6 +83,9 @@ fn option_users(option: &str) -> Vec<Algorithm> {
         "balance_factor" => only(Algorithm::BoundedLoad),
         "window" | "smoothing" | "penalty" => only(Algorithm::Latency),
         "high_load" | "low_load" => only(Algorithm::DynamicWrr),
+        "blackout_period" | "weight_expiration_period" | "error_utilization_penalty" => {
+            only(Algorithm::UtilizationWrr)
+        }
         "slow_start" => Algorithm::ALL
             .iter()
             .copied()
@@ -211,6 +214,34 @@ fn options(
         }
     }
     thresholds(r, t, algorithm, &mut options);
+    if used(r, t, "blackout_period", algorithm).is_some()
+        && let Some(d) = t.duration(r, "blackout_period", Zero::Allowed)
+    {
+        options.blackout_period = d.into();
+    }
+    if used(r, t, "weight_expiration_period", algorithm).is_some()
+        && let Some(d) = t.duration(
+            r,
+            "weight_expiration_period",
+            Zero::Refused("every weight would expire at once"),
+        )
+    {
+        options.weight_expiration_period = d.into();
+    }
+    if used(r, t, "error_utilization_penalty", algorithm).is_some()
+        && let Some(p) = t.number(r, "error_utilization_penalty", "1.0")
+    {
+        let p = *p.get_ref();
+        if (0.0..=100.0).contains(&p) {
+            options.error_utilization_penalty = p;
+        } else {
+            t.error(
+                r,
+                "error_utilization_penalty",
+                "must be between 0 (errors do not count) and 100",
+            );
+        }
+    }
     options.slow_start = slow_start(r, t, algorithm).map(Into::into);
     options
 }

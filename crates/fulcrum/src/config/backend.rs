@@ -63,7 +63,10 @@ pub(super) struct Backend {
 pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
     matches!(
         algorithm,
-        Algorithm::DynamicWrr | Algorithm::Dwlc | Algorithm::CapacityWeighted
+        Algorithm::DynamicWrr
+            | Algorithm::Dwlc
+            | Algorithm::CapacityWeighted
+            | Algorithm::UtilizationWrr
     )
 }
 
@@ -114,7 +117,7 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
             value.span(),
             &t.key(key),
             format!(
-                "load reports are used by dynamic_wrr, dwlc and capacity_weighted, not by {algorithm}: choose one of those or remove {key}"
+                "load reports are used by dynamic_wrr, dwlc, capacity_weighted and utilization_wrr, not by {algorithm}: choose one of those or remove {key}"
             ),
         );
         return None;
@@ -249,7 +252,7 @@ mod tests {
     fn one_load_source_and_only_for_load_models() {
         let e = refused(&GOOD.replace("weight = 3", "weight = 3\n  agent = \"127.0.0.1:9101\""));
         assert!(
-            e.contains("agent: load reports are used by dynamic_wrr, dwlc and capacity_weighted"),
+            e.contains("agent: load reports are used by dynamic_wrr, dwlc, capacity_weighted and utilization_wrr"),
             "{e}"
         );
         let text = with_algorithm("dwlc", "").replace(

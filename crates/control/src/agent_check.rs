@@ -23,7 +23,6 @@ use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::MissedTickBehavior;
 
 /// The longest reply read.
 const MAX_LINE: usize = 1024;
@@ -108,7 +107,7 @@ async fn ask(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
 
 /// Runs `upstream`'s agent checks until `stop` turns true (returns at once when no backend
 /// has `agent_check`).
-pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let backends: Vec<(Option<SocketAddr>, String, u32)> = upstream
         .backends_in_pool_order()
         .iter()
@@ -127,31 +126,17 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
     let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
     let mut failing = vec![false; backends.len()];
     let mut draining = vec![false; backends.len()];
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
+    let mut rounds = crate::Rounds::new(interval, stop);
+    while rounds.next().await {
         let mut asks = JoinSet::new();
         for (i, (agent, _, _)) in backends.iter().enumerate() {
             if let Some(addr) = *agent {
                 asks.spawn(async move { (i, ask(addr, timeout).await) });
             }
         }
-        let mut replies = vec![None; backends.len()];
-        let round = async {
-            while let Some(done) = asks.join_next().await {
-                if let Ok((i, reply)) = done {
-                    replies[i] = Some(reply);
-                }
-            }
+        let Some(replies) = rounds.gather(asks, backends.len()).await else {
+            return;
         };
-        tokio::select! {
-            () = round => {}
-            _ = stop.changed() => return,
-        }
         let mut weights = upstream.weights();
         let before = weights.clone();
         for (i, answer) in replies.into_iter().enumerate() {

@@ -23,7 +23,7 @@ use balance::weights::LoadReport;
 use proxy::{LoadSource, Upstream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use crate::model::Model;
 use crate::node_exporter::NodeExporter;
@@ -289,7 +289,7 @@ fn average(reports: &[LoadReport]) -> Option<LoadReport> {
 }
 
 /// Runs `upstream`'s feedback loop until `stop` turns true.
-pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let Some(mut feedback) = Feedback::new(upstream) else {
         return;
     };
@@ -297,37 +297,31 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
     let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
     // A pushed report older than the staleness window is no report.
     let max_age = interval * settings.stale_after.max(1);
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
+    let mut rounds = crate::Rounds::new(interval, stop);
+    while rounds.next().await {
         let mut polls = JoinSet::new();
         for (i, source) in feedback.sources.iter_mut().enumerate() {
             if let Some(mut poller) = source.take() {
                 polls.spawn(async move {
                     let result = poller.poll(timeout, max_age).await;
-                    (i, poller, result)
+                    (i, (poller, result))
                 });
             }
         }
-        let mut polled: Vec<Option<Result<LoadReport, PollError>>> =
-            vec![None; feedback.sources.len()];
-        let sources = &mut feedback.sources;
-        let round = async {
-            while let Some(done) = polls.join_next().await {
-                if let Ok((i, poller, result)) = done {
-                    sources[i] = Some(poller);
-                    // Ok(None): a source that needs a second scrape for its deltas.
-                    polled[i] = result.transpose();
-                }
-            }
+        let Some(results) = rounds.gather(polls, feedback.sources.len()).await else {
+            return;
         };
-        tokio::select! {
-            () = round => {}
-            _ = stop.changed() => return,
+        let mut polled: Vec<Option<Result<LoadReport, PollError>>> =
+            Vec::with_capacity(results.len());
+        for (source, result) in feedback.sources.iter_mut().zip(results) {
+            match result {
+                Some((poller, result)) => {
+                    *source = Some(poller);
+                    // Ok(None): a source that needs a second scrape for its deltas.
+                    polled.push(result.transpose());
+                }
+                None => polled.push(None),
+            }
         }
         let reports = feedback.record(polled);
         feedback.apply(reports);

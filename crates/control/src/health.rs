@@ -18,7 +18,6 @@ use proxy::{CheckKind, HealthCheckSettings, Upstream};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::MissedTickBehavior;
 
 use crate::source;
 
@@ -78,7 +77,7 @@ pub async fn check(addr: SocketAddr, settings: &HealthCheckSettings) -> Result<(
 
 /// Runs `upstream`'s health checks until `stop` turns true (returns at once without
 /// `[upstream.health_check]`).
-pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
+pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let Some(settings) = upstream.settings().health_check.clone() else {
         return;
     };
@@ -95,30 +94,16 @@ pub async fn run(upstream: Arc<Upstream>, mut stop: watch::Receiver<bool>) {
         backends.len()
     ];
     let settings = Arc::new(settings);
-    let mut ticks = tokio::time::interval(settings.interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
+    let mut rounds = crate::Rounds::new(settings.interval, stop);
+    while rounds.next().await {
         let mut checks = JoinSet::new();
         for (i, &(addr, _)) in backends.iter().enumerate() {
             let settings = Arc::clone(&settings);
             checks.spawn(async move { (i, check(addr, &settings).await) });
         }
-        let mut results: Vec<Option<Result<(), String>>> = vec![None; backends.len()];
-        let round = async {
-            while let Some(done) = checks.join_next().await {
-                if let Ok((i, result)) = done {
-                    results[i] = Some(result);
-                }
-            }
+        let Some(results) = rounds.gather(checks, backends.len()).await else {
+            return;
         };
-        tokio::select! {
-            () = round => {}
-            _ = stop.changed() => return,
-        }
         for (i, result) in results.into_iter().enumerate() {
             let Some(result) = result else { continue };
             let passed = result.is_ok();

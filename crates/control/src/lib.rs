@@ -30,8 +30,59 @@ pub mod node_exporter;
 pub mod source;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{Interval, MissedTickBehavior};
+
+/// The rounds of a periodic loop: one every `period` (a slow round delays the next instead of
+/// bunching them), each raced against shutdown.
+#[derive(Debug)]
+pub(crate) struct Rounds {
+    ticks: Interval,
+    stop: watch::Receiver<bool>,
+}
+
+impl Rounds {
+    pub(crate) fn new(period: Duration, stop: watch::Receiver<bool>) -> Rounds {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Rounds { ticks, stop }
+    }
+
+    /// Waits for the next round; `false` once the control plane stops.
+    pub(crate) async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.ticks.tick() => true,
+            _ = self.stop.changed() => false,
+        }
+    }
+
+    /// Waits for every task of a round (each bounded by its own timeout) and returns their
+    /// results by index, `None` for an index no task reported; `None` if the control plane
+    /// stops meanwhile.
+    pub(crate) async fn gather<T: 'static>(
+        &mut self,
+        mut tasks: JoinSet<(usize, T)>,
+        n: usize,
+    ) -> Option<Vec<Option<T>>> {
+        let mut results: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        let round = async {
+            while let Some(done) = tasks.join_next().await {
+                if let Ok((i, result)) = done
+                    && let Some(slot) = results.get_mut(i)
+                {
+                    *slot = Some(result);
+                }
+            }
+        };
+        tokio::select! {
+            () = round => Some(results),
+            _ = self.stop.changed() => None,
+        }
+    }
+}
 
 /// Starts the control loops of every upstream on the current runtime; they end when `stop`
 /// turns true.

@@ -77,8 +77,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum LabCommand {
-    /// Run one emulated backend: it answers every request with its name (`?delay_ms=N` delays
-    /// the answer), until SIGTERM or SIGINT.
+    /// Run one emulated backend until SIGTERM or SIGINT: it answers every request with its name
+    /// (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or `?delay_ms=N`). With
+    /// --workers it emulates a server of limited capacity and serves its utilization at
+    /// GET /load in the agent's format.
     Backend {
         /// Address to listen on.
         #[arg(short, long, value_name = "ADDR")]
@@ -86,6 +88,20 @@ enum LabCommand {
         /// The name it answers with (defaults to the listen address).
         #[arg(short, long)]
         name: Option<String>,
+        /// Service slots, like cores: with it, the backend emulates a server of limited
+        /// capacity (a FIFO queue over the slots, GET /load); without it, every request is
+        /// served at once after its cost.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        workers: Option<u32>,
+        /// Relative speed: a request holds a slot for its cost divided by this.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_speed, requires = "workers")]
+        speed: f64,
+        /// Requests that may wait for a slot; beyond, 503.
+        #[arg(long, default_value_t = 1000, requires = "workers")]
+        max_queue: usize,
+        /// The cost of a request without an X-Lab-Cost header: milliseconds, or const:MS.
+        #[arg(long, value_parser = parse_cost, requires = "workers")]
+        cost: Option<std::time::Duration>,
     },
     /// Seed 000's hash-spread experiment (its Figures 20–21): client addresses through every
     /// algorithm that hashes the client, clients per server and how even that is — for clients
@@ -168,10 +184,24 @@ fn main() -> ExitCode {
             runtime(1).and_then(|rt| rt.block_on(run_agent(settings)))
         }
         Command::Lab {
-            command: LabCommand::Backend { listen, name },
+            command:
+                LabCommand::Backend {
+                    listen,
+                    name,
+                    workers,
+                    speed,
+                    max_queue,
+                    cost,
+                },
         } => {
             let _logs = init_logs("info");
-            runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name)))
+            let capacity = workers.map(|workers| lab::backend::Capacity {
+                workers,
+                speed,
+                max_queue,
+                default_cost: cost.unwrap_or_default(),
+            });
+            runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity)))
         }
         Command::Lab {
             command:
@@ -296,15 +326,39 @@ fn hash_distribution(clients: u32, runs: u32, servers: u32, prefixes: u32, seed:
 async fn lab_backend(
     listen: std::net::SocketAddr,
     name: Option<String>,
+    capacity: Option<lab::backend::Capacity>,
 ) -> anyhow::Result<ExitCode> {
     let name = name.unwrap_or_else(|| listen.to_string());
-    let backend = lab::Backend::start(&name, listen)
+    let backend = lab::Backend::start_with(&name, listen, capacity)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(listen = %backend.addr(), name = %name, "lab backend listening");
+    tracing::info!(listen = %backend.addr(), name = %name, capacity = ?capacity, "lab backend listening");
     shutdown_signal().await;
     backend.kill().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A relative speed: a positive number up to 1000.
+fn parse_speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 1000.0 => Ok(s),
+        _ => Err(format!(
+            "{text:?}: a speed is a number above 0 and at most 1000, like 0.5 or 2"
+        )),
+    }
+}
+
+/// A request cost: milliseconds (`25`, `2.5`) or `const:MS`.
+fn parse_cost(text: &str) -> Result<std::time::Duration, String> {
+    let ms = text.strip_prefix("const:").unwrap_or(text);
+    match ms.parse::<f64>() {
+        Ok(ms) if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) => {
+            Ok(std::time::Duration::from_secs_f64(ms / 1000.0))
+        }
+        _ => Err(format!(
+            "{text:?}: a cost is milliseconds, like 25 or const:25 (at most an hour)"
+        )),
+    }
 }
 
 /// A sampling interval: a humantime duration ("1s", "500ms") of at least 10 ms.

@@ -3,7 +3,9 @@
 //! HAProxy does (HAProxy configuration manual, `agent-check`):
 //!
 //! * `75%`: the backend's weight becomes 75% of its configured weight (at least 1; `0%`
-//!   drains it, weight 0);
+//!   drains it, weight 0), and stays so until the next percentage. Above 100% is read as 100%:
+//!   HAProxy lets an agent raise a weight up to 256, but here an agent must not be able to grow
+//!   a consistent-hash ring beyond what the configuration was checked for;
 //! * `drain`: weight 0 — no new requests, those in flight finish; `ready` ends a drain;
 //! * `down`, `fail`, `stopped`, `maint`: taken out, as by a failed health check; `up` brings it
 //!   back (into its slow start);
@@ -50,7 +52,7 @@ pub fn parse(line: &str) -> Option<Reply> {
         let word = word.to_ascii_lowercase();
         if let Some(n) = word.strip_suffix('%') {
             if let Ok(p) = n.parse::<u32>() {
-                reply.percent = Some(p.min(100_000));
+                reply.percent = Some(p.min(100));
                 understood = true;
             }
             continue;
@@ -67,19 +69,13 @@ pub fn parse(line: &str) -> Option<Reply> {
     understood.then_some(reply)
 }
 
-/// The weight a reply gives a backend configured with `configured`, now at `current`.
-pub fn weight(reply: &Reply, configured: u32, current: u32, draining: bool) -> u32 {
-    if draining {
+/// The weight a percentage gives a backend configured with `configured`: at least 1, except
+/// that 0% drains (0).
+pub fn scaled(percent: u32, configured: u32) -> u32 {
+    if percent == 0 {
         return 0;
     }
-    match reply.percent {
-        Some(0) => 0,
-        Some(p) => {
-            ((u64::from(configured) * u64::from(p) / 100).max(1)).min(u64::from(u32::MAX)) as u32
-        }
-        None if current == 0 => configured,
-        None => current,
-    }
+    (u64::from(configured) * u64::from(percent.min(100)) / 100).max(1) as u32
 }
 
 /// Reads one reply from the agent at `addr` within `timeout`.
@@ -126,6 +122,8 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let (interval, timeout) = (settings.poll_interval, settings.poll_timeout);
     let mut failing = vec![false; backends.len()];
     let mut draining = vec![false; backends.len()];
+    // The weight the last percentage set (the configured one until a percentage comes).
+    let mut by_percent: Vec<u32> = backends.iter().map(|b| b.2).collect();
     let mut rounds = crate::Rounds::new(interval, stop);
     while rounds.next().await {
         let mut asks = JoinSet::new();
@@ -160,7 +158,10 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
             if let Some(drain) = reply.drain {
                 draining[i] = drain;
             }
-            weights[i] = weight(&reply, *configured, weights[i], draining[i]);
+            if let Some(p) = reply.percent {
+                by_percent[i] = scaled(p, *configured);
+            }
+            weights[i] = if draining[i] { 0 } else { by_percent[i] };
             if let Some(up) = reply.up
                 && upstream.set_check_result(BackendId(i as u32), up)
             {
@@ -204,21 +205,11 @@ mod tests {
     }
 
     #[test]
-    fn weights_from_replies() {
-        let pct = |p| Reply {
-            percent: Some(p),
-            ..Reply::default()
-        };
-        assert_eq!(weight(&pct(75), 4, 4, false), 3);
-        assert_eq!(weight(&pct(1), 4, 4, false), 1, "at least 1");
-        assert_eq!(weight(&pct(0), 4, 4, false), 0, "0% drains");
-        assert_eq!(weight(&pct(200), 4, 4, false), 8);
-        assert_eq!(weight(&Reply::default(), 4, 3, true), 0, "draining");
-        assert_eq!(
-            weight(&Reply::default(), 4, 0, false),
-            4,
-            "ready after a drain"
-        );
-        assert_eq!(weight(&Reply::default(), 4, 3, false), 3, "unchanged");
+    fn weights_from_percentages() {
+        assert_eq!(scaled(75, 4), 3);
+        assert_eq!(scaled(1, 4), 1, "at least 1");
+        assert_eq!(scaled(0, 4), 0, "0% drains");
+        assert_eq!(scaled(200, 4), 4, "at most the configured weight");
+        assert_eq!(parse("100000%").unwrap().percent, Some(100));
     }
 }

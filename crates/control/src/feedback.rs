@@ -87,7 +87,9 @@ struct Tracked {
 #[derive(Debug)]
 pub struct Feedback {
     upstream: Arc<Upstream>,
-    /// Each backend's source, pool order (`None` while its poll is out).
+    /// Each primary backend's source and name, pool order.
+    specs: Vec<Option<(LoadSource, String)>>,
+    /// Each primary backend's poller, pool order (`None` while its poll is out).
     sources: Vec<Option<Poller>>,
     configured: Vec<u32>,
     model: Model,
@@ -101,32 +103,30 @@ pub struct Feedback {
 impl Feedback {
     /// Whether `upstream` has anything to poll: a weight model and at least one source.
     pub fn wanted(upstream: &Upstream) -> bool {
-        let algorithm = upstream.settings().algorithm;
-        let configured: Vec<u32> = upstream
-            .backends_in_pool_order()
-            .iter()
-            .map(|b| b.weight)
-            .collect();
-        Model::for_algorithm(algorithm, &configured, &upstream.settings().options).is_some()
-            && upstream
-                .backends_in_pool_order()
-                .iter()
-                .any(|b| b.load_source.is_some())
+        let primaries = primaries(upstream);
+        let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
+        let settings = upstream.settings();
+        Model::for_algorithm(settings.algorithm, &configured, &settings.options).is_some()
+            && primaries.iter().any(|b| b.load_source.is_some())
     }
 
     fn new(upstream: Arc<Upstream>) -> Option<Feedback> {
-        let backends = upstream.backends_in_pool_order();
+        let backends = primaries(&upstream);
         let configured: Vec<u32> = backends.iter().map(|b| b.weight).collect();
-        let sources = backends
+        let specs: Vec<Option<(LoadSource, String)>> = backends
             .iter()
-            .map(|b| b.load_source.map(|s| Poller::new(s, &b.name)))
+            .map(|b| b.load_source.map(|s| (s, b.name.clone())))
+            .collect();
+        let sources = specs
+            .iter()
+            .map(|s| s.as_ref().map(|(s, name)| Poller::new(*s, name)))
             .collect();
         let settings = upstream.settings();
         let model = Model::for_algorithm(settings.algorithm, &configured, &settings.options)?;
         let tracked = vec![Tracked::default(); configured.len()];
-        drop(backends);
         Some(Feedback {
             upstream,
+            specs,
             sources,
             configured,
             model,
@@ -243,7 +243,9 @@ impl Feedback {
             Some(reports) => self.model.weights(reports, &observed, now),
             None => self.configured.clone(),
         };
-        let old = self.upstream.weights();
+        // The primaries' weights (backups follow them in pool order and keep theirs).
+        let mut old = self.upstream.weights();
+        old.truncate(weights.len());
         if old == weights {
             return None;
         }
@@ -270,6 +272,17 @@ impl Feedback {
         );
         Some(weights)
     }
+}
+
+/// The primary backends, pool order: load feedback weighs only them. Backups keep their
+/// configured weights: they serve only when no primary can, and an idle backup's report would
+/// otherwise pull the average a stale primary gets, and the models' spreads, towards idle.
+fn primaries(upstream: &Upstream) -> Vec<&proxy::BackendSettings> {
+    upstream
+        .backends_in_pool_order()
+        .into_iter()
+        .filter(|b| !b.backup)
+        .collect()
 }
 
 /// The mean of `reports`, field by field; `None` for no reports.
@@ -313,14 +326,24 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
         };
         let mut polled: Vec<Option<Result<LoadReport, PollError>>> =
             Vec::with_capacity(results.len());
-        for (source, result) in feedback.sources.iter_mut().zip(results) {
-            match result {
-                Some((poller, result)) => {
+        for ((source, spec), result) in feedback
+            .sources
+            .iter_mut()
+            .zip(&feedback.specs)
+            .zip(results)
+        {
+            match (result, spec) {
+                (Some((poller, result)), _) => {
                     *source = Some(poller);
-                    // Ok(None): a source that needs a second scrape for its deltas.
+                    // Ok(None): a node_exporter's first scrape, before it has a delta.
                     polled.push(result.transpose());
                 }
-                None => polled.push(None),
+                // The poll's task failed: a miss, and a new poller for the next round.
+                (None, Some((spec, name))) => {
+                    *source = Some(Poller::new(*spec, name));
+                    polled.push(Some(Err(PollError("the poll failed".into()))));
+                }
+                (None, None) => polled.push(None),
             }
         }
         let reports = feedback.record(polled);
@@ -340,6 +363,35 @@ mod tests {
             net: u,
             container_mem: u,
         }
+    }
+
+    #[test]
+    fn only_primaries_are_weighed() {
+        use proxy::{BackendSettings, UpstreamSettings};
+        let agent = LoadSource::Agent(([127, 0, 0, 1], 9101).into());
+        let upstream = |primary_source: bool| {
+            let mut primary = BackendSettings::new(([127, 0, 0, 1], 1).into());
+            let mut backup = BackendSettings::new(([127, 0, 0, 1], 2).into());
+            backup.backup = true;
+            backup.load_source = Some(agent);
+            if primary_source {
+                primary.load_source = Some(agent);
+            }
+            // The backup first in the configuration: pool order puts primaries first anyway.
+            Upstream::new(UpstreamSettings::new(
+                "u",
+                balance::Algorithm::Dwlc,
+                vec![backup, primary],
+            ))
+        };
+        assert!(
+            !Feedback::wanted(&upstream(false)),
+            "a backup's source alone"
+        );
+        let with = upstream(true);
+        assert!(Feedback::wanted(&with));
+        let names: Vec<_> = primaries(&with).iter().map(|b| b.addr.port()).collect();
+        assert_eq!(names, [1]);
     }
 
     #[test]

@@ -81,10 +81,11 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let Some(settings) = upstream.settings().health_check.clone() else {
         return;
     };
-    let backends: Vec<(SocketAddr, String)> = upstream
+    // Backends configured `down` are never in rotation: not checked.
+    let backends: Vec<(SocketAddr, String, bool)> = upstream
         .backends_in_pool_order()
         .iter()
-        .map(|b| (b.addr, b.name.clone()))
+        .map(|b| (b.addr, b.name.clone(), b.down))
         .collect();
     let mut streaks = vec![
         Streak {
@@ -97,7 +98,10 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     let mut rounds = crate::Rounds::new(settings.interval, stop);
     while rounds.next().await {
         let mut checks = JoinSet::new();
-        for (i, &(addr, _)) in backends.iter().enumerate() {
+        for (i, &(addr, _, down)) in backends.iter().enumerate() {
+            if down {
+                continue;
+            }
             let settings = Arc::clone(&settings);
             checks.spawn(async move { (i, check(addr, &settings).await) });
         }

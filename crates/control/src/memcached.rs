@@ -46,6 +46,12 @@ pub async fn poll(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    if written > now.saturating_add(max_age.as_millis() as u64) {
+        return Err(PollError(format!(
+            "the report under {key} is dated {}ms ahead of this host's clock: fix the clocks",
+            written - now
+        )));
+    }
     let age = Duration::from_millis(now.saturating_sub(written));
     if age > max_age {
         return Err(PollError(format!(

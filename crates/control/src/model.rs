@@ -23,7 +23,11 @@ pub enum Model {
     },
     /// gRFC A58: `qps / (utilization + eps/qps · penalty)`, from the balancer's own request and
     /// error rates and the reported CPU utilization.
-    UtilizationWrr(UtilizationModel),
+    UtilizationWrr {
+        model: UtilizationModel,
+        /// The weights while no backend has a usable one.
+        configured: Vec<u32>,
+    },
 }
 
 impl Model {
@@ -40,10 +44,10 @@ impl Model {
             Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::with_options(
                 configured, options,
             ))),
-            Algorithm::UtilizationWrr => Some(Model::UtilizationWrr(UtilizationModel::new(
-                configured.len(),
-                UtilizationSettings::from(options),
-            ))),
+            Algorithm::UtilizationWrr => Some(Model::UtilizationWrr {
+                model: UtilizationModel::new(configured.len(), UtilizationSettings::from(options)),
+                configured: configured.to_vec(),
+            }),
             Algorithm::CapacityWeighted => Some(Model::CapacityWeighted {
                 model: CapacityModel::default(),
                 capacities: configured.iter().map(|&w| f64::from(w)).collect(),
@@ -62,9 +66,9 @@ impl Model {
         now: Nanos,
     ) -> Vec<u32> {
         match self {
-            Model::UtilizationWrr(m) => {
-                m.record(observed, now);
-                m.weights(now)
+            Model::UtilizationWrr { model, configured } => {
+                model.record(observed, now);
+                model.weights(now).unwrap_or_else(|| configured.clone())
             }
             Model::Dwlc(m) => {
                 m.update(reports, now);

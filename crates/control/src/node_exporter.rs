@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::source::{self, PollError};
 
 /// The largest `/metrics` body read: a node_exporter's is typically 50–150 KiB.
-pub const MAX_BODY: usize = 4 << 20;
+pub const MAX_BODY: usize = 1 << 20;
 
 /// The link speed assumed where none is exported: 1 Gbit/s.
 const DEFAULT_LINK_BYTES_PER_S: f64 = 125_000_000.0;
@@ -150,16 +150,31 @@ impl NodeExporter {
         if !status.is_success() {
             return Err(PollError(format!("GET /metrics answered {status}")));
         }
-        let text = std::str::from_utf8(&body)
-            .map_err(|_| PollError("/metrics is not UTF-8 text".into()))?;
         let now = Instant::now();
-        let scraped = scrape(text)?;
+        // Parsing up to a MiB of text takes a while: off the control plane's thread, which the
+        // health checks' timeouts share.
+        let scraped = tokio::task::spawn_blocking(move || {
+            let text = std::str::from_utf8(&body)
+                .map_err(|_| PollError("/metrics is not UTF-8 text".into()))?;
+            scrape(text)
+        })
+        .await
+        .map_err(|_| PollError("parsing /metrics failed".into()))??;
+        let first = self.previous.is_none();
         let report = self
             .previous
             .as_ref()
             .and_then(|(at, before)| report(before, &scraped, now.duration_since(*at)));
         self.previous = Some((now, scraped));
-        Ok(report)
+        match report {
+            Some(report) => Ok(Some(report)),
+            // Only the first scrape may give nothing: after that, counters that did not move
+            // forward are a failing source, which turns stale like any other.
+            None if first => Ok(None),
+            None => Err(PollError(
+                "the counters went back or did not move: no utilization between two scrapes".into(),
+            )),
+        }
     }
 }
 

@@ -571,6 +571,16 @@ struct Reported {
 }
 
 fn reported(algorithm: &str, utilizations: [f64; 3], upstream_keys: &str) -> Reported {
+    reported_with_weights(algorithm, utilizations, [1, 1, 1], upstream_keys)
+}
+
+/// [`reported`], with configured weights.
+fn reported_with_weights(
+    algorithm: &str,
+    utilizations: [f64; 3],
+    weights: [u32; 3],
+    upstream_keys: &str,
+) -> Reported {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let backends: Vec<Backend> = ["a", "b", "c"]
@@ -583,9 +593,9 @@ fn reported(algorithm: &str, utilizations: [f64; 3], upstream_keys: &str) -> Rep
          [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
          [[upstream]]\nname = \"web\"\nalgorithm = \"{algorithm}\"\n{upstream_keys}\n"
     );
-    for (b, (agent, _)) in backends.iter().zip(&agents) {
+    for ((b, (agent, _)), weight) in backends.iter().zip(&agents).zip(weights) {
         text += &format!(
-            "  [[upstream.backend]]\n  addr = \"{}\"\n  agent = \"{agent}\"\n",
+            "  [[upstream.backend]]\n  addr = \"{}\"\n  weight = {weight}\n  agent = \"{agent}\"\n",
             b.addr()
         );
     }
@@ -987,7 +997,7 @@ fn bad_load_reports_never_crash_fulcrum_or_leave_the_models_range() {
         "workers = 1\naccess_log = false\n\n\
          [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
          [[upstream]]\nname = \"web\"\nalgorithm = \"dwlc\"\n\
-         poll_interval = \"200ms\"\nstale_after = 1\n",
+         poll_interval = \"300ms\"\nstale_after = 3\n",
     );
     for (b, agent) in backends.iter().zip(&agents) {
         text += &format!(
@@ -1138,9 +1148,15 @@ fn split_under_reports(algorithm: &str) -> (Vec<u32>, [usize; 3]) {
     let pool = reported(algorithm, [0.6, 0.2, 0.9], "poll_interval = \"300ms\"");
     let (rt, fulcrum) = (&pool.rt, &pool.fulcrum);
     let deadline = Instant::now() + Duration::from_secs(15);
+    // A round with all three reports (a slow poll would leave one out, and the next round
+    // change the weights while requests are counted).
     let applied = loop {
         let line = fulcrum.next_line(deadline);
-        if line.contains("weights applied") {
+        if line.contains("weights applied")
+            && ["cpu=0.60", "cpu=0.20", "cpu=0.90"]
+                .iter()
+                .all(|c| line.contains(c))
+        {
             break line;
         }
     };
@@ -1182,19 +1198,19 @@ fn dynamic_wrr_and_capacity_weighted_follow_agent_reports_in_their_formulas_orde
     }
 }
 
-#[test]
-fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
+/// The first weights `utilization_wrr` applies over backends reporting `utilizations`, with
+/// `weights` configured, under steady sequential traffic.
+fn utilization_weights(utilizations: [f64; 3], weights: [u32; 3]) -> Vec<u32> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    // CPU 0.25, 0.5 and 1.0 for the same requests per second: A58 weighs them 4 : 2 : 1.
-    let pool = reported(
+    let pool = reported_with_weights(
         "utilization_wrr",
-        [0.25, 0.5, 1.0],
+        utilizations,
+        weights,
         "poll_interval = \"500ms\"\nblackout_period = \"0s\"",
     );
     let (rt, fulcrum) = (&pool.rt, &pool.fulcrum);
     let addr = fulcrum.addr_of("web");
-    // Traffic, so the balancer has rates to divide (equal at first: all weights are 1).
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = {
         let stop = Arc::clone(&stop);
@@ -1214,21 +1230,27 @@ fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
     };
     stop.store(true, Ordering::SeqCst);
     rt.block_on(traffic).unwrap();
-    let weights: Vec<f64> = applied
-        .split("new=[")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .unwrap()
-        .split(", ")
-        .map(|w| w.parse().unwrap())
-        .collect();
-    assert!(
-        weights[0] > weights[1] && weights[1] > weights[2],
-        "{applied}"
-    );
-    let ratio = weights[0] / weights[2];
+    applied_weights(&applied)
+}
+
+#[test]
+fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
+    // The same requests per second (equal configured weights) at CPU 0.25, 0.5 and 1.0:
+    // A58 weighs them 4 : 2 : 1.
+    let w = utilization_weights([0.25, 0.5, 1.0], [1, 1, 1]);
+    assert!(w[0] > w[1] && w[1] > w[2], "{w:?}");
+    let ratio = f64::from(w[0]) / f64::from(w[2]);
     assert!(
         (3.0..=5.0).contains(&ratio),
-        "a/c = {ratio}, about 4 wanted: {applied}"
+        "a/c = {ratio}, about 4 wanted: {w:?}"
     );
+    // The same CPU, but a served three times the requests (configured 3, 1, 1): qps counts,
+    // 3 : 1 : 1 (a model of 1/CPU alone would weigh them equally).
+    let w = utilization_weights([0.5, 0.5, 0.5], [3, 1, 1]);
+    let ratio = f64::from(w[0]) / f64::from(w[2]);
+    assert!(
+        (2.4..=3.6).contains(&ratio),
+        "a/c = {ratio}, about 3 wanted: {w:?}"
+    );
+    assert!(w[1].abs_diff(w[2]) * 10 <= w[2], "b and c alike: {w:?}");
 }

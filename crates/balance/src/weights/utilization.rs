@@ -12,8 +12,8 @@
 //! * **weight expiration period** (3 min): a weight not updated for this long is no longer
 //!   used, and the blackout applies again when reports resume;
 //! * a report with zero qps or zero utilization is ignored (there is nothing to divide);
-//! * a backend without a usable weight gets the mean of the usable ones; with none usable, all
-//!   weigh the same (round robin);
+//! * a backend without a usable weight gets the mean of the usable ones; with none usable,
+//!   A58 weighs all alike, and here the configured weights stay;
 //! * weights are recomputed every weight update period (1 s in A58; here the upstream's
 //!   `poll_interval`, when reports arrive).
 //!
@@ -124,8 +124,9 @@ impl UtilizationModel {
     }
 
     /// The weights at `now`, on a scale where the heaviest backend weighs [`SCALE`]; every
-    /// weight at least [`MIN_WEIGHT`].
-    pub fn weights(&mut self, now: Nanos) -> Vec<u32> {
+    /// weight at least [`MIN_WEIGHT`]. `None` while no backend has a usable weight (A58 then
+    /// weighs all alike; the caller keeps the configured weights, which say more).
+    pub fn weights(&mut self, now: Nanos) -> Option<Vec<u32>> {
         let s = self.settings;
         let usable: Vec<Option<f64>> = self
             .endpoints
@@ -143,17 +144,19 @@ impl UtilizationModel {
             .collect();
         let set: Vec<f64> = usable.iter().flatten().copied().collect();
         if set.is_empty() {
-            return vec![MIN_WEIGHT; self.endpoints.len()];
+            return None;
         }
         let mean = set.iter().sum::<f64>() / set.len() as f64;
         let max = set.iter().copied().fold(mean, f64::max);
-        usable
-            .iter()
-            .map(|w| {
-                let w = w.unwrap_or(mean) / max * SCALE;
-                (w.round() as u32).max(MIN_WEIGHT)
-            })
-            .collect()
+        Some(
+            usable
+                .iter()
+                .map(|w| {
+                    let w = w.unwrap_or(mean) / max * SCALE;
+                    (w.round() as u32).max(MIN_WEIGHT)
+                })
+                .collect(),
+        )
     }
 }
 
@@ -194,10 +197,14 @@ mod tests {
             seen(100.0, 0.0, 1.0),
         ];
         m.record(&round, secs(0));
-        assert_eq!(m.weights(secs(0)), [1, 1, 1], "in the blackout: all equal");
+        assert_eq!(
+            m.weights(secs(0)),
+            None,
+            "in the blackout: no usable weight"
+        );
         m.record(&round, secs(10));
         // 200, 400, 100: the heaviest is 1000.
-        assert_eq!(m.weights(secs(10)), [500, 1000, 250]);
+        assert_eq!(m.weights(secs(10)).unwrap(), [500, 1000, 250]);
     }
 
     #[test]
@@ -211,13 +218,13 @@ mod tests {
         m.record(&round, secs(0));
         m.record(&round, secs(10));
         // 200 and 400; the third served nothing: the mean, 300.
-        assert_eq!(m.weights(secs(10)), [500, 1000, 750]);
-        // Its reports stop: after the expiration the first two go on, the third... still the
-        // mean; when the others expire too, all are equal.
+        assert_eq!(m.weights(secs(10)).unwrap(), [500, 1000, 750]);
+        // Its reports stop: the third still weighs the mean; when the others expire too, no
+        // weight is usable.
         round[2].utilization = None;
         m.record(&round[..2], secs(100));
-        assert_eq!(m.weights(secs(100)), [500, 1000, 750]);
-        assert_eq!(m.weights(secs(100 + 180)), [1, 1, 1]);
+        assert_eq!(m.weights(secs(100)).unwrap(), [500, 1000, 750]);
+        assert_eq!(m.weights(secs(100 + 180)), None);
     }
 
     #[test]
@@ -226,14 +233,14 @@ mod tests {
         let round = [seen(100.0, 0.0, 0.5), seen(100.0, 0.0, 0.25)];
         m.record(&round, secs(0));
         m.record(&round[..1], secs(10));
-        assert_eq!(m.weights(secs(10)), [500, 1000]);
+        assert_eq!(m.weights(secs(10)).unwrap(), [500, 1000]);
         // The second stops reporting for 3 minutes: its weight expires (the mean, the first's).
         m.record(&round[..1], secs(200));
-        assert_eq!(m.weights(secs(200)), [1000, 1000]);
+        assert_eq!(m.weights(secs(200)).unwrap(), [1000, 1000]);
         // It reports again: not trusted for 10 s.
         m.record(&round, secs(201));
-        assert_eq!(m.weights(secs(205)), [1000, 1000]);
+        assert_eq!(m.weights(secs(205)).unwrap(), [1000, 1000]);
         m.record(&round, secs(211));
-        assert_eq!(m.weights(secs(211)), [500, 1000]);
+        assert_eq!(m.weights(secs(211)).unwrap(), [500, 1000]);
     }
 }

@@ -127,6 +127,24 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn agent_checks_and_health_checks_exclude_each_other() {
+        let text = with_algorithm(
+            "weighted_round_robin",
+            "[upstream.health_check]\npath = \"/up\"",
+        )
+        .replacen(
+            "weight = 3",
+            "weight = 3\n  agent_check = \"127.0.0.1:9102\"",
+            1,
+        );
+        let e = refused(&text);
+        assert!(
+            e.contains("whose up and down would overrule the health checks"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn statuses_and_ranges() {
         assert_eq!(status_range("200"), Some((200, 200)));
         assert_eq!(status_range("200-399"), Some((200, 399)));

@@ -194,6 +194,22 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         );
     }
     check_ring_weight(r, t, &balancing, &backends);
+    // An agent's up/down and the health checks would overrule each other (HAProxy keeps two
+    // states for them; fulcrum has one): one or the other.
+    if health_check.is_some()
+        && let Some(b) = backends
+            .iter()
+            .find(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
+    {
+        r.error(
+            t.span_of("health_check").unwrap_or_else(|| t.span()),
+            &t.key("health_check"),
+            format!(
+                "backend {} has agent_check, whose up and down would overrule the health checks (and theirs the agent's): use one or the other",
+                b.addr.get_ref()
+            ),
+        );
+    }
     if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
         r.warn(
             &t.span(),

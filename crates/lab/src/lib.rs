@@ -7,11 +7,14 @@
 //!   be killed (every connection dropped, the port closed) to emulate a crash.
 //! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
 //!   machine can play many clients across 127.0.0.0/8.
+//! * [`schedule`]: the load generator's trace (patterns, spacing, costs, clients), computed
+//!   ahead from a seed.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
 pub mod backend;
 pub mod client;
 pub mod hash_spread;
+pub mod schedule;
 
 pub use backend::Backend;
 pub use client::{Client, Reply};

@@ -1,0 +1,381 @@
+//! The load generator's schedule: when each request is to leave, what it costs, and which
+//! client sends it — computed ahead, from a seed, so every algorithm of an experiment replays
+//! the very same trace (and a test can pin it).
+//!
+//! * **Patterns** (`--pattern`): `constant:RPS`, `sine:MIN-MAX:PERIOD` (seed 002's 40–100 rps
+//!   sine wave), `steps:START-END:STEP:HOLD` (a ramp, as seed 000's JMeter and seed 001's
+//!   siege runs), `burst:N:GAP:REPEAT` (seed 004's bursts: N requests, `GAP` apart, every
+//!   `REPEAT`).
+//! * **Spacing**: Poisson (exponential gaps at the current rate) or even (`1/rate`).
+//! * **Costs** (`--cost`): `const:MS`, `uniform:A:B`, `lognormal:MU:SIGMA` (ms = e^N(μ, σ),
+//!   seed 002's log-normal(3.7, 1)), drawn with `rand_distr`.
+//!
+//! Pure: no clock, no I/O; the generator that sends the requests lives elsewhere.
+
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Exp, LogNormal};
+use rand_pcg::Pcg64Mcg;
+
+/// How the offered rate changes over time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pattern {
+    Constant {
+        rps: f64,
+    },
+    Sine {
+        min: f64,
+        max: f64,
+        period: Duration,
+    },
+    Steps {
+        start: f64,
+        end: f64,
+        step: f64,
+        hold: Duration,
+    },
+    Burst {
+        n: u32,
+        gap: Duration,
+        repeat: Duration,
+    },
+}
+
+/// A request's cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cost {
+    Const { ms: f64 },
+    Uniform { low: f64, high: f64 },
+    LogNormal { mu: f64, sigma: f64 },
+}
+
+/// How arrivals are spaced at a given rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spacing {
+    Poisson,
+    Even,
+}
+
+/// One request of the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    /// When it is to leave, from the start of the run.
+    pub at: Duration,
+    /// Its cost in milliseconds (`X-Lab-Cost`).
+    pub cost_ms: f64,
+    /// Which of the run's clients sends it.
+    pub client: u32,
+}
+
+/// The most requests a schedule holds (a bound on memory: 10 million is 240 MB).
+pub const MAX_ARRIVALS: usize = 10_000_000;
+
+fn positive(v: &str, what: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("{what} must be a positive number, not {v:?}")),
+    }
+}
+
+fn duration(v: &str, what: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(v) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!("{what} must be a duration such as 10s, not {v:?}")),
+    }
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Pattern, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let form =
+            "constant:RPS, sine:MIN-MAX:PERIOD, steps:START-END:STEP:HOLD or burst:N:GAP:REPEAT";
+        let range = |r: &str| -> Result<(f64, f64), String> {
+            let (a, b) = r
+                .split_once('-')
+                .ok_or_else(|| format!("{r:?} is not a range such as 40-100"))?;
+            Ok((positive(a, "a rate")?, positive(b, "a rate")?))
+        };
+        match parts.as_slice() {
+            ["constant", rps] => Ok(Pattern::Constant {
+                rps: positive(rps, "the rate")?,
+            }),
+            ["sine", r, period] => {
+                let (min, max) = range(r)?;
+                if min > max {
+                    return Err(format!("sine: {min} is above {max}"));
+                }
+                Ok(Pattern::Sine {
+                    min,
+                    max,
+                    period: duration(period, "the period")?,
+                })
+            }
+            ["steps", r, step, hold] => {
+                let (start, end) = range(r)?;
+                Ok(Pattern::Steps {
+                    start,
+                    end,
+                    step: positive(step, "the step")?,
+                    hold: duration(hold, "the hold")?,
+                })
+            }
+            ["burst", n, gap, repeat] => Ok(Pattern::Burst {
+                n: n.parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("burst: {n:?} is not a count of requests"))?,
+                gap: humantime::parse_duration(gap)
+                    .map_err(|_| format!("burst: {gap:?} is not a duration such as 100ms"))?,
+                repeat: duration(repeat, "the repeat")?,
+            }),
+            _ => Err(format!("unknown pattern {s:?}: use {form}")),
+        }
+    }
+}
+
+impl std::str::FromStr for Cost {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Cost, String> {
+        let number = |v: &str| -> Result<f64, String> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| format!("{v:?} is not a number"))
+        };
+        match s.split(':').collect::<Vec<_>>().as_slice() {
+            ["const", ms] => {
+                let ms = number(ms)?;
+                if ms < 0.0 {
+                    return Err("a cost is not negative".into());
+                }
+                Ok(Cost::Const { ms })
+            }
+            ["uniform", a, b] => {
+                let (low, high) = (number(a)?, number(b)?);
+                if !(0.0 <= low && low <= high) {
+                    return Err(format!("uniform:{a}:{b}: want 0 <= A <= B"));
+                }
+                Ok(Cost::Uniform { low, high })
+            }
+            ["lognormal", mu, sigma] => {
+                let (mu, sigma) = (number(mu)?, number(sigma)?);
+                if !(sigma >= 0.0 && mu < 20.0) {
+                    return Err(format!(
+                        "lognormal:{mu}:{sigma}: want SIGMA >= 0 and MU < 20"
+                    ));
+                }
+                Ok(Cost::LogNormal { mu, sigma })
+            }
+            _ => Err(format!(
+                "unknown cost {s:?}: use const:MS, uniform:A:B or lognormal:MU:SIGMA"
+            )),
+        }
+    }
+}
+
+impl Pattern {
+    /// The offered rate at `t` (requests per second); for bursts, `None` (they are placed,
+    /// not drawn).
+    pub fn rate_at(&self, t: Duration) -> Option<f64> {
+        let secs = t.as_secs_f64();
+        match *self {
+            Pattern::Constant { rps } => Some(rps),
+            Pattern::Sine { min, max, period } => {
+                let phase = secs / period.as_secs_f64() * std::f64::consts::TAU;
+                Some(min + (max - min) * (1.0 - phase.cos()) / 2.0)
+            }
+            Pattern::Steps {
+                start,
+                end,
+                step,
+                hold,
+            } => {
+                let steps = (secs / hold.as_secs_f64()).floor();
+                let rate = if end >= start {
+                    (start + steps * step).min(end)
+                } else {
+                    (start - steps * step).max(end)
+                };
+                Some(rate)
+            }
+            Pattern::Burst { .. } => None,
+        }
+    }
+}
+
+impl Cost {
+    fn draw(&self, rng: &mut Pcg64Mcg) -> f64 {
+        match *self {
+            Cost::Const { ms } => ms,
+            Cost::Uniform { low, high } if high > low => rng.random_range(low..high),
+            Cost::Uniform { low, .. } => low,
+            Cost::LogNormal { mu, sigma } => LogNormal::new(mu, sigma)
+                .map(|d| d.sample(rng))
+                .unwrap_or(0.0),
+        }
+    }
+}
+
+/// The trace of a run: every request's time, cost and client, from `seed`. Bounded by
+/// [`MAX_ARRIVALS`].
+pub fn trace(
+    pattern: Pattern,
+    spacing: Spacing,
+    length: Duration,
+    cost: Cost,
+    clients: u32,
+    seed: u64,
+) -> Vec<Arrival> {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
+    let clients = clients.max(1);
+    let mut out = Vec::new();
+    let push = |at: Duration, rng: &mut Pcg64Mcg, out: &mut Vec<Arrival>| {
+        let cost_ms = cost.draw(rng);
+        let client = rng.random_range(0..clients);
+        out.push(Arrival {
+            at,
+            cost_ms,
+            client,
+        });
+    };
+    if let Pattern::Burst { n, gap, repeat } = pattern {
+        let mut start = Duration::ZERO;
+        while start < length && out.len() < MAX_ARRIVALS {
+            for i in 0..n {
+                let at = start + gap * i;
+                if at >= length || out.len() >= MAX_ARRIVALS {
+                    break;
+                }
+                push(at, &mut rng, &mut out);
+            }
+            start += repeat;
+        }
+        return out;
+    }
+    let mut t = 0.0_f64;
+    let end = length.as_secs_f64();
+    while out.len() < MAX_ARRIVALS {
+        let rate = pattern
+            .rate_at(Duration::from_secs_f64(t))
+            .unwrap_or(0.0)
+            .max(1e-3);
+        let gap = match spacing {
+            Spacing::Even => 1.0 / rate,
+            Spacing::Poisson => Exp::new(rate)
+                .map(|d| d.sample(&mut rng))
+                .unwrap_or(1.0 / rate),
+        };
+        t += gap;
+        if t >= end {
+            break;
+        }
+        push(Duration::from_secs_f64(t), &mut rng, &mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_and_costs_parse_or_say_what_is_wrong() {
+        assert_eq!(
+            "constant:3000".parse::<Pattern>(),
+            Ok(Pattern::Constant { rps: 3000.0 })
+        );
+        assert_eq!(
+            "sine:40-100:60s".parse::<Pattern>(),
+            Ok(Pattern::Sine {
+                min: 40.0,
+                max: 100.0,
+                period: Duration::from_secs(60)
+            })
+        );
+        assert!("steps:200-3000:200:5s".parse::<Pattern>().is_ok());
+        assert!("burst:10:100ms:1s".parse::<Pattern>().is_ok());
+        for bad in [
+            "",
+            "constant:0",
+            "constant:x",
+            "sine:100-40:1s",
+            "sine:40-100:0s",
+            "square:1",
+        ] {
+            assert!(bad.parse::<Pattern>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            "lognormal:3.7:1".parse::<Cost>(),
+            Ok(Cost::LogNormal {
+                mu: 3.7,
+                sigma: 1.0
+            })
+        );
+        for bad in ["const:-1", "uniform:5:1", "lognormal:1:-1", "gamma:1:1"] {
+            assert!(bad.parse::<Cost>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
+        let make = |seed| {
+            trace(
+                "sine:40-100:10s".parse().unwrap(),
+                Spacing::Poisson,
+                Duration::from_secs(20),
+                "lognormal:3.7:1".parse().unwrap(),
+                50,
+                seed,
+            )
+        };
+        let (a, b, c) = (make(7), make(7), make(8));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // About the mean rate (70/s) for 20 s.
+        assert!((1100..1700).contains(&a.len()), "{}", a.len());
+        assert!(a.windows(2).all(|w| w[0].at <= w[1].at));
+        assert!(a.iter().all(|r| r.client < 50 && r.cost_ms >= 0.0));
+    }
+
+    #[test]
+    fn even_spacing_delivers_the_rate_exactly() {
+        let t = trace(
+            Pattern::Constant { rps: 3000.0 },
+            Spacing::Even,
+            Duration::from_secs(5),
+            Cost::Const { ms: 1.0 },
+            1,
+            1,
+        );
+        assert!((14_998..=15_000).contains(&t.len()), "{}", t.len());
+    }
+
+    #[test]
+    fn a_sine_wave_swings_between_its_bounds() {
+        let p: Pattern = "sine:40-100:60s".parse().unwrap();
+        assert_eq!(p.rate_at(Duration::ZERO), Some(40.0));
+        assert_eq!(p.rate_at(Duration::from_secs(30)), Some(100.0));
+        let s: Pattern = "steps:200-1000:200:5s".parse().unwrap();
+        assert_eq!(s.rate_at(Duration::from_secs(12)), Some(600.0));
+        assert_eq!(s.rate_at(Duration::from_secs(100)), Some(1000.0));
+    }
+
+    #[test]
+    fn bursts_are_placed() {
+        let t = trace(
+            "burst:10:100ms:1s".parse().unwrap(),
+            Spacing::Even,
+            Duration::from_secs(3),
+            Cost::Const { ms: 0.0 },
+            1,
+            1,
+        );
+        assert_eq!(t.len(), 30);
+        assert_eq!(t[1].at, Duration::from_millis(100));
+        assert_eq!(t[10].at, Duration::from_secs(1));
+    }
+}

@@ -83,6 +83,8 @@ pub struct Backend {
     name: String,
     addr: SocketAddr,
     task: JoinHandle<()>,
+    /// Requests received (counted on arrival, answered or not).
+    requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A request's cost: `X-Lab-Cost: <ms>` (fractions allowed), else `?delay_ms=N`.
@@ -119,9 +121,11 @@ fn text(status: u16, name: &Bytes, body: impl Into<Bytes>) -> Response<Full<Byte
 async fn answer(
     name: Bytes,
     slots: Option<std::sync::Arc<Slots>>,
+    requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     use std::sync::atomic::Ordering;
+    requests.fetch_add(1, Ordering::Relaxed);
     let cost = cost_of(&req);
     let Some(slots) = slots else {
         if let Some(cost) = cost {
@@ -176,6 +180,8 @@ impl Backend {
         });
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = std::sync::Arc::clone(&requests);
         let body = Bytes::from(name.to_owned());
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
@@ -186,9 +192,17 @@ impl Backend {
                 let _ = stream.set_nodelay(true);
                 let body = body.clone();
                 let slots = slots.clone();
+                let counted = std::sync::Arc::clone(&counted);
                 while connections.try_join_next().is_some() {}
                 connections.spawn(async move {
-                    let service = service_fn(move |req| answer(body.clone(), slots.clone(), req));
+                    let service = service_fn(move |req| {
+                        answer(
+                            body.clone(),
+                            slots.clone(),
+                            std::sync::Arc::clone(&counted),
+                            req,
+                        )
+                    });
                     // Room for a proxy's own headers on top of a client at the proxy's limit.
                     let _ = http1::Builder::new()
                         .max_headers(200)
@@ -202,6 +216,7 @@ impl Backend {
             name: name.to_owned(),
             addr,
             task,
+            requests,
         })
     }
 
@@ -211,6 +226,11 @@ impl Backend {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Drops every connection and closes the listening socket, and waits until both are gone.

@@ -7,6 +7,8 @@
 //!   be killed (every connection dropped, the port closed) to emulate a crash.
 //! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
 //!   machine can play many clients across 127.0.0.0/8.
+//! * [`load`]: the open-loop load generator: a trace sent on schedule, latency from the
+//!   intended send time, an HDR histogram summary.
 //! * [`schedule`]: the load generator's trace (patterns, spacing, costs, clients), computed
 //!   ahead from a seed.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
@@ -14,6 +16,7 @@
 pub mod backend;
 pub mod client;
 pub mod hash_spread;
+pub mod load;
 pub mod schedule;
 
 pub use backend::Backend;

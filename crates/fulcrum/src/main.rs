@@ -103,6 +103,38 @@ enum LabCommand {
         #[arg(long, value_parser = parse_cost, requires = "workers")]
         cost: Option<std::time::Duration>,
     },
+    /// Open-loop load against a URL: requests leave on schedule whether or not earlier ones
+    /// returned, and latency counts from the intended send time (no coordinated omission).
+    Load {
+        /// The target, http://IP:PORT/PATH (loopback in tests and the lab).
+        #[arg(value_parser = parse_target)]
+        url: (std::net::SocketAddr, String),
+        /// constant:RPS, sine:MIN-MAX:PERIOD, steps:START-END:STEP:HOLD or burst:N:GAP:REPEAT.
+        #[arg(long)]
+        pattern: lab::schedule::Pattern,
+        /// How long requests are sent.
+        #[arg(long, default_value = "10s", value_parser = parse_interval)]
+        duration: std::time::Duration,
+        /// Gaps between requests: poisson or even.
+        #[arg(long, default_value = "poisson", value_parser = parse_spacing)]
+        spacing: lab::schedule::Spacing,
+        /// Each request's cost (X-Lab-Cost): const:MS, uniform:A:B or lognormal:MU:SIGMA.
+        #[arg(long, default_value = "const:0")]
+        cost: lab::schedule::Cost,
+        /// A request not answered this long after its intended time is a timeout (seed 002's
+        /// 4 s).
+        #[arg(long, default_value = "4s", value_parser = parse_interval)]
+        timeout: std::time::Duration,
+        /// Distinct client addresses (127.1.x.y), for the hash algorithms.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        clients: u32,
+        /// Seed of the trace: the same seed sends the same requests at the same times.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print one JSON object instead of the human summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// Seed 000's hash-spread experiment (its Figures 20–21): client addresses through every
     /// algorithm that hashes the client, clients per server and how even that is — for clients
     /// drawn uniformly over IPv4, and from a few /24 prefixes.
@@ -202,6 +234,38 @@ fn main() -> ExitCode {
                 default_cost: cost.unwrap_or_default(),
             });
             runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity)))
+        }
+        Command::Lab {
+            command:
+                LabCommand::Load {
+                    url,
+                    pattern,
+                    duration,
+                    spacing,
+                    cost,
+                    timeout,
+                    clients,
+                    seed,
+                    json,
+                },
+        } => {
+            let _logs = init_logs("warn");
+            let plan = lab::load::Plan {
+                target: url.0,
+                path: url.1,
+                trace: lab::schedule::trace(pattern, spacing, duration, cost, clients, seed),
+                timeout,
+            };
+            runtime(2).map(|rt| {
+                let outcomes = rt.block_on(lab::load::run(&plan));
+                let summary = lab::load::Summary::of(&outcomes, duration, timeout);
+                if json {
+                    println!("{}", summary.to_json());
+                } else {
+                    println!("{summary}");
+                }
+                ExitCode::SUCCESS
+            })
         }
         Command::Lab {
             command:
@@ -336,6 +400,30 @@ async fn lab_backend(
     shutdown_signal().await;
     backend.kill().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `http://IP:PORT/PATH`: the address and the path (`/` when none).
+fn parse_target(text: &str) -> Result<(std::net::SocketAddr, String), String> {
+    let rest = text
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{text:?}: write a URL such as http://127.0.0.1:8080/"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_owned()),
+        None => (rest, "/".to_owned()),
+    };
+    let addr = authority.parse().map_err(|_| {
+        format!("{authority:?}: write an IP address and a port, such as 127.0.0.1:8080")
+    })?;
+    Ok((addr, path))
+}
+
+/// `poisson` or `even`.
+fn parse_spacing(text: &str) -> Result<lab::schedule::Spacing, String> {
+    match text {
+        "poisson" => Ok(lab::schedule::Spacing::Poisson),
+        "even" => Ok(lab::schedule::Spacing::Even),
+        _ => Err(format!("{text:?}: write poisson or even")),
+    }
 }
 
 /// A relative speed: a positive number up to 1000.

@@ -1254,3 +1254,43 @@ fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
     );
     assert!(w[1].abs_diff(w[2]) * 10 <= w[2], "b and c alike: {w:?}");
 }
+
+#[test]
+fn lab_load_sends_on_schedule_and_prints_one_json_object() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backend = rt
+        .block_on(Backend::start("b", "127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    let out = fulcrum()
+        .args(["lab", "load", &format!("http://{}/", backend.addr())])
+        .args([
+            "--pattern",
+            "constant:200",
+            "--duration",
+            "1s",
+            "--spacing",
+            "even",
+        ])
+        .args(["--clients", "4", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 200 per second for 1 s, to within the rounding of the last gap.
+    let sent = json["sent"].as_u64().unwrap();
+    assert!((199..=201).contains(&sent), "{json}");
+    assert_eq!(json["ok"], json["sent"], "{json}");
+    assert_eq!(backend.requests(), sent);
+    let bad = fulcrum()
+        .args(["lab", "load", "127.0.0.1:1", "--pattern", "constant:1"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("write a URL such as http://127.0.0.1:8080/")
+    );
+}

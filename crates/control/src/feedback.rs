@@ -89,6 +89,8 @@ pub struct Feedback {
     upstream: Arc<Upstream>,
     /// Each primary backend's source and name, pool order.
     specs: Vec<Option<(LoadSource, String)>>,
+    /// Each primary backend's name, pool order, for the log.
+    names: Vec<String>,
     /// Each primary backend's poller, pool order (`None` while its poll is out).
     sources: Vec<Option<Poller>>,
     configured: Vec<u32>,
@@ -124,8 +126,10 @@ impl Feedback {
         let settings = upstream.settings();
         let model = Model::for_algorithm(settings.algorithm, &configured, &settings.options)?;
         let tracked = vec![Tracked::default(); configured.len()];
+        let names = backends.iter().map(|b| b.name.clone()).collect();
         Some(Feedback {
             upstream,
+            names,
             specs,
             sources,
             configured,
@@ -145,12 +149,7 @@ impl Feedback {
     ) -> Option<Vec<Option<LoadReport>>> {
         let stale_after = self.upstream.settings().stale_after;
         let name = self.upstream.name().to_owned();
-        let backends: Vec<String> = self
-            .upstream
-            .backends_in_pool_order()
-            .iter()
-            .map(|b| b.name.clone())
-            .collect();
+        let backends = &self.names;
         for (i, (t, result)) in self.tracked.iter_mut().zip(polled).enumerate() {
             match result {
                 Some(Ok(report)) => {

@@ -135,6 +135,21 @@ enum LabCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a scenario (see lab/scenarios/ and docs/lab.md): every algorithm it names on the same
+    /// seeded trace, each behind fresh emulated backends; writes DIR/results.csv,
+    /// DIR/results.md and DIR/report.html, and stops every process it started, even when
+    /// interrupted.
+    Run {
+        /// The scenario (TOML).
+        #[arg(value_name = "SCENARIO")]
+        scenario: PathBuf,
+        /// Where the results, the report and the run's logs go (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// No progress lines.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Seed 000's hash-spread experiment (its Figures 20–21): client addresses through every
     /// algorithm that hashes the client, clients per server and how even that is — for clients
     /// drawn uniformly over IPv4, and from a few /24 prefixes.
@@ -269,6 +284,17 @@ fn main() -> ExitCode {
         }
         Command::Lab {
             command:
+                LabCommand::Run {
+                    scenario,
+                    out,
+                    quiet,
+                },
+        } => {
+            let _logs = init_logs("warn");
+            lab_run(&scenario, &out, !quiet)
+        }
+        Command::Lab {
+            command:
                 LabCommand::HashDistribution {
                     clients,
                     runs,
@@ -400,6 +426,46 @@ async fn lab_backend(
     shutdown_signal().await;
     backend.kill().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `fulcrum lab run`: the scenario's runs, then the results and the report in `out`.
+fn lab_run(
+    scenario: &std::path::Path,
+    out: &std::path::Path,
+    progress: bool,
+) -> anyhow::Result<ExitCode> {
+    let scenario = lab::scenario::Scenario::load(scenario).map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the directory {}", out.display()))?;
+    let settings = lab::run::Settings {
+        exe: std::env::current_exe().context("cannot find fulcrum's own executable")?,
+        out: out.to_owned(),
+        progress,
+    };
+    // The run is awaited on this (the main) thread: its children's parent-death signal is tied
+    // to the thread that started them.
+    runtime(2)?.block_on(async {
+        let stop = shutdown_signal();
+        tokio::select! {
+            results = lab::run::run(&scenario, &settings) => {
+                let results = results?;
+                lab::report::write(&results, out)?;
+                println!("{}\n", scenario.name);
+                print!("{}", lab::report::table(&results));
+                println!(
+                    "\nresults: {0}/results.csv, {0}/results.md\nreport:  {0}/report.html",
+                    out.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            () = stop => {
+                eprintln!(
+                    "fulcrum: interrupted: every process the run started is stopped; no results were written"
+                );
+                Ok(ExitCode::from(130))
+            }
+        }
+    })
 }
 
 /// `http://IP:PORT/PATH`: the address and the path (`/` when none).

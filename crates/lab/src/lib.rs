@@ -1,5 +1,5 @@
-//! fulcrum's lab: the pieces experiments are made of. For now an emulated backend and a small
-//! HTTP client; later the open-loop load generator, scenarios and reports.
+//! fulcrum's lab: the pieces experiments are made of — emulated backends, an open-loop load
+//! generator, scenarios, the runner that plays them, and the reports.
 //!
 //! # Layout
 //!
@@ -11,12 +11,19 @@
 //!   intended send time, an HDR histogram summary.
 //! * [`schedule`]: the load generator's trace (patterns, spacing, costs, clients), computed
 //!   ahead from a seed.
+//! * [`scenario`]: an experiment as a TOML file: backends, traffic, contenders.
+//! * [`run`]: `fulcrum lab run`: every contender on the same trace, its processes started and
+//!   always stopped.
+//! * [`report`]: `results.csv`, `results.md` and `report.html` with plots.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
 pub mod backend;
 pub mod client;
 pub mod hash_spread;
 pub mod load;
+pub mod report;
+pub mod run;
+pub mod scenario;
 pub mod schedule;
 
 pub use backend::Backend;

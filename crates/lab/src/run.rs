@@ -1,0 +1,868 @@
+//! `fulcrum lab run`: one scenario, every contender in turn, on the same seeded trace.
+//!
+//! For each repetition and each contender (interleaved, so that a slow minute of a shared
+//! machine spreads over all of them) the runner starts the scenario's emulated backends
+//! (`fulcrum lab backend` processes), a balancer in front of them (`fulcrum run` with a
+//! generated configuration, or nginx or HAProxy configured the same way), waits until every
+//! port answers, replays the trace through the balancer with the open-loop generator while it
+//! samples every backend's `GET /load` four times a second, and stops every process again.
+//! Fresh backends for every run: no queue, no counter and no antagonist phase carries over.
+//!
+//! **Cleaning up.** Every child is started in its own process group, through `setpriv
+//! --pdeathsig KILL` where it exists (util-linux), so the kernel kills it when the runner dies,
+//! even by SIGKILL; every child handle also kills its process when dropped, which covers an
+//! error and SIGINT/SIGTERM (the command drops the run). The parent-death signal is tied to
+//! the thread that forked the child, so children are spawned from the run's own future, never
+//! from a spawned task (the command runs it with `block_on` on the main thread).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::load::{Outcome, Plan, Summary};
+use crate::scenario::{
+    BackendPlan, Balancer, HaproxyAlgorithm, Load, NginxAlgorithm, Scenario, Traffic,
+};
+
+/// Where the run's files go, and what to start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `fulcrum` executable (backends and fulcrum's balancer are its subcommands).
+    pub exe: PathBuf,
+    /// The output directory: results, the report, and `work/` (configurations and logs).
+    pub out: PathBuf,
+    /// Progress lines (and the generator's bar) on stderr.
+    pub progress: bool,
+}
+
+/// One backend's `GET /load` at one moment of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSample {
+    /// From the start of the load.
+    pub at: Duration,
+    /// The backend's index in [`Results::backends`].
+    pub backend: usize,
+    pub cpu: f64,
+    pub mem: f64,
+    pub net: f64,
+}
+
+/// One run of one contender.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub label: String,
+    pub repetition: u32,
+    pub outcomes: Vec<Outcome>,
+    pub samples: Vec<LoadSample>,
+    pub row: Row,
+}
+
+/// A contender's numbers from one run (or the medians over several): the columns of
+/// `results.csv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub summary: Summary,
+    /// Answered requests (any status) per second of the trace's length.
+    pub throughput_rps: f64,
+    /// The most requests in flight at once, seen from the clients.
+    pub peak_concurrency: u64,
+    /// The standard deviation of the backends' reported CPU utilization across backends,
+    /// averaged over the run's samples (seed 000's σ).
+    pub util_stddev: f64,
+    /// The share of the answered requests each backend served, in [`Results::backends`] order.
+    pub shares: Vec<f64>,
+}
+
+/// Everything a scenario's run measured.
+#[derive(Debug, Clone)]
+pub struct Results {
+    pub scenario: Scenario,
+    pub traffic: Traffic,
+    /// The backends' names, in the scenario's order.
+    pub backends: Vec<String>,
+    /// The contenders' labels, in the scenario's order.
+    pub labels: Vec<String>,
+    pub runs: Vec<Measured>,
+    /// When the run started.
+    pub started: SystemTime,
+    pub elapsed: Duration,
+}
+
+/// How long a balancer or backend may take to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Between the backends' start and the load, when an antagonist's phase must line up.
+const ANTAGONIST_LEAD: Duration = Duration::from_millis(1500);
+/// How often every backend's `/load` is read during a run.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Runs `scenario` to its end and returns what it measured (it writes no results itself;
+/// see [`crate::report`]).
+pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Results> {
+    let traffic = scenario.traffic().map_err(anyhow::Error::msg)?;
+    let work = settings.out.join("work");
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("cannot create the directory {}", work.display()))?;
+    let plans = scenario.backend_plans();
+    let trace = match &traffic.load {
+        Load::Open(pattern) => crate::schedule::trace(
+            *pattern,
+            traffic.spacing,
+            traffic.duration,
+            traffic.cost,
+            traffic.clients,
+            scenario.seed,
+        ),
+        Load::Closed(_) => bail!("closed-loop scenarios (traffic.concurrency) are not run yet"),
+    };
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let total = scenario.repetitions as usize * scenario.algorithms.len();
+    let mut runs = Vec::with_capacity(total);
+    for repetition in 0..scenario.repetitions {
+        for (k, contender) in scenario.algorithms.iter().enumerate() {
+            let balancer = contender.balancer().map_err(anyhow::Error::msg)?;
+            if settings.progress {
+                eprintln!(
+                    "[{}/{total}] {} (repetition {} of {})",
+                    runs.len() + 1,
+                    contender.name,
+                    repetition + 1,
+                    scenario.repetitions
+                );
+            }
+            let tag = format!("r{}-{k}", repetition + 1);
+            let one = Contender {
+                label: &contender.name,
+                balancer,
+                options: &contender.options,
+                tag: &tag,
+            };
+            let (outcomes, samples) = run_one(scenario, &traffic, &plans, &one, &trace, settings)
+                .await
+                .with_context(|| format!("running {}", contender.name))?;
+            let row = measure(&outcomes, &samples, &plans, &traffic);
+            if settings.progress {
+                eprintln!(
+                    "      p50 {:.1} ms  p99 {:.1} ms  timeouts {}  failures {}  util σ {:.3}",
+                    row.summary.p50_ms,
+                    row.summary.p99_ms,
+                    row.summary.timeouts,
+                    row.summary.failed,
+                    row.util_stddev
+                );
+            }
+            runs.push(Measured {
+                label: contender.name.clone(),
+                repetition,
+                outcomes,
+                samples,
+                row,
+            });
+        }
+    }
+    Ok(Results {
+        scenario: scenario.clone(),
+        traffic,
+        backends: plans.iter().map(|p| p.name.clone()).collect(),
+        labels: scenario.algorithms.iter().map(|a| a.name.clone()).collect(),
+        runs,
+        started,
+        elapsed: clock.elapsed(),
+    })
+}
+
+struct Contender<'a> {
+    label: &'a str,
+    balancer: Balancer,
+    options: &'a toml::Table,
+    /// Names this run's files.
+    tag: &'a str,
+}
+
+/// One run: start, load, stop. Every child is killed when this returns (or is dropped).
+async fn run_one(
+    scenario: &Scenario,
+    traffic: &Traffic,
+    plans: &[BackendPlan],
+    contender: &Contender<'_>,
+    trace: &[crate::schedule::Arrival],
+    settings: &Settings,
+) -> anyhow::Result<(Vec<Outcome>, Vec<LoadSample>)> {
+    let work = settings.out.join("work");
+    let mut children = Children::default();
+    let antagonist = plans.iter().any(|p| p.spec.antagonist.is_some());
+    let epoch = SystemTime::now() + ANTAGONIST_LEAD;
+    let epoch_at = Instant::now() + ANTAGONIST_LEAD;
+    let epoch_ms = epoch
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+
+    let mut addrs = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let addr = free_addr()?;
+        let mut args = backend_args(plan, addr, scenario.seed);
+        if antagonist {
+            args.extend(["--epoch-ms".into(), epoch_ms.to_string()]);
+        }
+        let log = work.join(format!("{}-backend-{}.log", contender.tag, plan.name));
+        children.spawn(&plan.name, &settings.exe, &args, &log)?;
+        addrs.push(addr);
+    }
+    for (plan, addr) in plans.iter().zip(&addrs) {
+        children.wait_listening(&plan.name, *addr).await?;
+    }
+
+    let listen = free_addr()?;
+    let name = "balancer";
+    match contender.balancer {
+        Balancer::Fulcrum(algorithm) => {
+            let config = fulcrum_config(
+                algorithm,
+                contender.options,
+                scenario,
+                plans,
+                &addrs,
+                listen,
+                traffic.timeout,
+            )?;
+            let file = work.join(format!("{}-fulcrum.toml", contender.tag));
+            std::fs::write(&file, config)
+                .with_context(|| format!("cannot write {}", file.display()))?;
+            let args = vec!["run".into(), "--config".into(), file.display().to_string()];
+            let log = work.join(format!("{}-fulcrum.log", contender.tag));
+            children.spawn(name, &settings.exe, &args, &log)?;
+        }
+        Balancer::Nginx(algorithm) => {
+            let prefix = work.join(format!("{}-nginx", contender.tag));
+            std::fs::create_dir_all(prefix.join("logs"))
+                .with_context(|| format!("cannot create {}", prefix.display()))?;
+            let file = prefix.join("nginx.conf");
+            let config = nginx_config(algorithm, plans, &addrs, listen, traffic.timeout, &prefix);
+            std::fs::write(&file, config)
+                .with_context(|| format!("cannot write {}", file.display()))?;
+            let args = vec![
+                "-p".into(),
+                prefix.display().to_string(),
+                "-c".into(),
+                file.display().to_string(),
+            ];
+            let log = work.join(format!("{}-nginx.log", contender.tag));
+            children.spawn(name, Path::new(&find_program("nginx")?), &args, &log)?;
+        }
+        Balancer::Haproxy(algorithm) => {
+            let file = work.join(format!("{}-haproxy.cfg", contender.tag));
+            let config = haproxy_config(
+                algorithm,
+                plans,
+                &addrs,
+                listen,
+                traffic.timeout,
+                scenario.proxy.workers,
+            )?;
+            std::fs::write(&file, config)
+                .with_context(|| format!("cannot write {}", file.display()))?;
+            let args = vec!["-db".into(), "-f".into(), file.display().to_string()];
+            let log = work.join(format!("{}-haproxy.log", contender.tag));
+            children.spawn(name, Path::new(&find_program("haproxy")?), &args, &log)?;
+        }
+    }
+    children.wait_listening(name, listen).await?;
+    if antagonist {
+        let now = Instant::now();
+        if now > epoch_at {
+            tracing::warn!(
+                late_ms = (now - epoch_at).as_millis() as u64,
+                "the run started after the antagonists' time zero: their phases are shifted by that much"
+            );
+        }
+        tokio::time::sleep_until(epoch_at).await;
+    }
+
+    let plan = Plan {
+        target: listen,
+        path: traffic.path.clone(),
+        trace: trace.to_vec(),
+        timeout: traffic.timeout,
+    };
+    let (outcomes, samples) = {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let load = async {
+            let outcomes = crate::load::run(&plan).await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            outcomes
+        };
+        let sampling = sample_loads(&addrs, &done);
+        tokio::join!(load, sampling)
+    };
+    let _ = contender.label;
+    children.stop().await;
+    Ok((outcomes, samples))
+}
+
+/// Reads every backend's `/load` every [`SAMPLE_EVERY`] until `done`, all backends at once.
+async fn sample_loads(
+    addrs: &[SocketAddr],
+    done: &std::sync::atomic::AtomicBool,
+) -> Vec<LoadSample> {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        tick.tick().await;
+        let at = start.elapsed();
+        let mut reads = tokio::task::JoinSet::new();
+        for (backend, addr) in addrs.iter().copied().enumerate() {
+            reads.spawn(async move {
+                let read = tokio::time::timeout(SAMPLE_EVERY, Client::new(addr).get("/load")).await;
+                (backend, read)
+            });
+        }
+        while let Some(Ok((backend, read))) = reads.join_next().await {
+            let Ok(Ok(reply)) = read else { continue };
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.body) else {
+                continue;
+            };
+            let field = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+            samples.push(LoadSample {
+                at,
+                backend,
+                cpu: field("cpu"),
+                mem: field("mem"),
+                net: field("net"),
+            });
+        }
+    }
+    samples
+}
+
+/// The numbers of one run.
+pub fn measure(
+    outcomes: &[Outcome],
+    samples: &[LoadSample],
+    plans: &[BackendPlan],
+    traffic: &Traffic,
+) -> Row {
+    let summary = Summary::of(outcomes, traffic.duration, traffic.timeout);
+    let answered: Vec<&Outcome> = outcomes.iter().filter(|o| o.status.is_some()).collect();
+    let mut served = vec![0u64; plans.len()];
+    for o in &answered {
+        if let Some(b) = &o.backend
+            && let Some(k) = plans.iter().position(|p| &p.name == b)
+        {
+            served[k] += 1;
+        }
+    }
+    let shares = served
+        .iter()
+        .map(|&n| n as f64 / answered.len().max(1) as f64)
+        .collect();
+    Row {
+        throughput_rps: answered.len() as f64 / traffic.duration.as_secs_f64(),
+        peak_concurrency: peak_concurrency(outcomes, traffic.timeout),
+        util_stddev: util_stddev(samples),
+        summary,
+        shares,
+    }
+}
+
+/// The most requests in flight at once: each from when it left to when its answer ended (its
+/// timeout for one that timed out, at once for one that failed).
+pub fn peak_concurrency(outcomes: &[Outcome], timeout: Duration) -> u64 {
+    let mut events: Vec<(Duration, i8)> = Vec::with_capacity(outcomes.len() * 2);
+    for o in outcomes {
+        let end = match o.latency {
+            Some(l) => o.intended + l,
+            None if o.timed_out => o.intended + timeout,
+            None => o.started,
+        };
+        events.push((o.started, 1));
+        events.push((end.max(o.started), -1));
+    }
+    // Ends before starts at the same instant.
+    events.sort_unstable();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, step) in events {
+        now += i64::from(step);
+        peak = peak.max(now);
+    }
+    peak as u64
+}
+
+/// Seed 000's σ: at each sampling instant, the standard deviation of the backends' CPU
+/// utilization across backends; averaged over the instants with at least two backends.
+pub fn util_stddev(samples: &[LoadSample]) -> f64 {
+    let mut by_instant: std::collections::BTreeMap<Duration, Vec<f64>> = Default::default();
+    for s in samples {
+        by_instant.entry(s.at).or_default().push(s.cpu);
+    }
+    let sigmas: Vec<f64> = by_instant
+        .values()
+        .filter(|v| v.len() >= 2)
+        .map(|v| {
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+        })
+        .collect();
+    if sigmas.is_empty() {
+        0.0
+    } else {
+        sigmas.iter().sum::<f64>() / sigmas.len() as f64
+    }
+}
+
+/// `fulcrum lab backend` arguments for `plan` on `addr`.
+fn backend_args(plan: &BackendPlan, addr: SocketAddr, seed: u64) -> Vec<String> {
+    let b = &plan.spec;
+    let mut args: Vec<String> = vec![
+        "lab".into(),
+        "backend".into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--name".into(),
+        plan.name.clone(),
+        "--workers".into(),
+        b.workers.to_string(),
+        "--speed".into(),
+        b.speed.to_string(),
+        "--max-queue".into(),
+        b.max_queue.to_string(),
+        "--mode".into(),
+        b.mode.clone(),
+        "--seed".into(),
+        seed.to_string(),
+    ];
+    let mut opt = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            args.push(flag.into());
+            args.push(v);
+        }
+    };
+    opt("--cost", b.cost.clone());
+    opt("--antagonist", b.antagonist.clone());
+    opt("--fail-rate", b.fail_rate.map(|p| p.to_string()));
+    opt("--stall-after", b.stall_after.map(|n| n.to_string()));
+    opt("--die-after", b.die_after.map(|n| n.to_string()));
+    args
+}
+
+/// Whether fulcrum's `algorithm` takes its weights from load reports (`agent = …`).
+fn reads_load_reports(algorithm: balance::Algorithm) -> bool {
+    use balance::Algorithm::*;
+    matches!(
+        algorithm,
+        DynamicWrr | Dwlc | CapacityWeighted | UtilizationWrr
+    )
+}
+
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+/// fulcrum's configuration for a contender: one listener, one upstream over the backends,
+/// the scenario's timeout as the read timeout, each backend's `/load` as its agent when the
+/// algorithm reads load reports.
+fn fulcrum_config(
+    algorithm: balance::Algorithm,
+    options: &toml::Table,
+    scenario: &Scenario,
+    plans: &[BackendPlan],
+    addrs: &[SocketAddr],
+    listen: SocketAddr,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    use toml::Value;
+    let mut upstream = options.clone();
+    upstream.insert("name".into(), Value::from("lab"));
+    upstream.insert("algorithm".into(), Value::from(algorithm.name()));
+    upstream.insert("read_timeout".into(), Value::from(millis(timeout)));
+    let backends = plans
+        .iter()
+        .zip(addrs)
+        .map(|(plan, addr)| {
+            let mut b = toml::Table::new();
+            b.insert("addr".into(), Value::from(addr.to_string()));
+            b.insert("weight".into(), Value::from(i64::from(plan.spec.weight)));
+            if plan.spec.backup {
+                b.insert("backup".into(), Value::from(true));
+            }
+            if reads_load_reports(algorithm) && !plan.spec.backup {
+                b.insert("agent".into(), Value::from(addr.to_string()));
+            }
+            Value::Table(b)
+        })
+        .collect::<Vec<_>>();
+    upstream.insert("backend".into(), Value::Array(backends));
+    let mut listener = toml::Table::new();
+    listener.insert("listen".into(), Value::from(listen.to_string()));
+    listener.insert("upstream".into(), Value::from("lab"));
+    let mut root = toml::Table::new();
+    root.insert(
+        "workers".into(),
+        Value::from(i64::from(scenario.proxy.workers)),
+    );
+    root.insert("access_log".into(), Value::from(false));
+    root.insert("shutdown_timeout".into(), Value::from("1s"));
+    root.insert(
+        "listener".into(),
+        Value::Array(vec![Value::Table(listener)]),
+    );
+    root.insert(
+        "upstream".into(),
+        Value::Array(vec![Value::Table(upstream)]),
+    );
+    toml::to_string(&root).context("writing fulcrum's configuration")
+}
+
+/// nginx configured like fulcrum's contender: one process (`master_process off`, so that the
+/// parent-death signal covers all of it), keep-alive to the backends, the same read timeout
+/// and nginx's defaults otherwise (`max_fails=1 fail_timeout=10s`, as fulcrum's).
+fn nginx_config(
+    algorithm: NginxAlgorithm,
+    plans: &[BackendPlan],
+    addrs: &[SocketAddr],
+    listen: SocketAddr,
+    timeout: Duration,
+    prefix: &Path,
+) -> String {
+    let method = match algorithm {
+        NginxAlgorithm::WeightedRoundRobin => "",
+        NginxAlgorithm::LeastConn => "least_conn;",
+        NginxAlgorithm::IpHash => "ip_hash;",
+        NginxAlgorithm::Hash => "hash $remote_addr consistent;",
+        NginxAlgorithm::Random => "random;",
+        NginxAlgorithm::RandomTwo => "random two least_conn;",
+    };
+    let mut servers = String::new();
+    for (plan, addr) in plans.iter().zip(addrs) {
+        servers.push_str(&format!(
+            "        server {addr} weight={}{};\n",
+            plan.spec.weight,
+            if plan.spec.backup { " backup" } else { "" }
+        ));
+    }
+    format!(
+        "daemon off;
+master_process off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    upstream lab {{
+        {method}
+{servers}        keepalive 256;
+    }}
+    server {{
+        listen {listen};
+        location / {{
+            proxy_pass http://lab;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_read_timeout {timeout};
+            proxy_connect_timeout 5s;
+        }}
+    }}
+}}
+",
+        prefix = prefix.display(),
+        timeout = millis(timeout),
+    )
+}
+
+/// HAProxy configured like fulcrum's contender: the same threads, read timeout and one
+/// retry on another server (`option redispatch`).
+fn haproxy_config(
+    algorithm: HaproxyAlgorithm,
+    plans: &[BackendPlan],
+    addrs: &[SocketAddr],
+    listen: SocketAddr,
+    timeout: Duration,
+    threads: u32,
+) -> anyhow::Result<String> {
+    let balance = match algorithm {
+        HaproxyAlgorithm::RoundRobin => "roundrobin",
+        HaproxyAlgorithm::LeastConn => "leastconn",
+        HaproxyAlgorithm::Source => "source",
+        HaproxyAlgorithm::RandomTwo => "random(2)",
+    };
+    let mut servers = String::new();
+    for (plan, addr) in plans.iter().zip(addrs) {
+        if plan.spec.weight > 256 {
+            bail!(
+                "backend {:?}: weight {} is above HAProxy's 256",
+                plan.name,
+                plan.spec.weight
+            );
+        }
+        servers.push_str(&format!(
+            "    server {} {addr} weight {}{}\n",
+            plan.name,
+            plan.spec.weight,
+            if plan.spec.backup { " backup" } else { "" }
+        ));
+    }
+    Ok(format!(
+        "global
+    nbthread {threads}
+    maxconn 20000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server {timeout}
+    retries 1
+    option redispatch
+frontend lab
+    bind {listen}
+    default_backend lab
+backend lab
+    balance {balance}
+{servers}",
+        timeout = millis(timeout),
+    ))
+}
+
+/// A free loopback address: a port the kernel picks, released at once for the child to
+/// bind (a child that cannot is reported by [`Children::wait_listening`]).
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    listener.local_addr().context("finding a free port")
+}
+
+/// `name` on the PATH or in /usr/sbin.
+fn find_program(name: &str) -> anyhow::Result<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .with_context(|| {
+            format!("{name} is not installed: install it (Debian: apt-get install {name}) to compare with it")
+        })
+}
+
+/// The processes of one run. Dropping it kills every one of them.
+#[derive(Debug, Default)]
+struct Children {
+    running: Vec<(String, Child, PathBuf)>,
+}
+
+impl Children {
+    /// Starts `program args`, its output into `log`.
+    fn spawn(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<()> {
+        let out = std::fs::File::create(log)
+            .with_context(|| format!("cannot create the log {}", log.display()))?;
+        let err = out
+            .try_clone()
+            .with_context(|| format!("cannot open the log {}", log.display()))?;
+        let setpriv = Path::new("/usr/bin/setpriv");
+        let mut command = if setpriv.is_file() {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot start {} {}", program.display(), args.join(" ")))?;
+        self.running.push((name.to_owned(), child, log.to_owned()));
+        Ok(())
+    }
+
+    /// Waits until `addr` accepts connections; an error, with the end of the child's log, if
+    /// `name` exits first or takes longer than [`START_TIMEOUT`].
+    async fn wait_listening(&mut self, name: &str, addr: SocketAddr) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return Ok(());
+            }
+            let Some((_, child, log)) = self.running.iter_mut().find(|(n, ..)| n == name) else {
+                bail!("{name} was never started");
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "{name} exited ({status}) before listening on {addr}; its log {}:\n{}",
+                    log.display(),
+                    tail(log)
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{name} did not listen on {addr} within {} s; its log {}:\n{}",
+                    START_TIMEOUT.as_secs(),
+                    log.display(),
+                    tail(log)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills every process and waits for each.
+    async fn stop(&mut self) {
+        for (_, child, _) in &mut self.running {
+            let _ = child.start_kill();
+        }
+        for (_, mut child, _) in self.running.drain(..) {
+            let _ = child.wait().await;
+        }
+    }
+}
+
+/// The last lines of a log.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(start_ms: u64, latency_ms: Option<u64>, timed_out: bool) -> Outcome {
+        Outcome {
+            intended: Duration::from_millis(start_ms),
+            started: Duration::from_millis(start_ms),
+            latency: latency_ms.map(Duration::from_millis),
+            status: latency_ms.map(|_| 200),
+            backend: None,
+            timed_out,
+            client: 0,
+        }
+    }
+
+    #[test]
+    fn peak_concurrency_counts_overlaps_and_timeouts() {
+        let timeout = Duration::from_millis(1000);
+        // [0, 100), [50, 150), [100, 200) → 2 at once (the first ends as the third starts);
+        // a timeout at 120 lasts to 1120 → 3 at 120.
+        let outcomes = vec![
+            outcome(0, Some(100), false),
+            outcome(50, Some(100), false),
+            outcome(100, Some(100), false),
+            outcome(120, None, true),
+        ];
+        assert_eq!(peak_concurrency(&outcomes, timeout), 3);
+        assert_eq!(peak_concurrency(&outcomes[..3], timeout), 2);
+        assert_eq!(peak_concurrency(&[], timeout), 0);
+    }
+
+    #[test]
+    fn util_stddev_is_the_mean_spread_across_backends() {
+        let s = |ms: u64, backend: usize, cpu: f64| LoadSample {
+            at: Duration::from_millis(ms),
+            backend,
+            cpu,
+            mem: 0.0,
+            net: 0.0,
+        };
+        // At 0: 0.2 and 0.6 → σ 0.2; at 250: 0.5 and 0.5 → 0; a lone sample is skipped.
+        let samples = [
+            s(0, 0, 0.2),
+            s(0, 1, 0.6),
+            s(250, 0, 0.5),
+            s(250, 1, 0.5),
+            s(500, 0, 1.0),
+        ];
+        assert!((util_stddev(&samples) - 0.1).abs() < 1e-12);
+        assert_eq!(util_stddev(&[]), 0.0);
+    }
+
+    #[test]
+    fn configurations_name_every_backend_and_the_timeout() {
+        let scenario = Scenario::parse(
+            r#"
+            [[backend]]
+            name = "a"
+            weight = 3
+            [[backend]]
+            name = "b"
+            backup = true
+            [traffic]
+            pattern = "constant:10"
+            duration = "1s"
+            timeout = "2s"
+            [[algorithm]]
+            name = "dwlc"
+            options = { poll_interval = "1s" }
+            "#,
+            "t",
+        )
+        .unwrap();
+        let plans = scenario.backend_plans();
+        let addrs: Vec<SocketAddr> = vec![
+            "127.0.0.1:9001".parse().unwrap(),
+            "127.0.0.1:9002".parse().unwrap(),
+        ];
+        let listen: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let config = fulcrum_config(
+            balance::Algorithm::Dwlc,
+            &scenario.algorithms[0].options,
+            &scenario,
+            &plans,
+            &addrs,
+            listen,
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let parsed: toml::Table = toml::from_str(&config).unwrap();
+        let upstream = &parsed["upstream"][0];
+        assert_eq!(upstream["algorithm"].as_str(), Some("dwlc"));
+        assert_eq!(upstream["read_timeout"].as_str(), Some("2000ms"));
+        assert_eq!(upstream["poll_interval"].as_str(), Some("1s"));
+        let backends = upstream["backend"].as_array().unwrap();
+        assert_eq!(backends[0]["agent"].as_str(), Some("127.0.0.1:9001"));
+        assert_eq!(backends[0]["weight"].as_integer(), Some(3));
+        assert!(
+            backends[1].get("agent").is_none(),
+            "a backup is not weighed"
+        );
+        let nginx = nginx_config(
+            NginxAlgorithm::LeastConn,
+            &plans,
+            &addrs,
+            listen,
+            Duration::from_secs(2),
+            Path::new("/tmp/x"),
+        );
+        assert!(nginx.contains("least_conn;"));
+        assert!(nginx.contains("server 127.0.0.1:9001 weight=3;"));
+        assert!(nginx.contains("server 127.0.0.1:9002 weight=1 backup;"));
+        assert!(nginx.contains("proxy_read_timeout 2000ms;"));
+        let haproxy = haproxy_config(
+            HaproxyAlgorithm::LeastConn,
+            &plans,
+            &addrs,
+            listen,
+            Duration::from_secs(2),
+            2,
+        )
+        .unwrap();
+        assert!(haproxy.contains("balance leastconn"));
+        assert!(haproxy.contains("server b 127.0.0.1:9002 weight 1 backup"));
+    }
+}

@@ -1,0 +1,600 @@
+//! A lab scenario: the backends, the traffic and the algorithms of one experiment, read from a
+//! TOML file (see `lab/scenarios/` and `docs/lab.md`).
+//!
+//! ```toml
+//! description = "seed 002, CPU-bound requests under a sine wave"
+//! seed = 7
+//! repetitions = 1
+//!
+//! [[backend]]
+//! name = "a"
+//! workers = 2
+//! speed = 0.96
+//! antagonist = "0.3:20s:60s"
+//!
+//! [traffic]
+//! pattern = "sine:40-100:30s"
+//! duration = "60s"
+//! cost = "lognormal:3.7:1"
+//!
+//! [[algorithm]]
+//! name = "round_robin"
+//!
+//! [[algorithm]]
+//! name = "nginx least_conn"
+//! compare = "nginx"
+//! algorithm = "least_conn"
+//! ```
+//!
+//! Everything is checked when the file is read, before any process starts: an unknown key, a
+//! pattern that does not parse or an algorithm nginx does not have is an error naming the
+//! file and the key.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::schedule::{Cost, Pattern, Spacing};
+
+/// A scenario as written, checked.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Its name (default: the file's name without `.toml`).
+    #[serde(default)]
+    pub name: String,
+    /// What it reproduces, one line (shown in the reports).
+    #[serde(default)]
+    pub description: String,
+    /// Seed of the trace (and of the backends' fault draws).
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+    /// Runs of every algorithm; the results are their medians.
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    #[serde(default)]
+    pub proxy: ProxySpec,
+    #[serde(rename = "backend")]
+    pub backends: Vec<BackendSpec>,
+    pub traffic: TrafficSpec,
+    #[serde(rename = "algorithm")]
+    pub algorithms: Vec<AlgorithmSpec>,
+}
+
+/// The balancer's own settings (the same for every algorithm).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySpec {
+    /// Data-plane threads of fulcrum (nginx runs one process, HAProxy this many threads).
+    #[serde(default = "two")]
+    pub workers: u32,
+}
+
+impl Default for ProxySpec {
+    fn default() -> ProxySpec {
+        ProxySpec { workers: two() }
+    }
+}
+
+/// One emulated backend (or `count` alike).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    pub name: String,
+    /// Backends alike, named `name-1`, `name-2`, … (1: just `name`).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Its weight in the balancer's configuration.
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default = "four")]
+    pub workers: u32,
+    #[serde(default = "one_f64")]
+    pub speed: f64,
+    /// `cpu`, `io`, `mixed` or `burn` (`fulcrum lab backend --mode`).
+    #[serde(default = "cpu")]
+    pub mode: String,
+    #[serde(default = "thousand")]
+    pub max_queue: usize,
+    /// `FRACTION:FOR:EVERY[:OFFSET]` (`fulcrum lab backend --antagonist`).
+    pub antagonist: Option<String>,
+    /// The cost of a request without `X-Lab-Cost` (the traffic always sets one).
+    pub cost: Option<String>,
+    pub fail_rate: Option<f64>,
+    pub stall_after: Option<u64>,
+    pub die_after: Option<u64>,
+    /// Used only when no other backend can be.
+    #[serde(default)]
+    pub backup: bool,
+}
+
+/// The traffic: open loop (`pattern`) or closed loop (`concurrency`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficSpec {
+    /// `constant:RPS`, `sine:MIN-MAX:PERIOD`, `steps:START-END:STEP:HOLD`, `burst:N:GAP:REPEAT`.
+    pub pattern: Option<String>,
+    /// Closed loop: a number of users, or `steps:START-END:STEP:HOLD`.
+    pub concurrency: Option<String>,
+    /// `poisson` or `even`.
+    #[serde(default = "poisson")]
+    pub spacing: String,
+    pub duration: String,
+    #[serde(default = "zero_cost")]
+    pub cost: String,
+    /// A request not answered this long after its intended time is a timeout; also the
+    /// balancer's read timeout towards the backends (seed 002's 4 s).
+    #[serde(default = "four_seconds")]
+    pub timeout: String,
+    #[serde(default = "one")]
+    pub clients: u32,
+    #[serde(default = "slash")]
+    pub path: String,
+}
+
+/// One contender.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlgorithmSpec {
+    /// Its label in the results (unique).
+    pub name: String,
+    /// The algorithm (default: `name`): one of fulcrum's, or for `compare`, the same name of
+    /// the algorithm nginx or HAProxy has.
+    pub algorithm: Option<String>,
+    /// `nginx` or `haproxy`: run that, configured the same way, instead of fulcrum.
+    pub compare: Option<String>,
+    /// More keys of fulcrum's `[[upstream]]` (e.g. `poll_interval = "1s"`, `window = 20`).
+    #[serde(default)]
+    pub options: toml::Table,
+}
+
+fn one() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+fn four() -> u32 {
+    4
+}
+fn one_f64() -> f64 {
+    1.0
+}
+fn thousand() -> usize {
+    1000
+}
+fn cpu() -> String {
+    "cpu".into()
+}
+fn poisson() -> String {
+    "poisson".into()
+}
+fn zero_cost() -> String {
+    "const:0".into()
+}
+fn four_seconds() -> String {
+    "4s".into()
+}
+fn slash() -> String {
+    "/".into()
+}
+
+/// Which balancer serves a contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balancer {
+    Fulcrum(balance::Algorithm),
+    Nginx(NginxAlgorithm),
+    Haproxy(HaproxyAlgorithm),
+}
+
+/// nginx's algorithms the lab can configure (`upstream` directives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NginxAlgorithm {
+    /// The default: smooth weighted round robin.
+    WeightedRoundRobin,
+    LeastConn,
+    IpHash,
+    /// `hash $remote_addr consistent`.
+    Hash,
+    Random,
+    /// `random two least_conn`.
+    RandomTwo,
+}
+
+/// HAProxy's `balance` algorithms the lab can configure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaproxyAlgorithm {
+    RoundRobin,
+    LeastConn,
+    /// `balance source`.
+    Source,
+    /// `balance random(2)`.
+    RandomTwo,
+}
+
+impl NginxAlgorithm {
+    fn from_name(name: &str) -> Option<NginxAlgorithm> {
+        Some(match name {
+            "weighted_round_robin" | "round_robin" => NginxAlgorithm::WeightedRoundRobin,
+            "least_conn" => NginxAlgorithm::LeastConn,
+            "ip_hash" => NginxAlgorithm::IpHash,
+            "hash" => NginxAlgorithm::Hash,
+            "random" => NginxAlgorithm::Random,
+            "random_two" => NginxAlgorithm::RandomTwo,
+            _ => return None,
+        })
+    }
+}
+
+impl HaproxyAlgorithm {
+    fn from_name(name: &str) -> Option<HaproxyAlgorithm> {
+        Some(match name {
+            "weighted_round_robin" | "round_robin" => HaproxyAlgorithm::RoundRobin,
+            "least_conn" => HaproxyAlgorithm::LeastConn,
+            "source" | "ip_hash" => HaproxyAlgorithm::Source,
+            "random_two" => HaproxyAlgorithm::RandomTwo,
+            _ => return None,
+        })
+    }
+}
+
+/// The traffic, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    pub load: Load,
+    pub spacing: Spacing,
+    pub duration: Duration,
+    pub cost: Cost,
+    pub timeout: Duration,
+    pub clients: u32,
+    pub path: String,
+}
+
+/// Open or closed loop.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Load {
+    Open(Pattern),
+    /// The `concurrency` value as written (a number, or `steps:…`).
+    Closed(String),
+}
+
+/// One emulated backend, as started (after `count` is expanded).
+#[derive(Debug, Clone)]
+pub struct BackendPlan {
+    pub name: String,
+    pub spec: BackendSpec,
+}
+
+impl Scenario {
+    /// Reads and checks the scenario in `path`.
+    pub fn load(path: &Path) -> Result<Scenario, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the scenario {}: {e}", path.display()))?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Scenario::parse(&text, &stem).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and checks a scenario; `default_name` names it when it does not.
+    pub fn parse(text: &str, default_name: &str) -> Result<Scenario, String> {
+        let mut scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
+        if scenario.name.is_empty() {
+            scenario.name = default_name.to_owned();
+        }
+        scenario.check()?;
+        Ok(scenario)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.backends.is_empty() {
+            return Err("no [[backend]]: a scenario needs at least one".into());
+        }
+        if self.algorithms.is_empty() {
+            return Err("no [[algorithm]]: a scenario compares at least one".into());
+        }
+        if !(1..=100).contains(&self.repetitions) {
+            return Err(format!(
+                "repetitions = {}: write 1 to 100",
+                self.repetitions
+            ));
+        }
+        if !(1..=64).contains(&self.proxy.workers) {
+            return Err(format!(
+                "proxy.workers = {}: write 1 to 64",
+                self.proxy.workers
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for b in &self.backends {
+            let at = format!("backend {:?}", b.name);
+            if b.name.is_empty()
+                || !b
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(format!(
+                    "{at}: a name is letters, digits, '-' and '_' (it goes into headers and file names)"
+                ));
+            }
+            if !(1..=64).contains(&b.count) {
+                return Err(format!("{at}: count = {}: write 1 to 64", b.count));
+            }
+            if !(1..=1_000_000).contains(&b.weight) {
+                return Err(format!("{at}: weight = {}: write 1 to 1000000", b.weight));
+            }
+            if !(1..=100_000).contains(&b.workers) {
+                return Err(format!("{at}: workers = {}: write 1 to 100000", b.workers));
+            }
+            if !(b.speed > 0.0 && b.speed <= 1000.0) {
+                return Err(format!(
+                    "{at}: speed = {}: write a number above 0, at most 1000",
+                    b.speed
+                ));
+            }
+            if !["cpu", "io", "mixed", "burn"].contains(&b.mode.as_str()) {
+                return Err(format!(
+                    "{at}: mode = {:?}: write cpu, io, mixed or burn",
+                    b.mode
+                ));
+            }
+            if let Some(p) = b.fail_rate
+                && !(0.0..=1.0).contains(&p)
+            {
+                return Err(format!(
+                    "{at}: fail_rate = {p}: write a probability, 0 to 1"
+                ));
+            }
+            if let Some(c) = &b.cost {
+                Cost::from_str(c).map_err(|e| format!("{at}: cost: {e}"))?;
+            }
+            if let Some(a) = &b.antagonist {
+                // MERGE: crate::backend::Antagonist::from_str(a)
+                //    .map_err(|e| format!("{at}: antagonist: {e}"))?;
+                let _ = a;
+            }
+            for plan in self.expand(b) {
+                if !names.insert(plan.name.clone()) {
+                    return Err(format!("two backends are called {:?}", plan.name));
+                }
+            }
+        }
+        if self.backends.iter().all(|b| b.backup) {
+            return Err("every backend is a backup: at least one must not be".into());
+        }
+        self.traffic()?;
+        let mut labels = std::collections::HashSet::new();
+        for a in &self.algorithms {
+            if !labels.insert(a.name.as_str()) {
+                return Err(format!("two algorithms are labelled {:?}", a.name));
+            }
+            if a.name.contains(',') || a.name.contains('\n') || a.name.is_empty() {
+                return Err(format!(
+                    "algorithm {:?}: a label is not empty and has no commas or line breaks (it is a CSV cell)",
+                    a.name
+                ));
+            }
+            let balancer = a.balancer()?;
+            if !a.options.is_empty() && !matches!(balancer, Balancer::Fulcrum(_)) {
+                return Err(format!(
+                    "algorithm {:?}: options are fulcrum's [[upstream]] keys; {} is configured the same way as fulcrum without them",
+                    a.name,
+                    a.compare.as_deref().unwrap_or_default()
+                ));
+            }
+            for key in a.options.keys() {
+                if ["name", "algorithm", "backend", "read_timeout"].contains(&key.as_str()) {
+                    return Err(format!(
+                        "algorithm {:?}: options.{key} is set by the lab itself",
+                        a.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The backends to start, `count` expanded.
+    pub fn backend_plans(&self) -> Vec<BackendPlan> {
+        self.backends.iter().flat_map(|b| self.expand(b)).collect()
+    }
+
+    fn expand(&self, b: &BackendSpec) -> Vec<BackendPlan> {
+        if b.count == 1 {
+            return vec![BackendPlan {
+                name: b.name.clone(),
+                spec: b.clone(),
+            }];
+        }
+        (1..=b.count)
+            .map(|i| BackendPlan {
+                name: format!("{}-{i}", b.name),
+                spec: b.clone(),
+            })
+            .collect()
+    }
+
+    /// The traffic, parsed.
+    pub fn traffic(&self) -> Result<Traffic, String> {
+        let t = &self.traffic;
+        let load = match (&t.pattern, &t.concurrency) {
+            (Some(p), None) => {
+                Load::Open(Pattern::from_str(p).map_err(|e| format!("traffic.pattern: {e}"))?)
+            }
+            (None, Some(c)) => Load::Closed(c.clone()),
+            (Some(_), Some(_)) => {
+                return Err(
+                    "traffic: pattern (open loop) and concurrency (closed loop) exclude each other: keep one".into(),
+                );
+            }
+            (None, None) => {
+                return Err(
+                    "traffic: write pattern = \"…\" (open loop) or concurrency = … (closed loop)"
+                        .into(),
+                );
+            }
+        };
+        let spacing = match t.spacing.as_str() {
+            "poisson" => Spacing::Poisson,
+            "even" => Spacing::Even,
+            other => {
+                return Err(format!(
+                    "traffic.spacing = {other:?}: write poisson or even"
+                ));
+            }
+        };
+        let duration = |v: &str, key: &str| -> Result<Duration, String> {
+            match humantime::parse_duration(v) {
+                Ok(d) if !d.is_zero() && d <= Duration::from_secs(3600) => Ok(d),
+                _ => Err(format!(
+                    "traffic.{key} = {v:?}: write a duration such as \"60s\", above 0 and at most an hour"
+                )),
+            }
+        };
+        if t.path.is_empty() || !t.path.starts_with('/') || t.path.contains(char::is_whitespace) {
+            return Err(format!(
+                "traffic.path = {:?}: write a path such as \"/\"",
+                t.path
+            ));
+        }
+        if !(1..=1_000_000).contains(&t.clients) {
+            return Err(format!(
+                "traffic.clients = {}: write 1 to 1000000",
+                t.clients
+            ));
+        }
+        Ok(Traffic {
+            load,
+            spacing,
+            duration: duration(&t.duration, "duration")?,
+            cost: Cost::from_str(&t.cost).map_err(|e| format!("traffic.cost: {e}"))?,
+            timeout: duration(&t.timeout, "timeout")?,
+            clients: t.clients,
+            path: t.path.clone(),
+        })
+    }
+}
+
+impl AlgorithmSpec {
+    /// Which balancer, with which algorithm, serves this contender.
+    pub fn balancer(&self) -> Result<Balancer, String> {
+        let name = self.algorithm.as_deref().unwrap_or(&self.name);
+        let at = format!("algorithm {:?}", self.name);
+        match self.compare.as_deref() {
+            None => balance::Algorithm::from_str(name)
+                .map(Balancer::Fulcrum)
+                .map_err(|e| format!("{at}: {e}")),
+            Some("nginx") => NginxAlgorithm::from_name(name)
+                .map(Balancer::Nginx)
+                .ok_or_else(|| {
+                    format!(
+                        "{at}: nginx has no {name:?} the lab can configure: write weighted_round_robin, least_conn, ip_hash, hash, random or random_two"
+                    )
+                }),
+            Some("haproxy") => HaproxyAlgorithm::from_name(name)
+                .map(Balancer::Haproxy)
+                .ok_or_else(|| {
+                    format!(
+                        "{at}: HAProxy has no {name:?} the lab can configure: write round_robin, least_conn, source or random_two"
+                    )
+                }),
+            Some(other) => Err(format!(
+                "{at}: compare = {other:?}: write \"nginx\" or \"haproxy\" (or leave it out for fulcrum)"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        seed = 3
+        [[backend]]
+        name = "a"
+        count = 2
+        speed = 0.5
+        [[backend]]
+        name = "b"
+        [traffic]
+        pattern = "constant:10"
+        duration = "2s"
+        [[algorithm]]
+        name = "round_robin"
+        [[algorithm]]
+        name = "nginx lc"
+        compare = "nginx"
+        algorithm = "least_conn"
+        [[algorithm]]
+        name = "fast latency"
+        algorithm = "latency"
+        options = { window = 20 }
+    "#;
+
+    #[test]
+    fn a_scenario_reads_with_its_defaults() {
+        let s = Scenario::parse(GOOD, "x").unwrap();
+        assert_eq!(s.name, "x");
+        assert_eq!(s.repetitions, 1);
+        let names: Vec<String> = s.backend_plans().into_iter().map(|b| b.name).collect();
+        assert_eq!(names, ["a-1", "a-2", "b"]);
+        let t = s.traffic().unwrap();
+        assert_eq!(t.timeout, Duration::from_secs(4));
+        assert_eq!(t.load, Load::Open(Pattern::Constant { rps: 10.0 }));
+        assert_eq!(
+            s.algorithms[1].balancer().unwrap(),
+            Balancer::Nginx(NginxAlgorithm::LeastConn)
+        );
+        assert_eq!(
+            s.algorithms[2].balancer().unwrap(),
+            Balancer::Fulcrum(balance::Algorithm::Latency)
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let bad = |from: &str, to: &str, says: &str| {
+            let text = GOOD.replacen(from, to, 1);
+            assert_ne!(text, GOOD, "{from} is not in the scenario");
+            let e = Scenario::parse(&text, "x").unwrap_err();
+            assert!(e.contains(says), "{to}: {e}");
+        };
+        bad("speed = 0.5", "sped = 0.5", "unknown field `sped`");
+        bad("constant:10", "constant:ten", "traffic.pattern");
+        bad("\"least_conn\"", "\"maglev\"", "nginx has no \"maglev\"");
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robbin\"",
+            "round_robbin",
+        );
+        bad("duration = \"2s\"", "duration = \"2\"", "traffic.duration");
+        bad(
+            "name = \"b\"",
+            "name = \"a-1\"",
+            "two backends are called \"a-1\"",
+        );
+        bad(
+            "count = 2",
+            "count = 2\nmode = \"gpu\"",
+            "write cpu, io, mixed or burn",
+        );
+        bad(
+            "options = { window = 20 }",
+            "options = { read_timeout = \"1s\" }",
+            "set by the lab",
+        );
+        bad(
+            "pattern = \"constant:10\"",
+            "pattern = \"constant:10\"\nconcurrency = \"4\"",
+            "exclude each other",
+        );
+    }
+}

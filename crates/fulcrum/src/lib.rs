@@ -5,7 +5,10 @@
 //!
 //! * [`config`]: the TOML configuration, its checks and error messages, turned into
 //!   [`proxy::ProxySettings`].
-//! * [`demo`]: `fulcrum demo`, an embedded testbed that shows every algorithm at work.
+//! * [`demo`]: `fulcrum demo`, a short lab comparison of five algorithms.
+//! * [`lab_run`]: `fulcrum lab run` (and the demo): a scenario played, stopped cleanly when
+//!   interrupted, its results written.
 
 pub mod config;
 pub mod demo;
+pub mod lab_run;

@@ -33,12 +33,13 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
     },
-    /// Start three backends and a proxy on loopback, send requests through every algorithm, and
-    /// show how each spread them.
+    /// A short comparison on loopback: three unequal emulated backends, one losing capacity to
+    /// background load, a sine wave of traffic through five algorithms; prints the results
+    /// and writes an HTML report with plots.
     Demo {
-        /// Requests per algorithm.
-        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        requests: u32,
+        /// Where the results and the report go.
+        #[arg(long, value_name = "DIR", default_value = "fulcrum-demo")]
+        out: PathBuf,
     },
     /// Run the backend-side load reporter: samples CPU, memory, disk, network and container
     /// memory every interval and serves them as GET /load (JSON) and GET /metrics (Prometheus),
@@ -196,9 +197,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { config } => check(&config),
         Command::Run { config } => run(&config),
-        Command::Demo { requests } => {
+        Command::Demo { out } => {
             let _logs = init_logs("warn");
-            runtime(2).and_then(|rt| rt.block_on(demo::run(requests as usize)))
+            demo::run(&out)
         }
         Command::Agent {
             listen,
@@ -442,30 +443,7 @@ fn lab_run(
         out: out.to_owned(),
         progress,
     };
-    // The run is awaited on this (the main) thread: its children's parent-death signal is tied
-    // to the thread that started them.
-    runtime(2)?.block_on(async {
-        let stop = shutdown_signal();
-        tokio::select! {
-            results = lab::run::run(&scenario, &settings) => {
-                let results = results?;
-                lab::report::write(&results, out)?;
-                println!("{}\n", scenario.name);
-                print!("{}", lab::report::table(&results));
-                println!(
-                    "\nresults: {0}/results.csv, {0}/results.md\nreport:  {0}/report.html",
-                    out.display()
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            () = stop => {
-                eprintln!(
-                    "fulcrum: interrupted: every process the run started is stopped; no results were written"
-                );
-                Ok(ExitCode::from(130))
-            }
-        }
-    })
+    fulcrum::lab_run::play(&scenario, &settings)
 }
 
 /// `http://IP:PORT/PATH`: the address and the path (`/` when none).

@@ -77,9 +77,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum LabCommand {
-    /// Run one emulated backend until SIGTERM or SIGINT: it answers every request with its name
-    /// (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or `?delay_ms=N`). With
-    /// --workers it emulates a server of limited capacity and serves its utilization at
+    /// Run one emulated backend until SIGTERM or SIGINT (or --die-after): it answers every
+    /// request with its name (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or
+    /// `?delay_ms=N`). With --workers it emulates a server of limited capacity (modes, an
+    /// antagonist, faults, a cost distribution; see docs/lab.md) and serves its utilization at
     /// GET /load in the agent's format.
     Backend {
         /// Address to listen on.

@@ -78,9 +78,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum LabCommand {
-    /// Run one emulated backend until SIGTERM or SIGINT: it answers every request with its name
-    /// (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or `?delay_ms=N`). With
-    /// --workers it emulates a server of limited capacity and serves its utilization at
+    /// Run one emulated backend until SIGTERM or SIGINT (or --die-after): it answers every
+    /// request with its name (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or
+    /// `?delay_ms=N`). With --workers it emulates a server of limited capacity (modes, an
+    /// antagonist, faults, a cost distribution; see docs/lab.md) and serves its utilization at
     /// GET /load in the agent's format.
     Backend {
         /// Address to listen on.
@@ -94,15 +95,45 @@ enum LabCommand {
         /// served at once after its cost.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         workers: Option<u32>,
-        /// Relative speed: a request holds a slot for its cost divided by this.
+        /// Relative speed: a request alone takes its cost divided by this.
         #[arg(long, default_value_t = 1.0, value_parser = parse_speed, requires = "workers")]
         speed: f64,
-        /// Requests that may wait for a slot; beyond, 503.
+        /// Requests that may wait beyond the workers; beyond, 503.
         #[arg(long, default_value_t = 1000, requires = "workers")]
         max_queue: usize,
-        /// The cost of a request without an X-Lab-Cost header: milliseconds, or const:MS.
-        #[arg(long, value_parser = parse_cost, requires = "workers")]
-        cost: Option<std::time::Duration>,
+        /// How a request uses the capacity: cpu (holds one of the --workers slots for its
+        /// cost / speed), io (shares a bandwidth of workers x speed with the requests in
+        /// service, at most speed each), mixed (half on the slots, then half on the bandwidth)
+        /// or burn (as cpu, spinning a real thread for the slot's time).
+        #[arg(long, default_value = "cpu", requires = "workers")]
+        mode: lab::backend::Mode,
+        /// The cost of a request without an X-Lab-Cost header, drawn per request: milliseconds
+        /// (25), const:MS, uniform:A:B or lognormal:MU:SIGMA.
+        #[arg(long, value_name = "DIST", value_parser = parse_cost, requires = "workers")]
+        cost: Option<lab::schedule::Cost>,
+        /// Background load that takes capacity away: FRACTION:FOR:EVERY[:OFFSET], e.g.
+        /// 0.3:20s:60s leaves 30% of the capacity for 20 s of every 60 s (from OFFSET on the
+        /// clock that starts at --epoch-ms). It shows in GET /load.
+        #[arg(long, value_name = "PATTERN", requires = "workers")]
+        antagonist: Option<lab::backend::Antagonist>,
+        /// Time zero of the antagonist, in milliseconds since the Unix epoch (give every
+        /// backend of a run the same, so their drops line up with the load); default: start.
+        #[arg(long, value_name = "UNIX_MS", requires = "workers")]
+        epoch_ms: Option<u64>,
+        /// Answer each request 500 with this probability (0 to 1), drawn from --seed.
+        #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_probability, requires = "workers")]
+        fail_rate: f64,
+        /// After N requests, stop answering: later requests, those in progress and GET /load
+        /// hang with their connections open.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..), requires = "workers")]
+        stall_after: Option<u64>,
+        /// After N requests, die: the port closes when the N-th arrives, every connection is
+        /// dropped once it is answered, and the process exits with status 0.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "workers")]
+        die_after: Option<u64>,
+        /// Seed of the backend's draws (costs from --cost, failures from --fail-rate).
+        #[arg(long, default_value_t = 1, requires = "workers")]
+        seed: u64,
     },
     /// Open-loop load against a URL: requests leave on schedule whether or not earlier ones
     /// returned, and latency counts from the intended send time (no coordinated omission).
@@ -239,7 +270,14 @@ fn main() -> ExitCode {
                     workers,
                     speed,
                     max_queue,
+                    mode,
                     cost,
+                    antagonist,
+                    epoch_ms,
+                    fail_rate,
+                    stall_after,
+                    die_after,
+                    seed,
                 },
         } => {
             let _logs = init_logs("info");
@@ -247,9 +285,19 @@ fn main() -> ExitCode {
                 workers,
                 speed,
                 max_queue,
-                default_cost: cost.unwrap_or_default(),
+                mode,
+                cost: cost.unwrap_or(lab::schedule::Cost::Const { ms: 0.0 }),
+                antagonist,
+                epoch: epoch_ms
+                    .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+                seed,
             });
-            runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity)))
+            let faults = lab::backend::Faults {
+                fail_rate,
+                stall_after,
+                die_after,
+            };
+            runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity, faults)))
         }
         Command::Lab {
             command:
@@ -418,14 +466,20 @@ async fn lab_backend(
     listen: std::net::SocketAddr,
     name: Option<String>,
     capacity: Option<lab::backend::Capacity>,
+    faults: lab::backend::Faults,
 ) -> anyhow::Result<ExitCode> {
     let name = name.unwrap_or_else(|| listen.to_string());
-    let backend = lab::Backend::start_with(&name, listen, capacity)
+    let backend = lab::Backend::start_faulty(&name, listen, capacity, faults)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(listen = %backend.addr(), name = %name, capacity = ?capacity, "lab backend listening");
-    shutdown_signal().await;
-    backend.kill().await;
+    tracing::info!(listen = %backend.addr(), name = %name, capacity = ?capacity, faults = ?faults, "lab backend listening");
+    tokio::select! {
+        () = shutdown_signal() => backend.kill().await,
+        () = backend.died() => tracing::info!(
+            requests = backend.requests(),
+            "lab backend died after --die-after requests, as asked; exiting"
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -480,15 +534,25 @@ fn parse_speed(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A request cost: milliseconds (`25`, `2.5`) or `const:MS`.
-fn parse_cost(text: &str) -> Result<std::time::Duration, String> {
-    let ms = text.strip_prefix("const:").unwrap_or(text);
-    match ms.parse::<f64>() {
-        Ok(ms) if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) => {
-            Ok(std::time::Duration::from_secs_f64(ms / 1000.0))
-        }
+/// A backend's cost distribution: milliseconds (`25`, `2.5`, meaning `const:MS`), or the
+/// load generator's `const:MS`, `uniform:A:B`, `lognormal:MU:SIGMA`.
+fn parse_cost(text: &str) -> Result<lab::schedule::Cost, String> {
+    let cost = if text.parse::<f64>().is_ok() {
+        format!("const:{text}").parse()
+    } else {
+        text.parse()
+    };
+    cost.map_err(|e| {
+        format!("{e} (write milliseconds such as 25, or const:MS, uniform:A:B, lognormal:MU:SIGMA)")
+    })
+}
+
+/// A probability: a number from 0 to 1.
+fn parse_probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
         _ => Err(format!(
-            "{text:?}: a cost is milliseconds, like 25 or const:25 (at most an hour)"
+            "{text:?}: a probability is a number from 0 to 1, like 0.05"
         )),
     }
 }

@@ -1294,3 +1294,74 @@ fn lab_load_sends_on_schedule_and_prints_one_json_object() {
         String::from_utf8_lossy(&bad.stderr).contains("write a URL such as http://127.0.0.1:8080/")
     );
 }
+
+#[test]
+fn lab_backend_refuses_bad_flags_and_dies_after_n_requests_by_itself() {
+    for (args, says) in [
+        (
+            &["--workers", "1", "--antagonist", "0.3:60s:20s"][..],
+            "FOR must be above 0 and shorter than EVERY",
+        ),
+        (&["--workers", "1", "--fail-rate", "1.5"], "from 0 to 1"),
+        (
+            &["--workers", "1", "--mode", "disk"],
+            "cpu, io, mixed or burn",
+        ),
+        (
+            &["--workers", "1", "--cost", "uniform:9:1"],
+            "want 0 <= A <= B",
+        ),
+        (&["--die-after", "3"], "--workers"),
+    ] {
+        let out = fulcrum()
+            .args(["lab", "backend", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut backend = Child2(
+        fulcrum()
+            .args([
+                "lab",
+                "backend",
+                "--listen",
+                &addr.to_string(),
+                "--name",
+                "d",
+            ])
+            .args(["--workers", "1", "--die-after", "2"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(addr);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for _ in 0..2 {
+            let reply = Client::new(addr).get("/").await.unwrap();
+            assert_eq!(reply.text(), "d");
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = backend.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after 2 requests");
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut backend.0.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("died after --die-after requests"), "{log}");
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}

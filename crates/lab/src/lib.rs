@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //!
-//! * [`backend`]: an HTTP backend that answers with its name, optionally after a delay, and can
-//!   be killed (every connection dropped, the port closed) to emulate a crash.
+//! * [`backend`]: an HTTP backend that answers with its name after a request's cost, optionally
+//!   with a capacity (cpu slots, io bandwidth, a time-varying antagonist), faults (500s, a stall,
+//!   death) and its utilization at `GET /load`; it can be killed to emulate a crash.
 //! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
 //!   machine can play many clients across 127.0.0.0/8.
 //! * [`load`]: the open-loop load generator: a trace sent on schedule, latency from the

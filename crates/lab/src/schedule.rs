@@ -208,7 +208,8 @@ impl Pattern {
 }
 
 impl Cost {
-    fn draw(&self, rng: &mut Pcg64Mcg) -> f64 {
+    /// A cost in milliseconds drawn from `rng`.
+    pub fn draw(&self, rng: &mut Pcg64Mcg) -> f64 {
         match *self {
             Cost::Const { ms } => ms,
             Cost::Uniform { low, high } if high > low => rng.random_range(low..high),

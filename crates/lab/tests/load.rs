@@ -46,7 +46,7 @@ async fn a_one_second_stall_shows_in_the_p90() {
         workers: 1,
         speed: 1.0,
         max_queue: 10_000,
-        default_cost: Duration::ZERO,
+        ..Capacity::default()
     };
     let backend = Backend::start_with("b", loopback(), Some(capacity))
         .await

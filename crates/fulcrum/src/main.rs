@@ -135,38 +135,12 @@ enum LabCommand {
         #[arg(long, default_value_t = 1, requires = "workers")]
         seed: u64,
     },
-    /// Open-loop load against a URL: requests leave on schedule whether or not earlier ones
-    /// returned, and latency counts from the intended send time (no coordinated omission).
-    Load {
-        /// The target, http://IP:PORT/PATH (loopback in tests and the lab).
-        #[arg(value_parser = parse_target)]
-        url: (std::net::SocketAddr, String),
-        /// constant:RPS, sine:MIN-MAX:PERIOD, steps:START-END:STEP:HOLD or burst:N:GAP:REPEAT.
-        #[arg(long)]
-        pattern: lab::schedule::Pattern,
-        /// How long requests are sent.
-        #[arg(long, default_value = "10s", value_parser = parse_interval)]
-        duration: std::time::Duration,
-        /// Gaps between requests: poisson or even.
-        #[arg(long, default_value = "poisson", value_parser = parse_spacing)]
-        spacing: lab::schedule::Spacing,
-        /// Each request's cost (X-Lab-Cost): const:MS, uniform:A:B or lognormal:MU:SIGMA.
-        #[arg(long, default_value = "const:0")]
-        cost: lab::schedule::Cost,
-        /// A request not answered this long after its intended time is a timeout (seed 002's
-        /// 4 s).
-        #[arg(long, default_value = "4s", value_parser = parse_interval)]
-        timeout: std::time::Duration,
-        /// Distinct client addresses (127.1.x.y), for the hash algorithms.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        clients: u32,
-        /// Seed of the trace: the same seed sends the same requests at the same times.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Print one JSON object instead of the human summary.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Load against a URL. Open loop (--pattern, the default way): requests leave on schedule
+    /// whether or not earlier ones returned, and latency counts from the intended send time
+    /// (no coordinated omission). Closed loop (--concurrency), as siege, ab and JMeter: virtual
+    /// users each send their next request when the previous one is answered, and latency
+    /// counts from the actual send (which hides stalls).
+    Load(LoadArgs),
     /// Run a scenario (see lab/scenarios/ and docs/lab.md): every algorithm it names on the same
     /// seeded trace, each behind fresh emulated backends; writes DIR/results.csv,
     /// DIR/results.md and DIR/report.html, and stops every process it started, even when
@@ -203,6 +177,52 @@ enum LabCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+}
+
+/// `fulcrum lab load`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("loop").required(true).args(["pattern", "concurrency"])))]
+struct LoadArgs {
+    /// The target, http://IP:PORT/PATH (loopback in tests and the lab).
+    #[arg(value_parser = parse_target)]
+    url: (std::net::SocketAddr, String),
+    /// Open loop: constant:RPS, sine:MIN-MAX:PERIOD, steps:START-END:STEP:HOLD or
+    /// burst:N:GAP:REPEAT.
+    #[arg(long, conflicts_with = "concurrency")]
+    pattern: Option<lab::schedule::Pattern>,
+    /// Closed loop: USERS virtual users (such as 200), or a ramp steps:START-END:STEP:HOLD
+    /// (user k is active while k < the users at that time); each sends its next request as
+    /// soon as its previous one is answered.
+    #[arg(long, value_name = "USERS")]
+    concurrency: Option<lab::load::Users>,
+    /// How long requests are sent.
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    duration: std::time::Duration,
+    /// Gaps between requests in open loop: poisson or even.
+    #[arg(long, default_value = "poisson", value_parser = parse_spacing, conflicts_with = "concurrency")]
+    spacing: lab::schedule::Spacing,
+    /// Each request's cost (X-Lab-Cost): const:MS, uniform:A:B or lognormal:MU:SIGMA.
+    #[arg(long, default_value = "const:0")]
+    cost: lab::schedule::Cost,
+    /// A request not answered this long after its intended time (closed loop: its send) is a
+    /// timeout (seed 002's 4 s).
+    #[arg(long, default_value = "4s", value_parser = parse_interval)]
+    timeout: std::time::Duration,
+    /// Distinct client addresses (127.1.x.y), for the hash algorithms. Open loop: default 1.
+    /// Closed loop: user i sends from address i mod CLIENTS; default, one address per user.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    clients: Option<u32>,
+    /// Seed of the trace: the same seed sends the same requests at the same times (closed
+    /// loop: with the same costs in the same order).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write every request to FILE as CSV (intended_ms, start_ms, end_ms, status,
+    /// backend, cost_ms, client, outcome).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Logs to stderr through a writer thread, so a slow log sink (a full pipe to journald or
@@ -300,36 +320,10 @@ fn main() -> ExitCode {
             runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity, faults)))
         }
         Command::Lab {
-            command:
-                LabCommand::Load {
-                    url,
-                    pattern,
-                    duration,
-                    spacing,
-                    cost,
-                    timeout,
-                    clients,
-                    seed,
-                    json,
-                },
+            command: LabCommand::Load(args),
         } => {
             let _logs = init_logs("warn");
-            let plan = lab::load::Plan {
-                target: url.0,
-                path: url.1,
-                trace: lab::schedule::trace(pattern, spacing, duration, cost, clients, seed),
-                timeout,
-            };
-            runtime(2).map(|rt| {
-                let outcomes = rt.block_on(lab::load::run(&plan));
-                let summary = lab::load::Summary::of(&outcomes, duration, timeout);
-                if json {
-                    println!("{}", summary.to_json());
-                } else {
-                    println!("{summary}");
-                }
-                ExitCode::SUCCESS
-            })
+            lab_load(args)
         }
         Command::Lab {
             command:
@@ -498,6 +492,102 @@ fn lab_run(
         progress,
     };
     fulcrum::lab_run::play(&scenario, &settings)
+}
+
+/// Costs drawn ahead for a closed-loop run, which takes them in order (and from the start
+/// again past the last): 2^20 of them, 24 MiB.
+const CLOSED_LOOP_COSTS: usize = 1 << 20;
+
+/// File descriptors kept free beside the closed-loop users' connections (the runtime, the
+/// trace file, stdio).
+const SPARE_FILES: u64 = 64;
+
+fn lab_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    use lab::load::{Mode, Plan, Summary};
+    let (trace, mode) = match (args.pattern, args.concurrency) {
+        (_, Some(users)) => {
+            let (limit, _) = proxy::limits::raise_open_files_limit();
+            if let Some(limit) = limit
+                && u64::from(users.max()) + SPARE_FILES > limit
+            {
+                anyhow::bail!(
+                    "--concurrency: {} users need {} open files, and the limit is {limit}; \
+                     raise it (ulimit -n) or run fewer users",
+                    users.max(),
+                    u64::from(users.max()) + SPARE_FILES
+                );
+            }
+            let mode = Mode::Closed {
+                users,
+                duration: args.duration,
+                clients: args.clients.unwrap_or(users.max()),
+            };
+            let costs = lab::schedule::costs(args.cost, CLOSED_LOOP_COSTS, args.seed);
+            (costs, mode)
+        }
+        (Some(pattern), None) => {
+            let trace = lab::schedule::trace(
+                pattern,
+                args.spacing,
+                args.duration,
+                args.cost,
+                args.clients.unwrap_or(1),
+                args.seed,
+            );
+            (trace, Mode::Open)
+        }
+        // clap requires one of the two.
+        (None, None) => anyhow::bail!("give --pattern (open loop) or --concurrency (closed loop)"),
+    };
+    // Create the trace file first, so that a bad path fails before the run, not after it.
+    let trace_file = match &args.trace {
+        Some(path) => Some(std::fs::File::create(path).with_context(|| {
+            format!(
+                "--trace {}: cannot create the file; give a path in a directory you can write to",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
+    // The bar goes to stderr, and only to a terminal: with --json, stdout still holds only
+    // the JSON object.
+    let progress =
+        std::io::IsTerminal::is_terminal(&std::io::stderr()).then(lab::load::progress::bar);
+    let plan = Plan {
+        target: args.url.0,
+        path: args.url.1,
+        trace,
+        timeout: args.timeout,
+        mode,
+        progress,
+    };
+    let rt = runtime(2)?;
+    let outcomes = rt.block_on(lab::load::run(&plan));
+    if let (Some(file), Some(path)) = (trace_file, &args.trace) {
+        lab::load::write_trace(file, &outcomes)
+            .with_context(|| format!("--trace {}: cannot write the trace", path.display()))?;
+    }
+    let summary = Summary::of(&outcomes, args.duration, args.timeout);
+    if args.json {
+        println!("{}", summary.to_json());
+    } else {
+        match mode {
+            Mode::Open => {
+                println!("open loop: latency counts from each request's intended send time")
+            }
+            Mode::Closed { users, .. } => println!(
+                "closed loop, {} users at most: latency counts from each request's actual send, \
+                 which hides stalls (coordinated omission)",
+                users.max()
+            ),
+        }
+        match mode {
+            Mode::Open => println!("{summary}"),
+            // No schedule to fall behind.
+            Mode::Closed { .. } => println!("{summary:#}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `http://IP:PORT/PATH`: the address and the path (`/` when none).

@@ -1256,6 +1256,87 @@ fn utilization_wrr_weighs_by_requests_served_per_unit_of_cpu() {
 }
 
 #[test]
+fn lab_load_closed_loop_keeps_its_users_busy_and_writes_every_request_to_the_trace() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Four slots and no queue: a fifth request at once would be refused with 503.
+    let capacity = lab::backend::Capacity {
+        workers: 4,
+        speed: 1.0,
+        max_queue: 0,
+        default_cost: Duration::ZERO,
+    };
+    let backend = rt
+        .block_on(Backend::start_with(
+            "b",
+            "127.0.0.1:0".parse().unwrap(),
+            Some(capacity),
+        ))
+        .unwrap();
+    let trace = TempFile::new("closed-trace.csv", "");
+    let out = fulcrum()
+        .args(["lab", "load", &format!("http://{}/", backend.addr())])
+        .args([
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+            "--cost",
+            "const:50",
+        ])
+        .arg("--trace")
+        .arg(&trace.0)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = json["sent"].as_u64().unwrap();
+    // Four users, one request each 50 ms and a bit: at most 80 in a second.
+    assert!((64..=80).contains(&sent), "{json}");
+    assert_eq!(json["ok"], json["sent"], "{json}");
+    assert_eq!(json["behind_max_ms"], 0.0, "{json}");
+    assert!(json["p50_ms"].as_f64().unwrap() >= 50.0, "{json}");
+    assert_eq!(backend.requests(), sent);
+    let text = std::fs::read_to_string(&trace.0).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("intended_ms,start_ms,end_ms,status,backend,cost_ms,client,outcome")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, sent);
+    let clients: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[6]).collect();
+    assert_eq!(
+        clients.into_iter().collect::<Vec<_>>(),
+        ["127.1.0.1", "127.1.0.2", "127.1.0.3", "127.1.0.4"]
+    );
+    for r in &rows {
+        assert_eq!(r[3..6], ["200", "b", "50.000"], "{r:?}");
+        assert_eq!((r[0], r[7]), (r[1], "ok"), "{r:?}");
+    }
+    // A path that cannot be created is refused before the run, with what to do.
+    let bad = fulcrum()
+        .args(["lab", "load", &format!("http://{}/", backend.addr())])
+        .args(["--concurrency", "1", "--duration", "1s"])
+        .args(["--trace", "/nonexistent-dir/trace.csv"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains(
+            "--trace /nonexistent-dir/trace.csv: cannot create the file; give a path in a directory you can write to"
+        ),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert_eq!(backend.requests(), sent);
+}
+
+#[test]
 fn lab_load_sends_on_schedule_and_prints_one_json_object() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let backend = rt

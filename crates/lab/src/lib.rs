@@ -8,8 +8,9 @@
 //!   death) and its utilization at `GET /load`; it can be killed to emulate a crash.
 //! * [`client`]: a keep-alive HTTP/1.1 client that can bind to a chosen local address, so one
 //!   machine can play many clients across 127.0.0.0/8.
-//! * [`load`]: the open-loop load generator: a trace sent on schedule, latency from the
-//!   intended send time, an HDR histogram summary.
+//! * [`load`]: the load generator: open loop (a trace sent on schedule, latency from the
+//!   intended send time) or closed loop (virtual users, as siege and JMeter); an HDR histogram
+//!   summary, a per-request CSV trace, a progress bar.
 //! * [`schedule`]: the load generator's trace (patterns, spacing, costs, clients), computed
 //!   ahead from a seed.
 //! * [`scenario`]: an experiment as a TOML file: backends, traffic, contenders.

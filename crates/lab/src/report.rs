@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use plotters::prelude::*;
 
 use crate::load::Outcome;
+use crate::load::closed::Users;
 use crate::run::{Measured, Results, Row};
 use crate::scenario::Load;
 use crate::schedule::Pattern;
@@ -189,7 +190,10 @@ fn traffic_line(results: &Results) -> String {
     let t = &results.scenario.traffic;
     let load = match &results.traffic.load {
         Load::Open(_) => format!("open loop, {}", t.pattern.as_deref().unwrap_or_default()),
-        Load::Closed(users) => format!("closed loop, {users} users"),
+        Load::Closed(_) => format!(
+            "closed loop, {} users",
+            t.concurrency.as_deref().unwrap_or_default()
+        ),
     };
     format!(
         "{load} for {}, cost {}, timeout {}, {} client addresses, seed {}",
@@ -458,6 +462,26 @@ fn percentile(mut v: Vec<f64>, q: f64) -> Option<f64> {
     Some(v[k])
 }
 
+/// A ramp's step length, the offered load at a time, and its unit: the open loop's rate
+/// steps, or the closed loop's user steps.
+type Ramp = (Duration, Box<dyn Fn(Duration) -> f64>, &'static str);
+
+fn ramp(load: &Load) -> Option<Ramp> {
+    match *load {
+        Load::Open(pattern @ Pattern::Steps { hold, .. }) => Some((
+            hold,
+            Box::new(move |t| pattern.rate_at(t).unwrap_or_default()),
+            "offered rate (requests per second)",
+        )),
+        Load::Closed(users @ Users::Steps { hold, .. }) => Some((
+            hold,
+            Box::new(move |t| f64::from(users.at(t))),
+            "users (closed loop)",
+        )),
+        _ => None,
+    }
+}
+
 /// `report.html`: the table and the plots, one self-contained page.
 pub fn html(results: &Results) -> anyhow::Result<String> {
     let timeout = results.traffic.timeout;
@@ -611,7 +635,7 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         ));
     }
     // Ramps: throughput and mean latency against the offered load, step by step.
-    if let Load::Open(pattern @ Pattern::Steps { hold, .. }) = results.traffic.load {
+    if let Some((hold, offered, unit)) = ramp(&results.traffic.load) {
         let steps = (results.traffic.duration.as_secs_f64() / hold.as_secs_f64()).ceil() as usize;
         let mut tput: Vec<Series> = Vec::new();
         let mut mean: Vec<Series> = Vec::new();
@@ -624,14 +648,12 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
             }
             let (mut t, mut l) = (Vec::new(), Vec::new());
             for (k, b) in at_step.iter().enumerate() {
-                let offered = pattern
-                    .rate_at(hold * k as u32 + hold / 2)
-                    .unwrap_or_default();
+                let x = offered(hold * k as u32 + hold / 2);
                 let answered = b.iter().filter(|o| o.status.is_some()).count();
-                t.push((offered, answered as f64 / hold.as_secs_f64()));
+                t.push((x, answered as f64 / hold.as_secs_f64()));
                 let v = latencies(b);
                 if !v.is_empty() {
-                    l.push((offered, v.iter().sum::<f64>() / v.len() as f64));
+                    l.push((x, v.iter().sum::<f64>() / v.len() as f64));
                 }
             }
             tput.push((m.label.clone(), t));
@@ -640,8 +662,8 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         charts.push((
             "Throughput against offered load".into(),
             line_chart(
-                "Answers per second against the offered rate",
-                "offered, requests per second",
+                &format!("Answers per second against the {unit}"),
+                unit,
                 "answers per second",
                 &tput,
                 false,
@@ -650,8 +672,8 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         charts.push((
             "Mean latency against offered load".into(),
             line_chart(
-                "Mean latency against the offered rate",
-                "offered, requests per second",
+                &format!("Mean latency against the {unit}"),
+                unit,
                 "mean latency, ms",
                 &mean,
                 false,

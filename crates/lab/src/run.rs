@@ -25,7 +25,9 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::load::{Outcome, Plan, Summary};
+use std::io::IsTerminal as _;
+
+use crate::load::{Mode, Outcome, Plan, Summary};
 use crate::scenario::{
     BackendPlan, Balancer, HaproxyAlgorithm, Load, NginxAlgorithm, Scenario, Traffic,
 };
@@ -98,6 +100,8 @@ pub struct Results {
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between the backends' start and the load, when an antagonist's phase must line up.
 const ANTAGONIST_LEAD: Duration = Duration::from_millis(1500);
+/// Costs drawn ahead for a closed loop (reused from the start past the last).
+const CLOSED_LOOP_COSTS: usize = 1 << 20;
 /// How often every backend's `/load` is read during a run.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
@@ -118,7 +122,8 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             traffic.clients,
             scenario.seed,
         ),
-        Load::Closed(_) => bail!("closed-loop scenarios (traffic.concurrency) are not run yet"),
+        // A closed loop takes the costs in order.
+        Load::Closed(_) => crate::schedule::costs(traffic.cost, CLOSED_LOOP_COSTS, scenario.seed),
     };
     let started = SystemTime::now();
     let clock = Instant::now();
@@ -284,11 +289,22 @@ async fn run_one(
         tokio::time::sleep_until(epoch_at).await;
     }
 
+    let mode = match traffic.load {
+        Load::Open(_) => Mode::Open,
+        Load::Closed(users) => Mode::Closed {
+            users,
+            duration: traffic.duration,
+            clients: traffic.clients,
+        },
+    };
     let plan = Plan {
         target: listen,
         path: traffic.path.clone(),
         trace: trace.to_vec(),
         timeout: traffic.timeout,
+        mode,
+        progress: (settings.progress && std::io::stderr().is_terminal())
+            .then(crate::load::progress::bar),
     };
     let (outcomes, samples) = {
         let done = std::sync::atomic::AtomicBool::new(false);
@@ -377,8 +393,8 @@ pub fn measure(
 pub fn peak_concurrency(outcomes: &[Outcome], timeout: Duration) -> u64 {
     let mut events: Vec<(Duration, i8)> = Vec::with_capacity(outcomes.len() * 2);
     for o in outcomes {
-        let end = match o.latency {
-            Some(l) => o.intended + l,
+        let end = match o.ended {
+            Some(end) => end,
             None if o.timed_out => o.intended + timeout,
             None => o.started,
         };
@@ -748,7 +764,9 @@ mod tests {
             intended: Duration::from_millis(start_ms),
             started: Duration::from_millis(start_ms),
             latency: latency_ms.map(Duration::from_millis),
+            ended: latency_ms.map(|l| Duration::from_millis(start_ms + l)),
             status: latency_ms.map(|_| 200),
+            cost_ms: 0.0,
             backend: None,
             timed_out,
             client: 0,

@@ -259,8 +259,8 @@ pub struct Traffic {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Load {
     Open(Pattern),
-    /// The `concurrency` value as written (a number, or `steps:…`).
-    Closed(String),
+    /// Virtual users (a number, or `steps:…`).
+    Closed(crate::load::closed::Users),
 }
 
 /// One emulated backend, as started (after `count` is expanded).
@@ -356,9 +356,8 @@ impl Scenario {
                 Cost::from_str(c).map_err(|e| format!("{at}: cost: {e}"))?;
             }
             if let Some(a) = &b.antagonist {
-                // MERGE: crate::backend::Antagonist::from_str(a)
-                //    .map_err(|e| format!("{at}: antagonist: {e}"))?;
-                let _ = a;
+                crate::backend::Antagonist::from_str(a)
+                    .map_err(|e| format!("{at}: antagonist: {e}"))?;
             }
             for plan in self.expand(b) {
                 if !names.insert(plan.name.clone()) {
@@ -428,7 +427,10 @@ impl Scenario {
             (Some(p), None) => {
                 Load::Open(Pattern::from_str(p).map_err(|e| format!("traffic.pattern: {e}"))?)
             }
-            (None, Some(c)) => Load::Closed(c.clone()),
+            (None, Some(c)) => Load::Closed(
+                crate::load::closed::Users::from_str(c)
+                    .map_err(|e| format!("traffic.concurrency: {e}"))?,
+            ),
             (Some(_), Some(_)) => {
                 return Err(
                     "traffic: pattern (open loop) and concurrency (closed loop) exclude each other: keep one".into(),

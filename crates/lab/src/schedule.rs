@@ -284,6 +284,19 @@ pub fn trace(
     out
 }
 
+/// `n` requests' costs from `seed` (at most [`MAX_ARRIVALS`]), for a closed-loop run, whose
+/// users rather than a schedule say when requests leave: every arrival at 0, from client 0.
+pub fn costs(cost: Cost, n: usize, seed: u64) -> Vec<Arrival> {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
+    (0..n.min(MAX_ARRIVALS))
+        .map(|_| Arrival {
+            at: Duration::ZERO,
+            cost_ms: cost.draw(&mut rng),
+            client: 0,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +354,9 @@ mod tests {
         let (a, b, c) = (make(7), make(7), make(8));
         assert_eq!(a, b);
         assert_ne!(a, c);
+        let lognormal = "lognormal:3.7:1".parse().unwrap();
+        assert_eq!(costs(lognormal, 100, 7), costs(lognormal, 100, 7));
+        assert_ne!(costs(lognormal, 100, 7), costs(lognormal, 100, 8));
         // About the mean rate (70/s) for 20 s.
         assert!((1100..1700).contains(&a.len()), "{}", a.len());
         assert!(a.windows(2).all(|w| w[0].at <= w[1].at));

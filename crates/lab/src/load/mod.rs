@@ -1,0 +1,303 @@
+//! The load generator, in two modes.
+//!
+//! * **Open loop** ([`Mode::Open`], the default): every request of a
+//!   [`schedule`](crate::schedule) trace leaves at its time whether or not earlier ones have
+//!   returned, and its latency is measured from that intended time — so a stall in the server
+//!   cannot hide by holding the generator back. Schroeder, Wierman and Harchol-Balter ("Open
+//!   versus closed: a cautionary tale", NSDI 2006) show how differently the two kinds of
+//!   generator judge the same server; Gil Tene named the closed loop's blind spot *coordinated
+//!   omission*. How far the generator itself fell behind its schedule is reported too
+//!   (`behind_max_ms`): a run where it did is not to be trusted.
+//! * **Closed loop** ([`Mode::Closed`]), as siege, ab and JMeter run, the tools of the papers
+//!   we reproduce: a number of virtual users (fixed, or a ramp: [`Users`]), each sending its
+//!   next request as soon as its previous one is answered, no think time. Latency counts from
+//!   the actual send, as those tools count it — which hides stalls: while the server stalls,
+//!   the users wait instead of sending, so one slow request is counted where an open-loop
+//!   client would have counted every request held up behind it.
+//!
+//! Each request names its cost in `X-Lab-Cost` and leaves from a client's own loopback address
+//! ([`client_addr`], 127.1.x.y) on a kept-alive connection of that client. Every request
+//! becomes an [`Outcome`]; [`Summary`] puts a run in numbers (an HDR histogram, `hdrhistogram`)
+//! and [`write_trace`] writes every request as CSV. A run can draw a progress bar
+//! (`indicatif`).
+//!
+//! # Layout
+//!
+//! * [`open`]: the open-loop sender.
+//! * [`closed`]: the closed-loop users, and [`Users`], how many are active when.
+//! * [`progress`]: the counters a progress bar shows.
+//! * [`summary`]: a run in numbers ([`Summary`]).
+//! * [`trace_file`]: every request as a CSV line ([`write_trace`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::Full;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::schedule::Arrival;
+
+pub mod closed;
+mod open;
+pub mod progress;
+pub mod summary;
+pub mod trace_file;
+
+pub use closed::Users;
+pub use summary::Summary;
+pub use trace_file::{TRACE_HEADER, write_trace};
+
+/// What a run sends, where, and how.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub target: SocketAddr,
+    /// The request path (and query).
+    pub path: String,
+    /// In open loop, every request: its time, cost and client. In closed loop only the costs
+    /// count: the k-th request sent takes the k-th cost (from the start again if the run sends
+    /// more requests than the trace holds; 0 ms if it is empty), so the same seed gives the
+    /// same costs.
+    pub trace: Vec<Arrival>,
+    /// In open loop, how long a request may take from its intended time; in closed loop, from
+    /// its send. Then it counts as a timeout.
+    pub timeout: Duration,
+    pub mode: Mode,
+    /// A bar to draw the run's progress on (`run` sets its length, style and message), or
+    /// none.
+    pub progress: Option<indicatif::ProgressBar>,
+}
+
+/// How requests are paced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Every request of the trace at its time, whatever became of the earlier ones; latency
+    /// from the intended time.
+    Open,
+    /// `users` virtual users, each sending as soon as its previous request is answered, for
+    /// `duration`; latency from the actual send. User `i` sends from `client_addr(i %
+    /// clients)`, on its own kept-alive connection.
+    Closed {
+        users: Users,
+        duration: Duration,
+        clients: u32,
+    },
+}
+
+impl Plan {
+    /// How long requests are sent: the last arrival's time in open loop, the duration in
+    /// closed loop.
+    pub fn length(&self) -> Duration {
+        match self.mode {
+            Mode::Open => self.trace.last().map_or(Duration::ZERO, |a| a.at),
+            Mode::Closed { duration, .. } => duration,
+        }
+    }
+}
+
+/// What became of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// When it was to leave, and when it did, from the start of the run (the same in closed
+    /// loop, where a request leaves when its user is ready).
+    pub intended: Duration,
+    pub started: Duration,
+    /// From the intended time to the end of the answer; `None` for a timeout or an error.
+    pub latency: Option<Duration>,
+    /// When the answer ended, from the start of the run; `None` for a timeout or an error.
+    pub ended: Option<Duration>,
+    pub status: Option<u16>,
+    /// The answer's `X-Backend`.
+    pub backend: Option<String>,
+    /// The cost it named (`X-Lab-Cost`), in milliseconds.
+    pub cost_ms: f64,
+    pub timed_out: bool,
+    /// The client that sent it: its address is [`client_addr`]`(client)`.
+    pub client: u32,
+}
+
+/// What a request came to, in one word (the trace file's `outcome` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Answered with a status below 500.
+    Ok,
+    /// Answered 5xx.
+    HttpError,
+    /// Not answered within the timeout.
+    Timeout,
+    /// Failed without an answer (connection refused, reset, malformed answer).
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::HttpError => "http_error",
+            Verdict::Timeout => "timeout",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+impl Outcome {
+    pub fn verdict(&self) -> Verdict {
+        match self.status {
+            Some(s) if s < 500 => Verdict::Ok,
+            Some(_) => Verdict::HttpError,
+            None if self.timed_out => Verdict::Timeout,
+            None => Verdict::Error,
+        }
+    }
+}
+
+/// The loopback address client `i` sends from: 127.1.x.y with y in 1..=250.
+pub fn client_addr(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        1 + (i / 62_500) as u8,
+        ((i / 250) % 250) as u8,
+        1 + (i % 250) as u8,
+    ))
+}
+
+/// Runs `plan` to its end, in its mode, and returns every request's outcome: in trace order
+/// in open loop, in the order they were sent in closed loop. Every answer is awaited (at most
+/// the timeout).
+pub async fn run(plan: &Plan) -> Vec<Outcome> {
+    let progress = plan
+        .progress
+        .clone()
+        .map(|bar| progress::Progress::start(bar, plan.length()));
+    let outcomes = match plan.mode {
+        Mode::Open => open::run(plan, progress.as_ref().map(|p| p.counters())).await,
+        Mode::Closed {
+            users,
+            duration,
+            clients,
+        } => {
+            closed::run(
+                plan,
+                users,
+                duration,
+                clients,
+                progress.as_ref().map(|p| p.counters()),
+            )
+            .await
+        }
+    };
+    if let Some(progress) = progress {
+        progress.finish();
+    }
+    outcomes
+}
+
+/// What one exchange came to, for the outcome.
+enum Exchange {
+    Answered {
+        status: u16,
+        backend: Option<String>,
+        /// When the answer ended.
+        at: Instant,
+    },
+    TimedOut,
+    Failed,
+}
+
+/// Sends `GET path` with `X-Lab-Cost: cost_ms` on `client` and reads the answer, unless
+/// `deadline` comes first.
+async fn exchange(client: &mut Client, path: &str, cost_ms: f64, deadline: Instant) -> Exchange {
+    let request = Request::get(path)
+        .header(http::header::HOST, HeaderValue::from_static("lab"))
+        .header("x-lab-cost", cost_header(cost_ms))
+        .body(Full::new(Bytes::new()));
+    let Ok(request) = request else {
+        return Exchange::Failed;
+    };
+    match tokio::time::timeout_at(deadline, client.send(request)).await {
+        Ok(Ok(reply)) => Exchange::Answered {
+            at: Instant::now(),
+            status: reply.status.as_u16(),
+            backend: reply
+                .headers
+                .get("x-backend")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        },
+        Ok(Err(_)) => Exchange::Failed,
+        Err(_) => Exchange::TimedOut,
+    }
+}
+
+/// `X-Lab-Cost`: milliseconds with three decimals (a microsecond, the backend's resolution),
+/// formatted on the stack.
+fn cost_header(cost_ms: f64) -> HeaderValue {
+    use std::io::Write as _;
+    let mut buf = [0u8; 32];
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let cost = if cost_ms.is_finite() { cost_ms } else { 0.0 };
+    // Costs are at most an hour (3.6e6 ms) by the backend's rule; a larger one still fits in
+    // 32 bytes up to 1e27, and beyond that the write fails and the cost is sent as 0.
+    match write!(cursor, "{cost:.3}") {
+        Ok(()) => {
+            let n = cursor.position() as usize;
+            HeaderValue::from_bytes(&buf[..n]).unwrap_or(HeaderValue::from_static("0"))
+        }
+        Err(_) => HeaderValue::from_static("0"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_addresses_are_distinct_loopback_addresses() {
+        let addrs: std::collections::HashSet<IpAddr> = (0..100_000).map(client_addr).collect();
+        assert_eq!(addrs.len(), 100_000);
+        assert!(addrs.iter().all(|a| a.is_loopback()));
+    }
+
+    #[test]
+    fn costs_go_out_with_three_decimals() {
+        assert_eq!(cost_header(50.0), "50.000");
+        assert_eq!(cost_header(0.0004), "0.000");
+        assert_eq!(cost_header(3_600_000.0), "3600000.000");
+        assert_eq!(cost_header(f64::NAN), "0.000");
+        assert_eq!(cost_header(1e300), "0");
+    }
+
+    #[test]
+    fn a_verdict_for_every_kind_of_outcome() {
+        let o = Outcome {
+            intended: Duration::ZERO,
+            started: Duration::ZERO,
+            latency: None,
+            ended: None,
+            status: None,
+            backend: None,
+            cost_ms: 0.0,
+            timed_out: false,
+            client: 0,
+        };
+        assert_eq!(o.verdict(), Verdict::Error);
+        let timed_out = Outcome {
+            timed_out: true,
+            ..o.clone()
+        };
+        assert_eq!(timed_out.verdict(), Verdict::Timeout);
+        for (status, verdict) in [
+            (200, Verdict::Ok),
+            (404, Verdict::Ok),
+            (503, Verdict::HttpError),
+        ] {
+            let answered = Outcome {
+                status: Some(status),
+                ..o.clone()
+            };
+            assert_eq!(answered.verdict(), verdict, "{status}");
+        }
+    }
+}

@@ -1263,7 +1263,7 @@ fn lab_load_closed_loop_keeps_its_users_busy_and_writes_every_request_to_the_tra
         workers: 4,
         speed: 1.0,
         max_queue: 0,
-        default_cost: Duration::ZERO,
+        ..Default::default()
     };
     let backend = rt
         .block_on(Backend::start_with(

@@ -33,7 +33,7 @@ async fn four_slots() -> Backend {
         workers: 4,
         speed: 1.0,
         max_queue: 0,
-        default_cost: Duration::ZERO,
+        ..Default::default()
     };
     Backend::start_with("b", loopback(), Some(capacity))
         .await

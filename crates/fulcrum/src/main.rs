@@ -118,7 +118,8 @@ enum LabCommand {
         antagonist: Option<lab::backend::Antagonist>,
         /// Time zero of the antagonist, in milliseconds since the Unix epoch (give every
         /// backend of a run the same, so their drops line up with the load); default: start.
-        #[arg(long, value_name = "UNIX_MS", requires = "workers")]
+        #[arg(long, value_name = "UNIX_MS", requires = "workers",
+              value_parser = clap::value_parser!(u64).range(..=MAX_EPOCH_MS))]
         epoch_ms: Option<u64>,
         /// Answer each request 500 with this probability (0 to 1), drawn from --seed.
         #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_probability, requires = "workers")]
@@ -224,6 +225,9 @@ struct LoadArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The latest `--epoch-ms`: the year 3000, far beyond any run, well within `SystemTime`.
+const MAX_EPOCH_MS: u64 = 32_503_680_000_000;
 
 /// Logs to stderr through a writer thread, so a slow log sink (a full pipe to journald or
 /// docker) never blocks a worker in the middle of its connections; lines beyond its buffer
@@ -465,7 +469,7 @@ async fn lab_backend(
     let name = name.unwrap_or_else(|| listen.to_string());
     let backend = lab::Backend::start_faulty(&name, listen, capacity, faults)
         .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+        .with_context(|| format!("cannot start the backend on {listen}"))?;
     tracing::info!(listen = %backend.addr(), name = %name, capacity = ?capacity, faults = ?faults, "lab backend listening");
     tokio::select! {
         () = shutdown_signal() => backend.kill().await,

@@ -118,7 +118,8 @@ impl Antagonist {
 
     /// The next time after `t` the factor changes.
     pub fn next_change_after(&self, t: Duration) -> Duration {
-        duration_of(self.segment(nanos(t)).1 as f64)
+        let next = self.segment(nanos(t)).1;
+        u64::try_from(next).map_or(Duration::MAX, Duration::from_nanos)
     }
 
     /// `∫ f` from the antagonist's clock zero to `t` (ns; negative before it).

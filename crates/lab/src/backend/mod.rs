@@ -186,20 +186,49 @@ async fn answer(
         // Arrived on an open connection after the last: it dies with the backend.
         return hang().await;
     }
-    if last {
-        shared.life.send_replace(Life::Dying);
-    }
+    // The last request: the listener closes now, the crash follows its answer (or its
+    // cancellation: the guard's drop).
+    let last = last.then(|| LastRequest::new(&shared.life));
     let reply = serve(&shared, &req, faults).await;
     if stalled() {
         return hang().await;
     }
-    if last {
+    if last.is_some() {
         // Not a connection more once the last answer is out.
         let mut life = shared.life.subscribe();
         let _ = life.wait_for(|l| *l >= Life::Closed).await;
-        shared.life.send_replace(Life::Dead);
     }
     Ok(reply)
+}
+
+/// The `die_after`-th request in progress: the backend is dying while it lives, and dead once
+/// it is answered or cancelled.
+#[derive(Debug)]
+struct LastRequest<'a>(&'a watch::Sender<Life>);
+
+impl LastRequest<'_> {
+    fn new(life: &watch::Sender<Life>) -> LastRequest<'_> {
+        life.send_if_modified(|l| {
+            let before = *l < Life::Dying;
+            if before {
+                *l = Life::Dying;
+            }
+            before
+        });
+        LastRequest(life)
+    }
+}
+
+impl Drop for LastRequest<'_> {
+    fn drop(&mut self) {
+        self.0.send_if_modified(|l| {
+            let before = *l < Life::Dead;
+            if before {
+                *l = Life::Dead;
+            }
+            before
+        });
+    }
 }
 
 /// A counted request's answer: a drawn failure, a refusal, or the name after its cost.
@@ -286,6 +315,14 @@ impl Backend {
         capacity: Option<Capacity>,
         faults: Faults,
     ) -> std::io::Result<Backend> {
+        if http::HeaderValue::from_str(name).is_err() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "the backend name {name:?} cannot be sent in X-Backend: use printable ASCII"
+                ),
+            ));
+        }
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (server, driver) = match capacity.map(Server::new) {

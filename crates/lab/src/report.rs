@@ -552,7 +552,13 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
                     per[k] += 1.0;
                 }
             }
-            let points = per
+            // Up to the last answer (the run's length at least).
+            let last = per
+                .iter()
+                .rposition(|&n| n > 0.0)
+                .unwrap_or(0)
+                .max(seconds - 1);
+            let points = per[..=last.min(per.len() - 1)]
                 .iter()
                 .enumerate()
                 .map(|(s, &n)| (s as f64 + 0.5, n))

@@ -627,7 +627,7 @@ fn haproxy_config(
     Ok(format!(
         "global
     nbthread {threads}
-    maxconn 20000
+    maxconn 4096
 defaults
     mode http
     timeout connect 5s

@@ -16,14 +16,14 @@
 //!   client would have counted every request held up behind it.
 //!
 //! Each request is a `GET` that names its cost in `X-Lab-Cost` and leaves from a client's own
-//! loopback address ([`client_addr`], 127.1.x.y) on a kept-alive connection of that client. Every request
-//! becomes an [`Outcome`]; [`Summary`] puts a run in numbers (an HDR histogram, `hdrhistogram`)
-//! and [`write_trace`] writes every request as CSV. A run can draw a progress bar
-//! (`indicatif`).
+//! loopback address ([`client_addr`], 127.1.x.y) on a kept-alive connection of that client.
+//! Every request becomes an [`Outcome`]; [`Summary`] puts a run in numbers (an HDR histogram,
+//! `hdrhistogram`) and [`write_trace`] writes every request as CSV. A run can draw a progress
+//! bar (`indicatif`).
 //!
 //! # Layout
 //!
-//! * [`open`]: the open-loop sender.
+//! * `open`: the open-loop sender.
 //! * [`closed`]: the closed-loop users, and [`Users`], how many are active when.
 //! * [`progress`]: the counters a progress bar shows.
 //! * [`summary`]: a run in numbers ([`Summary`]).
@@ -31,9 +31,8 @@
 //! * `wire`: the generator's own lean HTTP/1.1 connection (why not hyper: see there).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 

@@ -69,7 +69,7 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         haproxy_agent: Option<std::net::SocketAddr>,
     },
-    /// The lab: emulated backends (and, later, load generation and experiments).
+    /// The lab: emulated backends, load generation, and (later) scenarios and reports.
     Lab {
         #[command(subcommand)]
         command: LabCommand,
@@ -218,7 +218,8 @@ struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Also write every request to FILE as CSV (intended_ms, start_ms, end_ms, status,
-    /// backend, cost_ms, client, outcome).
+    /// backend, cost_ms, client, outcome). A progress bar goes to stderr when it is a
+    /// terminal.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Print one JSON object instead of the human summary.

@@ -170,12 +170,12 @@ async fn a_ramp_of_users_adds_a_user_every_hold() {
             .unwrap();
         let from = Duration::from_millis(250) * k;
         assert!(
-            first >= from && first < from + Duration::from_millis(30),
+            first >= from && first < from + Duration::from_millis(100),
             "user {k} started at {first:?}"
         );
     }
-    // 1 + 2 + 3 + 4 user-quarters of a second at about 20 ms a request: about 125.
-    assert!((100..=125).contains(&outcomes.len()), "{}", outcomes.len());
+    // 1 + 2 + 3 + 4 user-quarters of a second at 20 ms and a bit a request: at most 125.
+    assert!((80..=125).contains(&outcomes.len()), "{}", outcomes.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,8 +23,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::progress::Counters;
-use super::{Exchange, Outcome, Plan, client_addr, exchange};
-use crate::client::Client;
+use super::wire::Connection;
+use super::{Exchange, Outcome, Plan, client_addr, exchange, request_prefix};
 use crate::schedule::MAX_ARRIVALS;
 
 /// How many virtual users are active, over time.
@@ -150,7 +150,8 @@ impl std::str::FromStr for Users {
 #[derive(Debug)]
 struct Shared {
     target: std::net::SocketAddr,
-    path: Arc<str>,
+    /// The request head up to the cost (`None`: the path is not a request target).
+    prefix: Option<Arc<[u8]>>,
     costs: Vec<f64>,
     timeout: Duration,
     users: Users,
@@ -170,7 +171,7 @@ pub(super) async fn run(
 ) -> Vec<Outcome> {
     let shared = Arc::new(Shared {
         target: plan.target,
-        path: Arc::from(plan.path.as_str()),
+        prefix: request_prefix(&plan.path),
         costs: plan.trace.iter().map(|a| a.cost_ms).collect(),
         timeout: plan.timeout,
         users,
@@ -199,7 +200,7 @@ pub(super) async fn run(
 /// each with its index among all the run's.
 async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)> {
     let start = shared.start;
-    let mut connection = Client::bound(shared.target, client_addr(client));
+    let mut connection: Option<Connection> = None;
     let mut mine = Vec::new();
     loop {
         let now = start.elapsed();
@@ -241,7 +242,18 @@ async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)>
             client,
         };
         let deadline = sent_at + shared.timeout;
-        match exchange(&mut connection, &shared.path, cost_ms, deadline).await {
+        let (exchanged, kept) = exchange(
+            connection.take(),
+            shared.target,
+            client_addr(client),
+            shared.prefix.as_deref(),
+            cost_ms,
+            deadline,
+        )
+        .await;
+        // Kept for the next request unless the server closed it, or it failed or timed out.
+        connection = kept;
+        match exchanged {
             Exchange::Answered {
                 status,
                 backend,
@@ -252,8 +264,6 @@ async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)>
                 outcome.status = Some(status);
                 outcome.backend = backend;
             }
-            // The connection the request was on is gone either way (the client reconnects
-            // for the next request).
             Exchange::TimedOut => outcome.timed_out = true,
             Exchange::Failed => {}
         }

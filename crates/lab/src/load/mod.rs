@@ -15,36 +15,36 @@
 //!   the users wait instead of sending, so one slow request is counted where an open-loop
 //!   client would have counted every request held up behind it.
 //!
-//! Each request names its cost in `X-Lab-Cost` and leaves from a client's own loopback address
-//! ([`client_addr`], 127.1.x.y) on a kept-alive connection of that client. Every request
-//! becomes an [`Outcome`]; [`Summary`] puts a run in numbers (an HDR histogram, `hdrhistogram`)
-//! and [`write_trace`] writes every request as CSV. A run can draw a progress bar
-//! (`indicatif`).
+//! Each request is a `GET` that names its cost in `X-Lab-Cost` and leaves from a client's own
+//! loopback address ([`client_addr`], 127.1.x.y) on a kept-alive connection of that client.
+//! Every request becomes an [`Outcome`]; [`Summary`] puts a run in numbers (an HDR histogram,
+//! `hdrhistogram`) and [`write_trace`] writes every request as CSV. A run can draw a progress
+//! bar (`indicatif`).
 //!
 //! # Layout
 //!
-//! * [`open`]: the open-loop sender.
+//! * `open`: the open-loop sender.
 //! * [`closed`]: the closed-loop users, and [`Users`], how many are active when.
 //! * [`progress`]: the counters a progress bar shows.
 //! * [`summary`]: a run in numbers ([`Summary`]).
 //! * [`trace_file`]: every request as a CSV line ([`write_trace`]).
+//! * `wire`: the generator's own lean HTTP/1.1 connection (why not hyper: see there).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderValue, Request};
-use http_body_util::Full;
 use tokio::time::Instant;
 
-use crate::client::Client;
 use crate::schedule::Arrival;
+use wire::{Connection, Failure};
 
 pub mod closed;
 mod open;
 pub mod progress;
 pub mod summary;
 pub mod trace_file;
+mod wire;
 
 pub use closed::Users;
 pub use summary::Summary;
@@ -206,46 +206,78 @@ enum Exchange {
     Failed,
 }
 
-/// Sends `GET path` with `X-Lab-Cost: cost_ms` on `client` and reads the answer, unless
-/// `deadline` comes first.
-async fn exchange(client: &mut Client, path: &str, cost_ms: f64, deadline: Instant) -> Exchange {
-    let request = Request::get(path)
-        .header(http::header::HOST, HeaderValue::from_static("lab"))
-        .header("x-lab-cost", cost_header(cost_ms))
-        .body(Full::new(Bytes::new()));
-    let Ok(request) = request else {
-        return Exchange::Failed;
-    };
-    match tokio::time::timeout_at(deadline, client.send(request)).await {
-        Ok(Ok(reply)) => Exchange::Answered {
-            at: Instant::now(),
-            status: reply.status.as_u16(),
-            backend: reply
-                .headers
-                .get("x-backend")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-        },
-        Ok(Err(_)) => Exchange::Failed,
-        Err(_) => Exchange::TimedOut,
+/// The head every request of a run shares, up to its cost: `GET PATH HTTP/1.1`, `Host: lab`,
+/// `X-Lab-Cost: `; `None` if `path` is not a request target (origin form, `/…`: then every
+/// request fails).
+fn request_prefix(path: &str) -> Option<Arc<[u8]>> {
+    if !path.starts_with('/') {
+        return None;
     }
+    let target = path.parse::<http::uri::PathAndQuery>().ok()?;
+    let text = format!("GET {target} HTTP/1.1\r\nhost: lab\r\nx-lab-cost: ");
+    Some(Arc::from(text.into_bytes()))
 }
 
-/// `X-Lab-Cost`: milliseconds with three decimals (a microsecond, the backend's resolution),
-/// formatted on the stack.
-fn cost_header(cost_ms: f64) -> HeaderValue {
+/// A whole request: `prefix`, then the cost in milliseconds with three decimals (a
+/// microsecond, the backend's resolution; 0 if it is not a number), and the end of the head.
+fn request(prefix: &[u8], cost_ms: f64) -> Vec<u8> {
     use std::io::Write as _;
-    let mut buf = [0u8; 32];
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let mut out = Vec::with_capacity(prefix.len() + 32);
+    out.extend_from_slice(prefix);
     let cost = if cost_ms.is_finite() { cost_ms } else { 0.0 };
-    // Costs are at most an hour (3.6e6 ms) by the backend's rule; a larger one still fits in
-    // 32 bytes up to 1e27, and beyond that the write fails and the cost is sent as 0.
-    match write!(cursor, "{cost:.3}") {
-        Ok(()) => {
-            let n = cursor.position() as usize;
-            HeaderValue::from_bytes(&buf[..n]).unwrap_or(HeaderValue::from_static("0"))
+    // Writing to a Vec does not fail.
+    let _ = write!(out, "{cost:.3}\r\n\r\n");
+    out
+}
+
+/// Sends one request, with `cost_ms`, on `idle` or else on a new connection from `local`, and
+/// reads its answer, unless `deadline` comes first. Returns the connection too if it can carry
+/// another request. A kept connection found closed by the server before it answered is
+/// replaced by a new one once (the server never saw the request).
+async fn exchange(
+    idle: Option<Connection>,
+    target: SocketAddr,
+    local: IpAddr,
+    prefix: Option<&[u8]>,
+    cost_ms: f64,
+    deadline: Instant,
+) -> (Exchange, Option<Connection>) {
+    let Some(prefix) = prefix else {
+        return (Exchange::Failed, None);
+    };
+    let request = request(prefix, cost_ms);
+    let attempt = async {
+        let mut connection = match idle {
+            Some(c) => c,
+            None => Connection::open(target, Some(local))
+                .await
+                .map_err(Failure::Io)?,
+        };
+        let result = match connection.exchange(&request).await {
+            Err(Failure::Stale) => {
+                connection = Connection::open(target, Some(local))
+                    .await
+                    .map_err(Failure::Io)?;
+                connection.exchange(&request).await
+            }
+            other => other,
+        };
+        result.map(|(answer, keep)| (answer, keep.then_some(connection)))
+    };
+    match tokio::time::timeout_at(deadline, attempt).await {
+        Ok(Ok((answer, connection))) => (
+            Exchange::Answered {
+                status: answer.status,
+                backend: answer.backend,
+                at: Instant::now(),
+            },
+            connection,
+        ),
+        Ok(Err(failure)) => {
+            tracing::debug!(?failure, "a request failed");
+            (Exchange::Failed, None)
         }
-        Err(_) => HeaderValue::from_static("0"),
+        Err(_) => (Exchange::TimedOut, None),
     }
 }
 
@@ -261,12 +293,18 @@ mod tests {
     }
 
     #[test]
-    fn costs_go_out_with_three_decimals() {
-        assert_eq!(cost_header(50.0), "50.000");
-        assert_eq!(cost_header(0.0004), "0.000");
-        assert_eq!(cost_header(3_600_000.0), "3600000.000");
-        assert_eq!(cost_header(f64::NAN), "0.000");
-        assert_eq!(cost_header(1e300), "0");
+    fn a_request_names_its_path_and_its_cost_with_three_decimals() {
+        let prefix = request_prefix("/a?b=1").unwrap();
+        let text = |cost| String::from_utf8(request(&prefix, cost)).unwrap();
+        assert_eq!(
+            text(50.0),
+            "GET /a?b=1 HTTP/1.1\r\nhost: lab\r\nx-lab-cost: 50.000\r\n\r\n"
+        );
+        assert!(text(0.0004).ends_with(" 0.000\r\n\r\n"));
+        assert!(text(f64::NAN).ends_with(" 0.000\r\n\r\n"));
+        for bad in ["/a b", "/a\r\nx: y", "http://"] {
+            assert!(request_prefix(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! One loop walks the trace and spawns a task per request at its time; the task takes an idle
 //! kept-alive connection of its client (or opens one), sends, and puts the connection back
-//! when the answer has come. Arrivals already due when the loop gets to them (it woke late,
+//! when the answer has come (unless the server closes it). Arrivals already due when the loop gets to them (it woke late,
 //! or several fall within the timer's 1 ms tick) leave at once, without a trip through the
 //! timer.
 
@@ -13,26 +13,45 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::progress::Counters;
-use super::{Exchange, Outcome, Plan, client_addr, exchange};
-use crate::client::Client;
+use super::wire::Connection;
+use super::{Exchange, Outcome, Plan, client_addr, exchange, request_prefix};
 
 /// Idle kept-alive connections, per client.
-type Pools = Arc<Vec<Mutex<Vec<Client>>>>;
+type Pools = Arc<Vec<Mutex<Vec<Connection>>>>;
 
 pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Outcome> {
-    let clients = plan
-        .trace
-        .iter()
-        .map(|a| a.client)
-        .max()
-        .map_or(0, |m| m + 1);
+    // The loop runs as a task of the runtime rather than in the caller's (which may be a
+    // `block_on` thread): a timer that fires then wakes it on the worker that fired it, one
+    // thread hop instead of two, which keeps it closer to its schedule on a busy machine.
+    // In a JoinSet, so that dropping `run` stops it.
+    let mut dispatch = JoinSet::new();
+    dispatch.spawn(send_all(
+        plan.trace.clone(),
+        plan.target,
+        request_prefix(&plan.path),
+        plan.timeout,
+        counters,
+    ));
+    match dispatch.join_next().await {
+        Some(Ok(outcomes)) => outcomes,
+        // The loop does not panic; were it cancelled, there would be nothing to report.
+        _ => Vec::new(),
+    }
+}
+
+async fn send_all(
+    trace: Vec<crate::schedule::Arrival>,
+    target: std::net::SocketAddr,
+    prefix: Option<Arc<[u8]>>,
+    timeout: std::time::Duration,
+    counters: Option<Arc<Counters>>,
+) -> Vec<Outcome> {
+    let clients = trace.iter().map(|a| a.client).max().map_or(0, |m| m + 1);
     let pools: Pools = Arc::new((0..clients).map(|_| Mutex::new(Vec::new())).collect());
-    let path: Arc<str> = Arc::from(plan.path.as_str());
-    let (target, timeout) = (plan.target, plan.timeout);
     let start = Instant::now();
     let mut tasks = JoinSet::new();
-    let mut finished = Vec::with_capacity(plan.trace.len());
-    for (k, arrival) in plan.trace.iter().copied().enumerate() {
+    let mut finished = Vec::with_capacity(trace.len());
+    for (k, arrival) in trace.iter().copied().enumerate() {
         let intended = start + arrival.at;
         if Instant::now() < intended {
             tokio::time::sleep_until(intended).await;
@@ -41,12 +60,10 @@ pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Out
         if let Some(c) = &counters {
             c.sent();
         }
-        let (pools, path, counters) = (Arc::clone(&pools), Arc::clone(&path), counters.clone());
+        let (pools, prefix, counters) = (Arc::clone(&pools), prefix.clone(), counters.clone());
         tasks.spawn(async move {
             let pool = &pools[arrival.client as usize];
             let idle = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-            let mut client =
-                idle.unwrap_or_else(|| Client::bound(target, client_addr(arrival.client)));
             let mut outcome = Outcome {
                 intended: arrival.at,
                 started,
@@ -58,7 +75,21 @@ pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Out
                 timed_out: false,
                 client: arrival.client,
             };
-            match exchange(&mut client, &path, arrival.cost_ms, intended + timeout).await {
+            let (exchanged, kept) = exchange(
+                idle,
+                target,
+                client_addr(arrival.client),
+                prefix.as_deref(),
+                arrival.cost_ms,
+                intended + timeout,
+            )
+            .await;
+            if let Some(connection) = kept {
+                pool.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(connection);
+            }
+            match exchanged {
                 Exchange::Answered {
                     status,
                     backend,
@@ -68,7 +99,6 @@ pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Out
                     outcome.ended = Some(at - start);
                     outcome.status = Some(status);
                     outcome.backend = backend;
-                    pool.lock().unwrap_or_else(|p| p.into_inner()).push(client);
                 }
                 Exchange::TimedOut => outcome.timed_out = true,
                 Exchange::Failed => {}

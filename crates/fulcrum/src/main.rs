@@ -209,7 +209,7 @@ struct LoadArgs {
     /// timeout (seed 002's 4 s).
     #[arg(long, default_value = "4s", value_parser = parse_interval)]
     timeout: std::time::Duration,
-    /// Distinct client addresses (127.1.x.y), for the hash algorithms. Open loop: default 1.
+    /// Distinct client addresses (127.1.x.y, each of the first 250 in its own /24), for the hash algorithms. Open loop: default 1.
     /// Closed loop: user i sends from address i mod CLIENTS; default, one address per user.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     clients: Option<u32>,

@@ -1312,7 +1312,7 @@ fn lab_load_closed_loop_keeps_its_users_busy_and_writes_every_request_to_the_tra
     let clients: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[6]).collect();
     assert_eq!(
         clients.into_iter().collect::<Vec<_>>(),
-        ["127.1.0.1", "127.1.0.2", "127.1.0.3", "127.1.0.4"]
+        ["127.1.0.1", "127.1.1.1", "127.1.2.1", "127.1.3.1"]
     );
     for r in &rows {
         assert_eq!(r[3..6], ["200", "b", "50.000"], "{r:?}");

@@ -153,13 +153,15 @@ impl Outcome {
     }
 }
 
-/// The loopback address client `i` sends from: 127.1.x.y with y in 1..=250.
+/// The loopback address client `i` sends from: 127.1.x.y, clients 0 to 249 in distinct /24
+/// networks (x = i mod 250, y = 1 + i / 250), so that `ip_hash`, which hashes an IPv4 address's
+/// first three octets as nginx does, sees as many clients as there are (up to 250 /24s).
 pub fn client_addr(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(
         127,
         1 + (i / 62_500) as u8,
-        ((i / 250) % 250) as u8,
-        1 + (i % 250) as u8,
+        (i % 250) as u8,
+        1 + ((i / 250) % 250) as u8,
     ))
 }
 

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Exchange, Outcome, Plan, client_addr, exchange, request_prefix};
+use super::{Outcome, Plan, client_addr, exchange, request_prefix};
 use crate::schedule::MAX_ARRIVALS;
 
 /// How many virtual users are active, over time.
@@ -253,20 +253,7 @@ async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)>
         .await;
         // Kept for the next request unless the server closed it, or it failed or timed out.
         connection = kept;
-        match exchanged {
-            Exchange::Answered {
-                status,
-                backend,
-                at,
-            } => {
-                outcome.latency = Some(at - sent_at);
-                outcome.ended = Some(at - start);
-                outcome.status = Some(status);
-                outcome.backend = backend;
-            }
-            Exchange::TimedOut => outcome.timed_out = true,
-            Exchange::Failed => {}
-        }
+        outcome.settle(exchanged, sent_at, start);
         if let Some(c) = &shared.counters {
             c.done(outcome.verdict());
         }

@@ -208,6 +208,27 @@ enum Exchange {
     Failed,
 }
 
+impl Outcome {
+    /// Records what `exchanged` came to: latency counted from `from` (the intended time in
+    /// open loop, the send in closed loop), the end from the run's `start`.
+    fn settle(&mut self, exchanged: Exchange, from: Instant, start: Instant) {
+        match exchanged {
+            Exchange::Answered {
+                status,
+                backend,
+                at,
+            } => {
+                self.latency = Some(at - from);
+                self.ended = Some(at - start);
+                self.status = Some(status);
+                self.backend = backend;
+            }
+            Exchange::TimedOut => self.timed_out = true,
+            Exchange::Failed => {}
+        }
+    }
+}
+
 /// The head every request of a run shares, up to its cost: `GET PATH HTTP/1.1`, `Host: lab`,
 /// `X-Lab-Cost: `; `None` if `path` is not a request target (origin form, `/…`: then every
 /// request fails).

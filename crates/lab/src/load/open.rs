@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Exchange, Outcome, Plan, client_addr, exchange, request_prefix};
+use super::{Outcome, Plan, client_addr, exchange, request_prefix};
 
 /// Idle kept-alive connections, per client.
 type Pools = Arc<Vec<Mutex<Vec<Connection>>>>;
@@ -89,20 +89,7 @@ async fn send_all(
                     .unwrap_or_else(|p| p.into_inner())
                     .push(connection);
             }
-            match exchanged {
-                Exchange::Answered {
-                    status,
-                    backend,
-                    at,
-                } => {
-                    outcome.latency = Some(at - intended);
-                    outcome.ended = Some(at - start);
-                    outcome.status = Some(status);
-                    outcome.backend = backend;
-                }
-                Exchange::TimedOut => outcome.timed_out = true,
-                Exchange::Failed => {}
-            }
+            outcome.settle(exchanged, intended, start);
             if let Some(c) = &counters {
                 c.done(outcome.verdict());
             }

@@ -9,8 +9,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-
 /// The demo's scenario.
 pub const SCENARIO: &str = include_str!("../../../lab/scenarios/demo.toml");
 
@@ -18,13 +16,6 @@ pub const SCENARIO: &str = include_str!("../../../lab/scenarios/demo.toml");
 /// runtime (the runner's children are tied to the thread that starts them).
 pub fn run(out: &Path) -> anyhow::Result<ExitCode> {
     let scenario = lab::scenario::Scenario::parse(SCENARIO, "demo").map_err(anyhow::Error::msg)?;
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("cannot create the directory {}", out.display()))?;
-    let settings = lab::run::Settings {
-        exe: std::env::current_exe().context("cannot find fulcrum's own executable")?,
-        out: out.to_owned(),
-        progress: true,
-    };
     println!(
         "fulcrum demo: {}\n\n{} contenders, each behind fresh backends on loopback, on the same trace ({} s each)\n",
         scenario.description,
@@ -35,5 +26,5 @@ pub fn run(out: &Path) -> anyhow::Result<ExitCode> {
             .duration
             .as_secs()
     );
-    crate::lab_run::play(&scenario, &settings)
+    crate::lab_run::play(&scenario, out, true)
 }

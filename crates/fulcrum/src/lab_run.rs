@@ -5,20 +5,27 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-/// Plays `scenario`, writes its results and report into `settings.out`, and prints the table.
-/// Blocks the calling thread, which must be the main thread and outside any runtime: the
-/// runner's children carry a parent-death signal tied to the thread that started them.
+/// Plays `scenario`, writes its results and report into `out`, and prints the table. Blocks
+/// the calling thread, which must be the main thread and outside any runtime: the runner's
+/// children carry a parent-death signal tied to the thread that started them.
 pub fn play(
     scenario: &lab::scenario::Scenario,
-    settings: &lab::run::Settings,
+    out: &std::path::Path,
+    progress: bool,
 ) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the directory {}", out.display()))?;
+    let settings = &lab::run::Settings {
+        exe: std::env::current_exe().context("cannot find fulcrum's own executable")?,
+        out: out.to_owned(),
+        progress,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("fulcrum-lab")
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    let out = &settings.out;
     runtime.block_on(async {
         let stop = interrupted()?;
         tokio::select! {
@@ -33,26 +40,28 @@ pub fn play(
                 );
                 Ok(ExitCode::SUCCESS)
             }
-            () = stop => {
+            signal = stop => {
                 // Dropping the run killed every process it had started.
                 eprintln!(
-                    "fulcrum: interrupted: every process the run started is stopped; no results were written"
+                    "fulcrum: interrupted ({}): every process the run started is stopped; no results were written",
+                    signal.0
                 );
-                Ok(ExitCode::from(130))
+                Ok(ExitCode::from(128 + signal.1))
             }
         }
     })
 }
 
-/// Resolves on the first SIGINT or SIGTERM (handlers installed at the call).
-fn interrupted() -> anyhow::Result<impl Future<Output = ()>> {
+/// Resolves on the first SIGINT or SIGTERM (handlers installed at the call), with its name and
+/// number.
+fn interrupted() -> anyhow::Result<impl Future<Output = (&'static str, u8)>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
     Ok(async move {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = term.recv() => ("SIGTERM", 15),
+            _ = int.recv() => ("SIGINT", 2),
         }
     })
 }

@@ -489,19 +489,8 @@ fn lab_run(
     progress: bool,
 ) -> anyhow::Result<ExitCode> {
     let scenario = lab::scenario::Scenario::load(scenario).map_err(anyhow::Error::msg)?;
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("cannot create the directory {}", out.display()))?;
-    let settings = lab::run::Settings {
-        exe: std::env::current_exe().context("cannot find fulcrum's own executable")?,
-        out: out.to_owned(),
-        progress,
-    };
-    fulcrum::lab_run::play(&scenario, &settings)
+    fulcrum::lab_run::play(&scenario, out, progress)
 }
-
-/// Costs drawn ahead for a closed-loop run, which takes them in order (and from the start
-/// again past the last): 2^20 of them, 24 MiB.
-const CLOSED_LOOP_COSTS: usize = 1 << 20;
 
 /// File descriptors kept free beside the closed-loop users' connections (the runtime, the
 /// trace file, stdio).
@@ -527,7 +516,8 @@ fn lab_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
                 duration: args.duration,
                 clients: args.clients.unwrap_or(users.max()),
             };
-            let costs = lab::schedule::costs(args.cost, CLOSED_LOOP_COSTS, args.seed);
+            let costs =
+                lab::schedule::costs(args.cost, lab::schedule::CLOSED_LOOP_COSTS, args.seed);
             (costs, mode)
         }
         (Some(pattern), None) => {

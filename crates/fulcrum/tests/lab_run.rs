@@ -186,7 +186,11 @@ fn a_killed_or_interrupted_run_leaves_no_process_behind() {
         assert!(status.success());
         let exit = run.wait().unwrap();
         if signal == "TERM" {
-            assert_eq!(exit.code(), Some(130), "SIGTERM is an interruption");
+            assert_eq!(
+                exit.code(),
+                Some(143),
+                "SIGTERM is an interruption: 128 + 15"
+            );
             let mut stderr = String::new();
             std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
             assert!(stderr.contains("interrupted"), "{stderr}");

@@ -99,9 +99,7 @@ pub struct Results {
 /// How long a balancer or backend may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between the backends' start and the load, when an antagonist's phase must line up.
-const ANTAGONIST_LEAD: Duration = Duration::from_millis(1500);
-/// Costs drawn ahead for a closed loop (reused from the start past the last).
-const CLOSED_LOOP_COSTS: usize = 1 << 20;
+const ANTAGONIST_LEAD: Duration = Duration::from_millis(2500);
 /// How often every backend's `/load` is read during a run.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
@@ -123,14 +121,27 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             scenario.seed,
         ),
         // A closed loop takes the costs in order.
-        Load::Closed(_) => crate::schedule::costs(traffic.cost, CLOSED_LOOP_COSTS, scenario.seed),
+        Load::Closed(_) => crate::schedule::costs(
+            traffic.cost,
+            crate::schedule::CLOSED_LOOP_COSTS,
+            scenario.seed,
+        ),
     };
+    for stale in ["results.csv", "results.md", "report.html"] {
+        let _ = std::fs::remove_file(settings.out.join(stale));
+    }
+    preflight(scenario, &traffic, &plans, settings).await?;
     let started = SystemTime::now();
     let clock = Instant::now();
-    let total = scenario.repetitions as usize * scenario.algorithms.len();
+    let n = scenario.algorithms.len();
+    let total = scenario.repetitions as usize * n;
     let mut runs = Vec::with_capacity(total);
     for repetition in 0..scenario.repetitions {
-        for (k, contender) in scenario.algorithms.iter().enumerate() {
+        // Each repetition starts one contender later, so none is always first (on a cold
+        // machine) or always last.
+        for i in 0..n {
+            let k = (i + repetition as usize) % n;
+            let contender = &scenario.algorithms[k];
             let balancer = contender.balancer().map_err(anyhow::Error::msg)?;
             if settings.progress {
                 eprintln!(
@@ -143,7 +154,6 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             }
             let tag = format!("r{}-{k}", repetition + 1);
             let one = Contender {
-                label: &contender.name,
                 balancer,
                 options: &contender.options,
                 tag: &tag,
@@ -152,6 +162,12 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
                 .await
                 .with_context(|| format!("running {}", contender.name))?;
             let row = measure(&outcomes, &samples, &plans, &traffic);
+            // The plots show the first repetition; later ones keep only their numbers.
+            let (outcomes, samples) = if repetition == 0 {
+                (outcomes, samples)
+            } else {
+                (Vec::new(), Vec::new())
+            };
             if settings.progress {
                 eprintln!(
                     "      p50 {:.1} ms  p99 {:.1} ms  timeouts {}  failures {}  util σ {:.3}",
@@ -183,7 +199,6 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
 }
 
 struct Contender<'a> {
-    label: &'a str,
     balancer: Balancer,
     options: &'a toml::Table,
     /// Names this run's files.
@@ -209,9 +224,10 @@ async fn run_one(
         .map_or(0, |d| d.as_millis());
 
     let mut addrs = Vec::with_capacity(plans.len());
-    for plan in plans {
+    for (i, plan) in plans.iter().enumerate() {
         let addr = free_addr()?;
-        let mut args = backend_args(plan, addr, scenario.seed);
+        // Each backend its own stream of draws, the same in every run.
+        let mut args = backend_args(plan, addr, scenario.seed ^ (i as u64 + 1));
         if antagonist {
             args.extend(["--epoch-ms".into(), epoch_ms.to_string()]);
         }
@@ -246,17 +262,13 @@ async fn run_one(
         Balancer::Nginx(algorithm) => {
             let prefix = work.join(format!("{}-nginx", contender.tag));
             std::fs::create_dir_all(prefix.join("logs"))
+                .and_then(|()| std::fs::create_dir_all(prefix.join("tmp")))
                 .with_context(|| format!("cannot create {}", prefix.display()))?;
             let file = prefix.join("nginx.conf");
             let config = nginx_config(algorithm, plans, &addrs, listen, traffic.timeout, &prefix);
             std::fs::write(&file, config)
                 .with_context(|| format!("cannot write {}", file.display()))?;
-            let args = vec![
-                "-p".into(),
-                prefix.display().to_string(),
-                "-c".into(),
-                file.display().to_string(),
-            ];
+            let args = nginx_args(&prefix, &file);
             let log = work.join(format!("{}-nginx.log", contender.tag));
             children.spawn(name, Path::new(&find_program("nginx")?), &args, &log)?;
         }
@@ -281,9 +293,10 @@ async fn run_one(
     if antagonist {
         let now = Instant::now();
         if now > epoch_at {
-            tracing::warn!(
-                late_ms = (now - epoch_at).as_millis() as u64,
-                "the run started after the antagonists' time zero: their phases are shifted by that much"
+            bail!(
+                "the backends and the balancer took {} ms longer to start than the {} ms allowed before the antagonists' time zero, so this contender would see the drops at other moments of the trace than the others; the machine is too busy for this run",
+                (now - epoch_at).as_millis(),
+                ANTAGONIST_LEAD.as_millis()
             );
         }
         tokio::time::sleep_until(epoch_at).await;
@@ -316,7 +329,6 @@ async fn run_one(
         let sampling = sample_loads(&addrs, &done);
         tokio::join!(load, sampling)
     };
-    let _ = contender.label;
     children.stop().await;
     Ok((outcomes, samples))
 }
@@ -379,10 +391,15 @@ pub fn measure(
         .iter()
         .map(|&n| n as f64 / answered.len().max(1) as f64)
         .collect();
+    let during: Vec<LoadSample> = samples
+        .iter()
+        .filter(|s| s.at <= traffic.duration)
+        .copied()
+        .collect();
     Row {
         throughput_rps: answered.len() as f64 / traffic.duration.as_secs_f64(),
         peak_concurrency: peak_concurrency(outcomes, traffic.timeout),
-        util_stddev: util_stddev(samples),
+        util_stddev: util_stddev(&during),
         summary,
         shares,
     }
@@ -411,12 +428,13 @@ pub fn peak_concurrency(outcomes: &[Outcome], timeout: Duration) -> u64 {
     peak as u64
 }
 
-/// Seed 000's σ: at each sampling instant, the standard deviation of the backends' CPU
-/// utilization across backends; averaged over the instants with at least two backends.
+/// Seed 000's σ: at each sampling instant, the standard deviation of the backends'
+/// utilization across backends — each backend's busier resource, CPU or IO bandwidth (an `io`
+/// backend's work shows as `net`) — averaged over the instants with at least two backends.
 pub fn util_stddev(samples: &[LoadSample]) -> f64 {
     let mut by_instant: std::collections::BTreeMap<Duration, Vec<f64>> = Default::default();
     for s in samples {
-        by_instant.entry(s.at).or_default().push(s.cpu);
+        by_instant.entry(s.at).or_default().push(s.cpu.max(s.net));
     }
     let sigmas: Vec<f64> = by_instant
         .values()
@@ -571,6 +589,11 @@ error_log {prefix}/logs/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
     access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
     upstream lab {{
         {method}
 {servers}        keepalive 256;
@@ -592,8 +615,11 @@ http {{
     )
 }
 
-/// HAProxy configured like fulcrum's contender: the same threads, read timeout and one
-/// retry on another server (`option redispatch`).
+/// HAProxy configured like fulcrum's contender: the same threads and read timeout; a failed
+/// connection retried on another server, each server at most once (`retries` = servers − 1,
+/// `option redispatch 1`); a server whose connection fails taken out at once and checked
+/// again every 10 s (`observe layer4 error-limit 1 on-error mark-down`, `check inter 10s`), as
+/// fulcrum's and nginx's `max_fails=1 fail_timeout=10s`.
 fn haproxy_config(
     algorithm: HaproxyAlgorithm,
     plans: &[BackendPlan],
@@ -618,7 +644,7 @@ fn haproxy_config(
             );
         }
         servers.push_str(&format!(
-            "    server {} {addr} weight {}{}\n",
+            "    server {} {addr} weight {}{} check inter 10s fall 1 rise 1 observe layer4 error-limit 1 on-error mark-down\n",
             plan.name,
             plan.spec.weight,
             if plan.spec.backup { " backup" } else { "" }
@@ -633,8 +659,8 @@ defaults
     timeout connect 5s
     timeout client 60s
     timeout server {timeout}
-    retries 1
-    option redispatch
+    retries {retries}
+    option redispatch 1
 frontend lab
     bind {listen}
     default_backend lab
@@ -642,6 +668,7 @@ backend lab
     balance {balance}
 {servers}",
         timeout = millis(timeout),
+        retries = plans.len().saturating_sub(1).max(1),
     ))
 }
 
@@ -650,6 +677,108 @@ backend lab
 fn free_addr() -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     listener.local_addr().context("finding a free port")
+}
+
+/// nginx's arguments: its prefix, its configuration, and the error log under the prefix from
+/// the start (before the configuration is read, nginx writes to its compiled-in one).
+fn nginx_args(prefix: &Path, file: &Path) -> Vec<String> {
+    vec![
+        "-p".into(),
+        prefix.display().to_string(),
+        "-e".into(),
+        prefix.join("logs/error.log").display().to_string(),
+        "-c".into(),
+        file.display().to_string(),
+    ]
+}
+
+/// Checks, before anything runs, what would otherwise fail only at a contender's turn: that
+/// `setpriv` is there, and that every contender's configuration is one its balancer accepts
+/// (`fulcrum check`, `nginx -t`, `haproxy -c`), with stand-in addresses.
+async fn preflight(
+    scenario: &Scenario,
+    traffic: &Traffic,
+    plans: &[BackendPlan],
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    if !Path::new(SETPRIV).is_file() {
+        bail!(
+            "{SETPRIV} is missing: the lab starts every process through it, so that none outlives the run; install util-linux"
+        );
+    }
+    let dir = settings.out.join("work").join("preflight");
+    std::fs::create_dir_all(dir.join("logs"))
+        .and_then(|()| std::fs::create_dir_all(dir.join("tmp")))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let addrs: Vec<SocketAddr> = (0..plans.len())
+        .map(|i| SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16)))
+        .collect();
+    let listen = SocketAddr::from(([127, 0, 0, 1], 9_999));
+    for (k, contender) in scenario.algorithms.iter().enumerate() {
+        let balancer = contender.balancer().map_err(anyhow::Error::msg)?;
+        let (program, args) = match balancer {
+            Balancer::Fulcrum(algorithm) => {
+                let file = dir.join(format!("{k}-fulcrum.toml"));
+                let config = fulcrum_config(
+                    algorithm,
+                    &contender.options,
+                    scenario,
+                    plans,
+                    &addrs,
+                    listen,
+                    traffic.timeout,
+                )?;
+                std::fs::write(&file, config)
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                let args = vec![
+                    "check".into(),
+                    "--config".into(),
+                    file.display().to_string(),
+                ];
+                (settings.exe.display().to_string(), args)
+            }
+            Balancer::Nginx(algorithm) => {
+                let file = dir.join(format!("{k}-nginx.conf"));
+                let config = nginx_config(algorithm, plans, &addrs, listen, traffic.timeout, &dir);
+                std::fs::write(&file, config)
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                let mut args = vec!["-t".into()];
+                args.extend(nginx_args(&dir, &file));
+                (find_program("nginx")?, args)
+            }
+            Balancer::Haproxy(algorithm) => {
+                let file = dir.join(format!("{k}-haproxy.cfg"));
+                let config = haproxy_config(
+                    algorithm,
+                    plans,
+                    &addrs,
+                    listen,
+                    traffic.timeout,
+                    scenario.proxy.workers,
+                )?;
+                std::fs::write(&file, config)
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                let args = vec!["-c".into(), "-f".into(), file.display().to_string()];
+                (find_program("haproxy")?, args)
+            }
+        };
+        let out = Command::new(&program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .with_context(|| format!("cannot run {program}"))?;
+        if !out.status.success() {
+            bail!(
+                "algorithm {:?}: its configuration is refused ({program} {}):\n{}{}",
+                contender.name,
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `name` on the PATH or in /usr/sbin.
@@ -664,6 +793,9 @@ fn find_program(name: &str) -> anyhow::Result<String> {
             format!("{name} is not installed: install it (Debian: apt-get install {name}) to compare with it")
         })
 }
+
+/// util-linux's `setpriv`, which starts every child with the parent-death signal.
+const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// The processes of one run. Dropping it kills every one of them.
 #[derive(Debug, Default)]
@@ -685,14 +817,8 @@ impl Children {
         let err = out
             .try_clone()
             .with_context(|| format!("cannot open the log {}", log.display()))?;
-        let setpriv = Path::new("/usr/bin/setpriv");
-        let mut command = if setpriv.is_file() {
-            let mut c = Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        };
+        let mut command = Command::new(SETPRIV);
+        command.args(["--pdeathsig", "KILL", "--"]).arg(program);
         command
             .args(args)
             .stdin(Stdio::null())

@@ -345,6 +345,11 @@ impl Scenario {
                     b.mode
                 ));
             }
+            if b.die_after == Some(0) {
+                return Err(format!(
+                    "{at}: die_after = 0: write 1 or more (it dies on that request)"
+                ));
+            }
             if let Some(p) = b.fail_rate
                 && !(0.0..=1.0).contains(&p)
             {
@@ -374,13 +379,29 @@ impl Scenario {
             if !labels.insert(a.name.as_str()) {
                 return Err(format!("two algorithms are labelled {:?}", a.name));
             }
-            if a.name.contains(',') || a.name.contains('\n') || a.name.is_empty() {
+            if a.name.is_empty() || a.name.contains([',', '"']) || a.name.contains(char::is_control)
+            {
                 return Err(format!(
-                    "algorithm {:?}: a label is not empty and has no commas or line breaks (it is a CSV cell)",
+                    "algorithm {:?}: a label is not empty and has no commas, quotes or control characters (it is a CSV cell)",
                     a.name
                 ));
             }
             let balancer = a.balancer()?;
+            if matches!(
+                balancer,
+                Balancer::Nginx(
+                    NginxAlgorithm::IpHash
+                        | NginxAlgorithm::Hash
+                        | NginxAlgorithm::Random
+                        | NginxAlgorithm::RandomTwo
+                )
+            ) && self.backends.iter().any(|b| b.backup)
+            {
+                return Err(format!(
+                    "algorithm {:?}: nginx refuses backup servers with hash, ip_hash and random; drop `backup` or this contender",
+                    a.name
+                ));
+            }
             if !a.options.is_empty() && !matches!(balancer, Balancer::Fulcrum(_)) {
                 return Err(format!(
                     "algorithm {:?}: options are fulcrum's [[upstream]] keys; {} is configured the same way as fulcrum without them",
@@ -472,10 +493,36 @@ impl Scenario {
                 t.clients
             ));
         }
+        let length = duration(&t.duration, "duration")?;
+        let least_hold = Duration::from_millis(100);
+        let hold = match &load {
+            Load::Open(Pattern::Steps { hold, .. }) => Some(*hold),
+            Load::Closed(crate::load::closed::Users::Steps { hold, .. }) => Some(*hold),
+            _ => None,
+        };
+        if hold.is_some_and(|h| h < least_hold) {
+            return Err("traffic: a step's HOLD is at least 100ms".into());
+        }
+        if let Load::Open(pattern) = &load {
+            let peak = match *pattern {
+                Pattern::Constant { rps } => rps,
+                Pattern::Sine { max, .. } => max,
+                Pattern::Steps { start, end, .. } => start.max(end),
+                Pattern::Burst { n, repeat, .. } => f64::from(n) / repeat.as_secs_f64(),
+            };
+            // Poisson arrivals scatter around the rate: keep a tenth in hand.
+            let most = peak * length.as_secs_f64() * 1.1 + 1.0;
+            if most > crate::schedule::MAX_ARRIVALS as f64 {
+                return Err(format!(
+                    "traffic: up to {most:.0} requests at this pattern and duration, more than the {} a trace holds; shorten the duration or lower the rate",
+                    crate::schedule::MAX_ARRIVALS
+                ));
+            }
+        }
         Ok(Traffic {
             load,
             spacing,
-            duration: duration(&t.duration, "duration")?,
+            duration: length,
             cost: Cost::from_str(&t.cost).map_err(|e| format!("traffic.cost: {e}"))?,
             timeout: duration(&t.timeout, "timeout")?,
             clients: t.clients,

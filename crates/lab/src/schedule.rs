@@ -71,6 +71,10 @@ pub struct Arrival {
 /// The most requests a schedule holds (a bound on memory: 10 million is 240 MB).
 pub const MAX_ARRIVALS: usize = 10_000_000;
 
+/// Costs drawn ahead for a closed loop, which takes them in order (and from the start again
+/// past the last): 2^20 of them, 24 MiB.
+pub const CLOSED_LOOP_COSTS: usize = 1 << 20;
+
 fn positive(v: &str, what: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),

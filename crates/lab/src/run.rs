@@ -241,54 +241,20 @@ async fn run_one(
 
     let listen = free_addr()?;
     let name = "balancer";
-    match contender.balancer {
-        Balancer::Fulcrum(algorithm) => {
-            let config = fulcrum_config(
-                algorithm,
-                contender.options,
-                scenario,
-                plans,
-                &addrs,
-                listen,
-                traffic.timeout,
-            )?;
-            let file = work.join(format!("{}-fulcrum.toml", contender.tag));
-            std::fs::write(&file, config)
-                .with_context(|| format!("cannot write {}", file.display()))?;
-            let args = vec!["run".into(), "--config".into(), file.display().to_string()];
-            let log = work.join(format!("{}-fulcrum.log", contender.tag));
-            children.spawn(name, &settings.exe, &args, &log)?;
-        }
-        Balancer::Nginx(algorithm) => {
-            let prefix = work.join(format!("{}-nginx", contender.tag));
-            std::fs::create_dir_all(prefix.join("logs"))
-                .and_then(|()| std::fs::create_dir_all(prefix.join("tmp")))
-                .with_context(|| format!("cannot create {}", prefix.display()))?;
-            let file = prefix.join("nginx.conf");
-            let config = nginx_config(algorithm, plans, &addrs, listen, traffic.timeout, &prefix);
-            std::fs::write(&file, config)
-                .with_context(|| format!("cannot write {}", file.display()))?;
-            let args = nginx_args(&prefix, &file);
-            let log = work.join(format!("{}-nginx.log", contender.tag));
-            children.spawn(name, Path::new(&find_program("nginx")?), &args, &log)?;
-        }
-        Balancer::Haproxy(algorithm) => {
-            let file = work.join(format!("{}-haproxy.cfg", contender.tag));
-            let config = haproxy_config(
-                algorithm,
-                plans,
-                &addrs,
-                listen,
-                traffic.timeout,
-                scenario.proxy.workers,
-            )?;
-            std::fs::write(&file, config)
-                .with_context(|| format!("cannot write {}", file.display()))?;
-            let args = vec!["-db".into(), "-f".into(), file.display().to_string()];
-            let log = work.join(format!("{}-haproxy.log", contender.tag));
-            children.spawn(name, Path::new(&find_program("haproxy")?), &args, &log)?;
-        }
-    }
+    let setup = balancer_setup(
+        contender.balancer,
+        contender.options,
+        scenario,
+        traffic,
+        plans,
+        &addrs,
+        listen,
+        &work,
+        contender.tag,
+        &settings.exe,
+    )?;
+    let log = work.join(format!("{}-{}.log", contender.tag, setup.kind));
+    children.spawn(name, &setup.program, &setup.run, &log)?;
     children.wait_listening(name, listen).await?;
     if antagonist {
         let now = Instant::now();
@@ -679,6 +645,96 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
     listener.local_addr().context("finding a free port")
 }
 
+/// A contender's balancer, its configuration written: what to run, and how to check it.
+struct Setup {
+    /// `fulcrum`, `nginx` or `haproxy`: names its log.
+    kind: &'static str,
+    program: PathBuf,
+    run: Vec<String>,
+    check: Vec<String>,
+}
+
+/// Writes the configuration of `balancer` over `addrs`, listening on `listen`, into `dir`
+/// (files named by `tag`); `exe` is fulcrum.
+#[allow(clippy::too_many_arguments)]
+fn balancer_setup(
+    balancer: Balancer,
+    options: &toml::Table,
+    scenario: &Scenario,
+    traffic: &Traffic,
+    plans: &[BackendPlan],
+    addrs: &[SocketAddr],
+    listen: SocketAddr,
+    dir: &Path,
+    tag: &str,
+    exe: &Path,
+) -> anyhow::Result<Setup> {
+    let write = |file: &Path, text: String| {
+        std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
+    };
+    Ok(match balancer {
+        Balancer::Fulcrum(algorithm) => {
+            let file = dir.join(format!("{tag}-fulcrum.toml"));
+            let config = fulcrum_config(
+                algorithm,
+                options,
+                scenario,
+                plans,
+                addrs,
+                listen,
+                traffic.timeout,
+            )?;
+            write(&file, config)?;
+            let file = file.display().to_string();
+            Setup {
+                kind: "fulcrum",
+                program: exe.to_owned(),
+                run: vec!["run".into(), "--config".into(), file.clone()],
+                check: vec!["check".into(), "--config".into(), file],
+            }
+        }
+        Balancer::Nginx(algorithm) => {
+            let prefix = dir.join(format!("{tag}-nginx"));
+            std::fs::create_dir_all(prefix.join("logs"))
+                .and_then(|()| std::fs::create_dir_all(prefix.join("tmp")))
+                .with_context(|| format!("cannot create {}", prefix.display()))?;
+            let file = prefix.join("nginx.conf");
+            write(
+                &file,
+                nginx_config(algorithm, plans, addrs, listen, traffic.timeout, &prefix),
+            )?;
+            let run = nginx_args(&prefix, &file);
+            let mut check = vec!["-t".into()];
+            check.extend(run.iter().cloned());
+            Setup {
+                kind: "nginx",
+                program: PathBuf::from(find_program("nginx")?),
+                run,
+                check,
+            }
+        }
+        Balancer::Haproxy(algorithm) => {
+            let file = dir.join(format!("{tag}-haproxy.cfg"));
+            let config = haproxy_config(
+                algorithm,
+                plans,
+                addrs,
+                listen,
+                traffic.timeout,
+                scenario.proxy.workers,
+            )?;
+            write(&file, config)?;
+            let file = file.display().to_string();
+            Setup {
+                kind: "haproxy",
+                program: PathBuf::from(find_program("haproxy")?),
+                run: vec!["-db".into(), "-f".into(), file.clone()],
+                check: vec!["-c".into(), "-f".into(), file],
+            }
+        }
+    })
+}
+
 /// nginx's arguments: its prefix, its configuration, and the error log under the prefix from
 /// the start (before the configuration is read, nginx writes to its compiled-in one).
 fn nginx_args(prefix: &Path, file: &Path) -> Vec<String> {
@@ -707,61 +763,26 @@ async fn preflight(
         );
     }
     let dir = settings.out.join("work").join("preflight");
-    std::fs::create_dir_all(dir.join("logs"))
-        .and_then(|()| std::fs::create_dir_all(dir.join("tmp")))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let addrs: Vec<SocketAddr> = (0..plans.len())
         .map(|i| SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16)))
         .collect();
     let listen = SocketAddr::from(([127, 0, 0, 1], 9_999));
     for (k, contender) in scenario.algorithms.iter().enumerate() {
         let balancer = contender.balancer().map_err(anyhow::Error::msg)?;
-        let (program, args) = match balancer {
-            Balancer::Fulcrum(algorithm) => {
-                let file = dir.join(format!("{k}-fulcrum.toml"));
-                let config = fulcrum_config(
-                    algorithm,
-                    &contender.options,
-                    scenario,
-                    plans,
-                    &addrs,
-                    listen,
-                    traffic.timeout,
-                )?;
-                std::fs::write(&file, config)
-                    .with_context(|| format!("cannot write {}", file.display()))?;
-                let args = vec![
-                    "check".into(),
-                    "--config".into(),
-                    file.display().to_string(),
-                ];
-                (settings.exe.display().to_string(), args)
-            }
-            Balancer::Nginx(algorithm) => {
-                let file = dir.join(format!("{k}-nginx.conf"));
-                let config = nginx_config(algorithm, plans, &addrs, listen, traffic.timeout, &dir);
-                std::fs::write(&file, config)
-                    .with_context(|| format!("cannot write {}", file.display()))?;
-                let mut args = vec!["-t".into()];
-                args.extend(nginx_args(&dir, &file));
-                (find_program("nginx")?, args)
-            }
-            Balancer::Haproxy(algorithm) => {
-                let file = dir.join(format!("{k}-haproxy.cfg"));
-                let config = haproxy_config(
-                    algorithm,
-                    plans,
-                    &addrs,
-                    listen,
-                    traffic.timeout,
-                    scenario.proxy.workers,
-                )?;
-                std::fs::write(&file, config)
-                    .with_context(|| format!("cannot write {}", file.display()))?;
-                let args = vec!["-c".into(), "-f".into(), file.display().to_string()];
-                (find_program("haproxy")?, args)
-            }
-        };
+        let setup = balancer_setup(
+            balancer,
+            &contender.options,
+            scenario,
+            traffic,
+            plans,
+            &addrs,
+            listen,
+            &dir,
+            &k.to_string(),
+            &settings.exe,
+        )?;
+        let (program, args) = (setup.program.display().to_string(), setup.check);
         let out = Command::new(&program)
             .args(&args)
             .stdin(Stdio::null())

@@ -8,8 +8,6 @@
 //! The choice is made by `balance::Pool` — the proxy's own code — with in-flight counts as
 //! the queue lengths (one balancer sees every request, as in the model).
 
-use std::collections::HashMap;
-
 use balance::{Algorithm, BackendSpec, Nanos, Options, Outcome, Pool, Ticket};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
@@ -67,8 +65,10 @@ pub fn run(setup: &Setup) -> f64 {
     let gaps = Exp::new(setup.load * setup.servers as f64).expect("a positive rate");
     let work = Exp::new(1.0).expect("a positive rate");
     let mut servers: Vec<Server> = (0..setup.servers).map(|_| Server::new(1, 1.0)).collect();
-    // Jobs in the system: their tickets and arrival times.
-    let mut jobs: HashMap<u64, (Ticket, Time)> = HashMap::new();
+    // Jobs in the system, in a slab (a job's id is its index; freed places are reused):
+    // ticket, arrival time, and whether it is measured.
+    let mut jobs: Vec<Option<(Ticket, Time, bool)>> = Vec::new();
+    let mut free: Vec<u64> = Vec::new();
     let mut events = Events::default();
     let total = setup.warmup + setup.requests;
     let (mut arrived, mut measured, mut sum) = (0u64, 0u64, 0f64);
@@ -76,7 +76,7 @@ pub fn run(setup: &Setup) -> f64 {
     while let Some((now, event)) = events.pop() {
         match event {
             Event::Arrival => {
-                let id = arrived;
+                let measured_job = arrived >= setup.warmup;
                 arrived += 1;
                 if arrived < total {
                     let gap = (gaps.sample(&mut rng) * SECOND) as Time;
@@ -87,15 +87,28 @@ pub fn run(setup: &Setup) -> f64 {
                 };
                 let k = ticket.backend().index();
                 let w = (work.sample(&mut rng) * SECOND) as Time;
-                jobs.insert(id, (ticket, now));
+                let job = Some((ticket, now, measured_job));
+                let id = match free.pop() {
+                    Some(id) => {
+                        jobs[id as usize] = job;
+                        id
+                    }
+                    None => {
+                        jobs.push(job);
+                        jobs.len() as u64 - 1
+                    }
+                };
                 if let Some(end) = servers[k].arrive(now, id, w) {
                     events.push(end, Event::Departure(k, id));
                 }
             }
             Event::Departure(k, id) => {
-                if let Some((ticket, at)) = jobs.remove(&id) {
+                if let Some((ticket, at, counted)) =
+                    jobs.get_mut(id as usize).and_then(Option::take)
+                {
+                    free.push(id);
                     pool.complete(ticket, Outcome::Success, Nanos(now));
-                    if id >= setup.warmup {
+                    if counted {
                         measured += 1;
                         sum += (now - at) as f64 / SECOND;
                     }

@@ -18,8 +18,20 @@
 //!   share `1 − L`, over the cluster's total capacity; with the utilization spread `σ` and the
 //!   jitter `d` that the paper judges a weighting by. Balanced by smooth weighted round robin.
 //!
+//! gRFC A58's client-side weighted round robin is the fourth, in [`utilization`].
+//!
+//! Around them:
+//!
+//! * [`model`]: [`Model`](model::Model), the model an algorithm balances by behind one
+//!   interface (reports and observed rates in, weights out).
+//! * [`feed`]: [`Feed`](feed::Feed), the feedback policy around the model: a missed poll keeps
+//!   the last report for `stale_after` polls, then the backend counts as the [`average`](feed::average)
+//!   of the fresh reports, with none fresh the configured weights apply; the request and
+//!   failure rates A58 reads. One [`Feed::round`](feed::Feed::round) per poll round.
+//!
 //! Nothing here reads a clock or does I/O: the control plane collects [`LoadReport`]s (from the
-//! agent, node_exporter or memcached), feeds them in with the time, and applies the weights.
+//! agent, node_exporter or memcached) and hands each round to a [`Feed`](feed::Feed) with the
+//! time, then applies the weights; the simulator feeds the same `Feed` simulated reports.
 //!
 //! # Conventions shared by the models
 //!
@@ -49,6 +61,8 @@
 pub mod capacity_weighted;
 pub mod dwlc;
 pub mod dynamic_wrr;
+pub mod feed;
+pub mod model;
 pub mod utilization;
 
 use std::fmt;

@@ -4,13 +4,13 @@
 //! * **Bounded work.** All sources are polled at once, each within `poll_timeout` (which the
 //!   configuration keeps below `poll_interval`), so there is at most one poll in flight per
 //!   source and a round never overlaps the next.
-//! * **Staleness.** A backend whose source misses a poll keeps its last report for
-//!   `stale_after` polls in a row (a lost poll or two change nothing). After that its report
-//!   is stale, and the backend is taken to be as loaded as the average of the backends with
-//!   fresh reports: it neither gets the flood an idle report would draw (the models read a
-//!   missing report as idle) nor is starved as if it were full. When no backend has a fresh
-//!   report, the configured weights come back. The transition to stale and back is logged
-//!   once each, not on every poll.
+//! * **Staleness, rates, the model.** The policy is pure code in [`balance::weights::feed`],
+//!   shared with the simulator: this loop turns each round's poll results into
+//!   [`Poll`]s and hands them to [`Feed::round`] with the pool's request and failure counts
+//!   and the time. A backend whose source misses a poll keeps its last report for
+//!   `stale_after` polls in a row; after that it is weighted as the average of the backends
+//!   with fresh reports; with no fresh report anywhere the configured weights come back. The
+//!   transition to stale and back is logged once each, not on every poll.
 //! * **Applying.** The model's weights for every backend are applied in one
 //!   [`proxy::Upstream::set_weights`]: one lock, one rebuild of the algorithm's tables, no
 //!   connection touched. Every change is logged with the old and new weights and the reports
@@ -20,15 +20,15 @@ use std::sync::Arc;
 
 use balance::Nanos;
 use balance::weights::LoadReport;
+use balance::weights::feed::{Feed, Poll};
+use balance::weights::model::Model;
 use proxy::{LoadSource, Upstream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::model::Model;
 use crate::node_exporter::NodeExporter;
 use crate::source::{self, PollError};
-use balance::weights::utilization::Observed;
 
 /// A backend's load source, with whatever it keeps between polls.
 #[derive(Debug, Clone)]
@@ -73,16 +73,6 @@ impl Poller {
     }
 }
 
-/// What the loop knows of one backend's reports.
-#[derive(Debug, Clone, Default)]
-struct Tracked {
-    last: Option<LoadReport>,
-    /// Polls in a row without a fresh report.
-    missed: u32,
-    /// Whether the report was last logged as stale.
-    stale: bool,
-}
-
 /// An upstream's feedback loop state.
 #[derive(Debug)]
 pub struct Feedback {
@@ -93,13 +83,9 @@ pub struct Feedback {
     names: Vec<String>,
     /// Each primary backend's poller, pool order (`None` while its poll is out).
     sources: Vec<Option<Poller>>,
-    configured: Vec<u32>,
-    model: Model,
-    tracked: Vec<Tracked>,
+    /// Staleness, rates and the weight model.
+    feed: Feed,
     epoch: Instant,
-    /// Requests and failures completed on each backend at the last round, and when: the
-    /// balancer's own rates for A58's model.
-    counted: Option<(Instant, Vec<(u64, u64)>)>,
 }
 
 impl Feedback {
@@ -124,124 +110,81 @@ impl Feedback {
             .map(|s| s.as_ref().map(|(s, name)| Poller::new(*s, name)))
             .collect();
         let settings = upstream.settings();
-        let model = Model::for_algorithm(settings.algorithm, &configured, &settings.options)?;
-        let tracked = vec![Tracked::default(); configured.len()];
+        let feed = Feed::new(
+            settings.algorithm,
+            &configured,
+            &settings.options,
+            settings.stale_after,
+        )?;
         let names = backends.iter().map(|b| b.name.clone()).collect();
         Some(Feedback {
             upstream,
             names,
             specs,
             sources,
-            configured,
-            model,
-            tracked,
+            feed,
             epoch: Instant::now(),
-            counted: None,
         })
     }
 
-    /// Records one round of polls (`None` for a backend without a source) and returns the
-    /// reports the model gets (see the module docs), or `None` when no backend has a fresh
-    /// report (the configured weights apply).
-    fn record(
-        &mut self,
-        polled: Vec<Option<Result<LoadReport, PollError>>>,
-    ) -> Option<Vec<Option<LoadReport>>> {
-        let stale_after = self.upstream.settings().stale_after;
-        let name = self.upstream.name().to_owned();
-        let backends = &self.names;
-        for (i, (t, result)) in self.tracked.iter_mut().zip(polled).enumerate() {
-            match result {
+    /// One round: `polled` holds each primary's result (`None`: no source, or no report yet),
+    /// pool order. Logs the staleness transitions, applies the weights if they changed and
+    /// returns them.
+    fn round(&mut self, polled: Vec<Option<Result<LoadReport, PollError>>>) -> Option<Vec<u32>> {
+        let now = Nanos::from(self.epoch.elapsed());
+        let mut errors: Vec<Option<PollError>> = Vec::with_capacity(polled.len());
+        let polls: Vec<Poll> = polled
+            .into_iter()
+            .map(|result| match result {
                 Some(Ok(report)) => {
-                    t.last = Some(report);
-                    t.missed = 0;
-                    if t.stale {
-                        t.stale = false;
-                        tracing::info!(upstream = %name, backend = %backends[i], "load reports are fresh again");
-                    }
+                    errors.push(None);
+                    Poll::Report(report)
                 }
                 Some(Err(e)) => {
-                    t.missed = t.missed.saturating_add(1);
-                    if t.missed >= stale_after && !t.stale {
-                        t.stale = true;
-                        tracing::warn!(
-                            upstream = %name,
-                            backend = %backends[i],
-                            error = %e,
-                            polls = t.missed,
-                            "load reports are stale: the backend is weighted as the average of the fresh ones until its source answers"
-                        );
-                    } else {
-                        tracing::debug!(upstream = %name, backend = %backends[i], error = %e, "load poll failed");
-                    }
+                    errors.push(Some(e));
+                    Poll::Missed
                 }
-                None => {}
-            }
-        }
-        let fresh: Vec<LoadReport> = self
-            .tracked
-            .iter()
-            .filter(|t| t.missed < stale_after)
-            .filter_map(|t| t.last)
+                None => {
+                    errors.push(None);
+                    Poll::NoSource
+                }
+            })
             .collect();
-        let average = average(&fresh)?;
-        Some(
-            self.tracked
-                .iter()
-                .map(|t| match t.last {
-                    Some(report) if t.missed < stale_after => Some(report),
-                    _ => Some(average),
-                })
-                .collect(),
-        )
-    }
-
-    /// What the balancer saw of each backend since the last round: requests and failures per
-    /// second, and the CPU utilization of a report that came this round.
-    fn observe(&mut self) -> Vec<Observed> {
-        let now = Instant::now();
         let counts: Vec<(u64, u64)> = self
             .upstream
             .snapshot()
             .iter()
             .map(|b| (b.requests, b.failures))
             .collect();
-        let rates: Vec<(f64, f64)> = match &self.counted {
-            Some((then, before)) => {
-                let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
-                counts
-                    .iter()
-                    .zip(before)
-                    .map(|(&(r, f), &(r0, f0))| {
-                        (
-                            r.saturating_sub(r0) as f64 / secs,
-                            f.saturating_sub(f0) as f64 / secs,
-                        )
-                    })
-                    .collect()
+        let round = self.feed.round(&polls, &counts, now);
+        let name = self.upstream.name();
+        for (i, (backend, error)) in self.names.iter().zip(&errors).enumerate() {
+            if round.became_fresh.contains(&i) {
+                tracing::info!(upstream = %name, backend = %backend, "load reports are fresh again");
             }
-            None => vec![(0.0, 0.0); counts.len()],
-        };
-        self.counted = Some((now, counts));
-        rates
-            .into_iter()
-            .zip(&self.tracked)
-            .map(|((qps, eps), t)| Observed {
-                qps,
-                eps,
-                utilization: t.last.filter(|_| t.missed == 0).map(|r| r.cpu),
-            })
-            .collect()
+            let Some(e) = error else { continue };
+            if round.became_stale.contains(&i) {
+                tracing::warn!(
+                    upstream = %name,
+                    backend = %backend,
+                    error = %e,
+                    polls = self.feed.missed(i),
+                    "load reports are stale: the backend is weighted as the average of the fresh ones until its source answers"
+                );
+            } else {
+                tracing::debug!(upstream = %name, backend = %backend, error = %e, "load poll failed");
+            }
+        }
+        self.apply(round.weights, round.reports)
     }
 
-    /// Computes and applies the weights after a round; returns them if they changed.
-    fn apply(&mut self, reports: Option<Vec<Option<LoadReport>>>) -> Option<Vec<u32>> {
-        let now = Nanos::from(self.epoch.elapsed());
-        let observed = self.observe();
-        let weights = match &reports {
-            Some(reports) => self.model.weights(reports, &observed, now),
-            None => self.configured.clone(),
-        };
+    /// Applies `weights` (computed from `reports`) if they differ from the upstream's; returns
+    /// them if they changed.
+    fn apply(
+        &self,
+        weights: Vec<u32>,
+        reports: Option<Vec<Option<LoadReport>>>,
+    ) -> Option<Vec<u32>> {
         // The primaries' weights (backups follow them in pool order and keep theirs).
         let mut old = self.upstream.weights();
         old.truncate(weights.len());
@@ -282,22 +225,6 @@ fn primaries(upstream: &Upstream) -> Vec<&proxy::BackendSettings> {
         .into_iter()
         .filter(|b| !b.backup)
         .collect()
-}
-
-/// The mean of `reports`, field by field; `None` for no reports.
-fn average(reports: &[LoadReport]) -> Option<LoadReport> {
-    if reports.is_empty() {
-        return None;
-    }
-    let n = reports.len() as f64;
-    let mean = |f: fn(&LoadReport) -> f64| reports.iter().map(f).sum::<f64>() / n;
-    Some(LoadReport {
-        cpu: mean(|r| r.cpu),
-        mem: mean(|r| r.mem),
-        disk: mean(|r| r.disk),
-        net: mean(|r| r.net),
-        container_mem: mean(|r| r.container_mem),
-    })
 }
 
 /// Runs `upstream`'s feedback loop until `stop` turns true.
@@ -345,24 +272,13 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
                 (None, None) => polled.push(None),
             }
         }
-        let reports = feedback.record(polled);
-        feedback.apply(reports);
+        feedback.round(polled);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn report(u: f64) -> LoadReport {
-        LoadReport {
-            cpu: u,
-            mem: u,
-            disk: u,
-            net: u,
-            container_mem: u,
-        }
-    }
 
     #[test]
     fn only_primaries_are_weighed() {
@@ -391,12 +307,5 @@ mod tests {
         assert!(Feedback::wanted(&with));
         let names: Vec<_> = primaries(&with).iter().map(|b| b.addr.port()).collect();
         assert_eq!(names, [1]);
-    }
-
-    #[test]
-    fn the_average_of_fresh_reports() {
-        assert_eq!(average(&[]), None);
-        let a = average(&[report(0.6), report(0.9)]).unwrap();
-        assert!((a.cpu - 0.75).abs() < 1e-9 && (a.container_mem - 0.75).abs() < 1e-9);
     }
 }

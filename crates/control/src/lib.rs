@@ -7,10 +7,11 @@
 //!
 //! # Layout
 //!
-//! * [`feedback`]: polls each backend's load source every `poll_interval`, keeps track of
-//!   stale reports, feeds the upstream's weight model (seed 001's `dynamic_wrr`, seed 003's
-//!   `dwlc`, seed 000's `capacity_weighted`) and applies its weights with
-//!   [`proxy::Upstream::set_weights`].
+//! * [`feedback`]: polls each backend's load source every `poll_interval`, hands each round to
+//!   the pure [`balance::weights::feed::Feed`] (staleness, request rates and the upstream's
+//!   weight model: seed 001's `dynamic_wrr`, seed 003's `dwlc`, seed 000's
+//!   `capacity_weighted`, gRFC A58's `utilization_wrr`; the simulator runs the same code) and
+//!   applies its weights with [`proxy::Upstream::set_weights`].
 //! * [`agent_check`]: HAProxy's agent-check protocol as a source: a percentage of the
 //!   configured weight, drain, down and up, as HAProxy applies them.
 //! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
@@ -19,13 +20,11 @@
 //! * [`node_exporter`]: a Prometheus node_exporter as a load source.
 //! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`), and the one-request
 //!   HTTP client the checks share.
-//! * [`model`]: the weight model of an upstream, behind one interface.
 
 pub mod agent_check;
 pub mod feedback;
 pub mod health;
 pub mod memcached;
-pub mod model;
 pub mod node_exporter;
 pub mod source;
 

@@ -1,13 +1,14 @@
 //! An upstream's weight model, behind one interface: reports in (one per backend, pool
-//! order), the weights for `Pool::set_weights` out. The models themselves are pure code in
-//! [`balance::weights`]; this only picks the one the upstream's algorithm balances by.
+//! order), the weights for [`Pool::set_weights`](crate::Pool::set_weights) out. The models
+//! themselves are the sibling modules; this only picks the one the upstream's algorithm
+//! balances by. The control plane and the simulator both reach it through [`super::feed`].
 
-use balance::weights::LoadReport;
-use balance::weights::capacity_weighted::CapacityModel;
-use balance::weights::dwlc::DwlcModel;
-use balance::weights::dynamic_wrr::DynamicWrrModel;
-use balance::weights::utilization::{Observed, UtilizationModel, UtilizationSettings};
-use balance::{Algorithm, Nanos};
+use super::LoadReport;
+use super::capacity_weighted::CapacityModel;
+use super::dwlc::DwlcModel;
+use super::dynamic_wrr::DynamicWrrModel;
+use super::utilization::{Observed, UtilizationModel, UtilizationSettings};
+use crate::{Algorithm, Nanos};
 
 /// The weight model of one upstream.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ impl Model {
     pub fn for_algorithm(
         algorithm: Algorithm,
         configured: &[u32],
-        options: &balance::Options,
+        options: &crate::Options,
     ) -> Option<Model> {
         match algorithm {
             Algorithm::Dwlc => Some(Model::Dwlc(DwlcModel::new(configured.len()))),

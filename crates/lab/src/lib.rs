@@ -16,6 +16,9 @@
 //! * [`scenario`]: an experiment as a TOML file: backends, traffic, contenders.
 //! * [`run`]: `fulcrum lab run`: every contender on the same trace, its processes started and
 //!   always stopped.
+//! * [`tally`]: a run's requests aggregated as they finish (counts, histograms, time buckets,
+//!   per-backend counts), in memory independent of the number of requests: what the reports
+//!   read, from the lab's runs and the simulator's alike.
 //! * [`report`]: `results.csv`, `results.md` and `report.html` with plots.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
@@ -27,6 +30,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
+pub mod tally;
 
 pub use backend::Backend;
 pub use client::{Client, Reply};

@@ -2,6 +2,14 @@
 //! over the repetitions), `results.md` (the same table with the scenario, the date and the
 //! machine) and `report.html` (one self-contained page with the table and plots drawn by
 //! `plotters` as inline SVG).
+//!
+//! Everything is read from each run's [`Tally`] and its backends' samples, never from
+//! per-request records, so that the simulator's runs (ten million requests, ten thousand
+//! backends) write the same files as the lab's. Many backends are summarized: above
+//! [`SHARE_COLUMN_LIMIT`] the shares become their minimum, median and maximum; above
+//! [`SHARE_CHART_LIMIT`] the share chart sorts the backends' shares over the run and the
+//! utilization chart draws the lowest, mean and highest backend. A run longer than ten
+//! minutes is plotted per a few seconds rather than per second ([`Tally::bucket_width`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -10,11 +18,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use plotters::prelude::*;
 
-use crate::load::Outcome;
 use crate::load::closed::Users;
 use crate::run::{Measured, Results, Row};
 use crate::scenario::Load;
 use crate::schedule::Pattern;
+use crate::tally::{SHARE_CHART_LIMIT, Tally};
+
+/// Up to this many backends `results.csv` has a `share_<name>` column per backend and
+/// `results.md` lists every share; above it, their minimum, median and maximum.
+pub const SHARE_COLUMN_LIMIT: usize = 64;
 
 /// The first columns of `results.csv`, exactly.
 pub const COLUMNS: [&str; 14] = [
@@ -56,6 +68,8 @@ pub struct Line {
     pub p99_range: (f64, f64),
     pub mean_range: (f64, f64),
     pub shares: Vec<f64>,
+    /// The runs' offered load (the median), when a simulated experiment set one.
+    pub offered_load: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -113,6 +127,15 @@ pub fn lines(results: &Results) -> Vec<Line> {
                 shares: (0..results.backends.len())
                     .map(|k| of(&|r| r.shares.get(k).copied().unwrap_or(0.0)))
                     .collect(),
+                offered_load: {
+                    let loads: Vec<f64> = results
+                        .runs
+                        .iter()
+                        .filter(|m| &m.label == label)
+                        .filter_map(|m| m.offered_load)
+                        .collect();
+                    (!loads.is_empty()).then(|| median(loads))
+                },
             }
         })
         .collect()
@@ -127,12 +150,29 @@ fn count(x: f64) -> String {
     }
 }
 
-/// `results.csv`.
+/// The lowest, the median and the highest share.
+fn share_spread(shares: &[f64]) -> (f64, f64, f64) {
+    let (lo, hi) = range(shares);
+    (lo, median(shares.to_vec()), hi)
+}
+
+/// `results.csv`: the [`COLUMNS`], the repetitions and the spread of p99 and mean, the offered
+/// load when a run set one, and the shares (one column per backend, or their minimum, median
+/// and maximum above [`SHARE_COLUMN_LIMIT`] backends).
 pub fn csv(results: &Results) -> String {
+    let offered = results.runs.iter().any(|m| m.offered_load.is_some());
+    let spread = results.backends.len() > SHARE_COLUMN_LIMIT;
     let mut out = COLUMNS.join(",");
     out.push_str(",repetitions,p99_ms_min,p99_ms_max,mean_ms_min,mean_ms_max");
-    for b in &results.backends {
-        write!(out, ",share_{b}").ok();
+    if offered {
+        out.push_str(",offered_load");
+    }
+    if spread {
+        out.push_str(",share_min,share_median,share_max");
+    } else {
+        for b in &results.backends {
+            write!(out, ",share_{b}").ok();
+        }
     }
     out.push('\n');
     for l in lines(results) {
@@ -160,8 +200,19 @@ pub fn csv(results: &Results) -> String {
             l.mean_range.1,
         )
         .ok();
-        for s in &l.shares {
-            write!(out, ",{s:.4}").ok();
+        if offered {
+            match l.offered_load {
+                Some(x) => write!(out, ",{x}").ok(),
+                None => write!(out, ",").ok(),
+            };
+        }
+        if spread {
+            let (lo, mid, hi) = share_spread(&l.shares);
+            write!(out, ",{lo:.4},{mid:.4},{hi:.4}").ok();
+        } else {
+            for s in &l.shares {
+                write!(out, ",{s:.4}").ok();
+            }
         }
         out.push('\n');
     }
@@ -311,13 +362,11 @@ pub fn markdown(results: &Results) -> String {
     let shares: Vec<String> = lines(results)
         .iter()
         .map(|l| {
-            let parts: Vec<String> = results
-                .backends
-                .iter()
-                .zip(&l.shares)
-                .map(|(b, s)| format!("{b} {:.1}%", s * 100.0))
-                .collect();
-            format!("* {}: {}", l.label, parts.join(", "))
+            format!(
+                "* {}: {}",
+                l.label,
+                shares_line(&results.backends, &l.shares)
+            )
         })
         .collect();
     writeln!(
@@ -327,6 +376,35 @@ pub fn markdown(results: &Results) -> String {
     )
     .ok();
     out
+}
+
+/// Every backend's share, or above [`SHARE_COLUMN_LIMIT`] backends their minimum, median and
+/// maximum and the three highest and lowest.
+fn shares_line(backends: &[String], shares: &[f64]) -> String {
+    if backends.len() <= SHARE_COLUMN_LIMIT {
+        return backends
+            .iter()
+            .zip(shares)
+            .map(|(b, s)| format!("{b} {:.1}%", s * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    // Finer: ten thousand backends have 0.01% each.
+    let pct = |(b, s): (&String, &f64)| format!("{b} {:.3}%", s * 100.0);
+    let (lo, mid, hi) = share_spread(shares);
+    let mut ranked: Vec<(&String, &f64)> = backends.iter().zip(shares).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(a.1));
+    let top: Vec<String> = ranked.iter().take(3).copied().map(pct).collect();
+    let bottom: Vec<String> = ranked.iter().rev().take(3).copied().map(pct).collect();
+    format!(
+        "min {:.3}%, median {:.3}%, max {:.3}% over {} backends; highest {}; lowest {}",
+        lo * 100.0,
+        mid * 100.0,
+        hi * 100.0,
+        backends.len(),
+        top.join(", "),
+        bottom.join(", ")
+    )
 }
 
 fn escape(text: &str) -> String {
@@ -428,15 +506,6 @@ fn line_chart(
     Ok(svg)
 }
 
-/// A latency per request: answered ones from their intended time, timeouts at the timeout.
-fn latency_ms(o: &Outcome, timeout: Duration) -> Option<f64> {
-    match o.latency {
-        Some(l) => Some(l.as_secs_f64() * 1000.0),
-        None if o.timed_out => Some(timeout.as_secs_f64() * 1000.0),
-        None => None,
-    }
-}
-
 /// The first repetition of every contender (the plots show one run each).
 fn first_runs(results: &Results) -> Vec<&Measured> {
     results
@@ -446,58 +515,30 @@ fn first_runs(results: &Results) -> Vec<&Measured> {
         .collect()
 }
 
-/// The latency CDF of a run, at most ~400 points.
-fn cdf(m: &Measured, timeout: Duration) -> Vec<(f64, f64)> {
-    let mut v: Vec<f64> = m
-        .outcomes
-        .iter()
-        .filter_map(|o| latency_ms(o, timeout))
-        .collect();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let step = (n / 400).max(1);
-    let mut points: Vec<(f64, f64)> = (0..n)
-        .step_by(step)
-        .map(|i| (v[i], (i + 1) as f64 / n as f64))
-        .collect();
-    if let Some(&last) = v.last() {
-        points.push((last, 1.0));
+/// "second", or "6 s" for wider buckets: what a chart's time buckets are.
+fn bucket_name(t: &Tally) -> String {
+    match t.bucket_width().as_secs() {
+        1 => "second".into(),
+        n => format!("{n} s"),
     }
-    points
 }
 
-/// Outcomes per second of intended time.
-fn by_second(m: &Measured, seconds: usize) -> Vec<Vec<&Outcome>> {
-    let mut buckets: Vec<Vec<&Outcome>> = vec![Vec::new(); seconds.max(1)];
-    for o in &m.outcomes {
-        let k = (o.intended.as_secs() as usize).min(buckets.len() - 1);
-        buckets[k].push(o);
-    }
-    buckets
+/// A bucket's middle, in seconds.
+fn bucket_x(t: &Tally, k: usize) -> f64 {
+    (k as f64 + 0.5) * t.bucket_width().as_secs_f64()
 }
 
-fn percentile(mut v: Vec<f64>, q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let k = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    Some(v[k])
-}
-
-/// A ramp's step length, the offered load at a time, and its unit: the open loop's rate
-/// steps, or the closed loop's user steps.
-type Ramp = (Duration, Box<dyn Fn(Duration) -> f64>, &'static str);
+/// A ramp's offered load at a time, and its unit: the open loop's rate steps, or the closed
+/// loop's user steps.
+type Ramp = (Box<dyn Fn(Duration) -> f64>, &'static str);
 
 fn ramp(load: &Load) -> Option<Ramp> {
     match *load {
-        Load::Open(pattern @ Pattern::Steps { hold, .. }) => Some((
-            hold,
+        Load::Open(pattern @ Pattern::Steps { .. }) => Some((
             Box::new(move |t| pattern.rate_at(t).unwrap_or_default()),
             "offered rate (requests per second)",
         )),
-        Load::Closed(users @ Users::Steps { hold, .. }) => Some((
-            hold,
+        Load::Closed(users @ Users::Steps { .. }) => Some((
             Box::new(move |t| f64::from(users.at(t))),
             "users (closed loop)",
         )),
@@ -505,16 +546,57 @@ fn ramp(load: &Load) -> Option<Ramp> {
     }
 }
 
+/// The backends' CPU utilization at one sampling instant: lowest, sum, highest, how many.
+#[derive(Clone, Copy)]
+struct Spread {
+    min: f64,
+    sum: f64,
+    max: f64,
+    n: usize,
+}
+
+/// For a run over more than [`SHARE_CHART_LIMIT`] backends: at each sampling instant, the
+/// lowest, the mean and the highest CPU utilization across backends.
+fn utilization_spread(m: &Measured) -> Vec<Series> {
+    let mut by_instant: std::collections::BTreeMap<Duration, Spread> = Default::default();
+    for s in &m.samples {
+        let e = by_instant.entry(s.at).or_insert(Spread {
+            min: f64::INFINITY,
+            sum: 0.0,
+            max: f64::NEG_INFINITY,
+            n: 0,
+        });
+        e.min = e.min.min(s.cpu);
+        e.sum += s.cpu;
+        e.max = e.max.max(s.cpu);
+        e.n += 1;
+    }
+    let series = |name: &str, f: fn(&Spread) -> f64| -> Series {
+        let points = by_instant
+            .iter()
+            .map(|(at, e)| (at.as_secs_f64(), f(e)))
+            .collect();
+        (name.into(), points)
+    };
+    vec![
+        series("min", |e| e.min),
+        series("mean", |e| e.sum / e.n as f64),
+        series("max", |e| e.max),
+    ]
+}
+
 /// `report.html`: the table and the plots, one self-contained page.
 pub fn html(results: &Results) -> anyhow::Result<String> {
-    let timeout = results.traffic.timeout;
-    let seconds = results.traffic.duration.as_secs_f64().ceil() as usize;
     let runs = first_runs(results);
+    let many = results.backends.len() > SHARE_CHART_LIMIT;
+    let per = runs
+        .first()
+        .map_or_else(|| "second".into(), |m| bucket_name(&m.tally));
     let mut charts: Vec<(String, String)> = Vec::new();
 
     let cdfs: Vec<Series> = runs
         .iter()
-        .map(|m| (m.label.clone(), cdf(m, timeout)))
+        .map(|m| (m.label.clone(), m.tally.cdf()))
         .collect();
     charts.push((
         "Latency CDF".into(),
@@ -527,165 +609,175 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         )?,
     ));
 
-    let per_second = |f: &dyn Fn(&[&Outcome]) -> Option<f64>| -> Vec<Series> {
+    let per_bucket = |f: &dyn Fn(&Tally, usize) -> Option<f64>| -> Vec<Series> {
         runs.iter()
             .map(|m| {
-                let points = by_second(m, seconds)
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(s, b)| f(b).map(|y| (s as f64 + 0.5, y)))
+                let t = &m.tally;
+                let points = (0..t.offered().len())
+                    .filter_map(|k| f(t, k).map(|y| (bucket_x(t, k), y)))
                     .collect();
                 (m.label.clone(), points)
             })
             .collect()
     };
-    let latencies =
-        |b: &[&Outcome]| -> Vec<f64> { b.iter().filter_map(|o| latency_ms(o, timeout)).collect() };
     charts.push((
         "p99 latency over time".into(),
         line_chart(
-            "p99 latency per second of the run",
+            &format!("p99 latency per {per} of the run"),
             "seconds",
             "p99 latency, ms",
-            &per_second(&|b| percentile(latencies(b), 0.99)),
+            &per_bucket(&|t, k| t.quantile_ms(k, 0.99)),
             false,
         )?,
     ));
     charts.push((
         "Mean latency over time".into(),
         line_chart(
-            "Mean latency per second of the run",
+            &format!("Mean latency per {per} of the run"),
             "seconds",
             "mean latency, ms",
-            &per_second(&|b| {
-                let v = latencies(b);
-                (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-            }),
+            &per_bucket(&|t, k| t.mean_ms(k)),
             false,
         )?,
     ));
-    // Throughput: answers by the second they ended in, and the offered load.
+    // Throughput: answers by the bucket they ended in, and the offered load.
     let mut throughput: Vec<Series> = runs
         .iter()
         .map(|m| {
-            let mut per = vec![0.0; seconds + 5];
-            for o in &m.outcomes {
-                if let (Some(l), Some(_)) = (o.latency, o.status) {
-                    let k = ((o.intended + l).as_secs() as usize).min(per.len() - 1);
-                    per[k] += 1.0;
-                }
-            }
+            let t = &m.tally;
+            let ended = t.answered_by_end();
             // Up to the last answer (the run's length at least).
-            let last = per
+            let last = ended
                 .iter()
-                .rposition(|&n| n > 0.0)
+                .rposition(|&n| n > 0)
                 .unwrap_or(0)
-                .max(seconds - 1);
-            let points = per[..=last.min(per.len() - 1)]
+                .max(t.offered().len() - 1)
+                .min(ended.len() - 1);
+            let points = ended[..=last]
                 .iter()
                 .enumerate()
-                .map(|(s, &n)| (s as f64 + 0.5, n))
+                .map(|(k, &n)| (bucket_x(t, k), n as f64))
                 .collect();
             (m.label.clone(), points)
         })
         .collect();
     if let Some(m) = runs.first() {
-        let points = by_second(m, seconds)
+        let t = &m.tally;
+        let points = t
+            .offered()
             .iter()
             .enumerate()
-            .map(|(s, b)| (s as f64 + 0.5, b.len() as f64))
+            .map(|(k, &n)| (bucket_x(t, k), n as f64))
             .collect();
         throughput.push(("offered".into(), points));
     }
     charts.push((
         "Throughput over time".into(),
         line_chart(
-            "Answers per second (and requests offered)",
+            &format!("Answers per {per} (and requests offered)"),
             "seconds",
-            "requests per second",
+            &format!("requests per {per}"),
             &throughput,
             false,
         )?,
     ));
     // Per contender: each backend's share of the requests, and its utilization.
     for m in &runs {
-        let shares: Vec<Series> = results
-            .backends
-            .iter()
-            .map(|name| {
-                let points = by_second(m, seconds)
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| !b.is_empty())
-                    .map(|(s, b)| {
-                        let mine = b
-                            .iter()
-                            .filter(|o| o.backend.as_deref() == Some(name.as_str()))
-                            .count();
-                        (s as f64 + 0.5, mine as f64 / b.len() as f64)
-                    })
-                    .collect();
-                (name.clone(), points)
-            })
-            .collect();
-        charts.push((
-            format!("{}: share per backend", m.label),
+        let t = &m.tally;
+        let share_chart = if many {
+            let mut shares: Vec<f64> = t
+                .served()
+                .iter()
+                .map(|&n| n as f64 / t.answered().max(1) as f64)
+                .collect();
+            shares.sort_by(|a, b| b.total_cmp(a));
+            let points = shares
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| ((k + 1) as f64, s))
+                .collect();
+            line_chart(
+                &format!("{}: each backend's share over the run, sorted", m.label),
+                "backend rank",
+                "share",
+                &[("share".into(), points)],
+                false,
+            )?
+        } else {
+            let shares: Vec<Series> = results
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(b, name)| {
+                    let points = t
+                        .offered()
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &n)| n > 0)
+                        .map(|(k, &n)| {
+                            let mine = t.served_in(k, b).unwrap_or(0);
+                            (bucket_x(t, k), mine as f64 / n as f64)
+                        })
+                        .collect();
+                    (name.clone(), points)
+                })
+                .collect();
             line_chart(
                 &format!("{}: each backend's share of the requests", m.label),
                 "seconds",
                 "share",
                 &shares,
                 false,
-            )?,
-        ));
-        let util: Vec<Series> = results
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(k, name)| {
-                let points = m
-                    .samples
-                    .iter()
-                    .filter(|s| s.backend == k)
-                    .map(|s| (s.at.as_secs_f64(), s.cpu))
-                    .collect();
-                (name.clone(), points)
-            })
-            .collect();
+            )?
+        };
+        charts.push((format!("{}: share per backend", m.label), share_chart));
+        let util: Vec<Series> = if many {
+            utilization_spread(m)
+        } else {
+            results
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(k, name)| {
+                    let points = m
+                        .samples
+                        .iter()
+                        .filter(|s| s.backend == k)
+                        .map(|s| (s.at.as_secs_f64(), s.cpu))
+                        .collect();
+                    (name.clone(), points)
+                })
+                .collect()
+        };
+        let title = if many {
+            format!(
+                "{}: the backends' CPU utilization, lowest, mean and highest (their /load)",
+                m.label
+            )
+        } else {
+            format!("{}: each backend's CPU utilization (its /load)", m.label)
+        };
         charts.push((
             format!("{}: utilization per backend", m.label),
-            line_chart(
-                &format!("{}: each backend's CPU utilization (its /load)", m.label),
-                "seconds",
-                "cpu",
-                &util,
-                false,
-            )?,
+            line_chart(&title, "seconds", "cpu", &util, false)?,
         ));
     }
     // Ramps: throughput and mean latency against the offered load, step by step.
-    if let Some((hold, offered, unit)) = ramp(&results.traffic.load) {
-        let steps = (results.traffic.duration.as_secs_f64() / hold.as_secs_f64()).ceil() as usize;
+    if let Some((offered, unit)) = ramp(&results.traffic.load) {
         let mut tput: Vec<Series> = Vec::new();
         let mut mean: Vec<Series> = Vec::new();
         for m in &runs {
-            let mut at_step: Vec<Vec<&Outcome>> = vec![Vec::new(); steps.max(1)];
-            for o in &m.outcomes {
-                let k = ((o.intended.as_secs_f64() / hold.as_secs_f64()) as usize)
-                    .min(at_step.len() - 1);
-                at_step[k].push(o);
-            }
-            let (mut t, mut l) = (Vec::new(), Vec::new());
-            for (k, b) in at_step.iter().enumerate() {
+            let t = &m.tally;
+            let Some(hold) = t.ramp_hold() else { continue };
+            let (mut a, mut l) = (Vec::new(), Vec::new());
+            for (k, step) in t.steps().iter().enumerate() {
                 let x = offered(hold * k as u32 + hold / 2);
-                let answered = b.iter().filter(|o| o.status.is_some()).count();
-                t.push((x, answered as f64 / hold.as_secs_f64()));
-                let v = latencies(b);
-                if !v.is_empty() {
-                    l.push((x, v.iter().sum::<f64>() / v.len() as f64));
+                a.push((x, step.answered as f64 / hold.as_secs_f64()));
+                if let Some(y) = step.mean_ms() {
+                    l.push((x, y));
                 }
             }
-            tput.push((m.label.clone(), t));
+            tput.push((m.label.clone(), a));
             mean.push((m.label.clone(), l));
         }
         charts.push((
@@ -773,15 +865,156 @@ mod tests {
     use super::*;
 
     #[test]
-    fn medians_and_percentiles() {
+    fn medians() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    /// Results of two contenders over `n` backends, as a simulator would give them: a tally
+    /// each, backend `k` serving `k + 1` requests per second, and samples of every backend.
+    fn simulated(n: usize, offered_load: Option<f64>) -> Results {
+        use crate::run::LoadSample;
+        use crate::scenario::Scenario;
+        use crate::tally::Request;
+        let scenario = Scenario::parse(
+            r#"
+            [[backend]]
+            name = "b"
+            [traffic]
+            pattern = "constant:10"
+            duration = "3s"
+            [[algorithm]]
+            name = "random"
+            [[algorithm]]
+            name = "round_robin"
+            "#,
+            "many",
+        )
+        .unwrap();
+        let traffic = scenario.traffic().unwrap();
+        let backends: Vec<String> = (0..n).map(|k| format!("b{k}")).collect();
+        let labels: Vec<String> = scenario.algorithms.iter().map(|a| a.name.clone()).collect();
+        let runs = labels
+            .iter()
+            .map(|label| {
+                let mut tally = Tally::new(n, traffic.duration, traffic.timeout, None);
+                for second in 0..3u64 {
+                    for k in 0..n {
+                        for i in 0..=k as u64 {
+                            let intended = Duration::from_millis(second * 1000 + i);
+                            tally.record(&Request {
+                                intended,
+                                started: intended,
+                                latency: Some(Duration::from_millis(5 + k as u64)),
+                                status: Some(200),
+                                backend: Some(k),
+                                timed_out: false,
+                            });
+                        }
+                    }
+                }
+                tally.set_peak_concurrency(7);
+                let samples: Vec<LoadSample> = (0..4)
+                    .flat_map(|t| {
+                        (0..n).map(move |k| LoadSample {
+                            at: Duration::from_millis(250 * t),
+                            backend: k,
+                            cpu: k as f64 / n as f64,
+                            mem: 0.0,
+                            net: 0.0,
+                        })
+                    })
+                    .collect();
+                let row = crate::run::row(&tally, &samples, &traffic);
+                Measured {
+                    label: label.clone(),
+                    repetition: 0,
+                    tally,
+                    samples,
+                    row,
+                    offered_load,
+                }
+            })
+            .collect();
+        Results {
+            scenario,
+            traffic,
+            backends,
+            labels,
+            runs,
+            started: std::time::SystemTime::UNIX_EPOCH,
+            elapsed: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn up_to_64_backends_have_a_share_column_each() {
+        let results = simulated(64, None);
+        let csv = csv(&results);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        assert_eq!(header.len(), 14 + 5 + 64, "{header:?}");
+        assert_eq!(header[19], "share_b0");
+        assert_eq!(header[82], "share_b63");
+        let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(row.len(), header.len());
+        // 3 × (1 + … + 64) requests; b63 served 64 of every 2080.
+        assert_eq!(row[1], "6240");
+        assert_eq!(row[12], "7");
+        assert_eq!(row[82], format!("{:.4}", 64.0 / 2080.0));
+        assert!(!csv.contains("offered_load"));
+    }
+
+    #[test]
+    fn above_64_backends_the_shares_are_summarized() {
+        let results = simulated(100, Some(0.5));
+        let csv = csv(&results);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
         assert_eq!(
-            percentile((1..=100).map(f64::from).collect(), 0.99),
-            Some(99.0)
+            &header[14..],
+            &[
+                "repetitions",
+                "p99_ms_min",
+                "p99_ms_max",
+                "mean_ms_min",
+                "mean_ms_max",
+                "offered_load",
+                "share_min",
+                "share_median",
+                "share_max"
+            ]
         );
-        assert_eq!(percentile(vec![5.0], 0.99), Some(5.0));
-        assert_eq!(percentile(vec![], 0.5), None);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3, "{csv}");
+        let row: Vec<&str> = lines[1].split(',').collect();
+        assert_eq!(row.len(), header.len());
+        assert_eq!(row[0], "random");
+        assert_eq!(row[19], "0.5");
+        // Backend k served k + 1 of every 5050.
+        let total = 5050.0;
+        assert_eq!(row[20], format!("{:.4}", 1.0 / total));
+        assert_eq!(row[21], format!("{:.4}", 50.5 / total));
+        assert_eq!(row[22], format!("{:.4}", 100.0 / total));
+        let md = markdown(&results);
+        assert!(
+            md.contains("* random: min 0.020%, median 1.000%, max 1.980% over 100 backends; highest b99 1.980%, b98 1.960%, b97 1.941%; lowest b0 0.020%, b1 0.040%, b2 0.059%"),
+            "{md}"
+        );
+        assert!(!md.contains("b50 "), "{md}");
+    }
+
+    #[test]
+    fn above_16_backends_the_charts_summarize_them() {
+        let few = html(&simulated(16, None)).unwrap();
+        // plotters writes the apostrophe as &apos;.
+        assert!(few.contains("random: each backend&apos;s share of the requests"));
+        assert!(!few.contains("share over the run, sorted"));
+        let many = html(&simulated(17, None)).unwrap();
+        let figures = |page: &str| page.matches("<figure>").count();
+        assert_eq!(figures(&many), figures(&few));
+        assert!(many.contains("random: each backend&apos;s share over the run, sorted"));
+        assert!(many.contains("round_robin: each backend&apos;s share over the run, sorted"));
+        assert!(many.contains("lowest, mean and highest"));
+        assert!(!many.contains("share of the requests"));
     }
 }

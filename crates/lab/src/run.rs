@@ -31,6 +31,7 @@ use crate::load::{Mode, Outcome, Plan, Summary};
 use crate::scenario::{
     BackendPlan, Balancer, HaproxyAlgorithm, Load, NginxAlgorithm, Scenario, Traffic,
 };
+use crate::tally::{Request, Tally};
 
 /// Where the run's files go, and what to start.
 #[derive(Debug, Clone)]
@@ -60,9 +61,14 @@ pub struct LoadSample {
 pub struct Measured {
     pub label: String,
     pub repetition: u32,
-    pub outcomes: Vec<Outcome>,
+    /// Its requests, aggregated (the plots draw the first repetition's).
+    pub tally: Tally,
+    /// The backends' `/load` (the first repetition's; empty for later ones).
     pub samples: Vec<LoadSample>,
     pub row: Row,
+    /// The offered load of the run, when a simulated experiment varies it (the supermarket
+    /// model's λ): `results.csv` then has an `offered_load` column. `None` in the lab.
+    pub offered_load: Option<f64>,
 }
 
 /// A contender's numbers from one run (or the medians over several): the columns of
@@ -161,13 +167,11 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             let (outcomes, samples) = run_one(scenario, &traffic, &plans, &one, &trace, settings)
                 .await
                 .with_context(|| format!("running {}", contender.name))?;
-            let row = measure(&outcomes, &samples, &plans, &traffic);
+            let tally = tally(&outcomes, &plans, &traffic);
+            drop(outcomes);
+            let row = row(&tally, &samples, &traffic);
             // The plots show the first repetition; later ones keep only their numbers.
-            let (outcomes, samples) = if repetition == 0 {
-                (outcomes, samples)
-            } else {
-                (Vec::new(), Vec::new())
-            };
+            let samples = if repetition == 0 { samples } else { Vec::new() };
             if settings.progress {
                 eprintln!(
                     "      p50 {:.1} ms  p99 {:.1} ms  timeouts {}  failures {}  util σ {:.3}",
@@ -181,9 +185,10 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             runs.push(Measured {
                 label: contender.name.clone(),
                 repetition,
-                outcomes,
+                tally,
                 samples,
                 row,
+                offered_load: None,
             });
         }
     }
@@ -343,19 +348,39 @@ pub fn measure(
     plans: &[BackendPlan],
     traffic: &Traffic,
 ) -> Row {
-    let summary = Summary::of(outcomes, traffic.duration, traffic.timeout);
-    let answered: Vec<&Outcome> = outcomes.iter().filter(|o| o.status.is_some()).collect();
-    let mut served = vec![0u64; plans.len()];
-    for o in &answered {
-        if let Some(b) = &o.backend
-            && let Some(k) = plans.iter().position(|p| &p.name == b)
-        {
-            served[k] += 1;
-        }
-    }
-    let shares = served
+    row(&tally(outcomes, plans, traffic), samples, traffic)
+}
+
+/// The outcomes of one run, aggregated: each answer's `X-Backend` to its index in `plans`,
+/// the peak concurrency from [`peak_concurrency`].
+pub fn tally(outcomes: &[Outcome], plans: &[BackendPlan], traffic: &Traffic) -> Tally {
+    let mut tally = Tally::new(
+        plans.len(),
+        traffic.duration,
+        traffic.timeout,
+        crate::tally::ramp_hold(&traffic.load),
+    );
+    let index: std::collections::HashMap<&str, usize> = plans
         .iter()
-        .map(|&n| n as f64 / answered.len().max(1) as f64)
+        .enumerate()
+        .map(|(k, p)| (p.name.as_str(), k))
+        .collect();
+    for o in outcomes {
+        let backend = o.backend.as_deref().and_then(|b| index.get(b).copied());
+        tally.record(&Request::of(o, backend));
+    }
+    tally.set_peak_concurrency(peak_concurrency(outcomes, traffic.timeout));
+    tally
+}
+
+/// The numbers of one run from its tally and its backends' samples (those within the
+/// traffic's length count): the lab's and the simulator's.
+pub fn row(tally: &Tally, samples: &[LoadSample], traffic: &Traffic) -> Row {
+    let answered = tally.answered();
+    let shares = tally
+        .served()
+        .iter()
+        .map(|&n| n as f64 / answered.max(1) as f64)
         .collect();
     let during: Vec<LoadSample> = samples
         .iter()
@@ -363,10 +388,10 @@ pub fn measure(
         .copied()
         .collect();
     Row {
-        throughput_rps: answered.len() as f64 / traffic.duration.as_secs_f64(),
-        peak_concurrency: peak_concurrency(outcomes, traffic.timeout),
+        summary: tally.summary(),
+        throughput_rps: answered as f64 / traffic.duration.as_secs_f64(),
+        peak_concurrency: tally.peak_concurrency(),
         util_stddev: util_stddev(&during),
-        summary,
         shares,
     }
 }

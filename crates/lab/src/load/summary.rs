@@ -1,13 +1,9 @@
 //! A run in numbers: counts, the achieved rate, latency percentiles over an HDR histogram
 //! (`hdrhistogram`, the maintained Rust port of Gil Tene's HdrHistogram), and how far the
-//! generator fell behind its schedule.
+//! generator fell behind its schedule. [`crate::tally::Tally`] computes it, from outcomes
+//! ([`Summary::of`]) or from requests counted one by one.
 
-use std::time::Duration;
-
-use hdrhistogram::Histogram;
 use serde::Serialize;
-
-use super::{Outcome, Verdict};
 
 /// A run in numbers (the fields of `fulcrum lab load --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -32,64 +28,6 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The numbers of `outcomes` over a run of `length`. Latencies of answered requests (from
-    /// their intended times in open loop, their sends in closed loop); a timeout counts at the timeout in the percentiles, so that
-    /// requests that never came back still weigh.
-    pub fn of(outcomes: &[Outcome], length: Duration, timeout: Duration) -> Summary {
-        // Microseconds, up to an hour, 3 significant digits.
-        let mut h =
-            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
-        let (mut ok, mut failed, mut timeouts) = (0, 0, 0);
-        let mut behind = Duration::ZERO;
-        for o in outcomes {
-            behind = behind.max(o.started.saturating_sub(o.intended));
-            let latency = match o.verdict() {
-                Verdict::Ok => {
-                    ok += 1;
-                    o.latency
-                }
-                Verdict::HttpError => {
-                    failed += 1;
-                    o.latency
-                }
-                Verdict::Timeout => {
-                    timeouts += 1;
-                    Some(timeout)
-                }
-                Verdict::Error => {
-                    failed += 1;
-                    None
-                }
-            };
-            if let Some(l) = latency {
-                h.saturating_record((l.as_micros() as u64).clamp(1, 3_600_000_000));
-            }
-        }
-        let ms = |us: u64| us as f64 / 1000.0;
-        let at = |q: f64| {
-            if h.is_empty() {
-                0.0
-            } else {
-                ms(h.value_at_quantile(q))
-            }
-        };
-        Summary {
-            sent: outcomes.len() as u64,
-            ok,
-            failed,
-            timeouts,
-            achieved_rps: (ok + failed) as f64 / length.as_secs_f64().max(1e-9),
-            mean_ms: if h.is_empty() { 0.0 } else { h.mean() / 1000.0 },
-            p50_ms: at(0.5),
-            p90_ms: at(0.9),
-            p95_ms: at(0.95),
-            p99_ms: at(0.99),
-            p999_ms: at(0.999),
-            max_ms: if h.is_empty() { 0.0 } else { ms(h.max()) },
-            behind_max_ms: behind.as_secs_f64() * 1000.0,
-        }
-    }
-
     /// One JSON object.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
@@ -130,6 +68,8 @@ impl std::fmt::Display for Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::Outcome;
+    use std::time::Duration;
 
     #[test]
     fn a_timeout_weighs_in_the_percentiles() {

@@ -8,7 +8,10 @@
 //! * [`demo`]: `fulcrum demo`, a short lab comparison of five algorithms.
 //! * [`lab_run`]: `fulcrum lab run` (and the demo): a scenario played, stopped cleanly when
 //!   interrupted, its results written.
+//! * [`sim_run`]: `fulcrum sim`: a scenario simulated, its contenders resolved by the
+//!   configuration parser, the lab's outputs written.
 
 pub mod config;
 pub mod demo;
 pub mod lab_run;
+pub mod sim_run;

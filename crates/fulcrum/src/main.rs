@@ -69,6 +69,19 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         haproxy_agent: Option<std::net::SocketAddr>,
     },
+    /// Simulate a lab scenario in virtual time with fulcrum's own balancing code (many
+    /// backends, many balancer instances, late load reports); writes results.csv, results.md
+    /// and report.html as `lab run` does.
+    Sim {
+        /// The scenario file (TOML; see docs/lab.md and docs/simulator.md).
+        scenario: PathBuf,
+        /// Where the results and the report go.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// The lab: emulated backends, load generation, and (later) scenarios and reports.
     Lab {
         #[command(subcommand)]
@@ -324,6 +337,13 @@ fn main() -> ExitCode {
             };
             runtime(1).and_then(|rt| rt.block_on(lab_backend(listen, name, capacity, faults)))
         }
+        Command::Sim {
+            scenario,
+            out,
+            quiet,
+        } => lab::scenario::Scenario::load(&scenario)
+            .map_err(anyhow::Error::msg)
+            .and_then(|s| fulcrum::sim_run::play(&s, &out, !quiet)),
         Command::Lab {
             command: LabCommand::Load(args),
         } => {

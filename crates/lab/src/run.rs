@@ -112,6 +112,12 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// Runs `scenario` to its end and returns what it measured (it writes no results itself;
 /// see [`crate::report`]).
 pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Results> {
+    if scenario.sim.is_some() {
+        bail!(
+            "the scenario {:?} has a [sim] section: it is the simulator's; run it with `fulcrum sim`",
+            scenario.name
+        );
+    }
     let traffic = scenario.traffic().map_err(anyhow::Error::msg)?;
     let work = settings.out.join("work");
     std::fs::create_dir_all(&work)
@@ -493,7 +499,7 @@ fn millis(d: Duration) -> String {
 /// fulcrum's configuration for a contender: one listener, one upstream over the backends,
 /// the scenario's timeout as the read timeout, each backend's `/load` as its agent when the
 /// algorithm reads load reports.
-fn fulcrum_config(
+pub fn fulcrum_config(
     algorithm: balance::Algorithm,
     options: &toml::Table,
     scenario: &Scenario,

@@ -61,6 +61,70 @@ pub struct Scenario {
     pub traffic: TrafficSpec,
     #[serde(rename = "algorithm")]
     pub algorithms: Vec<AlgorithmSpec>,
+    /// Knobs only the simulator has (`fulcrum sim`); a scenario with them is the simulator's.
+    pub sim: Option<SimSpec>,
+}
+
+/// `[sim]`: what only a simulator can offer (see `docs/simulator.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSpec {
+    /// Balancer instances in front of the same backends, each with its own pool (a fleet
+    /// behind ECMP or keepalived addresses); a client's requests all go to one.
+    #[serde(default = "one")]
+    pub balancers: u32,
+    /// One-way delay between a balancer and a backend (default 0).
+    pub network_delay: Option<String>,
+    /// How old a load report is when a balancer reads it (default 0): the backend measured
+    /// its trailing second this long before.
+    pub report_delay: Option<String>,
+    /// Requests measured; the traffic (a constant rate) lasts as long as they take, and
+    /// `traffic.duration` is left out.
+    pub requests: Option<u64>,
+    /// Requests sent before the measured ones and not counted (a warm-up).
+    #[serde(default)]
+    pub warmup: u64,
+    /// Loads λ (0 < λ < 1.5) to run every algorithm at, one row each: the rate is λ times the
+    /// primaries' capacity (slots × speed over the mean cost); `traffic.pattern` is left out.
+    #[serde(default)]
+    pub offered_load: Vec<f64>,
+    /// Outages, `NAME:FROM-UNTIL` (`"a:10s-20s"`): the backend is down (connections refused,
+    /// those open dropped) from `FROM` until `UNTIL`, then serves again.
+    #[serde(default)]
+    pub outages: Vec<String>,
+}
+
+/// The most backends a simulated scenario may have (the lab runs at most 64).
+pub const SIM_MAX_BACKENDS: u32 = 100_000;
+/// The most backends the lab starts.
+pub const LAB_MAX_BACKENDS: u32 = 64;
+
+/// One outage of `[sim] outages`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outage {
+    pub backend: String,
+    pub from: Duration,
+    pub until: Duration,
+}
+
+impl std::str::FromStr for Outage {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Outage, String> {
+        let form = || format!("outage {s:?}: write NAME:FROM-UNTIL, such as \"a:10s-20s\"");
+        let (backend, span) = s.rsplit_once(':').ok_or_else(form)?;
+        let (from, until) = span.split_once('-').ok_or_else(form)?;
+        let parse = |v: &str| humantime::parse_duration(v).map_err(|_| form());
+        let (from, until) = (parse(from)?, parse(until)?);
+        if backend.is_empty() || until <= from {
+            return Err(form());
+        }
+        Ok(Outage {
+            backend: backend.to_owned(),
+            from,
+            until,
+        })
+    }
 }
 
 /// The balancer's own settings (the same for every algorithm).
@@ -121,6 +185,8 @@ pub struct TrafficSpec {
     /// `poisson` or `even`.
     #[serde(default = "poisson")]
     pub spacing: String,
+    /// How long the traffic lasts (left out when `[sim] requests` says how many).
+    #[serde(default)]
     pub duration: String,
     #[serde(default = "zero_cost")]
     pub cost: String,
@@ -324,8 +390,16 @@ impl Scenario {
                     "{at}: a name is letters, digits, '-' and '_' (it goes into headers and file names)"
                 ));
             }
-            if !(1..=64).contains(&b.count) {
-                return Err(format!("{at}: count = {}: write 1 to 64", b.count));
+            let most = if self.sim.is_some() {
+                SIM_MAX_BACKENDS
+            } else {
+                LAB_MAX_BACKENDS
+            };
+            if !(1..=most).contains(&b.count) {
+                return Err(format!(
+                    "{at}: count = {}: write 1 to {most} ({LAB_MAX_BACKENDS} in the lab, {SIM_MAX_BACKENDS} with a [sim] section)",
+                    b.count
+                ));
             }
             if !(1..=1_000_000).contains(&b.weight) {
                 return Err(format!("{at}: weight = {}: write 1 to 1000000", b.weight));
@@ -372,6 +446,15 @@ impl Scenario {
         }
         if self.backends.iter().all(|b| b.backup) {
             return Err("every backend is a backup: at least one must not be".into());
+        }
+        let total: u64 = self.backends.iter().map(|b| u64::from(b.count)).sum();
+        if total > u64::from(SIM_MAX_BACKENDS) {
+            return Err(format!(
+                "{total} backends in all: at most {SIM_MAX_BACKENDS}"
+            ));
+        }
+        if let Some(sim) = &self.sim {
+            self.check_sim(sim, &names)?;
         }
         self.traffic()?;
         let mut labels = std::collections::HashSet::new();
@@ -422,6 +505,86 @@ impl Scenario {
     }
 
     /// The backends to start, `count` expanded.
+    fn check_sim(
+        &self,
+        sim: &SimSpec,
+        names: &std::collections::HashSet<String>,
+    ) -> Result<(), String> {
+        if !(1..=1024).contains(&sim.balancers) {
+            return Err(format!(
+                "sim.balancers = {}: write 1 to 1024",
+                sim.balancers
+            ));
+        }
+        for (key, v) in [
+            ("network_delay", &sim.network_delay),
+            ("report_delay", &sim.report_delay),
+        ] {
+            if let Some(v) = v {
+                match humantime::parse_duration(v) {
+                    Ok(d) if d <= Duration::from_secs(3600) => {}
+                    _ => {
+                        return Err(format!(
+                            "sim.{key} = {v:?}: write a duration such as \"2s\", at most an hour"
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(n) = sim.requests
+            && !(1..=1_000_000_000).contains(&n)
+        {
+            return Err(format!("sim.requests = {n}: write 1 to 1000000000"));
+        }
+        if sim.warmup > 1_000_000_000 {
+            return Err(format!(
+                "sim.warmup = {}: write at most 1000000000",
+                sim.warmup
+            ));
+        }
+        if sim.warmup > 0 && sim.requests.is_none() {
+            return Err(
+                "sim.warmup needs sim.requests (the warm-up is counted in requests)".into(),
+            );
+        }
+        for &l in &sim.offered_load {
+            if !(l > 0.0 && l < 1.5) {
+                return Err(format!(
+                    "sim.offered_load: {l} is not a load: write numbers above 0 and below 1.5"
+                ));
+            }
+        }
+        for o in &sim.outages {
+            let outage = Outage::from_str(o).map_err(|e| format!("sim.outages: {e}"))?;
+            if !names.contains(&outage.backend) {
+                return Err(format!(
+                    "sim.outages: no backend is called {:?}",
+                    outage.backend
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The primaries' capacity in requests per second: slots × speed over the traffic's mean
+    /// cost (the rate λ = 1 stands for in `[sim] offered_load`).
+    pub fn capacity_rps(&self) -> Result<f64, String> {
+        let cost = Cost::from_str(&self.traffic.cost).map_err(|e| format!("traffic.cost: {e}"))?;
+        let slots: f64 = self
+            .backends
+            .iter()
+            .filter(|b| !b.backup)
+            .map(|b| f64::from(b.count) * f64::from(b.workers) * b.speed)
+            .sum();
+        if cost.mean() <= 0.0 {
+            return Err(
+                "sim.offered_load needs requests that cost something: traffic.cost has a mean of 0"
+                    .into(),
+            );
+        }
+        Ok(slots * 1000.0 / cost.mean())
+    }
+
     pub fn backend_plans(&self) -> Vec<BackendPlan> {
         self.backends.iter().flat_map(|b| self.expand(b)).collect()
     }
@@ -443,8 +606,31 @@ impl Scenario {
 
     /// The traffic, parsed.
     pub fn traffic(&self) -> Result<Traffic, String> {
+        let first = self
+            .sim
+            .as_ref()
+            .and_then(|s| s.offered_load.first().copied());
+        self.traffic_at(first)
+    }
+
+    /// The traffic; at load `λ` when `[sim] offered_load` gives one (the rate is then λ times
+    /// [`Scenario::capacity_rps`]).
+    pub fn traffic_at(&self, offered_load: Option<f64>) -> Result<Traffic, String> {
         let t = &self.traffic;
+        let sim = self.sim.clone().unwrap_or_default();
+        let offered = match (offered_load, sim.offered_load.is_empty()) {
+            (Some(l), false) => Some(l),
+            _ => None,
+        };
+        if offered.is_some() && (t.pattern.is_some() || t.concurrency.is_some()) {
+            return Err(
+                "traffic: with sim.offered_load the rate follows from the load; leave pattern and concurrency out".into(),
+            );
+        }
         let load = match (&t.pattern, &t.concurrency) {
+            _ if offered.is_some() => Load::Open(Pattern::Constant {
+                rps: offered.unwrap_or(1.0) * self.capacity_rps()?,
+            }),
             (Some(p), None) => {
                 Load::Open(Pattern::from_str(p).map_err(|e| format!("traffic.pattern: {e}"))?)
             }
@@ -493,7 +679,23 @@ impl Scenario {
                 t.clients
             ));
         }
-        let length = duration(&t.duration, "duration")?;
+        let length = match (sim.requests, t.duration.is_empty()) {
+            (Some(n), true) => {
+                let Load::Open(Pattern::Constant { rps }) = load else {
+                    return Err(
+                        "sim.requests needs a constant rate (traffic.pattern = \"constant:RPS\" or sim.offered_load)".into(),
+                    );
+                };
+                Duration::from_secs_f64((n + sim.warmup) as f64 / rps)
+            }
+            (Some(_), false) => {
+                return Err(
+                    "traffic.duration and sim.requests exclude each other: keep one".into(),
+                );
+            }
+            (None, true) => return Err("traffic.duration: write how long the traffic lasts".into()),
+            (None, false) => duration(&t.duration, "duration")?,
+        };
         let least_hold = Duration::from_millis(100);
         let hold = match &load {
             Load::Open(Pattern::Steps { hold, .. }) => Some(*hold),
@@ -512,7 +714,8 @@ impl Scenario {
             };
             // Poisson arrivals scatter around the rate: keep a tenth in hand.
             let most = peak * length.as_secs_f64() * 1.1 + 1.0;
-            if most > crate::schedule::MAX_ARRIVALS as f64 {
+            // The simulator reads a trace as it goes: no bound but its own.
+            if self.sim.is_none() && most > crate::schedule::MAX_ARRIVALS as f64 {
                 return Err(format!(
                     "traffic: up to {most:.0} requests at this pattern and duration, more than the {} a trace holds; shorten the duration or lower the rate",
                     crate::schedule::MAX_ARRIVALS

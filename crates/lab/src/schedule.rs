@@ -7,7 +7,7 @@
 //!   siege runs), `burst:N:GAP:REPEAT` (seed 004's bursts: N requests, `GAP` apart, every
 //!   `REPEAT`).
 //! * **Spacing**: Poisson (exponential gaps at the current rate) or even (`1/rate`).
-//! * **Costs** (`--cost`): `const:MS`, `uniform:A:B`, `lognormal:MU:SIGMA` (ms = e^N(μ, σ),
+//! * **Costs** (`--cost`): `const:MS`, `uniform:A:B`, `exp:MEAN`, `lognormal:MU:SIGMA` (ms = e^N(μ, σ),
 //!   seed 002's log-normal(3.7, 1)), drawn with `rand_distr`.
 //!
 //! Pure: no clock, no I/O; the generator that sends the requests lives elsewhere.
@@ -45,9 +45,21 @@ pub enum Pattern {
 /// A request's cost.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Cost {
-    Const { ms: f64 },
-    Uniform { low: f64, high: f64 },
-    LogNormal { mu: f64, sigma: f64 },
+    Const {
+        ms: f64,
+    },
+    Uniform {
+        low: f64,
+        high: f64,
+    },
+    LogNormal {
+        mu: f64,
+        sigma: f64,
+    },
+    /// Exponential with this mean (the service of an M/M/1 queue).
+    Exp {
+        mean: f64,
+    },
 }
 
 /// How arrivals are spaced at a given rate.
@@ -174,8 +186,15 @@ impl std::str::FromStr for Cost {
                 }
                 Ok(Cost::LogNormal { mu, sigma })
             }
+            ["exp", mean] => {
+                let mean = number(mean)?;
+                if mean <= 0.0 {
+                    return Err(format!("exp:{mean}: the mean is above 0"));
+                }
+                Ok(Cost::Exp { mean })
+            }
             _ => Err(format!(
-                "unknown cost {s:?}: use const:MS, uniform:A:B or lognormal:MU:SIGMA"
+                "unknown cost {s:?}: use const:MS, uniform:A:B, lognormal:MU:SIGMA or exp:MEAN"
             )),
         }
     }
@@ -221,6 +240,17 @@ impl Cost {
             Cost::LogNormal { mu, sigma } => LogNormal::new(mu, sigma)
                 .map(|d| d.sample(rng))
                 .unwrap_or(0.0),
+            Cost::Exp { mean } => Exp::new(1.0 / mean).map(|d| d.sample(rng)).unwrap_or(mean),
+        }
+    }
+
+    /// The mean cost in milliseconds.
+    pub fn mean(&self) -> f64 {
+        match *self {
+            Cost::Const { ms } => ms,
+            Cost::Uniform { low, high } => (low + high.max(low)) / 2.0,
+            Cost::LogNormal { mu, sigma } => (mu + sigma * sigma / 2.0).exp(),
+            Cost::Exp { mean } => mean,
         }
     }
 }
@@ -235,57 +265,117 @@ pub fn trace(
     clients: u32,
     seed: u64,
 ) -> Vec<Arrival> {
-    let mut rng = Pcg64Mcg::seed_from_u64(seed);
-    let clients = clients.max(1);
-    let mut out = Vec::new();
-    let push = |at: Duration, rng: &mut Pcg64Mcg, out: &mut Vec<Arrival>| {
-        let cost_ms = cost.draw(rng);
-        let client = rng.random_range(0..clients);
-        out.push(Arrival {
+    Arrivals::new(pattern, spacing, length, cost, clients, seed)
+        .take(MAX_ARRIVALS)
+        .collect()
+}
+
+/// A trace drawn one arrival at a time, without a bound on its size: what [`trace`] collects,
+/// and what the simulator reads for runs of any length.
+#[derive(Debug, Clone)]
+pub struct Arrivals {
+    pattern: Pattern,
+    spacing: Spacing,
+    end: f64,
+    cost: Cost,
+    clients: u32,
+    rng: Pcg64Mcg,
+    /// Seconds: the last arrival's time (rate patterns).
+    t: f64,
+    /// Even spacing's first arrival, at 0, is still due.
+    first: bool,
+    /// Bursts: the current burst's start and the next request's place in it.
+    burst: (Duration, u32),
+    done: bool,
+}
+
+impl Arrivals {
+    pub fn new(
+        pattern: Pattern,
+        spacing: Spacing,
+        length: Duration,
+        cost: Cost,
+        clients: u32,
+        seed: u64,
+    ) -> Arrivals {
+        let end = length.as_secs_f64();
+        Arrivals {
+            pattern,
+            spacing,
+            end,
+            cost,
+            clients: clients.max(1),
+            rng: Pcg64Mcg::seed_from_u64(seed),
+            t: 0.0,
+            // Even spacing starts at 0, so RATE for D seconds is exactly RATE × D requests;
+            // Poisson arrivals start one random gap in.
+            first: spacing == Spacing::Even && end > 0.0,
+            burst: (Duration::ZERO, 0),
+            done: false,
+        }
+    }
+
+    fn arrival(&mut self, at: Duration) -> Arrival {
+        let cost_ms = self.cost.draw(&mut self.rng);
+        let client = self.rng.random_range(0..self.clients);
+        Arrival {
             at,
             cost_ms,
             client,
-        });
-    };
-    if let Pattern::Burst { n, gap, repeat } = pattern {
-        let mut start = Duration::ZERO;
-        while start < length && out.len() < MAX_ARRIVALS {
-            for i in 0..n {
-                let at = start + gap * i;
-                if at >= length || out.len() >= MAX_ARRIVALS {
-                    break;
-                }
-                push(at, &mut rng, &mut out);
-            }
-            start += repeat;
         }
-        return out;
     }
-    // Even spacing starts at 0, so RATE for D seconds is exactly RATE × D requests; Poisson
-    // arrivals start one random gap in.
-    let mut t = 0.0_f64;
-    let end = length.as_secs_f64();
-    if spacing == Spacing::Even && end > 0.0 {
-        push(Duration::ZERO, &mut rng, &mut out);
+
+    /// The next burst request's time, if the run has one left.
+    fn next_in_burst(&mut self, n: u32, gap: Duration, repeat: Duration) -> Option<Duration> {
+        let length = Duration::from_secs_f64(self.end);
+        loop {
+            let (start, i) = self.burst;
+            if start >= length {
+                return None;
+            }
+            let at = start + gap * i;
+            if i < n && at < length {
+                self.burst.1 += 1;
+                return Some(at);
+            }
+            self.burst = (start + repeat, 0);
+        }
     }
-    while out.len() < MAX_ARRIVALS {
-        let rate = pattern
-            .rate_at(Duration::from_secs_f64(t))
+}
+
+impl Iterator for Arrivals {
+    type Item = Arrival;
+
+    fn next(&mut self) -> Option<Arrival> {
+        if self.done {
+            return None;
+        }
+        if let Pattern::Burst { n, gap, repeat } = self.pattern {
+            let at = self.next_in_burst(n, gap, repeat);
+            self.done = at.is_none();
+            return at.map(|at| self.arrival(at));
+        }
+        if std::mem::take(&mut self.first) {
+            return Some(self.arrival(Duration::ZERO));
+        }
+        let rate = self
+            .pattern
+            .rate_at(Duration::from_secs_f64(self.t))
             .unwrap_or(0.0)
             .max(1e-3);
-        let gap = match spacing {
+        let gap = match self.spacing {
             Spacing::Even => 1.0 / rate,
             Spacing::Poisson => Exp::new(rate)
-                .map(|d| d.sample(&mut rng))
+                .map(|d| d.sample(&mut self.rng))
                 .unwrap_or(1.0 / rate),
         };
-        t += gap;
-        if t >= end {
-            break;
+        self.t += gap;
+        if self.t >= self.end {
+            self.done = true;
+            return None;
         }
-        push(Duration::from_secs_f64(t), &mut rng, &mut out);
+        Some(self.arrival(Duration::from_secs_f64(self.t)))
     }
-    out
 }
 
 /// `n` requests' costs from `seed` (at most [`MAX_ARRIVALS`]), for a closed-loop run, whose

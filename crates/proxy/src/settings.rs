@@ -304,7 +304,7 @@ impl BackendSettings {
         self
     }
 
-    pub(crate) fn spec(&self) -> balance::BackendSpec {
+    pub fn spec(&self) -> balance::BackendSpec {
         balance::BackendSpec {
             name: self.name.as_str().into(),
             weight: self.weight,

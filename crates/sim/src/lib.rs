@@ -1,14 +1,85 @@
-//! fulcrum's simulator (issue 13, first part): the `balance` crate's pools and algorithms —
+//! fulcrum's simulator: the `balance` crate's pools, algorithms, weight models and retry rule —
 //! the very code the proxy runs — driven in virtual time by a discrete-event loop, against
-//! backends modelled as queueing servers.
+//! backends modelled as the lab's emulated ones, from the lab's own scenario files.
 //!
-//! Built so far: the event queue ([`events`]), a FIFO multi-slot server ([`server`]) and
-//! Mitzenmacher's supermarket model ([`supermarket`]) with its closed form, which validates
-//! the loop against queueing theory. Not built yet: the lab's scenario files, many balancers,
-//! load reports, retries, failures, reports (see issue 13).
+//! # Layout
 //!
-//! Pure and deterministic: no clock, no I/O; every random draw comes from the run's seed.
+//! * [`events`]: the event queue (virtual nanoseconds; ties in scheduling order).
+//! * [`servers`]: a backend's capacity model (slots, processor sharing, antagonist, faults)
+//!   and its utilization meter.
+//! * [`cluster`]: one run: backends, `balancers` instances each with its own `Pool`, the
+//!   traffic, timeouts, retries, load reports.
+//! * [`play`]: a scenario's every contender (and load, and repetition), into the lab's
+//!   [`lab::run::Results`], written by the lab's report code.
+//! * [`supermarket`]: Mitzenmacher's closed form, which the simulator is checked against.
+//!
+//! Deterministic: no clock, no I/O in the model; every random draw comes from the run's seed,
+//! so a seed gives the same results bit for bit.
 
+pub mod cluster;
 pub mod events;
-pub mod server;
+pub mod play;
+pub mod servers;
 pub mod supermarket;
+
+use std::time::Duration;
+
+use balance::{Algorithm, BackendSpec, Options};
+use lab::scenario::{Outage, Scenario};
+
+/// One contender as the proxy would run it: what fulcrum's configuration parser makes of the
+/// configuration the lab would give it (so defaults and checks are the proxy's own).
+#[derive(Debug, Clone)]
+pub struct Contender {
+    pub label: String,
+    pub algorithm: Algorithm,
+    pub options: Options,
+    /// Pool order: primaries, then backups.
+    pub primaries: Vec<BackendSpec>,
+    pub backups: Vec<BackendSpec>,
+    /// The scenario's backend (plan index) of each pool index.
+    pub plan_of: Vec<usize>,
+    /// Further backends to try after a failed attempt (`None`: every backend once).
+    pub retries: Option<u32>,
+    pub poll_interval: Duration,
+    pub stale_after: u32,
+}
+
+/// The simulator's own knobs (`[sim]`), resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Knobs {
+    pub balancers: u32,
+    pub network_delay: Duration,
+    pub report_delay: Duration,
+    pub requests: Option<u64>,
+    pub warmup: u64,
+    pub offered_load: Vec<f64>,
+    pub outages: Vec<Outage>,
+}
+
+impl Knobs {
+    /// The knobs of `scenario` (defaults without a `[sim]` section). The scenario was checked
+    /// when read, so the values parse.
+    pub fn of(scenario: &Scenario) -> Knobs {
+        let Some(sim) = &scenario.sim else {
+            return Knobs {
+                balancers: 1,
+                ..Knobs::default()
+            };
+        };
+        let duration = |v: &Option<String>| {
+            v.as_deref()
+                .and_then(|v| humantime::parse_duration(v).ok())
+                .unwrap_or_default()
+        };
+        Knobs {
+            balancers: sim.balancers.max(1),
+            network_delay: duration(&sim.network_delay),
+            report_delay: duration(&sim.report_delay),
+            requests: sim.requests,
+            warmup: sim.warmup,
+            offered_load: sim.offered_load.clone(),
+            outages: sim.outages.iter().filter_map(|o| o.parse().ok()).collect(),
+        }
+    }
+}

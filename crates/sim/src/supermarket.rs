@@ -5,30 +5,9 @@
 //! system is `T(d) = Σ_{i≥1} λ^((dⁱ − d)/(d − 1))` for d ≥ 2, and `1/(1 − λ)` for d = 1
 //! (M. Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing", 1996/2001).
 //!
-//! The choice is made by `balance::Pool` — the proxy's own code — with in-flight counts as
-//! the queue lengths (one balancer sees every request, as in the model).
-
-use balance::{Algorithm, BackendSpec, Nanos, Options, Outcome, Pool, Ticket};
-use rand::SeedableRng;
-use rand_distr::{Distribution, Exp};
-use rand_pcg::Pcg64Mcg;
-
-use crate::events::{Events, Time};
-use crate::server::Server;
-
-/// One supermarket run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Setup {
-    pub servers: usize,
-    /// λ: the load per server, below 1.
-    pub load: f64,
-    /// `Random` (d = 1) or `RandomTwo` (d = 2), or any other algorithm to compare.
-    pub algorithm: Algorithm,
-    /// Requests measured, after `warmup` requests that are not.
-    pub requests: u64,
-    pub warmup: u64,
-    pub seed: u64,
-}
+//! `lab/scenarios/sim-supermarket.toml` is the model as a scenario: the simulator runs it
+//! like any other, with `balance::Pool` choosing by its in-flight counts (one balancer sees
+//! every request, as in the model); `docs/simulator.md` compares it with [`theory`].
 
 /// The closed form of the mean time in the system, in units of the mean service time.
 pub fn theory(load: f64, d: u32) -> f64 {
@@ -41,89 +20,6 @@ pub fn theory(load: f64, d: u32) -> f64 {
         .take_while(|term| *term > 1e-15)
         .take(64)
         .sum()
-}
-
-enum Event {
-    Arrival,
-    /// Job `1` ends its service on server `0`.
-    Departure(usize, u64),
-}
-
-const SECOND: f64 = 1e9;
-
-/// Runs `setup`; the mean time in the system of the measured requests, in seconds.
-pub fn run(setup: &Setup) -> f64 {
-    let specs: Vec<BackendSpec> = (0..setup.servers).map(|_| BackendSpec::new(1)).collect();
-    let mut pool = Pool::new(
-        setup.algorithm,
-        &Options::default(),
-        &specs,
-        &[],
-        setup.seed,
-    );
-    let mut rng = Pcg64Mcg::seed_from_u64(setup.seed ^ 0x5eed);
-    let gaps = Exp::new(setup.load * setup.servers as f64).expect("a positive rate");
-    let work = Exp::new(1.0).expect("a positive rate");
-    let mut servers: Vec<Server> = (0..setup.servers).map(|_| Server::new(1, 1.0)).collect();
-    // Jobs in the system, in a slab (a job's id is its index; freed places are reused):
-    // ticket, arrival time, and whether it is measured.
-    let mut jobs: Vec<Option<(Ticket, Time, bool)>> = Vec::new();
-    let mut free: Vec<u64> = Vec::new();
-    let mut events = Events::default();
-    let total = setup.warmup + setup.requests;
-    let (mut arrived, mut measured, mut sum) = (0u64, 0u64, 0f64);
-    events.push(0, Event::Arrival);
-    while let Some((now, event)) = events.pop() {
-        match event {
-            Event::Arrival => {
-                let measured_job = arrived >= setup.warmup;
-                arrived += 1;
-                if arrived < total {
-                    let gap = (gaps.sample(&mut rng) * SECOND) as Time;
-                    events.push(now + gap, Event::Arrival);
-                }
-                let Some(ticket) = pool.pick(None, &[], Nanos(now)) else {
-                    continue;
-                };
-                let k = ticket.backend().index();
-                let w = (work.sample(&mut rng) * SECOND) as Time;
-                let job = Some((ticket, now, measured_job));
-                let id = match free.pop() {
-                    Some(id) => {
-                        jobs[id as usize] = job;
-                        id
-                    }
-                    None => {
-                        jobs.push(job);
-                        jobs.len() as u64 - 1
-                    }
-                };
-                if let Some(end) = servers[k].arrive(now, id, w) {
-                    events.push(end, Event::Departure(k, id));
-                }
-            }
-            Event::Departure(k, id) => {
-                if let Some((ticket, at, counted)) =
-                    jobs.get_mut(id as usize).and_then(Option::take)
-                {
-                    free.push(id);
-                    pool.complete(ticket, Outcome::Success, Nanos(now));
-                    if counted {
-                        measured += 1;
-                        sum += (now - at) as f64 / SECOND;
-                    }
-                }
-                if let Some((next, end)) = servers[k].finish(now) {
-                    events.push(end, Event::Departure(k, next));
-                }
-            }
-        }
-    }
-    if measured == 0 {
-        0.0
-    } else {
-        sum / measured as f64
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,1031 @@
+//! One simulated run: a scenario's backends, `balancers` instances of one contender in front
+//! of them, and its traffic, in virtual time.
+//!
+//! A request goes to its client's balancer (`client % balancers`, as ECMP keeps a flow on one
+//! instance). That balancer's own [`Pool`] picks a backend; the request crosses the network
+//! (`network_delay` each way) and is served by the backend's capacity model
+//! ([`crate::servers`]). What follows is the proxy's own rule:
+//!
+//! * any answer (200, the backend's 500s, its 503 when the queue is full) completes the ticket
+//!   as a success, as the proxy does for every response it relays;
+//! * a refused connection (a dead backend, or one in an outage), or a connection the backend
+//!   drops, is classified as the proxy classifies it ([`AttemptFailure`]) and handed to
+//!   [`retry::decide`]: resend on a fresh connection, try the next backend (excluding those
+//!   tried, at most `retries + 1` attempts), or answer 502/503 — and whom to blame, which feeds
+//!   `max_fails` through the pool;
+//! * the client gives up at `timeout` after the request's intended time, as the lab's load
+//!   generator does; the proxy then sees its client gone, completes the ticket as cancelled and
+//!   closes the backend connection, which frees the backend's slot (the lab's read timeout
+//!   equals the traffic's timeout and starts later, so the client always goes first).
+//!
+//! Load reports: every `poll_interval` each balancer polls every primary; a backend that
+//! answers reports its trailing second as measured `report_delay` ago (one that does not, a
+//! miss). The reports go through [`Feed`] — the control plane's own staleness rule and weight
+//! model — and the weights into the pool, as the proxy's feedback loop does.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use balance::weights::LoadReport;
+use balance::weights::feed::{Feed, Poll};
+use balance::{
+    Action, AttemptFailure, BackendId, Connection, Fault, Nanos, Outcome, Pool, Replay,
+    RequestSent, ResponseReceived, Ticket, retry,
+};
+use lab::load::closed::Users;
+use lab::run::LoadSample;
+use lab::scenario::{Load, Scenario, Traffic};
+use lab::schedule::{Arrival, Arrivals};
+use lab::tally::{Request, Tally};
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::events::{Events, Time};
+use crate::servers::{Admit, Job, Life, Reading, Server};
+use crate::{Contender, Knobs};
+
+/// How often the backends' integrals are read: the lab samples `/load` at this rate, and
+/// load reports cover the trailing [`WINDOW`].
+const STEP: Time = 250_000_000;
+/// The trailing window of a load report (the lab backend's).
+const WINDOW: Time = 1_000_000_000;
+/// How long a dying backend lets its last answer leave (the lab backend's).
+const LAST_WORDS: Time = 50_000_000;
+
+fn ns(d: Duration) -> Time {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// The next open-loop arrival is due.
+    Arrival,
+    /// Closed loop: the number of users may change.
+    Users,
+    /// Closed loop: user `0` sends.
+    Send(u32),
+    /// Request `0`'s attempt `1` reaches its backend.
+    Deliver(u32, u32),
+    /// A slot's job on backend `0` is done.
+    SlotDone(u32, Job),
+    /// Backend `0`'s bandwidth wakes up (wake-up number `1`).
+    Wake(u32, u64),
+    /// The answer to request `0`'s attempt `1` reaches the balancer.
+    Reply(u32, u32),
+    /// Request `0`'s attempt `1` learns its connection failed.
+    Failed(u32, u32, Fault, Connection),
+    /// The oldest pending request's deadline.
+    Deadline,
+    /// Balancer `0` polls the load sources.
+    Poll(u32),
+    /// Every backend's integrals are read.
+    Step,
+    /// Backend `0` dies (its last answer left).
+    Die(u32),
+    /// Backend `0`'s outage begins (`true`) or ends.
+    Outage(u32, bool),
+}
+
+/// Where a request's current attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Between backends (or on the wire).
+    Away,
+    /// Waiting for a slot at its backend.
+    Queued,
+    /// On a slot.
+    Slot,
+    /// On the bandwidth.
+    Shared,
+    /// At a stalled backend: nothing will come.
+    Stuck,
+}
+
+#[derive(Debug)]
+struct Req {
+    /// Which request this is (slab places are reused).
+    serial: u64,
+    intended: Time,
+    /// Its cost, ns at speed 1.
+    work: u64,
+    client: u32,
+    balancer: u32,
+    measured: bool,
+    /// Closed loop: the user that sent it.
+    user: Option<u32>,
+    /// The current attempt's number (unique in the run).
+    attempt: u32,
+    ticket: Option<Ticket>,
+    /// The current attempt's backend (plan index).
+    backend: u32,
+    tried: Vec<BackendId>,
+    /// The attempt was sent on a connection kept alive from an earlier request.
+    reused: bool,
+    /// The answer's status, once the backend has answered.
+    status: u16,
+    stage: Stage,
+    /// `mixed`: the first half is done.
+    second_half: bool,
+    live: bool,
+}
+
+/// One balancer instance.
+struct Balancer {
+    pool: Pool,
+    feed: Option<Feed>,
+    /// Whether it holds a kept-alive connection to each backend (plan order).
+    warm: Vec<bool>,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Measured {
+    pub tally: Tally,
+    pub samples: Vec<LoadSample>,
+    /// Events processed (for speed figures).
+    pub events: u64,
+}
+
+/// One run of `contender` on `scenario`'s backends with `traffic`, from `seed`. `progress`
+/// hears the number of requests sent so far, now and then.
+pub fn run(
+    scenario: &Scenario,
+    traffic: &Traffic,
+    contender: &Contender,
+    knobs: &Knobs,
+    seed: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Measured {
+    Sim::new(scenario, traffic, contender, knobs, seed).run(progress)
+}
+
+struct Sim<'a> {
+    traffic: &'a Traffic,
+    contender: &'a Contender,
+    events: Events<Event>,
+    now: Time,
+    servers: Vec<Server>,
+    /// The plan index (scenario order) of each pool index.
+    plan_of: Vec<usize>,
+    balancers: Vec<Balancer>,
+    reqs: Vec<Req>,
+    free: Vec<u32>,
+    serial: u64,
+    attempts: u32,
+    /// Requests in arrival order, with their deadlines, until answered or expired.
+    pending: VecDeque<(Time, u32, u64)>,
+    deadline_set: bool,
+    in_flight: u64,
+    peak: u64,
+    rng: Pcg64Mcg,
+    affinity: Vec<[u8; 4]>,
+    max_attempts: usize,
+    delay: Time,
+    report_delay: Time,
+    timeout: Time,
+    // Traffic.
+    arrivals: Option<Arrivals>,
+    closed: Option<(Users, Vec<Arrival>)>,
+    next_cost: usize,
+    users_active: u32,
+    sent: u64,
+    total: Option<u64>,
+    warmup: u64,
+    length: Time,
+    // Measuring.
+    tally: Tally,
+    samples: Vec<LoadSample>,
+    readings: Vec<VecDeque<Reading>>,
+    steps: u64,
+    step_every: Time,
+    steps_per_sample: u64,
+    next: Option<Arrival>,
+    user_busy: Vec<bool>,
+    /// Each server's last request before it dies (`die_after`).
+    last: Vec<Option<Job>>,
+    scratch: Vec<Job>,
+    processed: u64,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        scenario: &Scenario,
+        traffic: &'a Traffic,
+        contender: &'a Contender,
+        knobs: &Knobs,
+        seed: u64,
+    ) -> Sim<'a> {
+        let plans = scenario.backend_plans();
+        let servers: Vec<Server> = plans
+            .iter()
+            .map(|p| {
+                let b = &p.spec;
+                Server::new(
+                    b.mode.parse().unwrap_or_default(),
+                    b.workers,
+                    b.speed,
+                    b.max_queue,
+                    b.antagonist.as_deref().and_then(|a| a.parse().ok()),
+                    b.fail_rate.unwrap_or(0.0),
+                    b.stall_after,
+                    b.die_after,
+                )
+            })
+            .collect();
+        let n = plans.len();
+        let primaries = contender.primaries.len();
+        let balancers = (0..knobs.balancers.max(1))
+            .map(|i| Balancer {
+                pool: Pool::new(
+                    contender.algorithm,
+                    &contender.options,
+                    &contender.primaries,
+                    &contender.backups,
+                    seed.wrapping_add(u64::from(i).wrapping_mul(0x2545_f491_4f6c_dd1d)),
+                ),
+                feed: Feed::new(
+                    contender.algorithm,
+                    &contender
+                        .primaries
+                        .iter()
+                        .map(|b| b.weight)
+                        .collect::<Vec<_>>(),
+                    &contender.options,
+                    contender.stale_after,
+                ),
+                warm: vec![false; n],
+            })
+            .collect::<Vec<_>>();
+        let feeds = balancers[0].feed.is_some() && primaries > 0;
+        let length = ns(traffic.duration);
+        // Samples for the report: 4 a second as the lab, fewer on long runs (at most ~600).
+        let sample_every = (length / 600 / STEP).max(1);
+        let (arrivals, closed) = match &traffic.load {
+            Load::Open(pattern) => (
+                Some(Arrivals::new(
+                    *pattern,
+                    traffic.spacing,
+                    // With a count of requests, the count ends the traffic (Poisson arrivals
+                    // may take a little longer than the expected length).
+                    if knobs.requests.is_some() {
+                        traffic.duration * 2
+                    } else {
+                        traffic.duration
+                    },
+                    traffic.cost,
+                    traffic.clients,
+                    seed,
+                )),
+                None,
+            ),
+            Load::Closed(users) => (
+                None,
+                Some((
+                    *users,
+                    lab::schedule::costs(traffic.cost, lab::schedule::CLOSED_LOOP_COSTS, seed),
+                )),
+            ),
+        };
+        let clients = traffic.clients.max(1);
+        let affinity = (0..clients)
+            .map(|c| match lab::load::client_addr(c) {
+                std::net::IpAddr::V4(a) => a.octets(),
+                std::net::IpAddr::V6(_) => [0; 4],
+            })
+            .collect();
+        let max_attempts = match contender.retries {
+            Some(r) => r as usize + 1,
+            None => n,
+        };
+        let tally = Tally::new(
+            n,
+            traffic.duration,
+            traffic.timeout,
+            lab::tally::ramp_hold(&traffic.load),
+        );
+        let mut sim = Sim {
+            traffic,
+            contender,
+            events: Events::default(),
+            now: 0,
+            servers,
+            plan_of: contender.plan_of.clone(),
+            balancers,
+            reqs: Vec::new(),
+            free: Vec::new(),
+            serial: 0,
+            attempts: 0,
+            pending: VecDeque::new(),
+            deadline_set: false,
+            in_flight: 0,
+            peak: 0,
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x51_5eed),
+            affinity,
+            max_attempts,
+            delay: ns(knobs.network_delay),
+            report_delay: ns(knobs.report_delay),
+            timeout: ns(traffic.timeout),
+            arrivals,
+            closed,
+            next_cost: 0,
+            users_active: 0,
+            sent: 0,
+            total: knobs.requests.map(|r| r + knobs.warmup),
+            warmup: knobs.warmup,
+            length,
+            tally,
+            samples: Vec::new(),
+            readings: vec![VecDeque::new(); n],
+            steps: 0,
+            step_every: STEP,
+            steps_per_sample: if feeds { sample_every } else { 1 },
+            next: None,
+            user_busy: Vec::new(),
+            last: vec![None; n],
+            scratch: Vec::new(),
+            processed: 0,
+        };
+        // Readings every STEP when load reports are used (their window), else only for the
+        // report's samples.
+        let step_every = if feeds { STEP } else { STEP * sample_every };
+        sim.step_every = step_every;
+        sim.events.push(0, Event::Step);
+        if feeds {
+            let interval = ns(contender.poll_interval).max(1);
+            let count = sim.balancers.len() as u64;
+            for b in 0..count {
+                // Instances started at different moments: their rounds are spread out.
+                sim.events
+                    .push(interval * b / count + interval, Event::Poll(b as u32));
+            }
+        }
+        for o in &knobs.outages {
+            if let Some(k) = plans.iter().position(|p| p.name == o.backend) {
+                sim.events.push(ns(o.from), Event::Outage(k as u32, true));
+                sim.events.push(ns(o.until), Event::Outage(k as u32, false));
+            }
+        }
+        match sim.closed {
+            Some(_) => sim.events.push(0, Event::Users),
+            None => sim.schedule_arrival(0),
+        }
+        sim
+    }
+}
+
+/// The status the proxy answers with itself when no backend answered: 503 when none could be
+/// picked (or out of local resources), 504 after a read timeout, 502 otherwise.
+fn own_status(fault: Option<Fault>) -> u16 {
+    match fault {
+        None | Some(Fault::LocalResources) => 503,
+        Some(Fault::ReadTimeout) => 504,
+        Some(_) => 502,
+    }
+}
+
+impl Sim<'_> {
+    fn run(mut self, progress: &mut dyn FnMut(u64)) -> Measured {
+        let mut reported = 0u64;
+        while let Some((at, event)) = self.events.pop() {
+            self.now = at;
+            self.processed += 1;
+            self.handle(event);
+            if self.sent >= reported + (1 << 16) {
+                reported = self.sent;
+                progress(self.sent);
+            }
+        }
+        progress(self.sent);
+        self.tally.set_peak_concurrency(self.peak);
+        Measured {
+            tally: self.tally,
+            samples: self.samples,
+            events: self.processed,
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Arrival => {
+                if let Some(a) = self.next.take() {
+                    self.schedule_arrival(self.sent + 1);
+                    self.start_request(a.cost_ms, a.client, None);
+                }
+            }
+            Event::Users => self.users(),
+            Event::Send(u) => self.send_from_user(u),
+            Event::Deliver(i, a) => {
+                if self.valid((i, a)) {
+                    self.deliver(i);
+                }
+            }
+            Event::SlotDone(k, job) => self.slot_done(k, job),
+            Event::Wake(k, w) => {
+                if self.servers[k as usize].wake == w {
+                    self.wake(k);
+                }
+            }
+            Event::Reply(i, a) => {
+                if self.valid((i, a)) {
+                    self.on_reply(i);
+                }
+            }
+            Event::Failed(i, a, fault, connection) => {
+                if self.valid((i, a)) {
+                    self.on_failure(i, fault, connection);
+                }
+            }
+            Event::Deadline => self.deadlines(),
+            Event::Poll(b) => self.poll(b),
+            Event::Step => self.step(),
+            Event::Die(k) => self.die(k),
+            Event::Outage(k, out) => self.outage(k, out),
+        }
+    }
+
+    fn valid(&self, (i, a): Job) -> bool {
+        let r = &self.reqs[i as usize];
+        r.live && r.attempt == a
+    }
+
+    fn traffic_over(&self) -> bool {
+        match self.closed {
+            Some(_) => self.now >= self.length,
+            None => self.next.is_none(),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.traffic_over() && self.in_flight == 0
+    }
+
+    // ---- traffic ----
+
+    /// Draws the next arrival, unless the count of requests is reached (`counted`: those
+    /// started or about to be).
+    fn schedule_arrival(&mut self, counted: u64) {
+        if self.total.is_some_and(|t| counted >= t) {
+            return;
+        }
+        if let Some(a) = self.arrivals.as_mut().and_then(Iterator::next) {
+            self.events.push(ns(a.at), Event::Arrival);
+            self.next = Some(a);
+        }
+    }
+
+    fn users(&mut self) {
+        let Some((users, _)) = self.closed else {
+            return;
+        };
+        if self.now >= self.length {
+            return;
+        }
+        let t = Duration::from_nanos(self.now);
+        let target = users.at(t);
+        self.users_active = target;
+        if self.user_busy.len() < target as usize {
+            self.user_busy.resize(target as usize, false);
+        }
+        for u in 0..target {
+            if !self.user_busy[u as usize] {
+                self.user_busy[u as usize] = true;
+                self.events.push(self.now, Event::Send(u));
+            }
+        }
+        if let Users::Steps { hold, .. } = users {
+            let hold = ns(hold).max(1);
+            let next = (self.now / hold + 1) * hold;
+            if next < self.length {
+                self.events.push(next, Event::Users);
+            }
+        }
+    }
+
+    fn send_from_user(&mut self, u: u32) {
+        if self.now >= self.length || u >= self.users_active {
+            self.user_busy[u as usize] = false;
+            return;
+        }
+        let Some((_, costs)) = &self.closed else {
+            return;
+        };
+        let cost = costs[self.next_cost % costs.len()].cost_ms;
+        self.next_cost += 1;
+        let client = u % self.traffic.clients.max(1);
+        self.start_request(cost, client, Some(u));
+    }
+
+    fn start_request(&mut self, cost_ms: f64, client: u32, user: Option<u32>) {
+        let measured = self.sent >= self.warmup;
+        self.sent += 1;
+        self.serial += 1;
+        let balancer = client % self.balancers.len() as u32;
+        let work = (cost_ms.clamp(0.0, 3_600_000.0) * 1e6) as u64;
+        let req = Req {
+            serial: self.serial,
+            intended: self.now,
+            work,
+            client,
+            balancer,
+            measured,
+            user,
+            attempt: 0,
+            ticket: None,
+            backend: 0,
+            tried: Vec::new(),
+            reused: false,
+            status: 0,
+            stage: Stage::Away,
+            second_half: false,
+            live: true,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                let tried = std::mem::take(&mut self.reqs[i as usize].tried);
+                self.reqs[i as usize] = Req { tried, ..req };
+                i
+            }
+            None => {
+                self.reqs.push(req);
+                self.reqs.len() as u32 - 1
+            }
+        };
+        let deadline = self.now + self.timeout;
+        self.pending.push_back((deadline, i, self.serial));
+        if !self.deadline_set {
+            self.deadline_set = true;
+            self.events.push(deadline, Event::Deadline);
+        }
+        self.in_flight += 1;
+        self.peak = self.peak.max(self.in_flight);
+        self.attempt(i, None);
+    }
+
+    // ---- attempts ----
+
+    /// A new attempt for request `i` (`last`: the previous attempt's fault).
+    fn attempt(&mut self, i: u32, last: Option<Fault>) {
+        let r = &mut self.reqs[i as usize];
+        if r.tried.len() >= self.max_attempts {
+            return self.finish(i, own_status(last), None);
+        }
+        let b = &mut self.balancers[r.balancer as usize];
+        let affinity = &self.affinity[(r.client as usize) % self.affinity.len()];
+        let Some(ticket) = b.pool.pick(Some(affinity), &r.tried, Nanos(self.now)) else {
+            return self.finish(i, own_status(last), None);
+        };
+        let id = ticket.backend();
+        let plan = self.plan_of[id.index()];
+        r.tried.push(id);
+        r.ticket = Some(ticket);
+        r.backend = plan as u32;
+        self.attempts = self.attempts.wrapping_add(1);
+        r.attempt = self.attempts;
+        r.second_half = false;
+        r.stage = Stage::Away;
+        r.reused = b.warm[plan];
+        self.send(i);
+    }
+
+    /// Request `i`'s attempt goes out to its backend.
+    fn send(&mut self, i: u32) {
+        let r = &self.reqs[i as usize];
+        let k = r.backend as usize;
+        if !self.servers[k].listening() {
+            // Refused: learnt one round trip later.
+            let at = self.now + 2 * self.delay;
+            let e = Event::Failed(i, r.attempt, Fault::ConnectFailed, Connection::Fresh);
+            return self.events.push(at, e);
+        }
+        self.balancers[r.balancer as usize].warm[k] = true;
+        if self.delay == 0 {
+            self.deliver(i);
+        } else {
+            self.events
+                .push(self.now + self.delay, Event::Deliver(i, r.attempt));
+        }
+    }
+
+    fn deliver(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        let job = (i, r.attempt);
+        let k = r.backend as usize;
+        let s = &mut self.servers[k];
+        if !s.listening() {
+            let e = Event::Failed(i, r.attempt, Fault::ConnectFailed, Connection::Fresh);
+            return self.events.push(self.now + self.delay, e);
+        }
+        s.received += 1;
+        if s.stall_after.is_some_and(|n| s.received > n) {
+            s.life = Life::Stalled;
+        }
+        if s.life == Life::Stalled {
+            r.stage = Stage::Stuck;
+            return;
+        }
+        if s.die_after.is_some_and(|n| s.received >= n) && s.life == Life::Serving {
+            s.life = Life::Dying;
+            self.last[k] = Some(job);
+        }
+        if s.fail_rate > 0.0 && self.rng.random::<f64>() < s.fail_rate {
+            r.status = 500;
+            return self.reply(i);
+        }
+        let on_slots = s.mode.uses_slots();
+        let work = if s.mode == lab::backend::Mode::Mixed {
+            r.work / 2
+        } else {
+            r.work
+        };
+        let admitted = s.admit(self.now, job, work, on_slots);
+        self.admitted(i, k, admitted);
+    }
+
+    fn admitted(&mut self, i: u32, k: usize, admitted: Admit) {
+        let r = &mut self.reqs[i as usize];
+        let job = (i, r.attempt);
+        match admitted {
+            Admit::Slot(end) => {
+                r.stage = Stage::Slot;
+                self.events.push(end, Event::SlotDone(k as u32, job));
+            }
+            Admit::Queued => r.stage = Stage::Queued,
+            Admit::Shared => {
+                r.stage = Stage::Shared;
+                self.rewake(k);
+            }
+            Admit::Refused => {
+                r.stage = Stage::Away;
+                r.status = 503;
+                self.reply(i);
+            }
+        }
+    }
+
+    /// Schedules backend `k`'s next bandwidth wake-up (the older ones go stale).
+    fn rewake(&mut self, k: usize) {
+        let s = &mut self.servers[k];
+        s.wake += 1;
+        if let Some(at) = s.next_wake(self.now) {
+            self.events.push(at, Event::Wake(k as u32, s.wake));
+        }
+    }
+
+    fn slot_done(&mut self, k: u32, job: Job) {
+        let (i, _) = job;
+        if !(self.valid(job) && self.reqs[i as usize].stage == Stage::Slot) {
+            return;
+        }
+        self.start_next_on_slot(k as usize);
+        self.served(i);
+    }
+
+    /// A slot of backend `k` is free: the next live job in its queue takes it.
+    fn start_next_on_slot(&mut self, k: usize) {
+        let reqs = &self.reqs;
+        let live = |(i, a): Job| {
+            reqs[i as usize].live
+                && reqs[i as usize].attempt == a
+                && reqs[i as usize].stage == Stage::Queued
+        };
+        if let Some(((i, a), end)) = self.servers[k].free_slot(self.now, live) {
+            self.reqs[i as usize].stage = Stage::Slot;
+            self.events.push(end, Event::SlotDone(k as u32, (i, a)));
+        }
+    }
+
+    fn wake(&mut self, k: u32) {
+        let k = k as usize;
+        let mut done = std::mem::take(&mut self.scratch);
+        done.clear();
+        let next = self.servers[k].wake_shared(self.now, &mut done);
+        let s = &mut self.servers[k];
+        s.wake += 1;
+        if let Some(at) = next {
+            self.events.push(at, Event::Wake(k as u32, s.wake));
+        }
+        for &job in &done {
+            if self.valid(job) {
+                self.served(job.0);
+            }
+        }
+        self.scratch = done;
+    }
+
+    /// Request `i`'s work (or its half) is done at its backend.
+    fn served(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        let k = r.backend as usize;
+        let s = &mut self.servers[k];
+        if s.life == Life::Stalled {
+            r.stage = Stage::Stuck;
+            return;
+        }
+        if s.mode == lab::backend::Mode::Mixed && !r.second_half {
+            r.second_half = true;
+            let job = (i, r.attempt);
+            let admitted = s.admit(self.now, job, r.work - r.work / 2, false);
+            return self.admitted(i, k, admitted);
+        }
+        r.stage = Stage::Away;
+        r.status = 200;
+        if self.last[k] == Some((i, r.attempt)) {
+            self.events
+                .push(self.now + LAST_WORDS, Event::Die(k as u32));
+        }
+        self.reply(i);
+    }
+
+    /// The backend answers request `i`: the answer reaches the balancer after the delay.
+    fn reply(&mut self, i: u32) {
+        if self.delay == 0 {
+            self.on_reply(i);
+        } else {
+            let a = self.reqs[i as usize].attempt;
+            self.events.push(self.now + self.delay, Event::Reply(i, a));
+        }
+    }
+
+    fn on_reply(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        if let Some(ticket) = r.ticket.take() {
+            let b = &mut self.balancers[r.balancer as usize];
+            b.pool.complete(ticket, Outcome::Success, Nanos(self.now));
+        }
+        let (status, backend) = (r.status, r.backend as usize);
+        self.finish(i, status, Some(backend));
+    }
+
+    /// Request `i`'s attempt failed as the proxy would see it: the retry rule decides.
+    fn on_failure(&mut self, i: u32, fault: Fault, connection: Connection) {
+        let failure = AttemptFailure {
+            fault,
+            connection,
+            request: if fault == Fault::Closed {
+                RequestSent::Whole
+            } else {
+                RequestSent::Nothing
+            },
+            response: ResponseReceived::Nothing,
+            replay: Replay::Safe,
+        };
+        let decision = retry::decide(&failure);
+        let r = &mut self.reqs[i as usize];
+        if decision.action == Action::ResendFresh && r.reused {
+            r.reused = false;
+            return self.send(i);
+        }
+        if let Some(ticket) = r.ticket.take() {
+            let b = &mut self.balancers[r.balancer as usize];
+            b.pool.complete(ticket, decision.outcome(), Nanos(self.now));
+        }
+        match decision.action {
+            Action::NextBackend => self.attempt(i, Some(fault)),
+            Action::GiveUp | Action::ResendFresh => self.finish(i, own_status(Some(fault)), None),
+        }
+    }
+
+    /// The client has its answer.
+    fn finish(&mut self, i: u32, status: u16, backend: Option<usize>) {
+        let r = &self.reqs[i as usize];
+        if r.measured {
+            self.tally.record(&Request {
+                intended: Duration::from_nanos(r.intended),
+                started: Duration::from_nanos(r.intended),
+                latency: Some(Duration::from_nanos(self.now - r.intended)),
+                status: Some(status),
+                backend,
+                timed_out: false,
+            });
+        }
+        self.release(i);
+    }
+
+    /// Request `i` is over (answered or given up): its place is freed, its user goes on.
+    fn release(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        debug_assert!(r.ticket.is_none());
+        r.live = false;
+        r.tried.clear();
+        let user = r.user;
+        self.free.push(i);
+        self.in_flight -= 1;
+        // Answered requests leave the front of the deadline queue as they come.
+        while let Some(&(_, j, serial)) = self.pending.front() {
+            let p = &self.reqs[j as usize];
+            if p.live && p.serial == serial {
+                break;
+            }
+            self.pending.pop_front();
+        }
+        if let Some(u) = user {
+            self.events.push(self.now, Event::Send(u));
+        }
+    }
+
+    /// Clients whose deadline passed give up; the next deadline is scheduled.
+    fn deadlines(&mut self) {
+        self.deadline_set = false;
+        while let Some(&(at, i, serial)) = self.pending.front() {
+            let r = &self.reqs[i as usize];
+            if !(r.live && r.serial == serial) {
+                self.pending.pop_front();
+                continue;
+            }
+            if at > self.now {
+                self.deadline_set = true;
+                self.events.push(at, Event::Deadline);
+                return;
+            }
+            self.pending.pop_front();
+            self.expire(i);
+        }
+    }
+
+    /// Request `i`'s client gave up: the proxy sees it go, cancels the attempt and closes the
+    /// backend connection, which frees what the request held there.
+    fn expire(&mut self, i: u32) {
+        let now = self.now;
+        let r = &mut self.reqs[i as usize];
+        if let Some(ticket) = r.ticket.take() {
+            let b = &mut self.balancers[r.balancer as usize];
+            b.pool.complete(ticket, Outcome::Cancelled, Nanos(now));
+        }
+        let k = r.backend as usize;
+        let job = (i, r.attempt);
+        let stage = std::mem::replace(&mut r.stage, Stage::Away);
+        if r.measured {
+            self.tally.record(&Request {
+                intended: Duration::from_nanos(r.intended),
+                started: Duration::from_nanos(r.intended),
+                latency: None,
+                status: None,
+                backend: None,
+                timed_out: true,
+            });
+        }
+        match stage {
+            Stage::Slot => self.start_next_on_slot(k),
+            Stage::Queued => self.servers[k].forget_queued(),
+            Stage::Shared => {
+                if self.servers[k].remove_shared(now, job) {
+                    self.rewake(k);
+                }
+            }
+            Stage::Away | Stage::Stuck => {}
+        }
+        if self.last[k] == Some(job) {
+            self.events.push(now + LAST_WORDS, Event::Die(k as u32));
+        }
+        self.release(i);
+    }
+
+    // ---- failures ----
+
+    fn die(&mut self, k: u32) {
+        let k = k as usize;
+        if self.servers[k].life == Life::Dead {
+            return;
+        }
+        self.servers[k].life = Life::Dead;
+        self.last[k] = None;
+        self.drop_connections(k);
+    }
+
+    fn outage(&mut self, k: u32, out: bool) {
+        let k = k as usize;
+        self.servers[k].out = out;
+        if out {
+            self.drop_connections(k);
+        }
+    }
+
+    /// Backend `k` drops every connection: its requests' attempts fail as closed before any
+    /// answer (on a kept-alive connection), and the balancers' idle connections to it go.
+    fn drop_connections(&mut self, k: usize) {
+        let mut dropped = std::mem::take(&mut self.scratch);
+        dropped.clear();
+        self.servers[k].drop_all(self.now, &mut dropped);
+        for b in &mut self.balancers {
+            b.warm[k] = false;
+        }
+        // Requests stuck at it or on the wire to it are not in its queues: find them too.
+        for (i, r) in self.reqs.iter().enumerate() {
+            if r.live
+                && r.backend as usize == k
+                && r.ticket.is_some()
+                && matches!(r.stage, Stage::Slot | Stage::Stuck)
+            {
+                dropped.push((i as u32, r.attempt));
+            }
+        }
+        dropped.sort_unstable();
+        dropped.dedup();
+        for &(i, a) in &dropped {
+            if self.valid((i, a)) {
+                self.reqs[i as usize].stage = Stage::Away;
+                let e = Event::Failed(i, a, Fault::Closed, Connection::Reused);
+                self.events.push(self.now + self.delay, e);
+            }
+        }
+        self.scratch = dropped;
+    }
+
+    // ---- load reports and samples ----
+
+    fn step(&mut self) {
+        self.steps += 1;
+        let keep = self.report_delay + WINDOW + 2 * self.step_every;
+        let sample = self.steps.is_multiple_of(self.steps_per_sample);
+        for (k, s) in self.servers.iter_mut().enumerate() {
+            let now = s.read(self.now);
+            let ring = &mut self.readings[k];
+            ring.push_back(now);
+            while ring.len() > 2 && ring[1].at + keep < self.now {
+                ring.pop_front();
+            }
+            if sample && self.now > 0 && self.now <= self.length {
+                let window = if self.steps_per_sample > 1 || self.step_every == STEP {
+                    WINDOW
+                } else {
+                    self.step_every
+                };
+                let then = ring
+                    .iter()
+                    .rev()
+                    .find(|r| r.at + window <= self.now)
+                    .or(ring.front())
+                    .copied()
+                    .unwrap_or(now);
+                let (cpu, mem, net) = s.utilization(&then, &now);
+                self.samples.push(LoadSample {
+                    at: Duration::from_nanos(self.now),
+                    backend: k,
+                    cpu,
+                    mem,
+                    net,
+                });
+            }
+        }
+        if !self.finished() {
+            self.events.push(self.now + self.step_every, Event::Step);
+        }
+    }
+
+    /// Backend `k`'s report as a balancer reads it now: its trailing window as measured
+    /// `report_delay` ago.
+    fn report(&self, k: usize) -> LoadReport {
+        let at = self.now.saturating_sub(self.report_delay);
+        let ring = &self.readings[k];
+        let Some(now) = ring.iter().rev().find(|r| r.at <= at).or(ring.front()) else {
+            return LoadReport::default();
+        };
+        let then = ring
+            .iter()
+            .rev()
+            .find(|r| r.at + WINDOW <= now.at)
+            .or(ring.front())
+            .unwrap_or(now);
+        let (cpu, mem, net) = self.servers[k].utilization(then, now);
+        LoadReport {
+            cpu,
+            mem,
+            net,
+            ..LoadReport::default()
+        }
+    }
+
+    fn poll(&mut self, b: u32) {
+        let primaries = self.contender.primaries.len();
+        let polls: Vec<Poll> = (0..primaries)
+            .map(|id| {
+                let k = self.plan_of[id];
+                if self.servers[k].answers() {
+                    Poll::Report(self.report(k))
+                } else {
+                    Poll::Missed
+                }
+            })
+            .collect();
+        let now = Nanos(self.now);
+        let balancer = &mut self.balancers[b as usize];
+        let counts: Vec<(u64, u64)> = balancer.pool.states()[..primaries]
+            .iter()
+            .map(|s| (s.requests(), s.failures()))
+            .collect();
+        if let Some(feed) = &mut balancer.feed {
+            let round = feed.round(&polls, &counts, now);
+            let current: Vec<u32> = balancer.pool.states()[..primaries]
+                .iter()
+                .map(|s| s.weight())
+                .collect();
+            if round.weights != current {
+                balancer.pool.set_weights(&round.weights, now);
+            }
+        }
+        if !self.finished() {
+            let interval = ns(self.contender.poll_interval).max(1);
+            self.events.push(self.now + interval, Event::Poll(b));
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! A scenario, simulated: every contender at every offered load, each repetition, on the same
+//! seeded traffic, into the lab's [`Results`] (so `results.csv`, `results.md` and
+//! `report.html` come from the lab's own report code).
+
+use std::time::{Duration, SystemTime};
+
+use lab::run::{Measured, Results};
+use lab::scenario::Scenario;
+
+use crate::cluster;
+use crate::{Contender, Knobs};
+
+/// What a simulated scenario produced, and what it took.
+#[derive(Debug)]
+pub struct Played {
+    pub results: Results,
+    /// Requests simulated, over every run.
+    pub requests: u64,
+    /// Events processed, over every run.
+    pub events: u64,
+}
+
+/// The label of `contender` at `load` (one row each in the results).
+pub fn label(contender: &str, load: Option<f64>) -> String {
+    match load {
+        Some(l) => format!("{contender} λ={l:.2}"),
+        None => contender.to_owned(),
+    }
+}
+
+/// Plays `scenario` with `contenders` (fulcrum's, resolved by the caller). `started` is the
+/// date the results carry; `progress` hears each run's label and its requests sent so far.
+/// Repetition `r` draws everything from the scenario's seed plus `r`: a seed gives the same
+/// results bit for bit.
+pub fn play(
+    scenario: &Scenario,
+    contenders: &[Contender],
+    started: SystemTime,
+    progress: &mut dyn FnMut(&str, u64),
+) -> Result<Played, String> {
+    let knobs = Knobs::of(scenario);
+    let loads: Vec<Option<f64>> = if knobs.offered_load.is_empty() {
+        vec![None]
+    } else {
+        knobs.offered_load.iter().copied().map(Some).collect()
+    };
+    let mut labels = Vec::new();
+    for &load in &loads {
+        for c in contenders {
+            labels.push(label(&c.label, load));
+        }
+    }
+    let mut runs = Vec::new();
+    let (mut requests, mut events) = (0, 0);
+    for repetition in 0..scenario.repetitions {
+        let seed = scenario.seed.wrapping_add(u64::from(repetition));
+        for &load in &loads {
+            let traffic = scenario.traffic_at(load)?;
+            for c in contenders {
+                let label = label(&c.label, load);
+                let mut sent = 0;
+                let m = cluster::run(scenario, &traffic, c, &knobs, seed, &mut |n| {
+                    sent = n;
+                    progress(&label, n);
+                });
+                requests += sent;
+                events += m.events;
+                let row = lab::run::row(&m.tally, &m.samples, &traffic);
+                runs.push(Measured {
+                    label,
+                    repetition,
+                    tally: m.tally,
+                    // The plots show the first repetition; later ones keep their numbers.
+                    samples: if repetition == 0 {
+                        m.samples
+                    } else {
+                        Vec::new()
+                    },
+                    row,
+                    offered_load: load,
+                });
+            }
+        }
+    }
+    Ok(Played {
+        results: Results {
+            scenario: scenario.clone(),
+            traffic: scenario.traffic()?,
+            backends: scenario
+                .backend_plans()
+                .into_iter()
+                .map(|p| p.name)
+                .collect(),
+            labels,
+            runs,
+            started,
+            elapsed: Duration::ZERO,
+        },
+        requests,
+        events,
+    })
+}

@@ -58,7 +58,7 @@ fn ns(d: Duration) -> Time {
 
 #[derive(Debug, Clone, Copy)]
 enum Event {
-    /// The next open-loop arrival is due.
+    /// The next open-loop arrival is due (not queued: arrivals are their own stream).
     Arrival,
     /// Closed loop: the number of users may change.
     Users,
@@ -386,8 +386,23 @@ fn own_status(fault: Option<Fault>) -> u16 {
 impl Sim<'_> {
     fn run(mut self, progress: &mut dyn FnMut(u64)) -> Measured {
         let mut reported = 0u64;
-        while let Some((at, event)) = self.events.pop() {
-            self.now = at;
+        loop {
+            // Arrivals come from their own sorted stream, ahead of the queue's events at the
+            // same time: one heap operation fewer per request.
+            let arrival = self.next.map(|a| ns(a.at));
+            let event = match (arrival, self.events.next_time()) {
+                (Some(a), next) if next.is_none_or(|t| a <= t) => {
+                    self.now = a;
+                    Event::Arrival
+                }
+                _ => match self.events.pop() {
+                    Some((at, event)) => {
+                        self.now = at;
+                        event
+                    }
+                    None => break,
+                },
+            };
             self.processed += 1;
             self.handle(event);
             if self.sent >= reported + (1 << 16) {
@@ -467,10 +482,7 @@ impl Sim<'_> {
         if self.total.is_some_and(|t| counted >= t) {
             return;
         }
-        if let Some(a) = self.arrivals.as_mut().and_then(Iterator::next) {
-            self.events.push(ns(a.at), Event::Arrival);
-            self.next = Some(a);
-        }
+        self.next = self.arrivals.as_mut().and_then(Iterator::next);
     }
 
     fn users(&mut self) {

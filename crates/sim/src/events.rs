@@ -56,6 +56,11 @@ impl<E> Events<E> {
         self.heap.pop().map(|Reverse((at, _, Slot(e)))| (at, e))
     }
 
+    /// When the next event is due.
+    pub fn next_time(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    }
+
     pub fn len(&self) -> usize {
         self.heap.len()
     }

@@ -358,11 +358,13 @@ impl Iterator for Arrivals {
         if std::mem::take(&mut self.first) {
             return Some(self.arrival(Duration::ZERO));
         }
-        let rate = self
-            .pattern
-            .rate_at(Duration::from_secs_f64(self.t))
-            .unwrap_or(0.0)
-            .max(1e-3);
+        let rate = match self.pattern {
+            Pattern::Constant { rps } => rps,
+            pattern => pattern
+                .rate_at(Duration::from_secs_f64(self.t))
+                .unwrap_or(0.0),
+        }
+        .max(1e-3);
         let gap = match self.spacing {
             Spacing::Even => 1.0 / rate,
             Spacing::Poisson => Exp::new(rate)

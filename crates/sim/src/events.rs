@@ -1,8 +1,8 @@
 //! The event queue: events ordered by virtual time, ties by the order they were scheduled, so
 //! a run is exactly reproducible.
 
+use dary_heap::QuaternaryHeap;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 /// Virtual time in nanoseconds.
 pub type Time = u64;
@@ -10,7 +10,7 @@ pub type Time = u64;
 /// Events of type `E` due at virtual times.
 #[derive(Debug)]
 pub struct Events<E> {
-    heap: BinaryHeap<Reverse<(Time, u64, Slot<E>)>>,
+    heap: QuaternaryHeap<Reverse<(Time, u64, Slot<E>)>>,
     scheduled: u64,
 }
 
@@ -38,7 +38,7 @@ impl<E> Ord for Slot<E> {
 impl<E> Default for Events<E> {
     fn default() -> Events<E> {
         Events {
-            heap: BinaryHeap::new(),
+            heap: QuaternaryHeap::new(),
             scheduled: 0,
         }
     }

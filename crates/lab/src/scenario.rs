@@ -76,8 +76,9 @@ pub struct SimSpec {
     /// One-way delay between a balancer and a backend (default 0).
     pub network_delay: Option<String>,
     /// How old a load report is when a balancer reads it (default 0): the backend measured
-    /// its trailing second this long before.
-    pub report_delay: Option<String>,
+    /// its trailing second this long before. A list (`["0s", "3s"]`) runs every contender at
+    /// each, one row each.
+    pub report_delay: Option<OneOrMany>,
     /// Requests measured; the traffic (a constant rate) lasts as long as they take, and
     /// `traffic.duration` is left out.
     pub requests: Option<u64>,
@@ -92,6 +93,23 @@ pub struct SimSpec {
     /// those open dropped) from `FROM` until `UNTIL`, then serves again.
     #[serde(default)]
     pub outages: Vec<String>,
+}
+
+/// A value, or a list of them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn values(&self) -> Vec<&str> {
+        match self {
+            OneOrMany::One(v) => vec![v.as_str()],
+            OneOrMany::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
 }
 
 /// The most backends a simulated scenario may have (the lab runs at most 64).
@@ -516,11 +534,17 @@ impl Scenario {
                 sim.balancers
             ));
         }
-        for (key, v) in [
-            ("network_delay", &sim.network_delay),
-            ("report_delay", &sim.report_delay),
-        ] {
-            if let Some(v) = v {
+        let delays = sim.report_delay.as_ref().map(OneOrMany::values);
+        if delays
+            .as_ref()
+            .is_some_and(|d| d.is_empty() || d.len() > 16)
+        {
+            return Err("sim.report_delay: write one delay, or a list of 1 to 16".into());
+        }
+        let network = sim.network_delay.as_deref().map(|v| ("network_delay", v));
+        let reports = delays.into_iter().flatten().map(|v| ("report_delay", v));
+        for (key, v) in network.into_iter().chain(reports) {
+            {
                 match humantime::parse_duration(v) {
                     Ok(d) if d <= Duration::from_secs(3600) => {}
                     _ => {

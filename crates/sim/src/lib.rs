@@ -51,6 +51,8 @@ pub struct Knobs {
     pub balancers: u32,
     pub network_delay: Duration,
     pub report_delay: Duration,
+    /// Every report delay to run at (one row each when more than one).
+    pub report_delays: Vec<Duration>,
     pub requests: Option<u64>,
     pub warmup: u64,
     pub offered_load: Vec<f64>,
@@ -64,18 +66,27 @@ impl Knobs {
         let Some(sim) = &scenario.sim else {
             return Knobs {
                 balancers: 1,
+                report_delays: vec![Duration::ZERO],
                 ..Knobs::default()
             };
         };
-        let duration = |v: &Option<String>| {
-            v.as_deref()
-                .and_then(|v| humantime::parse_duration(v).ok())
+        let duration = |v: Option<&str>| {
+            v.and_then(|v| humantime::parse_duration(v).ok())
                 .unwrap_or_default()
         };
+        let mut report_delays: Vec<Duration> = sim
+            .report_delay
+            .as_ref()
+            .map(|d| d.values().into_iter().map(|v| duration(Some(v))).collect())
+            .unwrap_or_default();
+        if report_delays.is_empty() {
+            report_delays.push(Duration::ZERO);
+        }
         Knobs {
             balancers: sim.balancers.max(1),
-            network_delay: duration(&sim.network_delay),
-            report_delay: duration(&sim.report_delay),
+            network_delay: duration(sim.network_delay.as_deref()),
+            report_delay: report_delays[0],
+            report_delays,
             requests: sim.requests,
             warmup: sim.warmup,
             offered_load: sim.offered_load.clone(),

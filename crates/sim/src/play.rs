@@ -20,12 +20,16 @@ pub struct Played {
     pub events: u64,
 }
 
-/// The label of `contender` at `load` (one row each in the results).
-pub fn label(contender: &str, load: Option<f64>) -> String {
-    match load {
-        Some(l) => format!("{contender} λ={l:.2}"),
-        None => contender.to_owned(),
+/// The label of `contender` at `load` and report `delay` (one row each in the results).
+pub fn label(contender: &str, load: Option<f64>, delay: Option<Duration>) -> String {
+    let mut label = contender.to_owned();
+    if let Some(l) = load {
+        label.push_str(&format!(" λ={l:.2}"));
     }
+    if let Some(d) = delay {
+        label.push_str(&format!(" delay={}", humantime::format_duration(d)));
+    }
+    label
 }
 
 /// Plays `scenario` with `contenders` (fulcrum's, resolved by the caller). `started` is the
@@ -44,10 +48,30 @@ pub fn play(
     } else {
         knobs.offered_load.iter().copied().map(Some).collect()
     };
+    // The report delays a row names (only when there are several).
+    let delays: Vec<Option<Duration>> = if knobs.report_delays.len() > 1 {
+        knobs.report_delays.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    // Each contender at each delay, if it reads load reports; once if it does not.
+    let reads = |c: &Contender| {
+        balance::weights::model::Model::for_algorithm(c.algorithm, &[1], &c.options).is_some()
+    };
+    let cases: Vec<(Option<Duration>, &Contender)> = delays
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &d)| {
+            contenders
+                .iter()
+                .filter(move |c| i == 0 || reads(c))
+                .map(move |c| (if reads(c) { d } else { None }, c))
+        })
+        .collect();
     let mut labels = Vec::new();
     for &load in &loads {
-        for c in contenders {
-            labels.push(label(&c.label, load));
+        for &(delay, c) in &cases {
+            labels.push(label(&c.label, load, delay));
         }
     }
     let mut runs = Vec::new();
@@ -56,8 +80,12 @@ pub fn play(
         let seed = scenario.seed.wrapping_add(u64::from(repetition));
         for &load in &loads {
             let traffic = scenario.traffic_at(load)?;
-            for c in contenders {
-                let label = label(&c.label, load);
+            for &(delay, c) in &cases {
+                let label = label(&c.label, load, delay);
+                let knobs = Knobs {
+                    report_delay: delay.unwrap_or(knobs.report_delay),
+                    ..knobs.clone()
+                };
                 let mut sent = 0;
                 let m = cluster::run(scenario, &traffic, c, &knobs, seed, &mut |n| {
                     sent = n;

@@ -2,7 +2,8 @@
 //! drawn with probability proportional to its weight.
 //!
 //! The draw is a binary search over cumulative weights built in `rebuild`, so a pick is
-//! O(log n). If the drawn backend cannot be used, the draw is repeated over the usable backends
+//! O(log n); when every share is the same, the index is the draw divided by the share, the
+//! same answer in O(1). If the drawn backend cannot be used, the draw is repeated over the usable backends
 //! only (O(n), and only then), which keeps the choice exactly proportional to weight among the
 //! backends that remain.
 
@@ -17,6 +18,8 @@ pub struct Random {
     rng: Pcg64Mcg,
     /// `cumulative[i]` is the sum of the shares (weight · slow-start ramp) of backends `0..=i`.
     cumulative: Vec<u64>,
+    /// The share every backend has, when all have the same.
+    equal: Option<u64>,
 }
 
 impl Random {
@@ -24,12 +27,15 @@ impl Random {
         Random {
             rng: Pcg64Mcg::seed_from_u64(seed),
             cumulative: Vec::new(),
+            equal: None,
         }
     }
 }
 
 impl Balancer for Random {
     fn rebuild(&mut self, backends: &Backends<'_>) {
+        let first = backends.ids().next().map(|id| backends.share(id));
+        self.equal = first.filter(|&w| w > 0 && backends.ids().all(|id| backends.share(id) == w));
         let mut sum = 0u64;
         self.cumulative = backends
             .ids()
@@ -58,7 +64,12 @@ impl Random {
             return None;
         }
         let r = self.rng.random_range(0..total);
-        let i = self.cumulative.partition_point(|&c| c <= r);
+        let i = match self.equal {
+            // All alike: the same index the search finds, without the search (10,000
+            // backends are 14 steps of cache misses).
+            Some(w) => (r / w) as usize,
+            None => self.cumulative.partition_point(|&c| c <= r),
+        };
         let id = BackendId(i as u32);
         let allowed = |id: BackendId| ctx.usable(id, backends) && Some(id) != besides;
         if allowed(id) {

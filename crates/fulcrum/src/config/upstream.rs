@@ -171,13 +171,16 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         );
     }
     let mut backends = Vec::new();
-    let mut seen: HashMap<SocketAddr, usize> = HashMap::new();
+    // Where each address was first seen (its line is found only for a duplicate: finding a
+    // line walks the text, which for every one of 10,000 backends would take seconds).
+    let mut seen: HashMap<SocketAddr, _> = HashMap::new();
     for b in &tables {
         let Some(backend) = backend::read(r, b, balancing.algorithm) else {
             continue;
         };
         let addr = *backend.addr.get_ref();
-        if let Some(first) = seen.insert(addr, r.line_of(&backend.addr.span())) {
+        if let Some(first) = seen.insert(addr, backend.addr.span()) {
+            let first = r.line_of(&first);
             r.error(
                 backend.addr.span(),
                 &b.key("addr"),

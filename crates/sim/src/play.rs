@@ -93,7 +93,18 @@ pub fn play(
                 });
                 requests += sent;
                 events += m.events;
-                let row = lab::run::row(&m.tally, &m.samples, &traffic);
+                // Rates over the measured requests' share of the traffic (after a warm-up).
+                let measured = match knobs.requests {
+                    Some(n) if knobs.warmup > 0 => {
+                        let share = n as f64 / (n + knobs.warmup) as f64;
+                        lab::scenario::Traffic {
+                            duration: traffic.duration.mul_f64(share),
+                            ..traffic.clone()
+                        }
+                    }
+                    _ => traffic.clone(),
+                };
+                let row = lab::run::row(&m.tally, &m.samples, &measured);
                 runs.push(Measured {
                     label,
                     repetition,

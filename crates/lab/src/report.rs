@@ -240,28 +240,56 @@ fn date(results: &Results) -> String {
 fn traffic_line(results: &Results) -> String {
     let t = &results.scenario.traffic;
     let load = match &results.traffic.load {
+        Load::Open(_) if t.pattern.is_none() => {
+            let loads: Vec<String> = results
+                .scenario
+                .sim
+                .iter()
+                .flat_map(|s| &s.offered_load)
+                .map(|l| l.to_string())
+                .collect();
+            format!(
+                "open loop, constant at λ = {} of the primaries' capacity",
+                loads.join(", ")
+            )
+        }
         Load::Open(_) => format!("open loop, {}", t.pattern.as_deref().unwrap_or_default()),
         Load::Closed(_) => format!(
             "closed loop, {} users",
             t.concurrency.as_deref().unwrap_or_default()
         ),
     };
+    let length = match results
+        .scenario
+        .sim
+        .as_ref()
+        .and_then(|s| s.requests.map(|n| (n, s.warmup)))
+    {
+        Some((n, 0)) => format!("{n} requests"),
+        Some((n, warmup)) => format!("{n} requests after {warmup} not counted"),
+        None => t.duration.clone(),
+    };
     format!(
-        "{load} for {}, cost {}, timeout {}, {} client addresses, seed {}",
-        t.duration, t.cost, t.timeout, t.clients, results.scenario.seed
+        "{load} for {length}, cost {}, timeout {}, {} client addresses, seed {}",
+        t.cost, t.timeout, t.clients, results.scenario.seed
     )
 }
 
 fn backends_line(results: &Results) -> String {
+    // One entry per [[backend]] table: a table of many backends is named by its range.
     results
         .scenario
-        .backend_plans()
+        .backends
         .iter()
-        .map(|p| {
-            let b = &p.spec;
+        .map(|b| {
+            let name = match b.count {
+                1 => b.name.clone(),
+                2 => format!("{0}-1, {0}-2", b.name),
+                n => format!("{0}-1 … {0}-{n}", b.name),
+            };
             let mut s = format!(
                 "{} ({} × {} workers, speed {}, weight {}",
-                p.name, b.mode, b.workers, b.speed, b.weight
+                name, b.mode, b.workers, b.speed, b.weight
             );
             if let Some(a) = &b.antagonist {
                 write!(s, ", antagonist {a}").ok();

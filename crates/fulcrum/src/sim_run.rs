@@ -99,34 +99,31 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
     for label in &skipped {
         eprintln!("fulcrum: note: {label:?} runs nginx or HAProxy: the simulator skips it");
     }
+    // One bar over every run (they spread over the cores): requests simulated.
+    let runs = runs(scenario, &contenders);
+    let total = expected_requests(scenario).map(|n| n * runs);
     let bar = (progress && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(0);
+        let (bar, template) = match total {
+            Some(total) => (
+                indicatif::ProgressBar::new(total),
+                "simulating {prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} requests",
+            ),
+            None => (
+                indicatif::ProgressBar::new_spinner(),
+                "simulating {prefix} [{elapsed_precise}] {spinner} {pos} requests",
+            ),
+        };
         bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{prefix:>24} [{elapsed_precise}] {wide_bar} {pos}/{len} requests",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
+        bar.set_prefix(format!("{runs} runs"));
         bar
     });
-    let expected = expected_requests(scenario);
     let clock = Instant::now();
-    let mut current = String::new();
-    let played = sim::play::play(scenario, &contenders, SystemTime::now(), &mut |label, n| {
+    let played = sim::play::play(scenario, &contenders, SystemTime::now(), &|_, n| {
         if let Some(bar) = &bar {
-            if label != current {
-                current = label.to_owned();
-                bar.set_prefix(current.clone());
-                bar.set_length(expected.unwrap_or(n));
-                bar.reset();
-            }
-            if expected.is_none() {
-                bar.set_length(n);
-            }
-            bar.set_position(n);
-        } else if progress && label != current {
-            current = label.to_owned();
-            eprintln!("simulating {label}");
+            bar.inc(n);
         }
     })
     .map_err(anyhow::Error::msg)?;
@@ -152,6 +149,23 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
         out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many runs the scenario makes (contenders × loads × report delays × repetitions, the
+/// delays only for contenders that read reports).
+fn runs(scenario: &Scenario, contenders: &[sim::Contender]) -> u64 {
+    let knobs = sim::Knobs::of(scenario);
+    let delays = knobs.report_delays.len().max(1) as u64;
+    let per_load: u64 = contenders
+        .iter()
+        .map(|c| {
+            let reads =
+                balance::weights::model::Model::for_algorithm(c.algorithm, &[1], &c.options)
+                    .is_some();
+            if reads { delays } else { 1 }
+        })
+        .sum();
+    per_load * knobs.offered_load.len().max(1) as u64 * u64::from(scenario.repetitions)
 }
 
 /// Requests per run, when the scenario says (for the progress bar).

@@ -33,14 +33,15 @@ pub fn label(contender: &str, load: Option<f64>, delay: Option<Duration>) -> Str
 }
 
 /// Plays `scenario` with `contenders` (fulcrum's, resolved by the caller). `started` is the
-/// date the results carry; `progress` hears each run's label and its requests sent so far.
+/// date the results carry; `progress` hears a run's label and how many more requests it has
+/// sent (from any of the threads the runs spread over).
 /// Repetition `r` draws everything from the scenario's seed plus `r`: a seed gives the same
 /// results bit for bit.
 pub fn play(
     scenario: &Scenario,
     contenders: &[Contender],
     started: SystemTime,
-    progress: &mut dyn FnMut(&str, u64),
+    progress: &(dyn Fn(&str, u64) + Sync),
 ) -> Result<Played, String> {
     let knobs = Knobs::of(scenario);
     let loads: Vec<Option<f64>> = if knobs.offered_load.is_empty() {
@@ -74,52 +75,84 @@ pub fn play(
             labels.push(label(&c.label, load, delay));
         }
     }
-    let mut runs = Vec::new();
-    let (mut requests, mut events) = (0, 0);
+    // Every run, in the order of the results; they are independent, so they spread over the
+    // machine's cores, and each is the same whichever thread plays it.
+    let mut jobs = Vec::new();
     for repetition in 0..scenario.repetitions {
-        let seed = scenario.seed.wrapping_add(u64::from(repetition));
         for &load in &loads {
             let traffic = scenario.traffic_at(load)?;
             for &(delay, c) in &cases {
-                let label = label(&c.label, load, delay);
-                let knobs = Knobs {
-                    report_delay: delay.unwrap_or(knobs.report_delay),
-                    ..knobs.clone()
-                };
-                let mut sent = 0;
-                let m = cluster::run(scenario, &traffic, c, &knobs, seed, &mut |n| {
-                    sent = n;
-                    progress(&label, n);
-                });
-                requests += sent;
-                events += m.events;
-                // Rates over the measured requests' share of the traffic (after a warm-up).
-                let measured = match knobs.requests {
-                    Some(n) if knobs.warmup > 0 => {
-                        let share = n as f64 / (n + knobs.warmup) as f64;
-                        lab::scenario::Traffic {
-                            duration: traffic.duration.mul_f64(share),
-                            ..traffic.clone()
-                        }
-                    }
-                    _ => traffic.clone(),
-                };
-                let row = lab::run::row(&m.tally, &m.samples, &measured);
-                runs.push(Measured {
-                    label,
-                    repetition,
-                    tally: m.tally,
-                    // The plots show the first repetition; later ones keep their numbers.
-                    samples: if repetition == 0 {
-                        m.samples
-                    } else {
-                        Vec::new()
-                    },
-                    row,
-                    offered_load: load,
-                });
+                jobs.push((repetition, load, delay, c, traffic.clone()));
             }
         }
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<std::sync::Mutex<Option<(Measured, u64, u64)>>> =
+        jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((repetition, load, delay, c, traffic)) = jobs.get(i) else {
+                        return;
+                    };
+                    let label = label(&c.label, *load, *delay);
+                    let knobs = Knobs {
+                        report_delay: delay.unwrap_or(knobs.report_delay),
+                        ..knobs.clone()
+                    };
+                    let seed = scenario.seed.wrapping_add(u64::from(*repetition));
+                    let mut sent = 0;
+                    let m = cluster::run(scenario, traffic, c, &knobs, seed, &mut |n| {
+                        progress(&label, n - sent);
+                        sent = n;
+                    });
+                    // Rates over the measured requests' share of the traffic (after a warm-up).
+                    let measured = match knobs.requests {
+                        Some(n) if knobs.warmup > 0 => {
+                            let share = n as f64 / (n + knobs.warmup) as f64;
+                            lab::scenario::Traffic {
+                                duration: traffic.duration.mul_f64(share),
+                                ..traffic.clone()
+                            }
+                        }
+                        _ => traffic.clone(),
+                    };
+                    let row = lab::run::row(&m.tally, &m.samples, &measured);
+                    let run = Measured {
+                        label,
+                        repetition: *repetition,
+                        tally: m.tally,
+                        // The plots show the first repetition; later ones keep their numbers.
+                        samples: if *repetition == 0 {
+                            m.samples
+                        } else {
+                            Vec::new()
+                        },
+                        row,
+                        offered_load: *load,
+                    };
+                    *done[i].lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((run, sent, m.events));
+                }
+            });
+        }
+    });
+    let mut runs = Vec::with_capacity(done.len());
+    let (mut requests, mut events) = (0, 0);
+    for slot in done {
+        let (run, sent, n) = slot
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .ok_or("a simulated run did not finish")?;
+        requests += sent;
+        events += n;
+        runs.push(run);
     }
     Ok(Played {
         results: Results {

@@ -42,7 +42,7 @@ pub fn contender_with(
 }
 
 pub fn play(s: &Scenario, contenders: &[Contender]) -> Results {
-    sim::play::play(s, contenders, SystemTime::UNIX_EPOCH, &mut |_, _| {})
+    sim::play::play(s, contenders, SystemTime::UNIX_EPOCH, &|_, _| {})
         .expect("the scenario plays")
         .results
 }

@@ -373,13 +373,14 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// The status the proxy answers with itself when no backend answered: 503 when none could be
-/// picked (or out of local resources), 504 after a read timeout, 502 otherwise.
+/// The status the proxy answers with itself when no backend answered, by the last failure
+/// (the proxy's `failure_reject`): 503 when none could be picked or connected to, 504 after a
+/// timeout, 502 when a backend closed or answered wrongly.
 fn own_status(fault: Option<Fault>) -> u16 {
     match fault {
-        None | Some(Fault::LocalResources) => 503,
-        Some(Fault::ReadTimeout) => 504,
-        Some(_) => 502,
+        None | Some(Fault::ConnectFailed | Fault::LocalResources) => 503,
+        Some(Fault::ConnectTimeout | Fault::ReadTimeout) => 504,
+        Some(Fault::Closed | Fault::InvalidResponse) => 502,
     }
 }
 
@@ -741,15 +742,18 @@ impl Sim<'_> {
         }
         r.stage = Stage::Away;
         r.status = 200;
+        self.reply(i);
+    }
+
+    /// The backend answers request `i` (200, 500 or 503): the answer reaches the balancer
+    /// after the delay. A dying backend's last answer starts its last words.
+    fn reply(&mut self, i: u32) {
+        let r = &self.reqs[i as usize];
+        let k = r.backend as usize;
         if self.last[k] == Some((i, r.attempt)) {
             self.events
                 .push(self.now + LAST_WORDS, Event::Die(k as u32));
         }
-        self.reply(i);
-    }
-
-    /// The backend answers request `i`: the answer reaches the balancer after the delay.
-    fn reply(&mut self, i: u32) {
         if self.delay == 0 {
             self.on_reply(i);
         } else {
@@ -784,7 +788,13 @@ impl Sim<'_> {
         let decision = retry::decide(&failure);
         let r = &mut self.reqs[i as usize];
         if decision.action == Action::ResendFresh && r.reused {
+            // The same attempt (and ticket) on a fresh connection; a new number, so that what
+            // was scheduled for the dropped one goes stale.
             r.reused = false;
+            self.attempts = self.attempts.wrapping_add(1);
+            r.attempt = self.attempts;
+            r.stage = Stage::Away;
+            r.second_half = false;
             return self.send(i);
         }
         if let Some(ticket) = r.ticket.take() {
@@ -906,8 +916,15 @@ impl Sim<'_> {
 
     fn outage(&mut self, k: u32, out: bool) {
         let k = k as usize;
-        self.servers[k].out = out;
-        if out {
+        let s = &mut self.servers[k];
+        // Outages may overlap: the backend is out while any of them lasts.
+        s.outages = if out {
+            s.outages + 1
+        } else {
+            s.outages.saturating_sub(1)
+        };
+        let was = std::mem::replace(&mut s.out, s.outages > 0);
+        if s.out && !was {
             self.drop_connections(k);
         }
     }
@@ -934,9 +951,20 @@ impl Sim<'_> {
         dropped.sort_unstable();
         dropped.dedup();
         for &(i, a) in &dropped {
+            if self.last[k] == Some((i, a)) {
+                // Its last request went with the rest: it dies now (an outage's drop).
+                self.events
+                    .push(self.now + LAST_WORDS, Event::Die(k as u32));
+            }
             if self.valid((i, a)) {
-                self.reqs[i as usize].stage = Stage::Away;
-                let e = Event::Failed(i, a, Fault::Closed, Connection::Reused);
+                let r = &mut self.reqs[i as usize];
+                r.stage = Stage::Away;
+                let connection = if r.reused {
+                    Connection::Reused
+                } else {
+                    Connection::Fresh
+                };
+                let e = Event::Failed(i, a, Fault::Closed, connection);
                 self.events.push(self.now + self.delay, e);
             }
         }

@@ -61,8 +61,9 @@ pub struct Server {
     pub die_after: Option<u64>,
     pub received: u64,
     pub life: Life,
-    /// In an outage (`[sim] outages`).
+    /// In an outage (`[sim] outages`), and how many are under way.
     pub out: bool,
+    pub outages: u32,
     busy: u32,
     /// Waiting for a slot, with each job's work; cancelled jobs stay until they reach the
     /// front (`waiting` counts the live ones).
@@ -128,6 +129,7 @@ impl Server {
             received: 0,
             life: Life::Serving,
             out: false,
+            outages: 0,
             busy: 0,
             queue: VecDeque::new(),
             waiting: 0,
@@ -182,8 +184,9 @@ impl Server {
         }
         if !self.shared.is_empty() {
             // Until the next wake-up the factor is constant (the server wakes at its changes).
+            // The bandwidth in use: n jobs at min(W·speed·f/n, speed) over W·speed.
             let n = self.shared.len() as f64;
-            let share = n.min(f64::from(self.slots)) / f64::from(self.slots) * self.factor(from);
+            let share = (n / f64::from(self.slots)).min(self.factor(from));
             self.meter.net += share * (now - from) as f64 / 1e9;
         }
         self.meter.at = now;
@@ -247,10 +250,11 @@ impl Server {
         }
     }
 
-    /// The rate each job on the bandwidth gets at `now` (ns of work per ns).
+    /// The rate each job on the bandwidth gets at `now` (ns of work per ns): an equal share
+    /// of what the antagonist leaves of the bandwidth, at most `speed` (the lab's driver).
     fn shared_rate(&self, now: Time) -> f64 {
         let n = self.shared.len().max(1) as f64;
-        (self.speed * f64::from(self.slots) / n).min(self.speed) * self.factor(now)
+        (self.speed * f64::from(self.slots) * self.factor(now) / n).min(self.speed)
     }
 
     /// Moves every job on the bandwidth forward to `now`.

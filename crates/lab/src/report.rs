@@ -233,6 +233,15 @@ pub fn machine() -> String {
     format!("{host}: {cores} cores ({cpu}), Linux {kernel}")
 }
 
+/// What the machine line says: where the run was measured, or simulated.
+fn machine_label(results: &Results) -> &'static str {
+    if results.simulated {
+        "simulated (fulcrum sim, virtual time) on"
+    } else {
+        "machine"
+    }
+}
+
 fn date(results: &Results) -> String {
     humantime::format_rfc3339_seconds(results.started).to_string()
 }
@@ -373,7 +382,7 @@ pub fn markdown(results: &Results) -> String {
         writeln!(out, "{}\n", s.description).ok();
     }
     writeln!(out, "* date: {}", date(results)).ok();
-    writeln!(out, "* machine: {}", machine()).ok();
+    writeln!(out, "* {}: {}", machine_label(results), machine()).ok();
     writeln!(out, "* traffic: {}", traffic_line(results)).ok();
     writeln!(out, "* backends: {}", backends_line(results)).ok();
     writeln!(
@@ -834,8 +843,9 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
     let mut page = String::new();
     write!(
         page,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{name} — fulcrum lab</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em auto; max-width: 1600px; color: #222; }}\ntable {{ border-collapse: collapse; margin: 1em 0; }}\nth, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}\nth:first-child, td:first-child {{ text-align: left; }}\n.charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}\nfigure {{ margin: 0; }}\nfigcaption {{ font-size: 90%; color: #555; }}\n</style></head><body>\n<h1>{name}</h1>\n",
-        name = escape(&s.name)
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{name} — fulcrum {tool}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em auto; max-width: 1600px; color: #222; }}\ntable {{ border-collapse: collapse; margin: 1em 0; }}\nth, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}\nth:first-child, td:first-child {{ text-align: left; }}\n.charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}\nfigure {{ margin: 0; }}\nfigcaption {{ font-size: 90%; color: #555; }}\n</style></head><body>\n<h1>{name}</h1>\n",
+        name = escape(&s.name),
+        tool = if results.simulated { "sim" } else { "lab" }
     )
     .ok();
     if !s.description.is_empty() {
@@ -843,8 +853,9 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
     }
     writeln!(
         page,
-        "<ul><li>date: {}</li><li>machine: {}</li><li>traffic: {}</li><li>backends: {}</li><li>repetitions: {} (medians; the plots show the first)</li></ul>",
+        "<ul><li>date: {}</li><li>{}: {}</li><li>traffic: {}</li><li>backends: {}</li><li>repetitions: {} (medians; the plots show the first)</li></ul>",
         escape(&date(results)),
+        machine_label(results),
         escape(&machine()),
         escape(&traffic_line(results)),
         escape(&backends_line(results)),
@@ -966,6 +977,7 @@ mod tests {
             })
             .collect();
         Results {
+            simulated: true,
             scenario,
             traffic,
             backends,

@@ -99,6 +99,8 @@ pub struct Results {
     pub runs: Vec<Measured>,
     /// When the run started.
     pub started: SystemTime,
+    /// Played by the simulator (`fulcrum sim`) in virtual time, not on real sockets.
+    pub simulated: bool,
     pub elapsed: Duration,
 }
 
@@ -199,6 +201,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
         }
     }
     Ok(Results {
+        simulated: false,
         scenario: scenario.clone(),
         traffic,
         backends: plans.iter().map(|p| p.name.clone()).collect(),

@@ -156,6 +156,7 @@ pub fn play(
     }
     Ok(Played {
         results: Results {
+            simulated: true,
             scenario: scenario.clone(),
             traffic: scenario.traffic()?,
             backends: scenario

@@ -236,6 +236,9 @@ fn every_scenario_in_the_repository_reads() {
         "seed002-mixed-sine",
         "seed003-ab-unequal-hosts",
         "seed004-bursts",
+        "sim-scale",
+        "sim-stale",
+        "sim-supermarket",
     ] {
         assert!(
             seen.iter().any(|s| s == name),

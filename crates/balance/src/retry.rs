@@ -136,6 +136,30 @@ impl Decision {
     }
 }
 
+/// The answer the proxy gives itself when no backend answered, by the last attempt's fault
+/// (`None`: no backend could be picked), as nginx chooses it: 503 when nothing could be
+/// reached, 504 after a timeout, 502 when a backend closed or answered wrongly. The status and
+/// the body's text.
+pub fn own_answer(last: Option<Fault>) -> (u16, &'static str) {
+    match last {
+        None | Some(Fault::ConnectFailed) => {
+            (503, "503 Service Unavailable: no backend available\n")
+        }
+        Some(Fault::LocalResources) => (
+            503,
+            "503 Service Unavailable: the proxy is out of connections; try again\n",
+        ),
+        Some(Fault::ConnectTimeout | Fault::ReadTimeout) => (
+            504,
+            "504 Gateway Timeout: the backend did not answer in time\n",
+        ),
+        Some(Fault::Closed | Fault::InvalidResponse) => (
+            502,
+            "502 Bad Gateway: the backend's answer was invalid or cut short\n",
+        ),
+    }
+}
+
 /// The retry-and-blame rule (see the module documentation for the reasons).
 pub fn decide(f: &AttemptFailure) -> Decision {
     let decision = |action, blame| Decision { action, blame };

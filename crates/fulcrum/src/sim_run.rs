@@ -100,7 +100,7 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
         eprintln!("fulcrum: note: {label:?} runs nginx or HAProxy: the simulator skips it");
     }
     // One bar over every run (they spread over the cores): requests simulated.
-    let runs = runs(scenario, &contenders);
+    let runs = sim::play::runs(scenario, &contenders);
     let total = expected_requests(scenario).map(|n| n * runs);
     let bar = (progress && std::io::stderr().is_terminal()).then(|| {
         let (bar, template) = match total {
@@ -149,23 +149,6 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
         out.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// How many runs the scenario makes (contenders × loads × report delays × repetitions, the
-/// delays only for contenders that read reports).
-fn runs(scenario: &Scenario, contenders: &[sim::Contender]) -> u64 {
-    let knobs = sim::Knobs::of(scenario);
-    let delays = knobs.report_delays.len().max(1) as u64;
-    let per_load: u64 = contenders
-        .iter()
-        .map(|c| {
-            let reads =
-                balance::weights::model::Model::for_algorithm(c.algorithm, &[1], &c.options)
-                    .is_some();
-            if reads { delays } else { 1 }
-        })
-        .sum();
-    per_load * knobs.offered_load.len().max(1) as u64 * u64::from(scenario.repetitions)
 }
 
 /// Requests per run, when the scenario says (for the progress bar).

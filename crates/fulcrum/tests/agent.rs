@@ -2,10 +2,12 @@
 //! `promtool` and `memcached` (Debian's `prometheus` and `memcached` packages, which
 //! scripts/test and .ci/run install).
 
+mod common;
+
+use common::TempDir;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -202,28 +204,6 @@ impl Report {
 }
 
 /// A scratch directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("fulcrum-agent-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Whether `program` can be run; tests that need it print why they skip when it cannot.
 fn installed(program: &str, arg: &str) -> bool {
     let found = Command::new(program)
@@ -248,7 +228,7 @@ fn installed(program: &str, arg: &str) -> bool {
 #[test]
 fn load_answers_the_protocol_json_on_a_kept_alive_connection() {
     // A cgroup v2 tree with two limited groups at 100/400 and 300/400 bytes: container_mem 0.5.
-    let cgroups = TempDir::new("cgroup");
+    let cgroups = TempDir::new("agent", "cgroup");
     for (group, current) in [("a.slice", "100\n"), ("b.slice", "300\n")] {
         let dir = cgroups.0.join(group);
         std::fs::create_dir_all(&dir).unwrap();
@@ -600,7 +580,7 @@ fn reports_pushed_to_memcached_feed_the_balancers_weights() {
         .iter()
         .map(|b| Agent::start(&["--interval", "200ms", "--push", &push, "--name", b]))
         .collect();
-    let dir = TempDir::new("memcached-feed");
+    let dir = TempDir::new("agent", "memcached-feed");
     let config = format!("{}/fulcrum.toml", dir.path());
     let mut text = String::from(
         "workers = 1\naccess_log = false\n\n\

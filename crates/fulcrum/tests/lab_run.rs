@@ -1,29 +1,14 @@
 //! `fulcrum lab run` as a user runs it: real backends, a real fulcrum (and nginx), the files
 //! it writes, and no process left behind when it is killed.
 
+mod common;
+
+use common::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A scratch directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("fulcrum-lab-run-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn lab_run(scenario: &Path, out: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fulcrum"));
     c.args(["lab", "run"]).arg(scenario).arg("--out").arg(out);
@@ -88,7 +73,7 @@ fn scenario(dir: &TempDir, duration: &str, contenders: &str) -> PathBuf {
 
 #[test]
 fn a_run_writes_the_table_the_report_and_the_shares() {
-    let dir = TempDir::new("writes");
+    let dir = TempDir::new("lab-run", "writes");
     let file = scenario(
         &dir,
         "2s",
@@ -158,7 +143,7 @@ fn a_run_writes_the_table_the_report_and_the_shares() {
 #[test]
 fn a_killed_or_interrupted_run_leaves_no_process_behind() {
     for signal in ["KILL", "TERM"] {
-        let dir = TempDir::new(signal);
+        let dir = TempDir::new("lab-run", signal);
         let file = scenario(&dir, "30s", "[[algorithm]]\nname = \"round_robin\"\n");
         let mut run: Child = lab_run(&file, &dir.0.join("out"))
             .arg("--quiet")

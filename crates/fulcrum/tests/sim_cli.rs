@@ -2,25 +2,11 @@
 //! parser, writes the lab's three outputs, skips nginx and HAProxy, and refuses what it cannot
 //! do with a message that says what and where; `fulcrum lab run` refuses a simulator's file.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::TempDir;
+use std::path::Path;
 use std::process::{Command, Output};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("fulcrum-sim-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fulcrum(args: &[&str], extra: &[&Path]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fulcrum"));
@@ -58,7 +44,7 @@ algorithm = "least_conn"
 
 #[test]
 fn sim_writes_the_labs_outputs_and_skips_other_balancers() {
-    let dir = TempDir::new("ok");
+    let dir = TempDir::new("sim", "ok");
     let file = dir.0.join("two.toml");
     std::fs::write(&file, SCENARIO).unwrap();
     let out = dir.0.join("out");
@@ -97,7 +83,7 @@ fn sim_writes_the_labs_outputs_and_skips_other_balancers() {
 
 #[test]
 fn bad_input_is_refused_with_what_and_where() {
-    let dir = TempDir::new("bad");
+    let dir = TempDir::new("sim", "bad");
     let out = dir.0.join("out");
     let out = out.to_str().unwrap();
     // A file that is not there.
@@ -142,7 +128,7 @@ algorithm = "least_conn"
 
 #[test]
 fn the_lab_refuses_a_simulators_scenario() {
-    let dir = TempDir::new("lab");
+    let dir = TempDir::new("sim", "lab");
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/scenarios/sim-stale.toml");
     let out = dir.0.join("out");
     let o = fulcrum(

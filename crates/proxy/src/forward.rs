@@ -255,23 +255,9 @@ fn log_failure(
     }
 }
 
-/// Our answer when no backend answered, by the last failure (as nginx does).
+/// Our answer when no backend answered, by the last failure ([`balance::retry::own_answer`],
+/// the rule the simulator applies too).
 pub(crate) fn failure_reject(last: Option<Fault>) -> Reject {
-    match last {
-        None | Some(Fault::ConnectFailed) => {
-            http1::reject(503, "503 Service Unavailable: no backend available\n")
-        }
-        Some(Fault::LocalResources) => http1::reject(
-            503,
-            "503 Service Unavailable: the proxy is out of connections; try again\n",
-        ),
-        Some(Fault::ConnectTimeout) | Some(Fault::ReadTimeout) => http1::reject(
-            504,
-            "504 Gateway Timeout: the backend did not answer in time\n",
-        ),
-        Some(Fault::Closed) | Some(Fault::InvalidResponse) => http1::reject(
-            502,
-            "502 Bad Gateway: the backend's answer was invalid or cut short\n",
-        ),
-    }
+    let (status, text) = balance::retry::own_answer(last);
+    http1::reject(status, text)
 }

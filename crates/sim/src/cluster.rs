@@ -373,15 +373,9 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// The status the proxy answers with itself when no backend answered, by the last failure
-/// (the proxy's `failure_reject`): 503 when none could be picked or connected to, 504 after a
-/// timeout, 502 when a backend closed or answered wrongly.
+/// The status the proxy answers with itself when no backend answered (its own rule).
 fn own_status(fault: Option<Fault>) -> u16 {
-    match fault {
-        None | Some(Fault::ConnectFailed | Fault::LocalResources) => 503,
-        Some(Fault::ConnectTimeout | Fault::ReadTimeout) => 504,
-        Some(Fault::Closed | Fault::InvalidResponse) => 502,
-    }
+    retry::own_answer(fault).0
 }
 
 impl Sim<'_> {

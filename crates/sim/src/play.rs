@@ -32,6 +32,33 @@ pub fn label(contender: &str, load: Option<f64>, delay: Option<Duration>) -> Str
     label
 }
 
+/// Each contender at each report delay if it reads load reports, once if it does not; the
+/// delay is named only when there are several.
+fn cases<'c>(knobs: &Knobs, contenders: &'c [Contender]) -> Vec<(Option<Duration>, &'c Contender)> {
+    let delays: Vec<Option<Duration>> = if knobs.report_delays.len() > 1 {
+        knobs.report_delays.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    delays
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &d)| {
+            contenders
+                .iter()
+                .filter(move |c| i == 0 || c.reads_reports())
+                .map(move |c| (if c.reads_reports() { d } else { None }, c))
+        })
+        .collect()
+}
+
+/// How many runs `play` makes: every case at every offered load, each repetition.
+pub fn runs(scenario: &Scenario, contenders: &[Contender]) -> u64 {
+    let knobs = Knobs::of(scenario);
+    let loads = knobs.offered_load.len().max(1);
+    (cases(&knobs, contenders).len() * loads) as u64 * u64::from(scenario.repetitions)
+}
+
 /// Plays `scenario` with `contenders` (fulcrum's, resolved by the caller). `started` is the
 /// date the results carry; `progress` hears a run's label and how many more requests it has
 /// sent (from any of the threads the runs spread over).
@@ -49,26 +76,7 @@ pub fn play(
     } else {
         knobs.offered_load.iter().copied().map(Some).collect()
     };
-    // The report delays a row names (only when there are several).
-    let delays: Vec<Option<Duration>> = if knobs.report_delays.len() > 1 {
-        knobs.report_delays.iter().copied().map(Some).collect()
-    } else {
-        vec![None]
-    };
-    // Each contender at each delay, if it reads load reports; once if it does not.
-    let reads = |c: &Contender| {
-        balance::weights::model::Model::for_algorithm(c.algorithm, &[1], &c.options).is_some()
-    };
-    let cases: Vec<(Option<Duration>, &Contender)> = delays
-        .iter()
-        .enumerate()
-        .flat_map(|(i, &d)| {
-            contenders
-                .iter()
-                .filter(move |c| i == 0 || reads(c))
-                .map(move |c| (if reads(c) { d } else { None }, c))
-        })
-        .collect();
+    let cases = cases(&knobs, contenders);
     let mut labels = Vec::new();
     for &load in &loads {
         for &(delay, c) in &cases {

@@ -222,6 +222,7 @@ fn every_scenario_in_the_repository_reads() {
         "seed003-ab-unequal-hosts",
         "seed004-bursts",
         "sim-scale",
+        "sim-speed",
         "sim-stale",
         "sim-supermarket",
     ] {

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use balance::Nanos;
 use balance::weights::LoadReport;
 use balance::weights::feed::{Feed, Poll};
-use balance::weights::model::Model;
 use proxy::{LoadSource, Upstream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -91,11 +90,7 @@ pub struct Feedback {
 impl Feedback {
     /// Whether `upstream` has anything to poll: a weight model and at least one source.
     pub fn wanted(upstream: &Upstream) -> bool {
-        let primaries = primaries(upstream);
-        let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
-        let settings = upstream.settings();
-        Model::for_algorithm(settings.algorithm, &configured, &settings.options).is_some()
-            && primaries.iter().any(|b| b.load_source.is_some())
+        upstream.has_weight_model()
     }
 
     fn new(upstream: Arc<Upstream>) -> Option<Feedback> {

@@ -30,6 +30,7 @@ use crate::connections::Connections;
 use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{after, send};
+use crate::metrics::WorkerStats;
 use crate::settings::{HashKey, ListenerSettings};
 use crate::upstream::Upstream;
 
@@ -47,6 +48,8 @@ pub(crate) struct ListenerContext {
 pub(crate) struct WorkerListener {
     pub(crate) ctx: Arc<ListenerContext>,
     pub(crate) connections: Arc<[Connections]>,
+    /// This worker's counts.
+    pub(crate) stats: Arc<WorkerStats>,
 }
 
 /// Initial read buffer of a client connection; it grows to hold a request body.
@@ -222,8 +225,9 @@ impl ClientConn {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let entry = self.log_entry(|raw| LogEntry::of_refused(raw, Instant::now()));
-                    self.log(entry, reject.status, &[], None, "refused");
+                    let now = Instant::now();
+                    let entry = self.log_entry(|raw| LogEntry::of_refused(raw, now));
+                    self.log(entry, now, reject.status, &[], None, "refused");
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -311,12 +315,12 @@ impl ClientConn {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                self.log(entry, reject.status, &[], None, "refused");
+                self.log(entry, started, reject.status, &[], None, "refused");
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {
                 // The client left in the middle of its body.
-                self.log(entry, CLIENT_CLOSED, &[], None, "client_gone");
+                self.log(entry, started, CLIENT_CLOSED, &[], None, "client_gone");
                 return Next::Close;
             }
         };
@@ -344,6 +348,7 @@ impl ClientConn {
         let forward = Forward {
             upstream: &upstream,
             connections: &listener.connections,
+            stats: &listener.stats,
             affinity,
             head_len: self.scratch.head.len(),
             has_host: req.has_host,
@@ -422,27 +427,40 @@ impl ClientConn {
                 (reject.status, next)
             }
         };
-        self.log(entry, status, &tried, upstream_time, fate);
+        self.log(entry, started, status, &tried, upstream_time, fate);
         self.scratch.tried = tried;
         next
     }
 
-    /// One access log line. `fate`: how the exchange ended — `answered`, `refused` (our own
-    /// 4xx before any backend), `no_answer` (our own 5xx after the backends tried),
-    /// `client_gone` (499), `cut_short_by_backend` or `cut_short_by_client` (the status is the
-    /// backend's, but the body did not reach the client whole).
+    /// A request is over: it is counted ([`crate::metrics`]) and, with the access log on,
+    /// logged. `fate`: how the exchange ended — `answered`, `refused` (our own 4xx before any
+    /// backend), `no_answer` (our own 5xx after the backends tried), `client_gone` (499),
+    /// `cut_short_by_backend` or `cut_short_by_client` (the status is the backend's, but the
+    /// body did not reach the client whole).
     fn log(
         &self,
         entry: Option<LogEntry>,
+        started: Instant,
         status: u16,
         tried: &[BackendId],
         upstream_time: Option<Duration>,
         fate: &'static str,
     ) {
+        let upstream = &self.listener.ctx.upstream;
+        // The backend whose answer (or part of it) the client got.
+        let answered_by = match fate {
+            "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
+            _ => None,
+        };
+        self.listener.stats.answered(
+            upstream.shared_name(),
+            answered_by.map(|&id| upstream.backend_addr(id)),
+            status,
+            started.elapsed(),
+        );
         let Some(entry) = entry else {
             return;
         };
-        let upstream = &self.listener.ctx.upstream;
         tracing::info!(
             target: "fulcrum::access",
             client = %self.peer.ip(),

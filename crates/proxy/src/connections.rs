@@ -227,6 +227,14 @@ impl Connections {
         before - idle.len()
     }
 
+    /// Closes every idle connection (the backend was disabled); returns how many.
+    pub(crate) fn close_idle(&self) -> usize {
+        let mut idle = self.idle_list();
+        let n = idle.len();
+        idle.clear();
+        n
+    }
+
     /// Connections open to the backend (busy or idle), and how many of them are idle.
     pub(crate) fn counts(&self) -> (usize, usize) {
         let idle = self.idle_list().len();

@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use crate::connections::Connections;
 use crate::exchange::{self, ClientEnd, Head, Relay, Request};
 use crate::http1::{self, Reject};
+use crate::metrics::WorkerStats;
 use crate::upstream::Upstream;
 
 /// The buffers one client connection lends every request it forwards.
@@ -36,6 +37,8 @@ pub(crate) struct Forward<'a> {
     pub(crate) upstream: &'a Arc<Upstream>,
     /// This worker's connections to the upstream's backends, by pool id.
     pub(crate) connections: &'a [Connections],
+    /// This worker's counts.
+    pub(crate) stats: &'a WorkerStats,
     pub(crate) affinity: Option<&'a [u8]>,
     /// Bytes of `Scratch::head` written by the request parser (no framing, no blank line).
     pub(crate) head_len: usize,
@@ -84,6 +87,9 @@ pub(crate) async fn forward(
         let Some(mut attempt) = upstream.pick(f.affinity, &scratch.tried) else {
             break;
         };
+        if !scratch.tried.is_empty() {
+            f.stats.retried(upstream.shared_name(), 1);
+        }
         let backend = attempt.backend;
         scratch.tried.push(backend);
         let addr = upstream.backend_addr(backend);
@@ -117,6 +123,7 @@ pub(crate) async fn forward(
                         };
                         let decision = retry::decide(&failure);
                         attempt.complete(decision.outcome());
+                        f.stats.failed(upstream.shared_name(), addr, failure.fault);
                         log_failure(upstream, addr, &failure, &e.to_string(), decision);
                         break (decision.action, failure.fault);
                     }
@@ -192,9 +199,12 @@ pub(crate) async fn forward(
                     let decision = retry::decide(&failure);
                     log_failure(upstream, addr, &failure, &why, decision);
                     if decision.action == Action::ResendFresh && reuse {
+                        // The keep-alive race, not the backend's failure: a retry only.
                         reuse = false;
+                        f.stats.retried(upstream.shared_name(), 1);
                         continue;
                     }
+                    f.stats.failed(upstream.shared_name(), addr, failure.fault);
                     attempt.complete(decision.outcome());
                     break (decision.action, failure.fault);
                 }

@@ -26,6 +26,9 @@
 //!   a per-backend cap, counts, connect errors classified.
 //! * `limits`: the process's file descriptor limit, raised at start-up and checked against
 //!   what the configuration may need.
+//! * [`metrics`]: what the workers count (answers by upstream, backend and status class,
+//!   durations, failed attempts by reason, retries), each into its own counts, summed when
+//!   scraped.
 //! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
 
@@ -37,6 +40,7 @@ mod forward;
 mod http1;
 mod io;
 pub mod limits;
+pub mod metrics;
 pub mod server;
 pub mod settings;
 mod upstream;

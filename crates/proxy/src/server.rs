@@ -37,6 +37,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, ListenerContext, WorkerListener};
 use crate::connections::Connections;
+use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::ProxySettings;
 use crate::upstream::Upstream;
 
@@ -152,6 +153,7 @@ pub struct Proxy {
     listeners: Vec<Listener>,
     upstreams: Vec<Arc<Upstream>>,
     shutdown_timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -209,6 +211,7 @@ impl Proxy {
             listeners,
             upstreams,
             shutdown_timeout: settings.shutdown_timeout,
+            metrics: Arc::new(Metrics::default()),
         })
     }
 
@@ -227,6 +230,11 @@ impl Proxy {
     /// The upstreams, by name.
     pub fn upstreams(&self) -> &[Arc<Upstream>] {
         &self.upstreams
+    }
+
+    /// What the workers count, for `/metrics`.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// Serves until `shutdown` resolves, then shuts down gracefully. The workers are threads
@@ -264,6 +272,7 @@ impl Proxy {
             let (done_tx, done_rx) = oneshot::channel::<()>();
             let stop = stop_rx.clone();
             let grace = self.shutdown_timeout;
+            let stats = self.metrics.worker();
             let spawned = std::thread::Builder::new()
                 .name(format!("fulcrum-worker-{i}"))
                 .spawn(move || {
@@ -271,7 +280,7 @@ impl Proxy {
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt.block_on(worker(sockets, stop, grace)),
+                        Ok(rt) => rt.block_on(worker(sockets, stats, stop, grace)),
                         Err(e) => {
                             tracing::error!(worker = i, error = %e, "cannot start a worker runtime")
                         }
@@ -306,7 +315,12 @@ struct WorkerSocket {
 
 /// One worker: an accept loop per listener, and the expiry of its idle backend connections,
 /// on this thread's runtime.
-async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: Duration) {
+async fn worker(
+    sockets: Vec<WorkerSocket>,
+    stats: Arc<WorkerStats>,
+    stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
     let mut loops = JoinSet::new();
     let mut pools = Vec::new();
     for s in sockets {
@@ -324,6 +338,7 @@ async fn worker(sockets: Vec<WorkerSocket>, stop: watch::Receiver<bool>, grace: 
         ));
         let worker_listener = Arc::new(WorkerListener {
             connections,
+            stats: Arc::clone(&stats),
             ctx: s.ctx,
         });
         loops.spawn(accept_loop(

@@ -15,18 +15,88 @@ use tokio::time::Instant;
 use crate::connections::Connections;
 use crate::settings::{HashKey, UpstreamSettings};
 
-/// A backend's state, for the demo, logs and (later) the admin API.
+/// What an operator asked of a backend (the admin API's `state`; `down = true` in the
+/// configuration starts a backend `Disabled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// In rotation (when healthy).
+    Up,
+    /// No new requests; those in flight finish. Health checks go on.
+    Drain,
+    /// No new requests; those in flight finish; its idle connections are closed.
+    Disabled,
+}
+
+impl AdminState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminState::Up => "up",
+            AdminState::Drain => "drain",
+            AdminState::Disabled => "disabled",
+        }
+    }
+}
+
+impl std::str::FromStr for AdminState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AdminState, String> {
+        match s {
+            "up" => Ok(AdminState::Up),
+            "drain" => Ok(AdminState::Drain),
+            "disabled" => Ok(AdminState::Disabled),
+            _ => Err(format!(
+                "{s:?}: a state is \"up\", \"drain\" or \"disabled\""
+            )),
+        }
+    }
+}
+
+/// Why an operator's change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    #[error("upstream \"{upstream}\" has no backend {addr}")]
+    NoSuchBackend { upstream: String, addr: SocketAddr },
+    #[error(
+        "upstream \"{upstream}\" sets its weights from load reports ({algorithm}): a weight set by hand would be replaced within a poll interval; set its state instead, or change the algorithm"
+    )]
+    WeightsFromReports {
+        upstream: String,
+        algorithm: &'static str,
+    },
+    #[error("a weight is from 1 to {max}, not {weight}")]
+    WeightOutOfRange { weight: u64, max: u32 },
+}
+
+/// The most a weight can be set to (as in the configuration).
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
+/// A backend's state, for the demo, logs and the admin API.
 #[derive(Debug, Clone)]
 pub struct BackendSnapshot {
     pub addr: SocketAddr,
     pub backup: bool,
+    /// The weight configured (or last set by hand).
+    pub static_weight: u32,
+    /// The weight the algorithm balances by now (a weight model's or slow start's).
     pub weight: u32,
+    pub state: AdminState,
     pub in_flight: u32,
     pub requests: u64,
     pub failures: u64,
+    /// Whether it may be chosen now.
     pub available: bool,
     /// Whether active health checks have taken it out.
     pub check_failed: bool,
+    /// Whether passive health (`max_fails` within `fail_timeout`) has taken it out.
+    pub passive_failed: bool,
+    /// Failures counted towards `max_fails`.
+    pub fails: u32,
+    pub max_fails: u32,
+    /// The response-time moving average.
+    pub latency: Option<Duration>,
+    /// Slow start's progress, 0 to 1 (1 when not ramping).
+    pub ramp: f64,
     /// Connections open to the backend, over every worker (busy or idle).
     pub connections_open: usize,
     /// Of those, the idle ones kept for reuse.
@@ -36,7 +106,12 @@ pub struct BackendSnapshot {
 #[derive(Debug)]
 pub struct Upstream {
     settings: UpstreamSettings,
+    /// The name, shared with the workers' counts.
+    shared_name: Arc<str>,
     pool: Mutex<Pool>,
+    /// Each backend's [`AdminState`] and the weight it was configured or set with, by pool
+    /// id; changed only with the pool's lock held.
+    admin: Mutex<Vec<(AdminState, u32)>>,
     /// Backend addresses by pool id: primaries, then backups (the pool's order, not the
     /// configuration's).
     addrs: Vec<SocketAddr>,
@@ -60,8 +135,22 @@ impl Upstream {
             settings.seed,
         );
         let addrs = primary.iter().chain(&backup).map(|b| b.addr).collect();
+        let admin = primary
+            .iter()
+            .chain(&backup)
+            .map(|b| {
+                let state = if b.down {
+                    AdminState::Disabled
+                } else {
+                    AdminState::Up
+                };
+                (state, b.weight)
+            })
+            .collect();
         Upstream {
+            shared_name: Arc::from(settings.name.as_str()),
             pool: Mutex::new(pool),
+            admin: Mutex::new(admin),
             addrs,
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
@@ -71,6 +160,114 @@ impl Upstream {
 
     pub fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.shared_name
+    }
+
+    /// The pool id of the backend at `addr`.
+    fn id_of(&self, addr: SocketAddr) -> Result<BackendId, ChangeError> {
+        self.addrs
+            .iter()
+            .position(|&a| a == addr)
+            .map(|i| BackendId(i as u32))
+            .ok_or_else(|| ChangeError::NoSuchBackend {
+                upstream: self.settings.name.clone(),
+                addr,
+            })
+    }
+
+    /// Puts the backend at `addr` up, draining or disabled (the admin API). Returns the state
+    /// it had. Taking it out of rotation never touches requests in flight: they finish.
+    pub fn set_state(
+        &self,
+        addr: SocketAddr,
+        state: AdminState,
+    ) -> Result<AdminState, ChangeError> {
+        let id = self.id_of(addr)?;
+        let now = self.now();
+        let was = {
+            let mut pool = self.pool();
+            let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+            let was = std::mem::replace(&mut admin[id.index()].0, state);
+            pool.set_down(id, state != AdminState::Up, now);
+            was
+        };
+        if state == AdminState::Disabled {
+            for pools in self
+                .worker_pools
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                pools[id.index()].close_idle();
+            }
+        }
+        if was != state {
+            tracing::info!(upstream = %self.settings.name, backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
+        }
+        Ok(was)
+    }
+
+    /// Whether the upstream's weights follow its backends' load reports: a weight model fed
+    /// by at least one primary's load source (the control plane's feedback loop).
+    pub fn has_weight_model(&self) -> bool {
+        let primaries: Vec<&crate::BackendSettings> = self
+            .settings
+            .backends
+            .iter()
+            .filter(|b| !b.backup)
+            .collect();
+        let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
+        balance::weights::model::Model::for_algorithm(
+            self.settings.algorithm,
+            &configured,
+            &self.settings.options,
+        )
+        .is_some()
+            && primaries.iter().any(|b| b.load_source.is_some())
+    }
+
+    /// Whether something other than the operator sets the weights: a weight model, or a
+    /// backend's HAProxy agent-check (which sets a share of the configured weight).
+    pub fn weights_from_reports(&self) -> bool {
+        self.has_weight_model()
+            || self
+                .settings
+                .backends
+                .iter()
+                .any(|b| matches!(b.load_source, Some(crate::LoadSource::AgentCheck(_))))
+    }
+
+    /// Sets the weight of the backend at `addr` (the admin API): what the algorithm balances
+    /// by from now on. Refused for upstreams whose weights come from load reports.
+    pub fn set_static_weight(&self, addr: SocketAddr, weight: u64) -> Result<u32, ChangeError> {
+        let id = self.id_of(addr)?;
+        if self.weights_from_reports() {
+            return Err(ChangeError::WeightsFromReports {
+                upstream: self.settings.name.clone(),
+                algorithm: self.settings.algorithm.name(),
+            });
+        }
+        let weight = u32::try_from(weight)
+            .ok()
+            .filter(|w| (1..=MAX_WEIGHT).contains(w))
+            .ok_or(ChangeError::WeightOutOfRange {
+                weight,
+                max: MAX_WEIGHT,
+            })?;
+        let now = self.now();
+        let was = {
+            let mut pool = self.pool();
+            let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+            pool.set_weight(id, weight, now);
+            std::mem::replace(&mut admin[id.index()].1, weight)
+        };
+        if was != weight {
+            tracing::info!(upstream = %self.settings.name, backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
+        }
+        Ok(was)
     }
 
     /// The part of a request head the algorithm hashes (a header, a cookie, the URI), if any:
@@ -212,23 +409,34 @@ impl Upstream {
     pub fn snapshot(&self) -> Vec<BackendSnapshot> {
         let connections = self.connection_counts();
         let pool = self.pool();
+        let admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.now();
         pool.states()
             .iter()
             .zip(connections)
+            .zip(admin.iter())
             .enumerate()
-            .map(|(i, (s, (open, idle)))| BackendSnapshot {
-                addr: self.addrs[i],
-                backup: i >= pool.primaries(),
-                weight: s.weight(),
-                in_flight: s.in_flight(),
-                requests: s.requests(),
-                failures: s.failures(),
-                available: s.is_eligible(now),
-                check_failed: s.is_check_failed(),
-                connections_open: open,
-                connections_idle: idle,
-            })
+            .map(
+                |(i, ((s, (open, idle)), &(state, static_weight)))| BackendSnapshot {
+                    addr: self.addrs[i],
+                    backup: i >= pool.primaries(),
+                    static_weight,
+                    weight: s.weight(),
+                    state,
+                    in_flight: s.in_flight(),
+                    requests: s.requests(),
+                    failures: s.failures(),
+                    available: s.is_eligible(now),
+                    check_failed: s.is_check_failed(),
+                    passive_failed: s.is_failed(now),
+                    fails: s.fails(),
+                    max_fails: s.spec().max_fails,
+                    latency: s.latency().map(Duration::from),
+                    ramp: f64::from(s.ramp()) / f64::from(balance::RAMP_FULL),
+                    connections_open: open,
+                    connections_idle: idle,
+                },
+            )
             .collect()
     }
 }

@@ -1,0 +1,247 @@
+//! What the data plane counts for `/metrics` and the admin API: every request answered, by
+//! upstream, backend and status class, its duration, and every failed attempt by reason.
+//!
+//! Counting must not slow the workers down or make them wait on each other, so each worker
+//! counts into its own [`WorkerStats`] (a mutex only that worker and a scrape ever take; the
+//! worker holds it for a few hash-map updates) and a scrape sums the workers' counts
+//! ([`Metrics::totals`]). Counts only grow; a backend removed at runtime keeps its series
+//! until the process restarts, as Prometheus counters must not go back.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use balance::Fault;
+
+/// Upper bounds of the request-duration histogram, in seconds (Prometheus client libraries'
+/// default buckets, which span 5 ms to 10 s).
+pub const DURATION_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Status classes counted: `1xx` to `5xx`.
+pub const CODE_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Every [`Fault`], in the order of [`reason`].
+pub const FAULTS: [Fault; 6] = [
+    Fault::LocalResources,
+    Fault::ConnectFailed,
+    Fault::ConnectTimeout,
+    Fault::Closed,
+    Fault::ReadTimeout,
+    Fault::InvalidResponse,
+];
+
+/// A fault's name in metrics and the API.
+pub fn reason(fault: Fault) -> &'static str {
+    match fault {
+        Fault::LocalResources => "local_resources",
+        Fault::ConnectFailed => "connect_failed",
+        Fault::ConnectTimeout => "connect_timeout",
+        Fault::Closed => "closed",
+        Fault::ReadTimeout => "read_timeout",
+        Fault::InvalidResponse => "invalid_response",
+    }
+}
+
+fn fault_index(fault: Fault) -> usize {
+    FAULTS.iter().position(|&f| f == fault).unwrap_or(0)
+}
+
+/// A request-duration histogram: counts per bucket of [`DURATION_BUCKETS`] (not cumulative;
+/// the last entry counts those above the highest bound), and the sum.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Durations {
+    pub buckets: [u64; DURATION_BUCKETS.len() + 1],
+    pub sum_seconds: f64,
+    pub count: u64,
+}
+
+impl Durations {
+    fn record(&mut self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = DURATION_BUCKETS
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.buckets[i] += 1;
+        self.sum_seconds += s;
+        self.count += 1;
+    }
+
+    fn add(&mut self, other: &Durations) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.sum_seconds += other.sum_seconds;
+        self.count += other.count;
+    }
+
+    /// Cumulative counts at each bound, as Prometheus wants them (`+Inf` is `count`).
+    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+        let mut total = 0;
+        DURATION_BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(&bound, &n)| {
+                total += n;
+                (bound, total)
+            })
+            .collect()
+    }
+}
+
+/// One upstream's counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpstreamCounts {
+    /// Answers by the backend that gave them (`None`: fulcrum's own answer, no backend's) and
+    /// status class (index into [`CODE_CLASSES`]).
+    pub responses: HashMap<Option<SocketAddr>, [u64; 5]>,
+    /// Failed attempts by backend and reason (index into [`FAULTS`]).
+    pub failures: HashMap<SocketAddr, [u64; 6]>,
+    /// Attempts after a request's first (on another backend or a fresh connection).
+    pub retries: u64,
+    /// How long requests took, from their head to the end of the answer.
+    pub durations: Durations,
+}
+
+impl UpstreamCounts {
+    fn add(&mut self, other: &UpstreamCounts) {
+        for (k, v) in &other.responses {
+            let mine = self.responses.entry(*k).or_default();
+            for (a, b) in mine.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+        for (k, v) in &other.failures {
+            let mine = self.failures.entry(*k).or_default();
+            for (a, b) in mine.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+        self.retries += other.retries;
+        self.durations.add(&other.durations);
+    }
+
+    /// Requests answered, all backends and classes.
+    pub fn requests(&self) -> u64 {
+        self.responses.values().flatten().sum()
+    }
+}
+
+/// One worker's counts, by upstream name.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    counts: Mutex<HashMap<Arc<str>, UpstreamCounts>>,
+}
+
+impl WorkerStats {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, UpstreamCounts>> {
+        // Counts are plain numbers: a panic elsewhere cannot leave them inconsistent.
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with(&self, upstream: &Arc<str>, f: impl FnOnce(&mut UpstreamCounts)) {
+        let mut counts = self.lock();
+        match counts.get_mut(upstream) {
+            Some(c) => f(c),
+            None => f(counts.entry(Arc::clone(upstream)).or_default()),
+        }
+    }
+
+    /// A request answered with `status` (by `backend`, or by fulcrum itself) after `took`.
+    pub(crate) fn answered(
+        &self,
+        upstream: &Arc<str>,
+        backend: Option<SocketAddr>,
+        status: u16,
+        took: Duration,
+    ) {
+        let class = usize::from((status / 100).clamp(1, 5)) - 1;
+        self.with(upstream, |c| {
+            c.responses.entry(backend).or_default()[class] += 1;
+            c.durations.record(took);
+        });
+    }
+
+    /// An attempt on `backend` failed with `fault`.
+    pub(crate) fn failed(&self, upstream: &Arc<str>, backend: SocketAddr, fault: Fault) {
+        self.with(upstream, |c| {
+            c.failures.entry(backend).or_default()[fault_index(fault)] += 1;
+        });
+    }
+
+    /// `n` attempts after a request's first.
+    pub(crate) fn retried(&self, upstream: &Arc<str>, n: u64) {
+        if n > 0 {
+            self.with(upstream, |c| c.retries += n);
+        }
+    }
+}
+
+/// Every worker's counts, for a scrape.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    workers: Mutex<Vec<Arc<WorkerStats>>>,
+}
+
+impl Metrics {
+    /// A new worker's own counts.
+    pub(crate) fn worker(&self) -> Arc<WorkerStats> {
+        let stats = Arc::new(WorkerStats::default());
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&stats));
+        stats
+    }
+
+    /// The counts of every worker, summed, by upstream name.
+    pub fn totals(&self) -> HashMap<Arc<str>, UpstreamCounts> {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut totals: HashMap<Arc<str>, UpstreamCounts> = HashMap::new();
+        for w in workers {
+            for (name, counts) in w.lock().iter() {
+                totals.entry(Arc::clone(name)).or_default().add(counts);
+            }
+        }
+        totals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_are_summed_by_upstream_backend_and_class() {
+        let m = Metrics::default();
+        let (a, b) = (m.worker(), m.worker());
+        let web: Arc<str> = Arc::from("web");
+        let x: SocketAddr = "127.0.0.1:9001".parse().unwrap();
+        a.answered(&web, Some(x), 200, Duration::from_millis(3));
+        b.answered(&web, Some(x), 204, Duration::from_millis(30));
+        b.answered(&web, None, 502, Duration::from_secs(20));
+        a.failed(&web, x, Fault::ConnectFailed);
+        b.failed(&web, x, Fault::ConnectFailed);
+        a.retried(&web, 2);
+        let t = &m.totals()[&web];
+        assert_eq!(t.responses[&Some(x)], [0, 2, 0, 0, 0]);
+        assert_eq!(t.responses[&None], [0, 0, 0, 0, 1]);
+        assert_eq!(t.failures[&x][1], 2);
+        assert_eq!(t.retries, 2);
+        assert_eq!(t.requests(), 3);
+        assert_eq!(t.durations.count, 3);
+        // 3 ms in the first bucket, 30 ms in the fourth (≤ 50 ms), 20 s above them all.
+        let c = t.durations.cumulative();
+        assert_eq!(c[0], (0.005, 1));
+        assert_eq!(c[3], (0.05, 2));
+        assert_eq!(c[10], (10.0, 2));
+        assert!((t.durations.sum_seconds - 20.033).abs() < 1e-9);
+    }
+}

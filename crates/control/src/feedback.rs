@@ -18,9 +18,9 @@
 
 use std::sync::Arc;
 
-use balance::Nanos;
 use balance::weights::LoadReport;
 use balance::weights::feed::{Feed, Poll};
+use balance::{BackendId, Nanos};
 use proxy::{LoadSource, Upstream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -145,6 +145,11 @@ impl Feedback {
                 }
             })
             .collect();
+        for (i, poll) in polls.iter().enumerate() {
+            if let Poll::Report(report) = poll {
+                self.upstream.note_report(BackendId(i as u32), *report);
+            }
+        }
         let counts: Vec<(u64, u64)> = self
             .upstream
             .snapshot()

@@ -442,16 +442,42 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the runtime")?;
     let workers = cfg.proxy.workers;
+    let admin_settings = cfg.admin.clone();
     rt.block_on(async move {
         let proxy = proxy::Proxy::bind(cfg.proxy).await?;
+        // The admin listener is bound before anything is served, so a port in use stops the
+        // start, as a listener's does.
+        let admin = match admin_settings {
+            Some(a) => {
+                let view = admin::View {
+                    upstreams: proxy.upstreams().to_vec(),
+                    metrics: proxy.metrics(),
+                    clients: proxy.client_connections(),
+                };
+                let settings = admin::Settings {
+                    listen: a.listen,
+                    token: a.token,
+                };
+                Some(admin::Admin::bind(settings, view).await?)
+            }
+            None => None,
+        };
         tracing::info!(
             workers,
             version = env!("CARGO_PKG_VERSION"),
             "fulcrum started"
         );
-        // The control plane (load feedback) runs on this runtime, beside the workers.
+        // The control plane (load feedback) and the admin listener run on this runtime,
+        // beside the workers.
         let (stop_control, stopped) = tokio::sync::watch::channel(false);
         control::spawn(proxy.upstreams(), &stopped);
+        if let Some(admin) = admin {
+            tracing::info!(listen = %admin.local_addr()?, "admin listener");
+            let mut stop = stopped.clone();
+            tokio::spawn(admin.run(async move {
+                let _ = stop.changed().await;
+            }));
+        }
         proxy.run(shutdown_signal()).await;
         let _ = stop_control.send(true);
         tracing::info!("fulcrum stopped");

@@ -2,126 +2,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lab::{Backend, Client};
 
-fn fulcrum() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-}
-
-/// A scratch file that is removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str, text: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!("fulcrum-cli-{}-{name}", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        TempFile(path)
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A running `fulcrum run`, killed when dropped.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    /// (upstream, address) of each listener, as logged.
-    listening: Vec<(String, SocketAddr)>,
-}
-
-impl Running {
-    /// Starts `fulcrum run` and waits until it has logged `n` listening addresses.
-    fn start(config: &TempFile, n: usize) -> Running {
-        let mut child = fulcrum()
-            .args(["run", "--config"])
-            .arg(&config.0)
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut running = Running {
-            child,
-            lines,
-            listening: Vec::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while running.listening.len() < n {
-            let line = running.next_line(deadline);
-            if line.contains(" listening") {
-                let field = |name: &str| {
-                    line.split_whitespace()
-                        .find_map(|w| w.strip_prefix(name))
-                        .unwrap_or_else(|| panic!("the listening line has {name}: {line}"))
-                        .to_owned()
-                };
-                let addr = field("listen=").parse().unwrap();
-                running.listening.push((field("upstream="), addr));
-            }
-        }
-        running
-    }
-
-    /// The address of the listener sending to `upstream`.
-    fn addr_of(&self, upstream: &str) -> SocketAddr {
-        self.listening
-            .iter()
-            .find(|(u, _)| u == upstream)
-            .unwrap_or_else(|| panic!("no listener for {upstream}: {:?}", self.listening))
-            .1
-    }
-
-    fn next_line(&self, deadline: Instant) -> String {
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.lines
-            .recv_timeout(left)
-            .expect("fulcrum wrote the expected line in time")
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fulcrum did not stop after SIGTERM"
-            );
-            // Poll interval of a loop bounded by `deadline`.
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{Running, TempFile, backend_block, fulcrum};
 
 /// `fulcrum check --config FILE`, run to its end.
 fn check(config: &TempFile) -> std::process::Output {
@@ -130,13 +17,6 @@ fn check(config: &TempFile) -> std::process::Output {
         .arg(&config.0)
         .output()
         .unwrap()
-}
-
-fn backend_block(addrs: &[(SocketAddr, u32)]) -> String {
-    addrs
-        .iter()
-        .map(|(a, w)| format!("  [[upstream.backend]]\n  addr = \"{a}\"\n  weight = {w}\n"))
-        .collect()
 }
 
 #[test]

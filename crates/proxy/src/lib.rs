@@ -46,9 +46,9 @@ pub mod settings;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
-pub use server::{Proxy, StartError};
+pub use server::{ClientConnections, Proxy, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,
     ProxySettings, UpstreamSettings,
 };
-pub use upstream::{BackendSnapshot, Upstream};
+pub use upstream::{AdminState, BackendSnapshot, ChangeError, MAX_WEIGHT, Upstream};

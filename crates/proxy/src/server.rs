@@ -146,6 +146,23 @@ impl Drop for Open<'_> {
     }
 }
 
+/// Each listener's client connections: its address, the permits its connections hold, and
+/// how many there are in all.
+#[derive(Debug, Clone)]
+pub struct ClientConnections(Vec<(SocketAddr, Arc<Semaphore>, usize)>);
+
+impl ClientConnections {
+    /// Each listener's address and the client connections it is serving now.
+    pub fn open(&self) -> Vec<(SocketAddr, usize)> {
+        self.0
+            .iter()
+            .map(|(addr, permits, limit)| {
+                (*addr, limit.saturating_sub(permits.available_permits()))
+            })
+            .collect()
+    }
+}
+
 /// A bound, not yet running, proxy.
 #[derive(Debug)]
 pub struct Proxy {
@@ -235,6 +252,23 @@ impl Proxy {
     /// What the workers count, for `/metrics`.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
+    }
+
+    /// Each listener's open client connections, readable while the proxy runs.
+    pub fn client_connections(&self) -> ClientConnections {
+        ClientConnections(
+            self.listeners
+                .iter()
+                .filter_map(|l| {
+                    let addr = l.sockets[0].local_addr().ok()?;
+                    Some((
+                        addr,
+                        Arc::clone(&l.limit),
+                        l.ctx.settings.connection_limit(),
+                    ))
+                })
+                .collect(),
+        )
     }
 
     /// Serves until `shutdown` resolves, then shuts down gracefully. The workers are threads

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
 use tokio::time::Instant;
 
@@ -97,6 +98,8 @@ pub struct BackendSnapshot {
     pub latency: Option<Duration>,
     /// Slow start's progress, 0 to 1 (1 when not ramping).
     pub ramp: f64,
+    /// The latest load report and how long ago it came.
+    pub report: Option<(LoadReport, Duration)>,
     /// Connections open to the backend, over every worker (busy or idle).
     pub connections_open: usize,
     /// Of those, the idle ones kept for reuse.
@@ -112,6 +115,9 @@ pub struct Upstream {
     /// Each backend's [`AdminState`] and the weight it was configured or set with, by pool
     /// id; changed only with the pool's lock held.
     admin: Mutex<Vec<(AdminState, u32)>>,
+    /// Each backend's latest load report and when it came, by pool id (the control plane's
+    /// feedback loop notes them).
+    reports: Mutex<Vec<Option<(LoadReport, Instant)>>>,
     /// Backend addresses by pool id: primaries, then backups (the pool's order, not the
     /// configuration's).
     addrs: Vec<SocketAddr>,
@@ -151,6 +157,7 @@ impl Upstream {
             shared_name: Arc::from(settings.name.as_str()),
             pool: Mutex::new(pool),
             admin: Mutex::new(admin),
+            reports: Mutex::new(vec![None; settings.backends.len()]),
             addrs,
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
@@ -208,6 +215,14 @@ impl Upstream {
             tracing::info!(upstream = %self.settings.name, backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
         }
         Ok(was)
+    }
+
+    /// Notes the load report backend `id` (pool order) just gave, for the admin API.
+    pub fn note_report(&self, id: BackendId, report: LoadReport) {
+        let mut reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = reports.get_mut(id.index()) {
+            *slot = Some((report, Instant::now()));
+        }
     }
 
     /// Whether the upstream's weights follow its backends' load reports: a weight model fed
@@ -410,6 +425,7 @@ impl Upstream {
         let connections = self.connection_counts();
         let pool = self.pool();
         let admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.now();
         pool.states()
             .iter()
@@ -433,6 +449,11 @@ impl Upstream {
                     max_fails: s.spec().max_fails,
                     latency: s.latency().map(Duration::from),
                     ramp: f64::from(s.ramp()) / f64::from(balance::RAMP_FULL),
+                    report: reports
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .map(|(r, at)| (r, at.elapsed())),
                     connections_open: open,
                     connections_idle: idle,
                 },

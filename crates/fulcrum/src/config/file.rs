@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::DeTable;
 
+use super::admin::{self, Admin};
 use super::duration::Zero;
 use super::listener::{self, Listener};
 use super::report::Report;
@@ -23,8 +24,9 @@ pub(super) const SECTION: Section = Section {
         "shutdown_timeout",
         "listener",
         "upstream",
+        "admin",
     ],
-    not_yet: &["admin"],
+    not_yet: &[],
 };
 
 /// The most worker threads. Each is a thread with its own runtime and its own descriptor per
@@ -41,6 +43,8 @@ pub(super) struct File {
     pub shutdown_timeout: Option<Duration>,
     pub listeners: Vec<Listener>,
     pub upstreams: Vec<Upstream>,
+    /// `None`: no `[admin]`, no admin listener.
+    pub admin: Option<Admin>,
 }
 
 /// Reads and checks the whole document; every problem goes to `r`.
@@ -115,12 +119,28 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
             "no [[upstream]]: add one with at least one [[upstream.backend]]",
         );
     }
+    let admin = top
+        .section(r, "admin", &admin::SECTION)
+        .and_then(|t| admin::read(r, &t));
+    if let Some(a) = &admin
+        && let Some(line) = listening.get(&a.listen)
+        && a.listen.port() != 0
+    {
+        r.error_in_file(
+            "admin.listen",
+            format!(
+                "{} is already used by the listener at line {line}: give the admin listener its own port",
+                a.listen
+            ),
+        );
+    }
     File {
         workers,
         access_log,
         shutdown_timeout,
         listeners,
         upstreams,
+        admin,
     }
 }
 

@@ -15,6 +15,7 @@
 //!   sections together (unique names, listeners to existing upstreams).
 //! * [`listener`], [`upstream`], [`backend`]: one module per section, each holding its keys
 //!   and their checks side by side; [`algorithm`]: an upstream's algorithm and its options.
+//! * [`admin`]: the admin listener and its token.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
 //! * [`table`]: one TOML table read key by key, in the docs' words; unknown keys with a
@@ -23,6 +24,7 @@
 //! * [`settings`]: the one place a checked file becomes [`proxy::ProxySettings`].
 
 mod address;
+pub mod admin;
 mod algorithm;
 mod backend;
 mod duration;
@@ -46,6 +48,8 @@ use report::Report;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub proxy: ProxySettings,
+    /// The admin listener, when the file has an `[admin]`.
+    pub admin: Option<admin::Admin>,
     /// Things that are allowed but probably not meant, as `file:line: message`.
     pub warnings: Vec<String>,
 }
@@ -76,10 +80,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             Err(report.into_error())
         }
         Ok(doc) => {
-            let file = file::read(&mut report, &doc);
+            let mut file = file::read(&mut report, &doc);
             let warnings = report.finish()?;
+            let admin = file.admin.take();
             Ok(Config {
                 proxy: settings::proxy(file),
+                admin,
                 warnings,
             })
         }

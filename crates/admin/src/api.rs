@@ -1,0 +1,356 @@
+//! The routes of the admin listener, its authorization, and the JSON API.
+//!
+//! * `GET /api/upstreams`: every upstream and backend with its live state.
+//! * `PATCH /api/upstreams/{upstream}/backends/{addr}` with `{"weight": N}` and/or
+//!   `{"state": "up" | "drain" | "disabled"}`.
+//! * `GET /metrics`: the Prometheus text exposition.
+//!
+//! Reading is open to whoever reaches the listener; every other method needs
+//! `Authorization: Bearer <token>` when a token is configured (401 otherwise, with
+//! `WWW-Authenticate: Bearer`). Errors are JSON objects `{"error": "..."}` that say what was
+//! wrong and what would be accepted.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use proxy::metrics::{FAULTS, reason};
+use proxy::{AdminState, BackendSnapshot, ChangeError, Upstream};
+
+use crate::View;
+
+/// The largest request body the API reads.
+const MAX_BODY: usize = 64 * 1024;
+
+/// What every connection of the admin listener shares.
+#[derive(Debug)]
+pub struct Shared {
+    token: Option<String>,
+    view: View,
+}
+
+impl Shared {
+    pub fn new(token: Option<String>, view: View) -> Shared {
+        Shared { token, view }
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let headers = r.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_answer(status: StatusCode, value: &Value) -> Answer {
+    let mut text = serde_json::to_vec_pretty(value).unwrap_or_default();
+    text.push(b'\n');
+    respond(status, "application/json", text)
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Answer {
+    json_answer(status, &json!({ "error": message.to_string() }))
+}
+
+fn method_not_allowed(allow: &'static str) -> Answer {
+    let mut r = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("this resource answers {allow}"),
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// Whether the request carries the configured token (always, when none is configured).
+fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
+    let Some(token) = &shared.token else {
+        return true;
+    };
+    let Some(given) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    constant_time_eq::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+}
+
+/// One request to the admin listener.
+pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let reading = matches!(*req.method(), Method::GET | Method::HEAD);
+    if !reading && !authorized(shared, &req) {
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            "changes need `Authorization: Bearer <token>`, the token of [admin] token_file",
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
+    match segments.as_slice() {
+        ["metrics"] => match reading {
+            true => respond(
+                StatusCode::OK,
+                crate::metrics::CONTENT_TYPE,
+                crate::metrics::exposition(&shared.view),
+            ),
+            false => method_not_allowed("GET, HEAD"),
+        },
+        ["api", "upstreams"] => match reading {
+            true => json_answer(StatusCode::OK, &upstreams(&shared.view)),
+            false => method_not_allowed("GET, HEAD"),
+        },
+        ["api", "upstreams", name] => match find(&shared.view, name) {
+            Err(e) => refused(e),
+            Ok(u) if reading => json_answer(StatusCode::OK, &upstream(u, &errors(&shared.view, u))),
+            Ok(_) => method_not_allowed("GET, HEAD"),
+        },
+        ["api", "upstreams", name, "backends", addr] => {
+            let u = match find(&shared.view, name) {
+                Ok(u) => u,
+                Err(e) => return refused(e),
+            };
+            let addr: SocketAddr = match addr.parse() {
+                Ok(a) => a,
+                Err(_) => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "{addr:?} is not a backend address: write it as in the configuration, such as 127.0.0.1:9001"
+                        ),
+                    );
+                }
+            };
+            match *req.method() {
+                Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
+                    Some(b) => json_answer(StatusCode::OK, &backend(b, &errors(&shared.view, u))),
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        ChangeError::NoSuchBackend {
+                            upstream: u.name().to_owned(),
+                            addr,
+                        },
+                    ),
+                },
+                Method::PATCH => patch_backend(&shared.view, u, addr, req).await,
+                _ => method_not_allowed("GET, HEAD, PATCH"),
+            }
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no such resource {path:?}: the admin listener serves /metrics, /api/upstreams, /api/upstreams/NAME and /api/upstreams/NAME/backends/ADDR"
+            ),
+        ),
+    }
+}
+
+/// A refused call: its status and what to say.
+type Refusal = (StatusCode, String);
+
+fn refused((status, message): Refusal) -> Answer {
+    error(status, message)
+}
+
+fn find<'a>(view: &'a View, name: &str) -> Result<&'a Arc<Upstream>, Refusal> {
+    view.upstreams
+        .iter()
+        .find(|u| u.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = view.upstreams.iter().map(|u| u.name()).collect();
+            (
+                StatusCode::NOT_FOUND,
+                format!("no upstream is named {name:?}; there are {names:?}"),
+            )
+        })
+}
+
+/// The body of `PATCH /api/upstreams/{upstream}/backends/{addr}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackendChange {
+    weight: Option<u64>,
+    state: Option<String>,
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Refusal> {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is larger than {MAX_BODY} bytes, or it did not arrive whole"),
+            ));
+        }
+    };
+    serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("the body is not what this call takes: {e}"),
+        )
+    })
+}
+
+async fn patch_backend(
+    view: &View,
+    u: &Upstream,
+    addr: SocketAddr,
+    req: Request<Incoming>,
+) -> Answer {
+    let change: BackendChange = match read_json(req).await {
+        Ok(c) => c,
+        Err(e) => return refused(e),
+    };
+    if change.weight.is_none() && change.state.is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            r#"nothing to change: send {"weight": N} or {"state": "up" | "drain" | "disabled"}"#,
+        );
+    }
+    // Everything is checked before anything changes.
+    let state = match change.state.as_deref().map(str::parse::<AdminState>) {
+        Some(Err(e)) => return error(StatusCode::BAD_REQUEST, e),
+        Some(Ok(s)) => Some(s),
+        None => None,
+    };
+    if change.weight.is_some() && u.weights_from_reports() {
+        return error(
+            StatusCode::CONFLICT,
+            ChangeError::WeightsFromReports {
+                upstream: u.name().to_owned(),
+                algorithm: u.settings().algorithm.name(),
+            },
+        );
+    }
+    if let Some(w) = change.weight
+        && let Err(e) = u.set_static_weight(addr, w)
+    {
+        return change_error(e);
+    }
+    if let Some(s) = state
+        && let Err(e) = u.set_state(addr, s)
+    {
+        return change_error(e);
+    }
+    match u.snapshot().iter().find(|b| b.addr == addr) {
+        Some(b) => json_answer(StatusCode::OK, &backend(b, &errors(view, u))),
+        None => error(StatusCode::NOT_FOUND, "the backend went away meanwhile"),
+    }
+}
+
+fn change_error(e: ChangeError) -> Answer {
+    let status = match e {
+        ChangeError::NoSuchBackend { .. } => StatusCode::NOT_FOUND,
+        ChangeError::WeightsFromReports { .. } => StatusCode::CONFLICT,
+        ChangeError::WeightOutOfRange { .. } => StatusCode::BAD_REQUEST,
+    };
+    error(status, e)
+}
+
+/// Failed attempts by backend and reason, summed over the workers.
+type Errors = HashMap<SocketAddr, [u64; 6]>;
+
+fn errors(view: &View, u: &Upstream) -> Errors {
+    view.metrics
+        .totals()
+        .remove(u.name())
+        .map(|c| c.failures)
+        .unwrap_or_default()
+}
+
+/// `GET /api/upstreams`.
+pub fn upstreams(view: &View) -> Value {
+    let mut totals = view.metrics.totals();
+    json!({
+        "upstreams": view.upstreams.iter().map(|u| {
+            let errors = totals.remove(u.name()).map(|c| c.failures).unwrap_or_default();
+            upstream(u, &errors)
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn upstream(u: &Upstream, errors: &Errors) -> Value {
+    let s = u.settings();
+    json!({
+        "name": u.name(),
+        "algorithm": s.algorithm.name(),
+        "weights_from_reports": u.weights_from_reports(),
+        "backends": u.snapshot().iter().map(|b| backend(b, errors)).collect::<Vec<_>>(),
+    })
+}
+
+/// Why a backend gets no new requests, in an operator's words; `None` when it may.
+fn why_not(b: &BackendSnapshot) -> Option<String> {
+    if b.available {
+        return None;
+    }
+    Some(match b.state {
+        AdminState::Drain => "draining (set by the admin API)".to_owned(),
+        AdminState::Disabled => "disabled (by the admin API or `down = true`)".to_owned(),
+        AdminState::Up if b.check_failed => "failing its active health checks".to_owned(),
+        AdminState::Up if b.passive_failed => format!(
+            "{} failures within fail_timeout (max_fails = {})",
+            b.fails, b.max_fails
+        ),
+        AdminState::Up if b.weight == 0 => "its weight is 0".to_owned(),
+        AdminState::Up => "not usable".to_owned(),
+    })
+}
+
+fn backend(b: &BackendSnapshot, errors: &Errors) -> Value {
+    let by_reason = errors.get(&b.addr).copied().unwrap_or_default();
+    let errors: serde_json::Map<String, Value> = FAULTS
+        .iter()
+        .zip(by_reason)
+        .map(|(&f, n)| (reason(f).to_owned(), json!(n)))
+        .collect();
+    json!({
+        "addr": b.addr.to_string(),
+        "backup": b.backup,
+        "state": b.state.name(),
+        "weight": { "static": b.static_weight, "effective": b.weight },
+        "in_flight": b.in_flight,
+        "requests": b.requests,
+        "failures": b.failures,
+        "errors": errors,
+        "latency_ms": b.latency.map(|l| l.as_secs_f64() * 1e3),
+        "health": {
+            "available": b.available,
+            "why": why_not(b),
+            "active_check": if b.check_failed { "failing" } else { "passing" },
+            "passive": { "failed": b.passive_failed, "fails": b.fails, "max_fails": b.max_fails },
+        },
+        "slow_start": b.ramp,
+        "load_report": b.report.map(|(r, age)| json!({
+            "cpu": r.cpu, "mem": r.mem, "disk": r.disk, "net": r.net,
+            "container_mem": r.container_mem,
+            "age_seconds": age.as_secs_f64(),
+        })),
+        "connections": { "open": b.connections_open, "idle": b.connections_idle },
+    })
+}

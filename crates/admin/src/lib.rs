@@ -1,0 +1,118 @@
+//! fulcrum's admin listener (`[admin]`): the JSON API an operator steers the proxy with,
+//! Prometheus `/metrics`, and the live dashboard.
+//!
+//! It runs on the main runtime, beside the control plane, never on a worker's: a slow scrape or
+//! a stuck client of the API cannot hold up a request. What it reads and changes lives in the
+//! proxy's [`proxy::Upstream`]s (one lock per change, as the control plane's) and in the
+//! workers' counts ([`proxy::metrics`]), summed when asked.
+//!
+//! # Layout
+//!
+//! * [`api`]: routing, authorization, the JSON API.
+//! * [`metrics`]: the Prometheus exposition, through `prometheus-client`.
+//!
+//! Changes made through the API are not written to the configuration: a restart (or a reload)
+//! goes back to the file.
+
+pub mod api;
+pub mod metrics;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use proxy::metrics::Metrics;
+use proxy::{ClientConnections, Upstream};
+
+/// What the admin listener is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// The bearer token every mutating call must carry; `None`: none needed (a loopback
+    /// listener only: the configuration refuses anything else).
+    pub token: Option<String>,
+}
+
+/// What the admin listener sees of the running proxy.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub upstreams: Vec<Arc<Upstream>>,
+    pub metrics: Arc<Metrics>,
+    pub clients: ClientConnections,
+}
+
+/// How long open connections get to finish after shutdown begins.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// A bound admin listener.
+#[derive(Debug)]
+pub struct Admin {
+    listener: TcpListener,
+    shared: Arc<api::Shared>,
+}
+
+impl Admin {
+    /// Binds `settings.listen`; an address in use is an error naming it.
+    pub async fn bind(settings: Settings, view: View) -> std::io::Result<Admin> {
+        let listener = TcpListener::bind(settings.listen).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("admin listener: cannot listen on {}: {e}", settings.listen),
+            )
+        })?;
+        Ok(Admin {
+            listener,
+            shared: Arc::new(api::Shared::new(settings.token, view)),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` resolves, then gives open connections [`DRAIN`] to finish.
+    pub async fn run(self, stop: impl Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        tokio::pin!(stop);
+        loop {
+            let stream = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "admin listener: cannot accept a connection");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                            () = &mut stop => break,
+                        }
+                    }
+                },
+                () = &mut stop => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let shared = Arc::clone(&self.shared);
+            let service = service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(api::handle(&shared, req).await) }
+            });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+        }
+        drop(self.listener);
+        let _ = tokio::time::timeout(DRAIN, graceful.shutdown()).await;
+    }
+}

@@ -1,0 +1,373 @@
+//! The admin listener as an operator uses it: `fulcrum run` with an `[admin]`, real backends,
+//! real requests, the API and `/metrics` read and driven over HTTP.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use lab::{Backend, Client};
+use serde_json::Value;
+
+mod common;
+use common::{Running, TempFile, backend_block, fulcrum};
+
+/// `method path` on the admin listener, with `token` as a bearer token and `body` as JSON.
+async fn call(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", admin.to_string());
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if !body.is_empty() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+    let reply = Client::new(admin).send(req).await.unwrap();
+    (reply.status.as_u16(), reply.text())
+}
+
+/// The message of an error answer (`{"error": "..."}`).
+fn error_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error in {body}"))
+        .to_owned()
+}
+
+async fn json(admin: SocketAddr, path: &str) -> Value {
+    let (status, body) = call(admin, "GET", path, None, "").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn config(name: &str, backends: &[SocketAddr], admin: &str) -> TempFile {
+    let block = backend_block(&backends.iter().map(|&a| (a, 1)).collect::<Vec<_>>());
+    TempFile::new(
+        name,
+        &format!(
+            "workers = 2\naccess_log = false\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+             [[upstream]]\nname = \"web\"\nalgorithm = \"weighted_round_robin\"\n{block}\n\
+             [admin]\n{admin}\n"
+        ),
+    )
+}
+
+#[test]
+fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_no_more() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let b = Backend::start("b", loopback).await.unwrap();
+        let config = config(
+            "admin-drain.toml",
+            &[a.addr(), b.addr()],
+            "listen = \"127.0.0.1:0\"",
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum
+            .admin
+            .expect("the admin listener's address is logged");
+        let proxy = fulcrum.addr_of("web");
+
+        let state = json(admin, "/api/upstreams").await;
+        let backends = &state["upstreams"][0]["backends"];
+        assert_eq!(state["upstreams"][0]["name"], "web");
+        assert_eq!(state["upstreams"][0]["algorithm"], "weighted_round_robin");
+        assert_eq!(backends.as_array().unwrap().len(), 2);
+        for (i, addr) in [a.addr(), b.addr()].iter().enumerate() {
+            assert_eq!(backends[i]["addr"], addr.to_string());
+            assert_eq!(backends[i]["state"], "up");
+            assert_eq!(backends[i]["health"]["available"], true);
+            assert_eq!(backends[i]["weight"]["static"], 1);
+        }
+
+        // Four slow requests: round robin puts two on each backend.
+        let slow: Vec<_> = (0..4)
+            .map(|_| {
+                tokio::spawn(
+                    async move { Client::new(proxy).get("/?delay_ms=1500").await.unwrap() },
+                )
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let path = format!("/api/upstreams/web/backends/{}", b.addr());
+        let (status, body) = call(admin, "PATCH", &path, None, r#"{"state": "drain"}"#).await;
+        assert_eq!(status, 200, "{body}");
+        let drained: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(drained["state"], "drain");
+        assert_eq!(drained["in_flight"], 2, "{drained}");
+        assert_eq!(drained["health"]["available"], false);
+        assert!(
+            drained["health"]["why"]
+                .as_str()
+                .unwrap()
+                .contains("draining")
+        );
+
+        // While it drains, every new request goes to a.
+        let mut client = Client::new(proxy);
+        for _ in 0..20 {
+            let reply = client.get("/").await.unwrap();
+            assert_eq!(reply.status, 200);
+            assert_eq!(reply.text(), "a");
+        }
+        // Its requests in flight finish, answered by it.
+        let mut answered_by = Vec::new();
+        for s in slow {
+            let reply = s.await.unwrap();
+            assert_eq!(reply.status, 200);
+            answered_by.push(reply.text());
+        }
+        answered_by.sort();
+        assert_eq!(answered_by, ["a", "a", "b", "b"]);
+        let after = json(admin, &path).await;
+        assert_eq!(after["in_flight"], 0);
+
+        // Up again: back in rotation.
+        let (status, _) = call(admin, "PATCH", &path, None, r#"{"state": "up"}"#).await;
+        assert_eq!(status, 200);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..4 {
+            seen.insert(client.get("/").await.unwrap().text());
+        }
+        assert_eq!(seen.len(), 2, "{seen:?}");
+
+        // A weight set by hand changes the split.
+        let (status, body) = call(admin, "PATCH", &path, None, r#"{"weight": 3}"#).await;
+        assert_eq!(status, 200, "{body}");
+        let mut to_b = 0;
+        for _ in 0..40 {
+            if client.get("/").await.unwrap().text() == "b" {
+                to_b += 1;
+            }
+        }
+        // Smooth WRR gives b 3 of every 4 picks; the cycle in progress when the weight
+        // changed may shift one pick.
+        assert!(
+            (29..=31).contains(&to_b),
+            "weights 1 and 3 under smooth WRR: {to_b} of 40 to b"
+        );
+
+        // Mistakes are named.
+        for (body, status, says) in [
+            (r#"{"state": "off"}"#, 400, "a state is"),
+            (r#"{"weight": 0}"#, 400, "from 1 to"),
+            (r#"{"colour": "red"}"#, 400, "unknown field"),
+            ("{}", 400, "nothing to change"),
+            ("not json", 400, "not what this call takes"),
+        ] {
+            let (got, text) = call(admin, "PATCH", &path, None, body).await;
+            assert_eq!(got, status, "{body}: {text}");
+            assert!(error_of(&text).contains(says), "{body}: {text}");
+        }
+        let (got, text) = call(
+            admin,
+            "PATCH",
+            "/api/upstreams/web/backends/127.0.0.1:1",
+            None,
+            r#"{"state": "drain"}"#,
+        )
+        .await;
+        assert_eq!(got, 404);
+        assert!(
+            error_of(&text).contains("has no backend 127.0.0.1:1"),
+            "{text}"
+        );
+        let (got, text) = call(admin, "GET", "/api/upstreams/nope", None, "").await;
+        assert_eq!(got, 404);
+        assert!(
+            error_of(&text).contains("no upstream is named \"nope\""),
+            "{text}"
+        );
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+fn installed(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The sum of every series of `name` in a Prometheus text.
+fn sum_of(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn metrics_pass_promtool_and_count_every_request() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        // A port that refuses connections: its attempts fail and go to a.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let config = config("admin-metrics.toml", &[a.addr(), dead], "");
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let proxy = fulcrum.addr_of("web");
+        let mut client = Client::new(proxy);
+        for _ in 0..50 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        // A request fulcrum refuses itself (a bad request line): counted with no backend.
+        let mut raw = std::net::TcpStream::connect(proxy).unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = std::io::Read::read_to_string(&mut raw, &mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+        let (status, text) = call(admin, "GET", "/metrics", None, "").await;
+        assert_eq!(status, 200);
+        assert_eq!(sum_of(&text, "fulcrum_requests_total"), 51.0, "{text}");
+        let line = format!(
+            "fulcrum_requests_total{{upstream=\"web\",backend=\"{}\",code=\"2xx\"}} 50",
+            a.addr()
+        );
+        assert!(text.contains(&line), "{line} in\n{text}");
+        assert!(
+            text.contains("fulcrum_requests_total{upstream=\"web\",backend=\"\",code=\"4xx\"} 1"),
+            "{text}"
+        );
+        // The dead backend was tried once, taken out (max_fails = 1), and the request retried.
+        let failed = format!(
+            "fulcrum_upstream_failures_total{{upstream=\"web\",backend=\"{dead}\",reason=\"connect_failed\"}} 1"
+        );
+        assert!(text.contains(&failed), "{failed} in\n{text}");
+        assert!(text.contains("fulcrum_upstream_retries_total{upstream=\"web\"} 1"), "{text}");
+        assert!(
+            text.contains("fulcrum_request_duration_seconds_count{upstream=\"web\"} 51"),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "fulcrum_backend_up{{upstream=\"web\",backend=\"{dead}\"}} 0"
+        )));
+        let api = json(admin, "/api/upstreams").await;
+        assert_eq!(
+            api["upstreams"][0]["backends"][1]["errors"]["connect_failed"], 1,
+            "{api}"
+        );
+
+        if installed("promtool") {
+            let mut promtool = Command::new("promtool")
+                .args(["check", "metrics"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            promtool
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            let out = promtool.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics: {}{}\n{text}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            eprintln!("promtool is not installed: `.ci/run` installs it (Debian's prometheus)");
+        }
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+#[test]
+fn changes_need_the_token_and_reading_does_not() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let token = "s3cret-token-of-32-characters-xx";
+        let token_file = TempFile::new("admin.token", &format!("{token}\n"));
+        let config = config(
+            "admin-token.toml",
+            &[a.addr()],
+            &format!(
+                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
+                token_file.0.display()
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let path = format!("/api/upstreams/web/backends/{}", a.addr());
+        let drain = r#"{"state": "drain"}"#;
+        for given in [None, Some("wrong"), Some("s3cret-token-of-32-characters-x")] {
+            let (status, body) = call(admin, "PATCH", &path, given, drain).await;
+            assert_eq!(status, 401, "{given:?}: {body}");
+            assert!(error_of(&body).contains("Authorization: Bearer"), "{body}");
+        }
+        // Nothing changed.
+        assert_eq!(json(admin, &path).await["state"], "up");
+        let (status, body) = call(admin, "PATCH", &path, Some(token), drain).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(json(admin, &path).await["state"], "drain");
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+#[test]
+fn an_admin_listener_others_can_reach_needs_a_token_file() {
+    let open = config(
+        "admin-open.toml",
+        &["127.0.0.1:9001".parse().unwrap()],
+        "listen = \"0.0.0.0:9900\"",
+    );
+    for command in ["check", "run"] {
+        let out = fulcrum()
+            .args([command, "--config"])
+            .arg(&open.0)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{command} must refuse it");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("admin.listen: 0.0.0.0:9900 can be reached from other machines")
+                && err.contains("add token_file"),
+            "{command}: {err}"
+        );
+    }
+    let short = TempFile::new("short.token", "abc\n");
+    let short_config = config(
+        "admin-short.toml",
+        &["127.0.0.1:9001".parse().unwrap()],
+        &format!("token_file = \"{}\"", short.0.display()),
+    );
+    let out = fulcrum()
+        .args(["check", "--config"])
+        .arg(&short_config.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shorter than 16 characters"), "{err}");
+}

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use proxy::metrics::{FAULTS, reason};
-use proxy::{AdminState, BackendSnapshot, ChangeError, Upstream};
+use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 
 use crate::View;
 
@@ -125,10 +125,22 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
             true => json_answer(StatusCode::OK, &upstreams(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
         },
+        ["api", "reload"] => match *req.method() {
+            Method::POST => reload(&shared.view).await,
+            _ => method_not_allowed("POST"),
+        },
         ["api", "upstreams", name] => match find(&shared.view, name) {
             Err(e) => refused(e),
-            Ok(u) if reading => json_answer(StatusCode::OK, &upstream(u, &errors(&shared.view, u))),
-            Ok(_) => method_not_allowed("GET, HEAD"),
+            Ok(u) if reading => {
+                json_answer(StatusCode::OK, &upstream(&u, &errors(&shared.view, &u)))
+            }
+            Ok(u) if *req.method() == Method::PATCH => patch_upstream(&shared.view, &u, req).await,
+            Ok(_) => method_not_allowed("GET, HEAD, PATCH"),
+        },
+        ["api", "upstreams", name, "backends"] => match find(&shared.view, name) {
+            Err(e) => refused(e),
+            Ok(u) if *req.method() == Method::POST => add_backend(&shared.view, &u, req).await,
+            Ok(_) => method_not_allowed("POST"),
         },
         ["api", "upstreams", name, "backends", addr] => {
             let u = match find(&shared.view, name) {
@@ -148,7 +160,9 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
             };
             match *req.method() {
                 Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
-                    Some(b) => json_answer(StatusCode::OK, &backend(b, &errors(&shared.view, u))),
+                    Some(b) => {
+                        json_answer(StatusCode::OK, &backend_json(b, &errors(&shared.view, &u)))
+                    }
                     None => error(
                         StatusCode::NOT_FOUND,
                         ChangeError::NoSuchBackend {
@@ -157,14 +171,15 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
                         },
                     ),
                 },
-                Method::PATCH => patch_backend(&shared.view, u, addr, req).await,
-                _ => method_not_allowed("GET, HEAD, PATCH"),
+                Method::PATCH => patch_backend(&shared.view, &u, addr, req).await,
+                Method::DELETE => remove_backend(&u, addr),
+                _ => method_not_allowed("GET, HEAD, PATCH, DELETE"),
             }
         }
         _ => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no such resource {path:?}: the admin listener serves /metrics, /api/upstreams, /api/upstreams/NAME and /api/upstreams/NAME/backends/ADDR"
+                "no such resource {path:?}: the admin listener serves /metrics, /api/reload, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
     }
@@ -177,12 +192,14 @@ fn refused((status, message): Refusal) -> Answer {
     error(status, message)
 }
 
-fn find<'a>(view: &'a View, name: &str) -> Result<&'a Arc<Upstream>, Refusal> {
-    view.upstreams
+fn find(view: &View, name: &str) -> Result<Arc<Upstream>, Refusal> {
+    let upstreams = view.proxy.upstreams();
+    upstreams
         .iter()
         .find(|u| u.name() == name)
+        .cloned()
         .ok_or_else(|| {
-            let names: Vec<&str> = view.upstreams.iter().map(|u| u.name()).collect();
+            let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
             (
                 StatusCode::NOT_FOUND,
                 format!("no upstream is named {name:?}; there are {names:?}"),
@@ -258,9 +275,146 @@ async fn patch_backend(
         return change_error(e);
     }
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(StatusCode::OK, &backend(b, &errors(view, u))),
+        Some(b) => json_answer(StatusCode::OK, &backend_json(b, &errors(view, u))),
         None => error(StatusCode::NOT_FOUND, "the backend went away meanwhile"),
     }
+}
+
+/// `POST /api/reload`: the same reload as SIGHUP; answers once it is done.
+async fn reload(view: &View) -> Answer {
+    let Some(reloads) = &view.reload else {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this fulcrum cannot reload (it was not started from a configuration file)",
+        );
+    };
+    let (reply, result) = tokio::sync::oneshot::channel();
+    if reloads.send(reply).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "fulcrum is stopping");
+    }
+    match result.await {
+        Ok(Ok(done)) => json_answer(StatusCode::OK, &json!({ "reloaded": done })),
+        Ok(Err(why)) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("the configuration was not applied; the running one stays: {why}"),
+        ),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "fulcrum is stopping"),
+    }
+}
+
+/// The body of `POST /api/upstreams/{upstream}/backends`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewBackend {
+    addr: String,
+    weight: Option<u64>,
+    #[serde(default)]
+    backup: bool,
+}
+
+/// `POST /api/upstreams/{upstream}/backends`: a backend joins the upstream at once. It gets
+/// the passive-health and slow-start settings of the upstream's first backend (the file's
+/// usual case: every backend alike).
+async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answer {
+    let new: NewBackend = match read_json(req).await {
+        Ok(n) => n,
+        Err(e) => return refused(e),
+    };
+    let Ok(addr) = new.addr.parse::<SocketAddr>() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "addr {:?}: write an IP address and port, such as \"127.0.0.1:9001\"",
+                new.addr
+            ),
+        );
+    };
+    let weight = new.weight.unwrap_or(1);
+    let Some(weight) = u32::try_from(weight)
+        .ok()
+        .filter(|w| (1..=proxy::MAX_WEIGHT).contains(w))
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("a weight is from 1 to {}, not {weight}", proxy::MAX_WEIGHT),
+        );
+    };
+    let mut settings = u.runtime_settings();
+    if settings.backends.iter().any(|b| b.addr == addr) {
+        return error(
+            StatusCode::CONFLICT,
+            format!("upstream \"{}\" already has backend {addr}", u.name()),
+        );
+    }
+    let mut backend = proxy::BackendSettings::new(addr);
+    if let Some(first) = settings.backends.first() {
+        backend.max_fails = first.max_fails;
+        backend.fail_timeout = first.fail_timeout;
+        backend.slow_start = first.slow_start;
+    }
+    backend.weight = weight;
+    backend.backup = new.backup;
+    settings.backends.push(backend);
+    u.reconfigure(settings, Keep::Runtime);
+    tracing::info!(upstream = %u.name(), backend = %addr, weight, "backend added by the admin API");
+    match u.snapshot().iter().find(|b| b.addr == addr) {
+        Some(b) => json_answer(StatusCode::CREATED, &backend_json(b, &errors(view, u))),
+        None => error(StatusCode::CONFLICT, "the backend went away meanwhile"),
+    }
+}
+
+/// `DELETE /api/upstreams/{upstream}/backends/{addr}`: the backend leaves at once; its
+/// requests in flight finish on it.
+fn remove_backend(u: &Upstream, addr: SocketAddr) -> Answer {
+    let mut settings = u.runtime_settings();
+    let before = settings.backends.len();
+    settings.backends.retain(|b| b.addr != addr);
+    if settings.backends.len() == before {
+        return change_error(ChangeError::NoSuchBackend {
+            upstream: u.name().to_owned(),
+            addr,
+        });
+    }
+    if settings.backends.iter().all(|b| b.backup) {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "{addr} is the last primary backend of upstream \"{}\": add another first (an upstream needs one)",
+                u.name()
+            ),
+        );
+    }
+    u.reconfigure(settings, Keep::Runtime);
+    tracing::info!(upstream = %u.name(), backend = %addr, "backend removed by the admin API");
+    let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
+    r.headers_mut().remove(header::CONTENT_TYPE);
+    r
+}
+
+/// The body of `PATCH /api/upstreams/{upstream}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamChange {
+    algorithm: String,
+}
+
+/// `PATCH /api/upstreams/{upstream}` with `{"algorithm": NAME}`: the upstream balances with
+/// another algorithm from now on; its backends keep their state.
+async fn patch_upstream(view: &View, u: &Upstream, req: Request<Incoming>) -> Answer {
+    let change: UpstreamChange = match read_json(req).await {
+        Ok(c) => c,
+        Err(e) => return refused(e),
+    };
+    let algorithm: balance::Algorithm = match change.algorithm.parse() {
+        Ok(a) => a,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("algorithm: {e}")),
+    };
+    let mut settings = u.runtime_settings();
+    let was = settings.algorithm;
+    settings.algorithm = algorithm;
+    u.reconfigure(settings, Keep::Runtime);
+    tracing::info!(upstream = %u.name(), from = was.name(), to = algorithm.name(), "algorithm changed by the admin API");
+    json_answer(StatusCode::OK, &upstream(u, &errors(view, u)))
 }
 
 fn change_error(e: ChangeError) -> Answer {
@@ -276,7 +430,8 @@ fn change_error(e: ChangeError) -> Answer {
 type Errors = HashMap<SocketAddr, [u64; 6]>;
 
 fn errors(view: &View, u: &Upstream) -> Errors {
-    view.metrics
+    view.proxy
+        .metrics()
         .totals()
         .remove(u.name())
         .map(|c| c.failures)
@@ -285,9 +440,9 @@ fn errors(view: &View, u: &Upstream) -> Errors {
 
 /// `GET /api/upstreams`.
 pub fn upstreams(view: &View) -> Value {
-    let mut totals = view.metrics.totals();
+    let mut totals = view.proxy.metrics().totals();
     json!({
-        "upstreams": view.upstreams.iter().map(|u| {
+        "upstreams": view.proxy.upstreams().iter().map(|u| {
             let errors = totals.remove(u.name()).map(|c| c.failures).unwrap_or_default();
             upstream(u, &errors)
         }).collect::<Vec<_>>(),
@@ -300,7 +455,7 @@ fn upstream(u: &Upstream, errors: &Errors) -> Value {
         "name": u.name(),
         "algorithm": s.algorithm.name(),
         "weights_from_reports": u.weights_from_reports(),
-        "backends": u.snapshot().iter().map(|b| backend(b, errors)).collect::<Vec<_>>(),
+        "backends": u.snapshot().iter().map(|b| backend_json(b, errors)).collect::<Vec<_>>(),
     })
 }
 
@@ -322,7 +477,7 @@ fn why_not(b: &BackendSnapshot) -> Option<String> {
     })
 }
 
-fn backend(b: &BackendSnapshot, errors: &Errors) -> Value {
+fn backend_json(b: &BackendSnapshot, errors: &Errors) -> Value {
     let by_reason = errors.get(&b.addr).copied().unwrap_or_default();
     let errors: serde_json::Map<String, Value> = FAULTS
         .iter()

@@ -29,8 +29,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use proxy::metrics::Metrics;
-use proxy::{ClientConnections, Upstream};
+use proxy::ProxyHandle;
 
 /// What the admin listener is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,12 +40,15 @@ pub struct Settings {
     pub token: Option<String>,
 }
 
+/// How `POST /api/reload` hears how the reload went: what was done, or why nothing was.
+pub type ReloadReply = tokio::sync::oneshot::Sender<Result<String, String>>;
+
 /// What the admin listener sees of the running proxy.
 #[derive(Debug, Clone)]
 pub struct View {
-    pub upstreams: Vec<Arc<Upstream>>,
-    pub metrics: Arc<Metrics>,
-    pub clients: ClientConnections,
+    pub proxy: ProxyHandle,
+    /// Where `POST /api/reload` asks for a reload (`None`: it answers 501).
+    pub reload: Option<tokio::sync::mpsc::Sender<ReloadReply>>,
 }
 
 /// How long open connections get to finish after shutdown begins.

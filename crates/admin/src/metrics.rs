@@ -83,12 +83,13 @@ pub fn exposition(view: &View) -> String {
 
 /// Every metric family, in a fixed order.
 pub fn families(view: &View) -> Vec<MetricFamily> {
-    let totals = view.metrics.totals();
+    let totals = view.proxy.metrics().totals();
+    let upstreams = view.proxy.upstreams();
     let mut requests = Vec::new();
     let mut failures = Vec::new();
     let mut retries = Vec::new();
     let mut durations = Vec::new();
-    for u in &view.upstreams {
+    for u in &upstreams {
         let name = u.name().to_owned();
         let counts = totals.get(u.name()).cloned().unwrap_or_default();
         let mut answered: Vec<_> = counts.responses.iter().collect();
@@ -149,7 +150,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     let mut state = Vec::new();
     let mut report_age = Vec::new();
     let mut connections = Vec::new();
-    for u in &view.upstreams {
+    for u in &upstreams {
         for b in u.snapshot() {
             let l = || {
                 vec![
@@ -178,8 +179,8 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
         }
     }
     let clients = view
-        .clients
-        .open()
+        .proxy
+        .client_connections()
         .into_iter()
         .map(|(addr, n)| (vec![("listen", addr.to_string())], n as f64))
         .collect();

@@ -56,6 +56,12 @@ impl Ticket {
     pub fn picked(&self) -> Nanos {
         self.picked
     }
+
+    /// The same ticket for the pool that replaced the one it came from, where its backend is
+    /// `backend` (see [`Pool::carry_over`]): it completes there as if picked there.
+    pub fn moved_to(self, backend: BackendId) -> Ticket {
+        Ticket { backend, ..self }
+    }
 }
 
 #[derive(Debug)]
@@ -134,6 +140,55 @@ impl Pool {
 
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
+    }
+
+    /// Takes over the live state of the backends that stay from `old`, the pool this one
+    /// replaces (a reload, a backend added or removed, another algorithm): `same[i]` is the
+    /// old pool's id of this pool's backend `i`, if it was there. What carries over: requests
+    /// in flight (their tickets are completed here, [`Ticket::moved_to`]), passive health,
+    /// active checks' verdict, the latency and success averages, the counts, a slow start in
+    /// progress — and the weight in force (a weight model's), unless the configured weight
+    /// changed. A backend that is new starts fresh; one marked up again by its new spec
+    /// starts its slow start.
+    pub fn carry_over(&mut self, old: &Pool, same: &[Option<BackendId>], now: Nanos) {
+        for (i, from) in same.iter().enumerate().take(self.states.len()) {
+            let Some(from) = from.and_then(|id| old.states.get(id.index())) else {
+                continue;
+            };
+            let state = &mut self.states[i];
+            if from.spec.weight == state.spec.weight {
+                state.weight = from.weight;
+            }
+            state.in_flight = from.in_flight;
+            state.fails = from.fails;
+            state.accessed = from.accessed;
+            state.checked = from.checked;
+            state.latency = from.latency;
+            state.success_rate = from.success_rate;
+            state.requests = from.requests;
+            state.failures = from.failures;
+            state.check_failed = from.check_failed;
+            state.ramp = from.ramp;
+            state.ramp_since = from.ramp_since;
+            let id = BackendId(i as u32);
+            if state.ramp_since.is_some() && self.slow_start_of(id).is_some() {
+                self.ramping.push(id);
+            } else {
+                let state = &mut self.states[i];
+                state.ramp = RAMP_FULL;
+                state.ramp_since = None;
+            }
+            if from.spec.down && !self.states[i].spec.down {
+                self.begin_slow_start(id, now);
+            }
+        }
+        for tier in &mut self.tiers {
+            tier.in_flight = self.states[tier.offset..tier.offset + tier.len]
+                .iter()
+                .map(|s| u64::from(s.in_flight))
+                .sum();
+        }
+        self.rebuild(now);
     }
 
     /// Number of backends, primaries and backups.
@@ -392,6 +447,53 @@ mod tests {
         let p: Vec<_> = primary.iter().map(spec).collect();
         let b: Vec<_> = backup.iter().map(spec).collect();
         Pool::new(alg, &Options::default(), &p, &b, 42)
+    }
+
+    #[test]
+    fn a_replacing_pool_takes_over_what_stays_and_completes_the_old_tickets() {
+        let mut old = pool(Algorithm::LeastConn, &[1, 1, 1], &[]);
+        let mut tickets: Vec<Ticket> = (0..3)
+            .map(|_| old.pick(None, &[], secs(1)).unwrap())
+            .collect();
+        let last = tickets.pop().unwrap();
+        // Backend 2 fails and is out for fail_timeout.
+        old.complete(last, Outcome::Failure, secs(2));
+        assert!(!old.state(BackendId(2)).is_eligible(secs(2)));
+        old.set_weight(BackendId(1), 7, secs(2));
+        // The new pool: backend 0 goes, 1 and 2 stay (now ids 0 and 1, 2 keeps weight 1, 1
+        // was configured 1 and runs at 7), and a new one comes; another algorithm.
+        let specs: Vec<_> = [1, 1, 4].iter().map(|&w| BackendSpec::new(w)).collect();
+        let mut new = Pool::new(Algorithm::RoundRobin, &Options::default(), &specs, &[], 7);
+        new.carry_over(
+            &old,
+            &[Some(BackendId(1)), Some(BackendId(2)), None],
+            secs(3),
+        );
+        assert_eq!(new.state(BackendId(0)).in_flight(), 1);
+        assert_eq!(
+            new.state(BackendId(0)).weight(),
+            7,
+            "the weight in force stays"
+        );
+        assert!(
+            !new.state(BackendId(1)).is_eligible(secs(3)),
+            "still failed"
+        );
+        assert_eq!(new.state(BackendId(1)).failures(), 1);
+        assert_eq!(new.state(BackendId(2)).in_flight(), 0);
+        assert_eq!(new.state(BackendId(2)).weight(), 4);
+        // Old tickets complete in the new pool where their backend is; one whose backend left
+        // is dropped with the old pool.
+        let mut tickets = tickets.into_iter();
+        let gone = tickets.next().unwrap();
+        assert_eq!(gone.backend(), BackendId(0));
+        drop(gone);
+        let stays = tickets.next().unwrap();
+        assert_eq!(stays.backend(), BackendId(1));
+        new.complete(stays.moved_to(BackendId(0)), Outcome::Success, secs(4));
+        assert_eq!(new.state(BackendId(0)).in_flight(), 0);
+        assert_eq!(new.state(BackendId(0)).requests(), 1);
+        assert_eq!(new.state(BackendId(0)).latency(), Some(secs(3)));
     }
 
     #[test]

@@ -104,8 +104,8 @@ async fn ask(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
 /// Runs `upstream`'s agent checks until `stop` turns true (returns at once when no backend
 /// has `agent_check`).
 pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
-    let backends: Vec<(Option<SocketAddr>, String, u32)> = upstream
-        .backends_in_pool_order()
+    let (generation, order) = upstream.backends_in_pool_order();
+    let backends: Vec<(Option<SocketAddr>, String, u32)> = order
         .iter()
         .map(|b| {
             let agent = match b.load_source {
@@ -136,6 +136,10 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
             return;
         };
         let mut weights = upstream.weights();
+        if weights.len() != backends.len() {
+            // The backends changed since the loop started: it is about to be restarted.
+            continue;
+        }
         let before = weights.clone();
         for (i, answer) in replies.into_iter().enumerate() {
             let Some(answer) = answer else { continue };
@@ -163,13 +167,13 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
             }
             weights[i] = if draining[i] { 0 } else { by_percent[i] };
             if let Some(up) = reply.up
-                && upstream.set_check_result(BackendId(i as u32), up)
+                && upstream.set_check_result(generation, BackendId(i as u32), up)
             {
                 tracing::info!(upstream = %upstream.name(), backend = %name, up, "agent check changed the backend's state");
             }
         }
         if weights != before {
-            upstream.set_weights(&weights);
+            upstream.set_weights(generation, &weights);
             tracing::info!(upstream = %upstream.name(), old = ?before, new = ?weights, "weights applied from agent checks");
         }
     }

@@ -76,6 +76,8 @@ impl Poller {
 #[derive(Debug)]
 pub struct Feedback {
     upstream: Arc<Upstream>,
+    /// The upstream's generation this loop was started for: its results apply to that one.
+    generation: u64,
     /// Each primary backend's source and name, pool order.
     specs: Vec<Option<(LoadSource, String)>>,
     /// Each primary backend's name, pool order, for the log.
@@ -94,7 +96,7 @@ impl Feedback {
     }
 
     fn new(upstream: Arc<Upstream>) -> Option<Feedback> {
-        let backends = primaries(&upstream);
+        let (generation, backends) = primaries(&upstream);
         let configured: Vec<u32> = backends.iter().map(|b| b.weight).collect();
         let specs: Vec<Option<(LoadSource, String)>> = backends
             .iter()
@@ -114,6 +116,7 @@ impl Feedback {
         let names = backends.iter().map(|b| b.name.clone()).collect();
         Some(Feedback {
             upstream,
+            generation,
             names,
             specs,
             sources,
@@ -147,7 +150,8 @@ impl Feedback {
             .collect();
         for (i, poll) in polls.iter().enumerate() {
             if let Poll::Report(report) = poll {
-                self.upstream.note_report(BackendId(i as u32), *report);
+                self.upstream
+                    .note_report(self.generation, BackendId(i as u32), *report);
             }
         }
         let counts: Vec<(u64, u64)> = self
@@ -191,7 +195,7 @@ impl Feedback {
         if old == weights {
             return None;
         }
-        self.upstream.set_weights(&weights);
+        self.upstream.set_weights(self.generation, &weights);
         let shown: Vec<String> = match &reports {
             Some(reports) => reports
                 .iter()
@@ -219,12 +223,12 @@ impl Feedback {
 /// The primary backends, pool order: load feedback weighs only them. Backups keep their
 /// configured weights: they serve only when no primary can, and an idle backup's report would
 /// otherwise pull the average a stale primary gets, and the models' spreads, towards idle.
-fn primaries(upstream: &Upstream) -> Vec<&proxy::BackendSettings> {
-    upstream
-        .backends_in_pool_order()
-        .into_iter()
-        .filter(|b| !b.backup)
-        .collect()
+fn primaries(upstream: &Upstream) -> (u64, Vec<proxy::BackendSettings>) {
+    let (generation, order) = upstream.backends_in_pool_order();
+    (
+        generation,
+        order.into_iter().filter(|b| !b.backup).collect(),
+    )
 }
 
 /// Runs `upstream`'s feedback loop until `stop` turns true.
@@ -305,7 +309,7 @@ mod tests {
         );
         let with = upstream(true);
         assert!(Feedback::wanted(&with));
-        let names: Vec<_> = primaries(&with).iter().map(|b| b.addr.port()).collect();
+        let names: Vec<_> = primaries(&with).1.iter().map(|b| b.addr.port()).collect();
         assert_eq!(names, [1]);
     }
 }

@@ -82,8 +82,8 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
         return;
     };
     // Backends configured `down` are never in rotation: not checked.
-    let backends: Vec<(SocketAddr, String, bool)> = upstream
-        .backends_in_pool_order()
+    let (generation, order) = upstream.backends_in_pool_order();
+    let backends: Vec<(SocketAddr, String, bool)> = order
         .iter()
         .map(|b| (b.addr, b.name.clone(), b.down))
         .collect();
@@ -114,7 +114,7 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
             let Some(healthy) = streaks[i].record(passed, settings.rise, settings.fall) else {
                 continue;
             };
-            upstream.set_check_result(BackendId(i as u32), healthy);
+            upstream.set_check_result(generation, BackendId(i as u32), healthy);
             let backend = &backends[i].1;
             match result {
                 Ok(()) => tracing::info!(

@@ -87,19 +87,42 @@ impl Rounds {
 /// turns true.
 pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
     for upstream in upstreams {
-        if feedback::Feedback::wanted(upstream) {
-            tokio::spawn(feedback::run(Arc::clone(upstream), stop.clone()));
+        tokio::spawn(supervise(Arc::clone(upstream), stop.clone()));
+    }
+}
+
+/// Runs `upstream`'s loops, and starts them again whenever its backends or algorithm change
+/// (a reload, the admin API): each loop works on the backends of the generation it started
+/// with. Ends when `stop` turns true or the upstream is retired.
+pub async fn supervise(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>) {
+    let mut changes = upstream.changes();
+    loop {
+        let (stop_loops, loops_stop) = watch::channel(false);
+        start_loops(&upstream, &loops_stop);
+        let retired = tokio::select! {
+            _ = stop.changed() => true,
+            changed = changes.changed() => changed.is_err() || changes.borrow_and_update().1,
+        };
+        let _ = stop_loops.send(true);
+        if retired || *stop.borrow() {
+            return;
         }
-        if upstream
-            .settings()
-            .backends
-            .iter()
-            .any(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
-        {
-            tokio::spawn(agent_check::run(Arc::clone(upstream), stop.clone()));
-        }
-        if upstream.settings().health_check.is_some() {
-            tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));
-        }
+    }
+}
+
+fn start_loops(upstream: &Arc<proxy::Upstream>, stop: &watch::Receiver<bool>) {
+    if feedback::Feedback::wanted(upstream) {
+        tokio::spawn(feedback::run(Arc::clone(upstream), stop.clone()));
+    }
+    if upstream
+        .settings()
+        .backends
+        .iter()
+        .any(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
+    {
+        tokio::spawn(agent_check::run(Arc::clone(upstream), stop.clone()));
+    }
+    if upstream.settings().health_check.is_some() {
+        tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));
     }
 }

@@ -443,16 +443,22 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         .context("cannot start the runtime")?;
     let workers = cfg.proxy.workers;
     let admin_settings = cfg.admin.clone();
+    let path = path.to_owned();
     rt.block_on(async move {
+        // Installed before anything is served: an operator's `systemctl reload` (SIGHUP) must
+        // never kill the process, however early it comes.
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing a SIGHUP handler")?;
         let proxy = proxy::Proxy::bind(cfg.proxy).await?;
+        let handle = proxy.handle();
+        let (reloads, reload_requests) = tokio::sync::mpsc::channel(4);
         // The admin listener is bound before anything is served, so a port in use stops the
         // start, as a listener's does.
-        let admin = match admin_settings {
+        let admin = match admin_settings.clone() {
             Some(a) => {
                 let view = admin::View {
-                    upstreams: proxy.upstreams().to_vec(),
-                    metrics: proxy.metrics(),
-                    clients: proxy.client_connections(),
+                    proxy: handle.clone(),
+                    reload: Some(reloads),
                 };
                 let settings = admin::Settings {
                     listen: a.listen,
@@ -467,10 +473,18 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             version = env!("CARGO_PKG_VERSION"),
             "fulcrum started"
         );
-        // The control plane (load feedback) and the admin listener run on this runtime,
-        // beside the workers.
+        // The control plane (load feedback, health checks), the reloads and the admin
+        // listener run on this runtime, beside the workers.
         let (stop_control, stopped) = tokio::sync::watch::channel(false);
-        control::spawn(proxy.upstreams(), &stopped);
+        control::spawn(&handle.upstreams(), &stopped);
+        tokio::spawn(reloader(
+            path,
+            handle.clone(),
+            admin_settings,
+            hangups,
+            reload_requests,
+            stopped.clone(),
+        ));
         if let Some(admin) = admin {
             tracing::info!(listen = %admin.local_addr()?, "admin listener");
             let mut stop = stopped.clone();
@@ -483,6 +497,112 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         tracing::info!("fulcrum stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Reloads the configuration on SIGHUP and on `POST /api/reload`, one at a time, until the
+/// proxy stops.
+async fn reloader(
+    path: std::path::PathBuf,
+    proxy: proxy::ProxyHandle,
+    admin: Option<config::admin::Admin>,
+    mut hangups: tokio::signal::unix::Signal,
+    mut requests: tokio::sync::mpsc::Receiver<admin::ReloadReply>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let reply = tokio::select! {
+            _ = hangups.recv() => {
+                tracing::info!("SIGHUP received: reloading the configuration");
+                None
+            }
+            Some(reply) = requests.recv() => {
+                tracing::info!("reload asked through the admin API");
+                Some(reply)
+            }
+            _ = stop.changed() => return,
+        };
+        let result = reload(&path, &proxy, admin.as_ref(), &stop).await;
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// One reload: the file is read and checked as `fulcrum check` does; a file with errors
+/// changes nothing (its problems are logged); a valid one is applied without dropping a
+/// request ([`proxy::ProxyHandle::reload`]). Returns what was done, or why nothing was.
+async fn reload(
+    path: &std::path::Path,
+    proxy: &proxy::ProxyHandle,
+    running_admin: Option<&config::admin::Admin>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<String, String> {
+    let mut cfg = match config::load(path) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            let text = e.to_string();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                tracing::error!("{line}");
+            }
+            tracing::error!(
+                "reload refused: {} has errors; the running configuration stays",
+                path.display()
+            );
+            return Err(text);
+        }
+    };
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let (limit, _) = proxy::limits::raise_open_files_limit();
+    if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
+        let text = format!("{}: {e}", path.display());
+        tracing::error!("reload refused: {text}; the running configuration stays");
+        return Err(text);
+    }
+    let mut not_applied = Vec::new();
+    if cfg.admin.as_ref() != running_admin {
+        not_applied.push("[admin]: takes a restart".to_owned());
+    }
+    match proxy.reload(cfg.proxy).await {
+        Ok(done) => {
+            for u in &done.new_upstreams {
+                tokio::spawn(control::supervise(std::sync::Arc::clone(u), stop.clone()));
+            }
+            not_applied.extend(done.not_applied.iter().cloned());
+            for n in &not_applied {
+                tracing::warn!("reload: not applied: {n}");
+            }
+            let new_upstreams: Vec<&str> = done.new_upstreams.iter().map(|u| u.name()).collect();
+            tracing::info!(
+                reconfigured = ?done.reconfigured,
+                new_upstreams = ?new_upstreams,
+                removed_upstreams = ?done.removed_upstreams,
+                new_listeners = ?done.new_listeners,
+                changed_listeners = ?done.changed_listeners,
+                removed_listeners = ?done.removed_listeners,
+                "configuration reloaded"
+            );
+            Ok(format!(
+                "reloaded: upstreams reconfigured {:?}, new {:?}, removed {:?}; listeners new {:?}, changed {:?}, removed {:?}{}",
+                done.reconfigured,
+                new_upstreams,
+                done.removed_upstreams,
+                done.new_listeners,
+                done.changed_listeners,
+                done.removed_listeners,
+                if not_applied.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not applied: {}", not_applied.join("; "))
+                }
+            ))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reload refused; the running configuration stays");
+            Err(e.to_string())
+        }
+    }
 }
 
 fn hash_distribution(clients: u32, runs: u32, servers: u32, prefixes: u32, seed: u64) {

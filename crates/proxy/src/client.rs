@@ -17,22 +17,22 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use balance::{Affinity, BackendId, Replay};
+use balance::{Affinity, Replay};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
 use crate::buffer::Buffer;
-use crate::connections::Connections;
 use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{after, send};
 use crate::metrics::WorkerStats;
 use crate::settings::{HashKey, ListenerSettings};
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, WorkerPools};
 
 /// What every request on one listener shares.
 #[derive(Debug)]
@@ -47,9 +47,18 @@ pub(crate) struct ListenerContext {
 #[derive(Debug)]
 pub(crate) struct WorkerListener {
     pub(crate) ctx: Arc<ListenerContext>,
-    pub(crate) connections: Arc<[Connections]>,
+    pub(crate) connections: Arc<WorkerPools>,
     /// This worker's counts.
     pub(crate) stats: Arc<WorkerStats>,
+    /// A reload changed the listener: its connections finish the request they are on, say
+    /// `Connection: close`, and their clients reconnect to the new configuration.
+    pub(crate) retired: AtomicBool,
+}
+
+impl WorkerListener {
+    fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
 }
 
 /// Initial read buffer of a client connection; it grows to hold a request body.
@@ -197,18 +206,18 @@ impl LogEntry {
 }
 
 /// The backends tried, as the access log writes them: `a,b`, or `-`.
-struct Tried<'a>(&'a Upstream, &'a [BackendId]);
+struct Tried<'a>(&'a [SocketAddr]);
 
 impl fmt::Display for Tried<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.1.is_empty() {
+        if self.0.is_empty() {
             return f.write_str("-");
         }
-        for (i, &id) in self.1.iter().enumerate() {
+        for (i, addr) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            write!(f, "{}", self.0.backend_addr(id))?;
+            write!(f, "{addr}")?;
         }
         Ok(())
     }
@@ -247,11 +256,11 @@ impl ClientConn {
 
     /// The next request head.
     async fn read_head(&mut self) -> Result<RequestHead, NoHead> {
-        let upstream = Arc::clone(&self.listener.ctx.upstream);
+        let upstream_settings = self.listener.ctx.upstream.settings();
         let limits = Limits {
             max_headers: self.settings().max_headers,
             max_header_bytes: self.settings().max_header_bytes,
-            key: upstream.hashed_request_part(),
+            key: crate::upstream::hashed_request_part(&upstream_settings),
         };
         let deadline = after(self.settings().client_header_timeout);
         // Bytes already looked at for the blank line that ends a head: a client sending its
@@ -301,9 +310,10 @@ impl ClientConn {
         let started = Instant::now();
         let entry = self.log_entry(|raw| LogEntry::of(raw, &req, started));
         let upstream = Arc::clone(&self.listener.ctx.upstream);
-        if upstream.settings().algorithm.affinity() == Some(Affinity::Key) {
+        let upstream_settings = upstream.settings();
+        if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
             self.key.clear();
-            match upstream.settings().hash_key {
+            match upstream_settings.hash_key {
                 HashKey::ClientIp => self.key.extend_from_slice(self.client_addr.ip().as_bytes()),
                 _ => self
                     .key
@@ -334,12 +344,12 @@ impl ClientConn {
         };
         let listener = Arc::clone(&self.listener);
         let mut octets = [0u8; 16];
-        let affinity = match upstream.settings().algorithm.affinity() {
+        let affinity = match upstream_settings.algorithm.affinity() {
             None => None,
             Some(Affinity::AddressOctets) => Some(address_octets(self.peer.ip(), &mut octets)),
             Some(Affinity::Key) => Some(&self.key[..]),
         };
-        let stopping = *self.stop.borrow();
+        let stopping = *self.stop.borrow() || self.listener.is_retired();
         let client = ClientSide {
             http11: req.http11,
             keep_alive: req.keep_alive && !stopping,
@@ -359,7 +369,7 @@ impl ClientConn {
             },
             has_body: !matches!(body, Body::None),
             client,
-            replay: if req.idempotent || upstream.settings().retry_non_idempotent {
+            replay: if req.idempotent || upstream_settings.retry_non_idempotent {
                 Replay::Safe
             } else {
                 Replay::Unsafe
@@ -412,7 +422,8 @@ impl ClientConn {
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close),
             Ending::NoAnswer(fault) => {
                 let reject = forward::failure_reject(fault);
-                let keep_alive = client.keep_alive && !*self.stop.borrow();
+                let keep_alive =
+                    client.keep_alive && !*self.stop.borrow() && !self.listener.is_retired();
                 let client = ClientSide {
                     keep_alive,
                     ..client
@@ -442,7 +453,7 @@ impl ClientConn {
         entry: Option<LogEntry>,
         started: Instant,
         status: u16,
-        tried: &[BackendId],
+        tried: &[SocketAddr],
         upstream_time: Option<Duration>,
         fate: &'static str,
     ) {
@@ -454,7 +465,7 @@ impl ClientConn {
         };
         self.listener.stats.answered(
             upstream.shared_name(),
-            answered_by.map(|&id| upstream.backend_addr(id)),
+            answered_by.copied(),
             status,
             started.elapsed(),
         );
@@ -467,7 +478,7 @@ impl ClientConn {
             method = %entry.method,
             path = %entry.target,
             upstream = %upstream.name(),
-            backends = %Tried(upstream, tried),
+            backends = %Tried(tried),
             status,
             fate = %fate,
             upstream_us = upstream_time.map_or(0, |t| t.as_micros() as u64),

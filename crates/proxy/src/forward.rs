@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use balance::{Action, AttemptFailure, BackendId, Connection, Fault, Outcome, RequestSent};
+use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{ResponseReceived, retry};
 use tokio::net::TcpStream;
 
@@ -16,7 +16,7 @@ use crate::connections::Connections;
 use crate::exchange::{self, ClientEnd, Head, Relay, Request};
 use crate::http1::{self, Reject};
 use crate::metrics::WorkerStats;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, WorkerPools};
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -28,15 +28,15 @@ pub(crate) struct Scratch {
     /// De-chunked response data, for HTTP/1.0 clients.
     pub(crate) dechunked: Vec<u8>,
     /// Backends picked for the current request, in order.
-    pub(crate) tried: Vec<BackendId>,
+    pub(crate) tried: Vec<SocketAddr>,
 }
 
 /// Where a request goes and what it carries.
 #[derive(Debug)]
 pub(crate) struct Forward<'a> {
     pub(crate) upstream: &'a Arc<Upstream>,
-    /// This worker's connections to the upstream's backends, by pool id.
-    pub(crate) connections: &'a [Connections],
+    /// This worker's connections to the upstream's backends.
+    pub(crate) connections: &'a WorkerPools,
     /// This worker's counts.
     pub(crate) stats: &'a WorkerStats,
     pub(crate) affinity: Option<&'a [u8]>,
@@ -90,10 +90,14 @@ pub(crate) async fn forward(
         if !scratch.tried.is_empty() {
             f.stats.retried(upstream.shared_name(), 1);
         }
-        let backend = attempt.backend;
-        scratch.tried.push(backend);
-        let addr = upstream.backend_addr(backend);
-        let pool = &f.connections[backend.index()];
+        let addr = attempt.addr;
+        scratch.tried.push(addr);
+        // The worker's connections learn of a new backend before any pick can choose it; only
+        // a worker that was starting just then can miss one: it talks to it unpooled.
+        let pool = f
+            .connections
+            .get(addr)
+            .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
         finish_head(&mut scratch.head, f, addr, pool.keeps_idle());
         let request = Request {
             head: &scratch.head,

@@ -46,9 +46,11 @@ pub mod settings;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
-pub use server::{ClientConnections, Proxy, StartError};
+pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,
     ProxySettings, UpstreamSettings,
 };
-pub use upstream::{AdminState, BackendSnapshot, ChangeError, MAX_WEIGHT, Upstream};
+pub use upstream::{
+    AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,
+};

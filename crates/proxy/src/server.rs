@@ -22,24 +22,24 @@
 //! connections are closed at once, the last responses say `Connection: close`), and wait up to
 //! `shutdown_timeout` for them before closing what is left.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::client::{self, ListenerContext, WorkerListener};
-use crate::connections::Connections;
 use crate::metrics::{Metrics, WorkerStats};
+use crate::settings::ListenerSettings;
 use crate::settings::ProxySettings;
-use crate::upstream::Upstream;
+use crate::upstream::Keep;
+use crate::upstream::{Upstream, WorkerPools};
 
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -63,15 +63,6 @@ pub enum StartError {
 
 /// Backlog of pending connections per socket (nginx uses 511 on Linux).
 const LISTEN_BACKLOG: i32 = 511;
-
-/// One configured listener: its context, its socket (one descriptor per worker), its
-/// connection limit.
-#[derive(Debug)]
-struct Listener {
-    ctx: Arc<ListenerContext>,
-    sockets: Vec<std::net::TcpListener>,
-    limit: Arc<Semaphore>,
-}
 
 /// A connection accepted by one worker for another.
 type Handoff = (std::net::TcpStream, SocketAddr);
@@ -146,31 +137,57 @@ impl Drop for Open<'_> {
     }
 }
 
-/// Each listener's client connections: its address, the permits its connections hold, and
-/// how many there are in all.
-#[derive(Debug, Clone)]
-pub struct ClientConnections(Vec<(SocketAddr, Arc<Semaphore>, usize)>);
-
-impl ClientConnections {
-    /// Each listener's address and the client connections it is serving now.
-    pub fn open(&self) -> Vec<(SocketAddr, usize)> {
-        self.0
-            .iter()
-            .map(|(addr, permits, limit)| {
-                (*addr, limit.saturating_sub(permits.available_permits()))
-            })
-            .collect()
-    }
-}
-
 /// A bound, not yet running, proxy.
 #[derive(Debug)]
 pub struct Proxy {
+    live: Arc<Live>,
+    /// The listeners bound at start, dealt to the workers when they start.
+    initial: Vec<Listener>,
+}
+
+/// What a running proxy's reload changes, shared with its [`ProxyHandle`]s.
+#[derive(Debug)]
+struct Live {
     workers: usize,
-    listeners: Vec<Listener>,
-    upstreams: Vec<Arc<Upstream>>,
     shutdown_timeout: Duration,
     metrics: Arc<Metrics>,
+    registry: std::sync::Mutex<Registry>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
+    /// Each worker's inbox for listeners added by a reload (set when the workers start).
+    commands: std::sync::Mutex<Vec<mpsc::UnboundedSender<WorkerSocket>>>,
+}
+
+#[derive(Debug)]
+struct Registry {
+    /// By name.
+    upstreams: Vec<Arc<Upstream>>,
+    listeners: Vec<LiveListener>,
+}
+
+/// A listener as reloads see it.
+#[derive(Debug)]
+struct LiveListener {
+    /// As configured: a reload matches listeners by it (port 0 stays 0).
+    configured: SocketAddr,
+    bound: SocketAddr,
+    ctx: watch::Sender<Arc<ListenerContext>>,
+    retire: watch::Sender<bool>,
+    limit: Arc<Semaphore>,
+    /// The permits `limit` was given in all.
+    permits: usize,
+}
+
+/// One configured listener, bound: its context, its socket (one descriptor per worker), its
+/// connection limit, how its connections are spread over the workers.
+#[derive(Debug)]
+struct Listener {
+    sockets: Vec<std::net::TcpListener>,
+    ctx: watch::Receiver<Arc<ListenerContext>>,
+    retire: watch::Receiver<bool>,
+    limit: Arc<Semaphore>,
+    spread: Arc<Spread>,
+    inboxes: Vec<mpsc::UnboundedReceiver<Handoff>>,
 }
 
 fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -182,131 +199,175 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Binds `settings.listen` once per worker; the listener and what a reload keeps of it.
+fn bind_listener(
+    settings: ListenerSettings,
+    upstream: Arc<Upstream>,
+    access_log: bool,
+    workers: usize,
+) -> Result<(Listener, LiveListener), StartError> {
+    let configured = settings.listen;
+    let bind_error = |source| StartError::Bind {
+        addr: configured,
+        source,
+    };
+    let socket = bind_socket(configured).map_err(bind_error)?;
+    let bound = socket.local_addr().map_err(bind_error)?;
+    let mut sockets = Vec::with_capacity(workers);
+    for _ in 1..workers {
+        sockets.push(socket.try_clone().map_err(bind_error)?);
+    }
+    sockets.push(socket);
+    let permits = settings.connection_limit();
+    let limit = Arc::new(Semaphore::new(permits));
+    let (ctx_tx, ctx_rx) = watch::channel(Arc::new(ListenerContext {
+        settings,
+        upstream,
+        access_log,
+    }));
+    let (retire_tx, retire_rx) = watch::channel(false);
+    let (inboxes, receivers): (Vec<_>, Vec<_>) =
+        (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+    let spread = Arc::new(Spread {
+        open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        inboxes,
+    });
+    Ok((
+        Listener {
+            sockets,
+            ctx: ctx_rx,
+            retire: retire_rx,
+            limit: Arc::clone(&limit),
+            spread,
+            inboxes: receivers,
+        },
+        LiveListener {
+            configured,
+            bound,
+            ctx: ctx_tx,
+            retire: retire_tx,
+            limit,
+            permits,
+        },
+    ))
+}
+
+impl Listener {
+    /// Worker `i`'s share: its descriptor and its inbox.
+    fn deal(self) -> Vec<WorkerSocket> {
+        let Listener {
+            sockets,
+            ctx,
+            retire,
+            limit,
+            spread,
+            inboxes,
+        } = self;
+        sockets
+            .into_iter()
+            .zip(inboxes)
+            .enumerate()
+            .map(|(i, (socket, inbox))| WorkerSocket {
+                socket,
+                ctx: ctx.clone(),
+                retire: retire.clone(),
+                limit: Arc::clone(&limit),
+                worker: i,
+                spread: Arc::clone(&spread),
+                inbox,
+            })
+            .collect()
+    }
+}
+
 impl Proxy {
     /// Builds the upstreams and binds every listener, once per worker.
     pub async fn bind(settings: ProxySettings) -> Result<Proxy, StartError> {
         let workers = settings.workers.max(1);
-        let upstreams: HashMap<String, Arc<Upstream>> = settings
+        let mut upstreams: Vec<Arc<Upstream>> = settings
             .upstreams
             .iter()
-            .map(|u| (u.name.clone(), Arc::new(Upstream::new(u.clone()))))
+            .map(|u| Arc::new(Upstream::new(u.clone())))
             .collect();
-        let mut listeners = Vec::new();
+        upstreams.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut initial = Vec::new();
+        let mut live = Vec::new();
         for l in settings.listeners {
             let upstream =
-                upstreams
-                    .get(&l.upstream)
-                    .cloned()
-                    .ok_or_else(|| StartError::UnknownUpstream {
-                        listen: l.listen,
-                        upstream: l.upstream.clone(),
-                    })?;
-            let bind_error = |source| StartError::Bind {
-                addr: l.listen,
-                source,
-            };
-            let socket = bind_socket(l.listen).map_err(bind_error)?;
-            let mut sockets = Vec::with_capacity(workers);
-            for _ in 1..workers {
-                sockets.push(socket.try_clone().map_err(bind_error)?);
-            }
-            sockets.push(socket);
-            listeners.push(Listener {
-                limit: Arc::new(Semaphore::new(l.connection_limit())),
-                ctx: Arc::new(ListenerContext {
-                    settings: l,
-                    upstream,
-                    access_log: settings.access_log,
-                }),
-                sockets,
-            });
+                find(&upstreams, &l.upstream).ok_or_else(|| StartError::UnknownUpstream {
+                    listen: l.listen,
+                    upstream: l.upstream.clone(),
+                })?;
+            let (listener, entry) = bind_listener(l, upstream, settings.access_log, workers)?;
+            initial.push(listener);
+            live.push(entry);
         }
-        let mut upstreams: Vec<_> = upstreams.into_values().collect();
-        upstreams.sort_by(|a, b| a.name().cmp(b.name()));
         Ok(Proxy {
-            workers,
-            listeners,
-            upstreams,
-            shutdown_timeout: settings.shutdown_timeout,
-            metrics: Arc::new(Metrics::default()),
+            live: Arc::new(Live {
+                workers,
+                shutdown_timeout: settings.shutdown_timeout,
+                metrics: Arc::new(Metrics::default()),
+                registry: std::sync::Mutex::new(Registry {
+                    upstreams,
+                    listeners: live,
+                }),
+                reloading: tokio::sync::Mutex::new(()),
+                commands: std::sync::Mutex::new(Vec::new()),
+            }),
+            initial,
         })
     }
 
     /// The bound addresses, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
+        self.live
+            .registry()
+            .listeners
             .iter()
-            .map(|l| {
-                l.sockets[0]
-                    .local_addr()
-                    .expect("a bound listener has an address")
-            })
+            .map(|l| l.bound)
             .collect()
     }
 
     /// The upstreams, by name.
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.handle().upstreams()
     }
 
     /// What the workers count, for `/metrics`.
     pub fn metrics(&self) -> Arc<Metrics> {
-        Arc::clone(&self.metrics)
+        Arc::clone(&self.live.metrics)
     }
 
-    /// Each listener's open client connections, readable while the proxy runs.
-    pub fn client_connections(&self) -> ClientConnections {
-        ClientConnections(
-            self.listeners
-                .iter()
-                .filter_map(|l| {
-                    let addr = l.sockets[0].local_addr().ok()?;
-                    Some((
-                        addr,
-                        Arc::clone(&l.limit),
-                        l.ctx.settings.connection_limit(),
-                    ))
-                })
-                .collect(),
-        )
+    /// A handle on the proxy that stays valid while it runs: its state, and reloads.
+    pub fn handle(&self) -> ProxyHandle {
+        ProxyHandle {
+            live: Arc::clone(&self.live),
+        }
     }
 
     /// Serves until `shutdown` resolves, then shuts down gracefully. The workers are threads
     /// of their own; the caller's runtime only waits.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
-        for l in &self.listeners {
-            if let Ok(addr) = l.sockets[0].local_addr() {
-                tracing::info!(listen = %addr, upstream = %l.ctx.upstream.name(), "listening");
-            }
+        for l in self.live.registry().listeners.iter() {
+            tracing::info!(listen = %l.bound, upstream = %l.ctx.borrow().upstream.name(), "listening");
         }
+        let workers = self.live.workers;
         // Deal the descriptors out: worker i gets descriptor i of every listener.
-        let mut per_worker: Vec<Vec<WorkerSocket>> =
-            (0..self.workers).map(|_| Vec::new()).collect();
-        for l in self.listeners {
-            let (inboxes, receivers): (Vec<_>, Vec<_>) =
-                (0..self.workers).map(|_| mpsc::unbounded_channel()).unzip();
-            let spread = Arc::new(Spread {
-                open: (0..self.workers).map(|_| AtomicUsize::new(0)).collect(),
-                inboxes,
-            });
-            for (i, (socket, inbox)) in l.sockets.into_iter().zip(receivers).enumerate() {
-                per_worker[i].push(WorkerSocket {
-                    socket,
-                    ctx: Arc::clone(&l.ctx),
-                    limit: Arc::clone(&l.limit),
-                    worker: i,
-                    spread: Arc::clone(&spread),
-                    inbox,
-                });
+        let mut per_worker: Vec<Vec<WorkerSocket>> = (0..workers).map(|_| Vec::new()).collect();
+        for l in self.initial {
+            for (i, s) in l.deal().into_iter().enumerate() {
+                per_worker[i].push(s);
             }
         }
         let mut finished = Vec::new();
+        let mut commands = Vec::new();
         for (i, sockets) in per_worker.into_iter().enumerate() {
             let (done_tx, done_rx) = oneshot::channel::<()>();
+            let (command_tx, command_rx) = mpsc::unbounded_channel();
             let stop = stop_rx.clone();
-            let grace = self.shutdown_timeout;
-            let stats = self.metrics.worker();
+            let grace = self.live.shutdown_timeout;
+            let stats = self.live.metrics.worker();
             let spawned = std::thread::Builder::new()
                 .name(format!("fulcrum-worker-{i}"))
                 .spawn(move || {
@@ -314,7 +375,7 @@ impl Proxy {
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt.block_on(worker(sockets, stats, stop, grace)),
+                        Ok(rt) => rt.block_on(worker(sockets, command_rx, stats, stop, grace)),
                         Err(e) => {
                             tracing::error!(worker = i, error = %e, "cannot start a worker runtime")
                         }
@@ -322,10 +383,14 @@ impl Proxy {
                     drop(done_tx);
                 });
             match spawned {
-                Ok(_) => finished.push(done_rx),
+                Ok(_) => {
+                    finished.push(done_rx);
+                    commands.push(command_tx);
+                }
                 Err(e) => tracing::error!(worker = i, error = %e, "cannot start a worker thread"),
             }
         }
+        *self.live.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");
         let _ = stop_tx.send(true);
@@ -336,49 +401,273 @@ impl Proxy {
     }
 }
 
+fn find(upstreams: &[Arc<Upstream>], name: &str) -> Option<Arc<Upstream>> {
+    upstreams.iter().find(|u| u.name() == name).cloned()
+}
+
+impl Live {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running proxy, as the admin API and the reload signal see it.
+#[derive(Debug, Clone)]
+pub struct ProxyHandle {
+    live: Arc<Live>,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Upstreams that are new: their control loops must be started.
+    pub new_upstreams: Vec<Arc<Upstream>>,
+    /// Upstreams reconfigured in place, by name.
+    pub reconfigured: Vec<String>,
+    /// Upstreams no longer in the configuration (retired: their control loops stop).
+    pub removed_upstreams: Vec<String>,
+    pub new_listeners: Vec<SocketAddr>,
+    pub changed_listeners: Vec<SocketAddr>,
+    pub removed_listeners: Vec<SocketAddr>,
+    /// Changes a reload cannot apply (they take a restart), in words.
+    pub not_applied: Vec<String>,
+}
+
+impl ProxyHandle {
+    /// The upstreams in force, by name.
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.live.registry().upstreams.clone()
+    }
+
+    /// What the workers count.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.live.metrics)
+    }
+
+    /// Each listener's address and the client connections it is serving now.
+    pub fn client_connections(&self) -> Vec<(SocketAddr, usize)> {
+        self.live
+            .registry()
+            .listeners
+            .iter()
+            .map(|l| {
+                (
+                    l.bound,
+                    l.permits.saturating_sub(l.limit.available_permits()),
+                )
+            })
+            .collect()
+    }
+
+    /// Applies a new configuration without dropping a request or refusing a connection:
+    ///
+    /// * new listeners are bound first — one that cannot be bound stops the reload before
+    ///   anything changes;
+    /// * an upstream that stays (same name) is reconfigured in place: its backends that stay
+    ///   (same address) keep their statistics, health and connections, and requests in flight
+    ///   finish ([`Upstream::reconfigure`]); new upstreams are built, removed ones retired;
+    /// * a listener that stays (same address) keeps its socket, so no connection is refused;
+    ///   if its settings or upstream changed, new connections get the new ones, and open
+    ///   connections finish the request they are on with `Connection: close`;
+    /// * a removed listener stops accepting and its connections finish as at shutdown.
+    ///
+    /// `workers` and `shutdown_timeout` take a restart: they are reported in `not_applied`.
+    pub async fn reload(&self, settings: ProxySettings) -> Result<Reloaded, StartError> {
+        let _one_at_a_time = self.live.reloading.lock().await;
+        let live = &self.live;
+        let mut done = Reloaded::default();
+        if settings.workers.max(1) != live.workers {
+            done.not_applied.push(format!(
+                "workers = {} (running with {}): takes a restart",
+                settings.workers, live.workers
+            ));
+        }
+        if settings.shutdown_timeout != live.shutdown_timeout {
+            done.not_applied.push(format!(
+                "shutdown_timeout = {:?} (running with {:?}): takes a restart",
+                settings.shutdown_timeout, live.shutdown_timeout
+            ));
+        }
+        // Which listeners stay: matched by configured address, in order.
+        let (old_listeners, old_upstreams): (Vec<SocketAddr>, Vec<Arc<Upstream>>) = {
+            let r = live.registry();
+            (
+                r.listeners.iter().map(|l| l.configured).collect(),
+                r.upstreams.clone(),
+            )
+        };
+        let mut taken = vec![false; old_listeners.len()];
+        let matches: Vec<Option<usize>> = settings
+            .listeners
+            .iter()
+            .map(|l| {
+                let i = old_listeners
+                    .iter()
+                    .enumerate()
+                    .position(|(i, &a)| !taken[i] && a == l.listen)?;
+                taken[i] = true;
+                Some(i)
+            })
+            .collect();
+        // Upstreams: the new set, reusing those that stay (not yet reconfigured).
+        let mut upstreams: Vec<Arc<Upstream>> = Vec::new();
+        for u in &settings.upstreams {
+            match find(&old_upstreams, &u.name) {
+                Some(existing) => upstreams.push(existing),
+                None => {
+                    let new = Arc::new(Upstream::new(u.clone()));
+                    done.new_upstreams.push(Arc::clone(&new));
+                    upstreams.push(new);
+                }
+            }
+        }
+        upstreams.sort_by(|a, b| a.name().cmp(b.name()));
+        // Bind the new listeners before anything changes.
+        let mut bound = Vec::new();
+        for (l, matched) in settings.listeners.iter().zip(&matches) {
+            if matched.is_some() {
+                continue;
+            }
+            let upstream =
+                find(&upstreams, &l.upstream).ok_or_else(|| StartError::UnknownUpstream {
+                    listen: l.listen,
+                    upstream: l.upstream.clone(),
+                })?;
+            bound.push(bind_listener(
+                l.clone(),
+                upstream,
+                settings.access_log,
+                live.workers,
+            )?);
+        }
+        for l in &settings.listeners {
+            if find(&upstreams, &l.upstream).is_none() {
+                return Err(StartError::UnknownUpstream {
+                    listen: l.listen,
+                    upstream: l.upstream.clone(),
+                });
+            }
+        }
+        // From here on nothing fails.
+        for u in &settings.upstreams {
+            if let Some(existing) = find(&old_upstreams, &u.name) {
+                existing.reconfigure(u.clone(), Keep::Settings);
+                done.reconfigured.push(u.name.clone());
+            }
+        }
+        for old in &old_upstreams {
+            if find(&upstreams, old.name()).is_none() {
+                old.retire();
+                done.removed_upstreams.push(old.name().to_owned());
+            }
+        }
+        let mut registry = live.registry();
+        let old_entries = std::mem::take(&mut registry.listeners);
+        let mut old_entries: Vec<Option<LiveListener>> =
+            old_entries.into_iter().map(Some).collect();
+        let mut bound = bound.into_iter();
+        let mut listeners = Vec::new();
+        let mut added = Vec::new();
+        for (l, matched) in settings.listeners.into_iter().zip(matches) {
+            let upstream = find(&upstreams, &l.upstream).expect("checked above");
+            match matched.and_then(|i| old_entries[i].take()) {
+                Some(mut entry) => {
+                    let current = entry.ctx.borrow().clone();
+                    let changed = !Arc::ptr_eq(&current.upstream, &upstream)
+                        || current.settings != l
+                        || current.access_log != settings.access_log;
+                    let permits = l.connection_limit();
+                    if permits > entry.permits {
+                        entry.limit.add_permits(permits - entry.permits);
+                        entry.permits = permits;
+                    } else if permits < entry.permits {
+                        // Permits held by open connections come back and are not reissued.
+                        let forgotten = entry.limit.forget_permits(entry.permits - permits);
+                        entry.permits -= forgotten;
+                    }
+                    if changed {
+                        done.changed_listeners.push(entry.bound);
+                        let _ = entry.ctx.send(Arc::new(ListenerContext {
+                            settings: l,
+                            upstream,
+                            access_log: settings.access_log,
+                        }));
+                    }
+                    listeners.push(entry);
+                }
+                None => {
+                    let (listener, entry) = bound.next().expect("bound above, in order");
+                    done.new_listeners.push(entry.bound);
+                    tracing::info!(listen = %entry.bound, upstream = %upstream.name(), "listening");
+                    added.push(listener);
+                    listeners.push(entry);
+                }
+            }
+        }
+        for entry in old_entries.into_iter().flatten() {
+            done.removed_listeners.push(entry.bound);
+            let _ = entry.retire.send(true);
+        }
+        registry.listeners = listeners;
+        registry.upstreams = upstreams;
+        drop(registry);
+        let commands = live
+            .commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for listener in added {
+            for (i, socket) in listener.deal().into_iter().enumerate() {
+                if let Some(c) = commands.get(i) {
+                    let _ = c.send(socket);
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
 /// A listener's socket as one worker gets it.
 #[derive(Debug)]
 struct WorkerSocket {
     socket: std::net::TcpListener,
-    ctx: Arc<ListenerContext>,
+    ctx: watch::Receiver<Arc<ListenerContext>>,
+    retire: watch::Receiver<bool>,
     limit: Arc<Semaphore>,
     worker: usize,
     spread: Arc<Spread>,
     inbox: mpsc::UnboundedReceiver<Handoff>,
 }
 
-/// One worker: an accept loop per listener, and the expiry of its idle backend connections,
-/// on this thread's runtime.
+/// The backend connections a worker reaps, with their idle timeout.
+type Reaped = Arc<std::sync::Mutex<Vec<(Arc<WorkerPools>, Duration)>>>;
+
+/// One worker: an accept loop per listener (those a reload adds come through `commands`), and
+/// the expiry of its idle backend connections, on this thread's runtime.
 async fn worker(
     sockets: Vec<WorkerSocket>,
+    mut commands: mpsc::UnboundedReceiver<WorkerSocket>,
     stats: Arc<WorkerStats>,
     stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
     let mut loops = JoinSet::new();
-    let mut pools = Vec::new();
-    for s in sockets {
+    let reaped: Reaped = Arc::default();
+    let start = |s: WorkerSocket, loops: &mut JoinSet<()>| {
         let listener = match TcpListener::from_std(s.socket) {
             Ok(listener) => listener,
             Err(e) => {
                 tracing::error!(error = %e, "cannot register a listening socket");
-                continue;
+                return;
             }
         };
-        let connections = s.ctx.upstream.worker_connections();
-        pools.push((
-            Arc::clone(&connections),
-            s.ctx.upstream.settings().keepalive_timeout,
-        ));
-        let worker_listener = Arc::new(WorkerListener {
-            connections,
-            stats: Arc::clone(&stats),
-            ctx: s.ctx,
-        });
         loops.spawn(accept_loop(
             AcceptLoop {
                 listener,
-                worker_listener,
+                ctx: s.ctx,
+                retire: s.retire,
+                stats: Arc::clone(&stats),
+                reaped: Arc::clone(&reaped),
                 limit: s.limit,
                 worker: s.worker,
                 spread: s.spread,
@@ -387,9 +676,26 @@ async fn worker(
             stop.clone(),
             grace,
         ));
+    };
+    for s in sockets {
+        start(s, &mut loops);
     }
-    let reaper = tokio::spawn(reap_idle(pools, stop.clone()));
-    while loops.join_next().await.is_some() {}
+    let reaper = tokio::spawn(reap_idle(Arc::clone(&reaped), stop.clone()));
+    let mut stopping = stop.clone();
+    loop {
+        if *stopping.borrow() && loops.is_empty() {
+            break;
+        }
+        tokio::select! {
+            Some(s) = commands.recv(), if !*stopping.borrow() => start(s, &mut loops),
+            Some(_) = loops.join_next() => {}
+            changed = stopping.changed() => {
+                if changed.is_err() && loops.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
     reaper.abort();
 }
 
@@ -397,18 +703,25 @@ async fn worker(
 /// closed, wherever they are in the idle lists, until the worker stops. Runs every second, or
 /// more often for a shorter `keepalive_timeout`: an idle connection lives at most about
 /// `keepalive_timeout` plus that period.
-async fn reap_idle(pools: Vec<(Arc<[Connections]>, Duration)>, mut stop: watch::Receiver<bool>) {
-    let Some(shortest) = pools.iter().map(|(_, timeout)| *timeout).min() else {
-        return;
-    };
-    let period = shortest.clamp(Duration::from_millis(10), Duration::from_secs(1));
+async fn reap_idle(reaped: Reaped, mut stop: watch::Receiver<bool>) {
     loop {
+        let (pools, shortest) = {
+            let list = reaped.lock().unwrap_or_else(|p| p.into_inner());
+            let shortest = list.iter().map(|(_, t)| *t).min();
+            (
+                list.iter().map(|(p, _)| Arc::clone(p)).collect::<Vec<_>>(),
+                shortest,
+            )
+        };
+        let period = shortest
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             _ = stop.changed() => return,
         }
-        for (backends, _) in &pools {
-            for backend in backends.iter() {
+        for backends in &pools {
+            for backend in backends.all() {
                 backend.reap();
             }
         }
@@ -418,11 +731,39 @@ async fn reap_idle(pools: Vec<(Arc<[Connections]>, Duration)>, mut stop: watch::
 /// What one worker's accept loop for one listener works with.
 struct AcceptLoop {
     listener: TcpListener,
-    worker_listener: Arc<WorkerListener>,
+    ctx: watch::Receiver<Arc<ListenerContext>>,
+    retire: watch::Receiver<bool>,
+    stats: Arc<WorkerStats>,
+    reaped: Reaped,
     limit: Arc<Semaphore>,
     worker: usize,
     spread: Arc<Spread>,
     inbox: mpsc::UnboundedReceiver<Handoff>,
+}
+
+impl AcceptLoop {
+    /// This worker's view of the listener's context in force: its connections to the
+    /// upstream's backends are kept while the upstream is the same.
+    fn worker_listener(&self, previous: Option<&WorkerListener>) -> Arc<WorkerListener> {
+        let ctx = self.ctx.borrow().clone();
+        let connections = match previous {
+            Some(p) if Arc::ptr_eq(&p.ctx.upstream, &ctx.upstream) => Arc::clone(&p.connections),
+            _ => {
+                let c = ctx.upstream.worker_connections();
+                self.reaped
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((Arc::clone(&c), ctx.upstream.settings().keepalive_timeout));
+                c
+            }
+        };
+        Arc::new(WorkerListener {
+            ctx,
+            connections,
+            stats: Arc::clone(&self.stats),
+            retired: AtomicBool::new(false),
+        })
+    }
 }
 
 async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) {
@@ -431,6 +772,11 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         .listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+    // What this listener's connections watch: the proxy stopping, or the listener removed.
+    let (conn_stop, conn_stopped) = watch::channel(false);
+    let mut current = a.worker_listener(None);
+    let mut retire = a.retire.clone();
+    let mut ctx = a.ctx.clone();
     loop {
         let (stream, client) = tokio::select! {
             accepted = a.listener.accept() => {
@@ -464,7 +810,17 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                     continue;
                 }
             },
+            changed = ctx.changed() => {
+                if changed.is_ok() {
+                    // A reload changed the listener: new connections get the new context;
+                    // open ones finish their request and close.
+                    current.retired.store(true, Ordering::Relaxed);
+                    current = a.worker_listener(Some(&current));
+                }
+                continue;
+            },
             _ = stop.changed() => break,
+            _ = retire.changed() => break,
         };
         // The permit (max_connections) is taken by the worker that will serve the
         // connection, after it has one: permits are held only by connections being served,
@@ -474,18 +830,20 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         let permit = tokio::select! {
             permit = Arc::clone(&a.limit).acquire_owned() => permit.expect("the semaphore is never closed"),
             _ = stop.changed() => break,
+            _ = retire.changed() => break,
         };
         let _ = stream.set_nodelay(true);
         while connections.try_join_next().is_some() {}
-        let worker_listener = Arc::clone(&a.worker_listener);
+        let worker_listener = Arc::clone(&current);
         let spread = Arc::clone(&a.spread);
         let worker = a.worker;
-        let stop = stop.clone();
+        let conn_stopped = conn_stopped.clone();
         connections.spawn(async move {
             let _open = Open(&spread.open[worker]);
-            client::serve(stream, client, worker_listener, stop, permit).await;
+            client::serve(stream, client, worker_listener, conn_stopped, permit).await;
         });
     }
+    let _ = conn_stop.send(true);
     let listener = a.listener;
     drop(listener);
     close_unserved(&mut a.inbox, &a.spread.open[a.worker]);

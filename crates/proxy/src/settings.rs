@@ -21,7 +21,7 @@ pub struct ProxySettings {
     pub shutdown_timeout: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ListenerSettings {
     pub listen: SocketAddr,
     /// Name of the upstream requests go to.

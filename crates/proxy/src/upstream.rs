@@ -4,13 +4,22 @@
 //! The pool sits behind a mutex that is held only for a pick or a completion (a few hundred
 //! nanoseconds, never across an await), so the algorithm sees one global sequence: weighted round
 //! robin gives `a a b a c a a` however many threads serve.
+//!
+//! The backends, the algorithm and the settings can change while requests are in flight (a
+//! reload, the admin API): [`Upstream::reconfigure`] builds a new pool that takes over the old
+//! one's live state for the backends that stay, and swaps it in under the same lock. Each
+//! attempt remembers the generation of the pool it was picked from and its backend's address,
+//! so its ticket completes in the pool in force where that backend still is.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::connections::Connections;
@@ -106,83 +115,220 @@ pub struct BackendSnapshot {
     pub connections_idle: usize,
 }
 
+/// One backend of the pool in force, in pool order.
+#[derive(Debug, Clone)]
+struct Member {
+    addr: SocketAddr,
+    state: AdminState,
+    /// The weight configured, or set through the admin API.
+    static_weight: u32,
+    /// The latest load report and when it came.
+    report: Option<(LoadReport, Instant)>,
+    /// The generation since which it has been a member without a break: tickets of older
+    /// generations are not its pool's to complete.
+    since: u64,
+}
+
+/// The pool in force and what goes with it, replaced whole when the backends or the algorithm
+/// change (a reload, the admin API).
+#[derive(Debug)]
+struct State {
+    generation: u64,
+    pool: Pool,
+    members: Vec<Member>,
+}
+
+impl State {
+    fn position(&self, addr: SocketAddr) -> Option<BackendId> {
+        self.members
+            .iter()
+            .position(|m| m.addr == addr)
+            .map(|i| BackendId(i as u32))
+    }
+}
+
+/// What [`Upstream::reconfigure`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    pub added: Vec<SocketAddr>,
+    pub removed: Vec<SocketAddr>,
+    pub kept: usize,
+}
+
+/// Where a reconfiguration's backend states and weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// From the new settings (a reload applies the file: `down` and `weight`).
+    Settings,
+    /// From the running upstream, for backends that stay (a change through the admin API
+    /// keeps what the operator set on the others).
+    Runtime,
+}
+
 #[derive(Debug)]
 pub struct Upstream {
-    settings: UpstreamSettings,
-    /// The name, shared with the workers' counts.
+    /// The settings in force; replaced with the pool (readers get the one of their moment).
+    settings: ArcSwap<UpstreamSettings>,
+    /// The name, shared with the workers' counts (an upstream keeps its name for life).
     shared_name: Arc<str>,
-    pool: Mutex<Pool>,
-    /// Each backend's [`AdminState`] and the weight it was configured or set with, by pool
-    /// id; changed only with the pool's lock held.
-    admin: Mutex<Vec<(AdminState, u32)>>,
-    /// Each backend's latest load report and when it came, by pool id (the control plane's
-    /// feedback loop notes them).
-    reports: Mutex<Vec<Option<(LoadReport, Instant)>>>,
-    /// Backend addresses by pool id: primaries, then backups (the pool's order, not the
-    /// configuration's).
-    addrs: Vec<SocketAddr>,
+    state: Mutex<State>,
     /// Time zero of the `Nanos` handed to the pool.
     epoch: Instant,
-    /// Every worker's connections to the backends (by pool id), for counting.
-    worker_pools: Mutex<Vec<Arc<[Connections]>>>,
+    /// Every worker's connections to the backends, for counting and for membership changes.
+    worker_pools: Mutex<Vec<Arc<WorkerPools>>>,
+    /// The generation in force, and whether the upstream has been retired (a reload removed
+    /// it): the control plane restarts its loops on a change and stops them on retirement.
+    changes: watch::Sender<(u64, bool)>,
+}
+
+/// One worker's connections to one upstream's backends, by address: replaced as a whole when
+/// the backends change, so the worker reads them without a lock of the upstream's.
+#[derive(Debug)]
+pub(crate) struct WorkerPools {
+    by_addr: ArcSwap<HashMap<SocketAddr, Arc<Connections>>>,
+}
+
+impl WorkerPools {
+    /// This worker's connections to `addr`, if it is a backend of the upstream.
+    pub(crate) fn get(&self, addr: SocketAddr) -> Option<Arc<Connections>> {
+        self.by_addr.load().get(&addr).cloned()
+    }
+
+    /// Every backend's connections, for the reaper.
+    pub(crate) fn all(&self) -> Vec<Arc<Connections>> {
+        self.by_addr.load().values().cloned().collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the state half-updated in a way
+    // that matters more than stopping the proxy would, so carry on with the data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The backends of `settings` in pool order (primaries, then backups).
+fn pool_order(settings: &UpstreamSettings) -> Vec<&crate::BackendSettings> {
+    let (backup, primary): (Vec<_>, Vec<_>) = settings.backends.iter().partition(|b| b.backup);
+    primary.into_iter().chain(backup).collect()
+}
+
+fn build_pool(settings: &UpstreamSettings) -> Pool {
+    let spec = |b: &&crate::BackendSettings| b.spec();
+    let primary: Vec<_> = settings.backends.iter().filter(|b| !b.backup).collect();
+    let backup: Vec<_> = settings.backends.iter().filter(|b| b.backup).collect();
+    Pool::new(
+        settings.algorithm,
+        &settings.options,
+        &primary.iter().map(spec).collect::<Vec<_>>(),
+        &backup.iter().map(spec).collect::<Vec<_>>(),
+        settings.seed,
+    )
+}
+
+/// Whether `settings` have a weight model fed by at least one primary's load source.
+fn weight_model_fed(settings: &UpstreamSettings) -> bool {
+    let primaries: Vec<&crate::BackendSettings> =
+        settings.backends.iter().filter(|b| !b.backup).collect();
+    let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
+    balance::weights::model::Model::for_algorithm(
+        settings.algorithm,
+        &configured,
+        &settings.options,
+    )
+    .is_some()
+        && primaries.iter().any(|b| b.load_source.is_some())
+}
+
+/// Whether load reports set the weights of `settings`' pool: a weight model, or a HAProxy
+/// agent-check on a backend.
+fn reports_set_weights(settings: &UpstreamSettings) -> bool {
+    weight_model_fed(settings)
+        || settings
+            .backends
+            .iter()
+            .any(|b| matches!(b.load_source, Some(crate::LoadSource::AgentCheck(_))))
+}
+
+/// The part of a request head `settings`' algorithm hashes (a header, a cookie, the URI), if
+/// any: what the request parser must locate.
+pub(crate) fn hashed_request_part(settings: &UpstreamSettings) -> Option<&HashKey> {
+    let hashed = settings.algorithm.affinity() == Some(balance::Affinity::Key);
+    (hashed && settings.hash_key != HashKey::ClientIp).then_some(&settings.hash_key)
+}
+
+fn configured_state(b: &crate::BackendSettings) -> AdminState {
+    if b.down {
+        AdminState::Disabled
+    } else {
+        AdminState::Up
+    }
 }
 
 impl Upstream {
     pub fn new(settings: UpstreamSettings) -> Upstream {
-        let (backup, primary): (Vec<_>, Vec<_>) = settings.backends.iter().partition(|b| b.backup);
-        let specs = |list: &[&crate::BackendSettings]| list.iter().map(|b| b.spec()).collect();
-        let primary_specs: Vec<_> = specs(&primary);
-        let backup_specs: Vec<_> = specs(&backup);
-        let pool = Pool::new(
-            settings.algorithm,
-            &settings.options,
-            &primary_specs,
-            &backup_specs,
-            settings.seed,
-        );
-        let addrs = primary.iter().chain(&backup).map(|b| b.addr).collect();
-        let admin = primary
-            .iter()
-            .chain(&backup)
-            .map(|b| {
-                let state = if b.down {
-                    AdminState::Disabled
-                } else {
-                    AdminState::Up
-                };
-                (state, b.weight)
+        let pool = build_pool(&settings);
+        let members = pool_order(&settings)
+            .into_iter()
+            .map(|b| Member {
+                addr: b.addr,
+                state: configured_state(b),
+                static_weight: b.weight,
+                report: None,
+                since: 0,
             })
             .collect();
         Upstream {
             shared_name: Arc::from(settings.name.as_str()),
-            pool: Mutex::new(pool),
-            admin: Mutex::new(admin),
-            reports: Mutex::new(vec![None; settings.backends.len()]),
-            addrs,
+            settings: ArcSwap::from_pointee(settings),
+            state: Mutex::new(State {
+                generation: 0,
+                pool,
+                members,
+            }),
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
-            settings,
+            changes: watch::channel((0, false)).0,
         }
     }
 
     pub fn name(&self) -> &str {
-        &self.settings.name
+        &self.shared_name
     }
 
     pub(crate) fn shared_name(&self) -> &Arc<str> {
         &self.shared_name
     }
 
-    /// The pool id of the backend at `addr`.
-    fn id_of(&self, addr: SocketAddr) -> Result<BackendId, ChangeError> {
-        self.addrs
-            .iter()
-            .position(|&a| a == addr)
-            .map(|i| BackendId(i as u32))
-            .ok_or_else(|| ChangeError::NoSuchBackend {
-                upstream: self.settings.name.clone(),
-                addr,
-            })
+    /// What the upstream runs with now.
+    pub fn settings(&self) -> Arc<UpstreamSettings> {
+        self.settings.load_full()
+    }
+
+    /// The generation in force: it changes whenever the backends or the algorithm do.
+    pub fn generation(&self) -> u64 {
+        lock(&self.state).generation
+    }
+
+    /// Tells of every change of generation, and of the upstream's retirement (`true`).
+    pub fn changes(&self) -> watch::Receiver<(u64, bool)> {
+        self.changes.subscribe()
+    }
+
+    /// The upstream left the configuration: its control loops stop. Requests in flight (and
+    /// client connections still bound to it) finish with it.
+    pub fn retire(&self) {
+        self.changes.send_modify(|c| c.1 = true);
+    }
+
+    fn now(&self) -> Nanos {
+        Nanos::from(self.epoch.elapsed())
+    }
+
+    fn no_such_backend(&self, addr: SocketAddr) -> ChangeError {
+        ChangeError::NoSuchBackend {
+            upstream: self.name().to_owned(),
+            addr,
+        }
     }
 
     /// Puts the backend at `addr` up, draining or disabled (the admin API). Returns the state
@@ -192,77 +338,60 @@ impl Upstream {
         addr: SocketAddr,
         state: AdminState,
     ) -> Result<AdminState, ChangeError> {
-        let id = self.id_of(addr)?;
         let now = self.now();
         let was = {
-            let mut pool = self.pool();
-            let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
-            let was = std::mem::replace(&mut admin[id.index()].0, state);
-            pool.set_down(id, state != AdminState::Up, now);
+            let mut st = lock(&self.state);
+            let id = st
+                .position(addr)
+                .ok_or_else(|| self.no_such_backend(addr))?;
+            let was = std::mem::replace(&mut st.members[id.index()].state, state);
+            st.pool.set_down(id, state != AdminState::Up, now);
             was
         };
         if state == AdminState::Disabled {
-            for pools in self
-                .worker_pools
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-            {
-                pools[id.index()].close_idle();
+            for pools in lock(&self.worker_pools).iter() {
+                if let Some(c) = pools.get(addr) {
+                    c.close_idle();
+                }
             }
         }
         if was != state {
-            tracing::info!(upstream = %self.settings.name, backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
+            tracing::info!(upstream = %self.name(), backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
         }
         Ok(was)
     }
 
-    /// Notes the load report backend `id` (pool order) just gave, for the admin API.
-    pub fn note_report(&self, id: BackendId, report: LoadReport) {
-        let mut reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = reports.get_mut(id.index()) {
-            *slot = Some((report, Instant::now()));
+    /// Notes the load report backend `id` (pool order in `generation`) just gave, for the
+    /// admin API.
+    pub fn note_report(&self, generation: u64, id: BackendId, report: LoadReport) {
+        let mut st = lock(&self.state);
+        if st.generation != generation {
+            return;
+        }
+        if let Some(m) = st.members.get_mut(id.index()) {
+            m.report = Some((report, Instant::now()));
         }
     }
 
     /// Whether the upstream's weights follow its backends' load reports: a weight model fed
     /// by at least one primary's load source (the control plane's feedback loop).
     pub fn has_weight_model(&self) -> bool {
-        let primaries: Vec<&crate::BackendSettings> = self
-            .settings
-            .backends
-            .iter()
-            .filter(|b| !b.backup)
-            .collect();
-        let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
-        balance::weights::model::Model::for_algorithm(
-            self.settings.algorithm,
-            &configured,
-            &self.settings.options,
-        )
-        .is_some()
-            && primaries.iter().any(|b| b.load_source.is_some())
+        weight_model_fed(&self.settings())
     }
 
     /// Whether something other than the operator sets the weights: a weight model, or a
     /// backend's HAProxy agent-check (which sets a share of the configured weight).
     pub fn weights_from_reports(&self) -> bool {
-        self.has_weight_model()
-            || self
-                .settings
-                .backends
-                .iter()
-                .any(|b| matches!(b.load_source, Some(crate::LoadSource::AgentCheck(_))))
+        reports_set_weights(&self.settings())
     }
 
     /// Sets the weight of the backend at `addr` (the admin API): what the algorithm balances
     /// by from now on. Refused for upstreams whose weights come from load reports.
     pub fn set_static_weight(&self, addr: SocketAddr, weight: u64) -> Result<u32, ChangeError> {
-        let id = self.id_of(addr)?;
         if self.weights_from_reports() {
             return Err(ChangeError::WeightsFromReports {
-                upstream: self.settings.name.clone(),
-                algorithm: self.settings.algorithm.name(),
+                upstream: self.name().to_owned(),
+                algorithm: self.settings().algorithm.name(),
             });
         }
         let weight = u32::try_from(weight)
@@ -274,145 +403,261 @@ impl Upstream {
             })?;
         let now = self.now();
         let was = {
-            let mut pool = self.pool();
-            let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
-            pool.set_weight(id, weight, now);
-            std::mem::replace(&mut admin[id.index()].1, weight)
+            let mut st = lock(&self.state);
+            let id = st
+                .position(addr)
+                .ok_or_else(|| self.no_such_backend(addr))?;
+            st.pool.set_weight(id, weight, now);
+            std::mem::replace(&mut st.members[id.index()].static_weight, weight)
         };
         if was != weight {
-            tracing::info!(upstream = %self.settings.name, backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
+            tracing::info!(upstream = %self.name(), backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
         }
         Ok(was)
     }
 
-    /// The part of a request head the algorithm hashes (a header, a cookie, the URI), if any:
-    /// what the request parser must locate.
-    pub(crate) fn hashed_request_part(&self) -> Option<&HashKey> {
-        let hashed = self.settings.algorithm.affinity() == Some(balance::Affinity::Key);
-        (hashed && self.settings.hash_key != HashKey::ClientIp).then_some(&self.settings.hash_key)
+    /// The settings in force with what the operator set at runtime written in (weights; a
+    /// backend drained or disabled is `down`): the base of a change through the admin API.
+    pub fn runtime_settings(&self) -> UpstreamSettings {
+        let mut settings = (*self.settings()).clone();
+        let st = lock(&self.state);
+        for b in &mut settings.backends {
+            if let Some(m) = st.members.iter().find(|m| m.addr == b.addr) {
+                b.weight = m.static_weight;
+                b.down = m.state != AdminState::Up;
+            }
+        }
+        settings
     }
 
-    /// What the upstream was configured with.
-    pub fn settings(&self) -> &UpstreamSettings {
-        &self.settings
+    /// Replaces the backends, the algorithm and the rest of the settings, without dropping a
+    /// request: a new pool is built and takes over, from the old one, the live state of the
+    /// backends that stay (same address: requests in flight, health, averages, counts, a weight
+    /// model's weights — see [`Pool::carry_over`]); requests in flight on a backend that goes
+    /// finish there. `keep` says where the states and weights of staying backends come from.
+    /// The name must stay the same (an upstream of another name is another upstream).
+    pub fn reconfigure(&self, settings: UpstreamSettings, keep: Keep) -> Reconfigured {
+        debug_assert_eq!(settings.name, self.name());
+        let now = self.now();
+        let mut pool = build_pool(&settings);
+        let order: Vec<crate::BackendSettings> =
+            pool_order(&settings).into_iter().cloned().collect();
+        // Every worker gets connections for the new backends before any pick can choose them.
+        let workers: Vec<Arc<WorkerPools>> = lock(&self.worker_pools).clone();
+        for w in &workers {
+            let mut map = (**w.by_addr.load()).clone();
+            for b in &order {
+                map.entry(b.addr).or_insert_with(|| {
+                    Arc::new(Connections::new(
+                        b.addr,
+                        settings.keepalive,
+                        settings.keepalive_timeout,
+                    ))
+                });
+            }
+            w.by_addr.store(Arc::new(map));
+        }
+        let weights_from_reports = reports_set_weights(&settings);
+        let done = {
+            let mut st = lock(&self.state);
+            let generation = st.generation + 1;
+            let same: Vec<Option<BackendId>> = order.iter().map(|b| st.position(b.addr)).collect();
+            pool.carry_over(&st.pool, &same, now);
+            let mut members = Vec::with_capacity(order.len());
+            let mut done = Reconfigured::default();
+            for (i, (b, old)) in order.iter().zip(&same).enumerate() {
+                let id = BackendId(i as u32);
+                let old = old.map(|o| st.members[o.index()].clone());
+                let member = match (old, keep) {
+                    (Some(m), Keep::Runtime) => m,
+                    (Some(m), Keep::Settings) => Member {
+                        state: configured_state(b),
+                        static_weight: b.weight,
+                        ..m
+                    },
+                    (None, _) => {
+                        done.added.push(b.addr);
+                        // A backend that joins a running upstream ramps up, if it has a
+                        // slow start (Envoy's rule for new hosts).
+                        pool.begin_slow_start(id, now);
+                        Member {
+                            addr: b.addr,
+                            state: configured_state(b),
+                            static_weight: b.weight,
+                            report: None,
+                            since: generation,
+                        }
+                    }
+                };
+                if member.state != AdminState::Up {
+                    pool.set_down(id, true, now);
+                }
+                members.push(member);
+            }
+            // The weight in force: a weight model's carries over; otherwise the static one
+            // (the file's on a reload, the operator's on a change through the API).
+            if !weights_from_reports {
+                let statics: Vec<u32> = members.iter().map(|m| m.static_weight).collect();
+                pool.set_weights(&statics, now);
+            }
+            done.removed = st
+                .members
+                .iter()
+                .filter(|m| !order.iter().any(|b| b.addr == m.addr))
+                .map(|m| m.addr)
+                .collect();
+            done.kept = order.len() - done.added.len();
+            // The settings and the pool change together, under the lock picks take.
+            self.settings.store(Arc::new(settings));
+            *st = State {
+                generation,
+                pool,
+                members,
+            };
+            done
+        };
+        // The workers' connections to backends that left: the idle ones close with the map;
+        // those in use finish their request first (the attempt holds its own reference).
+        for w in &workers {
+            let mut map = (**w.by_addr.load()).clone();
+            map.retain(|addr, _| !done.removed.contains(addr));
+            w.by_addr.store(Arc::new(map));
+        }
+        self.changes.send_modify(|c| c.0 = self.generation());
+        tracing::info!(
+            upstream = %self.name(),
+            added = ?done.added,
+            removed = ?done.removed,
+            kept = done.kept,
+            "upstream reconfigured"
+        );
+        done
     }
 
-    /// The configured backends in pool order (primaries, then backups): entry `i` is the
+    /// The backends in pool order (primaries, then backups) in `generation`: entry `i` is the
     /// backend of `BackendId(i)`.
-    pub fn backends_in_pool_order(&self) -> Vec<&crate::BackendSettings> {
-        let (backup, primary): (Vec<_>, Vec<_>) =
-            self.settings.backends.iter().partition(|b| b.backup);
-        primary.into_iter().chain(backup).collect()
+    pub fn backends_in_pool_order(&self) -> (u64, Vec<crate::BackendSettings>) {
+        let st = lock(&self.state);
+        let settings = self.settings();
+        let order = pool_order(&settings).into_iter().cloned().collect();
+        (st.generation, order)
     }
 
-    /// Applies the weights of every backend at once, in pool order (a weight model's result):
-    /// one rebuild under the pool lock, so no pick ever sees half of them.
-    pub fn set_weights(&self, weights: &[u32]) {
+    /// Applies the weights of every backend at once, in pool order of `generation` (a weight
+    /// model's result): one rebuild under the pool lock, so no pick ever sees half of them.
+    /// Ignored if the backends changed since.
+    pub fn set_weights(&self, generation: u64, weights: &[u32]) {
         let now = self.now();
-        self.pool().set_weights(weights, now);
+        let mut st = lock(&self.state);
+        if st.generation == generation {
+            st.pool.set_weights(weights, now);
+        }
     }
 
-    /// Records an active health check's verdict on backend `id` (pool order); returns whether
-    /// it changed the backend's state.
-    pub fn set_check_result(&self, id: BackendId, healthy: bool) -> bool {
+    /// Records an active health check's verdict on backend `id` (pool order of `generation`);
+    /// returns whether it changed the backend's state (never, if the backends changed since).
+    pub fn set_check_result(&self, generation: u64, id: BackendId, healthy: bool) -> bool {
         let now = self.now();
-        self.pool().set_check_result(id, healthy, now)
+        let mut st = lock(&self.state);
+        st.generation == generation && st.pool.set_check_result(id, healthy, now)
     }
 
     /// The weights in force, in pool order.
     pub fn weights(&self) -> Vec<u32> {
-        self.pool().states().iter().map(|s| s.weight()).collect()
+        lock(&self.state)
+            .pool
+            .states()
+            .iter()
+            .map(|s| s.weight())
+            .collect()
     }
 
-    /// A new worker's own connections to each backend, by pool id.
-    pub(crate) fn worker_connections(&self) -> Arc<[Connections]> {
-        let pools: Arc<[Connections]> = self
-            .addrs
+    /// A new worker's own connections to the backends.
+    pub(crate) fn worker_connections(&self) -> Arc<WorkerPools> {
+        let settings = self.settings();
+        let mut workers = lock(&self.worker_pools);
+        let st = lock(&self.state);
+        let map = st
+            .members
             .iter()
-            .map(|&addr| {
-                Connections::new(
-                    addr,
-                    self.settings.keepalive,
-                    self.settings.keepalive_timeout,
-                )
+            .map(|m| {
+                let c = Connections::new(m.addr, settings.keepalive, settings.keepalive_timeout);
+                (m.addr, Arc::new(c))
             })
             .collect();
-        self.worker_pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(&pools));
+        let pools = Arc::new(WorkerPools {
+            by_addr: ArcSwap::from_pointee(map),
+        });
+        workers.push(Arc::clone(&pools));
         pools
     }
 
-    /// Connections open to each backend (busy or idle) and idle, summed over the workers.
-    fn connection_counts(&self) -> Vec<(usize, usize)> {
-        let mut counts = vec![(0, 0); self.addrs.len()];
-        for pools in self
-            .worker_pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            for (count, pool) in counts.iter_mut().zip(pools.iter()) {
-                let (open, idle) = pool.counts();
+    /// Connections open to `addr` (busy or idle) and idle, summed over the workers.
+    fn connection_counts(&self, addr: SocketAddr) -> (usize, usize) {
+        let mut count = (0, 0);
+        for pools in lock(&self.worker_pools).iter() {
+            if let Some(c) = pools.get(addr) {
+                let (open, idle) = c.counts();
                 count.0 += open;
                 count.1 += idle;
             }
         }
-        counts
-    }
-
-    fn now(&self) -> Nanos {
-        Nanos::from(self.epoch.elapsed())
-    }
-
-    fn pool(&self) -> MutexGuard<'_, Pool> {
-        // A panic while holding the lock cannot leave the pool half-updated in a way that
-        // matters more than stopping the proxy would, so carry on with the data.
-        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+        count
     }
 
     /// Attempts allowed for one request: the first and the retries.
     pub(crate) fn max_attempts(&self) -> usize {
-        match self.settings.retries {
+        let settings = self.settings.load();
+        match settings.retries {
             Some(r) => r as usize + 1,
-            None => self.addrs.len(),
+            None => settings.backends.len(),
         }
     }
 
-    pub(crate) fn backend_addr(&self, id: BackendId) -> SocketAddr {
-        self.addrs[id.index()]
-    }
-
+    /// A backend for a request, other than those it `tried`.
     pub(crate) fn pick(
         self: &Arc<Self>,
         affinity: Option<&[u8]>,
-        tried: &[BackendId],
+        tried: &[SocketAddr],
     ) -> Option<Attempt> {
         let now = self.now();
-        let ticket = self.pool().pick(affinity, tried, now)?;
+        let mut st = lock(&self.state);
+        let exclude: Vec<BackendId> = tried.iter().filter_map(|&a| st.position(a)).collect();
+        let ticket = st.pool.pick(affinity, &exclude, now)?;
         Some(Attempt {
-            backend: ticket.backend(),
+            addr: st.members[ticket.backend().index()].addr,
+            generation: st.generation,
             upstream: Arc::clone(self),
             ticket: Some(ticket),
         })
     }
 
-    fn complete(&self, ticket: Ticket, outcome: Outcome) {
-        let id = ticket.backend();
+    fn complete(&self, generation: u64, addr: SocketAddr, ticket: Ticket, outcome: Outcome) {
         let now = self.now();
         let disabled = {
-            let mut pool = self.pool();
-            pool.complete(ticket, outcome, now);
-            let state = pool.state(id);
-            (outcome == Outcome::Failure && state.fails() == state.spec().max_fails)
-                .then(|| (state.fails(), state.spec().fail_timeout))
+            let mut st = lock(&self.state);
+            // A ticket of an older pool completes in this one where its backend still is (its
+            // request was carried over); if its backend left since, with the pool it came from.
+            let ticket = if generation == st.generation {
+                Some(ticket)
+            } else {
+                st.position(addr)
+                    .filter(|id| st.members[id.index()].since <= generation)
+                    .map(|id| ticket.moved_to(id))
+            };
+            ticket.and_then(|ticket| {
+                let id = ticket.backend();
+                st.pool.complete(ticket, outcome, now);
+                let state = st.pool.state(id);
+                (outcome == Outcome::Failure && state.fails() == state.spec().max_fails)
+                    .then(|| (state.fails(), state.spec().fail_timeout))
+            })
         };
         // Logged once the lock is released: a slow log sink must not hold up every worker.
         if let Some((fails, fail_timeout)) = disabled {
             tracing::warn!(
-                upstream = %self.settings.name,
-                backend = %self.backend_addr(id),
+                upstream = %self.name(),
+                backend = %addr,
                 fails,
                 fail_timeout = ?Duration::from(fail_timeout),
                 "backend temporarily disabled"
@@ -422,23 +667,27 @@ impl Upstream {
 
     /// The state of every backend, in pool order.
     pub fn snapshot(&self) -> Vec<BackendSnapshot> {
-        let connections = self.connection_counts();
-        let pool = self.pool();
-        let admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
-        let reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
+        let addrs: Vec<SocketAddr> = lock(&self.state).members.iter().map(|m| m.addr).collect();
+        let connections: Vec<(usize, usize)> =
+            addrs.iter().map(|&a| self.connection_counts(a)).collect();
+        let st = lock(&self.state);
         let now = self.now();
-        pool.states()
+        st.pool
+            .states()
             .iter()
-            .zip(connections)
-            .zip(admin.iter())
+            .zip(&st.members)
             .enumerate()
-            .map(
-                |(i, ((s, (open, idle)), &(state, static_weight)))| BackendSnapshot {
-                    addr: self.addrs[i],
-                    backup: i >= pool.primaries(),
-                    static_weight,
+            .map(|(i, (s, m))| {
+                let (open, idle) = addrs
+                    .iter()
+                    .position(|&a| a == m.addr)
+                    .map_or((0, 0), |j| connections[j]);
+                BackendSnapshot {
+                    addr: m.addr,
+                    backup: i >= st.pool.primaries(),
+                    static_weight: m.static_weight,
                     weight: s.weight(),
-                    state,
+                    state: m.state,
                     in_flight: s.in_flight(),
                     requests: s.requests(),
                     failures: s.failures(),
@@ -449,15 +698,11 @@ impl Upstream {
                     max_fails: s.spec().max_fails,
                     latency: s.latency().map(Duration::from),
                     ramp: f64::from(s.ramp()) / f64::from(balance::RAMP_FULL),
-                    report: reports
-                        .get(i)
-                        .copied()
-                        .flatten()
-                        .map(|(r, at)| (r, at.elapsed())),
+                    report: m.report.map(|(r, at)| (r, at.elapsed())),
                     connections_open: open,
                     connections_idle: idle,
-                },
-            )
+                }
+            })
             .collect()
     }
 }
@@ -466,7 +711,8 @@ impl Upstream {
 /// as cancelled when dropped (the client went away).
 #[derive(Debug)]
 pub(crate) struct Attempt {
-    pub(crate) backend: BackendId,
+    pub(crate) addr: SocketAddr,
+    generation: u64,
     upstream: Arc<Upstream>,
     ticket: Option<Ticket>,
 }
@@ -474,7 +720,8 @@ pub(crate) struct Attempt {
 impl Attempt {
     pub(crate) fn complete(&mut self, outcome: Outcome) {
         if let Some(ticket) = self.ticket.take() {
-            self.upstream.complete(ticket, outcome);
+            self.upstream
+                .complete(self.generation, self.addr, ticket, outcome);
         }
     }
 }

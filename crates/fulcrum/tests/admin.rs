@@ -371,3 +371,162 @@ fn an_admin_listener_others_can_reach_needs_a_token_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("shorter than 16 characters"), "{err}");
 }
+
+#[test]
+fn backends_added_and_removed_under_load_lose_no_request() {
+    use lab::load::{Mode, Plan};
+    use lab::schedule::{Cost, Pattern, Spacing};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let b = Backend::start("b", loopback).await.unwrap();
+        let c = Backend::start("c", loopback).await.unwrap();
+        let config = config(
+            "admin-membership.toml",
+            &[a.addr(), b.addr()],
+            "listen = \"127.0.0.1:0\"",
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let proxy = fulcrum.addr_of("web");
+        // 20 s at 100 requests a second, open loop, from 20 client addresses.
+        let plan = Plan {
+            target: proxy,
+            path: "/".to_owned(),
+            trace: lab::schedule::trace(
+                Pattern::Constant { rps: 100.0 },
+                Spacing::Even,
+                Duration::from_secs(20),
+                Cost::Const { ms: 5.0 },
+                20,
+                1,
+            ),
+            timeout: Duration::from_secs(10),
+            mode: Mode::Open,
+            progress: None,
+        };
+        let sent = plan.trace.len();
+        let load = tokio::spawn(async move { lab::load::run(&plan).await });
+
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (status, body) = call(
+            admin,
+            "POST",
+            "/api/upstreams/web/backends",
+            None,
+            &format!(r#"{{"addr": "{}", "weight": 2}}"#, c.addr()),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let added: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(added["addr"], c.addr().to_string());
+        assert_eq!(added["weight"]["static"], 2);
+        let (status, body) = call(
+            admin,
+            "POST",
+            "/api/upstreams/web/backends",
+            None,
+            &format!(r#"{{"addr": "{}"}}"#, c.addr()),
+        )
+        .await;
+        assert_eq!(status, 409, "{body}");
+
+        // Slow requests on the backend about to go: round robin by weight puts some on a.
+        let slow: Vec<_> = (0..8)
+            .map(|_| {
+                tokio::spawn(
+                    async move { Client::new(proxy).get("/?delay_ms=2000").await.unwrap() },
+                )
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let in_flight_on_a = json(admin, &format!("/api/upstreams/web/backends/{}", a.addr()))
+            .await["in_flight"]
+            .as_u64()
+            .unwrap();
+        assert!(in_flight_on_a >= 1, "some slow requests are on a");
+        let path = format!("/api/upstreams/web/backends/{}", a.addr());
+        let (status, body) = call(admin, "DELETE", &path, None, "").await;
+        assert_eq!(status, 204, "{body}");
+        let (status, _) = call(admin, "GET", &path, None, "").await;
+        assert_eq!(status, 404);
+        // Its requests in flight finish there.
+        let mut on_a = 0;
+        for s in slow {
+            let reply = s.await.unwrap();
+            assert_eq!(reply.status, 200);
+            if reply.text() == "a" {
+                on_a += 1;
+            }
+        }
+        // (The in-flight count also held the load's own requests of that moment.)
+        assert!(
+            on_a >= 1 && on_a as u64 <= in_flight_on_a,
+            "{on_a} slow requests answered by a, {in_flight_on_a} in flight there"
+        );
+        let served_by_a = a.requests();
+        // The last primary cannot go.
+        let (status, _) = call(
+            admin,
+            "DELETE",
+            &format!("/api/upstreams/web/backends/{}", c.addr()),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(status, 204);
+        let (status, body) = call(
+            admin,
+            "DELETE",
+            &format!("/api/upstreams/web/backends/{}", b.addr()),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(status, 409, "{body}");
+        assert!(error_of(&body).contains("last primary"), "{body}");
+        // And the algorithm can change under load too.
+        let (status, body) = call(
+            admin,
+            "PATCH",
+            "/api/upstreams/web",
+            None,
+            r#"{"algorithm": "least_conn"}"#,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap()["algorithm"],
+            "least_conn"
+        );
+        let (status, body) = call(
+            admin,
+            "PATCH",
+            "/api/upstreams/web",
+            None,
+            r#"{"algorithm": "fastest"}"#,
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+
+        let outcomes = load.await.unwrap();
+        assert_eq!(outcomes.len(), sent);
+        let failed: Vec<_> = outcomes.iter().filter(|o| o.status != Some(200)).collect();
+        assert!(
+            failed.is_empty(),
+            "{} of {sent} failed: {:?}",
+            failed.len(),
+            &failed[..failed.len().min(3)]
+        );
+        let by: std::collections::HashMap<String, usize> =
+            outcomes.iter().fold(Default::default(), |mut m, o| {
+                *m.entry(o.backend.clone().unwrap_or_default()).or_default() += 1;
+                m
+            });
+        assert!(by.contains_key("c"), "the added backend served: {by:?}");
+        // Nothing reached a after it was removed.
+        assert_eq!(a.requests(), served_by_a);
+        assert!(fulcrum.terminate().success());
+    });
+}

@@ -26,6 +26,22 @@ use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 
 use crate::View;
 
+/// The dashboard (`GET /`): one page, our own, that polls `/api/upstreams`.
+const DASHBOARD: &str = include_str!("../assets/dashboard.html");
+
+/// The charting library the dashboard draws with: uPlot 1.6.32 (MIT, its LICENSE beside it),
+/// served from the binary so the page works without a network.
+const UPLOT_JS: &str = include_str!("../assets/vendor/uplot-1.6.32/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../assets/vendor/uplot-1.6.32/uPlot.min.css");
+
+fn asset(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "uPlot.iife.min.js" => Some(("text/javascript; charset=utf-8", UPLOT_JS)),
+        "uPlot.min.css" => Some(("text/css; charset=utf-8", UPLOT_CSS)),
+        _ => None,
+    }
+}
+
 /// The largest request body the API reads.
 const MAX_BODY: usize = 64 * 1024;
 
@@ -113,6 +129,15 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
         return r;
     }
     match segments.as_slice() {
+        [""] => match reading {
+            true => respond(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
+            false => method_not_allowed("GET, HEAD"),
+        },
+        ["assets", name] => match (reading, asset(name)) {
+            (true, Some((content_type, body))) => respond(StatusCode::OK, content_type, body),
+            (false, Some(_)) => method_not_allowed("GET, HEAD"),
+            (_, None) => error(StatusCode::NOT_FOUND, format!("no asset {name:?}")),
+        },
         ["metrics"] => match reading {
             true => respond(
                 StatusCode::OK,
@@ -179,7 +204,7 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
         _ => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no such resource {path:?}: the admin listener serves /metrics, /api/reload, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
+                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/reload, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
     }

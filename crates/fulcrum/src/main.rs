@@ -485,6 +485,23 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             reload_requests,
             stopped.clone(),
         ));
+        // SIGUSR1 reopens the access log's file, as nginx's does (logrotate's postrotate).
+        let mut usr1 =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .context("installing a SIGUSR1 handler")?;
+        let reopen = handle.clone();
+        let mut stop_reopen = stopped.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = usr1.recv() => {
+                        tracing::info!("SIGUSR1 received: reopening the access log");
+                        reopen.reopen_logs();
+                    }
+                    _ = stop_reopen.changed() => return,
+                }
+            }
+        });
         if let Some(admin) = admin {
             tracing::info!(listen = %admin.local_addr()?, "admin listener");
             let mut stop = stopped.clone();

@@ -530,3 +530,98 @@ fn backends_added_and_removed_under_load_lose_no_request() {
         assert!(fulcrum.terminate().success());
     });
 }
+
+/// The page headless Chromium renders from `url` after `budget` of (virtual) time: its DOM.
+fn rendered(url: &str, budget: Duration) -> String {
+    let profile = common::TempDir::new("admin", "chromium");
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("chromium")
+        // No sandbox: it needs user namespaces containers often lack; the page is ours, on
+        // loopback.
+        .args(["--headless", "--no-sandbox", "--disable-gpu"])
+        .arg(format!("--user-data-dir={}", profile.path()))
+        .arg(format!("--virtual-time-budget={}", budget.as_millis()))
+        .args(["--dump-dom", url])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium: {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of `data-NAME` on the dashboard's status line.
+fn status_data(dom: &str, name: &str) -> u64 {
+    let status = dom
+        .split("id=\"status\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status line in\n{dom}"));
+    let key = format!("data-{name}=\"");
+    let at = status
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+        + key.len();
+    status[at..].split('"').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_dashboard_renders_live_numbers_in_chromium() {
+    if !installed("chromium") {
+        eprintln!("chromium is not installed: `.ci/run` and scripts/test install it");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let b = Backend::start("b", loopback).await.unwrap();
+        let config = config(
+            "admin-dashboard.toml",
+            &[a.addr(), b.addr()],
+            "listen = \"127.0.0.1:0\"",
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let proxy = fulcrum.addr_of("web");
+        // Requests flow while the page is open, so its numbers change.
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let load = tokio::spawn(async move {
+            let mut client = Client::new(proxy);
+            let mut n = 0u32;
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => return n,
+                    reply = client.get("/?delay_ms=2") => {
+                        assert_eq!(reply.unwrap().status, 200);
+                        n += 1;
+                    }
+                }
+            }
+        });
+        let url = format!("http://{admin}/");
+        let dom = tokio::task::spawn_blocking(move || rendered(&url, Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let _ = stop.send(true);
+        let sent = load.await.unwrap();
+        assert!(sent > 0);
+        // The page fetched the API several times, and the totals it showed grew.
+        let updates = status_data(&dom, "updates");
+        assert!(updates >= 3, "{updates} updates");
+        let (first, last) = (
+            status_data(&dom, "first-total"),
+            status_data(&dom, "last-total"),
+        );
+        assert!(
+            last > first,
+            "the requests shown went from {first} to {last}"
+        );
+        for addr in [a.addr(), b.addr()] {
+            assert!(dom.contains(&addr.to_string()), "{addr} in the table");
+        }
+        assert!(dom.contains("weighted_round_robin"));
+        // The charts were drawn (uPlot makes a canvas for each).
+        assert!(dom.matches("<canvas").count() >= 2, "two charts");
+        assert!(fulcrum.terminate().success());
+    });
+}

@@ -305,37 +305,41 @@ fn every_answer_is_in_the_access_log_with_the_backends_tried_and_the_clients_fat
             .unwrap();
     }
 
+    // nginx's combined format on stderr (the default), fulcrum's fields after it.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut entries: Vec<String> = Vec::new();
     while entries.len() < 4 {
         let line = fulcrum.next_line(deadline);
-        if line.contains("fulcrum::access") {
+        if line.starts_with("127.0.0.1 - - [") {
             entries.push(line);
         }
     }
     let entry = |path: &str| {
         entries
             .iter()
-            .find(|l| l.contains(&format!("path={path} ")))
+            .find(|l| l.contains(&format!("\"GET {path}")))
             .unwrap_or_else(|| panic!("no access log entry for {path}: {entries:#?}"))
     };
-    assert!(entry("/no-host").contains("status=400"), "{entries:#?}");
-    assert!(entry("/v2").contains("status=505"), "{entries:#?}");
+    assert!(
+        entry("/no-host").contains("\"GET /no-host\" 400 "),
+        "{entries:#?}"
+    );
+    assert!(entry("/v2").contains("\"GET /v2\" 505 "), "{entries:#?}");
     let slow = entry("/slow");
     assert!(
-        slow.contains("status=504") && slow.contains("fate=no_answer"),
+        slow.contains("\" 504 ") && slow.ends_with("upstream=web fate=no_answer"),
         "{slow}"
     );
     assert!(
-        slow.contains(&format!("backends={refusing},{silent} ")),
+        slow.contains(&format!(" ua=\"{refusing},{silent}\" ")),
         "both backends tried, in order: {slow}"
     );
     let gone = entry("/gone");
     assert!(
-        gone.contains("status=499") && gone.contains("fate=client_gone"),
+        gone.contains("\" 499 0 ") && gone.ends_with("fate=client_gone"),
         "{gone}"
     );
-    assert!(gone.contains(&format!("backends={silent} ")), "{gone}");
+    assert!(gone.contains(&format!(" ua=\"{silent}\" ")), "{gone}");
 }
 
 /// Runs `fulcrum run` under a hard open-files limit of `limit` (as `ulimit -n` sets it).
@@ -1325,4 +1329,75 @@ fn lab_backend_refuses_bad_flags_and_dies_after_n_requests_by_itself() {
     assert!(status.success(), "{status}: {log}");
     assert!(log.contains("died after --die-after requests"), "{log}");
     assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+#[test]
+fn the_access_log_goes_to_a_file_as_json_and_sigusr1_reopens_it() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let a = Backend::start("a", "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = common::TempDir::new("cli", "access-log");
+        let log = std::path::Path::new(dir.path()).join("access.log");
+        let config = TempFile::new(
+            "access-file.toml",
+            &format!(
+                "workers = 1\naccess_log = \"{}\"\naccess_log_format = \"json\"\n\n\
+                 [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+                 [[upstream]]\nname = \"web\"\n{}",
+                log.display(),
+                backend_block(&[(a.addr(), 1)])
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let mut client = Client::new(fulcrum.addr_of("web"));
+        let lines_in = |path: &std::path::Path, n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let lines: Vec<serde_json::Value> = text
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                    .collect();
+                if lines.len() >= n {
+                    return lines;
+                }
+                assert!(Instant::now() < deadline, "{n} lines in {path:?}: {text}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        for _ in 0..3 {
+            assert_eq!(client.get("/one").await.unwrap().status, 200);
+        }
+        let lines = lines_in(&log, 3);
+        assert_eq!(lines[0]["target"], "/one");
+        assert_eq!(lines[0]["status"], 200);
+        assert_eq!(lines[0]["body_bytes"], 1, "the body \"a\"");
+        assert_eq!(lines[0]["backends"][0], a.addr().to_string());
+        assert_eq!(lines[0]["fate"], "answered");
+        // logrotate moves the file and sends SIGUSR1: the next lines go to a new file.
+        let rotated = std::path::Path::new(dir.path()).join("access.log.1");
+        std::fs::rename(&log, &rotated).unwrap();
+        let status = Command::new("kill")
+            .args(["-USR1", &fulcrum.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !fulcrum
+            .next_line(deadline)
+            .contains("reopening the access log")
+        {}
+        assert_eq!(client.get("/two").await.unwrap().status, 200);
+        let lines = lines_in(&log, 1);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["target"], "/two");
+        assert_eq!(
+            lines_in(&rotated, 3).len(),
+            3,
+            "the rotated file keeps its lines"
+        );
+        assert!(fulcrum.terminate().success());
+    });
 }

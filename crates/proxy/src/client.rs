@@ -14,11 +14,10 @@
 //!    backends tried, the status (499 when the client left first) and the time spent on
 //!    backends.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use balance::{Affinity, Replay};
 use tokio::io::AsyncWriteExt as _;
@@ -26,6 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
+use crate::access_log::{self, AccessLog};
 use crate::buffer::Buffer;
 use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
@@ -39,7 +39,7 @@ use crate::upstream::{Upstream, WorkerPools};
 pub(crate) struct ListenerContext {
     pub(crate) settings: ListenerSettings,
     pub(crate) upstream: Arc<Upstream>,
-    pub(crate) access_log: bool,
+    pub(crate) access_log: Option<AccessLog>,
 }
 
 /// A listener as one worker serves it: the shared context and the worker's own connections to
@@ -171,55 +171,47 @@ fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
 /// What the access log says of a request, taken before its bytes leave the read buffer.
 #[derive(Debug)]
 struct LogEntry {
-    method: String,
-    target: String,
-    started: Instant,
+    time: SystemTime,
+    method: Vec<u8>,
+    target: Vec<u8>,
+    protocol: &'static [u8],
+    referer: Vec<u8>,
+    user_agent: Vec<u8>,
 }
 
 impl LogEntry {
-    fn of(raw: &[u8], req: &RequestHead, started: Instant) -> LogEntry {
+    fn of(raw: &[u8], req: &RequestHead) -> LogEntry {
         LogEntry {
-            method: String::from_utf8_lossy(&raw[req.method.clone()]).into_owned(),
-            target: String::from_utf8_lossy(&raw[req.target.clone()]).into_owned(),
-            started,
+            time: SystemTime::now(),
+            method: raw[req.method.clone()].to_vec(),
+            target: raw[req.target.clone()].to_vec(),
+            protocol: if req.http11 { b"HTTP/1.1" } else { b"HTTP/1.0" },
+            referer: raw[req.referer.clone()].to_vec(),
+            user_agent: raw[req.user_agent.clone()].to_vec(),
         }
     }
 
     /// For a head refused before it could be parsed: the first two words of its first line,
     /// as far as they go.
-    fn of_refused(raw: &[u8], started: Instant) -> LogEntry {
+    fn of_refused(raw: &[u8]) -> LogEntry {
         let line = raw
             .split(|&b| b == b'\r' || b == b'\n')
             .next()
             .unwrap_or(&[]);
         let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
         let mut word = |limit: usize| match words.next() {
-            Some(w) => String::from_utf8_lossy(&w[..w.len().min(limit)]).into_owned(),
-            None => "-".to_owned(),
+            Some(w) => w[..w.len().min(limit)].to_vec(),
+            None => Vec::new(),
         };
         LogEntry {
+            time: SystemTime::now(),
             method: word(32),
             target: word(256),
-            started,
+            // What the line said may be anything; the log does not repeat it.
+            protocol: b"",
+            referer: Vec::new(),
+            user_agent: Vec::new(),
         }
-    }
-}
-
-/// The backends tried, as the access log writes them: `a,b`, or `-`.
-struct Tried<'a>(&'a [SocketAddr]);
-
-impl fmt::Display for Tried<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_str("-");
-        }
-        for (i, addr) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{addr}")?;
-        }
-        Ok(())
     }
 }
 
@@ -235,8 +227,9 @@ impl ClientConn {
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
                     let now = Instant::now();
-                    let entry = self.log_entry(|raw| LogEntry::of_refused(raw, now));
-                    self.log(entry, now, reject.status, &[], None, "refused");
+                    let entry = self.log_entry(LogEntry::of_refused);
+                    let bytes = reject.text.len() as u64;
+                    self.log(entry, now, reject.status, bytes, &[], None, "refused");
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -251,6 +244,7 @@ impl ClientConn {
         self.listener
             .ctx
             .access_log
+            .is_some()
             .then(|| make(self.inbuf.filled()))
     }
 
@@ -308,7 +302,7 @@ impl ClientConn {
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
-        let entry = self.log_entry(|raw| LogEntry::of(raw, &req, started));
+        let entry = self.log_entry(|raw| LogEntry::of(raw, &req));
         let upstream = Arc::clone(&self.listener.ctx.upstream);
         let upstream_settings = upstream.settings();
         if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
@@ -325,12 +319,13 @@ impl ClientConn {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                self.log(entry, started, reject.status, &[], None, "refused");
+                let bytes = reject.text.len() as u64;
+                self.log(entry, started, reject.status, bytes, &[], None, "refused");
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {
                 // The client left in the middle of its body.
-                self.log(entry, started, CLIENT_CLOSED, &[], None, "client_gone");
+                self.log(entry, started, CLIENT_CLOSED, 0, &[], None, "client_gone");
                 return Next::Close;
             }
         };
@@ -403,23 +398,29 @@ impl ClientConn {
             Ending::ClientGone => "client_gone",
             Ending::NoAnswer(_) => "no_answer",
         };
-        let (status, next) = match ending {
-            Ending::Answered { status, keep_alive } => {
+        let (status, next, body_bytes) = match ending {
+            Ending::Answered {
+                status,
+                keep_alive,
+                body_bytes,
+            } => {
                 let next = if keep_alive {
                     Next::KeepOpen
                 } else {
                     Next::Linger
                 };
-                (status, next)
+                (status, next, body_bytes)
             }
-            Ending::CutShort { status, .. } => {
+            Ending::CutShort {
+                status, body_bytes, ..
+            } => {
                 // A reset rather than a clean end of stream, whoever cut it short: a body
                 // delimited by the close must not look complete (a client that only
                 // half-closed would still read it).
                 let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
-                (status, Next::Close)
+                (status, Next::Close, body_bytes)
             }
-            Ending::ClientGone => (CLIENT_CLOSED, Next::Close),
+            Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
             Ending::NoAnswer(fault) => {
                 let reject = forward::failure_reject(fault);
                 let keep_alive =
@@ -435,10 +436,19 @@ impl ClientConn {
                     Ok(()) => Next::Linger,
                     Err(_) => Next::Close,
                 };
-                (reject.status, next)
+                let body = if client.is_head { 0 } else { reject.text.len() };
+                (reject.status, next, body as u64)
             }
         };
-        self.log(entry, started, status, &tried, upstream_time, fate);
+        self.log(
+            entry,
+            started,
+            status,
+            body_bytes,
+            &tried,
+            upstream_time,
+            fate,
+        );
         self.scratch.tried = tried;
         next
     }
@@ -448,11 +458,13 @@ impl ClientConn {
     /// backend), `no_answer` (our own 5xx after the backends tried), `client_gone` (499),
     /// `cut_short_by_backend` or `cut_short_by_client` (the status is the backend's, but the
     /// body did not reach the client whole).
+    #[allow(clippy::too_many_arguments)]
     fn log(
         &self,
         entry: Option<LogEntry>,
         started: Instant,
         status: u16,
+        body_bytes: u64,
         tried: &[SocketAddr],
         upstream_time: Option<Duration>,
         fate: &'static str,
@@ -463,27 +475,29 @@ impl ClientConn {
             "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
             _ => None,
         };
-        self.listener.stats.answered(
-            upstream.shared_name(),
-            answered_by.copied(),
-            status,
-            started.elapsed(),
-        );
-        let Some(entry) = entry else {
+        let took = started.elapsed();
+        self.listener
+            .stats
+            .answered(upstream.shared_name(), answered_by.copied(), status, took);
+        let (Some(entry), Some(log)) = (entry, &self.listener.ctx.access_log) else {
             return;
         };
-        tracing::info!(
-            target: "fulcrum::access",
-            client = %self.peer.ip(),
-            method = %entry.method,
-            path = %entry.target,
-            upstream = %upstream.name(),
-            backends = %Tried(tried),
+        log.log(&access_log::Entry {
+            client: self.peer.ip(),
+            time: entry.time,
+            method: &entry.method,
+            target: &entry.target,
+            protocol: entry.protocol,
             status,
-            fate = %fate,
-            upstream_us = upstream_time.map_or(0, |t| t.as_micros() as u64),
-            duration_us = entry.started.elapsed().as_micros() as u64,
-        );
+            body_bytes,
+            referer: &entry.referer,
+            user_agent: &entry.user_agent,
+            request_time: took,
+            upstream_time,
+            backends: tried,
+            upstream: upstream.name(),
+            fate,
+        });
     }
 
     /// Reads the request body.
@@ -626,10 +640,10 @@ mod tests {
 
     #[test]
     fn a_refused_head_is_logged_by_its_first_words() {
-        let now = Instant::now();
-        let e = LogEntry::of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n", now);
-        assert_eq!((e.method.as_str(), e.target.as_str()), ("GET", "/x"));
-        let e = LogEntry::of_refused(b"\r\n", now);
-        assert_eq!((e.method.as_str(), e.target.as_str()), ("-", "-"));
+        let e = LogEntry::of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n");
+        assert_eq!((&e.method[..], &e.target[..]), (&b"GET"[..], &b"/x"[..]));
+        // Nothing readable: empty, which the log writes as "-".
+        let e = LogEntry::of_refused(b"\r\n");
+        assert!(e.method.is_empty() && e.target.is_empty());
     }
 }

@@ -182,13 +182,17 @@ pub(crate) struct ClientEnd<'a> {
     pub(crate) dechunked: &'a mut Vec<u8>,
     /// See [`Request::watch_client`].
     pub(crate) watch: bool,
+    /// Bytes written to the client so far, head included.
+    pub(crate) sent: u64,
 }
 
 impl ClientEnd<'_> {
     async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
         send(self.stream, a, b, self.send_timeout)
             .await
-            .map_err(|_| Relay::Client)
+            .map_err(|_| Relay::Client)?;
+        self.sent += (a.len() + b.len()) as u64;
+        Ok(())
     }
 }
 

@@ -58,10 +58,19 @@ pub(crate) struct Forward<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ending {
     /// The whole response reached the client.
-    Answered { status: u16, keep_alive: bool },
+    Answered {
+        status: u16,
+        keep_alive: bool,
+        /// Bytes of the body sent (nginx's `$body_bytes_sent`).
+        body_bytes: u64,
+    },
     /// A response was started but could not be finished: close the client connection (with a
     /// reset if the backend failed, so a close-delimited body cannot look complete).
-    CutShort { status: u16, backend_failed: bool },
+    CutShort {
+        status: u16,
+        backend_failed: bool,
+        body_bytes: u64,
+    },
     /// The client closed its connection before the response began (logged as 499, nginx's
     /// code for it).
     ClientGone,
@@ -149,6 +158,7 @@ pub(crate) async fn forward(
                         send_timeout: f.send_timeout,
                         dechunked: &mut scratch.dechunked,
                         watch: f.watch_client,
+                        sent: 0,
                     };
                     let status = response.status;
                     let relayed = exchange::relay(
@@ -160,6 +170,8 @@ pub(crate) async fn forward(
                         read_timeout,
                     )
                     .await;
+                    // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
+                    let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
                     return match relayed {
                         Ok(()) => {
                             attempt.complete(Outcome::Success);
@@ -169,6 +181,7 @@ pub(crate) async fn forward(
                             Ending::Answered {
                                 status,
                                 keep_alive: response.client_keep_alive,
+                                body_bytes,
                             }
                         }
                         Err(Relay::Backend(why)) => {
@@ -182,6 +195,7 @@ pub(crate) async fn forward(
                             Ending::CutShort {
                                 status,
                                 backend_failed: true,
+                                body_bytes,
                             }
                         }
                         Err(Relay::Client) => {
@@ -189,6 +203,7 @@ pub(crate) async fn forward(
                             Ending::CutShort {
                                 status,
                                 backend_failed: false,
+                                body_bytes,
                             }
                         }
                     };

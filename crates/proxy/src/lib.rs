@@ -8,6 +8,8 @@
 //! * [`server`]: [`Proxy`] binds the listeners and runs `workers` threads, each with its own
 //!   single-threaded runtime accepting on every listener (nginx's worker layout); accepts
 //!   connections up to `max_connections` and shuts down gracefully.
+//! * [`access_log`]: one line per request, nginx's `combined` or JSON, written by a thread of
+//!   its own to stderr or a file (reopened on SIGUSR1); a worker never waits for it.
 //! * `client`: one client connection: request heads read and checked, bodies buffered, one
 //!   access log line per request we answer.
 //! * `forward`: a request's attempts over the upstream's backends, as the retry-and-blame
@@ -32,6 +34,7 @@
 //! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
 
+pub mod access_log;
 mod buffer;
 mod client;
 mod connections;

@@ -158,7 +158,7 @@ mod tests {
             workers: 2,
             listeners,
             upstreams: vec![upstream],
-            access_log: false,
+            access_log: None,
             shutdown_timeout: std::time::Duration::from_secs(1),
         }
     }

@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::access_log::{AccessLog, AccessLogSettings, Destination};
 use crate::client::{self, ListenerContext, WorkerListener};
 use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::ListenerSettings;
@@ -52,6 +53,13 @@ pub enum StartError {
     )]
     Bind {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot open the access log {destination:?}: {source} (check the directory exists and fulcrum may write there)"
+    )]
+    AccessLog {
+        destination: Destination,
         source: std::io::Error,
     },
     #[error("listener {listen} names upstream \"{upstream}\", which is not defined")]
@@ -163,6 +171,7 @@ struct Registry {
     /// By name.
     upstreams: Vec<Arc<Upstream>>,
     listeners: Vec<LiveListener>,
+    access_log: Option<AccessLog>,
 }
 
 /// A listener as reloads see it.
@@ -203,7 +212,7 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 fn bind_listener(
     settings: ListenerSettings,
     upstream: Arc<Upstream>,
-    access_log: bool,
+    access_log: Option<AccessLog>,
     workers: usize,
 ) -> Result<(Listener, LiveListener), StartError> {
     let configured = settings.listen;
@@ -290,6 +299,7 @@ impl Proxy {
             .map(|u| Arc::new(Upstream::new(u.clone())))
             .collect();
         upstreams.sort_by(|a, b| a.name().cmp(b.name()));
+        let access_log = open_access_log(settings.access_log.as_ref())?;
         let mut initial = Vec::new();
         let mut live = Vec::new();
         for l in settings.listeners {
@@ -298,7 +308,7 @@ impl Proxy {
                     listen: l.listen,
                     upstream: l.upstream.clone(),
                 })?;
-            let (listener, entry) = bind_listener(l, upstream, settings.access_log, workers)?;
+            let (listener, entry) = bind_listener(l, upstream, access_log.clone(), workers)?;
             initial.push(listener);
             live.push(entry);
         }
@@ -310,6 +320,7 @@ impl Proxy {
                 registry: std::sync::Mutex::new(Registry {
                     upstreams,
                     listeners: live,
+                    access_log,
                 }),
                 reloading: tokio::sync::Mutex::new(()),
                 commands: std::sync::Mutex::new(Vec::new()),
@@ -401,6 +412,18 @@ impl Proxy {
     }
 }
 
+/// The access log `settings` ask for, opened (a file is created if missing).
+fn open_access_log(settings: Option<&AccessLogSettings>) -> Result<Option<AccessLog>, StartError> {
+    settings
+        .map(|s| {
+            AccessLog::open(s.clone()).map_err(|source| StartError::AccessLog {
+                destination: s.destination.clone(),
+                source,
+            })
+        })
+        .transpose()
+}
+
 fn find(upstreams: &[Arc<Upstream>], name: &str) -> Option<Arc<Upstream>> {
     upstreams.iter().find(|u| u.name() == name).cloned()
 }
@@ -442,6 +465,13 @@ impl ProxyHandle {
     /// What the workers count.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.live.metrics)
+    }
+
+    /// Reopens the access log's file (SIGUSR1, after logrotate moved it).
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.live.registry().access_log {
+            log.reopen();
+        }
     }
 
     /// Each listener's address and the client connections it is serving now.
@@ -489,12 +519,22 @@ impl ProxyHandle {
             ));
         }
         // Which listeners stay: matched by configured address, in order.
-        let (old_listeners, old_upstreams): (Vec<SocketAddr>, Vec<Arc<Upstream>>) = {
+        let (old_listeners, old_upstreams, old_log) = {
             let r = live.registry();
             (
-                r.listeners.iter().map(|l| l.configured).collect(),
+                r.listeners
+                    .iter()
+                    .map(|l| l.configured)
+                    .collect::<Vec<SocketAddr>>(),
                 r.upstreams.clone(),
+                r.access_log.clone(),
             )
+        };
+        // The access log: the running one if unchanged, else a new one (a file that cannot be
+        // opened stops the reload before anything changes).
+        let access_log = match (&old_log, &settings.access_log) {
+            (Some(old), Some(new)) if old.settings() == new => Some(old.clone()),
+            _ => open_access_log(settings.access_log.as_ref())?,
         };
         let mut taken = vec![false; old_listeners.len()];
         let matches: Vec<Option<usize>> = settings
@@ -536,7 +576,7 @@ impl ProxyHandle {
             bound.push(bind_listener(
                 l.clone(),
                 upstream,
-                settings.access_log,
+                access_log.clone(),
                 live.workers,
             )?);
         }
@@ -573,9 +613,14 @@ impl ProxyHandle {
             match matched.and_then(|i| old_entries[i].take()) {
                 Some(mut entry) => {
                     let current = entry.ctx.borrow().clone();
+                    let same_log = match (&current.access_log, &access_log) {
+                        (Some(a), Some(b)) => a.settings() == b.settings(),
+                        (None, None) => true,
+                        _ => false,
+                    };
                     let changed = !Arc::ptr_eq(&current.upstream, &upstream)
                         || current.settings != l
-                        || current.access_log != settings.access_log;
+                        || !same_log;
                     let permits = l.connection_limit();
                     if permits > entry.permits {
                         entry.limit.add_permits(permits - entry.permits);
@@ -590,7 +635,7 @@ impl ProxyHandle {
                         let _ = entry.ctx.send(Arc::new(ListenerContext {
                             settings: l,
                             upstream,
-                            access_log: settings.access_log,
+                            access_log: access_log.clone(),
                         }));
                     }
                     listeners.push(entry);
@@ -610,6 +655,7 @@ impl ProxyHandle {
         }
         registry.listeners = listeners;
         registry.upstreams = upstreams;
+        registry.access_log = access_log;
         drop(registry);
         let commands = live
             .commands

@@ -15,8 +15,8 @@ pub struct ProxySettings {
     pub workers: usize,
     pub listeners: Vec<ListenerSettings>,
     pub upstreams: Vec<UpstreamSettings>,
-    /// Log one line per request (target `fulcrum::access`).
-    pub access_log: bool,
+    /// One line per request finished, where and how ([`crate::access_log`]); `None`: none.
+    pub access_log: Option<crate::access_log::AccessLogSettings>,
     /// How long shutdown waits for requests in flight before closing their connections.
     pub shutdown_timeout: Duration,
 }

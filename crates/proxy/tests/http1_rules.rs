@@ -59,7 +59,7 @@ fn settings(backend: SocketAddr) -> ProxySettings {
             Algorithm::RoundRobin,
             vec![backend],
         )],
-        access_log: false,
+        access_log: None,
         shutdown_timeout: DEADLINE,
     }
 }

@@ -303,7 +303,7 @@ async fn compare(label: &str, peers: &[Peer]) {
             Algorithm::IpHash,
             backend_settings,
         )],
-        access_log: false,
+        access_log: None,
         shutdown_timeout: Duration::from_secs(1),
     };
     let fulcrum = Proxy::bind(settings).await.expect("bind fulcrum");

@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use toml::Spanned;
-use toml::de::DeTable;
+use toml::de::{DeTable, DeValue};
+
+use proxy::access_log::{Destination, Format};
 
 use super::admin::{self, Admin};
 use super::duration::Zero;
@@ -21,6 +23,7 @@ pub(super) const SECTION: Section = Section {
     keys: &[
         "workers",
         "access_log",
+        "access_log_format",
         "shutdown_timeout",
         "listener",
         "upstream",
@@ -39,7 +42,9 @@ pub(super) const MAX_WORKERS: i64 = 1024;
 pub(super) struct File {
     /// `None`: one per core (see `settings`).
     pub workers: Option<usize>,
-    pub access_log: Option<bool>,
+    /// `None`: to stderr, the default.
+    pub access_log: Option<Option<Destination>>,
+    pub access_log_format: Option<Format>,
     pub shutdown_timeout: Option<Duration>,
     pub listeners: Vec<Listener>,
     pub upstreams: Vec<Upstream>,
@@ -56,7 +61,21 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         1..=MAX_WORKERS,
         " (or leave it out: one per core)",
     );
-    let access_log = top.flag(r, "access_log");
+    let access_log = access_log(r, &top);
+    let access_log_format = top
+        .text(r, "access_log_format", "a format", "combined")
+        .and_then(|f| match *f.get_ref() {
+            "combined" => Some(Format::Combined),
+            "json" => Some(Format::Json),
+            other => {
+                r.error(
+                    f.span(),
+                    "access_log_format",
+                    format!("\"{other}\" is not a format: write \"combined\" (nginx's, with fulcrum's fields after it) or \"json\" (one object a line)"),
+                );
+                None
+            }
+        });
     // 0: close what is open at once, without a grace period.
     let shutdown_timeout = top.duration(r, "shutdown_timeout", Zero::Allowed);
 
@@ -137,6 +156,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     File {
         workers,
         access_log,
+        access_log_format,
         shutdown_timeout,
         listeners,
         upstreams,
@@ -144,9 +164,34 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     }
 }
 
+/// `access_log`: `true` (stderr, the default), `false` (none), `"stderr"`, or a file's path.
+fn access_log(r: &mut Report<'_>, top: &Table<'_>) -> Option<Option<Destination>> {
+    let value = top.value("access_log")?;
+    match value.get_ref() {
+        DeValue::Boolean(true) => Some(Some(Destination::Stderr)),
+        DeValue::Boolean(false) => Some(None),
+        DeValue::String(s) if s.as_ref() == "stderr" => Some(Some(Destination::Stderr)),
+        DeValue::String(s) if !s.trim().is_empty() => Some(Some(Destination::File(
+            std::path::PathBuf::from(s.as_ref()),
+        ))),
+        other => {
+            r.error(
+                value.span(),
+                "access_log",
+                format!(
+                    "expected true, false, \"stderr\" or a file's path such as \"/var/log/fulcrum/access.log\", not {}",
+                    super::table::found(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::testing::*;
+    use proxy::access_log::{Destination, Format};
 
     /// Defect 1 of issue 10: `workers` had no upper bound (a huge value made the proxy try to
     /// allocate a socket list that size).
@@ -175,10 +220,29 @@ mod tests {
             "workers = 2",
             "workers = 2\naccess_log = false\nshutdown_timeout = \"0s\"",
         ));
-        assert!(!c.proxy.access_log);
+        assert!(c.proxy.access_log.is_none());
         assert_eq!(c.proxy.shutdown_timeout, std::time::Duration::ZERO);
         let c = ok(GOOD);
-        assert!(c.proxy.access_log);
+        let log = c.proxy.access_log.unwrap();
+        assert_eq!(log.destination, Destination::Stderr);
+        assert_eq!(log.format, Format::Combined);
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\naccess_log = \"/var/log/fulcrum/access.log\"\naccess_log_format = \"json\"",
+        ));
+        let log = c.proxy.access_log.unwrap();
+        assert_eq!(
+            log.destination,
+            Destination::File("/var/log/fulcrum/access.log".into())
+        );
+        assert_eq!(log.format, Format::Json);
+        let e = refused(&GOOD.replace("workers = 2", "access_log = 3"));
+        assert!(
+            e.contains("access_log: expected true, false, \"stderr\" or a file's path"),
+            "{e}"
+        );
+        let e = refused(&GOOD.replace("workers = 2", "access_log_format = \"common\""));
+        assert!(e.contains("\"common\" is not a format"), "{e}");
         assert_eq!(c.proxy.shutdown_timeout, std::time::Duration::from_secs(10));
         let e = refused(&GOOD.replace("workers = 2", "shutdown_timeout = \"2y\""));
         assert!(

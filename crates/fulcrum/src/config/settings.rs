@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use proxy::access_log::{AccessLogSettings, Destination};
 use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
 
 use super::file::{File, MAX_WORKERS};
@@ -22,7 +23,13 @@ pub(super) fn proxy(file: File) -> ProxySettings {
             .unwrap_or_else(|| cores.min(MAX_WORKERS as usize)),
         listeners: file.listeners.into_iter().map(listener).collect(),
         upstreams: file.upstreams.into_iter().map(upstream).collect(),
-        access_log: file.access_log.unwrap_or(true),
+        access_log: file
+            .access_log
+            .unwrap_or(Some(Destination::Stderr))
+            .map(|destination| AccessLogSettings {
+                destination,
+                format: file.access_log_format.unwrap_or_default(),
+            }),
         shutdown_timeout: file.shutdown_timeout.unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
     }
 }

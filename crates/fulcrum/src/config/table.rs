@@ -565,8 +565,12 @@ mod tests {
 
     #[test]
     fn keys_of_later_work_are_not_yet_supported() {
-        let e = refused(&format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:9900\"\n"));
-        assert!(e.contains("admin: `admin` is not supported yet"), "{e}");
+        let e = refused(&GOOD.replacen(
+            "upstream = \"web\"\n",
+            "upstream = \"web\"\nhttp2 = true\n",
+            1,
+        ));
+        assert!(e.contains("`http2` is not supported yet"), "{e}");
     }
 
     const KEYS: &[&str] = &[

@@ -102,6 +102,9 @@ pub(crate) struct RequestHead {
     /// Where the method and the request target are in the input (for the access log).
     pub(crate) method: Range<usize>,
     pub(crate) target: Range<usize>,
+    /// Where the `Referer` and `User-Agent` values are (for the access log); empty if absent.
+    pub(crate) referer: Range<usize>,
+    pub(crate) user_agent: Range<usize>,
     /// Where the hash key asked for in [`Limits::key`] is in the input; empty when the request
     /// has no such header or cookie.
     pub(crate) key: Range<usize>,
@@ -258,6 +261,14 @@ pub(crate) fn parse_request(
         has_host: host.is_some(),
         method: range_in(buf, method),
         target: range_in(buf, target),
+        referer: headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("referer"))
+            .map_or(0..0, |h| bytes_in(buf, h.value)),
+        user_agent: headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("user-agent"))
+            .map_or(0..0, |h| bytes_in(buf, h.value)),
         key: match limits.key {
             None | Some(HashKey::ClientIp) => 0..0,
             Some(HashKey::Uri) => range_in(buf, parsed_target.as_sent()),

@@ -38,7 +38,7 @@ pub fn settings(upstream: UpstreamSettings) -> ProxySettings {
         workers: 2,
         listeners: vec![ListenerSettings::new(localhost(), upstream.name.clone())],
         upstreams: vec![upstream],
-        access_log: false,
+        access_log: None,
         shutdown_timeout: DEADLINE,
     }
 }

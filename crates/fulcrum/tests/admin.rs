@@ -625,3 +625,276 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
         assert!(fulcrum.terminate().success());
     });
 }
+
+/// `docs/openapi.json`, and the answers checked against it.
+struct OpenApi {
+    doc: Value,
+    /// (path template, method) of every answer checked.
+    seen: std::collections::BTreeSet<(String, String)>,
+}
+
+impl OpenApi {
+    fn load() -> OpenApi {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        OpenApi {
+            doc: serde_json::from_str(&text).unwrap(),
+            seen: Default::default(),
+        }
+    }
+
+    fn resolve<'a>(&'a self, v: &'a Value) -> &'a Value {
+        match v["$ref"].as_str() {
+            Some(r) => self
+                .doc
+                .pointer(r.trim_start_matches('#'))
+                .unwrap_or_else(|| panic!("{r} is not in the document")),
+            None => v,
+        }
+    }
+
+    /// Checks that `template`'s `method` documents `status`, and that `body` is what its schema
+    /// says (JSON Schema 2020-12, as OpenAPI 3.1's).
+    fn check(&mut self, template: &str, method: &str, status: u16, body: &str) {
+        let op = &self.doc["paths"][template][method];
+        assert!(
+            op.is_object(),
+            "{method} {template} is not in docs/openapi.json"
+        );
+        let response = self.resolve(&op["responses"][status.to_string()]);
+        assert!(
+            response.is_object(),
+            "{method} {template} answered {status}, which docs/openapi.json does not list: {body}"
+        );
+        match response["content"]["application/json"]["schema"].as_object() {
+            Some(schema) => {
+                let mut root = self.doc.clone();
+                root["$ref"] = schema["$ref"].clone();
+                let validator = jsonschema::validator_for(&root).unwrap();
+                let instance: Value = serde_json::from_str(body).unwrap_or_else(|e| {
+                    panic!("{method} {template} {status}: not JSON ({e}): {body}")
+                });
+                let errors: Vec<String> = validator
+                    .iter_errors(&instance)
+                    .map(|e| format!("{} at {}", e, e.instance_path()))
+                    .collect();
+                assert!(
+                    errors.is_empty(),
+                    "{method} {template} {status} breaks docs/openapi.json: {errors:#?}\n{body}"
+                );
+            }
+            None => assert!(
+                body.is_empty() || !body.trim_start().starts_with('{'),
+                "{method} {template} {status}: a JSON body where none is documented: {body}"
+            ),
+        }
+        self.seen.insert((template.to_owned(), method.to_owned()));
+    }
+
+    /// Every (path, method) the document lists.
+    fn operations(&self) -> std::collections::BTreeSet<(String, String)> {
+        let mut all = std::collections::BTreeSet::new();
+        for (path, item) in self.doc["paths"].as_object().unwrap() {
+            for method in ["get", "post", "patch", "delete", "put"] {
+                if item.get(method).is_some() {
+                    all.insert((path.clone(), method.to_owned()));
+                }
+            }
+        }
+        all
+    }
+}
+
+#[test]
+fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let b = Backend::start("b", loopback).await.unwrap();
+        let token = "openapi-token-of-32-characters-x";
+        let token_file = TempFile::new("openapi.token", token);
+        let config = config(
+            "admin-openapi.toml",
+            &[a.addr()],
+            &format!(
+                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
+                token_file.0.display()
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let mut api = OpenApi::load();
+        let t = Some(token);
+        let backend = "/api/upstreams/{upstream}/backends/{addr}";
+        let backends = "/api/upstreams/{upstream}/backends";
+        let upstream = "/api/upstreams/{upstream}";
+        let a_path = format!("/api/upstreams/web/backends/{}", a.addr());
+        let b_path = format!("/api/upstreams/web/backends/{}", b.addr());
+        let mut run = async |template: &str, method: &str, path: &str, token, body: &str| {
+            let (status, text) = call(admin, &method.to_uppercase(), path, token, body).await;
+            api.check(template, method, status, &text);
+            (status, text)
+        };
+        assert_eq!(run("/", "get", "/", None, "").await.0, 200);
+        assert_eq!(run("/metrics", "get", "/metrics", None, "").await.0, 200);
+        assert_eq!(
+            run("/api/upstreams", "get", "/api/upstreams", None, "")
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            run(upstream, "get", "/api/upstreams/web", None, "").await.0,
+            200
+        );
+        assert_eq!(
+            run(upstream, "get", "/api/upstreams/nope", None, "")
+                .await
+                .0,
+            404
+        );
+        assert_eq!(run(backend, "get", &a_path, None, "").await.0, 200);
+        assert_eq!(run(backend, "get", &b_path, None, "").await.0, 404);
+        // A backend joins, changes, leaves.
+        let new = format!(r#"{{"addr": "{}", "weight": 3}}"#, b.addr());
+        assert_eq!(
+            run(backends, "post", "/api/upstreams/web/backends", None, &new)
+                .await
+                .0,
+            401
+        );
+        assert_eq!(
+            run(backends, "post", "/api/upstreams/web/backends", t, &new)
+                .await
+                .0,
+            201
+        );
+        assert_eq!(
+            run(backends, "post", "/api/upstreams/web/backends", t, &new)
+                .await
+                .0,
+            409
+        );
+        let bad = r#"{"addr": "nowhere"}"#;
+        assert_eq!(
+            run(backends, "post", "/api/upstreams/web/backends", t, bad)
+                .await
+                .0,
+            400
+        );
+        let drain = r#"{"state": "drain", "weight": 2}"#;
+        assert_eq!(run(backend, "patch", &b_path, t, drain).await.0, 200);
+        assert_eq!(run(backend, "patch", &b_path, None, drain).await.0, 401);
+        assert_eq!(
+            run(backend, "patch", &b_path, t, r#"{"state": 1}"#).await.0,
+            400
+        );
+        let gone = "/api/upstreams/web/backends/127.0.0.1:1";
+        assert_eq!(run(backend, "patch", gone, t, drain).await.0, 404);
+        assert_eq!(run(backend, "delete", &b_path, t, "").await.0, 204);
+        assert_eq!(run(backend, "delete", &b_path, t, "").await.0, 404);
+        assert_eq!(run(backend, "delete", &a_path, None, "").await.0, 401);
+        assert_eq!(run(backend, "delete", &a_path, t, "").await.0, 409);
+        // Another algorithm.
+        let lc = r#"{"algorithm": "least_conn"}"#;
+        assert_eq!(
+            run(upstream, "patch", "/api/upstreams/web", t, lc).await.0,
+            200
+        );
+        assert_eq!(
+            run(upstream, "patch", "/api/upstreams/web", None, lc)
+                .await
+                .0,
+            401
+        );
+        let bad = r#"{"algorithm": "fastest"}"#;
+        assert_eq!(
+            run(upstream, "patch", "/api/upstreams/web", t, bad).await.0,
+            400
+        );
+        assert_eq!(
+            run(upstream, "patch", "/api/upstreams/nope", t, lc).await.0,
+            404
+        );
+        // Reloads: the file as it is, then a broken one.
+        assert_eq!(
+            run("/api/reload", "post", "/api/reload", t, "").await.0,
+            200
+        );
+        assert_eq!(
+            run("/api/reload", "post", "/api/reload", None, "").await.0,
+            401
+        );
+        std::fs::write(&config.0, "workers = \"many\"\n").unwrap();
+        let (status, text) = run("/api/reload", "post", "/api/reload", t, "").await;
+        assert_eq!(status, 422);
+        assert!(error_of(&text).contains("workers"), "{text}");
+        drop(run);
+        // Every operation the document lists was answered and checked.
+        let missing: Vec<_> = api.operations().difference(&api.seen).cloned().collect();
+        assert!(missing.is_empty(), "not exercised: {missing:?}");
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+#[test]
+fn the_grafana_dashboard_asks_for_metrics_fulcrum_has_in_valid_promql() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("examples/grafana-fulcrum.json")).unwrap(),
+    )
+    .unwrap();
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    // Every metric a panel reads is one of fulcrum's (docs/operations.md lists them all).
+    for expr in &exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some(name) = word.strip_prefix("fulcrum_") {
+                let base = name
+                    .strip_suffix("_bucket")
+                    .or_else(|| name.strip_suffix("_count"))
+                    .or_else(|| name.strip_suffix("_sum"))
+                    .unwrap_or(name);
+                assert!(
+                    operations.contains(&format!("`fulcrum_{base}`")),
+                    "fulcrum_{base} (in {expr}) is not a metric of docs/operations.md"
+                );
+            }
+        }
+    }
+    if !installed("promtool") {
+        eprintln!("promtool is not installed: `.ci/run` installs it (Debian's prometheus)");
+        return;
+    }
+    // The queries parse: as recording rules, with Grafana's variables filled in.
+    let mut rules = String::from("groups:\n  - name: grafana\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        let expr = expr
+            .replace("$upstream", ".*")
+            .replace("$__rate_interval", "1m");
+        rules.push_str(&format!(
+            "      - record: fulcrum:panel_{i}\n        expr: '{}'\n",
+            expr.replace('\'', "''")
+        ));
+    }
+    let file = TempFile::new("grafana-rules.yml", &rules);
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}\n{rules}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

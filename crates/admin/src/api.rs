@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use proxy::metrics::{FAULTS, reason};
 use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 
-use crate::View;
+use crate::{Balancing, View};
 
 /// The dashboard (`GET /`): one page, our own, that polls `/api/upstreams`.
 const DASHBOARD: &str = include_str!("../assets/dashboard.html");
@@ -421,22 +421,41 @@ fn remove_backend(u: &Upstream, addr: SocketAddr) -> Answer {
 #[serde(deny_unknown_fields)]
 struct UpstreamChange {
     algorithm: String,
+    #[serde(default)]
+    options: serde_json::Map<String, Value>,
 }
 
-/// `PATCH /api/upstreams/{upstream}` with `{"algorithm": NAME}`: the upstream balances with
-/// another algorithm from now on; its backends keep their state.
+/// `PATCH /api/upstreams/{upstream}` with `{"algorithm": NAME, "options": {...}}`: the
+/// upstream balances with another algorithm (and options: those not given take their
+/// defaults) from now on; its backends keep their state.
 async fn patch_upstream(view: &View, u: &Upstream, req: Request<Incoming>) -> Answer {
     let change: UpstreamChange = match read_json(req).await {
         Ok(c) => c,
         Err(e) => return refused(e),
     };
-    let algorithm: balance::Algorithm = match change.algorithm.parse() {
-        Ok(a) => a,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("algorithm: {e}")),
+    let current = u.runtime_settings();
+    let was = current.algorithm;
+    let settings = match &view.balancing {
+        Some(Balancing(check)) => match check(&current, &change.algorithm, &change.options) {
+            Ok(s) => s,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        },
+        None if !change.options.is_empty() => {
+            return error(
+                StatusCode::NOT_IMPLEMENTED,
+                "this fulcrum takes an algorithm without options",
+            );
+        }
+        None => match change.algorithm.parse() {
+            Ok(algorithm) => proxy::UpstreamSettings {
+                algorithm,
+                options: balance::Options::default(),
+                ..current
+            },
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("algorithm: {e}")),
+        },
     };
-    let mut settings = u.runtime_settings();
-    let was = settings.algorithm;
-    settings.algorithm = algorithm;
+    let algorithm = settings.algorithm;
     u.reconfigure(settings, Keep::Runtime);
     tracing::info!(upstream = %u.name(), from = was.name(), to = algorithm.name(), "algorithm changed by the admin API");
     json_answer(StatusCode::OK, &upstream(u, &errors(view, u)))

@@ -49,6 +49,30 @@ pub struct View {
     pub proxy: ProxyHandle,
     /// Where `POST /api/reload` asks for a reload (`None`: it answers 501).
     pub reload: Option<tokio::sync::mpsc::Sender<ReloadReply>>,
+    /// How `PATCH /api/upstreams/{upstream}` reads an algorithm's options (`None`: it takes
+    /// the algorithm alone, with default options).
+    pub balancing: Option<Balancing>,
+}
+
+/// The function behind [`Balancing`].
+pub type CheckBalancing = dyn Fn(
+        &proxy::UpstreamSettings,
+        &str,
+        &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<proxy::UpstreamSettings, String>
+    + Send
+    + Sync;
+
+/// Turns an upstream's settings, an algorithm's name and its options (JSON, valued as in the
+/// configuration file) into the new settings, or says what is wrong. The binary checks them
+/// with its configuration code, so the API refuses what `fulcrum check` would.
+#[derive(Clone)]
+pub struct Balancing(pub Arc<CheckBalancing>);
+
+impl std::fmt::Debug for Balancing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Balancing(..)")
+    }
 }
 
 /// How long open connections get to finish after shutdown begins.

@@ -459,6 +459,9 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                 let view = admin::View {
                     proxy: handle.clone(),
                     reload: Some(reloads),
+                    balancing: Some(admin::Balancing(std::sync::Arc::new(
+                        config::balancing::apply,
+                    ))),
                 };
                 let settings = admin::Settings {
                     listen: a.listen,

@@ -16,6 +16,7 @@
 //! * [`listener`], [`upstream`], [`backend`]: one module per section, each holding its keys
 //!   and their checks side by side; [`algorithm`]: an upstream's algorithm and its options.
 //! * [`admin`]: the admin listener and its token.
+//! * [`balancing`]: an algorithm and its options from the admin API, checked as in a file.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
 //! * [`table`]: one TOML table read key by key, in the docs' words; unknown keys with a
@@ -27,6 +28,7 @@ mod address;
 pub mod admin;
 mod algorithm;
 mod backend;
+pub mod balancing;
 mod duration;
 mod file;
 mod health;

@@ -1,0 +1,160 @@
+//! An upstream's algorithm and options as the admin API takes them (`PATCH
+//! /api/upstreams/{upstream}` with `{"algorithm": ..., "options": {...}}`), checked by the very
+//! code that checks them in a file: the change is written as an `[[upstream]]` section with
+//! the running upstream's backends and timeouts, and read by [`super::parse`]. So the API
+//! refuses exactly what `fulcrum check` would, in the same words.
+
+use std::path::Path;
+
+use proxy::UpstreamSettings;
+use serde_json::Value;
+
+/// The keys of an upstream that configure its balancing (`docs/configuration.md`).
+pub const OPTION_KEYS: &[&str] = &[
+    "hash_key",
+    "consistent",
+    "octets",
+    "table_size",
+    "balance_factor",
+    "window",
+    "smoothing",
+    "penalty",
+    "high_load",
+    "low_load",
+    "slow_start",
+];
+
+/// `current` with the algorithm `algorithm` and the balancing options `options` (the keys of
+/// [`OPTION_KEYS`], valued as in the file: `"30s"`, `true`, `65537`...); options not given
+/// take their defaults. An error says what is wrong, in `fulcrum check`'s words.
+pub fn apply(
+    current: &UpstreamSettings,
+    algorithm: &str,
+    options: &serde_json::Map<String, Value>,
+) -> Result<UpstreamSettings, String> {
+    let mut upstream = toml::Table::new();
+    upstream.insert("name".into(), "api".into());
+    upstream.insert("algorithm".into(), algorithm.into());
+    for (key, value) in options {
+        if !OPTION_KEYS.contains(&key.as_str()) {
+            return Err(format!(
+                "options: {key:?} is not a balancing option; these are: {}",
+                OPTION_KEYS.join(", ")
+            ));
+        }
+        let value = match value {
+            Value::Bool(b) => toml::Value::Boolean(*b),
+            Value::String(s) => toml::Value::String(s.clone()),
+            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => toml::Value::Integer(i),
+                (None, Some(f)) => toml::Value::Float(f),
+                _ => return Err(format!("options: {key}: {n} is not a number fulcrum reads")),
+            },
+            other => {
+                return Err(format!(
+                    "options: {key}: write a string, a number or true/false, not {other}"
+                ));
+            }
+        };
+        upstream.insert(key.clone(), value);
+    }
+    // The penalty's default (the read timeout) and the options that depend on the number of
+    // backends are checked against the running upstream's.
+    upstream.insert(
+        "read_timeout".into(),
+        format!("{}ms", current.read_timeout.as_millis().max(1)).into(),
+    );
+    let backends: Vec<toml::Value> = current
+        .backends
+        .iter()
+        .map(|b| {
+            let mut t = toml::Table::new();
+            t.insert("addr".into(), b.addr.to_string().into());
+            t.insert("weight".into(), i64::from(b.weight.max(1)).into());
+            t.insert("backup".into(), b.backup.into());
+            toml::Value::Table(t)
+        })
+        .collect();
+    upstream.insert("backend".into(), toml::Value::Array(backends));
+    let mut listener = toml::Table::new();
+    listener.insert("listen".into(), "127.0.0.1:0".into());
+    listener.insert("upstream".into(), "api".into());
+    let mut file = toml::Table::new();
+    file.insert(
+        "listener".into(),
+        toml::Value::Array(vec![toml::Value::Table(listener)]),
+    );
+    file.insert(
+        "upstream".into(),
+        toml::Value::Array(vec![toml::Value::Table(upstream)]),
+    );
+    let text = toml::to_string(&file).map_err(|e| format!("options: {e}"))?;
+    let parsed = super::parse(Path::new("the request"), &text).map_err(|e| {
+        // Each problem without its line (the file is ours, not the caller's).
+        e.problems
+            .iter()
+            .filter_map(|p| p.lines().next())
+            .map(|line| {
+                line.split_once("upstream[0].")
+                    .map_or(line, |(_, rest)| rest)
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let checked = &parsed.proxy.upstreams[0];
+    let mut settings = current.clone();
+    settings.algorithm = checked.algorithm;
+    settings.hash_key = checked.hash_key.clone();
+    settings.options = checked.options.clone();
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy::BackendSettings;
+
+    fn current() -> UpstreamSettings {
+        let backends = (1..=3)
+            .map(|p| BackendSettings::new(([127, 0, 0, 1], 9000 + p).into()))
+            .collect();
+        UpstreamSettings::new("web", balance::Algorithm::RoundRobin, backends)
+    }
+
+    fn options(json: &str) -> serde_json::Map<String, Value> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn options_are_checked_as_in_a_file() {
+        let s = apply(&current(), "maglev", &options(r#"{"table_size": 65537}"#)).unwrap();
+        assert_eq!(s.algorithm, balance::Algorithm::Maglev);
+        assert_eq!(s.name, "web", "the rest stays");
+        assert_eq!(s.backends.len(), 3);
+        let s = apply(
+            &current(),
+            "hash",
+            &options(r#"{"hash_key": "header:X-User"}"#),
+        )
+        .unwrap();
+        assert_eq!(s.hash_key, proxy::HashKey::Header("X-User".into()));
+        // The file's words.
+        let e = apply(&current(), "maglev", &options(r#"{"table_size": 10}"#)).unwrap_err();
+        assert!(e.starts_with("table_size: "), "{e}");
+        let e = apply(
+            &current(),
+            "round_robin",
+            &options(r#"{"table_size": 65537}"#),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("maglev"),
+            "an option of another algorithm names it: {e}"
+        );
+        let e = apply(&current(), "fastest", &options("{}")).unwrap_err();
+        assert!(e.contains("fastest"), "{e}");
+        let e = apply(&current(), "hash", &options(r#"{"backend": []}"#)).unwrap_err();
+        assert!(e.contains("not a balancing option"), "{e}");
+    }
+}

@@ -53,6 +53,18 @@ pub enum Fault {
     InvalidResponse,
 }
 
+impl Fault {
+    /// Every fault, in declaration order.
+    pub const ALL: [Fault; 6] = [
+        Fault::LocalResources,
+        Fault::ConnectFailed,
+        Fault::ConnectTimeout,
+        Fault::Closed,
+        Fault::ReadTimeout,
+        Fault::InvalidResponse,
+    ];
+}
+
 /// Whether the attempt used a connection kept alive from an earlier request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Connection {
@@ -187,14 +199,7 @@ pub fn decide(f: &AttemptFailure) -> Decision {
 mod tests {
     use super::*;
 
-    const FAULTS: [Fault; 6] = [
-        Fault::LocalResources,
-        Fault::ConnectFailed,
-        Fault::ConnectTimeout,
-        Fault::Closed,
-        Fault::ReadTimeout,
-        Fault::InvalidResponse,
-    ];
+    const FAULTS: [Fault; 6] = Fault::ALL;
     const CONNECTIONS: [Connection; 2] = [Connection::Fresh, Connection::Reused];
     const SENT: [RequestSent; 3] = [
         RequestSent::Nothing,

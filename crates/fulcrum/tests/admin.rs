@@ -13,7 +13,9 @@ use lab::{Backend, Client};
 use serde_json::Value;
 
 mod common;
-use common::{Running, TempFile, backend_block, fulcrum};
+use common::{
+    Running, TempFile, assert_promtool_accepts, backend_block, fulcrum, installed, steady_load,
+};
 
 /// `method path` on the admin listener, with `token` as a bearer token and `body` as JSON.
 async fn call(
@@ -198,15 +200,6 @@ fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_n
     });
 }
 
-fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// The sum of every series of `name` in a Prometheus text.
 fn sum_of(text: &str, name: &str) -> f64 {
     text.lines()
@@ -273,30 +266,7 @@ fn metrics_pass_promtool_and_count_every_request() {
             "{api}"
         );
 
-        if installed("promtool") {
-            let mut promtool = Command::new("promtool")
-                .args(["check", "metrics"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            promtool
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = promtool.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool check metrics: {}{}\n{text}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        } else {
-            eprintln!("promtool is not installed: `.ci/run` installs it (Debian's prometheus)");
-        }
+        assert_promtool_accepts(&text);
         assert!(fulcrum.terminate().success());
     });
 }
@@ -374,8 +344,6 @@ fn an_admin_listener_others_can_reach_needs_a_token_file() {
 
 #[test]
 fn backends_added_and_removed_under_load_lose_no_request() {
-    use lab::load::{Mode, Plan};
-    use lab::schedule::{Cost, Pattern, Spacing};
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -391,21 +359,7 @@ fn backends_added_and_removed_under_load_lose_no_request() {
         let admin = fulcrum.admin.unwrap();
         let proxy = fulcrum.addr_of("web");
         // 20 s at 100 requests a second, open loop, from 20 client addresses.
-        let plan = Plan {
-            target: proxy,
-            path: "/".to_owned(),
-            trace: lab::schedule::trace(
-                Pattern::Constant { rps: 100.0 },
-                Spacing::Even,
-                Duration::from_secs(20),
-                Cost::Const { ms: 5.0 },
-                20,
-                1,
-            ),
-            timeout: Duration::from_secs(10),
-            mode: Mode::Open,
-            progress: None,
-        };
+        let plan = steady_load(proxy, 100.0, 20, 20);
         let sent = plan.trace.len();
         let load = tokio::spawn(async move { lab::load::run(&plan).await });
 
@@ -566,8 +520,7 @@ fn status_data(dom: &str, name: &str) -> u64 {
 
 #[test]
 fn the_dashboard_renders_live_numbers_in_chromium() {
-    if !installed("chromium") {
-        eprintln!("chromium is not installed: `.ci/run` and scripts/test install it");
+    if !installed("chromium", "--version") {
         return;
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -869,8 +822,7 @@ fn the_grafana_dashboard_asks_for_metrics_fulcrum_has_in_valid_promql() {
             }
         }
     }
-    if !installed("promtool") {
-        eprintln!("promtool is not installed: `.ci/run` installs it (Debian's prometheus)");
+    if !installed("promtool", "--version") {
         return;
     }
     // The queries parse: as recording rules, with Grafana's variables filled in.

@@ -204,26 +204,6 @@ impl Report {
 }
 
 /// A scratch directory, removed when dropped.
-/// Whether `program` can be run; tests that need it print why they skip when it cannot.
-fn installed(program: &str, arg: &str) -> bool {
-    let found = Command::new(program)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        println!(
-            "SKIPPED: {program} is not installed (Debian: apt-get install -y {}); scripts/test and .ci/run install it",
-            if program == "promtool" {
-                "prometheus"
-            } else {
-                program
-            }
-        );
-    }
-    found
-}
 
 #[test]
 fn load_answers_the_protocol_json_on_a_kept_alive_connection() {
@@ -307,7 +287,7 @@ fn cpu_rises_while_a_core_burns() {
 
 #[test]
 fn metrics_pass_promtool() {
-    if !installed("promtool", "--version") {
+    if !common::installed("promtool", "--version") {
         return;
     }
     let agent = Agent::start(&["--interval", "200ms"]);
@@ -327,26 +307,7 @@ fn metrics_pass_promtool() {
             "{name} in\n{body}"
         );
     }
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_promtool_accepts(&body);
 }
 
 /// A `memcached` started on a loopback port, killed when dropped.
@@ -402,7 +363,7 @@ fn memcached_get(port: u16, key: &str) -> Option<String> {
 
 #[test]
 fn push_writes_reports_to_memcached_and_survives_its_absence() {
-    if !installed("memcached", "-V") {
+    if !common::installed("memcached", "-V") {
         return;
     }
     // A free loopback port, with nothing on it yet.
@@ -563,7 +524,7 @@ impl Drop for Balancer {
 
 #[test]
 fn reports_pushed_to_memcached_feed_the_balancers_weights() {
-    if !installed("memcached", "-V") {
+    if !common::installed("memcached", "-V") {
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0")

@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use lab::load::{Mode, Plan, Verdict};
-use lab::schedule::{Cost, Pattern, Spacing};
+use lab::load::Verdict;
 use lab::{Backend, Client};
 use serde_json::Value;
 
 mod common;
-use common::{Running, TempFile};
+use common::{Running, TempFile, steady_load};
 
 /// One version of the configuration: the algorithm and each backend with its weight.
 fn config(algorithm: &str, backends: &[(SocketAddr, u32)]) -> String {
@@ -102,21 +101,7 @@ fn ten_reloads_under_steady_load_lose_no_request() {
 
         // 60 s at a steady 100 requests a second from 50 client addresses, open loop: each
         // request leaves at its time, whatever happens to the others.
-        let plan = Plan {
-            target: proxy,
-            path: "/".to_owned(),
-            trace: lab::schedule::trace(
-                Pattern::Constant { rps: 100.0 },
-                Spacing::Even,
-                Duration::from_secs(60),
-                Cost::Const { ms: 5.0 },
-                50,
-                1,
-            ),
-            timeout: Duration::from_secs(10),
-            mode: Mode::Open,
-            progress: None,
-        };
+        let plan = steady_load(proxy, 100.0, 60, 50);
         let sent = plan.trace.len();
         assert!((6000..=6001).contains(&sent), "{sent}");
         let load = tokio::spawn(async move { lab::load::run(&plan).await });
@@ -138,6 +123,18 @@ fn ten_reloads_under_steady_load_lose_no_request() {
                 assert_eq!(before["algorithm"], after["algorithm"]);
                 assert_eq!(backends_of(&before), backends_of(&after));
             }
+            // What the backends that stay have counted so far: a reload must not reset it.
+            let before: HashMap<String, u64> = upstream_state(admin).await["backends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| {
+                    (
+                        b["addr"].as_str().unwrap().to_owned(),
+                        b["requests"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
             std::fs::write(&file.0, config(algorithm, set)).unwrap();
             hangup(&fulcrum);
             let line = reload_logged(&fulcrum);
@@ -151,6 +148,16 @@ fn ten_reloads_under_steady_load_lose_no_request() {
                     .collect()
             };
             assert_eq!(backends_of(&state), expected, "reload {i}");
+            for b in state["backends"].as_array().unwrap() {
+                let addr = b["addr"].as_str().unwrap();
+                if let Some(&was) = before.get(addr) {
+                    let now = b["requests"].as_u64().unwrap();
+                    assert!(
+                        now >= was,
+                        "reload {i}: {addr}'s count went from {was} to {now}"
+                    );
+                }
+            }
         }
 
         let outcomes = load.await.unwrap();

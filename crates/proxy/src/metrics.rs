@@ -23,15 +23,8 @@ pub const DURATION_BUCKETS: [f64; 11] = [
 /// Status classes counted: `1xx` to `5xx`.
 pub const CODE_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// Every [`Fault`], in the order of [`reason`].
-pub const FAULTS: [Fault; 6] = [
-    Fault::LocalResources,
-    Fault::ConnectFailed,
-    Fault::ConnectTimeout,
-    Fault::Closed,
-    Fault::ReadTimeout,
-    Fault::InvalidResponse,
-];
+/// Every [`Fault`]: the order of the counts by reason.
+pub const FAULTS: [Fault; 6] = Fault::ALL;
 
 /// A fault's name in metrics and the API.
 pub fn reason(fault: Fault) -> &'static str {

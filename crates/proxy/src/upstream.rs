@@ -324,6 +324,21 @@ impl Upstream {
         Nanos::from(self.epoch.elapsed())
     }
 
+    /// Runs `change` on the pool and the member at `addr`, under the lock picks take.
+    fn change_member<T>(
+        &self,
+        addr: SocketAddr,
+        change: impl FnOnce(&mut Pool, BackendId, &mut Member, Nanos) -> T,
+    ) -> Result<T, ChangeError> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        let id = st
+            .position(addr)
+            .ok_or_else(|| self.no_such_backend(addr))?;
+        let State { pool, members, .. } = &mut *st;
+        Ok(change(pool, id, &mut members[id.index()], now))
+    }
+
     fn no_such_backend(&self, addr: SocketAddr) -> ChangeError {
         ChangeError::NoSuchBackend {
             upstream: self.name().to_owned(),
@@ -338,16 +353,10 @@ impl Upstream {
         addr: SocketAddr,
         state: AdminState,
     ) -> Result<AdminState, ChangeError> {
-        let now = self.now();
-        let was = {
-            let mut st = lock(&self.state);
-            let id = st
-                .position(addr)
-                .ok_or_else(|| self.no_such_backend(addr))?;
-            let was = std::mem::replace(&mut st.members[id.index()].state, state);
-            st.pool.set_down(id, state != AdminState::Up, now);
-            was
-        };
+        let was = self.change_member(addr, |pool, id, member, now| {
+            pool.set_down(id, state != AdminState::Up, now);
+            std::mem::replace(&mut member.state, state)
+        })?;
         if state == AdminState::Disabled {
             for pools in lock(&self.worker_pools).iter() {
                 if let Some(c) = pools.get(addr) {
@@ -401,15 +410,10 @@ impl Upstream {
                 weight,
                 max: MAX_WEIGHT,
             })?;
-        let now = self.now();
-        let was = {
-            let mut st = lock(&self.state);
-            let id = st
-                .position(addr)
-                .ok_or_else(|| self.no_such_backend(addr))?;
-            st.pool.set_weight(id, weight, now);
-            std::mem::replace(&mut st.members[id.index()].static_weight, weight)
-        };
+        let was = self.change_member(addr, |pool, id, member, now| {
+            pool.set_weight(id, weight, now);
+            std::mem::replace(&mut member.static_weight, weight)
+        })?;
         if was != weight {
             tracing::info!(upstream = %self.name(), backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
         }

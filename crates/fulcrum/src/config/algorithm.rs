@@ -73,6 +73,25 @@ fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> HashKey 
     HashKey::ClientIp
 }
 
+/// The keys of an upstream that configure its balancing: `hash_key` and every algorithm's
+/// options (each is in [`option_users`]). The admin API takes exactly these.
+pub(crate) const BALANCING_KEYS: &[&str] = &[
+    "hash_key",
+    "consistent",
+    "octets",
+    "table_size",
+    "balance_factor",
+    "window",
+    "smoothing",
+    "penalty",
+    "high_load",
+    "low_load",
+    "blackout_period",
+    "weight_expiration_period",
+    "error_utilization_penalty",
+    "slow_start",
+];
+
 /// Which algorithms use an option.
 fn option_users(option: &str) -> Vec<Algorithm> {
     let only = |a: Algorithm| vec![a];
@@ -299,6 +318,17 @@ fn is_prime(n: u64) -> bool {
 mod tests {
     use super::*;
     use crate::config::testing::*;
+
+    #[test]
+    fn every_balancing_key_is_an_upstream_key_and_every_option_has_users() {
+        for key in BALANCING_KEYS {
+            assert!(
+                crate::config::upstream::SECTION.keys.contains(key),
+                "{key} is not a key of [[upstream]]"
+            );
+            assert!(*key == "hash_key" || !option_users(key).is_empty(), "{key}");
+        }
+    }
 
     #[test]
     fn unknown_algorithm_names_line_key_and_choices() {

@@ -9,23 +9,10 @@ use std::path::Path;
 use proxy::UpstreamSettings;
 use serde_json::Value;
 
-/// The keys of an upstream that configure its balancing (`docs/configuration.md`).
-pub const OPTION_KEYS: &[&str] = &[
-    "hash_key",
-    "consistent",
-    "octets",
-    "table_size",
-    "balance_factor",
-    "window",
-    "smoothing",
-    "penalty",
-    "high_load",
-    "low_load",
-    "slow_start",
-];
+use super::algorithm::BALANCING_KEYS;
 
 /// `current` with the algorithm `algorithm` and the balancing options `options` (the keys of
-/// [`OPTION_KEYS`], valued as in the file: `"30s"`, `true`, `65537`...); options not given
+/// [`BALANCING_KEYS`], valued as in the file: `"30s"`, `true`, `65537`...); options not given
 /// take their defaults. An error says what is wrong, in `fulcrum check`'s words.
 pub fn apply(
     current: &UpstreamSettings,
@@ -36,10 +23,10 @@ pub fn apply(
     upstream.insert("name".into(), "api".into());
     upstream.insert("algorithm".into(), algorithm.into());
     for (key, value) in options {
-        if !OPTION_KEYS.contains(&key.as_str()) {
+        if !BALANCING_KEYS.contains(&key.as_str()) {
             return Err(format!(
                 "options: {key:?} is not a balancing option; these are: {}",
-                OPTION_KEYS.join(", ")
+                BALANCING_KEYS.join(", ")
             ));
         }
         let value = match value {

@@ -162,3 +162,74 @@ pub fn backend_block(addrs: &[(SocketAddr, u32)]) -> String {
         .map(|(a, w)| format!("  [[upstream.backend]]\n  addr = \"{a}\"\n  weight = {w}\n"))
         .collect()
 }
+
+/// Whether `program` can be run; tests that need it print why they skip when it cannot.
+pub fn installed(program: &str, arg: &str) -> bool {
+    let found = Command::new(program)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        println!(
+            "SKIPPED: {program} is not installed (Debian: apt-get install -y {}); scripts/test and .ci/run install it",
+            if program == "promtool" {
+                "prometheus"
+            } else {
+                program
+            }
+        );
+    }
+    found
+}
+
+/// Asserts that `promtool check metrics` (Debian's prometheus) accepts `text`; says so and
+/// passes when promtool is not installed (`.ci/run` and scripts/test install it).
+pub fn assert_promtool_accepts(text: &str) {
+    use std::io::Write as _;
+    if !installed("promtool", "--version") {
+        return;
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An open-loop load on `target`: `rps` requests a second, evenly spaced, for `seconds`, from
+/// `clients` addresses, each costing the backend 5 ms.
+pub fn steady_load(target: SocketAddr, rps: f64, seconds: u64, clients: u32) -> lab::load::Plan {
+    use lab::schedule::{Cost, Pattern, Spacing};
+    lab::load::Plan {
+        target,
+        path: "/".to_owned(),
+        trace: lab::schedule::trace(
+            Pattern::Constant { rps },
+            Spacing::Even,
+            Duration::from_secs(seconds),
+            Cost::Const { ms: 5.0 },
+            clients,
+            1,
+        ),
+        timeout: Duration::from_secs(10),
+        mode: lab::load::Mode::Open,
+        progress: None,
+    }
+}

@@ -150,6 +150,10 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
             true => json_answer(StatusCode::OK, &upstreams(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
         },
+        ["api", "health"] => match reading {
+            true => json_answer(StatusCode::OK, &health(&shared.view)),
+            false => method_not_allowed("GET, HEAD"),
+        },
         ["api", "reload"] => match *req.method() {
             Method::POST => reload(&shared.view).await,
             _ => method_not_allowed("POST"),
@@ -480,6 +484,22 @@ fn errors(view: &View, u: &Upstream) -> Errors {
         .remove(u.name())
         .map(|c| c.failures)
         .unwrap_or_default()
+}
+
+/// `GET /api/health`: what `fulcrum health` checks — the listeners (it connects to each) and
+/// each upstream's usable backends.
+fn health(view: &View) -> Value {
+    json!({
+        "listeners": view.proxy.listeners().iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "upstreams": view.proxy.upstreams().iter().map(|u| {
+            let backends = u.snapshot();
+            json!({
+                "name": u.name(),
+                "usable": backends.iter().filter(|b| b.available).count(),
+                "backends": backends.len(),
+            })
+        }).collect::<Vec<_>>(),
+    })
 }
 
 /// `GET /api/upstreams`.

@@ -13,5 +13,6 @@
 
 pub mod config;
 pub mod demo;
+pub mod health;
 pub mod lab_run;
 pub mod sim_run;

@@ -33,6 +33,21 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Check a running fulcrum, for keepalived's vrrp_script: exit 0 when its admin listener
+    /// answers, every listener accepts a connection and every upstream has a usable backend;
+    /// exit 1 with one line saying why not.
+    #[command(group(clap::ArgGroup::new("target").required(true).args(["admin", "config"])))]
+    Health {
+        /// The admin listener's address.
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<std::net::SocketAddr>,
+        /// The configuration file whose [admin] listen to ask.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The most the whole check may take.
+        #[arg(long, default_value = "900ms", value_parser = parse_interval)]
+        timeout: std::time::Duration,
+    },
     /// A short comparison on loopback: three unequal emulated backends, one losing capacity to
     /// background load, a sine wave of traffic through five algorithms; prints the results
     /// and writes an HTML report with plots.
@@ -265,6 +280,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { config } => check(&config),
+        Command::Health {
+            admin,
+            config,
+            timeout,
+        } => health(admin, config.as_deref(), timeout),
         Command::Run { config } => run(&config),
         Command::Demo { out } => {
             let _logs = init_logs("warn");
@@ -391,6 +411,49 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the runtime")
+}
+
+/// `fulcrum health`: 0 and a line when healthy, 1 and the reason otherwise, 2 when it cannot
+/// tell whom to ask.
+fn health(
+    admin: Option<std::net::SocketAddr>,
+    config: Option<&std::path::Path>,
+    timeout: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let admin = match (admin, config) {
+        (Some(a), _) => a,
+        (None, Some(path)) => match config::load(path) {
+            Ok(cfg) => match cfg.admin {
+                Some(a) => a.listen,
+                None => {
+                    eprintln!(
+                        "fulcrum health: {} has no [admin]: the check asks the admin listener",
+                        path.display()
+                    );
+                    return Ok(ExitCode::from(2));
+                }
+            },
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        (None, None) => anyhow::bail!("give --admin ADDR or --config FILE"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    match rt.block_on(fulcrum::health::check(admin, timeout)) {
+        Ok(line) => {
+            println!("{line}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => {
+            println!("unhealthy: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn check(path: &std::path::Path) -> anyhow::Result<ExitCode> {

@@ -692,6 +692,10 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
         assert_eq!(run("/", "get", "/", None, "").await.0, 200);
         assert_eq!(run("/metrics", "get", "/metrics", None, "").await.0, 200);
         assert_eq!(
+            run("/api/health", "get", "/api/health", None, "").await.0,
+            200
+        );
+        assert_eq!(
             run("/api/upstreams", "get", "/api/upstreams", None, "")
                 .await
                 .0,
@@ -848,4 +852,88 @@ fn the_grafana_dashboard_asks_for_metrics_fulcrum_has_in_valid_promql() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `fulcrum health --config FILE`: its exit code, its line, and how long it took.
+fn health_of(config: &TempFile) -> (Option<i32>, String, Duration) {
+    let started = std::time::Instant::now();
+    let out = fulcrum()
+        .args(["health", "--config"])
+        .arg(&config.0)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text.trim().to_owned(), started.elapsed())
+}
+
+#[test]
+fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let b = Backend::start("b", loopback).await.unwrap();
+        let config = config(
+            "admin-health.toml",
+            &[a.addr(), b.addr()],
+            "listen = \"127.0.0.1:0\"",
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        // The file says port 0: the check is pointed at the bound admin address.
+        let bound = TempFile::new(
+            "admin-health-bound.toml",
+            &std::fs::read_to_string(&config.0).unwrap().replace(
+                "[admin]\nlisten = \"127.0.0.1:0\"",
+                &format!("[admin]\nlisten = \"{admin}\""),
+            ),
+        );
+        let (code, line, took) = health_of(&bound);
+        assert_eq!(code, Some(0), "{line}");
+        assert_eq!(
+            line,
+            "healthy: 1 listener accepts; usable backends: web 2/2"
+        );
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        // Every backend out: unhealthy, at once.
+        for backend in [a.addr(), b.addr()] {
+            let path = format!("/api/upstreams/web/backends/{backend}");
+            let (status, _) = call(admin, "PATCH", &path, None, r#"{"state": "drain"}"#).await;
+            assert_eq!(status, 200);
+        }
+        let (code, line, took) = health_of(&bound);
+        assert_eq!(code, Some(1), "{line}");
+        assert!(
+            line.starts_with("unhealthy: upstream \"web\" has no usable backend (2 configured"),
+            "{line}"
+        );
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        // One back: healthy again.
+        let path = format!("/api/upstreams/web/backends/{}", b.addr());
+        let (status, _) = call(admin, "PATCH", &path, None, r#"{"state": "up"}"#).await;
+        assert_eq!(status, 200);
+        let (code, line, _) = health_of(&bound);
+        assert_eq!(code, Some(0), "{line}");
+        assert!(line.ends_with("web 1/2"), "{line}");
+        // fulcrum gone: unhealthy, within the timeout.
+        assert!(fulcrum.terminate().success());
+        let (code, line, took) = health_of(&bound);
+        assert_eq!(code, Some(1), "{line}");
+        assert!(
+            line.contains(&format!("the admin listener {admin}")),
+            "{line}"
+        );
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        // No [admin] to ask: a usage error.
+        let none = TempFile::new(
+            "admin-health-none.toml",
+            &std::fs::read_to_string(&config.0)
+                .unwrap()
+                .replace("[admin]\nlisten = \"127.0.0.1:0\"\n", ""),
+        );
+        let (code, line, _) = health_of(&none);
+        assert_eq!(code, Some(2), "{line}");
+        assert!(line.contains("has no [admin]"), "{line}");
+    });
 }

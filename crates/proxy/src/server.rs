@@ -467,6 +467,16 @@ impl ProxyHandle {
         Arc::clone(&self.live.metrics)
     }
 
+    /// Each listener's bound address.
+    pub fn listeners(&self) -> Vec<SocketAddr> {
+        self.live
+            .registry()
+            .listeners
+            .iter()
+            .map(|l| l.bound)
+            .collect()
+    }
+
     /// Reopens the access log's file (SIGUSR1, after logrotate moved it).
     pub fn reopen_logs(&self) {
         if let Some(log) = &self.live.registry().access_log {

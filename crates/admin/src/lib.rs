@@ -100,6 +100,20 @@ impl Admin {
         })
     }
 
+    /// The same on a listening socket already bound (one handed over by the process this
+    /// one replaces, see `proxy::handover`).
+    pub fn from_listener(
+        listener: std::net::TcpListener,
+        token: Option<String>,
+        view: View,
+    ) -> std::io::Result<Admin> {
+        listener.set_nonblocking(true)?;
+        Ok(Admin {
+            listener: TcpListener::from_std(listener)?,
+            shared: Arc::new(api::Shared::new(token, view)),
+        })
+    }
+
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }

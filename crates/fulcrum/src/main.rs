@@ -23,6 +23,12 @@ struct Cli {
 enum Command {
     /// Run the load balancer.
     Run {
+        /// A Unix socket through which a new fulcrum takes the listening sockets over from
+        /// this one (a restart or binary upgrade without a refused connection): started with
+        /// the same path while another fulcrum serves there, fulcrum takes its sockets, and
+        /// the other one drains and exits. See docs/operations.md.
+        #[arg(long, value_name = "PATH")]
+        upgrade_socket: Option<PathBuf>,
         /// The configuration file (TOML; see docs/configuration.md).
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
@@ -285,7 +291,10 @@ fn main() -> ExitCode {
             config,
             timeout,
         } => health(admin, config.as_deref(), timeout),
-        Command::Run { config } => run(&config),
+        Command::Run {
+            config,
+            upgrade_socket,
+        } => run(&config, upgrade_socket.as_deref()),
         Command::Demo { out } => {
             let _logs = init_logs("warn");
             demo::run(&out)
@@ -472,7 +481,10 @@ fn check(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn run(
+    path: &std::path::Path,
+    upgrade_socket: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
     let _logs = init_logs("info");
     let cfg = match config::load(path) {
         Ok(cfg) => cfg,
@@ -499,6 +511,25 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         max_connections = ?cfg.proxy.listeners.iter().map(|l| l.connection_limit()).collect::<Vec<_>>(),
         "file descriptors"
     );
+    // A fulcrum already serving on the upgrade socket hands its listening sockets over.
+    let (mut inherited, handshake) = match upgrade_socket.map(proxy::handover::take_over) {
+        Some(Ok(Some((inherited, handshake)))) => {
+            tracing::info!(
+                sockets = inherited.len(),
+                "took over the sockets of the running fulcrum"
+            );
+            (inherited, Some(handshake))
+        }
+        Some(Ok(None)) | None => (proxy::handover::Inherited::default(), None),
+        Some(Err(e)) => {
+            eprintln!(
+                "fulcrum: error: --upgrade-socket {}: cannot take the sockets over from the running fulcrum: {e}",
+                upgrade_socket.map_or_else(String::new, |p| p.display().to_string())
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let upgrade_socket = upgrade_socket.map(std::path::Path::to_owned);
     // The proxy runs its own worker threads; this runtime only waits for a signal.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -512,13 +543,21 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         // never kill the process, however early it comes.
         let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing a SIGHUP handler")?;
-        let proxy = proxy::Proxy::bind(cfg.proxy).await?;
+        let proxy = proxy::Proxy::bind_inherited(cfg.proxy, &mut inherited).await?;
         let handle = proxy.handle();
         let (reloads, reload_requests) = tokio::sync::mpsc::channel(4);
         // The admin listener is bound before anything is served, so a port in use stops the
         // start, as a listener's does.
+        let mut admin_handover = None;
         let admin = match admin_settings.clone() {
             Some(a) => {
+                let socket = match inherited.take("admin") {
+                    Some(socket) => socket,
+                    None => std::net::TcpListener::bind(a.listen).with_context(|| {
+                        format!("admin listener: cannot listen on {}", a.listen)
+                    })?,
+                };
+                admin_handover = Some(socket.try_clone()?);
                 let view = admin::View {
                     proxy: handle.clone(),
                     reload: Some(reloads),
@@ -530,7 +569,7 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                     listen: a.listen,
                     token: a.token,
                 };
-                Some(admin::Admin::bind(settings, view).await?)
+                Some(admin::Admin::from_listener(socket, settings.token, view)?)
             }
             None => None,
         };
@@ -568,14 +607,64 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                 }
             }
         });
+        // Upgrades: once serving, tell the fulcrum we replace (it drains and exits) and offer
+        // our own sockets to the next one; when one takes them, stop as at SIGTERM.
+        let (handed_over, mut replaced) = tokio::sync::watch::channel(false);
+        if let Some(path) = upgrade_socket {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                if let Some(handshake) = handshake {
+                    // Its workers accept within milliseconds; meanwhile the kernel queues.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    match tokio::task::spawn_blocking(move || handshake.ready()).await {
+                        Ok(Ok(())) => tracing::info!("the previous fulcrum stopped accepting and drains"),
+                        Ok(Err(e)) => tracing::error!(error = %e, "the previous fulcrum did not let go; both serve until it stops"),
+                        Err(e) => tracing::error!(error = %e, "the upgrade handshake failed"),
+                    }
+                }
+                match proxy::handover::Offer::bind(&path) {
+                    Ok(offer) => {
+                        tracing::info!(path = %path.display(), "upgrade socket ready");
+                        let _ = std::thread::Builder::new()
+                            .name("fulcrum-upgrade".into())
+                            .spawn(move || {
+                                offer.serve(&|| {
+                                    let mut sockets = handle.sockets_for_handover();
+                                    if let Some(admin) =
+                                        admin_handover.as_ref().and_then(|a| a.try_clone().ok())
+                                    {
+                                        sockets.push(("admin".to_owned(), admin));
+                                    }
+                                    sockets
+                                });
+                                tracing::info!("a new fulcrum took the sockets over: stopping as at SIGTERM");
+                                let _ = handed_over.send(true);
+                            });
+                    }
+                    Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot listen on the upgrade socket; upgrades need a restart"),
+                }
+            });
+        }
         if let Some(admin) = admin {
             tracing::info!(listen = %admin.local_addr()?, "admin listener");
             let mut stop = stopped.clone();
+            let mut replaced = replaced.clone();
             tokio::spawn(admin.run(async move {
-                let _ = stop.changed().await;
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = replaced.changed() => {}
+                }
             }));
         }
-        proxy.run(shutdown_signal()).await;
+        let signal = shutdown_signal();
+        proxy
+            .run(async move {
+                tokio::select! {
+                    () = signal => {}
+                    _ = replaced.changed() => {}
+                }
+            })
+            .await;
         let _ = stop_control.send(true);
         tracing::info!("fulcrum stopped");
         Ok(ExitCode::SUCCESS)

@@ -31,6 +31,8 @@
 //! * [`metrics`]: what the workers count (answers by upstream, backend and status class,
 //!   durations, failed attempts by reason, retries), each into its own counts, summed when
 //!   scraped.
+//! * [`handover`]: zero-downtime upgrades — the listening sockets passed to a new process over
+//!   a Unix socket (`SCM_RIGHTS`), as HAProxy's `-x` does.
 //! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
 
@@ -40,6 +42,7 @@ mod client;
 mod connections;
 mod exchange;
 mod forward;
+pub mod handover;
 mod http1;
 mod io;
 pub mod limits;

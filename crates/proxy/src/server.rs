@@ -36,6 +36,7 @@ use tokio::task::JoinSet;
 
 use crate::access_log::{AccessLog, AccessLogSettings, Destination};
 use crate::client::{self, ListenerContext, WorkerListener};
+use crate::handover::{self, Inherited};
 use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::ListenerSettings;
 use crate::settings::ProxySettings;
@@ -185,6 +186,8 @@ struct LiveListener {
     limit: Arc<Semaphore>,
     /// The permits `limit` was given in all.
     permits: usize,
+    /// A descriptor of the listening socket kept to hand it to a new process (an upgrade).
+    handover: std::net::TcpListener,
 }
 
 /// One configured listener, bound: its context, its socket (one descriptor per worker), its
@@ -208,19 +211,28 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// Binds `settings.listen` once per worker; the listener and what a reload keeps of it.
+/// Binds `settings.listen` once per worker (or takes the socket an older process handed over,
+/// from `inherited`); the listener and what a reload keeps of it.
 fn bind_listener(
     settings: ListenerSettings,
     upstream: Arc<Upstream>,
     access_log: Option<AccessLog>,
     workers: usize,
+    inherited: &mut Inherited,
 ) -> Result<(Listener, LiveListener), StartError> {
     let configured = settings.listen;
     let bind_error = |source| StartError::Bind {
         addr: configured,
         source,
     };
-    let socket = bind_socket(configured).map_err(bind_error)?;
+    let socket = match inherited.take(&handover::name_of(configured)) {
+        Some(socket) => {
+            socket.set_nonblocking(true).map_err(bind_error)?;
+            socket
+        }
+        None => bind_socket(configured).map_err(bind_error)?,
+    };
+    let handover = socket.try_clone().map_err(bind_error)?;
     let bound = socket.local_addr().map_err(bind_error)?;
     let mut sockets = Vec::with_capacity(workers);
     for _ in 1..workers {
@@ -257,6 +269,7 @@ fn bind_listener(
             retire: retire_tx,
             limit,
             permits,
+            handover,
         },
     ))
 }
@@ -292,6 +305,16 @@ impl Listener {
 impl Proxy {
     /// Builds the upstreams and binds every listener, once per worker.
     pub async fn bind(settings: ProxySettings) -> Result<Proxy, StartError> {
+        Proxy::bind_inherited(settings, &mut Inherited::default()).await
+    }
+
+    /// As [`Proxy::bind`], taking the listening sockets a previous process handed over
+    /// (matched by configured address) instead of binding them again; those it does not use
+    /// are left in `inherited`.
+    pub async fn bind_inherited(
+        settings: ProxySettings,
+        inherited: &mut Inherited,
+    ) -> Result<Proxy, StartError> {
         let workers = settings.workers.max(1);
         let mut upstreams: Vec<Arc<Upstream>> = settings
             .upstreams
@@ -308,7 +331,8 @@ impl Proxy {
                     listen: l.listen,
                     upstream: l.upstream.clone(),
                 })?;
-            let (listener, entry) = bind_listener(l, upstream, access_log.clone(), workers)?;
+            let (listener, entry) =
+                bind_listener(l, upstream, access_log.clone(), workers, inherited)?;
             initial.push(listener);
             live.push(entry);
         }
@@ -467,6 +491,20 @@ impl ProxyHandle {
         Arc::clone(&self.live.metrics)
     }
 
+    /// A descriptor of each listening socket, named by its configured address, to hand to a
+    /// new process ([`crate::handover`]).
+    pub fn sockets_for_handover(&self) -> Vec<(String, std::net::TcpListener)> {
+        self.live
+            .registry()
+            .listeners
+            .iter()
+            .filter_map(|l| {
+                let socket = l.handover.try_clone().ok()?;
+                Some((handover::name_of(l.configured), socket))
+            })
+            .collect()
+    }
+
     /// Each listener's bound address.
     pub fn listeners(&self) -> Vec<SocketAddr> {
         self.live
@@ -588,6 +626,7 @@ impl ProxyHandle {
                 upstream,
                 access_log.clone(),
                 live.workers,
+                &mut Inherited::default(),
             )?);
         }
         for l in &settings.listeners {

@@ -67,9 +67,15 @@ pub struct Running {
 impl Running {
     /// Starts `fulcrum run` and waits until it has logged `n` listening addresses.
     pub fn start(config: &TempFile, n: usize) -> Running {
+        Running::start_with(config, n, &[])
+    }
+
+    /// As [`Running::start`], with more arguments to `fulcrum run`.
+    pub fn start_with(config: &TempFile, n: usize, args: &[&str]) -> Running {
         let mut child = fulcrum()
             .args(["run", "--config"])
             .arg(&config.0)
+            .args(args)
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()

@@ -219,7 +219,7 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
          [admin]\nlisten = \"127.0.0.1:9900\"\n",
     )
     .unwrap();
-    let keepalived = |ns: &str, priority: u32| -> Proc {
+    let keepalived_conf = |ns: &str, priority: u32| {
         let conf = format!("{}/keepalived-{ns}.conf", dir.path());
         std::fs::write(
             &conf,
@@ -230,6 +230,10 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
             ),
         )
         .unwrap();
+        conf
+    };
+    let keepalived = |ns: &str, priority: u32| -> Proc {
+        let conf = keepalived_conf(ns, priority);
         let d = dir.path();
         Proc::start(
             ns,
@@ -251,8 +255,10 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
     let run_fulcrum = |ns: &str| Proc::start(ns, bin, &["run", "--config", &fulcrum_toml]);
     let mut fulcrum1 = run_fulcrum(&lb1);
     let _fulcrum2 = run_fulcrum(&lb2);
-    let mut keepalived1 = keepalived(&lb1, 150);
-    let _keepalived2 = keepalived(&lb2, 100);
+    // Priorities close to the top: a backup's skew time before it takes a released VIP is
+    // (256 - priority) / 256 of an advert interval (RFC 5798), 0.3 s at 180.
+    let mut keepalived1 = keepalived(&lb1, 200);
+    let keepalived2 = keepalived(&lb2, 180);
     let vip = "10.99.0.100";
     let started = Instant::now();
     while !has_vip(&lb1, vip) {
@@ -293,11 +299,15 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
     keepalived1.signal("KILL");
     at(28);
     events.push(("it comes back", now_ms()));
-    keepalived1 = keepalived(&lb1, 150);
+    keepalived1 = keepalived(&lb1, 200);
     at(36);
-    events.push(("(c) planned: the master's keepalived stopped", now_ms()));
-    keepalived1.signal("TERM");
+    // A planned switch: the backup's priority raised above the master's (keepalived reads
+    // its file again on SIGHUP); it takes the VIP over while the master still answers.
+    events.push(("(c) planned: the backup's priority raised", now_ms()));
+    keepalived_conf(&lb2, 250);
+    keepalived2.signal("HUP");
     let _ = stream.0.wait();
+    let moved = has_vip(&lb2, vip) && !has_vip(&lb1, vip);
     drop(keepalived1);
     drop(fulcrum1);
     let lines: Vec<(u64, String)> = std::fs::read_to_string(&log)
@@ -342,5 +352,9 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
         report.iter().all(|r| r.3 < u64::MAX),
         "every event recovered: {report:?}"
     );
+    let planned = &report[4];
+    assert_eq!(planned.2, 0, "a planned switch loses nothing: {report:?}");
+    // The switch happened: the backup holds the VIP, the master does not.
+    assert!(moved, "the planned switch moved the VIP to the backup");
     let _ = &_fulcrum2;
 }

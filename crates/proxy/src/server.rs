@@ -186,8 +186,10 @@ struct LiveListener {
     limit: Arc<Semaphore>,
     /// The permits `limit` was given in all.
     permits: usize,
-    /// A descriptor of the listening socket kept to hand it to a new process (an upgrade).
-    handover: std::net::TcpListener,
+    /// A descriptor of the listening socket kept to hand it to a new process (an upgrade);
+    /// dropped when shutdown begins, so that the socket closes with the workers' and new
+    /// connections are refused rather than left waiting in its queue.
+    handover: Option<std::net::TcpListener>,
 }
 
 /// One configured listener, bound: its context, its socket (one descriptor per worker), its
@@ -269,7 +271,7 @@ fn bind_listener(
             retire: retire_tx,
             limit,
             permits,
-            handover,
+            handover: Some(handover),
         },
     ))
 }
@@ -428,6 +430,9 @@ impl Proxy {
         *self.live.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");
+        for l in self.live.registry().listeners.iter_mut() {
+            l.handover = None;
+        }
         let _ = stop_tx.send(true);
         for done in finished {
             // Resolves (with an error) when the worker drops its sender, on any exit.
@@ -499,7 +504,7 @@ impl ProxyHandle {
             .listeners
             .iter()
             .filter_map(|l| {
-                let socket = l.handover.try_clone().ok()?;
+                let socket = l.handover.as_ref()?.try_clone().ok()?;
                 Some((handover::name_of(l.configured), socket))
             })
             .collect()
@@ -906,12 +911,14 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                 }
             },
             changed = ctx.changed() => {
-                if changed.is_ok() {
-                    // A reload changed the listener: new connections get the new context;
-                    // open ones finish their request and close.
-                    current.retired.store(true, Ordering::Relaxed);
-                    current = a.worker_listener(Some(&current));
+                if changed.is_err() {
+                    // The listener left the configuration (its retirement follows).
+                    break;
                 }
+                // A reload changed the listener: new connections get the new context; open
+                // ones finish their request and close.
+                current.retired.store(true, Ordering::Relaxed);
+                current = a.worker_listener(Some(&current));
                 continue;
             },
             _ = stop.changed() => break,

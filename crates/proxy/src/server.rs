@@ -357,12 +357,7 @@ impl Proxy {
 
     /// The bound addresses, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.live
-            .registry()
-            .listeners
-            .iter()
-            .map(|l| l.bound)
-            .collect()
+        self.handle().listeners()
     }
 
     /// The upstreams, by name.

@@ -239,3 +239,15 @@ pub fn steady_load(target: SocketAddr, rps: f64, seconds: u64, clients: u32) -> 
         progress: None,
     }
 }
+
+/// Asserts that every one of the `sent` requests of a load run was answered 200.
+pub fn assert_all_answered(outcomes: &[lab::load::Outcome], sent: usize) {
+    assert_eq!(outcomes.len(), sent);
+    let failed: Vec<_> = outcomes.iter().filter(|o| o.status != Some(200)).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}

@@ -42,6 +42,8 @@ mod client;
 mod connections;
 mod exchange;
 mod forward;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod handover;
 mod http1;
 mod io;

@@ -106,7 +106,24 @@ fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_n
                 )
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Until all four are in flight (two on each backend).
+        let total_in_flight = async || {
+            json(admin, "/api/upstreams").await["upstreams"][0]["backends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["in_flight"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while total_in_flight().await < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slow requests never arrived"
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let path = format!("/api/upstreams/web/backends/{}", b.addr());
         let (status, body) = call(admin, "PATCH", &path, None, r#"{"state": "drain"}"#).await;
         assert_eq!(status, 200, "{body}");
@@ -363,6 +380,7 @@ fn backends_added_and_removed_under_load_lose_no_request() {
         let sent = plan.trace.len();
         let load = tokio::spawn(async move { lab::load::run(&plan).await });
 
+        // The membership changes come a few seconds into the load, not at its start.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let (status, body) = call(
             admin,
@@ -394,7 +412,24 @@ fn backends_added_and_removed_under_load_lose_no_request() {
                 )
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Until all eight are in flight (the load's own requests may be too), then what a holds.
+        let in_flight = async |path: &str| {
+            let v = json(admin, path).await;
+            let backends = v["backends"].as_array().cloned().unwrap_or_default();
+            backends
+                .iter()
+                .map(|b| b["in_flight"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while in_flight("/api/upstreams/web").await < 8 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slow requests never arrived"
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let in_flight_on_a = json(admin, &format!("/api/upstreams/web/backends/{}", a.addr()))
             .await["in_flight"]
             .as_u64()

@@ -352,6 +352,7 @@ impl ClientConn {
         };
         let forward = Forward {
             upstream: &upstream,
+            settings: &upstream_settings,
             connections: &listener.connections,
             stats: &listener.stats,
             affinity,

@@ -16,6 +16,7 @@ use crate::connections::Connections;
 use crate::exchange::{self, ClientEnd, Head, Relay, Request};
 use crate::http1::{self, Reject};
 use crate::metrics::WorkerStats;
+use crate::settings::UpstreamSettings;
 use crate::upstream::{Upstream, WorkerPools};
 
 /// The buffers one client connection lends every request it forwards.
@@ -35,6 +36,8 @@ pub(crate) struct Scratch {
 #[derive(Debug)]
 pub(crate) struct Forward<'a> {
     pub(crate) upstream: &'a Arc<Upstream>,
+    /// The upstream's settings as the request was read (one load of them per request).
+    pub(crate) settings: &'a UpstreamSettings,
     /// This worker's connections to the upstream's backends.
     pub(crate) connections: &'a WorkerPools,
     /// This worker's counts.
@@ -89,10 +92,10 @@ pub(crate) async fn forward(
     scratch: &mut Scratch,
 ) -> Ending {
     let upstream = f.upstream;
-    let settings = upstream.settings();
+    let settings = f.settings;
     scratch.tried.clear();
     let mut last_fault = None;
-    while scratch.tried.len() < upstream.max_attempts() {
+    while scratch.tried.len() < settings.max_attempts() {
         let Some(mut attempt) = upstream.pick(f.affinity, &scratch.tried) else {
             break;
         };

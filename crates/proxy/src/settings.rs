@@ -223,6 +223,15 @@ impl UpstreamSettings {
     pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(1);
     pub const DEFAULT_STALE_AFTER: u32 = 3;
 
+    /// Attempts allowed for one request: the first and the retries (`retries`, or every
+    /// backend once).
+    pub fn max_attempts(&self) -> usize {
+        match self.retries {
+            Some(r) => r as usize + 1,
+            None => self.backends.len(),
+        }
+    }
+
     /// An upstream with every default.
     pub fn new(
         name: impl Into<String>,

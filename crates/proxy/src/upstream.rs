@@ -609,15 +609,6 @@ impl Upstream {
         count
     }
 
-    /// Attempts allowed for one request: the first and the retries.
-    pub(crate) fn max_attempts(&self) -> usize {
-        let settings = self.settings.load();
-        match settings.retries {
-            Some(r) => r as usize + 1,
-            None => settings.backends.len(),
-        }
-    }
-
     /// A backend for a request, other than those it `tried`.
     pub(crate) fn pick(
         self: &Arc<Self>,

@@ -1,10 +1,10 @@
 //! High availability: what a keepalived pair of fulcrums needs of them.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use lab::{Backend, Client};
+use lab::Client;
 
 mod common;
 use common::{Running, TempFile, backend_block};
@@ -16,11 +16,7 @@ use common::{Running, TempFile, backend_block};
 fn two_nodes_with_one_file_send_every_client_to_the_same_backend() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut backends = Vec::new();
-        for name in ["a", "b", "c", "d"] {
-            backends.push(Backend::start(name, loopback).await.unwrap());
-        }
+        let backends = common::backends(&["a", "b", "c", "d"]).await;
         let block = backend_block(&backends.iter().map(|b| (b.addr(), 1)).collect::<Vec<_>>());
         for (algorithm, extra) in [
             ("ip_hash", ""),

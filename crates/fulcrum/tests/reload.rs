@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
+use lab::Client;
 use lab::load::Verdict;
-use lab::{Backend, Client};
 use serde_json::Value;
 
 mod common;
@@ -75,11 +75,7 @@ fn reload_logged(fulcrum: &Running) -> String {
 fn ten_reloads_under_steady_load_lose_no_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut backends = Vec::new();
-        for name in ["a", "b", "c", "d"] {
-            backends.push(Backend::start(name, loopback).await.unwrap());
-        }
+        let backends = common::backends(&["a", "b", "c", "d"]).await;
         let [a, b, c, d] = [0, 1, 2, 3].map(|i| backends[i].addr());
         let versions: Vec<(&str, Vec<(SocketAddr, u32)>)> = vec![
             ("weighted_round_robin", vec![(a, 1), (b, 1), (c, 1)]),

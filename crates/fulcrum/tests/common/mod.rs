@@ -251,3 +251,13 @@ pub fn assert_all_answered(outcomes: &[lab::load::Outcome], sent: usize) {
         &failed[..failed.len().min(3)]
     );
 }
+
+/// Lab backends on loopback, one per name (each answers with its name).
+pub async fn backends(names: &[&str]) -> Vec<lab::Backend> {
+    let mut started = Vec::new();
+    for name in names {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        started.push(lab::Backend::start(name, loopback).await.unwrap());
+    }
+    started
+}

@@ -519,6 +519,11 @@ fn upstream(u: &Upstream, errors: &Errors) -> Value {
         "name": u.name(),
         "algorithm": s.algorithm.name(),
         "weights_from_reports": u.weights_from_reports(),
+        "queue": {
+            "waiting": u.queued(),
+            "size": s.queue,
+            "timeout_seconds": s.queue_timeout.as_secs_f64(),
+        },
         "backends": u.snapshot().iter().map(|b| backend_json(b, errors)).collect::<Vec<_>>(),
     })
 }
@@ -554,6 +559,7 @@ fn backend_json(b: &BackendSnapshot, errors: &Errors) -> Value {
         "state": b.state.name(),
         "weight": { "static": b.static_weight, "effective": b.weight },
         "in_flight": b.in_flight,
+        "max_conns": b.max_conns,
         "requests": b.requests,
         "failures": b.failures,
         "errors": errors,

@@ -88,6 +88,8 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     let mut requests = Vec::new();
     let mut failures = Vec::new();
     let mut retries = Vec::new();
+    let mut queue_rejected = Vec::new();
+    let mut queued = Vec::new();
     let mut durations = Vec::new();
     for u in &upstreams {
         let name = u.name().to_owned();
@@ -122,6 +124,16 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
             }
         }
         retries.push((vec![("upstream", name.clone())], counts.retries));
+        for (why, n) in [
+            ("full", counts.queue_full),
+            ("timeout", counts.queue_timeouts),
+        ] {
+            if n > 0 {
+                let l = vec![("upstream", name.clone()), ("reason", why.to_owned())];
+                queue_rejected.push((l, n));
+            }
+        }
+        queued.push((vec![("upstream", name.clone())], u.queued() as f64));
 
         let d = &counts.durations;
         let mut h = Histogram::default();
@@ -206,6 +218,16 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
             "fulcrum_upstream_retries_total",
             "Attempts after a request's first: on the next backend, or on a fresh connection.",
             retries,
+        ),
+        counters(
+            "fulcrum_upstream_queue_rejected_total",
+            "Requests answered 503 because every backend was at its max_conns: the queue was full (or off), or they waited queue_timeout in it.",
+            queue_rejected,
+        ),
+        gauges(
+            "fulcrum_upstream_queued",
+            "Requests waiting for a backend below its max_conns.",
+            queued,
         ),
         gauges(
             "fulcrum_backend_in_flight",

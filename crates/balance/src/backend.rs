@@ -76,6 +76,9 @@ pub struct BackendSpec {
     pub fail_timeout: Nanos,
     /// This backend's slow start, overriding the pool's (`slow_start` on a backend).
     pub slow_start: Option<Nanos>,
+    /// Requests in flight on this backend at most; 0 is no limit (nginx `max_conns`). A full
+    /// backend is passed over as a failed one is, without counting against its health.
+    pub max_conns: u32,
 }
 
 impl BackendSpec {
@@ -89,6 +92,7 @@ impl BackendSpec {
             max_fails: 1,
             fail_timeout: Nanos::from(Duration::from_secs(10)),
             slow_start: None,
+            max_conns: 0,
         }
     }
 
@@ -207,6 +211,12 @@ impl BackendState {
         self.check_failed
     }
 
+    /// Below its `max_conns` (always, without one).
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        self.spec.max_conns == 0 || self.in_flight < self.spec.max_conns
+    }
+
     /// Taken out of rotation by passive health at `now`.
     #[inline]
     pub fn is_failed(&self, now: Nanos) -> bool {
@@ -311,9 +321,12 @@ impl<'a> Backends<'a> {
         self.states[id.index()].spec.max_fails
     }
 
+    /// Whether an algorithm may choose `id` now: healthy and in rotation
+    /// ([`BackendState::is_eligible`]) and below its `max_conns`.
     #[inline]
     pub fn is_eligible(&self, id: BackendId) -> bool {
-        self.states[id.index()].is_eligible(self.now)
+        let state = &self.states[id.index()];
+        state.is_eligible(self.now) && state.has_room()
     }
 
     #[inline]

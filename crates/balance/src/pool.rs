@@ -371,6 +371,15 @@ impl Pool {
         None
     }
 
+    /// Whether a [`pick`](Pool::pick) that found nothing was held back only by `max_conns`:
+    /// some backend not in `exclude` is healthy and in rotation but full. Such a request may
+    /// wait for room (the proxy's `queue`); otherwise there is nothing to wait for.
+    pub fn is_saturated(&self, exclude: &[BackendId], now: Nanos) -> bool {
+        self.states.iter().enumerate().any(|(i, s)| {
+            !s.has_room() && s.is_eligible(now) && !exclude.contains(&BackendId(i as u32))
+        })
+    }
+
     /// Returns a ticket: updates in-flight, latency and passive health, then tells the
     /// algorithm.
     pub fn complete(&mut self, ticket: Ticket, outcome: Outcome, now: Nanos) {
@@ -561,6 +570,45 @@ mod tests {
             assert_eq!(t.backend(), BackendId(1));
             p.complete(t, Outcome::Success, secs(s));
         }
+    }
+
+    #[test]
+    fn max_conns_passes_over_a_full_backend_and_saturation_says_so() {
+        let full = BackendSpec {
+            max_conns: 1,
+            ..BackendSpec::new(1)
+        };
+        let mut p = Pool::new(
+            Algorithm::RoundRobin,
+            &Options::default(),
+            &[full.clone(), full],
+            &[],
+            1,
+        );
+        let a = p.pick(None, &[], secs(1)).unwrap();
+        let b = p.pick(None, &[], secs(1)).unwrap();
+        assert_ne!(a.backend(), b.backend());
+        assert!(
+            p.pick(None, &[], secs(1)).is_none(),
+            "both are at max_conns"
+        );
+        assert!(p.is_saturated(&[], secs(1)));
+        assert!(
+            !p.is_saturated(&[a.backend(), b.backend()], secs(1)),
+            "tried already"
+        );
+        let freed = a.backend();
+        p.complete(a, Outcome::Success, secs(1));
+        assert!(!p.is_saturated(&[], secs(1)));
+        assert_eq!(p.pick(None, &[], secs(1)).unwrap().backend(), freed);
+        // Being full is not a failure: nothing was counted against either backend.
+        assert_eq!(p.state(BackendId(0)).fails(), 0);
+        assert_eq!(p.state(BackendId(1)).fails(), 0);
+        p.complete(b, Outcome::Failure, secs(1));
+        assert!(
+            !p.is_saturated(&[], secs(1)),
+            "a failed backend is not waited for"
+        );
     }
 
     #[test]

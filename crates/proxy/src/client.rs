@@ -528,7 +528,7 @@ impl ClientConn {
                             .advance(self.inbuf.filled(), |data| body.extend_from_slice(data))
                             .map_err(|_| NoHead::Refuse(BAD_CHUNKED))?;
                         self.inbuf.consume(used);
-                        if self.body.len() as u64 > max {
+                        if self.body.len() as u64 + chunked.announced() > max {
                             return Err(NoHead::Refuse(TOO_LARGE));
                         }
                         if chunked.is_done() {

@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use balance::{AttemptFailure, Fault, Outcome, Replay, RequestSent, ResponseReceived};
 use tokio::net::TcpStream;
-use tokio::time::timeout_at;
+use tokio::time::{Instant, timeout_at};
 
 use crate::connections::{BACKEND_BUFFER, BackendConn};
 use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
-use crate::io::{after, client_gone, send, write_two};
+use crate::io::{after, send, watch, write_two};
 use crate::upstream::Attempt;
 
 /// The request as every attempt sends it.
@@ -55,6 +55,42 @@ pub(crate) enum Head {
     ClientGone,
 }
 
+/// Interim (1xx) responses taken before the final one at most. They do not move the
+/// `read_timeout` deadline, so a flood of them is bounded in time anyway; this bounds the work
+/// (a backend that streams `102 Processing` forever gets a 502 at once, not after 60 s).
+const MAX_INTERIM: u32 = 100;
+
+/// How long a backend may take over a response: `each` between two reads (`read_timeout`),
+/// and all of it by `until` (the request's `response_timeout`, if any).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Patience {
+    pub(crate) each: Duration,
+    pub(crate) until: Option<(Instant, Duration)>,
+}
+
+impl Patience {
+    /// When the next read gives up.
+    fn next_read(&self) -> Instant {
+        let each = after(self.each);
+        self.until.map_or(each, |(until, _)| until.min(each))
+    }
+
+    /// Whether the whole response's time is up.
+    pub(crate) fn spent(&self) -> bool {
+        self.until.is_some_and(|(until, _)| Instant::now() >= until)
+    }
+
+    /// Why a read gave up, `what` not having come.
+    fn expired(&self, what: &str) -> String {
+        match self.until {
+            Some((_, total)) if self.spent() => {
+                format!("{what} not within response_timeout ({total:?})")
+            }
+            _ => format!("{what} not within read_timeout ({:?})", self.each),
+        }
+    }
+}
+
 /// Sends `req` on `conn` and reads the final response head, writing the client's version of it
 /// into `out`. Gives up after `read_timeout` without an answer once the request went out
 /// whole, or without progress while it is written, or as soon as `client` leaves.
@@ -62,7 +98,7 @@ pub(crate) async fn send_and_read_head(
     conn: &mut BackendConn,
     req: &Request<'_>,
     client: &TcpStream,
-    read_timeout: Duration,
+    patience: Patience,
     out: &mut Vec<u8>,
 ) -> Head {
     let connection = conn.connection();
@@ -70,11 +106,12 @@ pub(crate) async fn send_and_read_head(
     // `None` while the request is being written.
     let mut write_result: Option<std::io::Result<()>> = None;
     let mut received = false;
+    let mut interim = 0;
     // While the request is being written, the deadline moves with every write that makes
     // progress (a large upload to a slow reader is not a timeout); once it is written, the
     // backend has `read_timeout` to answer (nginx: `proxy_send_timeout` between writes, then
     // `proxy_read_timeout`).
-    let mut deadline = after(read_timeout);
+    let mut deadline = patience.next_read();
     let mut written_by_deadline = 0;
     let failed = {
         let (mut rd, mut wr) = conn.stream.split();
@@ -93,6 +130,13 @@ pub(crate) async fn send_and_read_head(
                     }
                     Ok(Some(ResponseHead::Interim(n))) => {
                         conn.buf.consume(n);
+                        interim += 1;
+                        if interim > MAX_INTERIM {
+                            break (
+                                Fault::InvalidResponse,
+                                format!("more than {MAX_INTERIM} interim (1xx) responses"),
+                            );
+                        }
                         continue;
                     }
                     Ok(None) if conn.buf.len() >= BACKEND_BUFFER => {
@@ -109,7 +153,7 @@ pub(crate) async fn send_and_read_head(
                 biased;
                 done = &mut write, if write_result.is_none() => {
                     if done.is_ok() {
-                        deadline = after(read_timeout);
+                        deadline = patience.next_read();
                     }
                     // A failed write is not the end: the backend may have answered before
                     // closing, and its answer is what the client gets.
@@ -126,15 +170,13 @@ pub(crate) async fn send_and_read_head(
                         format!("connection failed before the response head: {e}"),
                     ),
                     Err(_) if write_result.is_none()
-                        && written.load(Ordering::Relaxed) > written_by_deadline =>
+                        && written.load(Ordering::Relaxed) > written_by_deadline
+                        && !patience.spent() =>
                     {
                         written_by_deadline = written.load(Ordering::Relaxed);
-                        deadline = after(read_timeout);
+                        deadline = patience.next_read();
                     }
-                    Err(_) => break (
-                        Fault::ReadTimeout,
-                        format!("no response within read_timeout ({read_timeout:?})"),
-                    ),
+                    Err(_) => break (Fault::ReadTimeout, patience.expired("a response")),
                 },
                 () = &mut gone => return Head::ClientGone,
             }
@@ -205,7 +247,7 @@ pub(crate) async fn relay(
     head: &[u8],
     client: &mut ClientEnd<'_>,
     attempt: &mut Attempt,
-    read_timeout: Duration,
+    patience: Patience,
 ) -> Result<(), Relay> {
     match response.framing {
         Framing::None => {
@@ -221,7 +263,7 @@ pub(crate) async fn relay(
             client.send(head, &conn.buf.filled()[..first]).await?;
             conn.buf.consume(first);
             while remaining > 0 {
-                read_backend(conn, client.stream, client.watch, read_timeout).await?;
+                read_backend(conn, client.stream, client.watch, patience).await?;
                 let k = conn
                     .buf
                     .len()
@@ -266,14 +308,14 @@ pub(crate) async fn relay(
                 if chunked.is_done() {
                     return Ok(());
                 }
-                read_backend(conn, client.stream, client.watch, read_timeout).await?;
+                read_backend(conn, client.stream, client.watch, patience).await?;
             }
         }
         Framing::Close => {
             client.send(head, conn.buf.filled()).await?;
             loop {
                 conn.buf.consume(conn.buf.len());
-                if read_some(conn, client.stream, client.watch, read_timeout).await? == 0 {
+                if read_some(conn, client.stream, client.watch, patience).await? == 0 {
                     // The end of the stream is the end of this body.
                     attempt.complete(Outcome::Success);
                     return Ok(());
@@ -284,22 +326,20 @@ pub(crate) async fn relay(
     }
 }
 
-/// Reads more of a response body within `read_timeout`: the bytes read, 0 at the end of the
+/// Reads more of a response body within `patience`: the bytes read, 0 at the end of the
 /// stream. A client that leaves meanwhile ends the relay.
 async fn read_some(
     conn: &mut BackendConn,
     client: &TcpStream,
     watch_client: bool,
-    read_timeout: Duration,
+    patience: Patience,
 ) -> Result<usize, Relay> {
     tokio::select! {
         biased;
-        read = timeout_at(after(read_timeout), conn.buf.read_from(&mut conn.stream)) => match read {
+        read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
             Ok(Ok(n)) => Ok(n),
             Ok(Err(e)) => Err(Relay::Backend(e.to_string())),
-            Err(_) => Err(Relay::Backend(format!(
-                "nothing for {read_timeout:?} (read_timeout)"
-            ))),
+            Err(_) => Err(Relay::Backend(patience.expired("the rest of the body"))),
         },
         () = watch(client, watch_client) => Err(Relay::Client),
     }
@@ -311,21 +351,12 @@ async fn read_backend(
     conn: &mut BackendConn,
     client: &TcpStream,
     watch_client: bool,
-    read_timeout: Duration,
+    patience: Patience,
 ) -> Result<(), Relay> {
-    match read_some(conn, client, watch_client, read_timeout).await? {
+    match read_some(conn, client, watch_client, patience).await? {
         0 => Err(Relay::Backend(
             "connection closed before the end of the body".into(),
         )),
         _ => Ok(()),
-    }
-}
-
-/// [`client_gone`], or never when the client is not watched.
-async fn watch(client: &TcpStream, watched: bool) {
-    if watched {
-        client_gone(client).await;
-    } else {
-        std::future::pending().await
     }
 }

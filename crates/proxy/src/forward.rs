@@ -13,11 +13,11 @@ use balance::{ResponseReceived, retry};
 use tokio::net::TcpStream;
 
 use crate::connections::Connections;
-use crate::exchange::{self, ClientEnd, Head, Relay, Request};
+use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{self, Reject};
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
-use crate::upstream::{Upstream, WorkerPools};
+use crate::upstream::{Unpicked, Upstream, WorkerPools};
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -95,9 +95,27 @@ pub(crate) async fn forward(
     let settings = f.settings;
     scratch.tried.clear();
     let mut last_fault = None;
-    while scratch.tried.len() < settings.max_attempts() {
-        let Some(mut attempt) = upstream.pick(f.affinity, &scratch.tried) else {
-            break;
+    let patience = Patience {
+        each: settings.read_timeout,
+        until: settings
+            .response_timeout
+            .map(|total| (crate::io::after(total), total)),
+    };
+    // No further attempt once the response's time is up: it could only fail, and be blamed.
+    while scratch.tried.len() < settings.max_attempts() && !patience.spent() {
+        let picked = upstream
+            .pick(settings, f.affinity, &scratch.tried, client, f.watch_client)
+            .await;
+        let mut attempt = match picked {
+            Ok(attempt) => attempt,
+            Err(Unpicked::ClientGone) => return Ending::ClientGone,
+            Err(why) => {
+                if why != Unpicked::NoBackend {
+                    f.stats.unpicked(upstream.shared_name(), why);
+                    tracing::debug!(upstream = %upstream.name(), reason = why.name(), "no room on any backend");
+                }
+                break;
+            }
         };
         if !scratch.tried.is_empty() {
             f.stats.retried(upstream.shared_name(), 1);
@@ -145,12 +163,11 @@ pub(crate) async fn forward(
                     }
                 },
             };
-            let read_timeout = settings.read_timeout;
             match exchange::send_and_read_head(
                 &mut conn,
                 &request,
                 client,
-                read_timeout,
+                patience,
                 &mut scratch.out,
             )
             .await
@@ -170,7 +187,7 @@ pub(crate) async fn forward(
                         &scratch.out,
                         &mut end,
                         &mut attempt,
-                        read_timeout,
+                        patience,
                     )
                     .await;
                     // The body's bytes that reached the client (nginx's `$body_bytes_sent`).

@@ -71,3 +71,12 @@ pub(crate) async fn client_gone(client: &TcpStream) {
         Ok(_) => std::future::pending().await,
     }
 }
+
+/// [`client_gone`], or never when the client is not watched.
+pub(crate) async fn watch(client: &TcpStream, watched: bool) {
+    if watched {
+        client_gone(client).await;
+    } else {
+        std::future::pending().await
+    }
+}

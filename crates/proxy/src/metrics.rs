@@ -95,6 +95,10 @@ pub struct UpstreamCounts {
     pub failures: HashMap<SocketAddr, [u64; 6]>,
     /// Attempts after a request's first (on another backend or a fresh connection).
     pub retries: u64,
+    /// Requests answered 503 because every backend was at its `max_conns`: the queue was full
+    /// (or off), or they waited `queue_timeout` in it.
+    pub queue_full: u64,
+    pub queue_timeouts: u64,
     /// How long requests took, from their head to the end of the answer.
     pub durations: Durations,
 }
@@ -114,6 +118,8 @@ impl UpstreamCounts {
             }
         }
         self.retries += other.retries;
+        self.queue_full += other.queue_full;
+        self.queue_timeouts += other.queue_timeouts;
         self.durations.add(&other.durations);
     }
 
@@ -163,6 +169,16 @@ impl WorkerStats {
         self.with(upstream, |c| {
             c.failures.entry(backend).or_default()[fault_index(fault)] += 1;
         });
+    }
+
+    /// A request that found no room (see [`crate::upstream::Unpicked`]).
+    pub(crate) fn unpicked(&self, upstream: &Arc<str>, why: crate::upstream::Unpicked) {
+        use crate::upstream::Unpicked;
+        match why {
+            Unpicked::QueueFull => self.with(upstream, |c| c.queue_full += 1),
+            Unpicked::QueueTimeout => self.with(upstream, |c| c.queue_timeouts += 1),
+            Unpicked::NoBackend | Unpicked::ClientGone => {}
+        }
     }
 
     /// `n` attempts after a request's first.

@@ -162,6 +162,16 @@ pub struct UpstreamSettings {
     /// Time to wait for the response head after sending, and between two reads of the body
     /// (nginx `proxy_read_timeout`, 60 s).
     pub read_timeout: Duration,
+    /// Time from a request's first attempt until its whole response has been received; `None`
+    /// is no limit. Bounds a backend that trickles its answer too slowly for `read_timeout`
+    /// to notice (Envoy's route `timeout`; nginx has none). Before the response head it is a
+    /// 504; later the client's connection is cut (reset).
+    pub response_timeout: Option<Duration>,
+    /// Requests that may wait for a backend below its `max_conns` when every one is full;
+    /// 0 answers 503 at once (NGINX Plus `queue`).
+    pub queue: usize,
+    /// How long a request may wait in that queue before it is answered 503.
+    pub queue_timeout: Duration,
     /// Further backends to try after a failed attempt; `None` tries every backend once (nginx
     /// `proxy_next_upstream_tries 0`).
     pub retries: Option<u32>,
@@ -222,6 +232,8 @@ impl UpstreamSettings {
     pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
     pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(1);
     pub const DEFAULT_STALE_AFTER: u32 = 3;
+    /// NGINX Plus's `queue ... timeout=` default.
+    pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
     /// Attempts allowed for one request: the first and the retries (`retries`, or every
     /// backend once).
@@ -246,6 +258,9 @@ impl UpstreamSettings {
             backends,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             read_timeout: Self::DEFAULT_READ_TIMEOUT,
+            response_timeout: None,
+            queue: 0,
+            queue_timeout: Self::DEFAULT_QUEUE_TIMEOUT,
             retries: None,
             retry_non_idempotent: false,
             keepalive: Self::DEFAULT_KEEPALIVE,
@@ -272,6 +287,9 @@ pub struct BackendSettings {
     pub fail_timeout: Duration,
     /// This backend's slow start, overriding the upstream's (`options.slow_start`).
     pub slow_start: Option<Duration>,
+    /// Requests in flight on this backend at most, across all workers; 0 is no limit (nginx
+    /// `max_conns`).
+    pub max_conns: u32,
     /// Where its load reports come from, if anywhere.
     pub load_source: Option<LoadSource>,
 }
@@ -304,6 +322,7 @@ impl BackendSettings {
             max_fails: Self::DEFAULT_MAX_FAILS,
             fail_timeout: Self::DEFAULT_FAIL_TIMEOUT,
             slow_start: None,
+            max_conns: 0,
             load_source: None,
         }
     }
@@ -321,6 +340,7 @@ impl BackendSettings {
             max_fails: self.max_fails,
             fail_timeout: self.fail_timeout.into(),
             slow_start: self.slow_start.map(Into::into),
+            max_conns: self.max_conns,
         }
     }
 }

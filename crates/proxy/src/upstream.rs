@@ -13,13 +13,15 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
-use tokio::sync::watch;
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::connections::Connections;
@@ -92,6 +94,8 @@ pub struct BackendSnapshot {
     pub weight: u32,
     pub state: AdminState,
     pub in_flight: u32,
+    /// Its `max_conns` (0: no limit).
+    pub max_conns: u32,
     pub requests: u64,
     pub failures: u64,
     /// Whether it may be chosen now.
@@ -179,6 +183,51 @@ pub struct Upstream {
     /// The generation in force, and whether the upstream has been retired (a reload removed
     /// it): the control plane restarts its loops on a change and stops them on retirement.
     changes: watch::Sender<(u64, bool)>,
+    /// Requests waiting for a backend below its `max_conns` (the `queue`).
+    queue: Queue,
+}
+
+/// The requests waiting for room on a full upstream, served first come, first served: a
+/// completion wakes the longest waiter ([`Notify::notify_one`] wakes in FIFO order), and while
+/// anyone waits a new request queues behind them instead of taking the room first.
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: AtomicUsize,
+    room: Notify,
+}
+
+/// A place in the queue, given back however the wait ends (the client may leave mid-wait).
+struct Place<'a>(&'a Queue);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a request got no backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unpicked {
+    /// None is healthy and in rotation (or every one was tried already).
+    NoBackend,
+    /// Every backend left is at its `max_conns` and the queue is full (or off).
+    QueueFull,
+    /// It waited `queue_timeout` in the queue.
+    QueueTimeout,
+    /// The client left while its request waited.
+    ClientGone,
+}
+
+impl Unpicked {
+    /// The reason in logs and metrics.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Unpicked::NoBackend => "no_backend",
+            Unpicked::QueueFull => "queue_full",
+            Unpicked::QueueTimeout => "queue_timeout",
+            Unpicked::ClientGone => "client_gone",
+        }
+    }
 }
 
 /// One worker's connections to one upstream's backends, by address: replaced as a whole when
@@ -288,6 +337,7 @@ impl Upstream {
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
             changes: watch::channel((0, false)).0,
+            queue: Queue::default(),
         }
     }
 
@@ -364,6 +414,7 @@ impl Upstream {
                 }
             }
         }
+        self.wake_waiting(true);
         if was != state {
             tracing::info!(upstream = %self.name(), backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
         }
@@ -528,6 +579,7 @@ impl Upstream {
             w.by_addr.store(Arc::new(map));
         }
         self.changes.send_modify(|c| c.0 = self.generation());
+        self.wake_waiting(true);
         tracing::info!(
             upstream = %self.name(),
             added = ?done.added,
@@ -562,8 +614,14 @@ impl Upstream {
     /// returns whether it changed the backend's state (never, if the backends changed since).
     pub fn set_check_result(&self, generation: u64, id: BackendId, healthy: bool) -> bool {
         let now = self.now();
-        let mut st = lock(&self.state);
-        st.generation == generation && st.pool.set_check_result(id, healthy, now)
+        let changed = {
+            let mut st = lock(&self.state);
+            st.generation == generation && st.pool.set_check_result(id, healthy, now)
+        };
+        if changed {
+            self.wake_waiting(true);
+        }
+        changed
     }
 
     /// The weights in force, in pool order.
@@ -609,22 +667,95 @@ impl Upstream {
         count
     }
 
-    /// A backend for a request, other than those it `tried`.
-    pub(crate) fn pick(
+    /// A backend for a request, other than those it `tried`; `Err(true)` when the only ones
+    /// left are at their `max_conns` (room may come), `Err(false)` when there is none.
+    fn try_pick(
         self: &Arc<Self>,
         affinity: Option<&[u8]>,
         tried: &[SocketAddr],
-    ) -> Option<Attempt> {
+    ) -> Result<Attempt, bool> {
         let now = self.now();
         let mut st = lock(&self.state);
         let exclude: Vec<BackendId> = tried.iter().filter_map(|&a| st.position(a)).collect();
-        let ticket = st.pool.pick(affinity, &exclude, now)?;
-        Some(Attempt {
-            addr: st.members[ticket.backend().index()].addr,
-            generation: st.generation,
-            upstream: Arc::clone(self),
-            ticket: Some(ticket),
-        })
+        match st.pool.pick(affinity, &exclude, now) {
+            Some(ticket) => Ok(Attempt {
+                addr: st.members[ticket.backend().index()].addr,
+                generation: st.generation,
+                upstream: Arc::clone(self),
+                ticket: Some(ticket),
+            }),
+            None => Err(st.pool.is_saturated(&exclude, now)),
+        }
+    }
+
+    /// A backend for a request, other than those it `tried`. When every backend left is at
+    /// its `max_conns`, the request waits for room in the upstream's queue (if `settings.queue`
+    /// allows) up to `settings.queue_timeout`, or until `client` leaves (when `watch_client`).
+    pub(crate) async fn pick(
+        self: &Arc<Self>,
+        settings: &UpstreamSettings,
+        affinity: Option<&[u8]>,
+        tried: &[SocketAddr],
+        client: &TcpStream,
+        watch_client: bool,
+    ) -> Result<Attempt, Unpicked> {
+        let queue = &self.queue;
+        // Nobody waiting (the common case, one atomic load): pick at once. While some wait,
+        // a newcomer queues behind them rather than take the room they wait for.
+        if queue.waiting.load(Ordering::Acquire) == 0 {
+            match self.try_pick(affinity, tried) {
+                Ok(attempt) => return Ok(attempt),
+                Err(false) => return Err(Unpicked::NoBackend),
+                Err(true) => {}
+            }
+        }
+        let place = {
+            let before = queue.waiting.fetch_add(1, Ordering::AcqRel);
+            let place = Place(queue);
+            if before >= settings.queue {
+                return Err(Unpicked::QueueFull);
+            }
+            place
+        };
+        let deadline = crate::io::after(settings.queue_timeout);
+        let gone = crate::io::watch(client, watch_client);
+        tokio::pin!(gone);
+        loop {
+            // Registered before the pick, so a completion in between is not missed.
+            let room = queue.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match self.try_pick(affinity, tried) {
+                Ok(attempt) => {
+                    drop(place);
+                    return Ok(attempt);
+                }
+                Err(false) => return Err(Unpicked::NoBackend),
+                Err(true) => {}
+            }
+            tokio::select! {
+                () = &mut room => {}
+                () = tokio::time::sleep_until(deadline) => return Err(Unpicked::QueueTimeout),
+                () = &mut gone => return Err(Unpicked::ClientGone),
+            }
+        }
+    }
+
+    /// Requests waiting in the queue now.
+    pub fn queued(&self) -> usize {
+        self.queue.waiting.load(Ordering::Acquire)
+    }
+
+    /// Room may have come for the waiting requests (or their backends went): let them look
+    /// again. A completion wakes one; a change of state or membership wakes all.
+    fn wake_waiting(&self, all: bool) {
+        if self.queue.waiting.load(Ordering::Acquire) > 0 {
+            if all {
+                self.queue.room.notify_waiters();
+            } else {
+                self.queue.room.notify_one();
+            }
+        }
     }
 
     fn complete(&self, generation: u64, addr: SocketAddr, ticket: Ticket, outcome: Outcome) {
@@ -648,6 +779,7 @@ impl Upstream {
                     .then(|| (state.fails(), state.spec().fail_timeout))
             })
         };
+        self.wake_waiting(false);
         // Logged once the lock is released: a slow log sink must not hold up every worker.
         if let Some((fails, fail_timeout)) = disabled {
             tracing::warn!(
@@ -684,6 +816,7 @@ impl Upstream {
                     weight: s.weight(),
                     state: m.state,
                     in_flight: s.in_flight(),
+                    max_conns: s.spec().max_conns,
                     requests: s.requests(),
                     failures: s.failures(),
                     available: s.is_eligible(now),

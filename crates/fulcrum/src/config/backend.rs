@@ -23,6 +23,7 @@ pub(super) const SECTION: Section = Section {
         "max_fails",
         "fail_timeout",
         "slow_start",
+        "max_conns",
         "agent",
         "node_exporter",
         "memcached",
@@ -40,6 +41,10 @@ pub(super) const MAX_WEIGHT: i64 = 1_000_000;
 /// health turned off in all but name (write 0 for that).
 const MAX_FAILS: i64 = 1_000_000;
 
+/// The largest `max_conns`: more requests in flight on one backend than a process has
+/// descriptors is no limit at all (write nothing for that).
+const MAX_CONNS: i64 = 1_000_000;
+
 /// A checked backend.
 #[derive(Debug)]
 pub(super) struct Backend {
@@ -55,6 +60,8 @@ pub(super) struct Backend {
     pub fail_timeout: Option<Duration>,
     /// `None`: the upstream's (`Some(0)` opts out of it).
     pub slow_start: Option<Duration>,
+    /// Requests in flight on it at most (0: no limit).
+    pub max_conns: u32,
     /// Where its load reports come from.
     pub load_source: Option<LoadSource>,
 }
@@ -153,6 +160,12 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
     let max_fails = max_fails(r, t);
     let fail_timeout = fail_timeout(r, t);
     let slow_start = algorithm::slow_start(r, t, algorithm);
+    let max_conns = t.integer(
+        r,
+        "max_conns",
+        0..=MAX_CONNS,
+        " (0, the default, is no limit)",
+    );
     let load_source = load_source(r, t, algorithm);
     let (addr, name) = addr?;
     Some(Backend {
@@ -164,6 +177,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
         max_fails,
         fail_timeout,
         slow_start,
+        max_conns: max_conns.unwrap_or(0),
         load_source,
     })
 }

@@ -78,6 +78,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
                 .or(u.fail_timeout)
                 .unwrap_or(BackendSettings::DEFAULT_FAIL_TIMEOUT),
             slow_start: b.slow_start,
+            max_conns: b.max_conns,
             load_source: b.load_source,
         })
         .collect();
@@ -89,6 +90,13 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     }
     if let Some(d) = u.read_timeout {
         s.read_timeout = d;
+    }
+    s.response_timeout = u.response_timeout;
+    if let Some(n) = u.queue {
+        s.queue = n;
+    }
+    if let Some(d) = u.queue_timeout {
+        s.queue_timeout = d;
     }
     // Seed 002 §V sets latency's penalty to the timeout a failed attempt costs: the upstream's
     // read_timeout unless the penalty is given.

@@ -41,6 +41,9 @@ pub(super) const SECTION: Section = Section {
         "retry_non_idempotent",
         "connect_timeout",
         "read_timeout",
+        "response_timeout",
+        "queue",
+        "queue_timeout",
         "keepalive",
         "keepalive_timeout",
         "poll_interval",
@@ -57,6 +60,11 @@ pub(super) const SECTION: Section = Section {
 /// hundred is more than any pool needs, and `retries` left out already means "each backend
 /// once".
 const MAX_RETRIES: i64 = 100;
+
+/// The most requests that may wait for room on a full upstream: each holds its client's
+/// connection and buffers while it waits, so a queue longer than a process's descriptors
+/// would only move the failure.
+const MAX_QUEUE: i64 = 1_000_000;
 
 /// The most idle connections kept per backend and worker: each holds a descriptor, and a
 /// process rarely may hold more than a million (Linux's default `fs.nr_open` is 1048576).
@@ -85,6 +93,9 @@ pub(super) struct Upstream {
     pub retry_non_idempotent: Option<bool>,
     pub connect_timeout: Option<Duration>,
     pub read_timeout: Option<Duration>,
+    pub response_timeout: Option<Duration>,
+    pub queue: Option<usize>,
+    pub queue_timeout: Option<Duration>,
     pub keepalive: Option<usize>,
     pub keepalive_timeout: Option<Duration>,
     pub poll_interval: Option<Duration>,
@@ -118,6 +129,24 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         r,
         "read_timeout",
         Zero::Refused("no backend could ever answer in time"),
+    );
+    let response_timeout = t.duration(
+        r,
+        "response_timeout",
+        Zero::Refused("no backend could ever answer in time; leave it out for no limit"),
+    );
+    let queue = t.integer(
+        r,
+        "queue",
+        0..=MAX_QUEUE,
+        " (0, the default, answers 503 at once when every backend is at its max_conns)",
+    );
+    let queue_timeout = t.duration(
+        r,
+        "queue_timeout",
+        Zero::Refused(
+            "a queued request would be refused before it could wait; for no queue, write queue = 0",
+        ),
     );
     let keepalive = t.integer(r, "keepalive", 0..=MAX_KEEPALIVE, " (0 turns reuse off)");
     let keepalive_timeout = t.duration(
@@ -213,6 +242,22 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             ),
         );
     }
+    // A queue holds requests until a backend is below its max_conns: without one, nothing is
+    // ever full and the queue would never be used.
+    if let Some(key) = ["queue", "queue_timeout"]
+        .into_iter()
+        .find(|k| t.span_of(k).is_some())
+        && !backends.is_empty()
+        && backends.iter().all(|b| b.max_conns == 0)
+    {
+        r.error(
+            t.span_of(key).unwrap_or_else(|| t.span()),
+            &t.key(key),
+            format!(
+                "{shown} has no backend with max_conns, so none is ever full and no request would wait: set max_conns on its backends, or remove {key}"
+            ),
+        );
+    }
     if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
         r.warn(
             &t.span(),
@@ -232,6 +277,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         retry_non_idempotent,
         connect_timeout,
         read_timeout,
+        response_timeout,
+        queue,
+        queue_timeout,
         keepalive,
         keepalive_timeout,
         poll_interval,

@@ -92,6 +92,13 @@ impl Chunked {
         self.state == ChunkState::Done
     }
 
+    /// Data bytes the sender has announced and not yet sent: the rest of the current chunk,
+    /// or, while its size is being read, the size so far (a lower bound). A body that will
+    /// exceed a limit is refused on its word, before its data arrives (as nginx does).
+    pub(crate) fn announced(&self) -> u64 {
+        self.remaining
+    }
+
     /// The state after byte `b`, which follows the digits of a chunk size or whitespace after
     /// them: `chunk-size [ chunk-ext ] CRLF` with `chunk-ext = *( BWS ";" ... )` (RFC 9112
     /// §7.1.1). Whitespace straight before the CRLF is accepted too, as hyper does.

@@ -8,11 +8,13 @@
 //! * more than `max_headers` header lines, or a head over `max_header_bytes`: 431 (a request
 //!   line alone over the limit: 414);
 //! * `Content-Length` that is not a decimal number, or several that disagree: 400 (§6.3);
-//! * `Transfer-Encoding` together with `Content-Length`, in an HTTP/1.0 request, or with
-//!   `chunked` anywhere but last: 400; a final coding other than `chunked`: 501 (§6.1, §6.3);
+//! * `Transfer-Encoding` together with `Content-Length`, in an HTTP/1.0 request, or without
+//!   `chunked` last: 400; a coding other than `chunked` before it: 501 (§6.1, §6.3);
 //! * `Host`: missing in HTTP/1.1, repeated, or not a valid `host[:port]`: 400 (RFC 9110 §7.2,
 //!   RFC 9112 §3.2);
-//! * `CONNECT`: 405 (this is a reverse proxy, not a tunnel).
+//! * `CONNECT`: 405 (this is a reverse proxy, not a tunnel); `TRACE`: 405, as nginx answers it
+//!   (a backend's echo would show the client what the proxy added, and cookies to a script:
+//!   cross-site tracing).
 //!
 //! The head the backend gets is written as the checks pass: the request line in origin form and
 //! HTTP/1.1, one `Host`, the client's headers less the hop-by-hop ones (RFC 9110 §7.6.1),
@@ -72,6 +74,11 @@ const BAD_TARGET: Reject = reject(400, "400 Bad Request: invalid request target\
 const CONNECT: Reject = reject(
     405,
     "405 Method Not Allowed: CONNECT is not supported by this reverse proxy\n",
+);
+
+const TRACE: Reject = reject(
+    405,
+    "405 Method Not Allowed: TRACE is not allowed through this proxy\n",
 );
 
 /// Limits on a request head.
@@ -177,6 +184,9 @@ pub(crate) fn parse_request(
     };
     let http11 = version == 1;
     let headers: &[httparse::Header<'_>] = req.headers;
+    if method == "TRACE" {
+        return Err(TRACE);
+    }
 
     let parsed_target = match Target::parse(method, target) {
         Ok(t) => t,
@@ -442,6 +452,7 @@ mod tests {
         assert_eq!(status("GET /  HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.10\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"), 405);
+        assert_eq!(status("TRACE / HTTP/1.1\r\nHost: a\r\n\r\n"), 405);
         assert_eq!(status("GET a/b HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
     }

@@ -599,14 +599,18 @@ mod tests {
         );
         let freed = a.backend();
         p.complete(a, Outcome::Success, secs(1));
-        assert!(!p.is_saturated(&[], secs(1)));
-        assert_eq!(p.pick(None, &[], secs(1)).unwrap().backend(), freed);
+        let c = p.pick(None, &[], secs(1)).unwrap();
+        assert_eq!(c.backend(), freed);
         // Being full is not a failure: nothing was counted against either backend.
         assert_eq!(p.state(BackendId(0)).fails(), 0);
         assert_eq!(p.state(BackendId(1)).fails(), 0);
+        let other = b.backend();
         p.complete(b, Outcome::Failure, secs(1));
+        assert!(p.pick(None, &[], secs(1)).is_none(), "one full, one failed");
+        assert!(p.is_saturated(&[], secs(1)), "the full one may free up");
+        assert!(p.is_saturated(&[other], secs(1)));
         assert!(
-            !p.is_saturated(&[], secs(1)),
+            !p.is_saturated(&[c.backend()], secs(1)),
             "a failed backend is not waited for"
         );
     }

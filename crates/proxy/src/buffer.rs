@@ -1,5 +1,6 @@
-//! A read buffer a connection keeps for its whole life: bytes arrive at the end and are
-//! consumed from the front, so nothing is allocated per request.
+//! A read buffer a connection keeps while it is busy: bytes arrive at the end and are consumed
+//! from the front, so nothing is allocated per request. An idle connection may
+//! [`release`](Buffer::release) it; the next read takes it again.
 
 use tokio::io::AsyncReadExt as _;
 
@@ -8,6 +9,8 @@ pub(crate) struct Buffer {
     data: Vec<u8>,
     start: usize,
     end: usize,
+    /// The size it is made with, and made again after a release.
+    capacity: usize,
 }
 
 impl Buffer {
@@ -16,6 +19,14 @@ impl Buffer {
             data: vec![0; capacity],
             start: 0,
             end: 0,
+            capacity,
+        }
+    }
+
+    /// Gives the memory back while nothing is buffered (an idle connection's).
+    pub(crate) fn release(&mut self) {
+        if self.is_empty() {
+            self.data = Vec::new();
         }
     }
 
@@ -76,7 +87,9 @@ impl Buffer {
         &mut self,
         stream: &mut R,
     ) -> std::io::Result<usize> {
-        if self.end == self.data.len() {
+        if self.data.is_empty() {
+            self.data = vec![0; self.capacity];
+        } else if self.end == self.data.len() {
             self.reserve(self.data.len().max(4096) / 2);
         }
         let n = stream.read(&mut self.data[self.end..]).await?;
@@ -88,6 +101,19 @@ impl Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_released_buffer_is_taken_again_by_the_next_read() {
+        let mut b = Buffer::new(64);
+        b.release();
+        assert_eq!(b.data.capacity(), 0);
+        let mut input: &[u8] = b"hello";
+        assert_eq!(b.read_from(&mut input).await.unwrap(), 5);
+        assert_eq!(b.filled(), b"hello");
+        assert_eq!(b.data.len(), 64);
+        b.release();
+        assert_eq!(b.filled(), b"hello", "a buffer holding bytes keeps them");
+    }
 
     #[test]
     fn consume_and_reserve_keep_the_bytes() {

@@ -32,6 +32,13 @@ pub(crate) struct Scratch {
     pub(crate) tried: Vec<SocketAddr>,
 }
 
+impl Scratch {
+    /// Gives every buffer's memory back (an idle connection's).
+    pub(crate) fn release(&mut self) {
+        *self = Scratch::default();
+    }
+}
+
 /// Where a request goes and what it carries.
 #[derive(Debug)]
 pub(crate) struct Forward<'a> {

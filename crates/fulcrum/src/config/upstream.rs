@@ -314,6 +314,33 @@ fn check_ring_weight(r: &mut Report<'_>, t: &Table<'_>, b: &Balancing, backends:
 mod tests {
     use crate::config::testing::*;
 
+    #[test]
+    fn max_conns_queue_and_response_timeout() {
+        let c = ok(&GOOD
+            .replace(
+                "connect_timeout = \"250ms\"",
+                "queue = 10\nqueue_timeout = \"2s\"\nresponse_timeout = \"30s\"",
+            )
+            .replace("weight = 3", "weight = 3\n  max_conns = 4"));
+        let u = &c.proxy.upstreams[0];
+        assert_eq!(
+            (u.queue, u.queue_timeout),
+            (10, std::time::Duration::from_secs(2))
+        );
+        assert_eq!(u.response_timeout, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            u.backends.iter().map(|b| b.max_conns).collect::<Vec<_>>(),
+            [4, 0]
+        );
+        // Without max_conns nothing is ever full: a queue would never be used.
+        let e = refused(&GOOD.replace("connect_timeout = \"250ms\"", "queue = 10"));
+        assert!(e.contains("no backend with max_conns"), "{e}");
+        let e = refused(&GOOD.replace("connect_timeout = \"250ms\"", "response_timeout = \"0s\""));
+        assert!(e.contains("leave it out for no limit"), "{e}");
+        let e = refused(&GOOD.replace("weight = 3", "max_conns = -1"));
+        assert!(e.contains("max_conns"), "{e}");
+    }
+
     /// Defect 1 of issue 10: `read_timeout = "0s"` and `connect_timeout = "0s"` passed
     /// `check`, then every request got 504 and every backend was disabled.
     #[test]

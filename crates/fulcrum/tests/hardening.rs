@@ -1,0 +1,1412 @@
+//! The edge, class by class, against a running `fulcrum run`: hostile request bytes, broken
+//! backends and the limits an operator sets. Each case says what the client gets, whether
+//! the connection stays open (proved by a request after it on the same connection, which also
+//! shows nothing was desynchronised) and what reached the backend.
+//!
+//! The tables of docs/security.md are made from these cases, after they passed: with
+//! `FULCRUM_UPDATE_DOCS=1` the test rewrites them; otherwise it fails when they differ.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Running, TempFile};
+
+// ---------------------------------------------------------------------------------------------
+// A backend that records what reaches it and misbehaves on request
+
+/// One request as the backend received it.
+#[derive(Debug, Clone)]
+struct Seen {
+    line: String,
+    head: String,
+    body: Vec<u8>,
+}
+
+#[derive(Clone)]
+struct Backend {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// Requests for a `/fault/` path, which get no ordinary answer.
+    faults: Arc<AtomicUsize>,
+}
+
+impl Backend {
+    fn start() -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let backend = Backend {
+            addr: listener.local_addr().unwrap(),
+            seen: Arc::default(),
+            faults: Arc::default(),
+        };
+        let b = backend.clone();
+        // The threads end with the test process; every socket they hold is on loopback.
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let b = b.clone();
+                std::thread::spawn(move || b.serve(stream));
+            }
+        });
+        backend
+    }
+
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
+    fn serve(&self, mut s: TcpStream) {
+        let mut buf = Vec::new();
+        loop {
+            let Some(end) = read_until_blank_line(&mut s, &mut buf) else {
+                return;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end);
+            let length = header(&head, "content-length").map_or(0, |v| v.parse().unwrap_or(0));
+            while buf.len() < length {
+                let mut chunk = [0u8; 8192];
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let body: Vec<u8> = buf.drain(..length).collect();
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
+            self.seen.lock().unwrap().push(Seen {
+                line: line.clone(),
+                head: head.clone(),
+                body,
+            });
+            if path.starts_with("/fault/") {
+                self.faults.fetch_add(1, Ordering::SeqCst);
+                misbehave(&mut s, &path);
+                return;
+            }
+            if let Some(ms) = path.strip_prefix("/slow?ms=") {
+                let ms = ms.split('&').next().unwrap_or_default();
+                std::thread::sleep(Duration::from_millis(ms.parse().unwrap()));
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{line}",
+                line.len()
+            );
+            if s.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// What the backend does for `/fault/...`: each is one way a backend fails a proxy.
+fn misbehave(s: &mut TcpStream, path: &str) {
+    let mut write = |bytes: &[u8]| s.write_all(bytes).is_ok();
+    match path {
+        "/fault/close" => {}
+        "/fault/reset-mid-body" => {
+            write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+            write(&[b'x'; 100]);
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = socket2::SockRef::from(&*s).set_linger(Some(Duration::ZERO));
+        }
+        "/fault/bad-status" => {
+            write(b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+        "/fault/two-lengths" => {
+            write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc");
+        }
+        "/fault/1xx-flood" => {
+            let flood = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(10_000);
+            write(&flood);
+            write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+        "/fault/huge-head" => {
+            let big = format!(
+                "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0\r\n\r\n",
+                "a".repeat(20_000)
+            );
+            write(big.as_bytes());
+        }
+        "/fault/stall" => std::thread::sleep(Duration::from_secs(4)),
+        "/fault/trickle-head" => {
+            for &b in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".iter() {
+                if !write(&[b]) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        "/fault/trickle-body" => {
+            write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+            for _ in 0..100 {
+                if !write(b"x") {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        "/fault/hop-by-hop" => {
+            write(
+                b"HTTP/1.1 200 OK\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n\
+                  Proxy-Connection: keep-alive\r\nUpgrade: h2c\r\nX-End: 1\r\nContent-Length: 2\r\n\r\nok",
+            );
+            // Kept open: the connection is ours to reuse or close.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        _ => {}
+    }
+}
+
+fn read_until_blank_line(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(i + 4);
+        }
+        let mut chunk = [0u8; 8192];
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The value of the first `name` header of `head` (lower-case name).
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then_some(v.trim())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The client
+
+/// One answer: status, head, body, and whether the body was complete.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+    complete: bool,
+}
+
+struct Client {
+    s: TcpStream,
+    buf: Vec<u8>,
+    /// Interim (1xx) answers seen.
+    interim: Vec<u16>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        Client {
+            s,
+            buf: Vec::new(),
+            interim: Vec::new(),
+        }
+    }
+
+    /// Reads more within `deadline`: `Some(0)` at the end of the stream (or a reset), `None`
+    /// when nothing came in time.
+    fn fill(&mut self, deadline: Instant) -> Option<usize> {
+        let mut chunk = [0u8; 16384];
+        loop {
+            match self.s.read(&mut chunk) {
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Some(n);
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                }
+                Err(_) => return Some(0),
+            }
+        }
+    }
+
+    /// The next final answer, `None` if the connection ended (or nothing came by `deadline`)
+    /// before one began.
+    fn answer(&mut self, deadline: Instant) -> Option<Answer> {
+        loop {
+            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                if self.fill(deadline)? == 0 {
+                    return None;
+                }
+                continue;
+            };
+            let head = String::from_utf8_lossy(&self.buf[..end + 4]).into_owned();
+            let status: u16 = head
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("a status line: {head:?}"));
+            self.buf.drain(..end + 4);
+            if status < 200 {
+                self.interim.push(status);
+                continue;
+            }
+            let length: usize = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+            let mut complete = true;
+            while self.buf.len() < length {
+                if self.fill(deadline).unwrap_or(0) == 0 {
+                    complete = false;
+                    break;
+                }
+            }
+            let body = self.buf.drain(..length.min(self.buf.len())).collect();
+            return Some(Answer {
+                status,
+                head,
+                body,
+                complete,
+            });
+        }
+    }
+
+    /// Whether the proxy closed the connection (or reset it) within `within`.
+    fn closed(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.fill(deadline) {
+                Some(0) => return true,
+                Some(_) => {}
+                None => return false,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+
+/// What a case sends, in order.
+enum Step {
+    Send(Vec<u8>),
+    Pause(Duration),
+    /// Waits for `100 Continue`.
+    AwaitContinue,
+    ShutdownWrite,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Conn {
+    Closed,
+    KeptOpen,
+}
+
+/// What must have reached the backend (checked for the case's requests only).
+enum Reach {
+    Nothing,
+    /// These request lines, in order.
+    Lines(&'static [&'static str]),
+    /// A check, and how the table says it.
+    Check(&'static str, fn(&[Seen]) -> Result<(), String>),
+}
+
+struct Case {
+    class: &'static str,
+    input: &'static str,
+    steps: Vec<Step>,
+    /// Final answers, in order.
+    answers: &'static [u16],
+    conn: Conn,
+    reach: Reach,
+}
+
+fn case(
+    class: &'static str,
+    input: &'static str,
+    bytes: impl AsRef<[u8]>,
+    answers: &'static [u16],
+    conn: Conn,
+    reach: Reach,
+) -> Case {
+    Case {
+        class,
+        input,
+        steps: vec![Step::Send(bytes.as_ref().to_vec())],
+        answers,
+        conn,
+        reach,
+    }
+}
+
+const GET: &str = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+fn bad_input_cases() -> Vec<Case> {
+    use Conn::*;
+    use Reach::*;
+    let post = |headers: &str, body: &str| -> Vec<u8> {
+        format!("POST /p HTTP/1.1\r\nHost: a\r\n{headers}\r\n{body}").into_bytes()
+    };
+    let with_header =
+        |h: &[u8]| -> Vec<u8> { [&b"GET / HTTP/1.1\r\nHost: a\r\n"[..], h, b"\r\n\r\n"].concat() };
+    let long_value = format!("X-Long: {}", "a".repeat(17_000));
+    let many_headers: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
+    let big_section: String = (0..20)
+        .map(|i| format!("X-{i}: {}\r\n", "b".repeat(900)))
+        .collect();
+    vec![
+        // Framing (RFC 9112 §6)
+        case("Framing", "`Content-Length` and `Transfer-Encoding: chunked` together",
+            post("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"), &[400], Closed, Nothing),
+        case("Framing", "two different `Content-Length` headers",
+            post("Content-Length: 3\r\nContent-Length: 4\r\n", "abcd"), &[400], Closed, Nothing),
+        case("Framing", "`Content-Length: 3, 3` (a list)",
+            post("Content-Length: 3, 3\r\n", "abc"), &[400], Closed, Nothing),
+        case("Framing", "`Content-Length: +3` (signed)",
+            post("Content-Length: +3\r\n", "abc"), &[400], Closed, Nothing),
+        case("Framing", "`Content-Length` of 30 digits (overflows)",
+            post("Content-Length: 999999999999999999999999999999\r\n", ""), &[400], Closed, Nothing),
+        case("Framing", "`Transfer-Encoding: gzip` (final coding not chunked)",
+            post("Transfer-Encoding: gzip\r\n", ""), &[400], Closed, Nothing),
+        case("Framing", "`Transfer-Encoding: chunked` on HTTP/1.0",
+            "POST /p HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", &[400], Closed, Nothing),
+        case("Framing", "`Transfer-Encoding: foo, chunked` (unknown coding)",
+            post("Transfer-Encoding: foo, chunked\r\n", "0\r\n\r\n"), &[501], Closed, Nothing),
+        // Header syntax (RFC 9112 §5, RFC 9110 §5.5)
+        case("Header syntax", "obs-fold (a header continued on the next line)",
+            with_header(b"X-A: 1\r\n  folded"), &[400], Closed, Nothing),
+        case("Header syntax", "whitespace between a header name and the colon",
+            with_header(b"X-A : 1"), &[400], Closed, Nothing),
+        case("Header syntax", "NUL in a header value",
+            with_header(b"X-A: a\0b"), &[400], Closed, Nothing),
+        case("Header syntax", "bare CR in a header value",
+            with_header(b"X-A: a\rb"), &[400], Closed, Nothing),
+        case("Header syntax", "`(` in a header name",
+            with_header(b"X(A): 1"), &[400], Closed, Nothing),
+        case("Header syntax", "bare LF line ends (RFC 9112 §2.2 lets a recipient accept them)",
+            "GET / HTTP/1.1\nHost: a\n\n", &[200], KeptOpen, Lines(&["GET / HTTP/1.1"])),
+        // Host (RFC 9112 §3.2)
+        case("Host", "no `Host` on HTTP/1.1",
+            "GET / HTTP/1.1\r\n\r\n", &[400], Closed, Nothing),
+        case("Host", "two `Host` headers",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", &[400], Closed, Nothing),
+        case("Host", "`Host: a b` (invalid)",
+            "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", &[400], Closed, Nothing),
+        // Limits
+        case("Limits", "request line over `max_header_bytes` (16 KiB)",
+            format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(17_000)), &[414], Closed, Nothing),
+        case("Limits", "one header line over `max_header_bytes`",
+            with_header(long_value.as_bytes()), &[431], Closed, Nothing),
+        case("Limits", "101 headers (over `max_headers`, 100)",
+            format!("GET / HTTP/1.1\r\nHost: a\r\n{many_headers}\r\n"), &[431], Closed, Nothing),
+        case("Limits", "header section of 18 KiB in short lines",
+            format!("GET / HTTP/1.1\r\nHost: a\r\n{big_section}\r\n"), &[431], Closed, Nothing),
+        case("Limits", "`Content-Length` over `max_body_bytes` (64 KiB here)",
+            post("Content-Length: 70000\r\n", ""), &[413], Closed, Nothing),
+        case("Limits", "chunked body that grows over `max_body_bytes`",
+            post("Transfer-Encoding: chunked\r\n", &format!("8000\r\n{}\r\n8000\r\n{}\r\n8000\r\n", "c".repeat(0x8000), "c".repeat(0x8000))),
+            &[413], Closed, Nothing),
+        // Chunked bodies (RFC 9112 §7.1)
+        case("Chunked body", "chunk size of 20 hex digits (overflows)",
+            post("Transfer-Encoding: chunked\r\n", "fffffffffffffffffffff\r\nx\r\n0\r\n\r\n"), &[400], Closed, Nothing),
+        case("Chunked body", "chunk size not hex",
+            post("Transfer-Encoding: chunked\r\n", "zz\r\nx\r\n0\r\n\r\n"), &[400], Closed, Nothing),
+        case("Chunked body", "chunk extension of 5 KiB (under the 16 KiB bound)",
+            post("Transfer-Encoding: chunked\r\n", &format!("1;e={}\r\nx\r\n0\r\n\r\n", "e".repeat(5000))),
+            &[200], KeptOpen, Lines(&["POST /p HTTP/1.1"])),
+        case("Chunked body", "chunk extension of 17 KiB",
+            post("Transfer-Encoding: chunked\r\n", &format!("1;e={}\r\nx\r\n0\r\n\r\n", "e".repeat(17_000))),
+            &[400], Closed, Nothing),
+        case("Chunked body", "trailer with `Content-Length` and `Host` (forbidden there)",
+            post("Transfer-Encoding: chunked\r\n", "3\r\nabc\r\n0\r\nContent-Length: 9\r\nHost: evil\r\n\r\n"),
+            &[200], KeptOpen,
+            Check("the body `abc` with `Content-Length: 3`; no trailer", |seen| {
+                let s = one(seen)?;
+                (s.body == b"abc" && header(&s.head, "content-length") == Some("3")
+                    && !s.head.contains("evil") && header(&s.head, "transfer-encoding").is_none())
+                    .then_some(()).ok_or_else(|| format!("{s:?}"))
+            })),
+        // Versions and methods
+        case("Request line", "HTTP/0.9 (`GET /` alone)",
+            "GET /\r\n\r\n", &[400], Closed, Nothing),
+        case("Request line", "`HTTP/2.0` on an HTTP/1 connection",
+            "GET / HTTP/2.0\r\nHost: a\r\n\r\n", &[505], Closed, Nothing),
+        case("Request line", "`HTTP/3.1`",
+            "GET / HTTP/3.1\r\nHost: a\r\n\r\n", &[505], Closed, Nothing),
+        case("Request line", "a lower-case method's bytes where the method goes (`get`)",
+            "get / HTTP/1.1\r\nHost: a\r\n\r\n", &[200], KeptOpen, Lines(&["get / HTTP/1.1"])),
+        case("Request line", "`CONNECT a:443`",
+            "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", &[405], Closed, Nothing),
+        case("Request line", "`TRACE /` (nginx's answer: an echo would show what the proxy adds)",
+            "TRACE / HTTP/1.1\r\nHost: a\r\n\r\n", &[405], Closed, Nothing),
+        case("Request line", "`OPTIONS *`",
+            "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &[200], KeptOpen, Lines(&["OPTIONS * HTTP/1.1"])),
+        case("Request line", "absolute-form target `http://a/p?q`",
+            "GET http://a/p?q HTTP/1.1\r\nHost: a\r\n\r\n", &[200], KeptOpen, Lines(&["GET /p?q HTTP/1.1"])),
+        case("Request line", "authority-form target on `GET`",
+            "GET a:80 HTTP/1.1\r\nHost: a\r\n\r\n", &[400], Closed, Nothing),
+        // Connection management (RFC 9112 §9)
+        case("Connection", "two requests pipelined",
+            [GET.replace("/ ", "/1 "), GET.replace("/ ", "/2 ")].concat(), &[200, 200], KeptOpen,
+            Lines(&["GET /1 HTTP/1.1", "GET /2 HTTP/1.1"])),
+        case("Connection", "a good request pipelined with a bad one after it",
+            [GET, "GET / HTTP/1.1\r\nHost: a\r\nX : 1\r\n\r\n"].concat(), &[200, 400], Closed,
+            Lines(&["GET / HTTP/1.1"])),
+        Case {
+            class: "Connection",
+            input: "a request, then the client half-closes (taken as gone, as nginx does: logged 499)",
+            steps: vec![Step::Send(GET.into()), Step::ShutdownWrite],
+            answers: &[],
+            conn: Closed,
+            reach: Check("the request, or nothing if fulcrum noticed first", |seen| {
+                (seen.len() <= 1 && seen.iter().all(|s| s.line == "GET / HTTP/1.1"))
+                    .then_some(()).ok_or_else(|| format!("{seen:?}"))
+            }),
+        },
+        Case {
+            class: "Connection",
+            input: "head stops half-way (slowloris)",
+            steps: vec![Step::Send(b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec()), Step::Pause(Duration::from_millis(1500))],
+            answers: &[408],
+            conn: Closed,
+            reach: Nothing,
+        },
+        Case {
+            class: "Connection",
+            input: "body stops half-way (slow body)",
+            steps: vec![Step::Send(post("Content-Length: 10\r\n", "abc")), Step::Pause(Duration::from_millis(1500))],
+            answers: &[408],
+            conn: Closed,
+            reach: Nothing,
+        },
+        Case {
+            class: "Connection",
+            input: "`Expect: 100-continue`, the body sent after `100 Continue`",
+            steps: vec![
+                Step::Send(b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n".to_vec()),
+                Step::AwaitContinue,
+                Step::Send(b"abc".to_vec()),
+            ],
+            answers: &[200],
+            conn: KeptOpen,
+            reach: Check("the body, without `Expect`", |seen| {
+                let s = one(seen)?;
+                (s.body == b"abc" && header(&s.head, "expect").is_none())
+                    .then_some(()).ok_or_else(|| format!("{s:?}"))
+            }),
+        },
+        // Hop-by-hop headers (RFC 9110 §7.6.1)
+        case("Hop-by-hop", "`Connection: X-Hop` with `X-Hop`, `Keep-Alive`, `TE`, `Proxy-Connection`, `Upgrade`",
+            with_header(b"Connection: X-Hop, Upgrade\r\nX-Hop: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nProxy-Connection: x\r\nUpgrade: websocket"),
+            &[200], KeptOpen,
+            Check("none of them", |seen| {
+                let s = one(seen)?;
+                let h = s.head.to_ascii_lowercase();
+                ["x-hop", "keep-alive", "\nte:", "proxy-connection", "upgrade"]
+                    .iter().all(|n| !h.contains(n)).then_some(()).ok_or_else(|| s.head.clone())
+            })),
+        case("Hop-by-hop", "`Upgrade: websocket` on a route that does not allow it",
+            with_header(b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x"),
+            &[200], KeptOpen,
+            Check("the request without `Upgrade` (answered 200, never 101)", |seen| {
+                let s = one(seen)?;
+                (!s.head.to_ascii_lowercase().contains("upgrade"))
+                    .then_some(()).ok_or_else(|| s.head.clone())
+            })),
+    ]
+}
+
+fn one(seen: &[Seen]) -> Result<&Seen, String> {
+    match seen {
+        [s] => Ok(s),
+        _ => Err(format!("{} requests reached the backend", seen.len())),
+    }
+}
+
+/// Runs `c` on a fresh connection to `addr`; `Err` says how it went otherwise.
+fn run_case(c: &Case, addr: SocketAddr, backend: &Backend) -> Result<(), String> {
+    backend.take();
+    let mut client = Client::connect(addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for step in &c.steps {
+        match step {
+            Step::Send(bytes) => {
+                // A reset before everything was written is the proxy refusing early: fine.
+                let _ = client.s.write_all(bytes);
+            }
+            Step::Pause(d) => std::thread::sleep(*d),
+            Step::AwaitContinue => {
+                while !client.buf.starts_with(b"HTTP/1.1 100 ") {
+                    if client.fill(deadline).unwrap_or(0) == 0 {
+                        return Err("no 100 Continue".into());
+                    }
+                }
+            }
+            Step::ShutdownWrite => client.s.shutdown(Shutdown::Write).unwrap(),
+        }
+    }
+    let mut got = Vec::new();
+    for _ in c.answers {
+        match client.answer(deadline) {
+            Some(a) => got.push(a.status),
+            None => break,
+        }
+    }
+    if got != c.answers {
+        return Err(format!("answers {got:?}, expected {:?}", c.answers));
+    }
+    match c.conn {
+        Conn::Closed => {
+            if !client.closed(Duration::from_secs(3)) {
+                return Err("the connection was left open".into());
+            }
+        }
+        Conn::KeptOpen => {
+            // The connection is still in step: the next request gets its own answer.
+            let _ = client
+                .s
+                .write_all(b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n");
+            match client.answer(deadline) {
+                Some(a) if a.status == 200 && a.body.starts_with(b"GET /after ") => {}
+                other => return Err(format!("the connection was not kept in step: {other:?}")),
+            }
+        }
+    }
+    let mut seen = backend.take();
+    seen.retain(|s| !s.line.starts_with("GET /after "));
+    match &c.reach {
+        Reach::Nothing if seen.is_empty() => Ok(()),
+        Reach::Nothing => Err(format!("reached the backend: {seen:?}")),
+        Reach::Lines(lines) => {
+            let got: Vec<&str> = seen.iter().map(|s| s.line.as_str()).collect();
+            (got == *lines)
+                .then_some(())
+                .ok_or_else(|| format!("the backend got {got:?}"))
+        }
+        Reach::Check(_, check) => check(&seen),
+    }
+}
+
+fn answers_text(answers: &[u16]) -> String {
+    if answers.is_empty() {
+        return "none".into();
+    }
+    answers
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", then ")
+}
+
+fn reach_text(r: &Reach) -> String {
+    match r {
+        Reach::Nothing => "nothing".into(),
+        Reach::Lines(lines) => lines
+            .iter()
+            .map(|l| format!("`{l}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Reach::Check(text, _) => (*text).into(),
+    }
+}
+
+/// Replaces the text between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in
+/// docs/security.md with `table` under `FULCRUM_UPDATE_DOCS=1`; otherwise asserts it is there.
+fn check_doc_table(name: &str, table: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/security.md");
+    let doc = std::fs::read_to_string(path).unwrap_or_default();
+    let (open, close) = (
+        format!("<!-- generated: {name} -->\n"),
+        format!("<!-- end: {name} -->"),
+    );
+    let span = doc.find(&open).and_then(|a| {
+        Some((
+            a + open.len(),
+            a + open.len() + doc[a + open.len()..].find(&close)?,
+        ))
+    });
+    if std::env::var_os("FULCRUM_UPDATE_DOCS").is_some() {
+        let (a, b) = span.unwrap_or_else(|| panic!("docs/security.md has no {open:?} … {close:?}"));
+        let updated = format!("{}{table}{}", &doc[..a], &doc[b..]);
+        std::fs::write(path, updated).unwrap();
+        return;
+    }
+    let (a, b) = span.unwrap_or_else(|| {
+        panic!("docs/security.md has no {open:?} … {close:?}; run with FULCRUM_UPDATE_DOCS=1")
+    });
+    assert_eq!(
+        &doc[a..b],
+        table,
+        "docs/security.md's {name} table is out of date: run this test with FULCRUM_UPDATE_DOCS=1"
+    );
+}
+
+fn config(text: &str) -> TempFile {
+    TempFile::new(
+        &format!(
+            "hardening-{}.toml",
+            std::thread::current()
+                .name()
+                .unwrap_or("t")
+                .replace("::", "-")
+        ),
+        text,
+    )
+}
+
+#[test]
+fn bad_input_is_answered_as_rfc_9112_says() {
+    let backend = Backend::start();
+    let cfg = config(&format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "app"
+client_header_timeout = "1s"
+client_body_timeout = "1s"
+max_body_bytes = 65536
+
+[[upstream]]
+name = "app"
+algorithm = "round_robin"
+  [[upstream.backend]]
+  addr = "{}"
+"#,
+        backend.addr
+    ));
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+    let cases = bad_input_cases();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| {
+            run_case(c, addr, &backend)
+                .err()
+                .map(|e| format!("{}: {}: {e}", c.class, c.input))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    // Still serving, and it said nothing of a panic.
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    let mut table =
+        "| Class | Input | Answer | Connection after | What reaches the backend |\n|---|---|---|---|---|\n"
+            .to_owned();
+    for c in &cases {
+        table += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            c.class,
+            c.input,
+            answers_text(c.answers),
+            match c.conn {
+                Conn::Closed => "closed",
+                Conn::KeptOpen => "kept open",
+            },
+            reach_text(&c.reach)
+        );
+    }
+    fulcrum.terminate();
+    check_doc_table("bad-input", &table);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend faults
+
+/// How the client's answer must look.
+#[derive(Clone, Copy)]
+enum Gets {
+    /// This status, complete.
+    Status(u16),
+    /// This status's head, then the connection cut before the body's end.
+    CutShort(u16),
+}
+
+/// A check of an answer's head, and how the table says it.
+type HeadCheck = (&'static str, fn(&str) -> bool);
+
+struct Fault {
+    fault: &'static str,
+    request: &'static str,
+    /// The upstream's listener it goes to.
+    listener: &'static str,
+    bytes: String,
+    gets: Gets,
+    conn: Conn,
+    /// Attempts on the misbehaving backends (requests for `/fault/` paths they received).
+    attempts: usize,
+    /// A check of the answer's head, and how the table says it.
+    head: Option<HeadCheck>,
+}
+
+fn fault(
+    fault: &'static str,
+    request: &'static str,
+    bytes: String,
+    gets: Gets,
+    conn: Conn,
+    attempts: usize,
+) -> Fault {
+    Fault {
+        fault,
+        request,
+        listener: "faults",
+        bytes,
+        gets,
+        conn,
+        attempts,
+        head: None,
+    }
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n")
+}
+
+fn fault_cases() -> Vec<Fault> {
+    use Conn::*;
+    use Gets::*;
+    let post =
+        |path: &str| format!("POST {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc");
+    vec![
+        fault(
+            "closes the connection before answering",
+            "GET",
+            get("/fault/close"),
+            Status(502),
+            KeptOpen,
+            2,
+        ),
+        fault(
+            "closes the connection before answering",
+            "POST (not idempotent)",
+            post("/fault/close"),
+            Status(502),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "resets the connection in the middle of the body",
+            "GET",
+            get("/fault/reset-mid-body"),
+            CutShort(200),
+            Closed,
+            1,
+        ),
+        fault(
+            "invalid status line (`HTTP/1.1 2x0 OK`)",
+            "GET",
+            get("/fault/bad-status"),
+            Status(502),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "two different `Content-Length` headers",
+            "GET",
+            get("/fault/two-lengths"),
+            Status(502),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "10,000 `102 Processing` interim answers",
+            "GET",
+            get("/fault/1xx-flood"),
+            Status(502),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "a 20 KiB response head (over 16 KiB)",
+            "GET",
+            get("/fault/huge-head"),
+            Status(502),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "stalls (no answer within `read_timeout`, 1 s here)",
+            "GET",
+            get("/fault/stall"),
+            Status(504),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "sends its head one byte per 200 ms (each read within `read_timeout`)",
+            "GET",
+            get("/fault/trickle-head"),
+            Status(504),
+            KeptOpen,
+            1,
+        ),
+        fault(
+            "sends its body one byte per 200 ms",
+            "GET",
+            get("/fault/trickle-body"),
+            CutShort(200),
+            Closed,
+            1,
+        ),
+        Fault {
+            head: Some((
+                "none of `Connection`, the header it names, `Keep-Alive`, `Proxy-Connection`, `Upgrade`; other headers kept",
+                |h| {
+                    let h = h.to_ascii_lowercase();
+                    h.contains("x-end: 1")
+                        && [
+                            "x-hop",
+                            "keep-alive",
+                            "proxy-connection",
+                            "upgrade",
+                            "connection: x-hop",
+                        ]
+                        .iter()
+                        .all(|n| !h.contains(n))
+                },
+            )),
+            ..fault(
+                "answers with hop-by-hop headers",
+                "GET",
+                get("/fault/hop-by-hop"),
+                Status(200),
+                KeptOpen,
+                1,
+            )
+        },
+        Fault {
+            listener: "refused",
+            ..fault(
+                "refuses connections (one of two backends)",
+                "GET",
+                get("/"),
+                Status(200),
+                KeptOpen,
+                0,
+            )
+        },
+        Fault {
+            listener: "down",
+            ..fault(
+                "every backend refuses connections",
+                "GET",
+                get("/"),
+                Status(503),
+                KeptOpen,
+                0,
+            )
+        },
+        Fault {
+            listener: "down",
+            ..fault(
+                "every backend is failed (passive health, after the row above)",
+                "GET",
+                get("/"),
+                Status(503),
+                KeptOpen,
+                0,
+            )
+        },
+    ]
+}
+
+fn run_fault(c: &Fault, fulcrum: &Running, backends: &[&Backend]) -> Result<(), String> {
+    for b in backends {
+        b.faults.store(0, Ordering::SeqCst);
+    }
+    let mut client = Client::connect(fulcrum.addr_of(c.listener));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    client.s.write_all(c.bytes.as_bytes()).unwrap();
+    let answer = client.answer(deadline).ok_or("no answer")?;
+    let (status, complete) = match c.gets {
+        Gets::Status(s) => (s, true),
+        Gets::CutShort(s) => (s, false),
+    };
+    if answer.status != status || answer.complete != complete {
+        return Err(format!(
+            "got {} (complete: {}), expected {status} (complete: {complete}): {}",
+            answer.status, answer.complete, answer.head
+        ));
+    }
+    if let Some((_, check)) = c.head
+        && !check(&answer.head)
+    {
+        return Err(format!("the head: {}", answer.head));
+    }
+    match c.conn {
+        Conn::Closed => {
+            if !client.closed(Duration::from_secs(5)) {
+                return Err("the connection was left open".into());
+            }
+        }
+        Conn::KeptOpen => {
+            client.s.write_all(get("/after").as_bytes()).unwrap();
+            match client.answer(deadline) {
+                Some(a) if a.status == c.answers_after() => {}
+                other => return Err(format!("the connection was not kept in step: {other:?}")),
+            }
+        }
+    }
+    let attempts: usize = backends
+        .iter()
+        .map(|b| b.faults.load(Ordering::SeqCst))
+        .sum();
+    if attempts != c.attempts {
+        return Err(format!("{attempts} attempts, expected {}", c.attempts));
+    }
+    Ok(())
+}
+
+impl Fault {
+    /// What a plain request on the same connection gets afterwards.
+    fn answers_after(&self) -> u16 {
+        if self.listener == "down" { 503 } else { 200 }
+    }
+}
+
+/// A port on loopback that refuses connections (bound, then closed).
+fn refusing_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[test]
+fn backend_faults_never_reach_the_client_as_something_else() {
+    let (a, b, good) = (Backend::start(), Backend::start(), Backend::start());
+    let cfg = config(&format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "faults"
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "refused"
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "down"
+
+[[upstream]]
+name = "faults"
+algorithm = "round_robin"
+max_fails = 0
+read_timeout = "1s"
+response_timeout = "3s"
+  [[upstream.backend]]
+  addr = "{}"
+  [[upstream.backend]]
+  addr = "{}"
+
+[[upstream]]
+name = "refused"
+algorithm = "round_robin"
+  [[upstream.backend]]
+  addr = "{}"
+  [[upstream.backend]]
+  addr = "{}"
+
+[[upstream]]
+name = "down"
+algorithm = "round_robin"
+  [[upstream.backend]]
+  addr = "{}"
+"#,
+        a.addr,
+        b.addr,
+        refusing_addr(),
+        good.addr,
+        refusing_addr(),
+    ));
+    let mut fulcrum = Running::start(&cfg, 3);
+    let cases = fault_cases();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| {
+            run_fault(c, &fulcrum, &[&a, &b])
+                .err()
+                .map(|e| format!("{} ({}): {e}", c.fault, c.request))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    fulcrum.terminate();
+
+    // A backend's host name that does not resolve: `check` and `run` both refuse, saying
+    // where and what to write.
+    let unresolvable = config(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nalgorithm = \"round_robin\"\n  [[upstream.backend]]\n  addr = \"{}\"\n",
+        "no-such-host.invalid:80"
+    ));
+    for command in ["check", "run"] {
+        let out = common::fulcrum()
+            .args([command, "--config"])
+            .arg(&unresolvable.0)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains(":8:")
+                && stderr.contains("cannot resolve \"no-such-host.invalid:80\"")
+                && stderr.contains("write host:port"),
+            "{command}: {stderr}"
+        );
+    }
+
+    let mut table = "| Backend fault | Request | The client gets | Client connection after | Attempts |\n|---|---|---|---|---|\n".to_owned();
+    for c in &cases {
+        let gets = match c.gets {
+            Gets::Status(s) => s.to_string(),
+            Gets::CutShort(s) => format!("{s} head, then a reset before the body's end"),
+        };
+        let gets = match c.head {
+            Some((text, _)) => format!("{gets}; {text}"),
+            None => gets,
+        };
+        let attempts = if c.attempts == 0 {
+            "–".to_owned()
+        } else {
+            c.attempts.to_string()
+        };
+        table += &format!(
+            "| {} | {} | {gets} | {} | {attempts} |\n",
+            c.fault,
+            c.request,
+            match c.conn {
+                Conn::Closed => "closed",
+                Conn::KeptOpen => "kept open",
+            }
+        );
+    }
+    table += "| a backend's host name does not resolve at start-up | – | `fulcrum check` and `fulcrum run` exit 1: `FILE:LINE:COL: upstream[0].backend[0].addr: cannot resolve \"HOST:PORT\": …; write host:port, like \"127.0.0.1:9001\"` | – | – |\n";
+    check_doc_table("backend-faults", &table);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits an operator sets
+
+/// `GET path` on the admin listener: the body.
+fn admin_get(fulcrum: &Running, path: &str) -> String {
+    let mut c = Client::connect(fulcrum.admin.expect("an admin listener"));
+    c.s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let a = c
+        .answer(Instant::now() + Duration::from_secs(10))
+        .expect("the admin API answers");
+    assert_eq!(a.status, 200, "{path}: {}", a.head);
+    String::from_utf8(a.body).unwrap()
+}
+
+/// Waits until the backend has received a request whose line starts with `line`.
+fn wait_seen(backend: &Backend, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !backend
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|s| s.line.starts_with(line))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{line} never reached the backend"
+        );
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `GET path` on a new connection and returns it, the answer still to come.
+fn send(addr: SocketAddr, path: &str) -> Client {
+    let mut c = Client::connect(addr);
+    c.s.write_all(get(path).as_bytes()).unwrap();
+    c
+}
+
+/// When each client's answer came (in the order given) and its status.
+fn answers_in_order(clients: Vec<Client>) -> Vec<(u16, Instant)> {
+    let handles: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let a = c
+                    .answer(Instant::now() + Duration::from_secs(15))
+                    .expect("an answer");
+                (a.status, Instant::now())
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn max_conns_queues_requests_and_max_connections_holds_clients_back() {
+    let backend = Backend::start();
+    let cfg = config(&format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "limited"
+
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "few"
+max_connections = 2
+
+[[upstream]]
+name = "limited"
+algorithm = "round_robin"
+queue = 1
+queue_timeout = "1s"
+  [[upstream.backend]]
+  addr = "{0}"
+  max_conns = 1
+
+[[upstream]]
+name = "few"
+algorithm = "round_robin"
+  [[upstream.backend]]
+  addr = "{0}"
+"#,
+        backend.addr
+    ));
+    let mut fulcrum = Running::start(&cfg, 2);
+    let limited = fulcrum.addr_of("limited");
+
+    // One in flight fills the backend; the next waits in the queue and is served after it.
+    let first = send(limited, "/slow?ms=700&first");
+    wait_seen(&backend, "GET /slow?ms=700&first");
+    let queued = send(limited, "/slow?ms=0&queued");
+    let got = answers_in_order(vec![first, queued]);
+    assert_eq!((got[0].0, got[1].0), (200, 200), "{got:?}");
+    assert!(
+        got[1].1 >= got[0].1,
+        "the queued request was served before the first ended"
+    );
+
+    // The queue holds one: a third request is refused at once; the one queued gives up after
+    // queue_timeout (1 s), before the backend is free (3 s).
+    backend.take();
+    let busy = send(limited, "/slow?ms=3000&busy");
+    wait_seen(&backend, "GET /slow?ms=3000&busy");
+    let waiting = send(limited, "/slow?ms=0&waiting");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queued = || {
+        let v: serde_json::Value =
+            serde_json::from_str(&admin_get(&fulcrum, "/api/upstreams/limited")).unwrap();
+        v["queue"]["waiting"].as_u64()
+    };
+    while queued() != Some(1) {
+        assert!(Instant::now() < deadline, "the request never queued");
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = send(limited, "/slow?ms=0&refused");
+    let got = answers_in_order(vec![refused, waiting, busy]);
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        [503, 503, 200],
+        "{got:?}"
+    );
+    assert!(got[0].1 <= got[1].1 && got[1].1 <= got[2].1, "{got:?}");
+    let seen: Vec<String> = backend.take().into_iter().map(|s| s.line).collect();
+    assert_eq!(
+        seen,
+        ["GET /slow?ms=3000&busy HTTP/1.1"],
+        "only the first reached it"
+    );
+    let metrics = admin_get(&fulcrum, "/metrics");
+    for line in [
+        "fulcrum_upstream_queue_rejected_total{upstream=\"limited\",reason=\"full\"} 1",
+        "fulcrum_upstream_queue_rejected_total{upstream=\"limited\",reason=\"timeout\"} 1",
+        "fulcrum_upstream_queued{upstream=\"limited\"} 0",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+
+    // max_connections = 2: a third client waits in the kernel's queue until one leaves.
+    let few = fulcrum.addr_of("few");
+    let mut held: Vec<Client> = (0..2).map(|_| send(few, "/")).collect();
+    for c in &mut held {
+        let a = c.answer(Instant::now() + Duration::from_secs(10)).unwrap();
+        assert_eq!(a.status, 200);
+    }
+    let mut third = send(few, "/third");
+    assert!(
+        third
+            .answer(Instant::now() + Duration::from_millis(500))
+            .is_none(),
+        "a third client was served while two were connected"
+    );
+    drop(held.pop());
+    let a = third
+        .answer(Instant::now() + Duration::from_secs(10))
+        .expect("served once a client left");
+    assert_eq!((a.status, a.body.starts_with(b"GET /third ")), (200, true));
+    fulcrum.terminate();
+
+    check_doc_table(
+        "limits",
+        "| Limit | Where | Default | When it is reached |\n|---|---|---|---|\n\
+         | `max_connections` | listener | 10,000 (less if the open-files limit cannot hold them) | further clients wait in the kernel's accept queue; served as others leave |\n\
+         | `max_conns` | backend | none | the backend is passed over; when every backend is full, a request waits in the queue |\n\
+         | `queue` | upstream | 0 | a request that finds the queue full (or no queue) gets 503 at once |\n\
+         | `queue_timeout` | upstream | 60 s | a request that waited this long gets 503 |\n",
+    );
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
+    const CLIENTS: usize = 10_000;
+    // The test holds every client's socket and fulcrum (which inherits the limit) reserves
+    // two descriptors per client it may serve: raise the limit, the hard one too where allowed
+    // (as root, which CI is).
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let wanted = limit.maximum.map_or(Some(65_536), |m| Some(m.max(65_536)));
+    if setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: wanted,
+            maximum: wanted,
+        },
+    )
+    .is_err()
+    {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+    let have = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    // Where the hard limit cannot be raised, as many as it allows (stated in the output).
+    let clients = CLIENTS.min((have.saturating_sub(1000) / 2) as usize);
+    if clients < 1000 {
+        println!("SKIPPED: the open-files limit is {have}; the test needs at least 3000");
+        return;
+    }
+    let backend = Backend::start();
+    let cfg = config(&format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "app"
+max_connections = {}
+
+[[upstream]]
+name = "app"
+algorithm = "round_robin"
+  [[upstream.backend]]
+  addr = "{}"
+"#,
+        clients + 100,
+        backend.addr
+    ));
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+    let pid = fulcrum.child.id();
+    let ask = |c: &mut Client| {
+        c.s.write_all(get("/").as_bytes()).unwrap();
+        let a = c
+            .answer(Instant::now() + Duration::from_secs(30))
+            .expect("an answer");
+        assert_eq!(a.status, 200);
+    };
+    // Warm: the workers' buffers and the backend connections exist before the baseline.
+    for _ in 0..200 {
+        ask(&mut Client::connect(addr));
+    }
+    let (rss_before, fds_before) = (rss_kib(pid), open_fds(pid));
+    let n = clients;
+    // Two waves: the second must find the memory the first left (the allocator keeps what was
+    // freed for reuse, so RSS does not fall when clients leave; it must not grow either).
+    let mut held = Vec::new();
+    for wave in 1..=2 {
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut c = Client::connect(addr);
+            ask(&mut c);
+            clients.push(c);
+        }
+        // Every client has been idle past the grace after which a connection gives its
+        // buffers back (1 s, the proxy's IDLE_GRACE).
+        std::thread::sleep(Duration::from_millis(1500));
+        let (rss, fds) = (rss_kib(pid), open_fds(pid));
+        let per_client = rss.saturating_sub(rss_before) as f64 * 1024.0 / n as f64;
+        println!(
+            "wave {wave}: {n} idle keep-alive clients (open-files limit {have}): RSS {rss_before} KiB -> {rss} KiB ({per_client:.0} bytes per client), descriptors {fds_before} -> {fds}"
+        );
+        assert!(fds + 10 >= fds_before + n, "every client is held open");
+        // An idle connection keeps no request buffers: its task and socket, not the head
+        // buffer and the scratch a busy one holds.
+        assert!(
+            per_client < 6144.0,
+            "{per_client:.0} bytes of RSS per idle client"
+        );
+        drop(clients);
+        // Gone with them: every descriptor.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while open_fds(pid) > fds_before {
+            assert!(
+                Instant::now() < deadline,
+                "{} descriptors still open, {fds_before} before the clients",
+                open_fds(pid)
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        held.push(rss);
+    }
+    assert!(
+        held[1] <= held[0] + held[0] / 20,
+        "the second wave took more memory than the first ({held:?} KiB): something is kept"
+    );
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    fulcrum.terminate();
+}

@@ -61,12 +61,13 @@ impl WorkerListener {
     }
 }
 
-/// Initial read buffer of a client connection; it grows to hold a request body.
+/// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
+/// it grows for a larger head, up to `max_header_bytes`, and to hold a request body.
 const CLIENT_BUFFER: usize = 4 * 1024;
 /// How long a keep-alive connection waits for its next request before it gives its buffers
-/// back (about 16 KiB), as nginx frees an idle connection's: 10,000 idle clients then cost
-/// what their sockets and tasks do. A busy connection keeps them, so nothing is allocated per
-/// request.
+/// back (the 4 KiB read buffer and the scratch), as nginx frees an idle connection's: 10,000
+/// idle clients then cost about what their sockets and tasks do (docs/security.md). A busy
+/// connection keeps them, so nothing is allocated per request.
 const IDLE_GRACE: Duration = Duration::from_secs(1);
 /// How long a closing connection's unread input is drained, so the kernel does not answer it
 /// with a reset that could destroy our last response before the client reads it.

@@ -362,7 +362,10 @@ impl Pool {
         // used up the usable ones: reviving failed backends for it would send the next
         // requests to them inside their `fail_timeout`. (nginx clears the counts whenever its
         // tried-set leaves nothing; we do not, see docs/architecture.md.)
-        if exclude.is_empty() || !self.states.iter().any(|s| s.is_eligible(now)) {
+        // Nor is it for a pick held back only by `max_conns`: full backends are healthy.
+        if (exclude.is_empty() || !self.states.iter().any(|s| s.is_eligible(now)))
+            && !self.is_saturated(exclude, now)
+        {
             let primaries = self.tiers[0].len;
             for state in &mut self.states[..primaries] {
                 state.fails = 0;
@@ -607,6 +610,10 @@ mod tests {
         let other = b.backend();
         p.complete(b, Outcome::Failure, secs(1));
         assert!(p.pick(None, &[], secs(1)).is_none(), "one full, one failed");
+        assert!(
+            p.state(other).is_failed(secs(1)),
+            "a pick held back by max_conns does not revive failed backends"
+        );
         assert!(p.is_saturated(&[], secs(1)), "the full one may free up");
         assert!(p.is_saturated(&[other], secs(1)));
         assert!(

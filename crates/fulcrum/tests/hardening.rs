@@ -149,6 +149,11 @@ fn misbehave(s: &mut TcpStream, path: &str) {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        "/fault/chunked" => {
+            // Not a fault: a chunked answer, for the access log's byte count.
+            write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n");
+            std::thread::sleep(Duration::from_millis(300));
+        }
         "/fault/hop-by-hop" => {
             write(
                 b"HTTP/1.1 200 OK\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n\
@@ -199,6 +204,8 @@ struct Client {
     buf: Vec<u8>,
     /// Interim (1xx) answers seen.
     interim: Vec<u16>,
+    /// The connection ended with a reset (not a clean close).
+    reset: bool,
 }
 
 impl Client {
@@ -210,6 +217,7 @@ impl Client {
             s,
             buf: Vec::new(),
             interim: Vec::new(),
+            reset: false,
         }
     }
 
@@ -228,7 +236,10 @@ impl Client {
                         return None;
                     }
                 }
-                Err(_) => return Some(0),
+                Err(e) => {
+                    self.reset |= e.kind() == ErrorKind::ConnectionReset;
+                    return Some(0);
+                }
             }
         }
     }
@@ -407,6 +418,22 @@ fn bad_input_cases() -> Vec<Case> {
         case("Limits", "chunked body that grows over `max_body_bytes`",
             post("Transfer-Encoding: chunked\r\n", &format!("8000\r\n{}\r\n8000\r\n{}\r\n8000\r\n", "c".repeat(0x8000), "c".repeat(0x8000))),
             &[413], Closed, Nothing),
+        case("Limits", "a body of exactly `max_body_bytes`",
+            post("Content-Length: 65536\r\n", &"d".repeat(65536)), &[200], KeptOpen,
+            Check("the whole body", |seen| {
+                let s = one(seen)?;
+                (s.body.len() == 65536).then_some(()).ok_or_else(|| format!("{} bytes", s.body.len()))
+            })),
+        case("Limits", "a chunked body of exactly `max_body_bytes`",
+            post("Transfer-Encoding: chunked\r\n", &format!("10000\r\n{}\r\n0\r\n\r\n", "e".repeat(0x10000))),
+            &[200], KeptOpen,
+            Check("the whole body, with `Content-Length: 65536`", |seen| {
+                let s = one(seen)?;
+                (s.body.len() == 65536 && header(&s.head, "content-length") == Some("65536"))
+                    .then_some(()).ok_or_else(|| format!("{} bytes", s.body.len()))
+            })),
+        case("Limits", "a chunk announcing 2^64 - 1 bytes after a first chunk",
+            post("Transfer-Encoding: chunked\r\n", "1\r\na\r\nffffffffffffffff\r\n"), &[413], Closed, Nothing),
         // Chunked bodies (RFC 9112 §7.1)
         case("Chunked body", "chunk size of 20 hex digits (overflows)",
             post("Transfer-Encoding: chunked\r\n", "fffffffffffffffffffff\r\nx\r\n0\r\n\r\n"), &[400], Closed, Nothing),
@@ -842,7 +869,7 @@ fn fault_cases() -> Vec<Fault> {
             1,
         ),
         fault(
-            "sends its head one byte per 200 ms (each read within `read_timeout`)",
+            "sends its head one byte per 200 ms (reads do not move the head's `read_timeout` deadline)",
             "GET",
             get("/fault/trickle-head"),
             Status(504),
@@ -850,7 +877,7 @@ fn fault_cases() -> Vec<Fault> {
             1,
         ),
         fault(
-            "sends its body one byte per 200 ms",
+            "sends its body one byte per 200 ms (cut at `response_timeout`, 3 s here, not after its 20 s)",
             "GET",
             get("/fault/trickle-body"),
             CutShort(200),
@@ -905,17 +932,6 @@ fn fault_cases() -> Vec<Fault> {
                 0,
             )
         },
-        Fault {
-            listener: "down",
-            ..fault(
-                "every backend is failed (passive health, after the row above)",
-                "GET",
-                get("/"),
-                Status(503),
-                KeptOpen,
-                0,
-            )
-        },
     ]
 }
 
@@ -924,7 +940,8 @@ fn run_fault(c: &Fault, fulcrum: &Running, backends: &[&Backend]) -> Result<(), 
         b.faults.store(0, Ordering::SeqCst);
     }
     let mut client = Client::connect(fulcrum.addr_of(c.listener));
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(15);
     client.s.write_all(c.bytes.as_bytes()).unwrap();
     let answer = client.answer(deadline).ok_or("no answer")?;
     let (status, complete) = match c.gets {
@@ -942,6 +959,9 @@ fn run_fault(c: &Fault, fulcrum: &Running, backends: &[&Backend]) -> Result<(), 
     {
         return Err(format!("the head: {}", answer.head));
     }
+    if matches!(c.gets, Gets::CutShort(_)) && !client.reset {
+        return Err("a cut answer ended with a clean close, not a reset".into());
+    }
     match c.conn {
         Conn::Closed => {
             if !client.closed(Duration::from_secs(5)) {
@@ -955,6 +975,10 @@ fn run_fault(c: &Fault, fulcrum: &Running, backends: &[&Backend]) -> Result<(), 
                 other => return Err(format!("the connection was not kept in step: {other:?}")),
             }
         }
+    }
+    // A trickling body takes 20 s; response_timeout (3 s) must have cut it well before.
+    if c.bytes.contains("trickle-body") && started.elapsed() > Duration::from_secs(10) {
+        return Err(format!("cut after {:?}", started.elapsed()));
     }
     let attempts: usize = backends
         .iter()
@@ -984,8 +1008,13 @@ fn refusing_addr() -> SocketAddr {
 #[test]
 fn backend_faults_never_reach_the_client_as_something_else() {
     let (a, b, good) = (Backend::start(), Backend::start(), Backend::start());
+    let dir = common::TempDir::new("hardening", "faults");
+    let log = std::path::Path::new(dir.path()).join("access.log");
     let cfg = config(&format!(
         r#"
+access_log = "{}"
+access_log_format = "json"
+
 [[listener]]
 listen = "127.0.0.1:0"
 upstream = "faults"
@@ -1021,6 +1050,7 @@ algorithm = "round_robin"
   [[upstream.backend]]
   addr = "{}"
 "#,
+        log.display(),
         a.addr,
         b.addr,
         refusing_addr(),
@@ -1044,6 +1074,48 @@ algorithm = "round_robin"
         cases.len(),
         failures.join("\n")
     );
+    // The access log counts a chunked answer's body bytes, passed through (23 with the chunk
+    // framing) or de-chunked for an HTTP/1.0 client (8).
+    for request in [
+        get("/fault/chunked"),
+        "GET /fault/chunked HTTP/1.0\r\n\r\n".to_owned(),
+    ] {
+        let mut c = Client::connect(fulcrum.addr_of("faults"));
+        c.s.write_all(request.as_bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.fill(deadline).is_some_and(|n| n > 0) {}
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let logged = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|v: &serde_json::Value| {
+                v["target"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("/fault/chunked"))
+            })
+            .collect();
+        if lines.len() == 2 {
+            break lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two chunked answers logged: {text}"
+        );
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for line in &logged {
+        // nginx's `$body_bytes_sent`: the bytes after the head, chunk framing included.
+        let expected = if line["protocol"] == "HTTP/1.0" {
+            8
+        } else {
+            23
+        };
+        assert_eq!(line["body_bytes"], expected, "{line}");
+    }
     assert!(
         fulcrum.child.try_wait().unwrap().is_none(),
         "fulcrum exited"
@@ -1181,7 +1253,7 @@ max_connections = 2
 name = "limited"
 algorithm = "round_robin"
 queue = 1
-queue_timeout = "1s"
+queue_timeout = "3s"
   [[upstream.backend]]
   addr = "{0}"
   max_conns = 1
@@ -1209,10 +1281,10 @@ algorithm = "round_robin"
     );
 
     // The queue holds one: a third request is refused at once; the one queued gives up after
-    // queue_timeout (1 s), before the backend is free (3 s).
+    // queue_timeout (3 s), before the backend is free (5 s).
     backend.take();
-    let busy = send(limited, "/slow?ms=3000&busy");
-    wait_seen(&backend, "GET /slow?ms=3000&busy");
+    let busy = send(limited, "/slow?ms=5000&busy");
+    wait_seen(&backend, "GET /slow?ms=5000&busy");
     let waiting = send(limited, "/slow?ms=0&waiting");
     let deadline = Instant::now() + Duration::from_secs(10);
     let queued = || {
@@ -1236,7 +1308,7 @@ algorithm = "round_robin"
     let seen: Vec<String> = backend.take().into_iter().map(|s| s.line).collect();
     assert_eq!(
         seen,
-        ["GET /slow?ms=3000&busy HTTP/1.1"],
+        ["GET /slow?ms=5000&busy HTTP/1.1"],
         "only the first reached it"
     );
     let metrics = admin_get(&fulcrum, "/metrics");
@@ -1335,6 +1407,8 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
 listen = "127.0.0.1:0"
 upstream = "app"
 max_connections = {}
+# Idle keep-alive connections are closed after client_header_timeout: not while a wave builds.
+client_header_timeout = "5m"
 
 [[upstream]]
 name = "app"
@@ -1361,10 +1435,10 @@ algorithm = "round_robin"
     }
     let (rss_before, fds_before) = (rss_kib(pid), open_fds(pid));
     let n = clients;
-    // Two waves: the second must find the memory the first left (the allocator keeps what was
+    // Three waves: the later ones must find the memory the first left (the allocator keeps what was
     // freed for reuse, so RSS does not fall when clients leave; it must not grow either).
     let mut held = Vec::new();
-    for wave in 1..=2 {
+    for wave in 1..=3 {
         let mut clients = Vec::with_capacity(n);
         for _ in 0..n {
             let mut c = Client::connect(addr);
@@ -1400,9 +1474,11 @@ algorithm = "round_robin"
         }
         held.push(rss);
     }
+    // Noise between waves is a few per cent (allocator, page cache of the binary); a leak of
+    // even 250 bytes per client would add 4% a wave, 8% by the third.
     assert!(
-        held[1] <= held[0] + held[0] / 20,
-        "the second wave took more memory than the first ({held:?} KiB): something is kept"
+        held[1].max(held[2]) <= held[0] + held[0] * 8 / 100,
+        "later waves took more memory than the first ({held:?} KiB): something is kept"
     );
     assert!(
         fulcrum.child.try_wait().unwrap().is_none(),

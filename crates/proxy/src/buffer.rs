@@ -1,5 +1,5 @@
 //! A read buffer a connection keeps while it is busy: bytes arrive at the end and are consumed
-//! from the front, so nothing is allocated per request. An idle connection may
+//! from the front, so requests that fit it allocate nothing. An idle connection may
 //! [`release`](Buffer::release) it; the next read takes it again.
 
 use tokio::io::AsyncReadExt as _;

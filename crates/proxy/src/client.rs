@@ -389,10 +389,11 @@ impl ClientConn {
         if let Body::InBuffer(n) = body {
             self.inbuf.consume(n);
         }
-        // A large body grew the buffers; an idle keep-alive connection gives the memory back.
-        self.inbuf.shrink_to(CLIENT_BUFFER);
+        // A large body grew the buffers: past 32 KiB they shrink back at once (smaller ones
+        // are kept for the next request, and given back when the connection idles).
+        self.inbuf.shrink_to(4 * CLIENT_BUFFER);
         for buf in [&mut self.body, &mut self.scratch.dechunked] {
-            if buf.capacity() > CLIENT_BUFFER {
+            if buf.capacity() > 8 * CLIENT_BUFFER {
                 *buf = Vec::new();
             }
         }
@@ -407,6 +408,7 @@ impl ClientConn {
             Ending::CutShort { .. } => "cut_short_by_client",
             Ending::ClientGone => "client_gone",
             Ending::NoAnswer(_) => "no_answer",
+            Ending::NoRoom(why) => why.name(),
         };
         let (status, next, body_bytes) = match ending {
             Ending::Answered {
@@ -432,23 +434,10 @@ impl ClientConn {
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
             Ending::NoAnswer(fault) => {
-                let reject = forward::failure_reject(fault);
-                let keep_alive =
-                    client.keep_alive && !*self.stop.borrow() && !self.listener.is_retired();
-                let client = ClientSide {
-                    keep_alive,
-                    ..client
-                };
-                http1::local_response(&mut self.scratch.out, reject, client);
-                let st = self.settings().send_timeout;
-                let next = match send(&mut self.stream, &self.scratch.out, &[], st).await {
-                    Ok(()) if keep_alive => Next::KeepOpen,
-                    Ok(()) => Next::Linger,
-                    Err(_) => Next::Close,
-                };
-                let body = if client.is_head { 0 } else { reject.text.len() };
-                (reject.status, next, body as u64)
+                self.own_answer(forward::failure_reject(fault), client)
+                    .await
             }
+            Ending::NoRoom(why) => self.own_answer(forward::no_room_reject(why), client).await,
         };
         self.log(
             entry,
@@ -514,6 +503,13 @@ impl ClientConn {
     /// the connection fails, which the read then finds). `false`: the deadline passed or the
     /// worker is stopping, and the idle connection is to be closed.
     async fn idle_wait(&mut self, deadline: tokio::time::Instant) -> bool {
+        // The next request is often there already (a busy connection): no timer for it.
+        let ready = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(self.stream.poll_read_ready(cx).is_ready())
+        });
+        if ready.await {
+            return true;
+        }
         let grace = after(IDLE_GRACE).min(deadline);
         let ready = tokio::select! {
             biased;
@@ -532,6 +528,25 @@ impl ClientConn {
             ready = timeout_at(deadline, self.stream.readable()) => ready.is_ok(),
             _ = self.stop.changed() => false,
         }
+    }
+
+    /// Our own answer in place of a backend's, keeping the connection if the client may:
+    /// the status, what comes next, the body's bytes.
+    async fn own_answer(&mut self, reject: Reject, client: ClientSide) -> (u16, Next, u64) {
+        let keep_alive = client.keep_alive && !*self.stop.borrow() && !self.listener.is_retired();
+        let client = ClientSide {
+            keep_alive,
+            ..client
+        };
+        http1::local_response(&mut self.scratch.out, reject, client);
+        let st = self.settings().send_timeout;
+        let next = match send(&mut self.stream, &self.scratch.out, &[], st).await {
+            Ok(()) if keep_alive => Next::KeepOpen,
+            Ok(()) => Next::Linger,
+            Err(_) => Next::Close,
+        };
+        let body = if client.is_head { 0 } else { reject.text.len() };
+        (reject.status, next, body as u64)
     }
 
     /// Reads the request body.
@@ -561,7 +576,10 @@ impl ClientConn {
                             .advance(self.inbuf.filled(), |data| body.extend_from_slice(data))
                             .map_err(|_| NoHead::Refuse(BAD_CHUNKED))?;
                         self.inbuf.consume(used);
-                        if self.body.len() as u64 + chunked.announced() > max {
+                        // Compared without adding: a chunk size may be anything up to
+                        // 2^64 - 1, and the sum must not wrap past the limit.
+                        let got = self.body.len() as u64;
+                        if got > max || chunked.announced() > max - got {
                             return Err(NoHead::Refuse(TOO_LARGE));
                         }
                         if chunked.is_done() {

@@ -211,6 +211,9 @@ pub(crate) async fn send_and_read_head(
 pub(crate) enum Relay {
     /// The backend failed: what happened.
     Backend(String),
+    /// The request's `response_timeout` passed: nobody is blamed (a slow client's reading
+    /// counts too), the answer is cut.
+    TimeUp(String),
     /// The client went away or stopped reading.
     Client,
 }
@@ -301,9 +304,12 @@ pub(crate) async fn relay(
                     Some(h) => (h, bytes),
                     None => (bytes, &[][..]),
                 };
+                // `ClientEnd::send` would borrow `dechunked` again: count what it would.
+                let n = (a.len() + b.len()) as u64;
                 send(client.stream, a, b, client.send_timeout)
                     .await
                     .map_err(|_| Relay::Client)?;
+                client.sent += n;
                 conn.buf.consume(used);
                 if chunked.is_done() {
                     return Ok(());
@@ -334,11 +340,16 @@ async fn read_some(
     watch_client: bool,
     patience: Patience,
 ) -> Result<usize, Relay> {
+    let time_up = || Relay::TimeUp(patience.expired("the rest of the body"));
+    if patience.spent() {
+        return Err(time_up());
+    }
     tokio::select! {
         biased;
         read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
             Ok(Ok(n)) => Ok(n),
             Ok(Err(e)) => Err(Relay::Backend(e.to_string())),
+            Err(_) if patience.spent() => Err(time_up()),
             Err(_) => Err(Relay::Backend(patience.expired("the rest of the body"))),
         },
         () = watch(client, watch_client) => Err(Relay::Client),

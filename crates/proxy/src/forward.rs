@@ -87,6 +87,9 @@ pub(crate) enum Ending {
     /// No backend answered: answer with our own error, chosen by the last failure (`None`: no
     /// backend could be picked).
     NoAnswer(Option<Fault>),
+    /// Every backend was at its `max_conns` and the request could not wait for room: the queue
+    /// was full (or off), or it waited `queue_timeout` (503, whatever earlier attempts met).
+    NoRoom(Unpicked),
 }
 
 /// The status logged for a client that left before its answer (nginx's).
@@ -102,13 +105,12 @@ pub(crate) async fn forward(
     let settings = f.settings;
     scratch.tried.clear();
     let mut last_fault = None;
-    let patience = Patience {
+    // `response_timeout` runs from the first attempt (time in the queue has its own limit).
+    let mut patience = Patience {
         each: settings.read_timeout,
-        until: settings
-            .response_timeout
-            .map(|total| (crate::io::after(total), total)),
+        until: None,
     };
-    // No further attempt once the response's time is up: it could only fail, and be blamed.
+    // No further attempt once the response's time is up.
     while scratch.tried.len() < settings.max_attempts() && !patience.spent() {
         let picked = upstream
             .pick(settings, f.affinity, &scratch.tried, client, f.watch_client)
@@ -116,14 +118,17 @@ pub(crate) async fn forward(
         let mut attempt = match picked {
             Ok(attempt) => attempt,
             Err(Unpicked::ClientGone) => return Ending::ClientGone,
+            Err(Unpicked::NoBackend) => break,
             Err(why) => {
-                if why != Unpicked::NoBackend {
-                    f.stats.unpicked(upstream.shared_name(), why);
-                    tracing::debug!(upstream = %upstream.name(), reason = why.name(), "no room on any backend");
-                }
-                break;
+                f.stats.unpicked(upstream.shared_name(), why);
+                return Ending::NoRoom(why);
             }
         };
+        if patience.until.is_none() {
+            patience.until = settings
+                .response_timeout
+                .map(|total| (crate::io::after(total), total));
+        }
         if !scratch.tried.is_empty() {
             f.stats.retried(upstream.shared_name(), 1);
         }
@@ -225,6 +230,20 @@ pub(crate) async fn forward(
                                 body_bytes,
                             }
                         }
+                        Err(Relay::TimeUp(why)) => {
+                            tracing::warn!(
+                                upstream = %upstream.name(),
+                                backend = %addr,
+                                error = %why,
+                                "response_timeout passed in the middle of the response body; closing the client connection"
+                            );
+                            attempt.complete(Outcome::Cancelled);
+                            Ending::CutShort {
+                                status,
+                                backend_failed: true,
+                                body_bytes,
+                            }
+                        }
                         Err(Relay::Client) => {
                             attempt.complete(Outcome::Cancelled);
                             Ending::CutShort {
@@ -240,6 +259,16 @@ pub(crate) async fn forward(
                     drop(conn);
                     attempt.complete(Outcome::Cancelled);
                     return Ending::ClientGone;
+                }
+                Head::Failed(failure, why)
+                    if patience.spent() && failure.fault == Fault::ReadTimeout =>
+                {
+                    // The request's own time is up, not necessarily through this backend's
+                    // fault (it may have had what was left after a queue or earlier attempts):
+                    // no blame, no further attempt.
+                    tracing::warn!(upstream = %upstream.name(), backend = %addr, error = %why, "response_timeout passed before the response head");
+                    attempt.complete(Outcome::Cancelled);
+                    break (Action::GiveUp, failure.fault);
                 }
                 Head::Failed(failure, why) => {
                     let decision = retry::decide(&failure);
@@ -308,6 +337,20 @@ fn log_failure(
             next,
             "attempt failed"
         );
+    }
+}
+
+/// Our answer when every backend was full and the request could not wait.
+pub(crate) fn no_room_reject(why: Unpicked) -> Reject {
+    match why {
+        Unpicked::QueueTimeout => http1::reject(
+            503,
+            "503 Service Unavailable: every backend is busy (max_conns) and the wait in the queue timed out\n",
+        ),
+        _ => http1::reject(
+            503,
+            "503 Service Unavailable: every backend is busy (max_conns) and the queue is full\n",
+        ),
     }
 }
 

@@ -11,7 +11,7 @@
 //! attempt remembers the generation of the pool it was picked from and its backend's address,
 //! so its ticket completes in the pool in force where that backend still is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,7 +21,7 @@ use arc_swap::ArcSwap;
 use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::connections::Connections;
@@ -140,7 +140,22 @@ struct State {
     generation: u64,
     pool: Pool,
     members: Vec<Member>,
+    /// Requests waiting for a backend below its `max_conns`, oldest first (survives a change
+    /// of generation: they wait for the upstream, not for one pool).
+    waiting: VecDeque<Waiter>,
 }
+
+/// A request in the queue: what its pick needs, and where to hand the backend to.
+#[derive(Debug)]
+struct Waiter {
+    affinity: Option<Vec<u8>>,
+    tried: Vec<SocketAddr>,
+    to: oneshot::Sender<Handed>,
+}
+
+/// What a waiting request is handed: a ticket picked for it under the pool lock, or why
+/// there will be none.
+type Handed = Result<(u64, SocketAddr, Ticket), Unpicked>;
 
 impl State {
     fn position(&self, addr: SocketAddr) -> Option<BackendId> {
@@ -183,26 +198,9 @@ pub struct Upstream {
     /// The generation in force, and whether the upstream has been retired (a reload removed
     /// it): the control plane restarts its loops on a change and stops them on retirement.
     changes: watch::Sender<(u64, bool)>,
-    /// Requests waiting for a backend below its `max_conns` (the `queue`).
-    queue: Queue,
-}
-
-/// The requests waiting for room on a full upstream, served first come, first served: a
-/// completion wakes the longest waiter ([`Notify::notify_one`] wakes in FIFO order), and while
-/// anyone waits a new request queues behind them instead of taking the room first.
-#[derive(Debug, Default)]
-struct Queue {
-    waiting: AtomicUsize,
-    room: Notify,
-}
-
-/// A place in the queue, given back however the wait ends (the client may leave mid-wait).
-struct Place<'a>(&'a Queue);
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
+    /// How many requests wait in `State::waiting`, read without the lock (a completion looks
+    /// whether anyone waits before it takes the lock again).
+    queued: AtomicUsize,
 }
 
 /// Why a request got no backend.
@@ -333,11 +331,12 @@ impl Upstream {
                 generation: 0,
                 pool,
                 members,
+                waiting: VecDeque::new(),
             }),
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
             changes: watch::channel((0, false)).0,
-            queue: Queue::default(),
+            queued: AtomicUsize::new(0),
         }
     }
 
@@ -414,7 +413,7 @@ impl Upstream {
                 }
             }
         }
-        self.wake_waiting(true);
+        self.serve_waiting();
         if was != state {
             tracing::info!(upstream = %self.name(), backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
         }
@@ -564,10 +563,12 @@ impl Upstream {
             done.kept = order.len() - done.added.len();
             // The settings and the pool change together, under the lock picks take.
             self.settings.store(Arc::new(settings));
+            let waiting = std::mem::take(&mut st.waiting);
             *st = State {
                 generation,
                 pool,
                 members,
+                waiting,
             };
             done
         };
@@ -579,7 +580,7 @@ impl Upstream {
             w.by_addr.store(Arc::new(map));
         }
         self.changes.send_modify(|c| c.0 = self.generation());
-        self.wake_waiting(true);
+        self.serve_waiting();
         tracing::info!(
             upstream = %self.name(),
             added = ?done.added,
@@ -619,7 +620,7 @@ impl Upstream {
             st.generation == generation && st.pool.set_check_result(id, healthy, now)
         };
         if changed {
-            self.wake_waiting(true);
+            self.serve_waiting();
         }
         changed
     }
@@ -667,30 +668,12 @@ impl Upstream {
         count
     }
 
-    /// A backend for a request, other than those it `tried`; `Err(true)` when the only ones
-    /// left are at their `max_conns` (room may come), `Err(false)` when there is none.
-    fn try_pick(
-        self: &Arc<Self>,
-        affinity: Option<&[u8]>,
-        tried: &[SocketAddr],
-    ) -> Result<Attempt, bool> {
-        let now = self.now();
-        let mut st = lock(&self.state);
-        let exclude: Vec<BackendId> = tried.iter().filter_map(|&a| st.position(a)).collect();
-        match st.pool.pick(affinity, &exclude, now) {
-            Some(ticket) => Ok(Attempt {
-                addr: st.members[ticket.backend().index()].addr,
-                generation: st.generation,
-                upstream: Arc::clone(self),
-                ticket: Some(ticket),
-            }),
-            None => Err(st.pool.is_saturated(&exclude, now)),
-        }
-    }
-
     /// A backend for a request, other than those it `tried`. When every backend left is at
-    /// its `max_conns`, the request waits for room in the upstream's queue (if `settings.queue`
-    /// allows) up to `settings.queue_timeout`, or until `client` leaves (when `watch_client`).
+    /// its `max_conns`, the request waits in the upstream's queue (if `settings.queue` has
+    /// room) up to `settings.queue_timeout`, or until `client` leaves (when `watch_client`):
+    /// a backend that frees up is handed, under the pool lock, to the oldest waiting request
+    /// that may use it (HAProxy's pending-connection queue), so no newcomer takes it first and
+    /// no wake-up is lost.
     pub(crate) async fn pick(
         self: &Arc<Self>,
         settings: &UpstreamSettings,
@@ -699,61 +682,128 @@ impl Upstream {
         client: &TcpStream,
         watch_client: bool,
     ) -> Result<Attempt, Unpicked> {
-        let queue = &self.queue;
-        // Nobody waiting (the common case, one atomic load): pick at once. While some wait,
-        // a newcomer queues behind them rather than take the room they wait for.
-        if queue.waiting.load(Ordering::Acquire) == 0 {
-            match self.try_pick(affinity, tried) {
-                Ok(attempt) => return Ok(attempt),
-                Err(false) => return Err(Unpicked::NoBackend),
-                Err(true) => {}
+        let handed = {
+            let now = self.now();
+            let mut st = lock(&self.state);
+            let exclude: Vec<BackendId> = tried.iter().filter_map(|&a| st.position(a)).collect();
+            // Waiting requests have been served whatever they could use, so room left now is
+            // room none of them can use: a newcomer may take it.
+            if let Some(ticket) = st.pool.pick(affinity, &exclude, now) {
+                return Ok(self.attempt(
+                    st.generation,
+                    st.members[ticket.backend().index()].addr,
+                    ticket,
+                ));
             }
-        }
-        let place = {
-            let before = queue.waiting.fetch_add(1, Ordering::AcqRel);
-            let place = Place(queue);
-            if before >= settings.queue {
+            if !st.pool.is_saturated(&exclude, now) {
+                return Err(Unpicked::NoBackend);
+            }
+            st.waiting.retain(|w| !w.to.is_closed());
+            if st.waiting.len() >= settings.queue {
+                self.queued.store(st.waiting.len(), Ordering::Release);
                 return Err(Unpicked::QueueFull);
             }
-            place
+            let (to, handed) = oneshot::channel();
+            st.waiting.push_back(Waiter {
+                affinity: affinity.map(<[u8]>::to_vec),
+                tried: tried.to_vec(),
+                to,
+            });
+            self.queued.store(st.waiting.len(), Ordering::Release);
+            handed
+        };
+        let mut wait = Wait {
+            handed: Some(handed),
+            upstream: self,
         };
         let deadline = crate::io::after(settings.queue_timeout);
         let gone = crate::io::watch(client, watch_client);
         tokio::pin!(gone);
-        loop {
-            // Registered before the pick, so a completion in between is not missed.
-            let room = queue.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            match self.try_pick(affinity, tried) {
-                Ok(attempt) => {
-                    drop(place);
-                    return Ok(attempt);
-                }
-                Err(false) => return Err(Unpicked::NoBackend),
-                Err(true) => {}
-            }
+        let outcome = loop {
+            let Some(handed) = wait.handed.as_mut() else {
+                break Err(Unpicked::NoBackend);
+            };
             tokio::select! {
-                () = &mut room => {}
-                () = tokio::time::sleep_until(deadline) => return Err(Unpicked::QueueTimeout),
-                () = &mut gone => return Err(Unpicked::ClientGone),
+                biased;
+                handed = handed => break handed.unwrap_or(Err(Unpicked::NoBackend)),
+                () = &mut gone => break Err(Unpicked::ClientGone),
+                () = tokio::time::sleep_until(deadline) => break Err(Unpicked::QueueTimeout),
+                // A backend may come back without an event (its `fail_timeout` passes): look
+                // again now and then.
+                () = tokio::time::sleep(RECHECK) => self.serve_waiting(),
             }
+        };
+        // A backend handed over just as the wait ended is used, not lost.
+        let outcome = match (outcome, wait.take()) {
+            (_, Some(Ok(parts))) | (Ok(parts), _) => Ok(parts),
+            (Err(why), _) => Err(why),
+        };
+        outcome.map(|(generation, addr, ticket)| self.attempt(generation, addr, ticket))
+    }
+
+    fn attempt(self: &Arc<Self>, generation: u64, addr: SocketAddr, ticket: Ticket) -> Attempt {
+        Attempt {
+            addr,
+            generation,
+            upstream: Arc::clone(self),
+            ticket: Some(ticket),
         }
     }
 
     /// Requests waiting in the queue now.
     pub fn queued(&self) -> usize {
-        self.queue.waiting.load(Ordering::Acquire)
+        self.queued.load(Ordering::Acquire)
     }
 
-    /// Room may have come for the waiting requests (or their backends went): let them look
-    /// again. A completion wakes one; a change of state or membership wakes all.
-    fn wake_waiting(&self, all: bool) {
-        if self.queue.waiting.load(Ordering::Acquire) > 0 {
-            if all {
-                self.queue.room.notify_waiters();
-            } else {
-                self.queue.room.notify_one();
+    /// Hands backends with room to the waiting requests, oldest first; tells those that no
+    /// backend is left for that there will be none. Called when room may have come (a
+    /// completion, a change of state, weights or membership) and now and then by the waiters.
+    fn serve_waiting(&self) {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let now = self.now();
+        let mut handed = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let mut i = 0;
+            while i < st.waiting.len() {
+                let w = &st.waiting[i];
+                if w.to.is_closed() {
+                    st.waiting.remove(i);
+                    continue;
+                }
+                let exclude: Vec<BackendId> =
+                    w.tried.iter().filter_map(|&a| st.position(a)).collect();
+                let affinity = w.affinity.clone();
+                let State {
+                    pool,
+                    members,
+                    generation,
+                    waiting,
+                } = &mut *st;
+                if let Some(ticket) = pool.pick(affinity.as_deref(), &exclude, now) {
+                    let addr = members[ticket.backend().index()].addr;
+                    let w = waiting.remove(i).expect("in range");
+                    handed.push((w.to, Ok((*generation, addr, ticket))));
+                } else if !pool.is_saturated(&exclude, now) {
+                    let w = waiting.remove(i).expect("in range");
+                    handed.push((w.to, Err(Unpicked::NoBackend)));
+                } else if exclude.is_empty() {
+                    // Every backend is full for a request that may use any: for all the
+                    // others too. They keep their places.
+                    break;
+                } else {
+                    // Full for this one (it tried the rest): a later one may use the room.
+                    i += 1;
+                }
+            }
+            self.queued.store(st.waiting.len(), Ordering::Release);
+        }
+        for (to, result) in handed {
+            // A waiter that left in between: its ticket comes back and is cancelled.
+            if let Err(Ok((generation, addr, ticket))) = to.send(result) {
+                self.complete(generation, addr, ticket, Outcome::Cancelled);
             }
         }
     }
@@ -779,7 +829,7 @@ impl Upstream {
                     .then(|| (state.fails(), state.spec().fail_timeout))
             })
         };
-        self.wake_waiting(false);
+        self.serve_waiting();
         // Logged once the lock is released: a slow log sink must not hold up every worker.
         if let Some((fails, fail_timeout)) = disabled {
             tracing::warn!(
@@ -857,5 +907,173 @@ impl Attempt {
 impl Drop for Attempt {
     fn drop(&mut self) {
         self.complete(Outcome::Cancelled);
+    }
+}
+
+/// How often a waiting request has the queue looked at again, for room that came without an
+/// event (a failed backend's `fail_timeout` passing).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// A waiting request's end of the queue. However the wait ends (answered, timed out, the client
+/// gone, the task dropped), a backend handed over and not taken is given back.
+struct Wait<'a> {
+    handed: Option<oneshot::Receiver<Handed>>,
+    upstream: &'a Upstream,
+}
+
+impl Wait<'_> {
+    /// Closes the queue's end; what was handed over before, if anything.
+    fn take(&mut self) -> Option<Handed> {
+        let mut handed = self.handed.take()?;
+        handed.close();
+        handed.try_recv().ok()
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if let Some(Ok((generation, addr, ticket))) = self.take() {
+            self.upstream
+                .complete(generation, addr, ticket, Outcome::Cancelled);
+        }
+        // A request that stopped waiting (timed out, its client gone) leaves the queue now,
+        // so the queue's length counts only those still waiting.
+        if self.upstream.queued() > 0 {
+            let mut st = lock(&self.upstream.state);
+            st.waiting.retain(|w| !w.to.is_closed());
+            self.upstream
+                .queued
+                .store(st.waiting.len(), Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BackendSettings;
+    use balance::Algorithm;
+
+    /// An upstream of backends at 10.0.0.1.. with `max_conns` 1, and a queue.
+    fn full_upstream(backends: usize, queue: usize, timeout: Duration) -> Arc<Upstream> {
+        let backends = (1..=backends)
+            .map(|i| BackendSettings {
+                max_conns: 1,
+                ..BackendSettings::new(format!("10.0.0.{i}:80").parse().unwrap())
+            })
+            .collect();
+        let mut s = UpstreamSettings::new("q", Algorithm::RoundRobin, backends);
+        s.queue = queue;
+        s.queue_timeout = timeout;
+        Arc::new(Upstream::new(s))
+    }
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, i], 80))
+    }
+
+    /// A client connection for `pick` to watch (it is not watched here).
+    async fn client() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (c, l.accept().await.unwrap().0)
+    }
+
+    /// Starts a pick that will wait, and waits until it is in the queue.
+    async fn queue_one(
+        u: &Arc<Upstream>,
+        tried: Vec<SocketAddr>,
+    ) -> tokio::task::JoinHandle<Result<Attempt, Unpicked>> {
+        let before = u.queued();
+        let u2 = Arc::clone(u);
+        let task = tokio::spawn(async move {
+            let (c, _s) = client().await;
+            let settings = u2.settings();
+            u2.pick(&settings, None, &tried, &c, false).await
+        });
+        while u.queued() == before {
+            tokio::task::yield_now().await;
+        }
+        task
+    }
+
+    async fn pick_now(u: &Arc<Upstream>) -> Result<Attempt, Unpicked> {
+        let (c, _s) = client().await;
+        u.pick(&u.settings(), None, &[], &c, false).await
+    }
+
+    #[tokio::test]
+    async fn waiting_requests_get_a_freed_backend_in_their_order_and_newcomers_queue_behind() {
+        let u = full_upstream(1, 5, Duration::from_secs(30));
+        let mut busy = pick_now(&u).await.unwrap();
+        let first = queue_one(&u, vec![]).await;
+        let second = queue_one(&u, vec![]).await;
+        assert_eq!(u.queued(), 2);
+        busy.complete(Outcome::Success);
+        let mut first = first.await.unwrap().expect("the oldest is served");
+        assert_eq!((first.addr, u.queued()), (addr(1), 1));
+        // A newcomer does not take the room the second waits for.
+        let newcomer = queue_one(&u, vec![]).await;
+        first.complete(Outcome::Success);
+        let second = second.await.unwrap().expect("then the second");
+        assert_eq!(u.queued(), 1);
+        drop(second);
+        assert!(newcomer.await.unwrap().is_ok(), "then the newcomer");
+        assert_eq!(u.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn room_a_waiter_cannot_use_goes_to_the_next_that_can() {
+        let u = full_upstream(2, 5, Duration::from_secs(30));
+        let mut a = pick_now(&u).await.unwrap();
+        let b = pick_now(&u).await.unwrap();
+        assert_eq!((a.addr, b.addr), (addr(1), addr(2)));
+        // A retry that already tried backend 1 waits first; a fresh request after it.
+        let retry = queue_one(&u, vec![addr(1)]).await;
+        let fresh = queue_one(&u, vec![]).await;
+        a.complete(Outcome::Success);
+        let fresh = fresh
+            .await
+            .unwrap()
+            .expect("backend 1 goes to the one that may use it");
+        assert_eq!((fresh.addr, u.queued()), (addr(1), 1));
+        drop(b);
+        assert_eq!(retry.await.unwrap().unwrap().addr, addr(2));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_a_wait_ends_at_queue_timeout() {
+        let u = full_upstream(1, 1, Duration::from_millis(200));
+        let _busy = pick_now(&u).await.unwrap();
+        let waiting = queue_one(&u, vec![]).await;
+        assert_eq!(pick_now(&u).await.err(), Some(Unpicked::QueueFull));
+        assert_eq!(waiting.await.unwrap().err(), Some(Unpicked::QueueTimeout));
+        assert_eq!(u.queued(), 0, "the timed-out request left the queue");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_gives_its_place_up_and_no_ticket_is_lost() {
+        let u = full_upstream(1, 5, Duration::from_secs(30));
+        let mut busy = pick_now(&u).await.unwrap();
+        let leaving = queue_one(&u, vec![]).await;
+        leaving.abort();
+        let _ = leaving.await;
+        assert_eq!(u.queued(), 0);
+        busy.complete(Outcome::Success);
+        assert_eq!(
+            u.snapshot()[0].in_flight,
+            0,
+            "nothing handed to the one that left"
+        );
+        assert!(pick_now(&u).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn waiters_learn_at_once_when_no_backend_is_left() {
+        let u = full_upstream(1, 5, Duration::from_secs(30));
+        let _busy = pick_now(&u).await.unwrap();
+        let waiting = queue_one(&u, vec![]).await;
+        u.set_state(addr(1), AdminState::Disabled).unwrap();
+        assert_eq!(waiting.await.unwrap().err(), Some(Unpicked::NoBackend));
     }
 }

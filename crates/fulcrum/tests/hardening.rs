@@ -509,6 +509,33 @@ fn bad_input_cases() -> Vec<Case> {
         },
         Case {
             class: "Connection",
+            input: "a 20-byte body trickled a byte every 300 ms (under `client_body_min_rate`, 500 B/s; never 1 s between reads)",
+            steps: std::iter::once(Step::Send(post("Content-Length: 20\r\n", "")))
+                .chain((0..20).flat_map(|_| [Step::Send(b"x".to_vec()), Step::Pause(Duration::from_millis(300))]))
+                .collect(),
+            answers: &[408],
+            conn: Closed,
+            reach: Nothing,
+        },
+        Case {
+            class: "Connection",
+            input: "body of 3,000 bytes in three parts 800 ms apart (slower than `client_body_timeout`, faster than the rate)",
+            steps: vec![
+                Step::Send(post("Content-Length: 3000\r\n", &"y".repeat(1000))),
+                Step::Pause(Duration::from_millis(800)),
+                Step::Send(vec![b'y'; 1000]),
+                Step::Pause(Duration::from_millis(800)),
+                Step::Send(vec![b'y'; 1000]),
+            ],
+            answers: &[200],
+            conn: KeptOpen,
+            reach: Check("the whole body", |seen| {
+                let s = one(seen)?;
+                (s.body.len() == 3000).then_some(()).ok_or_else(|| format!("{} bytes", s.body.len()))
+            }),
+        },
+        Case {
+            class: "Connection",
             input: "`Expect: 100-continue`, the body sent after `100 Continue`",
             steps: vec![
                 Step::Send(b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n".to_vec()),

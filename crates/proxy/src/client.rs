@@ -116,6 +116,42 @@ pub(crate) async fn serve(
     drop(permit);
 }
 
+/// How long a request body may take: `client_body_timeout` between two reads (nginx's), and,
+/// with `client_body_min_rate`, a deadline for the whole body that starts at
+/// `client_body_timeout` and moves one second later for every `min_rate` bytes received
+/// (Apache's `mod_reqtimeout` `body=…,MinRate=…`): a body trickled a few bytes at a time is
+/// cut at about `client_body_timeout`, a real upload at least that fast runs to its end.
+struct Pace {
+    started: tokio::time::Instant,
+    between_reads: Duration,
+    min_rate: u64,
+    received: u64,
+}
+
+impl Pace {
+    fn new(settings: &ListenerSettings) -> Pace {
+        Pace {
+            started: tokio::time::Instant::now(),
+            between_reads: settings.client_body_timeout,
+            min_rate: settings.client_body_min_rate,
+            received: 0,
+        }
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        let next_read = after(self.between_reads);
+        if self.min_rate == 0 {
+            return next_read;
+        }
+        let earned = Duration::from_secs_f64(self.received as f64 / self.min_rate as f64);
+        let whole = self
+            .started
+            .checked_add(self.between_reads.saturating_add(earned))
+            .unwrap_or(next_read);
+        whole.min(next_read)
+    }
+}
+
 /// What the connection does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -553,6 +589,7 @@ impl ClientConn {
     async fn read_body(&mut self, req: &RequestHead) -> Result<Body, NoHead> {
         let max = self.settings().max_body_bytes;
         let mut continued = !req.expect_continue || !req.http11;
+        let mut pace = Pace::new(self.settings());
         match req.body {
             Framing::None | Framing::Close => Ok(Body::None),
             Framing::Length(n) => {
@@ -562,7 +599,7 @@ impl ClientConn {
                 // The buffer grows as the body arrives, not on the client's word.
                 let n = n as usize;
                 while self.inbuf.len() < n {
-                    self.more_body(&mut continued).await?;
+                    self.more_body(&mut continued, &mut pace).await?;
                 }
                 Ok(Body::InBuffer(n))
             }
@@ -586,26 +623,30 @@ impl ClientConn {
                             return Ok(Body::Decoded);
                         }
                     }
-                    self.more_body(&mut continued).await?;
+                    self.more_body(&mut continued, &mut pace).await?;
                 }
             }
         }
     }
 
-    /// Reads more of a request body within `client_body_timeout`, first telling a client that
-    /// waits for it to go on (`100 Continue`, once).
-    async fn more_body(&mut self, continued: &mut bool) -> Result<(), NoHead> {
+    /// Reads more of a request body within `pace`, first telling a client that waits for it
+    /// to go on (`100 Continue`, once).
+    async fn more_body(&mut self, continued: &mut bool, pace: &mut Pace) -> Result<(), NoHead> {
         if !*continued {
             *continued = true;
             let st = self.settings().send_timeout;
             send(&mut self.stream, CONTINUE, &[], st)
                 .await
                 .map_err(|_| NoHead::Close)?;
+            // The client's time starts when it is told to send.
+            *pace = Pace::new(self.settings());
         }
-        let timeout = self.settings().client_body_timeout;
-        match tokio::time::timeout(timeout, self.inbuf.read_from(&mut self.stream)).await {
+        match timeout_at(pace.deadline(), self.inbuf.read_from(&mut self.stream)).await {
             Ok(Ok(0)) => Err(NoHead::Refuse(INCOMPLETE_BODY)),
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(n)) => {
+                pace.received += n as u64;
+                Ok(())
+            }
             Ok(Err(_)) => Err(NoHead::Close),
             Err(_) => Err(NoHead::Refuse(BODY_TIMEOUT)),
         }

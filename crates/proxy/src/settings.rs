@@ -36,6 +36,10 @@ pub struct ListenerSettings {
     /// Time allowed between two reads of a request body; answered with 408 (nginx
     /// `client_body_timeout`).
     pub client_body_timeout: Duration,
+    /// Bytes per second a request body must average, or it is cut with 408: the whole body
+    /// has `client_body_timeout` plus a second per this many bytes received (Apache's
+    /// `mod_reqtimeout` `MinRate`). 0: only the time between reads is limited (nginx).
+    pub client_body_min_rate: u64,
     /// Time allowed for each write to the client; a client that stops reading for longer is
     /// disconnected (nginx `send_timeout`).
     pub send_timeout: Duration,
@@ -55,6 +59,8 @@ impl ListenerSettings {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
     pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Apache's `mod_reqtimeout` default `MinRate` for bodies.
+    pub const DEFAULT_CLIENT_BODY_MIN_RATE: u64 = 500;
     pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
     pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
     pub const DEFAULT_MAX_HEADERS: usize = 100;
@@ -74,6 +80,7 @@ impl ListenerSettings {
             max_connections: None,
             client_header_timeout: Self::DEFAULT_CLIENT_HEADER_TIMEOUT,
             client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
+            client_body_min_rate: Self::DEFAULT_CLIENT_BODY_MIN_RATE,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
             max_headers: Self::DEFAULT_MAX_HEADERS,

@@ -22,6 +22,7 @@ pub(super) const SECTION: Section = Section {
         "max_connections",
         "client_header_timeout",
         "client_body_timeout",
+        "client_body_min_rate",
         "send_timeout",
         "max_header_bytes",
         "max_headers",
@@ -60,6 +61,7 @@ pub(super) struct Listener {
     pub max_connections: Option<usize>,
     pub client_header_timeout: Option<Duration>,
     pub client_body_timeout: Option<Duration>,
+    pub client_body_min_rate: Option<u64>,
     pub send_timeout: Option<Duration>,
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
@@ -126,6 +128,12 @@ pub(super) fn read(
         "client_body_timeout",
         Zero::Refused("no client could send a request body in time"),
     );
+    let client_body_min_rate = t.integer(
+        r,
+        "client_body_min_rate",
+        0..=1_000_000_000,
+        " (bytes per second; 0 limits only the time between reads)",
+    );
     let send_timeout = t.duration(
         r,
         "send_timeout",
@@ -151,6 +159,7 @@ pub(super) fn read(
         max_connections,
         client_header_timeout,
         client_body_timeout,
+        client_body_min_rate,
         send_timeout,
         max_header_bytes,
         max_headers,

@@ -43,6 +43,9 @@ fn listener(l: Listener) -> ListenerSettings {
     if let Some(d) = l.client_body_timeout {
         s.client_body_timeout = d;
     }
+    if let Some(n) = l.client_body_min_rate {
+        s.client_body_min_rate = n;
+    }
     if let Some(d) = l.send_timeout {
         s.send_timeout = d;
     }

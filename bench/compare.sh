@@ -57,19 +57,9 @@ PORT_NGINX=19182
 PORT_HAPROXY=19183
 PORT_BASELINE=19184
 
-need() {
-    local missing=()
-    for pkg in "$@"; do
-        command -v "$pkg" >/dev/null 2>&1 || [ -x "/usr/sbin/$pkg" ] || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        echo "installing from Debian's packages: ${missing[*]}" >&2
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    fi
-}
+# shellcheck source=bench/lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh  # the working directory is the repository root (see the cd above)
 need nginx haproxy wrk
 export PATH="$PATH:/usr/sbin"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -82,19 +82,8 @@ if [ "$SLOW_INTERVAL" -ge "$TIMEOUT" ]; then
     exit 1
 fi
 
-need() {
-    local missing=() cmd
-    for cmd in "$@"; do
-        command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$cmd")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        echo "installing from Debian's packages: ${missing[*]}" >&2
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    fi
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh  # the working directory is the repository root (see the cd above)
 need slowhttptest wrk nginx
 export PATH="$PATH:/usr/sbin"
 

@@ -712,11 +712,24 @@ impl Upstream {
             self.queued.store(st.waiting.len(), Ordering::Release);
             handed
         };
+        // The wait's state lives on the heap: it would otherwise make every connection's
+        // task larger for a path most requests never take.
+        Box::pin(self.wait_in_queue(handed, settings.queue_timeout, client, watch_client)).await
+    }
+
+    /// Waits in the queue for a backend to be handed over (see [`Upstream::pick`]).
+    async fn wait_in_queue(
+        self: &Arc<Self>,
+        handed: oneshot::Receiver<Handed>,
+        queue_timeout: Duration,
+        client: &TcpStream,
+        watch_client: bool,
+    ) -> Result<Attempt, Unpicked> {
         let mut wait = Wait {
             handed: Some(handed),
             upstream: self,
         };
-        let deadline = crate::io::after(settings.queue_timeout);
+        let deadline = crate::io::after(queue_timeout);
         let gone = crate::io::watch(client, watch_client);
         tokio::pin!(gone);
         let outcome = loop {

@@ -58,7 +58,6 @@ PORT_HAPROXY=19183
 PORT_BASELINE=19184
 
 # shellcheck source=bench/lib.sh
-# shellcheck source=bench/lib.sh
 source bench/lib.sh  # the working directory is the repository root (see the cd above)
 need nginx haproxy wrk
 export PATH="$PATH:/usr/sbin"

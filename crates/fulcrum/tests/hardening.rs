@@ -1112,28 +1112,27 @@ algorithm = "round_robin"
         let deadline = Instant::now() + Duration::from_secs(10);
         while c.fill(deadline).is_some_and(|n| n > 0) {}
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let logged = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|v: &serde_json::Value| {
-                v["target"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("/fault/chunked"))
-            })
-            .collect();
-        if lines.len() == 2 {
-            break lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "two chunked answers logged: {text}"
-        );
-        // Poll interval of a loop bounded by `deadline`.
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut logged = Vec::new();
+    wait_until(
+        Duration::from_secs(10),
+        "two chunked answers logged",
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            logged = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| {
+                    v["target"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("/fault/chunked"))
+                })
+                .collect();
+            match logged.len() {
+                2 => Ok(()),
+                _ => Err(text),
+            }
+        },
+    );
     for line in &logged {
         // nginx's `$body_bytes_sent`: the bytes after the head, chunk framing included.
         let expected = if line["protocol"] == "HTTP/1.0" {
@@ -1217,23 +1216,32 @@ fn admin_get(fulcrum: &Running, path: &str) -> String {
     String::from_utf8(a.body).unwrap()
 }
 
-/// Waits until the backend has received a request whose line starts with `line`.
-fn wait_seen(backend: &Backend, line: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !backend
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|s| s.line.starts_with(line))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{line} never reached the backend"
-        );
+/// Polls `done` until it holds, failing with `what` (and `done`'s last word) after `within`.
+fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        match done() {
+            Ok(()) => return,
+            Err(why) => assert!(Instant::now() < deadline, "{what}: {why}"),
+        }
         // Poll interval of a loop bounded by `deadline`.
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Waits until the backend has received a request whose line starts with `line`.
+fn wait_seen(backend: &Backend, line: &str) {
+    wait_until(
+        Duration::from_secs(10),
+        "a request reaches the backend",
+        || {
+            let seen = backend.seen.lock().unwrap();
+            match seen.iter().any(|s| s.line.starts_with(line)) {
+                true => Ok(()),
+                false => Err(format!("no {line}")),
+            }
+        },
+    );
 }
 
 /// Sends `GET path` on a new connection and returns it, the answer still to come.
@@ -1313,17 +1321,14 @@ algorithm = "round_robin"
     let busy = send(limited, "/slow?ms=5000&busy");
     wait_seen(&backend, "GET /slow?ms=5000&busy");
     let waiting = send(limited, "/slow?ms=0&waiting");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let queued = || {
+    wait_until(Duration::from_secs(10), "the request queues", || {
         let v: serde_json::Value =
             serde_json::from_str(&admin_get(&fulcrum, "/api/upstreams/limited")).unwrap();
-        v["queue"]["waiting"].as_u64()
-    };
-    while queued() != Some(1) {
-        assert!(Instant::now() < deadline, "the request never queued");
-        // Poll interval of a loop bounded by `deadline`.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        match v["queue"]["waiting"].as_u64() {
+            Some(1) => Ok(()),
+            other => Err(format!("waiting: {other:?}")),
+        }
+    });
     let refused = send(limited, "/slow?ms=0&refused");
     let got = answers_in_order(vec![refused, waiting, busy]);
     assert_eq!(
@@ -1489,16 +1494,14 @@ algorithm = "round_robin"
         );
         drop(clients);
         // Gone with them: every descriptor.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while open_fds(pid) > fds_before {
-            assert!(
-                Instant::now() < deadline,
-                "{} descriptors still open, {fds_before} before the clients",
-                open_fds(pid)
-            );
-            // Poll interval of a loop bounded by `deadline`.
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            Duration::from_secs(20),
+            "every descriptor closes",
+            || match open_fds(pid) {
+                n if n <= fds_before => Ok(()),
+                n => Err(format!("{n} open, {fds_before} before the clients")),
+            },
+        );
         held.push(rss);
     }
     // Noise between waves is a few per cent (allocator, page cache of the binary); a leak of

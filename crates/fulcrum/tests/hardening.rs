@@ -709,26 +709,22 @@ fn config(text: &str) -> TempFile {
     )
 }
 
+/// One listener (with `listener_keys`) in front of upstream "app", round robin over `backend`.
+fn app_config(listener_keys: &str, backend: impl std::fmt::Display) -> TempFile {
+    config(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"app\"\n{listener_keys}\n\n\
+         [[upstream]]\nname = \"app\"\nalgorithm = \"round_robin\"\n  \
+         [[upstream.backend]]\n  addr = \"{backend}\"\n"
+    ))
+}
+
 #[test]
 fn bad_input_is_answered_as_rfc_9112_says() {
     let backend = Backend::start();
-    let cfg = config(&format!(
-        r#"
-[[listener]]
-listen = "127.0.0.1:0"
-upstream = "app"
-client_header_timeout = "1s"
-client_body_timeout = "1s"
-max_body_bytes = 65536
-
-[[upstream]]
-name = "app"
-algorithm = "round_robin"
-  [[upstream.backend]]
-  addr = "{}"
-"#,
-        backend.addr
-    ));
+    let cfg = app_config(
+        "client_header_timeout = \"1s\"\nclient_body_timeout = \"1s\"\nmax_body_bytes = 65536",
+        backend.addr,
+    );
     let mut fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
     let cases = bad_input_cases();
@@ -1433,24 +1429,15 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
         return;
     }
     let backend = Backend::start();
-    let cfg = config(&format!(
-        r#"
-[[listener]]
-listen = "127.0.0.1:0"
-upstream = "app"
-max_connections = {}
-# Idle keep-alive connections are closed after client_header_timeout: not while a wave builds.
-client_header_timeout = "5m"
-
-[[upstream]]
-name = "app"
-algorithm = "round_robin"
-  [[upstream.backend]]
-  addr = "{}"
-"#,
-        clients + 100,
-        backend.addr
-    ));
+    // Idle keep-alive connections are closed after client_header_timeout: not while a wave
+    // builds.
+    let cfg = app_config(
+        &format!(
+            "max_connections = {}\nclient_header_timeout = \"5m\"",
+            clients + 100
+        ),
+        backend.addr,
+    );
     let mut fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
     let pid = fulcrum.child.id();

@@ -209,13 +209,21 @@ pub(crate) async fn send_and_read_head(
 /// Why a relay stopped.
 #[derive(Debug)]
 pub(crate) enum Relay {
-    /// The backend failed: what happened.
-    Backend(String),
-    /// The request's `response_timeout` passed: nobody is blamed (a slow client's reading
-    /// counts too), the answer is cut.
-    TimeUp(String),
+    /// The backend's part ended before the body's end: what happened, and whether the backend
+    /// is to blame (not when the request's `response_timeout` passed: a slow client's reading
+    /// counts towards it too).
+    Backend { why: String, blamed: bool },
     /// The client went away or stopped reading.
     Client,
+}
+
+impl Relay {
+    fn backend(why: impl Into<String>) -> Relay {
+        Relay::Backend {
+            why: why.into(),
+            blamed: true,
+        }
+    }
 }
 
 /// The client side of a relay.
@@ -291,7 +299,7 @@ pub(crate) async fn relay(
                 } else {
                     chunked.advance(conn.buf.filled(), |_| {})
                 }
-                .map_err(|e| Relay::Backend(e.to_string()))?;
+                .map_err(|e| Relay::backend(e.to_string()))?;
                 if chunked.is_done() {
                     attempt.complete(Outcome::Success);
                 }
@@ -340,7 +348,10 @@ async fn read_some(
     watch_client: bool,
     patience: Patience,
 ) -> Result<usize, Relay> {
-    let time_up = || Relay::TimeUp(patience.expired("the rest of the body"));
+    let time_up = || Relay::Backend {
+        why: patience.expired("the rest of the body"),
+        blamed: false,
+    };
     if patience.spent() {
         return Err(time_up());
     }
@@ -348,9 +359,9 @@ async fn read_some(
         biased;
         read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
             Ok(Ok(n)) => Ok(n),
-            Ok(Err(e)) => Err(Relay::Backend(e.to_string())),
+            Ok(Err(e)) => Err(Relay::backend(e.to_string())),
             Err(_) if patience.spent() => Err(time_up()),
-            Err(_) => Err(Relay::Backend(patience.expired("the rest of the body"))),
+            Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
         },
         () = watch(client, watch_client) => Err(Relay::Client),
     }
@@ -365,8 +376,8 @@ async fn read_backend(
     patience: Patience,
 ) -> Result<(), Relay> {
     match read_some(conn, client, watch_client, patience).await? {
-        0 => Err(Relay::Backend(
-            "connection closed before the end of the body".into(),
+        0 => Err(Relay::backend(
+            "connection closed before the end of the body",
         )),
         _ => Ok(()),
     }

@@ -216,28 +216,18 @@ pub(crate) async fn forward(
                                 body_bytes,
                             }
                         }
-                        Err(Relay::Backend(why)) => {
+                        Err(Relay::Backend { why, blamed }) => {
                             tracing::warn!(
                                 upstream = %upstream.name(),
                                 backend = %addr,
                                 error = %why,
-                                "backend failed in the middle of the response body; closing the client connection"
+                                "the response ended in the middle of its body; closing the client connection"
                             );
-                            attempt.complete(Outcome::Failure);
-                            Ending::CutShort {
-                                status,
-                                backend_failed: true,
-                                body_bytes,
-                            }
-                        }
-                        Err(Relay::TimeUp(why)) => {
-                            tracing::warn!(
-                                upstream = %upstream.name(),
-                                backend = %addr,
-                                error = %why,
-                                "response_timeout passed in the middle of the response body; closing the client connection"
-                            );
-                            attempt.complete(Outcome::Cancelled);
+                            attempt.complete(if blamed {
+                                Outcome::Failure
+                            } else {
+                                Outcome::Cancelled
+                            });
                             Ending::CutShort {
                                 status,
                                 backend_failed: true,

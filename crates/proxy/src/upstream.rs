@@ -159,11 +159,20 @@ type Handed = Result<(u64, SocketAddr, Ticket), Unpicked>;
 
 impl State {
     fn position(&self, addr: SocketAddr) -> Option<BackendId> {
-        self.members
-            .iter()
-            .position(|m| m.addr == addr)
-            .map(|i| BackendId(i as u32))
+        position(&self.members, addr)
     }
+}
+
+fn position(members: &[Member], addr: SocketAddr) -> Option<BackendId> {
+    members
+        .iter()
+        .position(|m| m.addr == addr)
+        .map(|i| BackendId(i as u32))
+}
+
+/// The pool ids of the backends a request `tried` that are still members.
+fn excluded(members: &[Member], tried: &[SocketAddr]) -> Vec<BackendId> {
+    tried.iter().filter_map(|&a| position(members, a)).collect()
 }
 
 /// What [`Upstream::reconfigure`] did.
@@ -685,7 +694,7 @@ impl Upstream {
         let handed = {
             let now = self.now();
             let mut st = lock(&self.state);
-            let exclude: Vec<BackendId> = tried.iter().filter_map(|&a| st.position(a)).collect();
+            let exclude = excluded(&st.members, tried);
             // Waiting requests have been served whatever they could use, so room left now is
             // room none of them can use: a newcomer may take it.
             if let Some(ticket) = st.pool.pick(affinity, &exclude, now) {
@@ -779,36 +788,35 @@ impl Upstream {
         let mut handed = Vec::new();
         {
             let mut st = lock(&self.state);
+            let State {
+                pool,
+                members,
+                generation,
+                waiting,
+            } = &mut *st;
             let mut i = 0;
-            while i < st.waiting.len() {
-                let w = &st.waiting[i];
+            while let Some(w) = waiting.get(i) {
                 if w.to.is_closed() {
-                    st.waiting.remove(i);
+                    waiting.remove(i);
                     continue;
                 }
-                let exclude: Vec<BackendId> =
-                    w.tried.iter().filter_map(|&a| st.position(a)).collect();
-                let affinity = w.affinity.clone();
-                let State {
-                    pool,
-                    members,
-                    generation,
-                    waiting,
-                } = &mut *st;
-                if let Some(ticket) = pool.pick(affinity.as_deref(), &exclude, now) {
-                    let addr = members[ticket.backend().index()].addr;
-                    let w = waiting.remove(i).expect("in range");
-                    handed.push((w.to, Ok((*generation, addr, ticket))));
-                } else if !pool.is_saturated(&exclude, now) {
-                    let w = waiting.remove(i).expect("in range");
-                    handed.push((w.to, Err(Unpicked::NoBackend)));
-                } else if exclude.is_empty() {
+                let exclude = excluded(members, &w.tried);
+                let result = match pool.pick(w.affinity.as_deref(), &exclude, now) {
+                    Some(ticket) => {
+                        Ok((*generation, members[ticket.backend().index()].addr, ticket))
+                    }
+                    None if !pool.is_saturated(&exclude, now) => Err(Unpicked::NoBackend),
                     // Every backend is full for a request that may use any: for all the
                     // others too. They keep their places.
-                    break;
-                } else {
+                    None if exclude.is_empty() => break,
                     // Full for this one (it tried the rest): a later one may use the room.
-                    i += 1;
+                    None => {
+                        i += 1;
+                        continue;
+                    }
+                };
+                if let Some(w) = waiting.remove(i) {
+                    handed.push((w.to, result));
                 }
             }
             self.queued.store(st.waiting.len(), Ordering::Release);

@@ -387,6 +387,20 @@ impl Pool {
     /// algorithm.
     pub fn complete(&mut self, ticket: Ticket, outcome: Outcome, now: Nanos) {
         let latency = now.since(ticket.picked);
+        self.complete_measured(ticket, outcome, latency, now);
+    }
+
+    /// [`Pool::complete`] with the latency the caller measured, for a ticket held longer than
+    /// the exchange it times: a TCP session holds its ticket (and its place in the in-flight
+    /// count) for its whole life, but its latency is the time to connect, as nginx stream's
+    /// `least_time connect` takes it.
+    pub fn complete_measured(
+        &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+        latency: Nanos,
+        now: Nanos,
+    ) {
         let state = &mut self.states[ticket.backend.index()];
         debug_assert!(state.in_flight > 0);
         let was_in_flight = state.in_flight > 0;

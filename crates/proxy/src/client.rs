@@ -685,7 +685,7 @@ impl ClientConn {
 
 /// The client address as a hash key: 4 octets for IPv4 (IPv4-mapped IPv6 included), 16 for
 /// IPv6. Algorithms that hash it decide how many octets count.
-fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
+pub(crate) fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
     match ip.to_canonical() {
         std::net::IpAddr::V4(v4) => {
             buf[..4].copy_from_slice(&v4.octets());

@@ -35,6 +35,10 @@
 //!   a Unix socket (`SCM_RIGHTS`), as HAProxy's `-x` does.
 //! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
+//! * `tcp`: TCP (L4) mode: a connection balanced once and relayed both ways, half-closes
+//!   passed on, idle sessions closed.
+//! * `proxy_protocol`: HAProxy's PROXY protocol header, sent to backends in TCP mode and
+//!   accepted from trusted load balancers in front.
 
 pub mod access_log;
 mod buffer;
@@ -49,15 +53,17 @@ mod http1;
 mod io;
 pub mod limits;
 pub mod metrics;
+mod proxy_protocol;
 pub mod server;
 pub mod settings;
+mod tcp;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,
-    ProxySettings, UpstreamSettings,
+    Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
 };
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,

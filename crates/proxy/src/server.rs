@@ -31,17 +31,17 @@ use socket2::{Domain, Socket, Type};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::access_log::{AccessLog, AccessLogSettings, Destination};
 use crate::client::{self, ListenerContext, WorkerListener};
 use crate::handover::{self, Inherited};
 use crate::metrics::{Metrics, WorkerStats};
-use crate::settings::ListenerSettings;
-use crate::settings::ProxySettings;
+use crate::settings::{ListenerSettings, Protocol, ProxySettings};
 use crate::upstream::Keep;
 use crate::upstream::{Upstream, WorkerPools};
+use crate::{proxy_protocol, tcp};
 
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -937,7 +937,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         let conn_stopped = conn_stopped.clone();
         connections.spawn(async move {
             let _open = Open(&spread.open[worker]);
-            client::serve(stream, client, worker_listener, conn_stopped, permit).await;
+            serve(stream, client, worker_listener, conn_stopped, permit).await;
         });
     }
     let _ = conn_stop.send(true);
@@ -955,6 +955,39 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
             "connections still open after shutdown_timeout; closing them"
         );
         connections.abort_all();
+    }
+}
+
+/// Serves one accepted connection as its listener says: after the PROXY protocol header that
+/// names its client, if the listener takes one; then HTTP or TCP.
+async fn serve(
+    mut stream: TcpStream,
+    mut client: SocketAddr,
+    listener: Arc<WorkerListener>,
+    stop: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    let settings = &listener.ctx.settings;
+    if settings.accept_proxy_protocol {
+        if !settings
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&client.ip().to_canonical()))
+        {
+            tracing::debug!(%client, listen = %settings.listen, "connection from a peer not in trusted_proxies closed (accept_proxy_protocol)");
+            return;
+        }
+        match proxy_protocol::accept(&mut stream, client, settings.client_header_timeout).await {
+            Ok(named) => client = named,
+            Err(e) => {
+                tracing::debug!(peer = %client, listen = %settings.listen, error = %e, "connection closed");
+                return;
+            }
+        }
+    }
+    match settings.protocol {
+        Protocol::Http => client::serve(stream, client, listener, stop, permit).await,
+        Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,
     }
 }
 

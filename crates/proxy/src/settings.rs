@@ -51,8 +51,40 @@ pub struct ListenerSettings {
     pub max_body_bytes: u64,
     /// Peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`,
     /// `X-Forwarded-Host`, `X-Forwarded-Proto`) are believed and appended to; from any other
-    /// peer they are replaced by our own. Empty (the default): trust no one.
+    /// peer they are replaced by our own. Empty (the default): trust no one. With
+    /// `accept_proxy_protocol`, the peers allowed to connect at all.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// What the listener speaks to its clients.
+    pub protocol: Protocol,
+    /// `Protocol::Tcp`: a session with no byte either way for this long is closed (nginx
+    /// stream's `proxy_timeout`, 10 minutes).
+    pub idle_timeout: Duration,
+    /// `Protocol::Tcp`: each connection to a backend starts with a PROXY protocol header
+    /// naming the client (HAProxy's `send-proxy`/`send-proxy-v2`, nginx's `proxy_protocol on`).
+    pub send_proxy_protocol: Option<ProxyProtocol>,
+    /// Every connection must start with a PROXY protocol header (v1 or v2), sent by a load
+    /// balancer in front; the client it names is the client (HAProxy's `accept-proxy`).
+    /// Only peers in `trusted_proxies` may connect.
+    pub accept_proxy_protocol: bool,
+}
+
+/// What a listener speaks to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1 requests, each balanced on its own.
+    #[default]
+    Http,
+    /// Plain TCP (L4): each connection balanced once and relayed byte for byte both ways.
+    Tcp,
+}
+
+/// A version of HAProxy's PROXY protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// The text header (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
 }
 
 impl ListenerSettings {
@@ -65,6 +97,8 @@ impl ListenerSettings {
     pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
     pub const DEFAULT_MAX_HEADERS: usize = 100;
     pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+    /// nginx stream's `proxy_timeout`.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
     /// The connections served at once: `max_connections`, or the default.
     pub fn connection_limit(&self) -> usize {
@@ -86,6 +120,10 @@ impl ListenerSettings {
             max_headers: Self::DEFAULT_MAX_HEADERS,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
             trusted_proxies: Vec::new(),
+            protocol: Protocol::Http,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            send_proxy_protocol: None,
+            accept_proxy_protocol: false,
         }
     }
 }

@@ -830,6 +830,18 @@ impl Upstream {
     }
 
     fn complete(&self, generation: u64, addr: SocketAddr, ticket: Ticket, outcome: Outcome) {
+        self.complete_measured(generation, addr, ticket, outcome, None);
+    }
+
+    /// Completes `ticket`; `latency`: what to record instead of the time since the pick.
+    fn complete_measured(
+        &self,
+        generation: u64,
+        addr: SocketAddr,
+        ticket: Ticket,
+        outcome: Outcome,
+        latency: Option<Duration>,
+    ) {
         let now = self.now();
         let disabled = {
             let mut st = lock(&self.state);
@@ -844,7 +856,13 @@ impl Upstream {
             };
             ticket.and_then(|ticket| {
                 let id = ticket.backend();
-                st.pool.complete(ticket, outcome, now);
+                match latency {
+                    Some(latency) => {
+                        st.pool
+                            .complete_measured(ticket, outcome, latency.into(), now)
+                    }
+                    None => st.pool.complete(ticket, outcome, now),
+                }
                 let state = st.pool.state(id);
                 (outcome == Outcome::Failure && state.fails() == state.spec().max_fails)
                     .then(|| (state.fails(), state.spec().fail_timeout))
@@ -921,6 +939,20 @@ impl Attempt {
         if let Some(ticket) = self.ticket.take() {
             self.upstream
                 .complete(self.generation, self.addr, ticket, outcome);
+        }
+    }
+
+    /// Completes with `latency` as the backend's time, not the time since the pick (see
+    /// [`balance::Pool::complete_measured`]).
+    pub(crate) fn complete_measured(&mut self, outcome: Outcome, latency: Duration) {
+        if let Some(ticket) = self.ticket.take() {
+            self.upstream.complete_measured(
+                self.generation,
+                self.addr,
+                ticket,
+                outcome,
+                Some(latency),
+            );
         }
     }
 }

@@ -126,6 +126,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         listeners.push(l);
     }
 
+    tcp_upstreams(r, &listeners, &upstreams);
     if top.no_items("listener") {
         r.error_in_file(
             "listener",
@@ -161,6 +162,32 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         listeners,
         upstreams,
         admin,
+    }
+}
+
+/// A TCP listener's upstream may hash only the client's address: a connection has no header,
+/// cookie or URI to hash.
+fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstream]) {
+    for l in listeners
+        .iter()
+        .filter(|l| l.protocol == proxy::Protocol::Tcp)
+    {
+        let Some(u) = upstreams.iter().find(|u| *u.name.get_ref() == l.upstream) else {
+            continue;
+        };
+        let b = &u.balancing;
+        if b.algorithm.affinity() == Some(balance::Affinity::Key)
+            && b.hash_key != proxy::HashKey::ClientIp
+        {
+            r.error(
+                l.upstream_at.0.clone(),
+                &l.upstream_at.1,
+                format!(
+                    "upstream \"{}\" hashes hash_key = \"{}\", which a TCP connection does not have: give it hash_key = \"client_ip\", or give this listener an upstream of its own",
+                    l.upstream, b.hash_key
+                ),
+            );
+        }
     }
 }
 

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use proxy::{Protocol, ProxyProtocol};
 use toml::Spanned;
+use toml::de::DeValue;
 
 use super::address;
 use super::duration::Zero;
@@ -28,9 +30,24 @@ pub(super) const SECTION: Section = Section {
         "max_headers",
         "max_body_bytes",
         "trusted_proxies",
+        "idle_timeout",
+        "proxy_protocol",
+        "accept_proxy_protocol",
     ],
-    not_yet: &["route", "http2", "proxy_protocol", "tls"],
+    not_yet: &["route", "http2", "tls"],
 };
+
+/// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
+const HTTP_ONLY: [&str; 7] = [
+    "client_body_timeout",
+    "client_body_min_rate",
+    "send_timeout",
+    "max_header_bytes",
+    "max_headers",
+    "max_body_bytes",
+    // A TCP connection has no forwarding headers; `accept_proxy_protocol` reads it.
+    "trusted_proxies",
+];
 
 /// The most client connections one listener serves at once. Each holds a descriptor (two
 /// while it talks to a backend), and Linux's default ceiling per process (`fs.nr_open`) is
@@ -67,6 +84,13 @@ pub(super) struct Listener {
     pub max_headers: Option<usize>,
     pub max_body_bytes: Option<u64>,
     pub trusted_proxies: Vec<IpNet>,
+    pub protocol: Protocol,
+    pub idle_timeout: Option<Duration>,
+    pub proxy_protocol: Option<ProxyProtocol>,
+    pub accept_proxy_protocol: bool,
+    /// Where `upstream` is written and its key path, for what the upstream's settings forbid
+    /// on this listener.
+    pub upstream_at: (std::ops::Range<usize>, String),
 }
 
 /// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
@@ -105,17 +129,55 @@ pub(super) fn read(
         );
         None
     });
-    if let Some(p) = t.text(r, "protocol", "a protocol", "http")
-        && *p.get_ref() != "http"
-    {
-        r.error(
-            p.span(),
-            &t.key("protocol"),
-            format!(
-                "protocol \"{}\" is not supported yet; the only value is \"http\"",
-                p.get_ref()
-            ),
-        );
+    let upstream_at = (
+        t.span_of("upstream").unwrap_or_else(|| t.span()),
+        t.key("upstream"),
+    );
+    let protocol = match t.text(r, "protocol", "a protocol", "tcp") {
+        None => Protocol::Http,
+        Some(p) => match *p.get_ref() {
+            "http" => Protocol::Http,
+            "tcp" => Protocol::Tcp,
+            other => {
+                r.error(
+                    p.span(),
+                    &t.key("protocol"),
+                    format!("unknown protocol \"{other}\"; use \"http\" or \"tcp\""),
+                );
+                Protocol::Http
+            }
+        },
+    };
+    let idle_timeout = t.duration(
+        r,
+        "idle_timeout",
+        Zero::Refused("every session would be closed at once"),
+    );
+    let proxy_protocol = proxy_protocol(r, t);
+    let accept_proxy_protocol = t.flag(r, "accept_proxy_protocol").unwrap_or(false);
+    if protocol == Protocol::Http {
+        for key in ["idle_timeout", "proxy_protocol"] {
+            if t.span_of(key).is_some() {
+                t.error(
+                    r,
+                    key,
+                    "only a TCP listener reads it: add protocol = \"tcp\", or remove it",
+                );
+            }
+        }
+    } else {
+        for key in HTTP_ONLY {
+            let skip = key == "trusted_proxies" && accept_proxy_protocol;
+            if let Some(span) = t.span_of(key).filter(|_| !skip) {
+                r.warn(
+                    &span,
+                    format!(
+                        "{}: does nothing on a TCP listener (protocol = \"tcp\"); remove it",
+                        t.key(key)
+                    ),
+                );
+            }
+        }
     }
     let max_connections = t.integer(r, "max_connections", 1..=MAX_CONNECTIONS, "");
     let client_header_timeout = t.duration(
@@ -153,6 +215,13 @@ pub(super) fn read(
         " (bodies are held in memory before they are forwarded, so there is no unlimited)",
     );
     let trusted_proxies = trusted_proxies(r, t);
+    if accept_proxy_protocol && trusted_proxies.is_empty() {
+        t.error(
+            r,
+            "accept_proxy_protocol",
+            "needs trusted_proxies: the load balancers in front that may name the client (anyone else could claim any address), e.g. trusted_proxies = [\"10.0.0.0/8\"]",
+        );
+    }
     Some(Listener {
         listen: listen?,
         upstream: upstream?,
@@ -165,7 +234,34 @@ pub(super) fn read(
         max_headers,
         max_body_bytes,
         trusted_proxies,
+        protocol,
+        idle_timeout,
+        proxy_protocol,
+        accept_proxy_protocol,
+        upstream_at,
     })
+}
+
+/// `proxy_protocol`: `false`, `true` (version 2, as DESIGN has it), `"v1"` or `"v2"`.
+fn proxy_protocol(r: &mut Report<'_>, t: &Table<'_>) -> Option<ProxyProtocol> {
+    let value = t.value("proxy_protocol")?;
+    match value.get_ref() {
+        DeValue::Boolean(false) => None,
+        DeValue::Boolean(true) => Some(ProxyProtocol::V2),
+        DeValue::String(s) if s.as_ref() == "v1" => Some(ProxyProtocol::V1),
+        DeValue::String(s) if s.as_ref() == "v2" => Some(ProxyProtocol::V2),
+        other => {
+            t.error(
+                r,
+                "proxy_protocol",
+                format!(
+                    "expected true, false, \"v1\" or \"v2\", not {}",
+                    super::table::found(other)
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// `trusted_proxies = ["10.0.0.0/8", "192.168.1.5", "::1"]`: each element an address or a
@@ -200,6 +296,100 @@ fn trusted_proxies(r: &mut Report<'_>, t: &Table<'_>) -> Vec<IpNet> {
 #[cfg(test)]
 mod tests {
     use crate::config::testing::*;
+    use proxy::{Protocol, ProxyProtocol};
+
+    #[test]
+    fn tcp_listeners_and_their_keys() {
+        let c = ok(&with_listener(
+            "protocol = \"tcp\"\nidle_timeout = \"30s\"\nproxy_protocol = \"v1\"",
+        ));
+        let l = &c.proxy.listeners[0];
+        assert_eq!(l.protocol, Protocol::Tcp);
+        assert_eq!(l.idle_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(l.send_proxy_protocol, Some(ProxyProtocol::V1));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = ok(&with_listener("protocol = \"tcp\"\nproxy_protocol = true"));
+        assert_eq!(
+            c.proxy.listeners[0].send_proxy_protocol,
+            Some(ProxyProtocol::V2)
+        );
+        assert_eq!(
+            c.proxy.listeners[0].idle_timeout,
+            std::time::Duration::from_secs(600)
+        );
+        assert_eq!(ok(GOOD).proxy.listeners[0].protocol, Protocol::Http);
+
+        let e = refused(&with_listener("protocol = \"udp\""));
+        assert!(
+            e.contains("listener[0].protocol: unknown protocol \"udp\"; use \"http\" or \"tcp\""),
+            "{e}"
+        );
+        let e = refused(&with_listener(
+            "proxy_protocol = \"v3\"\nprotocol = \"tcp\"",
+        ));
+        assert!(
+            e.contains(
+                "listener[0].proxy_protocol: expected true, false, \"v1\" or \"v2\", not the string \"v3\""
+            ),
+            "{e}"
+        );
+        for key in ["idle_timeout = \"1m\"", "proxy_protocol = true"] {
+            let e = refused(&with_listener(key));
+            assert!(
+                e.contains("only a TCP listener reads it: add protocol = \"tcp\""),
+                "{e}"
+            );
+        }
+        let e = refused(&with_listener("protocol = \"tcp\"\nidle_timeout = \"0s\""));
+        assert!(
+            e.contains("listener[0].idle_timeout: must be more than 0"),
+            "{e}"
+        );
+
+        // HTTP's own limits do nothing on a TCP listener: said, not refused.
+        let c = ok(&with_listener("protocol = \"tcp\"\nmax_body_bytes = 10"));
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0]
+                .contains("t.toml:8: listener[0].max_body_bytes: does nothing on a TCP listener"),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    #[test]
+    fn a_tcp_listener_cannot_hash_what_a_connection_lacks() {
+        let text = with_algorithm("hash", "hash_key = \"header:X-User\"");
+        let e = refused(&text.replace(
+            "upstream = \"web\"\n",
+            "upstream = \"web\"\nprotocol = \"tcp\"\n",
+        ));
+        assert!(e.contains("t.toml:6:12: listener[0].upstream: upstream \"web\" hashes hash_key = \"header:X-User\", which a TCP connection does not have"), "{e}");
+        // The client address it has.
+        let text = with_algorithm("maglev", "hash_key = \"client_ip\"");
+        ok(&text.replace(
+            "upstream = \"web\"\n",
+            "upstream = \"web\"\nprotocol = \"tcp\"\n",
+        ));
+    }
+
+    #[test]
+    fn proxy_protocol_from_the_front_needs_trusted_peers() {
+        let e = refused(&with_listener("accept_proxy_protocol = true"));
+        assert!(
+            e.contains("listener[0].accept_proxy_protocol: needs trusted_proxies"),
+            "{e}"
+        );
+        let c = ok(&with_listener(
+            "protocol = \"tcp\"\naccept_proxy_protocol = true\ntrusted_proxies = [\"127.0.0.0/8\"]",
+        ));
+        assert!(c.proxy.listeners[0].accept_proxy_protocol);
+        assert!(
+            c.warnings.is_empty(),
+            "trusted_proxies is read: {:?}",
+            c.warnings
+        );
+    }
 
     /// Defect 1 of issue 10: zero timeouts passed `check`, then nothing could be served.
     #[test]
@@ -374,15 +564,10 @@ mod tests {
     }
 
     #[test]
-    fn bad_listen_address_and_protocol() {
+    fn bad_listen_address() {
         let e = refused(&GOOD.replace("127.0.0.1:8080", "localhost"));
         assert!(
             e.contains("listener[0].listen: \"localhost\" is not an IP address and port"),
-            "{e}"
-        );
-        let e = refused(&with_listener("protocol = \"tcp\""));
-        assert!(
-            e.contains("listener[0].protocol: protocol \"tcp\" is not supported yet"),
             "{e}"
         );
     }

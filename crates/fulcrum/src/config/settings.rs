@@ -59,6 +59,12 @@ fn listener(l: Listener) -> ListenerSettings {
         s.max_body_bytes = n;
     }
     s.trusted_proxies = l.trusted_proxies;
+    s.protocol = l.protocol;
+    if let Some(d) = l.idle_timeout {
+        s.idle_timeout = d;
+    }
+    s.send_proxy_protocol = l.proxy_protocol;
+    s.accept_proxy_protocol = l.accept_proxy_protocol;
     s
 }
 

@@ -293,10 +293,13 @@ impl ClientConn {
     /// The next request head.
     async fn read_head(&mut self) -> Result<RequestHead, NoHead> {
         let upstream_settings = self.listener.ctx.upstream.settings();
+        // The listener's context outlives this borrow of the connection.
+        let listener = Arc::clone(&self.listener);
         let limits = Limits {
             max_headers: self.settings().max_headers,
             max_header_bytes: self.settings().max_header_bytes,
             key: crate::upstream::hashed_request_part(&upstream_settings),
+            upgrade: &listener.ctx.settings.upgrade,
         };
         let deadline = after(self.settings().client_header_timeout);
         // Bytes already looked at for the blank line that ends a head: a client sending its
@@ -394,6 +397,7 @@ impl ClientConn {
             http11: req.http11,
             keep_alive: req.keep_alive && !stopping,
             is_head: req.is_head,
+            upgrade: req.upgrade,
         };
         let forward = Forward {
             upstream: &upstream,
@@ -417,6 +421,13 @@ impl ClientConn {
             },
             watch_client: !self.pipelining,
             send_timeout: self.settings().send_timeout,
+            // What the client sent after an upgrade request is the new protocol's, for the
+            // tunnel (a WebSocket client waits for the 101, but need not).
+            early: match body {
+                Body::None if req.upgrade => self.inbuf.filled(),
+                _ => &[],
+            },
+            idle_timeout: self.settings().idle_timeout,
         };
         let forwarding = Instant::now();
         let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;
@@ -437,6 +448,7 @@ impl ClientConn {
         let tried = std::mem::take(&mut self.scratch.tried);
         let fate = match ending {
             Ending::Answered { .. } => "answered",
+            Ending::Tunnelled { .. } => "upgraded",
             Ending::CutShort {
                 backend_failed: true,
                 ..
@@ -459,6 +471,9 @@ impl ClientConn {
                 };
                 (status, next, body_bytes)
             }
+            // Both sides of the tunnel have ended, or it failed or idled: nothing more can
+            // come on the connection.
+            Ending::Tunnelled { to_client } => (101, Next::Close, to_client),
             Ending::CutShort {
                 status, body_bytes, ..
             } => {
@@ -658,6 +673,7 @@ impl ClientConn {
             http11: true,
             keep_alive: false,
             is_head: false,
+            upgrade: false,
         };
         http1::local_response(&mut self.scratch.out, reject, closing);
         let st = self.settings().send_timeout;

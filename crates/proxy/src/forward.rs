@@ -12,12 +12,12 @@ use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{ResponseReceived, retry};
 use tokio::net::TcpStream;
 
-use crate::connections::Connections;
+use crate::connections::{BackendConn, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{self, Reject};
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
-use crate::upstream::{Unpicked, Upstream, WorkerPools};
+use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -62,6 +62,10 @@ pub(crate) struct Forward<'a> {
     /// See [`Request::watch_client`].
     pub(crate) watch_client: bool,
     pub(crate) send_timeout: Duration,
+    /// For an upgrade request: what the client sent after it, the new protocol's first bytes.
+    pub(crate) early: &'a [u8],
+    /// How long an upgraded connection may carry nothing either way.
+    pub(crate) idle_timeout: Duration,
 }
 
 /// How forwarding ended.
@@ -81,6 +85,9 @@ pub(crate) enum Ending {
         backend_failed: bool,
         body_bytes: u64,
     },
+    /// The backend agreed to upgrade the connection (101) and it was relayed as a tunnel
+    /// until it ended: `to_client` bytes after the 101's head.
+    Tunnelled { to_client: u64 },
     /// The client closed its connection before the response began (logged as 499, nginx's
     /// code for it).
     ClientGone,
@@ -149,6 +156,7 @@ pub(crate) async fn forward(
             watch_client: f.watch_client,
         };
         let mut reuse = true;
+        let began = tokio::time::Instant::now();
         let (action, fault) = loop {
             let idle = if reuse {
                 pool.take_idle(f.replay == balance::Replay::Unsafe)
@@ -184,6 +192,10 @@ pub(crate) async fn forward(
             )
             .await
             {
+                Head::Response(response) if response.status == 101 => {
+                    let agreed = began.elapsed();
+                    return tunnel(f, client, conn, &scratch.out, attempt, agreed).await;
+                }
                 Head::Response(response) => {
                     let mut end = ClientEnd {
                         stream: client,
@@ -281,6 +293,43 @@ pub(crate) async fn forward(
         }
     }
     Ending::NoAnswer(last_fault)
+}
+
+/// Relays an upgraded connection (the backend's 101, head in `head`) until both sides have
+/// ended, either fails, or nothing moves for `idle_timeout`; the attempt's ticket is held all
+/// the while (the backend is busy with this client: least_conn counts it), then completes
+/// with the time the backend took to agree (`agreed`) as its latency.
+async fn tunnel(
+    f: &Forward<'_>,
+    client: &mut TcpStream,
+    mut conn: BackendConn,
+    head: &[u8],
+    mut attempt: Attempt,
+    agreed: Duration,
+) -> Ending {
+    // The 101 and what the backend sent after it; what the client sent after its request.
+    let opened = async {
+        crate::io::send(client, head, conn.buf.filled(), f.send_timeout).await?;
+        if f.early.is_empty() {
+            return Ok(());
+        }
+        crate::io::send(&mut conn.stream, f.early, &[], f.send_timeout).await
+    };
+    if opened.await.is_err() {
+        attempt.complete(Outcome::Cancelled);
+        return Ending::CutShort {
+            status: 101,
+            backend_failed: false,
+            body_bytes: 0,
+        };
+    }
+    let from_backend = conn.buf.len() as u64;
+    conn.buf.release();
+    let relayed = crate::tcp::relay(client, &mut conn.stream, f.idle_timeout).await;
+    attempt.complete_measured(Outcome::Success, agreed);
+    Ending::Tunnelled {
+        to_client: from_backend + relayed.bytes[0],
+    }
 }
 
 /// Ends the request head for one attempt: a `Host` naming the backend when the client sent

@@ -41,10 +41,12 @@ pub fn request_head(input: &[u8]) {
         Vec::new()
     };
     let client = ClientAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &trusted);
+    let upgrade = ["websocket".to_owned()];
     let limits = Limits {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
+        upgrade: &upgrade,
     };
     let mut out = Vec::new();
     if let Ok(Some(head)) = http1::parse_request(buf, limits, &client, &mut out) {
@@ -97,6 +99,7 @@ pub fn response_head(input: &[u8]) {
         http11: kind & 1 != 0,
         keep_alive: kind & 2 != 0,
         is_head: kind & 4 != 0,
+        upgrade: kind & 8 != 0,
     };
     let mut out = Vec::new();
     match http1::parse_response(buf, client, &mut out) {

@@ -66,6 +66,11 @@ pub struct ListenerSettings {
     /// balancer in front; the client it names is the client (HAProxy's `accept-proxy`).
     /// Only peers in `trusted_proxies` may connect.
     pub accept_proxy_protocol: bool,
+    /// `Protocol::Http`: protocols a request may upgrade its connection to (`Upgrade`, RFC
+    /// 9110 §7.8), lower case, e.g. `websocket`. A backend's 101 turns the connection into a
+    /// tunnel that holds its pick until it closes, or idles for `idle_timeout`. Empty (the
+    /// default): `Upgrade` is removed like any hop-by-hop header.
+    pub upgrade: Vec<String>,
 }
 
 /// What a listener speaks to its clients.
@@ -124,6 +129,7 @@ impl ListenerSettings {
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             send_proxy_protocol: None,
             accept_proxy_protocol: false,
+            upgrade: Vec::new(),
         }
     }
 }

@@ -175,12 +175,12 @@ async fn connect(
 
 /// What a relay did.
 #[derive(Debug)]
-struct Relayed {
+pub(crate) struct Relayed {
     /// Bytes sent to the client, and received from it (nginx stream's `$bytes_sent`,
     /// `$bytes_received`).
-    bytes: [u64; 2],
+    pub(crate) bytes: [u64; 2],
     /// Ended by `idle_timeout`.
-    idle: bool,
+    pub(crate) idle: bool,
 }
 
 /// The time of the last byte moved either way, in milliseconds since the relay began.
@@ -201,8 +201,13 @@ impl Activity {
     }
 }
 
-/// Relays both directions until both have ended, one fails, or nothing moved for `idle`.
-async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Duration) -> Relayed {
+/// Relays both directions until both have ended, one fails, or nothing moved for `idle`
+/// (TCP sessions, and HTTP connections upgraded to a tunnel).
+pub(crate) async fn relay(
+    client: &mut TcpStream,
+    backend: &mut TcpStream,
+    idle: Duration,
+) -> Relayed {
     let activity = Activity {
         began: Instant::now(),
         last_ms: AtomicU64::new(0),

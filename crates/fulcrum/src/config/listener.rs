@@ -33,12 +33,14 @@ pub(super) const SECTION: Section = Section {
         "idle_timeout",
         "proxy_protocol",
         "accept_proxy_protocol",
+        "upgrade",
     ],
     not_yet: &["route", "http2", "tls"],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 7] = [
+const HTTP_ONLY: [&str; 8] = [
+    "upgrade",
     "client_body_timeout",
     "client_body_min_rate",
     "send_timeout",
@@ -88,6 +90,8 @@ pub(super) struct Listener {
     pub idle_timeout: Option<Duration>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub accept_proxy_protocol: bool,
+    /// Protocols an HTTP request may upgrade to, lower case.
+    pub upgrade: Vec<String>,
     /// Where `upstream` is written and its key path, for what the upstream's settings forbid
     /// on this listener.
     pub upstream_at: (std::ops::Range<usize>, String),
@@ -155,15 +159,25 @@ pub(super) fn read(
     );
     let proxy_protocol = proxy_protocol(r, t);
     let accept_proxy_protocol = t.flag(r, "accept_proxy_protocol").unwrap_or(false);
+    let upgrade = upgrade(r, t);
     if protocol == Protocol::Http {
-        for key in ["idle_timeout", "proxy_protocol"] {
-            if t.span_of(key).is_some() {
-                t.error(
-                    r,
-                    key,
-                    "only a TCP listener reads it: add protocol = \"tcp\", or remove it",
-                );
-            }
+        if upgrade.is_empty()
+            && let Some(span) = t.span_of("idle_timeout")
+        {
+            r.warn(
+                &span,
+                format!(
+                    "{}: an HTTP listener reads it only for upgraded connections, and upgrade is not set; remove it or add upgrade = [\"websocket\"]",
+                    t.key("idle_timeout")
+                ),
+            );
+        }
+        if t.span_of("proxy_protocol").is_some() {
+            t.error(
+                r,
+                "proxy_protocol",
+                "only a TCP listener reads it: add protocol = \"tcp\", or remove it",
+            );
         }
     } else {
         for key in HTTP_ONLY {
@@ -238,8 +252,33 @@ pub(super) fn read(
         idle_timeout,
         proxy_protocol,
         accept_proxy_protocol,
+        upgrade,
         upstream_at,
     })
+}
+
+/// `upgrade = ["websocket"]`: protocol names (RFC 9110 §16.7's registry: `websocket`, `h2c`,
+/// or any token), without version; kept in lower case.
+fn upgrade(r: &mut Report<'_>, t: &Table<'_>) -> Vec<String> {
+    let mut names = Vec::new();
+    for (key, text) in t.strings(r, "upgrade", ("a protocol", "protocols"), "websocket") {
+        let name = text.get_ref();
+        if name.is_empty() || !name.bytes().all(is_token_char) {
+            r.error(
+                text.span(),
+                &key,
+                format!("\"{name}\" is not a protocol name (a token such as \"websocket\", without a version)"),
+            );
+        } else {
+            names.push(name.to_ascii_lowercase());
+        }
+    }
+    names
+}
+
+/// RFC 9110 §5.6.2's `tchar`, less `/` (which separates a version).
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// `proxy_protocol`: `false`, `true` (version 2, as DESIGN has it), `"v1"` or `"v2"`.
@@ -333,8 +372,8 @@ mod tests {
             ),
             "{e}"
         );
-        for key in ["idle_timeout = \"1m\"", "proxy_protocol = true"] {
-            let e = refused(&with_listener(key));
+        {
+            let e = refused(&with_listener("proxy_protocol = true"));
             assert!(
                 e.contains("only a TCP listener reads it: add protocol = \"tcp\""),
                 "{e}"
@@ -371,6 +410,41 @@ mod tests {
             "upstream = \"web\"\n",
             "upstream = \"web\"\nprotocol = \"tcp\"\n",
         ));
+    }
+
+    #[test]
+    fn upgrade_protocols_and_the_tunnels_idle_timeout() {
+        let c = ok(&with_listener(
+            "upgrade = [\"WebSocket\"]\nidle_timeout = \"5m\"",
+        ));
+        let l = &c.proxy.listeners[0];
+        assert_eq!(l.upgrade, ["websocket"]);
+        assert_eq!(l.idle_timeout, std::time::Duration::from_secs(300));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert!(ok(GOOD).proxy.listeners[0].upgrade.is_empty());
+        let e = refused(&with_listener("upgrade = [\"websocket/13\", \"\"]"));
+        assert!(
+            e.contains("listener[0].upgrade[0]: \"websocket/13\" is not a protocol name"),
+            "{e}"
+        );
+        assert!(
+            e.contains("listener[0].upgrade[1]: \"\" is not a protocol name"),
+            "{e}"
+        );
+        let c = ok(&with_listener("idle_timeout = \"5m\""));
+        assert!(
+            c.warnings[0].contains("only for upgraded connections, and upgrade is not set"),
+            "{:?}",
+            c.warnings
+        );
+        let c = ok(&with_listener(
+            "protocol = \"tcp\"\nupgrade = [\"websocket\"]",
+        ));
+        assert!(
+            c.warnings[0].contains("listener[0].upgrade: does nothing on a TCP listener"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

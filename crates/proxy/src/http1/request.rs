@@ -88,6 +88,9 @@ pub(crate) struct Limits<'a> {
     pub(crate) max_header_bytes: usize,
     /// The hash key to find in the request, if the upstream hashes a header, cookie or URI.
     pub(crate) key: Option<&'a HashKey>,
+    /// Protocols a request may upgrade its connection to (`Upgrade`, RFC 9110 §7.8), lower
+    /// case: the listener's `upgrade`. Empty: `Upgrade` is removed like any hop-by-hop header.
+    pub(crate) upgrade: &'a [String],
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -106,6 +109,10 @@ pub(crate) struct RequestHead {
     pub(crate) is_head: bool,
     /// Whether the rewritten head has a `Host` line (HTTP/1.0 requests may have none).
     pub(crate) has_host: bool,
+    /// The request asks to upgrade the connection to a protocol the listener allows: the
+    /// backend gets `Upgrade` and `Connection: upgrade`, and a 101 makes the connection a
+    /// tunnel.
+    pub(crate) upgrade: bool,
     /// Where the method and the request target are in the input (for the access log).
     pub(crate) method: Range<usize>,
     pub(crate) target: Range<usize>,
@@ -258,6 +265,7 @@ pub(crate) fn parse_request(
         }
         put_header(out, name, h.value);
     }
+    let upgrade = body == Framing::None && http11 && put_upgrade(out, headers, limits.upgrade);
     forwarding::put_forwarding(out, headers, client, host);
 
     Ok(Some(RequestHead {
@@ -269,6 +277,7 @@ pub(crate) fn parse_request(
         idempotent: idempotent(method),
         is_head: method == "HEAD",
         has_host: host.is_some(),
+        upgrade,
         method: range_in(buf, method),
         target: range_in(buf, target),
         referer: headers
@@ -291,6 +300,42 @@ pub(crate) fn parse_request(
             }
         },
     }))
+}
+
+/// Writes `Upgrade` with the protocols the request offers that `allowed` names (compared by
+/// name, without case or version: `websocket`, `h2c`), and `Connection: upgrade`, when the
+/// client's `Connection` names `upgrade` (RFC 9110 §7.8: an `Upgrade` it does not name is
+/// not meant for us) and one of them is allowed. Whether it wrote them.
+fn put_upgrade(out: &mut Vec<u8>, headers: &[httparse::Header<'_>], allowed: &[String]) -> bool {
+    if allowed.is_empty()
+        || !values(headers, "connection")
+            .flat_map(super::elements)
+            .any(|t| t.eq_ignore_ascii_case(b"upgrade"))
+    {
+        return false;
+    }
+    let start = out.len();
+    out.extend_from_slice(b"Upgrade: ");
+    let mut any = false;
+    for offer in values(headers, "upgrade").flat_map(super::elements) {
+        let name = offer.split(|&b| b == b'/').next().unwrap_or_default();
+        if allowed
+            .iter()
+            .any(|a| name.eq_ignore_ascii_case(a.as_bytes()))
+        {
+            if any {
+                out.extend_from_slice(b", ");
+            }
+            out.extend_from_slice(offer);
+            any = true;
+        }
+    }
+    if any {
+        out.extend_from_slice(b"\r\nConnection: upgrade\r\n");
+    } else {
+        out.truncate(start);
+    }
+    any
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers (`a=1; b=2`, RFC 6265
@@ -326,6 +371,7 @@ mod tests {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
         key: None,
+        upgrade: &[],
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
@@ -404,6 +450,7 @@ mod tests {
             max_headers: 100,
             max_header_bytes: 20,
             key: None,
+            upgrade: &[],
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -426,6 +473,7 @@ mod tests {
             max_headers: 1,
             max_header_bytes: 1024,
             key: None,
+            upgrade: &[],
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
@@ -553,5 +601,53 @@ mod tests {
         .unwrap();
         assert!(head.expect_continue && head.idempotent);
         assert!(!out.to_ascii_lowercase().contains("expect"), "{out}");
+    }
+
+    #[test]
+    fn upgrade_passes_only_when_allowed_and_named_by_connection() {
+        let allowed = ["websocket".to_owned()];
+        let limits = Limits {
+            upgrade: &allowed,
+            ..LIMITS
+        };
+        let parse = |raw: &str, limits: Limits<'_>| {
+            let mut out = Vec::new();
+            let head = parse_request(raw.as_bytes(), limits, &client(), &mut out)
+                .unwrap()
+                .unwrap();
+            (head.upgrade, String::from_utf8(out).unwrap())
+        };
+        let ws = "GET /chat HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n";
+        let (upgrade, out) = parse(ws, limits);
+        assert!(upgrade);
+        assert!(
+            out.contains("Upgrade: websocket\r\nConnection: upgrade\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("Sec-WebSocket-Key: k\r\n"), "{out}");
+        assert!(!out.contains("keep-alive"), "{out}");
+        // Not allowed on this listener: removed, as any hop-by-hop header.
+        let (upgrade, out) = parse(ws, LIMITS);
+        assert!(!upgrade);
+        assert!(!out.to_ascii_lowercase().contains("upgrade"), "{out}");
+        // Only the allowed offers are passed on; none allowed is no upgrade.
+        let (upgrade, out) = parse(
+            &ws.replace("Upgrade: websocket", "Upgrade: h2c, WebSocket/13"),
+            limits,
+        );
+        assert!(upgrade);
+        assert!(out.contains("Upgrade: WebSocket/13\r\n"), "{out}");
+        let (upgrade, out) = parse(&ws.replace("Upgrade: websocket", "Upgrade: h2c"), limits);
+        assert!(!upgrade, "{out}");
+        // `Upgrade` that `Connection` does not name, a request with a body, HTTP/1.0.
+        let (upgrade, _) = parse(&ws.replace("keep-alive, Upgrade", "keep-alive"), limits);
+        assert!(!upgrade);
+        let (upgrade, _) = parse(
+            &ws.replace("\r\n\r\n", "\r\nContent-Length: 1\r\n\r\n"),
+            limits,
+        );
+        assert!(!upgrade);
+        let (upgrade, _) = parse(&ws.replace("HTTP/1.1", "HTTP/1.0"), limits);
+        assert!(!upgrade);
     }
 }

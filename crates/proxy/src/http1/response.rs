@@ -25,6 +25,9 @@ pub(crate) struct ClientSide {
     /// The client and the proxy both want the connection kept open.
     pub(crate) keep_alive: bool,
     pub(crate) is_head: bool,
+    /// The request asked to upgrade the connection (and the listener allows it): a 101 is
+    /// the backend's consent, and the connection becomes a tunnel.
+    pub(crate) upgrade: bool,
 }
 
 /// A parsed backend response.
@@ -73,7 +76,10 @@ pub(crate) fn parse_response(
         return Err("malformed status line");
     };
     if status == 101 {
-        return Err("101 Switching Protocols, but no upgrade was asked for");
+        if !client.upgrade {
+            return Err("101 Switching Protocols, but no upgrade was asked for");
+        }
+        return switching(head_len, reason, res.headers, out);
     }
     if (100..200).contains(&status) {
         return Ok(Some(ResponseHead::Interim(head_len)));
@@ -181,6 +187,41 @@ pub(crate) fn parse_response(
     })))
 }
 
+/// The head of a 101 for the client: the backend's headers less the hop-by-hop ones, its
+/// `Upgrade` and `Connection: upgrade`. What follows it on the connection is the new protocol.
+fn switching(
+    head_len: usize,
+    reason: &str,
+    headers: &[httparse::Header<'_>],
+    out: &mut Vec<u8>,
+) -> Result<Option<ResponseHead>, &'static str> {
+    if values(headers, "upgrade").next().is_none() {
+        return Err("101 Switching Protocols without Upgrade");
+    }
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 101 ");
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for h in headers {
+        if is_hop_by_hop(h.name) || named_by_connection(headers, h.name) {
+            continue;
+        }
+        put_header(out, h.name, h.value);
+    }
+    for value in values(headers, "upgrade") {
+        put_header(out, "Upgrade", value);
+    }
+    out.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+    Ok(Some(ResponseHead::Final(FinalResponse {
+        head_len,
+        status: 101,
+        framing: Framing::None,
+        backend_keep_alive: false,
+        client_keep_alive: false,
+        dechunk: false,
+    })))
+}
+
 /// Our own short answer. An HTTP/1.0 client kept alive is told so.
 pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSide) {
     out.clear();
@@ -238,6 +279,7 @@ mod tests {
         http11: true,
         keep_alive: true,
         is_head: false,
+        upgrade: false,
     };
 
     #[test]
@@ -283,6 +325,7 @@ mod tests {
             http11: false,
             keep_alive: true,
             is_head: false,
+            upgrade: false,
         };
         let (r, out) =
             response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", old).unwrap();
@@ -364,6 +407,7 @@ mod tests {
             http11,
             keep_alive,
             is_head,
+            upgrade: false,
         };
         local_response(&mut out, reject(400, "no\n"), client(false, true, false));
         assert_eq!(
@@ -383,5 +427,37 @@ mod tests {
         local_response(&mut out, reject(503, "down\n"), client(true, true, true));
         let out = String::from_utf8(out).unwrap();
         assert!(out.ends_with("Content-Length: 5\r\n\r\n"), "{out:?}");
+    }
+
+    #[test]
+    fn a_101_is_a_tunnel_only_when_the_client_asked_for_one() {
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: a\r\n\r\nframes";
+        assert_eq!(
+            response(raw, KEEP11).unwrap_err(),
+            "101 Switching Protocols, but no upgrade was asked for"
+        );
+        let asked = ClientSide {
+            upgrade: true,
+            ..KEEP11
+        };
+        let (r, out) = response(raw, asked).unwrap();
+        assert_eq!(
+            (r.status, r.framing, r.backend_keep_alive),
+            (101, Framing::None, false)
+        );
+        assert_eq!(r.head_len, raw.len() - "frames".len());
+        assert_eq!(
+            out,
+            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        );
+        let no_upgrade = "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n";
+        assert_eq!(
+            response(no_upgrade, asked).unwrap_err(),
+            "101 Switching Protocols without Upgrade"
+        );
+        // Refused (no 101): an ordinary answer.
+        let (r, _) =
+            response("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", asked).unwrap();
+        assert_eq!(r.status, 403);
     }
 }

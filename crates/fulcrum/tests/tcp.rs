@@ -439,3 +439,81 @@ fn half_close_idle_timeout_and_the_proxy_protocol() {
         );
     }
 }
+
+/// An HTTP backend that answers each request with the `X-Forwarded-For` it got.
+fn start_forwarded_for_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The threads end with the test process; every socket they hold is on loopback.
+    std::thread::spawn(move || {
+        for s in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut xff = String::new();
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("x-forwarded-for")
+                    {
+                        xff = value.trim().to_owned();
+                    }
+                }
+                let mut s = s;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xff}",
+                    xff.len()
+                );
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_http_listener_takes_its_client_from_the_proxy_protocol() {
+    let backend = start_forwarded_for_backend();
+    let config = TempFile::new(
+        "http-accept-proxy.toml",
+        &format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\naccept_proxy_protocol = true\ntrusted_proxies = [\"127.0.0.1\"]\n\n[[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"{backend}\"\n"
+        ),
+    );
+    let fulcrum = Running::start(&config, 1);
+    let front = fulcrum.addr_of("web");
+    let v2 = {
+        // A v2 header for 2001:db8::7 port 5000, built by hand: the signature, PROXY over
+        // TCP/IPv6, 36 address bytes.
+        let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x21\x00\x24".to_vec();
+        h.extend_from_slice(
+            &"2001:db8::7"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        h.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+        h.extend_from_slice(&5000u16.to_be_bytes());
+        h.extend_from_slice(&front.port().to_be_bytes());
+        h
+    };
+    for (header, want) in [
+        (
+            b"PROXY TCP4 198.51.100.7 127.0.0.1 5000 80\r\n".to_vec(),
+            "198.51.100.7",
+        ),
+        (v2, "2001:db8::7"),
+    ] {
+        let mut s = TcpStream::connect(front).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&header).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with(&format!("\r\n\r\n{want}")), "{answer}");
+    }
+}

@@ -4,6 +4,8 @@
 #   bench/compare.sh            # the full run (about 8 minutes on 2 cores)
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
+#   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash tcp
+#                                        # tls tls_handshake h2)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -24,6 +26,13 @@
 #     each proxy in turn, REPS times after a warm-up, interleaved and rotated (A B C, B C A,
 #     C A B, ...), then the same against one backend directly (the ceiling);
 #   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker;
+#   * runs TCP (L4) mode the same way, at 1 and 2 workers: fulcrum's `protocol = "tcp"`, nginx's
+#     `stream` module and HAProxy's `mode tcp`, round robin over the same backends; wrk's
+#     keep-alive HTTP requests go through the byte relay, so req/s measures the relay;
+#   * runs TLS termination at 1 worker (a self-signed P-256 certificate): `tls`, wrk's
+#     keep-alive requests over HTTPS; `tls_handshake`, a new connection and handshake for every
+#     request (wrk resumes its sessions); and `h2`, HTTP/2 with prior knowledge driven by h2load
+#     (nghttp2-client), 10 streams per connection; backends stay HTTP/1.1;
 #   * prints one table of medians, and writes it to bench/results/<date>-<host>.md
 #     (<date>-<host>-baseline.md with BASELINE, so it does not replace a run without one).
 #
@@ -50,6 +59,7 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
+CASES=${CASES:-"round_robin least_conn ip_hash tcp tls tls_handshake h2"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
 PORT_FULCRUM=19181
@@ -59,7 +69,9 @@ PORT_BASELINE=19184
 
 # shellcheck source=bench/lib.sh
 source bench/lib.sh  # the working directory is the repository root (see the cd above)
-need nginx haproxy wrk
+need nginx haproxy wrk openssl
+command -v h2load >/dev/null 2>&1 || need_file /usr/bin/h2load nghttp2-client
+need_file /usr/lib/nginx/modules/ngx_stream_module.so libnginx-mod-stream
 export PATH="$PATH:/usr/sbin"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
@@ -186,6 +198,16 @@ start_fulcrum() {
         echo "[[listener]]"
         echo "listen = \"127.0.0.1:$listen\""
         echo "upstream = \"b\""
+        case $alg in
+            tcp) echo "protocol = \"tcp\"" ;;
+            h2) echo "http2 = true" ;;
+            tls)
+                echo "[[listener.tls]]"
+                echo "cert = \"$WORK/cert.pem\""
+                echo "key = \"$WORK/key.pem\""
+                ;;
+        esac
+        case $alg in tcp | h2 | tls) alg=round_robin ;; esac
         echo "[[upstream]]"
         echo "name = \"b\""
         echo "algorithm = \"$alg\""
@@ -201,6 +223,15 @@ start_fulcrum() {
     wait_port "$listen"
 }
 
+# nginx_listen ALGORITHM: what nginx's `listen` adds for TLS (with the session cache nginx
+# lacks by default; tickets are on by default) or HTTP/2 with prior knowledge.
+nginx_listen() {
+    case $1 in
+        tls) echo " ssl; ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_session_cache shared:SSL:10m" ;;
+        h2) echo " http2" ;;
+    esac
+}
+
 # start_nginx WORKERS ALGORITHM CPUS
 start_nginx() {
     local workers=$1 alg=$2 cpus=$3 dir=$WORK/nginx balance=""
@@ -209,20 +240,32 @@ start_nginx() {
         least_conn) balance="least_conn;" ;;
         ip_hash) balance="ip_hash;" ;;
     esac
-    {
-        echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
-        echo "events { worker_connections 8192; }"
-        echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
-        echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
-        echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
-        echo "  upstream b { $balance"
-        for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
-        echo "    keepalive 1024; keepalive_requests 1000000; }"
-        echo "  server { listen 127.0.0.1:$PORT_NGINX; location / {"
-        echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
-        echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
-        echo "}"
-    } >"$dir/nginx.conf"
+    if [ "$alg" = tcp ]; then
+        {
+            echo "load_module /usr/lib/nginx/modules/ngx_stream_module.so;"
+            echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
+            echo "events { worker_connections 8192; }"
+            echo "stream { upstream b {"
+            for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
+            echo "  }"
+            echo "  server { listen 127.0.0.1:$PORT_NGINX; proxy_pass b; } }"
+        } >"$dir/nginx.conf"
+    else
+        {
+            echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
+            echo "events { worker_connections 8192; }"
+            echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
+            echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
+            echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
+            echo "  upstream b { $balance"
+            for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
+            echo "    keepalive 1024; keepalive_requests 1000000; }"
+            echo "  server { listen 127.0.0.1:$PORT_NGINX$(nginx_listen "$alg"); location / {"
+            echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+            echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+            echo "}"
+        } >"$dir/nginx.conf"
+    fi
     $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
     PROXY_PID[nginx]=$!
     PIDS+=("$!")
@@ -241,18 +284,26 @@ start_haproxy() {
         echo "  nbthread $workers"
         echo "  maxconn 8000"
         echo "defaults"
-        echo "  mode http"
-        echo "  option http-keep-alive"
-        echo "  option forwardfor"
+        if [ "$alg" = tcp ]; then
+            echo "  mode tcp"
+        else
+            echo "  mode http"
+            echo "  option http-keep-alive"
+            echo "  option forwardfor"
+        fi
         echo "  timeout connect 5s"
         echo "  timeout client 60s"
         echo "  timeout server 60s"
         echo "frontend f"
-        echo "  bind 127.0.0.1:$PORT_HAPROXY"
+        case $alg in
+            tls) echo "  bind 127.0.0.1:$PORT_HAPROXY ssl crt $WORK/combined.pem" ;;
+            h2) echo "  bind 127.0.0.1:$PORT_HAPROXY proto h2" ;;
+            *) echo "  bind 127.0.0.1:$PORT_HAPROXY" ;;
+        esac
         echo "  default_backend b"
         echo "backend b"
         echo "  balance $balance"
-        echo "  http-reuse always"
+        [ "$alg" = tcp ] || echo "  http-reuse always"
         for port in "${BACKEND_PORTS[@]}"; do
             i=$((i + 1))
             echo "  server s$i 127.0.0.1:$port maxconn 4000"
@@ -275,19 +326,37 @@ to_us() {
     }'
 }
 
+# url CASE PORT: what the load generator asks for.
+url() {
+    case $1 in
+        tls | tls_handshake) echo "https://127.0.0.1:$2/" ;;
+        *) echo "http://127.0.0.1:$2/" ;;
+    esac
+}
+
 # measure CASE WORKERS CONNS NAME REP PORT PID WRK_CPUS WRK_THREADS
 measure() {
     local case=$1 workers=$2 conns=$3 name=$4 rep=$5 port=$6 pid=$7 cpus=$8 threads=$9
     local before after out rps p50 p99 requests errors
     before=0 after=0
     if [ "$pid" != - ]; then before=$(cpu_ticks "$pid"); fi
-    out=$($(pin "$cpus") wrk -t"$threads" -c"$conns" -d"${DURATION}s" --latency "http://127.0.0.1:$port/")
-    if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
-    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-    p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-    requests=$(awk '/requests in/ { print $1 }' <<<"$out")
-    errors=$(awk '/Non-2xx|Socket errors/ { print }' <<<"$out")
+    if [ "$case" = h2 ]; then
+        # h2load: 10 streams at once on each connection; it reports no percentiles (0 below).
+        out=$($(pin "$cpus") h2load -t"$threads" -c"$conns" -m10 -D"$DURATION" "http://127.0.0.1:$port/" 2>&1)
+        if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
+        rps=$(awk '/^finished in/ { gsub(",", ""); print $4 }' <<<"$out")
+        p50=0 p99=0
+        requests=$(awk '/^requests:/ { print $2 }' <<<"$out")
+        errors=$(awk '/^requests:/ && ($10 + 0 > 0 || $12 + 0 > 0) { print }' <<<"$out")
+    else
+        out=$($(pin "$cpus") wrk "${WRK_ARGS[@]}" -t"$threads" -c"$conns" -d"${DURATION}s" --latency "$(url "$case" "$port")")
+        if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
+        rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+        p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
+        p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+        requests=$(awk '/requests in/ { print $1 }' <<<"$out")
+        errors=$(awk '/Non-2xx|Socket errors/ { print }' <<<"$out")
+    fi
     if [ -n "$errors" ]; then
         echo "warning: $name ($case, $workers workers, $conns conns): $errors" >&2
     fi
@@ -309,6 +378,10 @@ run_case() {
     if [ "$workers" -eq 1 ]; then
         proxy_cpus=1 client_cpus=0 threads=1
     fi
+    WRK_ARGS=()
+    # A new connection, and so a TLS handshake, for every request; wrk keeps each
+    # connection's session, so the handshakes after the first resume it.
+    if [ "$case" = tls_handshake ]; then WRK_ARGS=(-H "Connection: close"); fi
     start_backends "$client_cpus"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
     start_nginx "$workers" "$alg" "$proxy_cpus"
@@ -320,7 +393,11 @@ run_case() {
     fi
     for name in "${names[@]}"; do
         # Warm-up: connections to the backends opened, caches and allocators warm.
-        $(pin "$client_cpus") wrk -t"$threads" -c64 -d"${WARMUP}s" "http://127.0.0.1:${PROXY_PORT[$name]}/" >/dev/null
+        if [ "$case" = h2 ]; then
+            $(pin "$client_cpus") h2load -t"$threads" -c64 -m10 -D"$WARMUP" "http://127.0.0.1:${PROXY_PORT[$name]}/" >/dev/null 2>&1
+        else
+            $(pin "$client_cpus") wrk "${WRK_ARGS[@]}" -t"$threads" -c64 -d"${WARMUP}s" "$(url "$case" "${PROXY_PORT[$name]}")" >/dev/null
+        fi
     done
     for conns in "$@"; do
         for rep in $(seq 1 "$REPS"); do
@@ -345,13 +422,36 @@ run_case() {
     stop "$BACKENDS_PID"
 }
 
+# Whether CASES names case $1.
+wanted() {
+    [[ " $CASES " == *" $1 "* ]]
+}
+
 STARTED=$(date +%s)
-for workers in $WORKERS; do
-    # shellcheck disable=SC2086
-    run_case round_robin round_robin "$workers" $CONNS
-done
-run_case least_conn least_conn 1 64
-run_case ip_hash ip_hash 1 64
+if wanted round_robin; then
+    for workers in $WORKERS; do
+        # shellcheck disable=SC2086
+        run_case round_robin round_robin "$workers" $CONNS
+    done
+fi
+if wanted least_conn; then run_case least_conn least_conn 1 64; fi
+if wanted ip_hash; then run_case ip_hash ip_hash 1 64; fi
+if wanted tcp; then
+    for workers in $WORKERS; do
+        run_case tcp tcp "$workers" 64
+    done
+fi
+if wanted tls || wanted tls_handshake; then
+    # One self-signed ECDSA P-256 certificate for all three; HAProxy wants it and its key in
+    # one file.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+        -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+    cat "$WORK/cert.pem" "$WORK/key.pem" >"$WORK/combined.pem"
+    if wanted tls; then run_case tls tls 1 64; fi
+    if wanted tls_handshake; then run_case tls_handshake tls 1 64; fi
+fi
+if wanted h2; then run_case h2 h2 1 64; fi
 
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results
@@ -370,6 +470,7 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
     echo "  1 worker: proxies pinned to CPU 1, wrk and backends to CPU 0. 2 workers: no pinning."
     echo "* cpu µs/req: the proxy's user+system CPU time over the requests it served (lower is better)."
     echo "  peak RSS: VmHWM summed over the proxy's processes (nginx: master and workers)."
+    if wanted h2; then echo "* h2: h2load reports no percentiles; its rows show 0 for p50 and p99."; fi
     echo
     if [ -n "$BASELINE" ]; then
         echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s | ×baseline req/s |"

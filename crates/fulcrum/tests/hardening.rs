@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Running, TempFile};
+use common::{Running, TempFile, wait_until};
 
 // ---------------------------------------------------------------------------------------------
 // A backend that records what reaches it and misbehaves on request
@@ -1210,19 +1210,6 @@ fn admin_get(fulcrum: &Running, path: &str) -> String {
         .expect("the admin API answers");
     assert_eq!(a.status, 200, "{path}: {}", a.head);
     String::from_utf8(a.body).unwrap()
-}
-
-/// Polls `done` until it holds, failing with `what` (and `done`'s last word) after `within`.
-fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    loop {
-        match done() {
-            Ok(()) => return,
-            Err(why) => assert!(Instant::now() < deadline, "{what}: {why}"),
-        }
-        // Poll interval of a loop bounded by `deadline`.
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Waits until the backend has received a request whose line starts with `line`.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Running, TempFile, installed};
+use common::{Running, TempFile, in_flight, installed, wait_until};
 
 /// A `redis-server` the test started, killed (by its PID) when dropped.
 struct Redis {
@@ -104,18 +104,6 @@ fn info_field(s: &mut TcpStream, section: &str, field: &str) -> String {
         .to_owned()
 }
 
-fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    loop {
-        match done() {
-            Ok(()) => return,
-            Err(why) => assert!(Instant::now() < deadline, "{what}: {why}"),
-        }
-        // Poll interval of a loop bounded by `deadline`.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn tcp_config(upstream_lines: &str, listener_lines: &str, backends: &[SocketAddr]) -> String {
     let mut text = format!(
         "workers = 2\nshutdown_timeout = \"1s\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"db\"\nprotocol = \"tcp\"\n{listener_lines}\n\n[[upstream]]\nname = \"db\"\n{upstream_lines}\n"
@@ -171,7 +159,7 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
     let admin = fulcrum
         .admin
         .expect("the admin listener's address is logged");
-    assert_eq!(in_flight(admin), [10, 10, 10]);
+    assert_eq!(in_flight(admin, "db"), [10, 10, 10]);
     let emptied = redis[2].addr.port();
     held.retain(|(port, _)| *port != emptied);
     // Each session ends its ticket when both sides have closed: wait until fulcrum's own
@@ -180,7 +168,7 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
         .admin
         .expect("the admin listener's address is logged");
     wait_until(Duration::from_secs(5), "the closed sessions end", || {
-        let now = in_flight(admin);
+        let now = in_flight(admin, "db");
         (now == [10, 10, 0])
             .then_some(())
             .ok_or_else(|| format!("{now:?}"))
@@ -294,24 +282,6 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
         ),
         "passive health took the dead backend out: {log:?}"
     );
-}
-
-/// Each backend's requests in flight, in configuration order, from the admin API.
-fn in_flight(admin: SocketAddr) -> Vec<u64> {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let v: serde_json::Value =
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
-    v["upstreams"][0]["backends"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{v}"))
-        .iter()
-        .map(|b| b["in_flight"].as_u64().unwrap())
-        .collect()
 }
 
 /// Lines fulcrum logged until it has been quiet for `quiet`.

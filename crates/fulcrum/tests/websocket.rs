@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Running, TempFile};
+use common::{Running, TempFile, in_flight};
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -52,33 +51,10 @@ async fn start_backend(name: &'static str) -> SocketAddr {
     addr
 }
 
-/// Each backend of upstream `ws`: its requests in flight, in configuration order, from the
-/// admin API.
-fn in_flight(admin: SocketAddr) -> Vec<u64> {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let v: serde_json::Value =
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
-    let ws = v["upstreams"]
-        .as_array()
-        .and_then(|u| u.iter().find(|u| u["name"] == "ws"))
-        .unwrap_or_else(|| panic!("{v}"));
-    ws["backends"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{v}"))
-        .iter()
-        .map(|b| b["in_flight"].as_u64().unwrap())
-        .collect()
-}
-
 async fn wait_in_flight(admin: SocketAddr, want: &[u64]) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = in_flight(admin);
+        let now = in_flight(admin, "ws");
         if now == want {
             return;
         }
@@ -160,7 +136,7 @@ async fn websockets_tunnel_through_with_their_pick_held_until_they_close() {
     drop(first);
     let deadline = Instant::now() + Duration::from_secs(5);
     let after_close = loop {
-        let now = in_flight(admin);
+        let now = in_flight(admin, "ws");
         if now.iter().sum::<u64>() == 2 {
             break now;
         }

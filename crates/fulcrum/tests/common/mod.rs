@@ -261,3 +261,38 @@ pub async fn backends(names: &[&str]) -> Vec<lab::Backend> {
     }
     started
 }
+
+/// Polls `done` until it is `Ok`, failing with its last reason after `within`.
+pub fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        match done() {
+            Ok(()) => return,
+            Err(why) => assert!(Instant::now() < deadline, "{what}: {why}"),
+        }
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The requests in flight on each backend of `upstream`, in configuration order, as the
+/// admin listener at `admin` shows them.
+pub fn in_flight(admin: SocketAddr, upstream: &str) -> Vec<u64> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    v["upstreams"]
+        .as_array()
+        .and_then(|all| all.iter().find(|u| u["name"] == upstream))
+        .and_then(|u| u["backends"].as_array())
+        .unwrap_or_else(|| panic!("no upstream {upstream}: {v}"))
+        .iter()
+        .map(|b| b["in_flight"].as_u64().unwrap())
+        .collect()
+}

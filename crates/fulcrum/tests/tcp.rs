@@ -127,7 +127,7 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
             "algorithm = \"least_conn\"\nconnect_timeout = \"1s\"\nmax_fails = 1\nfail_timeout = \"30s\"",
             "",
             &addrs,
-        ) + "\n[admin]\n"),
+        ) + "\n[admin]\nlisten = \"127.0.0.1:0\"\n"),
     );
     let fulcrum = Running::start(&config, 1);
     let front = fulcrum.addr_of("db");
@@ -242,6 +242,10 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
             .ok_or_else(|| format!("{} so far", count_at(&ok)))
     });
     let before_kill = count_at(&ok);
+    let survivors_before: u64 = [&redis[0], &redis[2]]
+        .iter()
+        .map(|r| r.connections_received())
+        .sum();
     redis[1].kill();
     let killed = Instant::now();
     wait_until(Duration::from_secs(20), "sessions after the kill", || {
@@ -263,12 +267,20 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
     // Only sessions on the killed server when it died can fail (8 clients: at most 8 at
     // once); every later connection was sent elsewhere.
     assert!(failed.len() <= 8, "{} failed: {failed:?}", failed.len());
-    // The survivors took every session after the kill; the dead one none.
-    let survivors: Vec<u64> = [&redis[0], &redis[2]]
+    // The survivors took every session after the kill (and those that were on them before
+    // it ended): each is one connection they received.
+    let survivors_after: u64 = [&redis[0], &redis[2]]
         .iter()
         .map(|r| r.connections_received())
-        .collect();
-    println!("survivors' sessions received in all: {survivors:?}");
+        .sum();
+    println!(
+        "the survivors received {} connections since the kill",
+        survivors_after - survivors_before
+    );
+    assert!(
+        survivors_after - survivors_before >= after,
+        "{survivors_before} → {survivors_after}, {after} sessions"
+    );
     let log = drain(&fulcrum, Duration::from_millis(500));
     assert!(
         log.iter().any(|l| l.contains("TCP connect failed")
@@ -486,4 +498,76 @@ fn an_http_listener_takes_its_client_from_the_proxy_protocol() {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.ends_with(&format!("\r\n\r\n{want}")), "{answer}");
     }
+}
+
+/// A backend that writes `say` on every connection, then closes it: cleanly (FIN), or, when
+/// `reset`, with a reset (`SO_LINGER` 0) once the client has answered with a byte (a reset
+/// that overtook `say` would discard it unread).
+fn start_closing_backend(say: &'static [u8], reset: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The threads end with the test process; every socket they hold is on loopback.
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().map_while(Result::ok) {
+            let _ = s.write_all(say);
+            if reset {
+                let _ = s.read(&mut [0u8; 1]);
+                let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+            }
+            drop(s);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_backend_that_ends_its_side_ends_the_session_and_a_reset_is_passed_on() {
+    let closing = start_closing_backend(b"bye", false);
+    let resetting = start_closing_backend(b"twelve bytes", true);
+    let config = TempFile::new(
+        "tcp-ends.toml",
+        &format!(
+            "{}\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"reset\"\nprotocol = \"tcp\"\n\n[[upstream]]\nname = \"reset\"\n  [[upstream.backend]]\n  addr = \"{resetting}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+            tcp_config("", "idle_timeout = \"60s\"", &[closing]),
+        ),
+    );
+    let fulcrum = Running::start(&config, 2);
+    let admin = fulcrum
+        .admin
+        .expect("the admin listener's address is logged");
+
+    // The backend says "bye" and closes; the client stays connected and silent. The session
+    // ends about a second later (not after idle_timeout's 60 s): its backend is free again.
+    let mut s = TcpStream::connect(fulcrum.addr_of("db")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye", "the backend's end reached the client");
+    let began = Instant::now();
+    wait_until(Duration::from_secs(5), "the session ends", || {
+        let now = in_flight(admin, "db");
+        (now == [0])
+            .then_some(())
+            .ok_or_else(|| format!("in flight {now:?}"))
+    });
+    println!(
+        "session ended {:?} after the backend's end, the client still connected",
+        began.elapsed()
+    );
+    drop(s);
+
+    // The backend sends 12 bytes and resets: the client gets them, then a reset — not a clean
+    // end that would make a cut stream look whole.
+    let mut s = TcpStream::connect(fulcrum.addr_of("reset")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 12];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"twelve bytes");
+    s.write_all(b"k").unwrap();
+    let end = s.read(&mut [0u8; 16]);
+    assert!(
+        end.as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+        "{end:?}"
+    );
 }

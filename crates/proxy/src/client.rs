@@ -425,13 +425,18 @@ impl ClientConn {
             // tunnel (a WebSocket client waits for the 101, but need not).
             early: match body {
                 Body::None if req.upgrade => self.inbuf.filled(),
+                Body::InBuffer(n) if req.upgrade => &self.inbuf.filled()[n..],
                 _ => &[],
             },
             idle_timeout: self.settings().idle_timeout,
         };
         let forwarding = Instant::now();
         let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;
-        let upstream_time = (!self.scratch.tried.is_empty()).then(|| forwarding.elapsed());
+        let upstream_time = match ending {
+            // Until the backend agreed; the tunnel's life is the request's time.
+            Ending::Tunnelled { agreed, .. } => Some(agreed),
+            _ => (!self.scratch.tried.is_empty()).then(|| forwarding.elapsed()),
+        };
 
         if let Body::InBuffer(n) = body {
             self.inbuf.consume(n);
@@ -473,7 +478,7 @@ impl ClientConn {
             }
             // Both sides of the tunnel have ended, or it failed or idled: nothing more can
             // come on the connection.
-            Ending::Tunnelled { to_client } => (101, Next::Close, to_client),
+            Ending::Tunnelled { to_client, .. } => (101, Next::Close, to_client),
             Ending::CutShort {
                 status, body_bytes, ..
             } => {
@@ -522,13 +527,24 @@ impl ClientConn {
         let upstream = &self.listener.ctx.upstream;
         // The backend whose answer (or part of it) the client got.
         let answered_by = match fate {
-            "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
+            "answered" | "cut_short_by_backend" | "cut_short_by_client" | "upgraded" => {
+                tried.last()
+            }
             _ => None,
         };
         let took = started.elapsed();
-        self.listener
-            .stats
-            .answered(upstream.shared_name(), answered_by.copied(), status, took);
+        // A tunnel's life says nothing of its backend and would swamp the requests' durations:
+        // the histogram gets the time to the backend's 101 (its `upstream_time`).
+        let measured = match fate {
+            "upgraded" => upstream_time.unwrap_or(took),
+            _ => took,
+        };
+        self.listener.stats.answered(
+            upstream.shared_name(),
+            answered_by.copied(),
+            status,
+            measured,
+        );
         let (Some(entry), Some(log)) = (entry, &self.listener.ctx.access_log) else {
             return;
         };

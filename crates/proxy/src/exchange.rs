@@ -124,6 +124,27 @@ pub(crate) async fn send_and_read_head(
                 received = true;
                 match http1::parse_response(conn.buf.filled(), req.client, out) {
                     Ok(Some(ResponseHead::Final(mut response))) => {
+                        if response.status == 101 && write_result.is_none() {
+                            // A tunnel must not begin before the request has gone out whole:
+                            // its bytes would be cut off by the new protocol's.
+                            match timeout_at(deadline, &mut write).await {
+                                Ok(Ok(())) => write_result = Some(Ok(())),
+                                Ok(Err(e)) => {
+                                    break (
+                                        Fault::Closed,
+                                        format!(
+                                            "connection failed before the upgrade request was written: {e}"
+                                        ),
+                                    );
+                                }
+                                Err(_) => {
+                                    break (
+                                        Fault::ReadTimeout,
+                                        patience.expired("the upgrade request's writing"),
+                                    );
+                                }
+                            }
+                        }
                         response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
                         conn.buf.consume(response.head_len);
                         return Head::Response(response);

@@ -85,9 +85,9 @@ pub(crate) enum Ending {
         backend_failed: bool,
         body_bytes: u64,
     },
-    /// The backend agreed to upgrade the connection (101) and it was relayed as a tunnel
-    /// until it ended: `to_client` bytes after the 101's head.
-    Tunnelled { to_client: u64 },
+    /// The backend agreed to upgrade the connection (101) after `agreed`, and it was relayed
+    /// as a tunnel until it ended: `to_client` bytes after the 101's head.
+    Tunnelled { to_client: u64, agreed: Duration },
     /// The client closed its connection before the response began (logged as 499, nginx's
     /// code for it).
     ClientGone,
@@ -325,10 +325,12 @@ async fn tunnel(
     }
     let from_backend = conn.buf.len() as u64;
     conn.buf.release();
-    let relayed = crate::tcp::relay(client, &mut conn.stream, f.idle_timeout).await;
+    let moved = crate::tcp::Moved::default();
+    crate::tcp::relay(client, &mut conn.stream, f.idle_timeout, &moved).await;
     attempt.complete_measured(Outcome::Success, agreed);
     Ending::Tunnelled {
-        to_client: from_backend + relayed.bytes[0],
+        to_client: from_backend + moved.to_client.into_inner(),
+        agreed,
     }
 }
 
@@ -343,7 +345,9 @@ fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr, keep_al
         use std::io::Write as _;
         let _ = write!(head, "Host: {backend}\r\n");
     }
-    if !keep_alive {
+    // An upgrade request already says `Connection: upgrade`, and its connection is never
+    // reused anyway.
+    if !keep_alive && !f.client.upgrade {
         head.extend_from_slice(b"Connection: close\r\n");
     }
     http1::finish_request_head(head, f.has_body.then_some(f.body.len()));

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
@@ -974,13 +974,13 @@ async fn serve(
             .iter()
             .any(|net| net.contains(&client.ip().to_canonical()))
         {
-            tracing::debug!(%client, listen = %settings.listen, "connection from a peer not in trusted_proxies closed (accept_proxy_protocol)");
+            refused(settings.listen, client, "a peer not in trusted_proxies");
             return;
         }
         match proxy_protocol::accept(&mut stream, client, settings.client_header_timeout).await {
             Ok(named) => client = named,
             Err(e) => {
-                tracing::debug!(peer = %client, listen = %settings.listen, error = %e, "connection closed");
+                refused(settings.listen, client, &e.to_string());
                 return;
             }
         }
@@ -988,6 +988,30 @@ async fn serve(
     match settings.protocol {
         Protocol::Http => client::serve(stream, client, listener, stop, permit).await,
         Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,
+    }
+}
+
+/// Says that a connection was closed for want of a good PROXY protocol header: a warning at
+/// most every 10 s with the number closed since (a load balancer left out of
+/// `trusted_proxies`, or one that does not send the header, closes every connection; an
+/// attacker must not flood the log), the rest at debug.
+fn refused(listen: SocketAddr, peer: SocketAddr, why: &str) {
+    static NEXT_WARNING: AtomicU64 = AtomicU64::new(0);
+    static UNSAID: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let next = NEXT_WARNING.load(Ordering::Relaxed);
+    if now >= next
+        && NEXT_WARNING
+            .compare_exchange(next, now + 10, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let also = UNSAID.swap(0, Ordering::Relaxed);
+        tracing::warn!(%listen, %peer, why, closed_since_last_warning = also, "connection closed: accept_proxy_protocol needs a PROXY protocol header from a peer in trusted_proxies");
+    } else {
+        UNSAID.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%listen, %peer, why, "connection closed (accept_proxy_protocol)");
     }
 }
 

@@ -38,8 +38,9 @@ const BUFFER: usize = 16 * 1024;
 /// How a session ended, for the access log and the counts (nginx stream's `$status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
-    /// Relayed until both sides finished, one failed, or it went idle.
-    Relayed { idle: bool },
+    /// Relayed: `fate` says how it ended (`answered`, `idle_timeout`, `backend_reset`,
+    /// `client_reset`, `shutdown`).
+    Relayed { fate: &'static str },
     /// No backend could be picked or reached (502, nginx's).
     NoBackend,
     /// Every backend was at `max_conns` and the queue had no room or time (503).
@@ -55,33 +56,68 @@ pub(crate) async fn serve(
     listener: Arc<WorkerListener>,
     permit: OwnedSemaphorePermit,
 ) {
-    let started = Instant::now();
-    let time = SystemTime::now();
-    let mut tried = Vec::new();
-    let (end, connect_time, bytes) = match connect(&mut client, peer, &listener, &mut tried).await {
+    let mut session = Session {
+        listener: &listener,
+        peer,
+        time: SystemTime::now(),
+        started: Instant::now(),
+        tried: Vec::new(),
+        connect_time: None,
+        moved: Moved::default(),
+        end: None,
+    };
+    let end = match connect(&mut client, peer, &listener, &mut session.tried).await {
         Ok((mut backend, mut attempt, connect_time)) => {
+            session.connect_time = Some(connect_time);
+            // Ended by a stop past `shutdown_timeout`, the task is dropped here: `Session`
+            // logs it as `shutdown`, and the attempt completes as cancelled.
             let idle_timeout = listener.ctx.settings.idle_timeout;
-            let relayed = relay(&mut client, &mut backend.stream, idle_timeout).await;
-            attempt.complete_measured(Outcome::Success, connect_time);
-            (
-                End::Relayed { idle: relayed.idle },
-                Some(connect_time),
-                relayed.bytes,
+            let ended = relay(
+                &mut client,
+                &mut backend.stream,
+                idle_timeout,
+                &session.moved,
             )
+            .await;
+            attempt.complete_measured(Outcome::Success, connect_time);
+            let fate = match ended {
+                RelayEnd::Closed => "answered",
+                RelayEnd::Idle => "idle_timeout",
+                RelayEnd::BackendFailed(e) => {
+                    tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the backend side failed");
+                    "backend_reset"
+                }
+                RelayEnd::ClientFailed(e) => {
+                    tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the client side failed");
+                    "client_reset"
+                }
+            };
+            End::Relayed { fate }
         }
-        Err(end) => (end, None, [0, 0]),
+        Err(end) => end,
     };
     drop(permit);
-    log(
-        &listener,
-        peer,
-        time,
-        started,
-        end,
-        &tried,
-        connect_time,
-        bytes,
-    );
+    session.end = Some(end);
+}
+
+/// A session's record: logged and counted once, when it ends or when its task is dropped.
+struct Session<'a> {
+    listener: &'a WorkerListener,
+    peer: SocketAddr,
+    time: SystemTime,
+    started: Instant,
+    tried: Vec<SocketAddr>,
+    connect_time: Option<Duration>,
+    moved: Moved,
+    /// `None` until the session ends; still `None` when dropped: aborted at shutdown.
+    end: Option<End>,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let end = self.end.unwrap_or(End::Relayed { fate: "shutdown" });
+        self.log(end);
+    }
 }
 
 /// Picks and connects to a backend for the session, trying the next after a failed connect
@@ -173,15 +209,37 @@ async fn connect(
     Err(End::NoBackend)
 }
 
-/// What a relay did.
-#[derive(Debug)]
-pub(crate) struct Relayed {
-    /// Bytes sent to the client, and received from it (nginx stream's `$bytes_sent`,
-    /// `$bytes_received`).
-    pub(crate) bytes: [u64; 2],
-    /// Ended by `idle_timeout`.
-    pub(crate) idle: bool,
+/// Bytes a relay moved, readable while it runs (the session's log line is written even when
+/// the relay is aborted at shutdown).
+#[derive(Debug, Default)]
+pub(crate) struct Moved {
+    /// Bytes sent to the client (nginx stream's `$bytes_sent`).
+    pub(crate) to_client: AtomicU64,
+    /// Bytes received from the client (`$bytes_received`).
+    pub(crate) from_client: AtomicU64,
 }
+
+/// How a relay ended.
+#[derive(Debug)]
+pub(crate) enum RelayEnd {
+    /// Both sides finished (or the backend finished, and the client went quiet after it).
+    Closed,
+    /// Nothing moved either way for `idle_timeout`.
+    Idle,
+    /// Reading from or writing to the backend failed (a reset, mostly): the client's
+    /// connection is reset in turn, so a truncated stream never looks complete.
+    BackendFailed(std::io::Error),
+    /// The client's side failed: the backend's connection is reset in turn.
+    ClientFailed(std::io::Error),
+}
+
+/// Once the backend has ended its side, how long the client may stay silent before the
+/// session ends: a server that closed is done (nginx stream, without `proxy_half_close`, ends
+/// the session at once; HAProxy bounds this state with `timeout client-fin`), and a client
+/// that does not notice — a pooled database connection the server timed out — would otherwise
+/// hold its place on the backend, counted in flight, for the whole `idle_timeout`. The other
+/// way round (the client ended first and waits for the answer) keeps `idle_timeout`.
+const AFTER_BACKEND_ENDED: Duration = Duration::from_secs(1);
 
 /// The time of the last byte moved either way, in milliseconds since the relay began.
 #[derive(Debug)]
@@ -201,116 +259,162 @@ impl Activity {
     }
 }
 
+/// Which side of a pipe failed.
+#[derive(Debug)]
+enum PipeError {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
+
 /// Relays both directions until both have ended, one fails, or nothing moved for `idle`
-/// (TCP sessions, and HTTP connections upgraded to a tunnel).
+/// (TCP sessions, and HTTP connections upgraded to a tunnel), counting into `moved`.
 pub(crate) async fn relay(
     client: &mut TcpStream,
     backend: &mut TcpStream,
     idle: Duration,
-) -> Relayed {
+    moved: &Moved,
+) -> RelayEnd {
     let activity = Activity {
         began: Instant::now(),
         last_ms: AtomicU64::new(0),
     };
-    let (mut client_in, mut client_out) = client.split();
-    let (mut backend_in, mut backend_out) = backend.split();
-    let sent = AtomicU64::new(0);
-    let received = AtomicU64::new(0);
-    let both = async {
-        // Either failing ends the session: the other direction has nowhere to go.
-        let _ = tokio::try_join!(
-            pipe(&mut client_in, &mut backend_out, &activity, &received),
-            pipe(&mut backend_in, &mut client_out, &activity, &sent),
+    let end = {
+        let (mut client_in, mut client_out) = client.split();
+        let (mut backend_in, mut backend_out) = backend.split();
+        let up = pipe(
+            &mut client_in,
+            &mut backend_out,
+            &activity,
+            &moved.from_client,
         );
-    };
-    let idled = async {
+        let down = pipe(
+            &mut backend_in,
+            &mut client_out,
+            &activity,
+            &moved.to_client,
+        );
+        tokio::pin!(up, down);
+        let (mut up_done, mut down_done) = (false, false);
         loop {
-            let until = activity.idle_until(idle);
-            if Instant::now() >= until {
-                return;
+            let limit = if down_done {
+                idle.min(AFTER_BACKEND_ENDED)
+            } else {
+                idle
+            };
+            // Bytes that move do not wake this loop: the timer, when it fires, looks at when
+            // the last one moved and sleeps again if that was recent.
+            tokio::select! {
+                r = &mut up, if !up_done => match r {
+                    Ok(()) => up_done = true,
+                    Err(PipeError::Read(e)) => break RelayEnd::ClientFailed(e),
+                    Err(PipeError::Write(e)) => break RelayEnd::BackendFailed(e),
+                },
+                r = &mut down, if !down_done => match r {
+                    Ok(()) => down_done = true,
+                    Err(PipeError::Read(e)) => break RelayEnd::BackendFailed(e),
+                    Err(PipeError::Write(e)) => break RelayEnd::ClientFailed(e),
+                },
+                () = tokio::time::sleep_until(activity.idle_until(limit)) => {
+                    if Instant::now() >= activity.idle_until(limit) {
+                        break if down_done { RelayEnd::Closed } else { RelayEnd::Idle };
+                    }
+                }
             }
-            tokio::time::sleep_until(until).await;
+            if up_done && down_done {
+                break RelayEnd::Closed;
+            }
         }
     };
-    let idle = tokio::select! {
-        () = both => false,
-        () = idled => true,
-    };
-    Relayed {
-        bytes: [sent.into_inner(), received.into_inner()],
-        idle,
+    // A failure on one side is passed on as a reset on the other (closing with SO_LINGER 0),
+    // not a clean end of stream.
+    match &end {
+        RelayEnd::BackendFailed(_) => reset_on_close(client),
+        RelayEnd::ClientFailed(_) => reset_on_close(backend),
+        RelayEnd::Closed | RelayEnd::Idle => {}
     }
+    end
+}
+
+fn reset_on_close(stream: &TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
 }
 
 /// Copies `from` to `to` until `from` ends, then ends `to`'s sending side (the half-close
-/// passed on).
+/// passed on). Every read and every write that moves bytes counts as activity, so a slow
+/// reader that keeps draining is never taken for an idle one (nginx's `proxy_timeout` is
+/// "between two successive read or write operations").
 async fn pipe(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
     activity: &Activity,
     count: &AtomicU64,
-) -> std::io::Result<()> {
+) -> Result<(), PipeError> {
     let mut buf = vec![0u8; BUFFER];
     loop {
-        let n = from.read(&mut buf).await?;
+        let n = from.read(&mut buf).await.map_err(PipeError::Read)?;
         if n == 0 {
-            return to.shutdown().await;
+            return to.shutdown().await.map_err(PipeError::Write);
         }
         activity.touch();
-        to.write_all(&buf[..n]).await?;
-        count.fetch_add(n as u64, Ordering::Relaxed);
-        activity.touch();
+        let mut rest = &buf[..n];
+        while !rest.is_empty() {
+            let written = to.write(rest).await.map_err(PipeError::Write)?;
+            if written == 0 {
+                return Err(PipeError::Write(std::io::ErrorKind::WriteZero.into()));
+            }
+            rest = &rest[written..];
+            count.fetch_add(written as u64, Ordering::Relaxed);
+            activity.touch();
+        }
     }
 }
 
-/// Counts the session and writes its access log line: `"TCP"` for the request line, the
-/// status nginx stream would give (200, 502, 503; 499 for a client gone while queued), bytes
-/// sent to the client, the session's time, the backends tried and the time to connect.
-#[allow(clippy::too_many_arguments)]
-fn log(
-    listener: &WorkerListener,
-    peer: SocketAddr,
-    time: SystemTime,
-    started: Instant,
-    end: End,
-    tried: &[SocketAddr],
-    connect_time: Option<Duration>,
-    bytes: [u64; 2],
-) {
-    let (status, fate) = match end {
-        End::Relayed { idle: false } => (200, "answered"),
-        End::Relayed { idle: true } => (200, "idle_timeout"),
-        End::NoBackend => (502, "no_backend"),
-        End::NoRoom(Unpicked::QueueTimeout) => (503, "queue_timeout"),
-        End::NoRoom(_) => (503, "queue_full"),
-        End::ClientGone => (crate::forward::CLIENT_CLOSED, "client_gone"),
-    };
-    let upstream = &listener.ctx.upstream;
-    let took = started.elapsed();
-    let by = match end {
-        End::Relayed { .. } => tried.last().copied(),
-        _ => None,
-    };
-    listener
-        .stats
-        .answered(upstream.shared_name(), by, status, took);
-    let Some(log) = &listener.ctx.access_log else {
-        return;
-    };
-    log.log(&access_log::Entry {
-        client: peer.ip(),
-        time,
-        method: b"TCP",
-        target: b"-",
-        protocol: b"",
-        status,
-        body_bytes: bytes[0],
-        referer: b"",
-        user_agent: b"",
-        request_time: took,
-        upstream_time: connect_time,
-        backends: tried,
-        upstream: upstream.name(),
-        fate,
-    });
+impl Session<'_> {
+    /// Counts the session and writes its access log line: `"TCP"` for the request line, the
+    /// status nginx stream would give (200, 502, 503; 499 for a client gone while queued),
+    /// bytes sent to the client, the session's time, the backends tried and the time to
+    /// connect. The duration histogram gets the time to connect (or to fail), not the
+    /// session's length: a pooled connection's hours would say nothing of the backend and
+    /// swamp the requests beside it.
+    fn log(&self, end: End) {
+        let (status, fate) = match end {
+            End::Relayed { fate } => (200, fate),
+            End::NoBackend => (502, "no_backend"),
+            End::NoRoom(Unpicked::QueueTimeout) => (503, "queue_timeout"),
+            End::NoRoom(_) => (503, "queue_full"),
+            End::ClientGone => (crate::forward::CLIENT_CLOSED, "client_gone"),
+        };
+        let listener = self.listener;
+        let upstream = &listener.ctx.upstream;
+        let took = self.started.elapsed();
+        let by = match end {
+            End::Relayed { .. } => self.tried.last().copied(),
+            _ => None,
+        };
+        listener.stats.answered(
+            upstream.shared_name(),
+            by,
+            status,
+            self.connect_time.unwrap_or(took),
+        );
+        let Some(log) = &listener.ctx.access_log else {
+            return;
+        };
+        log.log(&access_log::Entry {
+            client: self.peer.ip(),
+            time: self.time,
+            method: b"TCP",
+            target: b"-",
+            protocol: b"",
+            status,
+            body_bytes: self.moved.to_client.load(Ordering::Relaxed),
+            referer: b"",
+            user_agent: b"",
+            request_time: took,
+            upstream_time: self.connect_time,
+            backends: &self.tried,
+            upstream: upstream.name(),
+            fate,
+        });
+    }
 }

@@ -280,6 +280,7 @@ pub fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result
 pub fn in_flight(admin: SocketAddr, upstream: &str) -> Vec<u64> {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut reply = String::new();

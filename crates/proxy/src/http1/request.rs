@@ -265,7 +265,8 @@ pub(crate) fn parse_request(
         }
         put_header(out, name, h.value);
     }
-    let upgrade = body == Framing::None && http11 && put_upgrade(out, headers, limits.upgrade);
+    let no_body = matches!(body, Framing::None | Framing::Length(0));
+    let upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
     forwarding::put_forwarding(out, headers, client, host);
 
     Ok(Some(RequestHead {
@@ -647,6 +648,11 @@ mod tests {
             limits,
         );
         assert!(!upgrade);
+        let (upgrade, _) = parse(
+            &ws.replace("\r\n\r\n", "\r\nContent-Length: 0\r\n\r\n"),
+            limits,
+        );
+        assert!(upgrade, "an empty body is no body");
         let (upgrade, _) = parse(&ws.replace("HTTP/1.1", "HTTP/1.0"), limits);
         assert!(!upgrade);
     }

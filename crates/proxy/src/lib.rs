@@ -50,6 +50,7 @@ mod forward;
 pub mod fuzzing;
 pub mod handover;
 mod http1;
+mod http2;
 mod io;
 pub mod limits;
 pub mod metrics;
@@ -60,6 +61,7 @@ mod tcp;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
+pub use http2::Http2Settings;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,

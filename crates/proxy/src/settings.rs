@@ -66,6 +66,9 @@ pub struct ListenerSettings {
     /// balancer in front; the client it names is the client (HAProxy's `accept-proxy`).
     /// Only peers in `trusted_proxies` may connect.
     pub accept_proxy_protocol: bool,
+    /// `Protocol::Http`: HTTP/2 accepted too (h2c with prior knowledge; `h2` by ALPN over
+    /// TLS), with these limits. `None`: HTTP/1.1 only.
+    pub http2: Option<crate::Http2Settings>,
 }
 
 /// What a listener speaks to its clients.
@@ -124,6 +127,7 @@ impl ListenerSettings {
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             send_proxy_protocol: None,
             accept_proxy_protocol: false,
+            http2: None,
         }
     }
 }

@@ -65,6 +65,7 @@ fn listener(l: Listener) -> ListenerSettings {
     }
     s.send_proxy_protocol = l.proxy_protocol;
     s.accept_proxy_protocol = l.accept_proxy_protocol;
+    s.http2 = l.http2;
     s
 }
 

@@ -139,7 +139,7 @@ pub(crate) async fn serve<S>(
                     tracing::warn!(
                         %peer,
                         limit = limits.max_resets_per_second,
-                        "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection"
+                        "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection with GOAWAY ENHANCE_YOUR_CALM"
                     );
                     conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
                     calmed = Some(Instant::now());
@@ -159,7 +159,9 @@ pub(crate) async fn serve<S>(
                 }
                 Some(Err(e)) => {
                     if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
-                        tracing::warn!(%peer, error = %e, "HTTP/2 connection closed");
+                        // h2's own bounds: streams reset before we took them, or too many
+                        // streams we had to reset for the client's errors.
+                        tracing::warn!(%peer, error = %e, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
                     } else {
                         tracing::debug!(%peer, error = %e, "HTTP/2 connection failed");
                     }

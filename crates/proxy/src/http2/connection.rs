@@ -37,6 +37,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::linger::{LINGER, Linger};
 use super::stream::{self, Fate, StreamContext};
 use crate::client::WorkerListener;
 
@@ -48,8 +49,9 @@ const CONNECTION_WINDOW: u32 = 1024 * 1024;
 pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered.
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a connection told to go away (GOAWAY with an error) may take to flush it.
-const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
+/// How long a connection told to go away (GOAWAY with an error) may take to flush it and
+/// linger.
+const GOAWAY_FLUSH: Duration = Duration::from_secs(LINGER.as_secs() + 1);
 
 /// Counts a client's cancelled streams over the last second (a fixed window that restarts at
 /// the first reset after it ran out).
@@ -103,7 +105,7 @@ pub(crate) async fn serve<S>(
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
-    let handshake = builder.handshake::<S, Bytes>(io);
+    let handshake = builder.handshake::<_, Bytes>(Linger::new(io));
     let mut conn = match tokio::time::timeout(settings.client_header_timeout, handshake).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => {

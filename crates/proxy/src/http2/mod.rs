@@ -25,6 +25,7 @@
 
 mod connection;
 mod forward;
+mod linger;
 mod preface;
 mod relay;
 mod stream;

@@ -986,8 +986,13 @@ async fn serve(
         }
     }
     match settings.protocol {
+        // On the heap: the HTTP/2 server's state would otherwise make every connection's task
+        // larger, HTTP/1.1-only listeners' included (an idle connection's cost is its task).
         Protocol::Http if settings.http2.is_some() => {
-            http2::serve_detected(stream, client, listener, stop, permit).await;
+            Box::pin(http2::serve_detected(
+                stream, client, listener, stop, permit,
+            ))
+            .await;
         }
         Protocol::Http => client::serve(stream, client, listener, stop, permit).await,
         Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,

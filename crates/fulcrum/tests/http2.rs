@@ -25,6 +25,16 @@ use tokio::net::TcpStream;
 
 use common::{Running, TempFile, backends, installed};
 
+/// The tests of this file one at a time: the rapid-reset test compares latencies, which other
+/// tests' load on the same two cores would blur.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One `[[listener]]` with `http2 = true` and `listener_keys`, upstream "app" over `backends`.
 fn config(name: &str, listener_keys: &str, algorithm: &str, backends: &[SocketAddr]) -> TempFile {
     let mut text = format!(
@@ -150,6 +160,7 @@ fn h2spec() -> Option<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2spec_passes_every_case() {
+    let _serial = serial();
     let Some(h2spec) = h2spec() else {
         println!(
             "SKIPPED: h2spec is not installed (scripts/test builds it: GOBIN=$PWD/target/tools go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible)"
@@ -199,6 +210,7 @@ async fn h2spec_passes_every_case() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_with_prior_knowledge_is_answered_by_a_backend() {
+    let _serial = serial();
     if !installed("curl", "--version") {
         return;
     }
@@ -262,6 +274,7 @@ async fn spread(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_streams_of_one_connection_are_balanced_one_by_one() {
+    let _serial = serial();
     let b = backends(&["b1", "b2", "b3"]).await;
     let addrs: Vec<SocketAddr> = b.iter().map(|b| b.addr()).collect();
 
@@ -287,6 +300,7 @@ async fn the_streams_of_one_connection_are_balanced_one_by_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_body_and_stream_limits() {
+    let _serial = serial();
     let b = backends(&["b1"]).await;
     let conf = config(
         "limits",
@@ -539,6 +553,7 @@ async fn reset_after_accept(addr: SocketAddr, backend: &lab::Backend) -> (u64, O
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_reset_after_they_reached_a_backend_are_counted_too() {
+    let _serial = serial();
     let b = backends(&["b1"]).await;
     let conf = config("late-resets", "", "round_robin", &[b[0].addr()]);
     let fulcrum = Running::start(&conf, 1);
@@ -563,6 +578,7 @@ async fn streams_reset_after_they_reached_a_backend_are_counted_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
+    let _serial = serial();
     const COST_MS: u32 = 10;
     let b = backends(&["b1", "b2"]).await;
     let addrs: Vec<SocketAddr> = b.iter().map(|b| b.addr()).collect();
@@ -594,45 +610,51 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
         }
     }
 
-    // Latency without a flood, then with one (an attacker reconnecting as soon as it is cut
-    // off), in the same run.
-    let calm = latencies(addr, 4, 50, COST_MS).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let connections = Arc::new(AtomicU64::new(0));
-    let streams = Arc::new(AtomicU64::new(0));
-    let attacker = {
-        let (stop, connections, streams) = (stop.clone(), connections.clone(), streams.clone());
-        tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let (opened, _) = flood_once(addr, &stop).await;
-                connections.fetch_add(1, Ordering::Relaxed);
-                streams.fetch_add(opened, Ordering::Relaxed);
-            }
-        })
-    };
-    // The flood under way before measuring.
-    let started = Instant::now();
-    while connections.load(Ordering::Relaxed) < 2 && started.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // Latency without a flood and with one (an attacker reconnecting as soon as it is cut
+    // off), in the same run, in turns, so that whatever else the machine does weighs on both.
+    let mut calm = Vec::new();
+    let mut flooded = Vec::new();
+    let (mut conns, mut opened, mut flood_for) = (0, 0, Duration::ZERO);
+    for _ in 0..2 {
+        calm.extend(latencies(addr, 4, 25, COST_MS).await);
+        let stop = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicU64::new(0));
+        let streams = Arc::new(AtomicU64::new(0));
+        let attacker = {
+            let (stop, connections, streams) = (stop.clone(), connections.clone(), streams.clone());
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    let (opened, _) = flood_once(addr, &stop).await;
+                    connections.fetch_add(1, Ordering::Relaxed);
+                    streams.fetch_add(opened, Ordering::Relaxed);
+                }
+            })
+        };
+        // The flood under way before measuring (a bounded poll).
+        let started = Instant::now();
+        while connections.load(Ordering::Relaxed) < 2 && started.elapsed() < Duration::from_secs(20)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            connections.load(Ordering::Relaxed) >= 2,
+            "the flood did not get going"
+        );
+        let from = Instant::now();
+        flooded.extend(latencies(addr, 4, 25, COST_MS).await);
+        flood_for += from.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        attacker.await.unwrap();
+        conns += connections.load(Ordering::Relaxed);
+        opened += streams.load(Ordering::Relaxed);
     }
-    assert!(
-        connections.load(Ordering::Relaxed) >= 2,
-        "the flood did not get going"
-    );
-    let flood_from = Instant::now();
-    let flooded = latencies(addr, 4, 50, COST_MS).await;
-    let flood_for = flood_from.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    attacker.await.unwrap();
-    let (conns, opened) = (
-        connections.load(Ordering::Relaxed),
-        streams.load(Ordering::Relaxed),
-    );
+    calm.sort_by(f64::total_cmp);
+    flooded.sort_by(f64::total_cmp);
     let (p50, p90) = (quantile(&calm, 0.5), quantile(&calm, 0.9));
     let (f50, f90) = (quantile(&flooded, 0.5), quantile(&flooded, 0.9));
     println!(
-        "latency of 200 requests (backend cost {COST_MS} ms): without flood p50 {p50:.2} ms p90 {p90:.2} ms; \
+        "latency of 200 requests each way (backend cost {COST_MS} ms): without flood p50 {p50:.2} ms p90 {p90:.2} ms; \
          during the flood p50 {f50:.2} ms p90 {f90:.2} ms; the flood: {conns} connections cut off, \
          {opened} streams opened and reset over {flood_for:?}"
     );
@@ -640,11 +662,12 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
         f50 <= 2.0 * p50,
         "median {f50:.2} ms during the flood, {p50:.2} ms without"
     );
-    assert!(conns >= 2);
+    assert!(conns >= 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_sends_goaway_and_lets_the_stream_in_flight_finish() {
+    let _serial = serial();
     let b = backends(&["b1"]).await;
     let conf = config("stop", "", "round_robin", &[b[0].addr()]);
     let mut fulcrum = Running::start(&conf, 1);

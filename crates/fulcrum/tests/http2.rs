@@ -160,7 +160,7 @@ fn h2spec() -> Option<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2spec_passes_every_case() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let Some(h2spec) = h2spec() else {
         println!(
             "SKIPPED: h2spec is not installed (scripts/test builds it: GOBIN=$PWD/target/tools go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible)"
@@ -210,7 +210,7 @@ async fn h2spec_passes_every_case() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_with_prior_knowledge_is_answered_by_a_backend() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     if !installed("curl", "--version") {
         return;
     }
@@ -274,7 +274,7 @@ async fn spread(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_streams_of_one_connection_are_balanced_one_by_one() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let b = backends(&["b1", "b2", "b3"]).await;
     let addrs: Vec<SocketAddr> = b.iter().map(|b| b.addr()).collect();
 
@@ -300,7 +300,7 @@ async fn the_streams_of_one_connection_are_balanced_one_by_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_body_and_stream_limits() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let b = backends(&["b1"]).await;
     let conf = config(
         "limits",
@@ -553,7 +553,7 @@ async fn reset_after_accept(addr: SocketAddr, backend: &lab::Backend) -> (u64, O
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_reset_after_they_reached_a_backend_are_counted_too() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let b = backends(&["b1"]).await;
     let conf = config("late-resets", "", "round_robin", &[b[0].addr()]);
     let fulcrum = Running::start(&conf, 1);
@@ -578,7 +578,7 @@ async fn streams_reset_after_they_reached_a_backend_are_counted_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     const COST_MS: u32 = 10;
     let b = backends(&["b1", "b2"]).await;
     let addrs: Vec<SocketAddr> = b.iter().map(|b| b.addr()).collect();
@@ -667,7 +667,7 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_sends_goaway_and_lets_the_stream_in_flight_finish() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let b = backends(&["b1"]).await;
     let conf = config("stop", "", "round_robin", &[b[0].addr()]);
     let mut fulcrum = Running::start(&conf, 1);

@@ -27,13 +27,7 @@ use common::{Running, TempFile, backends, installed};
 
 /// The tests of this file one at a time: the rapid-reset test compares latencies, which other
 /// tests' load on the same two cores would blur.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One `[[listener]]` with `http2 = true` and `listener_keys`, upstream "app" over `backends`.
 fn config(name: &str, listener_keys: &str, algorithm: &str, backends: &[SocketAddr]) -> TempFile {

@@ -660,6 +660,58 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_a_waiting_upload_is_told_to_continue() {
+    let _serial = SERIAL.lock().await;
+    let b = backends(&["b1"]).await;
+    let conf = config(
+        "idle",
+        "http2_idle_timeout = \"1s\"",
+        "round_robin",
+        &[b[0].addr()],
+    );
+    let fulcrum = Running::start(&conf, 1);
+    let addr = fulcrum.addr_of("app");
+    let (mut send, conn) = connect(addr).await;
+
+    // `expect: 100-continue`: the interim answer comes before any of the body is sent.
+    send = send.ready().await.unwrap();
+    let req = request(addr, "POST", "/upload")
+        .header("expect", "100-continue")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    let (mut response, mut body) = send.send_request(req, false).unwrap();
+    let interim = tokio::time::timeout(
+        Duration::from_secs(5),
+        std::future::poll_fn(|cx| response.poll_informational(cx)),
+    )
+    .await
+    .expect("an interim answer in time")
+    .expect("an interim answer")
+    .unwrap();
+    assert_eq!(interim.status(), StatusCode::CONTINUE);
+    body.send_data(Bytes::from_static(b"hello"), true).unwrap();
+    assert_eq!(response.await.unwrap().status(), StatusCode::OK);
+
+    // Then idle: closed after about http2_idle_timeout, cleanly.
+    let idle_from = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("the idle connection was closed")
+        .unwrap();
+    let after = idle_from.elapsed();
+    println!("idle HTTP/2 connection closed after {after:?} (http2_idle_timeout 1s): {ended:?}");
+    assert!(after >= Duration::from_millis(900), "{after:?}");
+    assert!(
+        ended.is_ok()
+            || ended
+                .as_ref()
+                .is_err_and(|e| e.reason() == Some(Reason::NO_ERROR)),
+        "{ended:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_sends_goaway_and_lets_the_stream_in_flight_finish() {
     let _serial = SERIAL.lock().await;
     let b = backends(&["b1"]).await;

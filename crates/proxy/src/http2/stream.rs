@@ -151,6 +151,13 @@ pub(crate) async fn serve(
             ..LogEntry::default()
         },
     };
+    // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
+    // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
+    if wants_continue(&request, ctx.listener.ctx.settings.max_body_bytes) {
+        let mut go_on = Response::new(());
+        *go_on.status_mut() = http::StatusCode::CONTINUE;
+        let _ = respond.send_informational(go_on);
+    }
     // The work runs until its answer is ready to go; a reset before that drops it.
     let ready = {
         let work = proxy(&ctx, request, &mut done);
@@ -423,6 +430,22 @@ async fn proxy(
             fate: why.name(),
         },
     }
+}
+
+/// Whether `request` asks for `100 Continue` and may get it: a body is to come, and its
+/// announced length (if any) is within `max_body_bytes`.
+fn wants_continue(request: &Request<RecvStream>, max_body_bytes: u64) -> bool {
+    let headers = request.headers();
+    let expects = headers.get_all(http::header::EXPECT).iter().any(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"100-continue")
+    });
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    expects && !request.body().is_end_stream() && announced.is_none_or(|n| n <= max_body_bytes)
 }
 
 /// Writes the HTTP/1.1 head a request with these fields would have had.

@@ -355,6 +355,57 @@ async fn header_body_and_stream_limits() {
     assert_eq!((answered, refused), (2, 3));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_holds_at_most_four_bodies_worth_of_uploads() {
+    let _serial = SERIAL.lock().await;
+    let b = backends(&["b1"]).await;
+    let conf = config(
+        "bodies",
+        "max_body_bytes = 1000",
+        "round_robin",
+        &[b[0].addr()],
+    );
+    let fulcrum = Running::start(&conf, 1);
+    let addr = fulcrum.addr_of("app");
+    let (send, _conn) = connect(addr).await;
+    // Five uploads of 900 bytes at once, each held while its slow backend answers: four fit in
+    // the connection's 4 × max_body_bytes, the fifth is refused with REFUSED_STREAM.
+    let mut uploads = tokio::task::JoinSet::new();
+    for i in 0..5 {
+        let send = send.clone();
+        uploads.spawn(async move {
+            let req = request(addr, "POST", &format!("/upload{i}"))
+                .header("x-lab-cost", "500")
+                .body(())
+                .unwrap();
+            exchange(&send, req, Some(Bytes::from(vec![b'a'; 900]))).await
+        });
+    }
+    let (mut answered, mut refused) = (0, 0);
+    while let Some(done) = uploads.join_next().await {
+        match done.unwrap() {
+            Ok(answer) => {
+                assert_eq!(answer.status, StatusCode::OK);
+                answered += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.reason(), Some(Reason::REFUSED_STREAM), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    println!(
+        "5 uploads of 900 bytes at once, room for 4000: {answered} answered, {refused} refused"
+    );
+    assert_eq!((answered, refused), (4, 1));
+    // The room comes back with the answers.
+    let req = request(addr, "POST", "/again").body(()).unwrap();
+    let again = exchange(&send, req, Some(Bytes::from(vec![b'a'; 900])))
+        .await
+        .unwrap();
+    assert_eq!(again.status, StatusCode::OK);
+}
+
 /// Opens `n` slow streams at once on a new connection, after acknowledging the server's
 /// SETTINGS (so its limit is in force, RFC 9113 §6.5.3), as a client that ignores
 /// `SETTINGS_MAX_CONCURRENT_STREAMS` would; how many were answered and how many refused with

@@ -20,6 +20,8 @@
 //!   itself (`max_pending_accept_reset_streams`, 20), and streams we reset because the client
 //!   broke the protocol by `max_local_error_reset_streams` (1024, hyper's), both with the same
 //!   GOAWAY.
+//! * Request bodies: what one connection's streams may hold at once is bounded (`stream`:
+//!   4 × `max_body_bytes`), a stream that does not fit is refused with `REFUSED_STREAM`.
 //! * Idle: no stream open for `idle_timeout` → GOAWAY, then close. A PING every
 //!   [`PING_INTERVAL`] while streams are open finds a client that vanished without a FIN; one
 //!   that does not answer within [`PING_TIMEOUT`] is closed.

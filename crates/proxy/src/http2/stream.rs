@@ -24,6 +24,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use http::{HeaderName, HeaderValue, Request, Response};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::forward::{self, Attempts};
@@ -51,15 +52,29 @@ pub(crate) struct StreamContext {
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
     client_addr: ClientAddr,
+    /// Bytes of request bodies the connection's streams may hold at once, one permit a byte.
+    bodies: Arc<Semaphore>,
 }
+
+/// What one connection's buffered request bodies may add up to, as a multiple of
+/// `max_body_bytes`: a client uploading on a few streams at once is served, one that opens
+/// `http2_max_concurrent_streams` uploads cannot make us hold that many bodies (128 MiB with
+/// the defaults, where an HTTP/1.1 connection holds one).
+const BODIES_PER_CONNECTION: u64 = 4;
 
 impl StreamContext {
     pub(crate) fn new(peer: SocketAddr, listener: Arc<WorkerListener>) -> StreamContext {
-        let client_addr = ClientAddr::new(peer.ip(), &listener.ctx.settings.trusted_proxies);
+        let settings = &listener.ctx.settings;
+        let client_addr = ClientAddr::new(peer.ip(), &settings.trusted_proxies);
+        let budget = settings
+            .max_body_bytes
+            .saturating_mul(BODIES_PER_CONNECTION)
+            .min(Semaphore::MAX_PERMITS as u64);
         StreamContext {
             peer,
             listener,
             client_addr,
+            bodies: Arc::new(Semaphore::new(budget as usize)),
         }
     }
 }
@@ -196,6 +211,11 @@ pub(crate) async fn serve(
             done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
             Fate::CancelledByClient
         }
+        Ready::NoRoom => {
+            respond.send_reset(Reason::REFUSED_STREAM);
+            done.log(503, 0, &[], None, "refused");
+            Fate::Answered
+        }
         Ready::Backend {
             answer,
             head,
@@ -282,6 +302,9 @@ enum Ready {
     },
     /// The client ended the stream (its body did not come whole).
     ClientGone,
+    /// No room for its body on this connection: refused with `REFUSED_STREAM`, which a client
+    /// may retry (RFC 9113 §8.7).
+    NoRoom,
     /// A backend's head, as HTTP/2, with what its body needs.
     Backend {
         answer: Box<forward::Answer>,
@@ -342,17 +365,19 @@ async fn proxy(
     }
 
     let has_body = !body.is_end_stream();
-    let data = if has_body {
-        match read_body(&mut body, &parts.headers, settings) {
+    // The permits stay held while the body does, until the request is over.
+    let (data, _held) = if has_body {
+        match read_body(&mut body, &parts.headers, settings, &ctx.bodies) {
             Err(reject) => return Ready::refused(reject, is_head),
             Ok(reading) => match reading.await {
-                Ok(data) => data,
+                Ok(read) => read,
                 Err(BodyError::Refused(reject)) => return Ready::refused(reject, is_head),
                 Err(BodyError::Gone) => return Ready::ClientGone,
+                Err(BodyError::NoRoom) => return Ready::NoRoom,
             },
         }
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     drop(body);
 
@@ -498,6 +523,8 @@ fn put(raw: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 enum BodyError {
     Refused(Reject),
     Gone,
+    /// The connection's other streams hold all the room for bodies.
+    NoRoom,
 }
 
 /// Checks the announced length against `max_body_bytes` at once, then returns the reading.
@@ -505,7 +532,11 @@ fn read_body<'a>(
     body: &'a mut RecvStream,
     headers: &http::HeaderMap,
     settings: &crate::settings::ListenerSettings,
-) -> Result<impl Future<Output = Result<Vec<u8>, BodyError>> + 'a, Reject> {
+    room: &Arc<Semaphore>,
+) -> Result<
+    impl Future<Output = Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError>> + 'a,
+    Reject,
+> {
     let max = settings.max_body_bytes;
     let announced = headers
         .get(http::header::CONTENT_LENGTH)
@@ -515,18 +546,30 @@ fn read_body<'a>(
         return Err(TOO_LARGE);
     }
     let between_reads = settings.client_body_timeout;
+    let room = Arc::clone(room);
     Ok(async move {
         let mut data = Vec::with_capacity(announced.unwrap_or(0).min(64 * 1024) as usize);
+        let mut held: Option<OwnedSemaphorePermit> = None;
         loop {
             let next = match tokio::time::timeout(between_reads, body.data()).await {
                 Err(_) => return Err(BodyError::Refused(BODY_TIMEOUT)),
-                Ok(None) => return Ok(data),
+                Ok(None) => return Ok((data, held)),
                 Ok(Some(Err(_))) => return Err(BodyError::Gone),
                 Ok(Some(Ok(chunk))) => chunk,
             };
             let _ = body.flow_control().release_capacity(next.len());
             if data.len() as u64 + next.len() as u64 > max {
                 return Err(BodyError::Refused(TOO_LARGE));
+            }
+            // Refused rather than waited for: streams waiting for each other's room could
+            // wait until their body timeout; a refused stream is one a client may retry.
+            let n = u32::try_from(next.len()).map_err(|_| BodyError::NoRoom)?;
+            let permit = Arc::clone(&room)
+                .try_acquire_many_owned(n)
+                .map_err(|_| BodyError::NoRoom)?;
+            match held.as_mut() {
+                Some(held) => held.merge(permit),
+                None => held = Some(permit),
             }
             data.extend_from_slice(&next);
         }

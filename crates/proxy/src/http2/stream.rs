@@ -365,20 +365,24 @@ async fn proxy(
     }
 
     let has_body = !body.is_end_stream();
-    // The permits stay held while the body does, until the request is over.
-    let (data, _held) = if has_body {
+    // The room stays taken while the body is held: until the answer begins.
+    let body_read = if has_body {
         match read_body(&mut body, &parts.headers, settings, &ctx.bodies) {
             Err(reject) => return Ready::refused(reject, is_head),
             Ok(reading) => match reading.await {
-                Ok(read) => read,
+                Ok(buffered) => buffered,
                 Err(BodyError::Refused(reject)) => return Ready::refused(reject, is_head),
                 Err(BodyError::Gone) => return Ready::ClientGone,
                 Err(BodyError::NoRoom) => return Ready::NoRoom,
             },
         }
     } else {
-        (Vec::new(), None)
+        Buffered {
+            data: Vec::new(),
+            _room: None,
+        }
     };
+    let data = &body_read.data;
     drop(body);
 
     let mut octets = [0u8; 16];
@@ -395,7 +399,7 @@ async fn proxy(
         affinity,
         head_len: head.len(),
         has_host: req.has_host,
-        body: &data,
+        body: data,
         has_body,
         // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection header
         // is written; transfer codings other than chunked, which HTTP/2 cannot carry, are
@@ -519,6 +523,12 @@ fn put(raw: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     raw.extend_from_slice(b"\r\n");
 }
 
+/// A request body read whole, with the connection's room it takes (given back on drop).
+struct Buffered {
+    data: Vec<u8>,
+    _room: Option<OwnedSemaphorePermit>,
+}
+
 /// Why a body was not read.
 enum BodyError {
     Refused(Reject),
@@ -533,10 +543,7 @@ fn read_body<'a>(
     headers: &http::HeaderMap,
     settings: &crate::settings::ListenerSettings,
     room: &Arc<Semaphore>,
-) -> Result<
-    impl Future<Output = Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError>> + 'a,
-    Reject,
-> {
+) -> Result<impl Future<Output = Result<Buffered, BodyError>> + 'a, Reject> {
     let max = settings.max_body_bytes;
     let announced = headers
         .get(http::header::CONTENT_LENGTH)
@@ -553,7 +560,7 @@ fn read_body<'a>(
         loop {
             let next = match tokio::time::timeout(between_reads, body.data()).await {
                 Err(_) => return Err(BodyError::Refused(BODY_TIMEOUT)),
-                Ok(None) => return Ok((data, held)),
+                Ok(None) => return Ok(Buffered { data, _room: held }),
                 Ok(Some(Err(_))) => return Err(BodyError::Gone),
                 Ok(Some(Ok(chunk))) => chunk,
             };

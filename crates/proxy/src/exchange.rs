@@ -70,7 +70,7 @@ pub(crate) struct Patience {
 
 impl Patience {
     /// When the next read gives up.
-    fn next_read(&self) -> Instant {
+    pub(crate) fn next_read(&self) -> Instant {
         let each = after(self.each);
         self.until.map_or(each, |(until, _)| until.min(each))
     }
@@ -81,7 +81,7 @@ impl Patience {
     }
 
     /// Why a read gave up, `what` not having come.
-    fn expired(&self, what: &str) -> String {
+    pub(crate) fn expired(&self, what: &str) -> String {
         match self.until {
             Some((_, total)) if self.spent() => {
                 format!("{what} not within response_timeout ({total:?})")
@@ -97,7 +97,7 @@ impl Patience {
 pub(crate) async fn send_and_read_head(
     conn: &mut BackendConn,
     req: &Request<'_>,
-    client: &TcpStream,
+    client: Option<&TcpStream>,
     patience: Patience,
     out: &mut Vec<u8>,
 ) -> Head {
@@ -384,7 +384,7 @@ async fn read_some(
             Err(_) if patience.spent() => Err(time_up()),
             Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
         },
-        () = watch(client, watch_client) => Err(Relay::Client),
+        () = watch(Some(client), watch_client) => Err(Relay::Client),
     }
 }
 

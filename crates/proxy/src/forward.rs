@@ -120,7 +120,13 @@ pub(crate) async fn forward(
     // No further attempt once the response's time is up.
     while scratch.tried.len() < settings.max_attempts() && !patience.spent() {
         let picked = upstream
-            .pick(settings, f.affinity, &scratch.tried, client, f.watch_client)
+            .pick(
+                settings,
+                f.affinity,
+                &scratch.tried,
+                Some(client),
+                f.watch_client,
+            )
             .await;
         let mut attempt = match picked {
             Ok(attempt) => attempt,
@@ -186,7 +192,7 @@ pub(crate) async fn forward(
             match exchange::send_and_read_head(
                 &mut conn,
                 &request,
-                client,
+                Some(client),
                 patience,
                 &mut scratch.out,
             )
@@ -339,7 +345,12 @@ async fn tunnel(
 /// `Connection: close` when connections to it are not kept (so the backend closes first and
 /// the TIME-WAIT state stays on its side, as nginx does without `keepalive`), the body's
 /// `Content-Length`, the blank line. The one place a backend's head is finished.
-fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr, keep_alive: bool) {
+pub(crate) fn finish_head(
+    head: &mut Vec<u8>,
+    f: &Forward<'_>,
+    backend: SocketAddr,
+    keep_alive: bool,
+) {
     head.truncate(f.head_len);
     if !f.has_host {
         use std::io::Write as _;
@@ -353,7 +364,7 @@ fn finish_head(head: &mut Vec<u8>, f: &Forward<'_>, backend: SocketAddr, keep_al
     http1::finish_request_head(head, f.has_body.then_some(f.body.len()));
 }
 
-fn log_failure(
+pub(crate) fn log_failure(
     upstream: &Upstream,
     backend: SocketAddr,
     failure: &AttemptFailure,

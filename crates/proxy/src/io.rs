@@ -72,11 +72,11 @@ pub(crate) async fn client_gone(client: &TcpStream) {
     }
 }
 
-/// [`client_gone`], or never when the client is not watched.
-pub(crate) async fn watch(client: &TcpStream, watched: bool) {
-    if watched {
-        client_gone(client).await;
-    } else {
-        std::future::pending().await
+/// [`client_gone`], or never when the client is not watched (or there is no socket to watch:
+/// an HTTP/2 stream, whose cancellation drops the request's future instead).
+pub(crate) async fn watch(client: Option<&TcpStream>, watched: bool) {
+    match client {
+        Some(client) if watched => client_gone(client).await,
+        _ => std::future::pending().await,
     }
 }

@@ -1,5 +1,5 @@
-//! fulcrum's data plane: an HTTP/1.1 reverse proxy that spreads requests over pools of
-//! backends with the algorithms of the [`balance`] core.
+//! fulcrum's data plane: an HTTP/1.1 and HTTP/2 reverse proxy that spreads requests over
+//! pools of backends with the algorithms of the [`balance`] core.
 //!
 //! # Layout
 //!
@@ -33,6 +33,12 @@
 //!   scraped.
 //! * [`handover`]: zero-downtime upgrades — the listening sockets passed to a new process over
 //!   a Unix socket (`SCM_RIGHTS`), as HAProxy's `-x` does.
+//! * `http2`: HTTP/2 to clients (`http2 = true`) on the `h2` crate, one part per file:
+//!   `preface` (h2c detected by the client preface, peeked), `connection` (the limits, resets
+//!   counted against rapid reset, idle timeout, PING, GOAWAY), `stream` (one stream written as
+//!   an HTTP/1.1 head through `http1::parse_request`, its body buffered, our own answers),
+//!   `forward` (its attempts up to the response head), `relay` (the backend's body as DATA
+//!   frames). Backends get HTTP/1.1 over the same pooled connections.
 //! * `io`: writes with deadlines, and watching a waiting client.
 //! * `buffer`: the read buffer a connection keeps for its life.
 //! * `tcp`: TCP (L4) mode: a connection balanced once and relayed both ways, half-closes
@@ -50,6 +56,7 @@ mod forward;
 pub mod fuzzing;
 pub mod handover;
 mod http1;
+mod http2;
 mod io;
 pub mod limits;
 pub mod metrics;
@@ -60,6 +67,7 @@ mod tcp;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;
+pub use http2::Http2Settings;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,

@@ -41,7 +41,7 @@ use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::{ListenerSettings, Protocol, ProxySettings};
 use crate::upstream::Keep;
 use crate::upstream::{Upstream, WorkerPools};
-use crate::{proxy_protocol, tcp};
+use crate::{http2, proxy_protocol, tcp};
 
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -986,6 +986,14 @@ async fn serve(
         }
     }
     match settings.protocol {
+        // On the heap: the HTTP/2 server's state would otherwise make every connection's task
+        // larger, HTTP/1.1-only listeners' included (an idle connection's cost is its task).
+        Protocol::Http if settings.http2.is_some() => {
+            Box::pin(http2::serve_detected(
+                stream, client, listener, stop, permit,
+            ))
+            .await;
+        }
         Protocol::Http => client::serve(stream, client, listener, stop, permit).await,
         Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,
     }

@@ -71,6 +71,9 @@ pub struct ListenerSettings {
     /// tunnel that holds its pick until it closes, or idles for `idle_timeout`. Empty (the
     /// default): `Upgrade` is removed like any hop-by-hop header.
     pub upgrade: Vec<String>,
+    /// `Protocol::Http`: HTTP/2 accepted too (h2c with prior knowledge; `h2` by ALPN over
+    /// TLS), with these limits. `None`: HTTP/1.1 only.
+    pub http2: Option<crate::Http2Settings>,
 }
 
 /// What a listener speaks to its clients.
@@ -130,6 +133,7 @@ impl ListenerSettings {
             send_proxy_protocol: None,
             accept_proxy_protocol: false,
             upgrade: Vec::new(),
+            http2: None,
         }
     }
 }

@@ -147,7 +147,7 @@ async fn connect(
     });
     while tried.len() < settings.max_attempts() {
         let mut attempt = match upstream
-            .pick(&settings, affinity, tried, client, true)
+            .pick(&settings, affinity, tried, Some(client), true)
             .await
         {
             Ok(attempt) => attempt,

@@ -688,7 +688,7 @@ impl Upstream {
         settings: &UpstreamSettings,
         affinity: Option<&[u8]>,
         tried: &[SocketAddr],
-        client: &TcpStream,
+        client: Option<&TcpStream>,
         watch_client: bool,
     ) -> Result<Attempt, Unpicked> {
         let handed = {
@@ -731,7 +731,7 @@ impl Upstream {
         self: &Arc<Self>,
         handed: oneshot::Receiver<Handed>,
         queue_timeout: Duration,
-        client: &TcpStream,
+        client: Option<&TcpStream>,
         watch_client: bool,
     ) -> Result<Attempt, Unpicked> {
         let mut wait = Wait {
@@ -1042,7 +1042,7 @@ mod tests {
         let task = tokio::spawn(async move {
             let (c, _s) = client().await;
             let settings = u2.settings();
-            u2.pick(&settings, None, &tried, &c, false).await
+            u2.pick(&settings, None, &tried, Some(&c), false).await
         });
         while u.queued() == before {
             tokio::task::yield_now().await;
@@ -1052,7 +1052,7 @@ mod tests {
 
     async fn pick_now(u: &Arc<Upstream>) -> Result<Attempt, Unpicked> {
         let (c, _s) = client().await;
-        u.pick(&u.settings(), None, &[], &c, false).await
+        u.pick(&u.settings(), None, &[], Some(&c), false).await
     }
 
     #[tokio::test]

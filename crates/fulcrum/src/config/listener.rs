@@ -34,12 +34,16 @@ pub(super) const SECTION: Section = Section {
         "proxy_protocol",
         "accept_proxy_protocol",
         "upgrade",
+        "http2",
+        "http2_max_concurrent_streams",
+        "http2_max_resets_per_second",
+        "http2_idle_timeout",
     ],
-    not_yet: &["route", "http2", "tls"],
+    not_yet: &["route", "tls"],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 8] = [
+const HTTP_ONLY: [&str; 11] = [
     "upgrade",
     "client_body_timeout",
     "client_body_min_rate",
@@ -49,6 +53,16 @@ const HTTP_ONLY: [&str; 8] = [
     "max_body_bytes",
     // A TCP connection has no forwarding headers; `accept_proxy_protocol` reads it.
     "trusted_proxies",
+    "http2_max_concurrent_streams",
+    "http2_max_resets_per_second",
+    "http2_idle_timeout",
+];
+
+/// Keys that tune HTTP/2, read only with `http2 = true`.
+const HTTP2_LIMITS: [&str; 3] = [
+    "http2_max_concurrent_streams",
+    "http2_max_resets_per_second",
+    "http2_idle_timeout",
 ];
 
 /// The most client connections one listener serves at once. Each holds a descriptor (two
@@ -92,6 +106,8 @@ pub(super) struct Listener {
     pub accept_proxy_protocol: bool,
     /// Protocols an HTTP request may upgrade to, lower case.
     pub upgrade: Vec<String>,
+    /// `Some` with `http2 = true`: HTTP/2 accepted, with these limits.
+    pub http2: Option<proxy::Http2Settings>,
     /// Where `upstream` is written and its key path, for what the upstream's settings forbid
     /// on this listener.
     pub upstream_at: (std::ops::Range<usize>, String),
@@ -229,6 +245,7 @@ pub(super) fn read(
         " (bodies are held in memory before they are forwarded, so there is no unlimited)",
     );
     let trusted_proxies = trusted_proxies(r, t);
+    let http2 = http2(r, t, protocol);
     if accept_proxy_protocol && trusted_proxies.is_empty() {
         t.error(
             r,
@@ -253,6 +270,7 @@ pub(super) fn read(
         proxy_protocol,
         accept_proxy_protocol,
         upgrade,
+        http2,
         upstream_at,
     })
 }
@@ -279,6 +297,58 @@ fn upgrade(r: &mut Report<'_>, t: &Table<'_>) -> Vec<String> {
 /// RFC 9110 §5.6.2's `tchar`, less `/` (which separates a version).
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// `http2` and its limits. HTTP/2 is a way to carry HTTP requests: a TCP listener relays
+/// bytes and cannot take it.
+fn http2(r: &mut Report<'_>, t: &Table<'_>, protocol: Protocol) -> Option<proxy::Http2Settings> {
+    let on = t.flag(r, "http2").unwrap_or(false);
+    if on && protocol == Protocol::Tcp {
+        t.error(
+            r,
+            "http2",
+            "a TCP listener (protocol = \"tcp\") relays bytes and cannot speak HTTP/2: remove http2, or use protocol = \"http\"",
+        );
+        return None;
+    }
+    let mut s = proxy::Http2Settings::default();
+    if let Some(n) = t.integer(
+        r,
+        "http2_max_concurrent_streams",
+        1..=10_000,
+        " (streams one client connection may have open at once)",
+    ) {
+        s.max_concurrent_streams = n;
+    }
+    if let Some(n) = t.integer(
+        r,
+        "http2_max_resets_per_second",
+        1..=1_000_000,
+        " (streams a client may cancel before their answer, per second)",
+    ) {
+        s.max_resets_per_second = n;
+    }
+    if let Some(d) = t.duration(
+        r,
+        "http2_idle_timeout",
+        Zero::Refused("every HTTP/2 connection would be closed at once"),
+    ) {
+        s.idle_timeout = d;
+    }
+    if !on && protocol == Protocol::Http {
+        for key in HTTP2_LIMITS {
+            if let Some(span) = t.span_of(key) {
+                r.warn(
+                    &span,
+                    format!(
+                        "{}: does nothing without http2 = true; add it, or remove this",
+                        t.key(key)
+                    ),
+                );
+            }
+        }
+    }
+    on.then_some(s)
 }
 
 /// `proxy_protocol`: `false`, `true` (version 2, as DESIGN has it), `"v1"` or `"v2"`.
@@ -442,6 +512,48 @@ mod tests {
         ));
         assert!(
             c.warnings[0].contains("listener[0].upgrade: does nothing on a TCP listener"),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    #[test]
+    fn http2_and_its_limits() {
+        assert_eq!(ok(GOOD).proxy.listeners[0].http2, None);
+        let c = ok(&with_listener("http2 = true"));
+        assert_eq!(
+            c.proxy.listeners[0].http2,
+            Some(proxy::Http2Settings::default())
+        );
+        let c = ok(&with_listener(
+            "http2 = true\nhttp2_max_concurrent_streams = 10\nhttp2_max_resets_per_second = 5\nhttp2_idle_timeout = \"5s\"",
+        ));
+        let h2 = c.proxy.listeners[0].http2.unwrap();
+        assert_eq!(
+            (
+                h2.max_concurrent_streams,
+                h2.max_resets_per_second,
+                h2.idle_timeout
+            ),
+            (10, 5, std::time::Duration::from_secs(5))
+        );
+        let e = refused(&with_listener("protocol = \"tcp\"\nhttp2 = true"));
+        assert!(
+            e.contains("listener[0].http2: a TCP listener (protocol = \"tcp\") relays bytes and cannot speak HTTP/2"),
+            "{e}"
+        );
+        let e = refused(&with_listener(
+            "http2 = true\nhttp2_max_concurrent_streams = 0",
+        ));
+        assert!(
+            e.contains("listener[0].http2_max_concurrent_streams: must be between 1 and 10000"),
+            "{e}"
+        );
+        let c = ok(&with_listener("http2_max_concurrent_streams = 10"));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("does nothing without http2 = true")),
             "{:?}",
             c.warnings
         );

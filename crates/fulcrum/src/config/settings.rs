@@ -66,6 +66,7 @@ fn listener(l: Listener) -> ListenerSettings {
     s.send_proxy_protocol = l.proxy_protocol;
     s.accept_proxy_protocol = l.accept_proxy_protocol;
     s.upgrade = l.upgrade;
+    s.http2 = l.http2;
     s
 }
 

@@ -567,10 +567,17 @@ mod tests {
     fn keys_of_later_work_are_not_yet_supported() {
         let e = refused(&GOOD.replacen(
             "upstream = \"web\"\n",
-            "upstream = \"web\"\nhttp2 = true\n",
+            "upstream = \"web\"\nroute = true\n",
             1,
         ));
-        assert!(e.contains("`http2` is not supported yet"), "{e}");
+        assert!(e.contains("`route` is not supported yet"), "{e}");
+        // HTTP/2 to backends: clients may speak it, backends get HTTP/1.1 (docs/http2.md).
+        let e = refused(&GOOD.replacen(
+            "algorithm = \"least_conn\"\n",
+            "algorithm = \"least_conn\"\nbackend_protocol = \"h2\"\n",
+            1,
+        ));
+        assert!(e.contains("`backend_protocol` is not supported yet"), "{e}");
     }
 
     const KEYS: &[&str] = &[

@@ -53,7 +53,7 @@ pub(super) const SECTION: Section = Section {
         "health_check",
         "backend",
     ],
-    not_yet: &[],
+    not_yet: &["backend_protocol"],
 };
 
 /// The most further backends one request may try. Every retry is another backend's time; a

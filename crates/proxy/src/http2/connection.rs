@@ -1,0 +1,247 @@
+//! One HTTP/2 client connection: the `h2` server configured with our limits, its streams
+//! served as tasks of this worker, and the connection closed when its client abuses it, idles,
+//! or the proxy stops.
+//!
+//! The limits (defaults in [`Http2Settings`], reasons in `docs/http2.md`):
+//!
+//! * `SETTINGS_MAX_CONCURRENT_STREAMS` = `max_concurrent_streams` (128, nginx's); the `h2`
+//!   crate refuses a stream over it with `REFUSED_STREAM`.
+//! * `SETTINGS_MAX_HEADER_LIST_SIZE` = the listener's `max_header_bytes`; a larger header list
+//!   is answered 431 by `h2` (and the HTTP/1.1 head it becomes is held to the same limits by
+//!   `parse_request`). `h2` ≥ 0.4.4 also stops a header block spread over more CONTINUATION
+//!   frames than that size needs (the CONTINUATION flood of April 2024, CVE-2024-27316 and
+//!   kin): a connection error, not unbounded work.
+//! * Flow control: 256 KiB per stream, 1 MiB per connection (hyper's connection default):
+//!   what one client can make us buffer before we read it.
+//! * Rapid reset (CVE-2023-44487): streams the client cancels before their answer are counted
+//!   here, per second; past `max_resets_per_second` the connection ends with GOAWAY
+//!   `ENHANCE_YOUR_CALM` and every stream's work is dropped (tickets cancelled, backend
+//!   connections closed). Streams cancelled before we even took them are bounded by `h2`
+//!   itself (`max_pending_accept_reset_streams`, 20), and streams we reset because the client
+//!   broke the protocol by `max_local_error_reset_streams` (1024, hyper's), both with the same
+//!   GOAWAY.
+//! * Request bodies: what one connection's streams may hold at once is bounded (`stream`:
+//!   4 × `max_body_bytes`), a stream that does not fit is refused with `REFUSED_STREAM`.
+//! * Idle: no stream open for `idle_timeout` → GOAWAY, then close. A PING every
+//!   [`PING_INTERVAL`] while streams are open finds a client that vanished without a FIN; one
+//!   that does not answer within [`PING_TIMEOUT`] is closed.
+//! * Shutdown, or a reload that changed the listener: GOAWAY (no new streams), the streams in
+//!   flight finish, then the connection closes; the server's `shutdown_timeout` bounds it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::Reason;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::linger::{LINGER, Linger};
+use super::stream::{self, Fate, StreamContext};
+use crate::client::WorkerListener;
+
+/// Flow-control window a stream starts with (`SETTINGS_INITIAL_WINDOW_SIZE`).
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// Flow-control window of the whole connection.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// How often an otherwise quiet connection with streams open is pinged.
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a connection told to go away (GOAWAY with an error) may take to flush it and
+/// linger.
+const GOAWAY_FLUSH: Duration = Duration::from_secs(LINGER.as_secs() + 1);
+
+/// Counts a client's cancelled streams over the last second (a fixed window that restarts at
+/// the first reset after it ran out).
+#[derive(Debug)]
+pub(crate) struct ResetRate {
+    limit: u32,
+    window_start: Option<Instant>,
+    count: u32,
+}
+
+impl ResetRate {
+    pub(crate) fn new(limit: u32) -> ResetRate {
+        ResetRate {
+            limit,
+            window_start: None,
+            count: 0,
+        }
+    }
+
+    /// Notes one reset at `now`; `true` when it is one too many.
+    pub(crate) fn note(&mut self, now: Instant) -> bool {
+        match self.window_start {
+            Some(start) if now.duration_since(start) < Duration::from_secs(1) => self.count += 1,
+            _ => {
+                self.window_start = Some(now);
+                self.count = 1;
+            }
+        }
+        self.count > self.limit
+    }
+}
+
+/// Serves one HTTP/2 connection over `io` (h2c, or TLS that negotiated `h2`) until it closes.
+/// `io` must not have had its preface read.
+pub(crate) async fn serve<S>(
+    io: S,
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
+    mut stop: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let settings = &listener.ctx.settings;
+    let limits = settings.http2.unwrap_or_default();
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(settings.max_header_bytes).unwrap_or(u32::MAX))
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_pending_accept_reset_streams(20)
+        .max_local_error_reset_streams(Some(1024));
+    let handshake = builder.handshake::<_, Bytes>(Linger::new(io));
+    let mut conn = match tokio::time::timeout(settings.client_header_timeout, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "HTTP/2 handshake timed out");
+            return;
+        }
+    };
+    let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
+    let mut streams: JoinSet<Fate> = JoinSet::new();
+    let mut resets = ResetRate::new(limits.max_resets_per_second);
+    let mut ping = conn.ping_pong();
+    let mut going_away = false;
+    let mut calmed: Option<Instant> = None;
+    let mut idle_since = Some(Instant::now());
+    let mut next_ping = Instant::now() + PING_INTERVAL;
+    // When the PING in flight was sent.
+    let mut awaiting_pong: Option<Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            // Finished streams first: a flood's resets are counted before more of it is taken.
+            Some(done) = streams.join_next(), if !streams.is_empty() => {
+                if matches!(done, Ok(Fate::CancelledByClient))
+                    && calmed.is_none()
+                    && resets.note(Instant::now())
+                {
+                    tracing::warn!(
+                        %peer,
+                        limit = limits.max_resets_per_second,
+                        "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection with GOAWAY ENHANCE_YOUR_CALM"
+                    );
+                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    calmed = Some(Instant::now());
+                    streams.abort_all();
+                }
+                if streams.is_empty() {
+                    idle_since = Some(Instant::now());
+                }
+            }
+            accepted = conn.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    if calmed.is_some() {
+                        continue;
+                    }
+                    idle_since = None;
+                    streams.spawn(stream::serve(Arc::clone(&ctx), request, respond));
+                }
+                Some(Err(e)) => {
+                    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
+                        // h2's own bounds: streams reset before we took them, or too many
+                        // streams we had to reset for the client's errors.
+                        tracing::warn!(%peer, error = %e, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
+                    } else {
+                        tracing::debug!(%peer, error = %e, "HTTP/2 connection failed");
+                    }
+                    break;
+                }
+                None => break,
+            },
+            pong = std::future::poll_fn(|cx| match ping.as_mut() {
+                Some(p) => p.poll_pong(cx),
+                None => std::task::Poll::Pending,
+            }), if awaiting_pong.is_some() => {
+                if pong.is_err() {
+                    break;
+                }
+                awaiting_pong = None;
+            }
+            _ = stop.changed(), if !going_away => {
+                conn.graceful_shutdown();
+                going_away = true;
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                if calmed.is_some_and(|t| now.duration_since(t) >= GOAWAY_FLUSH) {
+                    break;
+                }
+                if awaiting_pong.is_some_and(|t| now.duration_since(t) >= PING_TIMEOUT) {
+                    tracing::debug!(%peer, "HTTP/2 client did not answer a PING; closing");
+                    break;
+                }
+                let retired = listener.retired.load(std::sync::atomic::Ordering::Relaxed);
+                let idle = idle_since.is_some_and(|t| now.duration_since(t) >= limits.idle_timeout);
+                if !going_away && (*stop.borrow() || retired || idle) {
+                    if idle {
+                        tracing::debug!(%peer, "idle HTTP/2 connection closed");
+                    }
+                    conn.graceful_shutdown();
+                    going_away = true;
+                }
+                if awaiting_pong.is_none() && !streams.is_empty() && now >= next_ping {
+                    next_ping = now + PING_INTERVAL;
+                    if let Some(p) = ping.as_mut()
+                        && p.send_ping(h2::Ping::opaque()).is_ok()
+                    {
+                        awaiting_pong = Some(now);
+                    }
+                }
+            }
+        }
+    }
+    // Whatever is left cannot be answered any more: their tickets are cancelled as they drop.
+    streams.abort_all();
+    while streams.join_next().await.is_some() {}
+    drop(permit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_are_counted_per_second() {
+        let start = Instant::now();
+        let mut rate = ResetRate::new(3);
+        for i in 0..3 {
+            assert!(!rate.note(start + Duration::from_millis(i * 100)));
+        }
+        assert!(
+            rate.note(start + Duration::from_millis(900)),
+            "the fourth within a second"
+        );
+        let mut rate = ResetRate::new(3);
+        for i in 0..10 {
+            assert!(
+                !rate.note(start + Duration::from_millis(i * 400)),
+                "a few a second, for ever"
+            );
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! A backend's HTTP/1.1 response body streamed into an HTTP/2 stream.
+//!
+//! The body is read as [`crate::exchange::relay`] reads it (`Content-Length`, chunked,
+//! delimited by the close) within the same `read_timeout`/`response_timeout`, and each piece is
+//! sent as DATA frames as the client's flow-control window allows: a window that does not open
+//! within `send_timeout` is a client that stopped reading (nginx's `send_timeout`, as on
+//! HTTP/1.1). Chunked bodies are de-chunked (HTTP/2 frames the body itself; RFC 9113 §8.2.2
+//! forbids `Transfer-Encoding`), their trailers dropped. The attempt completes as a success as
+//! soon as the backend's part is over, before the last frame goes out.
+
+use std::time::Duration;
+
+use balance::Outcome;
+use bytes::Bytes;
+use h2::SendStream;
+use tokio::time::timeout_at;
+
+use crate::connections::BackendConn;
+use crate::exchange::{Patience, Relay};
+use crate::http1::{Chunked, FinalResponse, Framing};
+use crate::upstream::Attempt;
+
+/// The client end: the stream and what it was sent.
+#[derive(Debug)]
+pub(crate) struct StreamEnd<'a> {
+    pub(crate) send: &'a mut SendStream<Bytes>,
+    pub(crate) send_timeout: Duration,
+    /// Bytes of body sent so far.
+    pub(crate) sent: u64,
+}
+
+impl StreamEnd<'_> {
+    /// Sends `data` as the window allows.
+    async fn put(&mut self, mut data: &[u8]) -> Result<(), Relay> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.send.reserve_capacity(data.len());
+        while !data.is_empty() {
+            let capacity = std::future::poll_fn(|cx| self.send.poll_capacity(cx));
+            let granted = match tokio::time::timeout(self.send_timeout, capacity).await {
+                Ok(Some(Ok(n))) => n,
+                // Reset by the client, the connection gone, or no window in time.
+                Ok(Some(Err(_)) | None) | Err(_) => return Err(Relay::Client),
+            };
+            let n = granted.min(data.len());
+            if n == 0 {
+                continue;
+            }
+            self.send
+                .send_data(Bytes::copy_from_slice(&data[..n]), false)
+                .map_err(|_| Relay::Client)?;
+            self.sent += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// Ends the stream.
+    fn finish(&mut self) -> Result<(), Relay> {
+        self.send
+            .send_data(Bytes::new(), true)
+            .map_err(|_| Relay::Client)
+    }
+}
+
+/// Relays the body of `response` from `conn` to `end`, ending the stream.
+pub(crate) async fn relay(
+    conn: &mut BackendConn,
+    response: &FinalResponse,
+    end: &mut StreamEnd<'_>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    match response.framing {
+        // The head went out with END_STREAM.
+        Framing::None => {
+            attempt.complete(Outcome::Success);
+            Ok(())
+        }
+        Framing::Length(n) => {
+            let mut remaining = n;
+            loop {
+                let k = conn
+                    .buf
+                    .len()
+                    .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+                remaining -= k as u64;
+                if remaining == 0 {
+                    attempt.complete(Outcome::Success);
+                }
+                end.put(&conn.buf.filled()[..k]).await?;
+                conn.buf.consume(k);
+                if remaining == 0 {
+                    return end.finish();
+                }
+                read_backend(conn, end, patience).await?;
+            }
+        }
+        Framing::Chunked => {
+            let mut chunked = Chunked::default();
+            let mut data = Vec::new();
+            loop {
+                data.clear();
+                let used = chunked
+                    .advance(conn.buf.filled(), |d| data.extend_from_slice(d))
+                    .map_err(|e| Relay::Backend {
+                        why: e.to_string(),
+                        blamed: true,
+                    })?;
+                conn.buf.consume(used);
+                if chunked.is_done() {
+                    attempt.complete(Outcome::Success);
+                }
+                end.put(&data).await?;
+                if chunked.is_done() {
+                    return end.finish();
+                }
+                read_backend(conn, end, patience).await?;
+            }
+        }
+        Framing::Close => loop {
+            let data = conn.buf.filled();
+            end.put(data).await?;
+            conn.buf.consume(conn.buf.len());
+            if read_some(conn, end, patience).await? == 0 {
+                attempt.complete(Outcome::Success);
+                return end.finish();
+            }
+        },
+    }
+}
+
+/// Reads more of the body within `patience`: the bytes read, 0 at the end of the stream. A
+/// client that resets the stream meanwhile ends the relay.
+async fn read_some(
+    conn: &mut BackendConn,
+    end: &mut StreamEnd<'_>,
+    patience: Patience,
+) -> Result<usize, Relay> {
+    let time_up = || Relay::Backend {
+        why: patience.expired("the rest of the body"),
+        blamed: false,
+    };
+    if patience.spent() {
+        return Err(time_up());
+    }
+    let reset = std::future::poll_fn(|cx| end.send.poll_reset(cx));
+    tokio::select! {
+        biased;
+        read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(Relay::Backend { why: e.to_string(), blamed: true }),
+            Err(_) if patience.spent() => Err(time_up()),
+            Err(_) => Err(Relay::Backend { why: patience.expired("the rest of the body"), blamed: true }),
+        },
+        _ = reset => Err(Relay::Client),
+    }
+}
+
+/// Reads more of a body whose end has not come; the end of the stream is an error.
+async fn read_backend(
+    conn: &mut BackendConn,
+    end: &mut StreamEnd<'_>,
+    patience: Patience,
+) -> Result<(), Relay> {
+    match read_some(conn, end, patience).await? {
+        0 => Err(Relay::Backend {
+            why: "connection closed before the end of the body".to_owned(),
+            blamed: true,
+        }),
+        _ => Ok(()),
+    }
+}

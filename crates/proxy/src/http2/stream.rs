@@ -1,0 +1,687 @@
+//! One HTTP/2 stream: one request, proxied as the HTTP/1.1 path proxies one.
+//!
+//! 1. The stream's fields become the HTTP/1.1 head the same request would have had (`:method`
+//!    and `:path` the request line, `:authority` the `Host`, the `cookie` fields joined with
+//!    `; ` as RFC 9113 §8.2.3 says for HTTP/1.1), and that head goes through
+//!    [`http1::parse_request`]: one set of rules, limits, hop-by-hop removal and forwarding
+//!    headers for both protocols, and the hash key found where the HTTP/1.1 path finds it.
+//! 2. The body is buffered whole, up to `max_body_bytes` (413 beyond), each DATA frame's
+//!    window given back as it is taken, within `client_body_timeout` between frames.
+//! 3. The attempts (`forward`), the response head turned into HTTP/2 fields (connection-
+//!    specific fields dropped, RFC 9113 §8.2.2), the body relayed (`relay`).
+//! 4. One access log line (protocol `HTTP/2.0`) and the same counts as an HTTP/1.1 request.
+//!
+//! A client that resets the stream before its answer drops the work where it is (the attempt
+//! completes as cancelled, the backend connection closes) and is logged as 499; the connection
+//! counts such resets (rapid reset).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use balance::{Affinity, Outcome, Replay};
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use http::{HeaderName, HeaderValue, Request, Response};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::forward::{self, Attempts};
+use super::relay::{self, StreamEnd};
+use crate::access_log;
+use crate::client::{WorkerListener, address_octets};
+use crate::exchange::Relay;
+use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
+use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
+use crate::settings::HashKey;
+
+const TOO_LARGE: Reject = http1::reject(
+    413,
+    "413 Content Too Large: the request body exceeds max_body_bytes\n",
+);
+const BODY_TIMEOUT: Reject = http1::reject(
+    408,
+    "408 Request Timeout: the request body did not arrive in time\n",
+);
+const BAD_REQUEST: Reject = http1::reject(400, "400 Bad Request: malformed request\n");
+
+/// What every stream of one connection shares.
+#[derive(Debug)]
+pub(crate) struct StreamContext {
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
+    client_addr: ClientAddr,
+    /// Bytes of request bodies the connection's streams may hold at once, one permit a byte.
+    bodies: Arc<Semaphore>,
+}
+
+/// What one connection's buffered request bodies may add up to, as a multiple of
+/// `max_body_bytes`: a client uploading on a few streams at once is served, one that opens
+/// `http2_max_concurrent_streams` uploads cannot make us hold that many bodies (128 MiB with
+/// the defaults, where an HTTP/1.1 connection holds one).
+const BODIES_PER_CONNECTION: u64 = 4;
+
+impl StreamContext {
+    pub(crate) fn new(peer: SocketAddr, listener: Arc<WorkerListener>) -> StreamContext {
+        let settings = &listener.ctx.settings;
+        let client_addr = ClientAddr::new(peer.ip(), &settings.trusted_proxies);
+        let budget = settings
+            .max_body_bytes
+            .saturating_mul(BODIES_PER_CONNECTION)
+            .min(Semaphore::MAX_PERMITS as u64);
+        StreamContext {
+            peer,
+            listener,
+            client_addr,
+            bodies: Arc::new(Semaphore::new(budget as usize)),
+        }
+    }
+}
+
+/// How a stream ended, for the connection's accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Answered (by a backend or by us), whole or cut short.
+    Answered,
+    /// The client reset the stream before its answer began.
+    CancelledByClient,
+}
+
+/// What the access log says of the request.
+#[derive(Debug, Default)]
+struct LogEntry {
+    method: Vec<u8>,
+    target: Vec<u8>,
+    referer: Vec<u8>,
+    user_agent: Vec<u8>,
+}
+
+/// The request as it is logged and counted once it is over.
+struct Finished<'a> {
+    ctx: &'a StreamContext,
+    time: SystemTime,
+    started: Instant,
+    entry: LogEntry,
+}
+
+impl Finished<'_> {
+    fn log(
+        &self,
+        status: u16,
+        body_bytes: u64,
+        tried: &[SocketAddr],
+        upstream_time: Option<Duration>,
+        fate: &str,
+    ) {
+        let listener = &self.ctx.listener;
+        let upstream = &listener.ctx.upstream;
+        let answered_by = match fate {
+            "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
+            _ => None,
+        };
+        let took = self.started.elapsed();
+        listener
+            .stats
+            .answered(upstream.shared_name(), answered_by.copied(), status, took);
+        let Some(log) = &listener.ctx.access_log else {
+            return;
+        };
+        log.log(&access_log::Entry {
+            client: self.ctx.peer.ip(),
+            time: self.time,
+            method: &self.entry.method,
+            target: &self.entry.target,
+            protocol: b"HTTP/2.0",
+            status,
+            body_bytes,
+            referer: &self.entry.referer,
+            user_agent: &self.entry.user_agent,
+            request_time: took,
+            upstream_time,
+            backends: tried,
+            upstream: upstream.name(),
+            fate,
+        });
+    }
+}
+
+/// Serves one stream to its end.
+pub(crate) async fn serve(
+    ctx: Arc<StreamContext>,
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) -> Fate {
+    let mut done = Finished {
+        ctx: &ctx,
+        time: SystemTime::now(),
+        started: Instant::now(),
+        entry: LogEntry {
+            method: request.method().as_str().as_bytes().to_vec(),
+            target: request
+                .uri()
+                .path_and_query()
+                .map_or(&b"/"[..], |p| p.as_str().as_bytes())
+                .to_vec(),
+            ..LogEntry::default()
+        },
+    };
+    // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
+    // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
+    if wants_continue(&request, ctx.listener.ctx.settings.max_body_bytes) {
+        let mut go_on = Response::new(());
+        *go_on.status_mut() = http::StatusCode::CONTINUE;
+        let _ = respond.send_informational(go_on);
+    }
+    // The work runs until its answer is ready to go; a reset before that drops it.
+    let ready = {
+        let work = proxy(&ctx, request, &mut done);
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            reset = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                let _ = reset;
+                None
+            }
+            ready = &mut work => Some(ready),
+        }
+    };
+    let Some(ready) = ready else {
+        done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
+        return Fate::CancelledByClient;
+    };
+    match ready {
+        Ready::Own {
+            reject,
+            is_head,
+            tried,
+            upstream_time,
+            fate,
+        } => {
+            let status = own_answer(&mut respond, reject, is_head);
+            let bytes = if is_head || status.is_err() {
+                0
+            } else {
+                reject.text.len() as u64
+            };
+            done.log(reject.status, bytes, &tried, upstream_time, fate);
+            Fate::Answered
+        }
+        Ready::ClientGone => {
+            done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
+            Fate::CancelledByClient
+        }
+        Ready::NoRoom => {
+            respond.send_reset(Reason::REFUSED_STREAM);
+            done.log(503, 0, &[], None, "refused");
+            Fate::Answered
+        }
+        Ready::Backend {
+            answer,
+            head,
+            tried,
+            forwarding,
+            send_timeout,
+        } => {
+            let forward::Answer {
+                response,
+                mut conn,
+                pool,
+                mut attempt,
+                patience,
+            } = *answer;
+            let ending = response.framing == http1::Framing::None;
+            let mut send = match respond.send_response(head, ending) {
+                Ok(send) => send,
+                Err(_) => {
+                    attempt.complete(Outcome::Cancelled);
+                    done.log(
+                        CLIENT_CLOSED,
+                        0,
+                        &tried,
+                        Some(forwarding.elapsed()),
+                        "client_gone",
+                    );
+                    return Fate::Answered;
+                }
+            };
+            let mut end = StreamEnd {
+                send: &mut send,
+                send_timeout,
+                sent: 0,
+            };
+            let relayed =
+                relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
+            let body_bytes = end.sent;
+            let upstream_time = Some(forwarding.elapsed());
+            let upstream = &ctx.listener.ctx.upstream;
+            let fate = match relayed {
+                Ok(()) => {
+                    attempt.complete(Outcome::Success);
+                    if response.backend_keep_alive && conn.buf.is_empty() {
+                        pool.put_idle(conn);
+                    }
+                    "answered"
+                }
+                Err(Relay::Backend { why, blamed }) => {
+                    tracing::warn!(
+                        upstream = %upstream.name(),
+                        backend = %attempt.addr,
+                        error = %why,
+                        "the response ended in the middle of its body; resetting the HTTP/2 stream"
+                    );
+                    attempt.complete(if blamed {
+                        Outcome::Failure
+                    } else {
+                        Outcome::Cancelled
+                    });
+                    send.send_reset(Reason::INTERNAL_ERROR);
+                    "cut_short_by_backend"
+                }
+                Err(Relay::Client) => {
+                    attempt.complete(Outcome::Cancelled);
+                    send.send_reset(Reason::CANCEL);
+                    "cut_short_by_client"
+                }
+            };
+            done.log(response.status, body_bytes, &tried, upstream_time, fate);
+            Fate::Answered
+        }
+    }
+}
+
+/// What a stream's work came to before anything was sent to the client.
+enum Ready {
+    /// Our own answer.
+    Own {
+        reject: Reject,
+        is_head: bool,
+        tried: Vec<SocketAddr>,
+        upstream_time: Option<Duration>,
+        fate: &'static str,
+    },
+    /// The client ended the stream (its body did not come whole).
+    ClientGone,
+    /// No room for its body on this connection: refused with `REFUSED_STREAM`, which a client
+    /// may retry (RFC 9113 §8.7).
+    NoRoom,
+    /// A backend's head, as HTTP/2, with what its body needs.
+    Backend {
+        answer: Box<forward::Answer>,
+        head: Response<()>,
+        tried: Vec<SocketAddr>,
+        forwarding: Instant,
+        send_timeout: Duration,
+    },
+}
+
+impl Ready {
+    fn refused(reject: Reject, is_head: bool) -> Ready {
+        Ready::Own {
+            reject,
+            is_head,
+            tried: Vec::new(),
+            upstream_time: None,
+            fate: "refused",
+        }
+    }
+}
+
+/// The request read, checked and forwarded up to the response head.
+async fn proxy(
+    ctx: &StreamContext,
+    request: Request<RecvStream>,
+    done: &mut Finished<'_>,
+) -> Ready {
+    let listener = &ctx.listener;
+    let settings = &listener.ctx.settings;
+    let upstream = Arc::clone(&listener.ctx.upstream);
+    let upstream_settings = upstream.settings();
+    let is_head = request.method() == http::Method::HEAD;
+
+    let (parts, mut body) = request.into_parts();
+    let mut raw = Vec::new();
+    write_head(&parts, &mut raw);
+    let limits = Limits {
+        max_headers: settings.max_headers,
+        max_header_bytes: settings.max_header_bytes,
+        key: crate::upstream::hashed_request_part(&upstream_settings),
+        // HTTP/2 has no connection upgrades (RFC 9113 §8.6).
+        upgrade: &[],
+    };
+    let mut head = Vec::new();
+    let req = match http1::parse_request(&raw, limits, &ctx.client_addr, &mut head) {
+        Ok(Some(req)) => req,
+        Ok(None) => return Ready::refused(BAD_REQUEST, is_head),
+        Err(reject) => return Ready::refused(reject, is_head),
+    };
+    done.entry.referer = raw[req.referer.clone()].to_vec();
+    done.entry.user_agent = raw[req.user_agent.clone()].to_vec();
+
+    let mut key = Vec::new();
+    if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
+        match upstream_settings.hash_key {
+            HashKey::ClientIp => key.extend_from_slice(ctx.client_addr.ip().as_bytes()),
+            _ => key.extend_from_slice(&raw[req.key.clone()]),
+        }
+    }
+
+    let has_body = !body.is_end_stream();
+    // The room stays taken while the body is held: until the answer begins.
+    let body_read = if has_body {
+        match read_body(&mut body, &parts.headers, settings, &ctx.bodies) {
+            Err(reject) => return Ready::refused(reject, is_head),
+            Ok(reading) => match reading.await {
+                Ok(buffered) => buffered,
+                Err(BodyError::Refused(reject)) => return Ready::refused(reject, is_head),
+                Err(BodyError::Gone) => return Ready::ClientGone,
+                Err(BodyError::NoRoom) => return Ready::NoRoom,
+            },
+        }
+    } else {
+        Buffered {
+            data: Vec::new(),
+            _room: None,
+        }
+    };
+    let data = &body_read.data;
+    drop(body);
+
+    let mut octets = [0u8; 16];
+    let affinity = match upstream_settings.algorithm.affinity() {
+        None => None,
+        Some(Affinity::AddressOctets) => Some(address_octets(ctx.peer.ip(), &mut octets)),
+        Some(Affinity::Key) => Some(&key[..]),
+    };
+    let f = Forward {
+        upstream: &upstream,
+        settings: &upstream_settings,
+        connections: &listener.connections,
+        stats: &listener.stats,
+        affinity,
+        head_len: head.len(),
+        has_host: req.has_host,
+        body: data,
+        has_body,
+        // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection header
+        // is written; transfer codings other than chunked, which HTTP/2 cannot carry, are
+        // refused (502) as they are for HTTP/1.0.
+        client: ClientSide {
+            http11: false,
+            keep_alive: false,
+            is_head: req.is_head,
+            upgrade: false,
+        },
+        replay: if req.idempotent || upstream_settings.retry_non_idempotent {
+            Replay::Safe
+        } else {
+            Replay::Unsafe
+        },
+        watch_client: false,
+        send_timeout: settings.send_timeout,
+        early: &[],
+        idle_timeout: settings.idle_timeout,
+    };
+    let forwarding = Instant::now();
+    let mut out = Vec::new();
+    let mut tried = Vec::new();
+    let attempts = forward::attempts(&f, &mut head, &mut out, &mut tried).await;
+    let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
+    match attempts {
+        Attempts::Answered(answer) => match response_head(&out) {
+            Some(head) => Ready::Backend {
+                answer,
+                head,
+                tried,
+                forwarding,
+                send_timeout: settings.send_timeout,
+            },
+            None => {
+                // Fields HTTP/2 cannot carry: the backend's answer is not passed on.
+                let mut answer = answer;
+                answer.attempt.complete(Outcome::Failure);
+                Ready::Own {
+                    reject: failure_reject(Some(balance::Fault::InvalidResponse)),
+                    is_head,
+                    tried,
+                    upstream_time,
+                    fate: "no_answer",
+                }
+            }
+        },
+        Attempts::NoAnswer(fault) => Ready::Own {
+            reject: failure_reject(fault),
+            is_head,
+            tried,
+            upstream_time,
+            fate: "no_answer",
+        },
+        Attempts::NoRoom(why) => Ready::Own {
+            reject: no_room_reject(why),
+            is_head,
+            tried,
+            upstream_time,
+            fate: why.name(),
+        },
+    }
+}
+
+/// Whether `request` asks for `100 Continue` and may get it: a body is to come, and its
+/// announced length (if any) is within `max_body_bytes`.
+fn wants_continue(request: &Request<RecvStream>, max_body_bytes: u64) -> bool {
+    let headers = request.headers();
+    let expects = headers.get_all(http::header::EXPECT).iter().any(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"100-continue")
+    });
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    expects && !request.body().is_end_stream() && announced.is_none_or(|n| n <= max_body_bytes)
+}
+
+/// Writes the HTTP/1.1 head a request with these fields would have had.
+fn write_head(parts: &http::request::Parts, raw: &mut Vec<u8>) {
+    raw.extend_from_slice(parts.method.as_str().as_bytes());
+    raw.push(b' ');
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    raw.extend_from_slice(if target.is_empty() {
+        b"/"
+    } else {
+        target.as_bytes()
+    });
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(authority) = authority {
+        put(raw, b"host", authority.as_str().as_bytes());
+    }
+    let mut cookies: Option<Vec<u8>> = None;
+    for (name, value) in &parts.headers {
+        // `:authority` wins over `Host` (RFC 9113 §8.3.1); the body's length is ours to write.
+        if (authority.is_some() && name == http::header::HOST)
+            || name == http::header::CONTENT_LENGTH
+        {
+            continue;
+        }
+        if name == http::header::COOKIE {
+            let all = cookies.get_or_insert_with(Vec::new);
+            if !all.is_empty() {
+                all.extend_from_slice(b"; ");
+            }
+            all.extend_from_slice(value.as_bytes());
+            continue;
+        }
+        put(raw, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(cookies) = cookies {
+        put(raw, b"cookie", &cookies);
+    }
+    raw.extend_from_slice(b"\r\n");
+}
+
+fn put(raw: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    raw.extend_from_slice(name);
+    raw.extend_from_slice(b": ");
+    raw.extend_from_slice(value);
+    raw.extend_from_slice(b"\r\n");
+}
+
+/// A request body read whole, with the connection's room it takes (given back on drop).
+struct Buffered {
+    data: Vec<u8>,
+    _room: Option<OwnedSemaphorePermit>,
+}
+
+/// Why a body was not read.
+enum BodyError {
+    Refused(Reject),
+    Gone,
+    /// The connection's other streams hold all the room for bodies.
+    NoRoom,
+}
+
+/// Checks the announced length against `max_body_bytes` at once, then returns the reading.
+fn read_body<'a>(
+    body: &'a mut RecvStream,
+    headers: &http::HeaderMap,
+    settings: &crate::settings::ListenerSettings,
+    room: &Arc<Semaphore>,
+) -> Result<impl Future<Output = Result<Buffered, BodyError>> + 'a, Reject> {
+    let max = settings.max_body_bytes;
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > max) {
+        return Err(TOO_LARGE);
+    }
+    let between_reads = settings.client_body_timeout;
+    let room = Arc::clone(room);
+    Ok(async move {
+        let mut data = Vec::with_capacity(announced.unwrap_or(0).min(64 * 1024) as usize);
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        loop {
+            let next = match tokio::time::timeout(between_reads, body.data()).await {
+                Err(_) => return Err(BodyError::Refused(BODY_TIMEOUT)),
+                Ok(None) => return Ok(Buffered { data, _room: held }),
+                Ok(Some(Err(_))) => return Err(BodyError::Gone),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            let _ = body.flow_control().release_capacity(next.len());
+            if data.len() as u64 + next.len() as u64 > max {
+                return Err(BodyError::Refused(TOO_LARGE));
+            }
+            // Refused rather than waited for: streams waiting for each other's room could
+            // wait until their body timeout; a refused stream is one a client may retry.
+            let n = u32::try_from(next.len()).map_err(|_| BodyError::NoRoom)?;
+            let permit = Arc::clone(&room)
+                .try_acquire_many_owned(n)
+                .map_err(|_| BodyError::NoRoom)?;
+            match held.as_mut() {
+                Some(held) => held.merge(permit),
+                None => held = Some(permit),
+            }
+            data.extend_from_slice(&next);
+        }
+    })
+}
+
+/// Fields that describe an HTTP/1.1 connection, not carried by HTTP/2 (RFC 9113 §8.2.2).
+const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// The backend's response head (as rewritten for an HTTP/1.1 client) as an HTTP/2 response;
+/// `None` if a field cannot be carried.
+fn response_head(out: &[u8]) -> Option<Response<()>> {
+    let mut headers = [httparse::EMPTY_HEADER; 130];
+    let mut parsed = httparse::Response::new(&mut headers);
+    match parsed.parse(out) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return None,
+    }
+    let mut response = Response::new(());
+    *response.status_mut() = http::StatusCode::from_u16(parsed.code?).ok()?;
+    let fields = response.headers_mut();
+    for h in parsed.headers.iter() {
+        if CONNECTION_SPECIFIC
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(h.name))
+        {
+            continue;
+        }
+        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(h.value).ok()?;
+        fields.append(name, value);
+    }
+    Some(response)
+}
+
+/// Sends our own answer; `Err` if the stream is gone.
+fn own_answer(
+    respond: &mut SendResponse<Bytes>,
+    reject: Reject,
+    is_head: bool,
+) -> Result<(), h2::Error> {
+    let mut response = Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(reject.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    let fields = response.headers_mut();
+    fields.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    fields.insert(
+        http::header::CONTENT_LENGTH,
+        HeaderValue::from(reject.text.len()),
+    );
+    let mut send = respond.send_response(response, is_head)?;
+    if !is_head {
+        // Small enough for the initial window; h2 buffers it until the window allows.
+        send.send_data(Bytes::from_static(reject.text.as_bytes()), true)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_become_the_http1_head() {
+        let request = Request::builder()
+            .method("POST")
+            .uri("http://example.com:8080/a?b=1")
+            .header("cookie", "a=1")
+            .header("x-one", "1")
+            .header("cookie", "b=2")
+            .header("host", "other")
+            .header("content-length", "3")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let mut raw = Vec::new();
+        write_head(&parts, &mut raw);
+        assert_eq!(
+            String::from_utf8(raw).unwrap(),
+            "POST /a?b=1 HTTP/1.1\r\nhost: example.com:8080\r\nx-one: 1\r\ncookie: a=1; b=2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn connection_fields_are_not_carried() {
+        let head = b"HTTP/1.1 200 OK\r\nServer: b1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nContent-Length: 3\r\n\r\n";
+        let r = response_head(head).unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers().len(), 2);
+        assert_eq!(r.headers()["server"], "b1");
+        assert_eq!(r.headers()["content-length"], "3");
+    }
+}

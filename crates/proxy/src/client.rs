@@ -29,9 +29,10 @@ use crate::access_log::{self, AccessLog};
 use crate::buffer::Buffer;
 use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
-use crate::io::{after, send};
+use crate::io::{ClientStream, after, send};
 use crate::metrics::WorkerStats;
 use crate::settings::{HashKey, ListenerSettings};
+use crate::tls::{HandshakeFailure, ServerTls};
 use crate::upstream::{Upstream, WorkerPools};
 
 /// What every request on one listener shares.
@@ -40,6 +41,22 @@ pub(crate) struct ListenerContext {
     pub(crate) settings: ListenerSettings,
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) access_log: Option<AccessLog>,
+    /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
+    /// certificates replaces it without retiring open connections.
+    pub(crate) tls: Option<ServerTls>,
+}
+
+impl ListenerContext {
+    /// Whether `self` and `other` differ only in their certificates: connections opened under
+    /// one can go on under the other.
+    pub(crate) fn same_but_tls(&self, other: &ListenerContext) -> bool {
+        let same_log = match (&self.access_log, &other.access_log) {
+            (Some(a), Some(b)) => a.settings() == b.settings(),
+            (None, None) => true,
+            _ => false,
+        };
+        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
+    }
 }
 
 /// A listener as one worker serves it: the shared context and the worker's own connections to
@@ -89,15 +106,38 @@ const TOO_LARGE: Reject = http1::reject(
 const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
 const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
 
-/// Serves one client connection until it closes, the proxy stops, or an error ends it.
+/// Serves one client connection until it closes, the proxy stops, or an error ends it: on a
+/// TLS listener, the handshake first (within `client_header_timeout`).
 pub(crate) async fn serve(
     stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
+    mut stop: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    let Some(tls) = &listener.ctx.tls else {
+        return serve_on(stream, peer, listener, stop, permit).await;
+    };
+    let timeout = listener.ctx.settings.client_header_timeout;
+    match tls.handshake(stream, peer, timeout, &mut stop).await {
+        Ok(stream) => serve_on(stream, peer, listener, stop, permit).await,
+        Err(HandshakeFailure::Stopping) => {}
+        Err(_) => listener.stats.tls_handshake_failed(),
+    }
+}
+
+/// Serves HTTP/1.1 on an established connection, plain or TLS.
+async fn serve_on<S: ClientStream>(
+    stream: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
     stop: watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
 ) {
-    let client_addr = http1::ClientAddr::new(peer.ip(), &listener.ctx.settings.trusted_proxies);
+    let mut client_addr = http1::ClientAddr::new(peer.ip(), &listener.ctx.settings.trusted_proxies);
+    if listener.ctx.tls.is_some() {
+        client_addr.set_https();
+    }
     let mut conn = ClientConn {
         stream,
         peer,
@@ -182,8 +222,8 @@ enum NoHead {
     Refuse(Reject),
 }
 
-struct ClientConn {
-    stream: TcpStream,
+struct ClientConn<S> {
+    stream: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
     stop: watch::Receiver<bool>,
@@ -257,7 +297,7 @@ impl LogEntry {
     }
 }
 
-impl ClientConn {
+impl<S: ClientStream> ClientConn<S> {
     fn settings(&self) -> &ListenerSettings {
         &self.listener.ctx.settings
     }
@@ -485,7 +525,7 @@ impl ClientConn {
                 // A reset rather than a clean end of stream, whoever cut it short: a body
                 // delimited by the close must not look complete (a client that only
                 // half-closed would still read it).
-                let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+                let _ = socket2::SockRef::from(self.stream.tcp()).set_linger(Some(Duration::ZERO));
                 (status, Next::Close, body_bytes)
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
@@ -570,9 +610,13 @@ impl ClientConn {
     /// the connection fails, which the read then finds). `false`: the deadline passed or the
     /// worker is stopping, and the idle connection is to be closed.
     async fn idle_wait(&mut self, deadline: tokio::time::Instant) -> bool {
+        // Decrypted input waiting above the socket is a request already here.
+        if self.stream.has_buffered_input() {
+            return true;
+        }
         // The next request is often there already (a busy connection): no timer for it.
         let ready = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(self.stream.poll_read_ready(cx).is_ready())
+            std::task::Poll::Ready(self.stream.tcp().poll_read_ready(cx).is_ready())
         });
         if ready.await {
             return true;
@@ -580,7 +624,7 @@ impl ClientConn {
         let grace = after(IDLE_GRACE).min(deadline);
         let ready = tokio::select! {
             biased;
-            ready = timeout_at(grace, self.stream.readable()) => ready,
+            ready = timeout_at(grace, self.stream.tcp().readable()) => ready,
             _ = self.stop.changed() => return false,
         };
         if ready.is_ok() {
@@ -592,7 +636,7 @@ impl ClientConn {
         self.key = Vec::new();
         tokio::select! {
             biased;
-            ready = timeout_at(deadline, self.stream.readable()) => ready.is_ok(),
+            ready = timeout_at(deadline, self.stream.tcp().readable()) => ready.is_ok(),
             _ = self.stop.changed() => false,
         }
     }

@@ -26,7 +26,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::connections::{BACKEND_BUFFER, BackendConn};
 use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
-use crate::io::{after, send, watch, write_two};
+use crate::io::{ClientStream, after, send, watch, write_two};
 use crate::upstream::Attempt;
 
 /// The request as every attempt sends it.
@@ -249,8 +249,8 @@ impl Relay {
 
 /// The client side of a relay.
 #[derive(Debug)]
-pub(crate) struct ClientEnd<'a> {
-    pub(crate) stream: &'a mut TcpStream,
+pub(crate) struct ClientEnd<'a, S> {
+    pub(crate) stream: &'a mut S,
     pub(crate) send_timeout: Duration,
     /// De-chunked response data, for HTTP/1.0 clients.
     pub(crate) dechunked: &'a mut Vec<u8>,
@@ -260,7 +260,7 @@ pub(crate) struct ClientEnd<'a> {
     pub(crate) sent: u64,
 }
 
-impl ClientEnd<'_> {
+impl<S: ClientStream> ClientEnd<'_, S> {
     async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
         send(self.stream, a, b, self.send_timeout)
             .await
@@ -273,11 +273,11 @@ impl ClientEnd<'_> {
 /// Sends the response head and relays the body to the client. The attempt completes as a
 /// success as soon as the backend's part is over, before the last write to the client: the
 /// backend is free from then on.
-pub(crate) async fn relay(
+pub(crate) async fn relay<S: ClientStream>(
     conn: &mut BackendConn,
     response: &FinalResponse,
     head: &[u8],
-    client: &mut ClientEnd<'_>,
+    client: &mut ClientEnd<'_, S>,
     attempt: &mut Attempt,
     patience: Patience,
 ) -> Result<(), Relay> {
@@ -295,7 +295,7 @@ pub(crate) async fn relay(
             client.send(head, &conn.buf.filled()[..first]).await?;
             conn.buf.consume(first);
             while remaining > 0 {
-                read_backend(conn, client.stream, client.watch, patience).await?;
+                read_backend(conn, client.stream.tcp(), client.watch, patience).await?;
                 let k = conn
                     .buf
                     .len()
@@ -343,14 +343,14 @@ pub(crate) async fn relay(
                 if chunked.is_done() {
                     return Ok(());
                 }
-                read_backend(conn, client.stream, client.watch, patience).await?;
+                read_backend(conn, client.stream.tcp(), client.watch, patience).await?;
             }
         }
         Framing::Close => {
             client.send(head, conn.buf.filled()).await?;
             loop {
                 conn.buf.consume(conn.buf.len());
-                if read_some(conn, client.stream, client.watch, patience).await? == 0 {
+                if read_some(conn, client.stream.tcp(), client.watch, patience).await? == 0 {
                     // The end of the stream is the end of this body.
                     attempt.complete(Outcome::Success);
                     return Ok(());

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{ResponseReceived, retry};
-use tokio::net::TcpStream;
 
 use crate::connections::{BackendConn, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{self, Reject};
+use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
 use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
@@ -103,9 +103,9 @@ pub(crate) enum Ending {
 pub(crate) const CLIENT_CLOSED: u16 = 499;
 
 /// Forwards one request; the backends tried are left in `scratch.tried`.
-pub(crate) async fn forward(
+pub(crate) async fn forward<S: ClientStream>(
     f: &Forward<'_>,
-    client: &mut TcpStream,
+    client: &mut S,
     scratch: &mut Scratch,
 ) -> Ending {
     let upstream = f.upstream;
@@ -124,7 +124,7 @@ pub(crate) async fn forward(
                 settings,
                 f.affinity,
                 &scratch.tried,
-                Some(client),
+                Some(client.tcp()),
                 f.watch_client,
             )
             .await;
@@ -192,7 +192,7 @@ pub(crate) async fn forward(
             match exchange::send_and_read_head(
                 &mut conn,
                 &request,
-                Some(client),
+                Some(client.tcp()),
                 patience,
                 &mut scratch.out,
             )
@@ -305,9 +305,9 @@ pub(crate) async fn forward(
 /// ended, either fails, or nothing moves for `idle_timeout`; the attempt's ticket is held all
 /// the while (the backend is busy with this client: least_conn counts it), then completes
 /// with the time the backend took to agree (`agreed`) as its latency.
-async fn tunnel(
+async fn tunnel<S: ClientStream>(
     f: &Forward<'_>,
-    client: &mut TcpStream,
+    client: &mut S,
     mut conn: BackendConn,
     head: &[u8],
     mut attempt: Attempt,

@@ -1,4 +1,5 @@
-//! Socket writes with deadlines, and watching a client while it waits.
+//! Socket writes with deadlines, watching a client while it waits, and what a client
+//! connection is: plain TCP or TLS over it ([`ClientStream`]).
 
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,8 +19,8 @@ pub(crate) fn after(d: Duration) -> Instant {
 
 /// Writes `a` then `b` to the client within `timeout` (nginx `send_timeout`: a client that
 /// stops reading does not hold its backend connection forever).
-pub(crate) async fn send(
-    stream: &mut TcpStream,
+pub(crate) async fn send<W: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut W,
     a: &[u8],
     b: &[u8],
     timeout: Duration,
@@ -27,6 +28,67 @@ pub(crate) async fn send(
     match tokio::time::timeout(timeout, write_two(stream, a, b, &AtomicUsize::new(0))).await {
         Ok(written) => written,
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// A client connection as the HTTP/1.1 code serves it: a byte stream, and the TCP socket
+/// under it for what only the socket can tell (whether the client left: a peek, which nginx
+/// also does on the raw socket under SSL; whether it is readable; linger on a reset). The
+/// client code is generic over it, so the plain path is compiled for `TcpStream` itself and
+/// pays nothing for TLS.
+pub(crate) trait ClientStream:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
+{
+    /// The TCP socket under the stream.
+    fn tcp(&self) -> &TcpStream;
+
+    /// The halves a tunnel reads and writes at once (an upgraded connection is relayed both
+    /// ways): a `TcpStream`'s own borrowed halves, or a TLS stream split.
+    type Reader<'a>: tokio::io::AsyncRead + Unpin + Send
+    where
+        Self: 'a;
+    type Writer<'a>: tokio::io::AsyncWrite + Unpin + Send
+    where
+        Self: 'a;
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>);
+
+    /// Whether input is already buffered above the socket (decrypted TLS records not yet
+    /// read), so waiting for the socket to become readable would wait for nothing.
+    fn has_buffered_input(&mut self) -> bool {
+        false
+    }
+}
+
+impl ClientStream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+
+    type Reader<'a> = tokio::net::tcp::ReadHalf<'a>;
+    type Writer<'a> = tokio::net::tcp::WriteHalf<'a>;
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
+        self.split()
+    }
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+
+    type Reader<'a> = tokio::io::ReadHalf<&'a mut Self>;
+    type Writer<'a> = tokio::io::WriteHalf<&'a mut Self>;
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
+        tokio::io::split(self)
+    }
+
+    fn has_buffered_input(&mut self) -> bool {
+        // Decrypts whatever whole records rustls holds; an error is "input" too, so that the
+        // read which follows finds it and ends the connection.
+        self.get_mut()
+            .1
+            .process_new_packets()
+            .map_or(true, |state| state.plaintext_bytes_to_read() > 0)
     }
 }
 

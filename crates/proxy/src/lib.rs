@@ -39,7 +39,10 @@
 //!   an HTTP/1.1 head through `http1::parse_request`, its body buffered, our own answers),
 //!   `forward` (its attempts up to the response head), `relay` (the backend's body as DATA
 //!   frames). Backends get HTTP/1.1 over the same pooled connections.
-//! * `io`: writes with deadlines, and watching a waiting client.
+//! * [`tls`]: TLS termination: certificates read from PEM files, chosen by SNI, resumption,
+//!   the handshake bounded by `client_header_timeout`.
+//! * `io`: writes with deadlines, watching a waiting client, and `ClientStream`, what the
+//!   HTTP/1.1 code is generic over (plain TCP or TLS), so the plain path pays nothing for TLS.
 //! * `buffer`: the read buffer a connection keeps for its life.
 //! * `tcp`: TCP (L4) mode: a connection balanced once and relayed both ways, half-closes
 //!   passed on, idle sessions closed.
@@ -64,6 +67,7 @@ mod proxy_protocol;
 pub mod server;
 pub mod settings;
 mod tcp;
+pub mod tls;
 mod upstream;
 
 pub use http1::MAX_HEADERS_LIMIT;

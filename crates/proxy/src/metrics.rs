@@ -133,6 +133,8 @@ impl UpstreamCounts {
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     counts: Mutex<HashMap<Arc<str>, UpstreamCounts>>,
+    /// TLS handshakes that failed or timed out (no upstream is known yet).
+    tls_handshake_failures: std::sync::atomic::AtomicU64,
 }
 
 impl WorkerStats {
@@ -181,6 +183,12 @@ impl WorkerStats {
         }
     }
 
+    /// A client's TLS handshake failed or timed out.
+    pub(crate) fn tls_handshake_failed(&self) {
+        self.tls_handshake_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// `n` attempts after a request's first.
     pub(crate) fn retried(&self, upstream: &Arc<str>, n: u64) {
         if n > 0 {
@@ -204,6 +212,19 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::clone(&stats));
         stats
+    }
+
+    /// TLS handshakes that failed or timed out, every worker's.
+    pub fn tls_handshake_failures(&self) -> u64 {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|w| {
+                w.tls_handshake_failures
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum()
     }
 
     /// The counts of every worker, summed, by upstream name.

@@ -39,6 +39,7 @@ use crate::client::{self, ListenerContext, WorkerListener};
 use crate::handover::{self, Inherited};
 use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::{ListenerSettings, Protocol, ProxySettings};
+use crate::tls::{Resumption, ServerTls, TlsSetupError};
 use crate::upstream::Keep;
 use crate::upstream::{Upstream, WorkerPools};
 use crate::{http2, proxy_protocol, tcp};
@@ -62,6 +63,11 @@ pub enum StartError {
     AccessLog {
         destination: Destination,
         source: std::io::Error,
+    },
+    #[error("listener {listen}: {source}")]
+    Tls {
+        listen: SocketAddr,
+        source: TlsSetupError,
     },
     #[error("listener {listen} names upstream \"{upstream}\", which is not defined")]
     UnknownUpstream {
@@ -190,6 +196,8 @@ struct LiveListener {
     /// dropped when shutdown begins, so that the socket closes with the workers' and new
     /// connections are refused rather than left waiting in its queue.
     handover: Option<std::net::TcpListener>,
+    /// TLS session cache and ticket keys, kept across reloads.
+    resumption: Resumption,
 }
 
 /// One configured listener, bound: its context, its socket (one descriptor per worker), its
@@ -223,6 +231,13 @@ fn bind_listener(
     inherited: &mut Inherited,
 ) -> Result<(Listener, LiveListener), StartError> {
     let configured = settings.listen;
+    let tls_error = |source| StartError::Tls {
+        listen: configured,
+        source,
+    };
+    // Certificates first: a bad one leaves nothing bound.
+    let resumption = Resumption::new().map_err(|e| tls_error(e.into()))?;
+    let tls = server_tls(&settings, &resumption).map_err(tls_error)?;
     let bind_error = |source| StartError::Bind {
         addr: configured,
         source,
@@ -247,6 +262,7 @@ fn bind_listener(
         settings,
         upstream,
         access_log,
+        tls,
     }));
     let (retire_tx, retire_rx) = watch::channel(false);
     let (inboxes, receivers): (Vec<_>, Vec<_>) =
@@ -272,8 +288,20 @@ fn bind_listener(
             limit,
             permits,
             handover: Some(handover),
+            resumption,
         },
     ))
+}
+
+/// A listener's TLS read from its certificate files, `None` for plain HTTP.
+fn server_tls(
+    settings: &ListenerSettings,
+    resumption: &Resumption,
+) -> Result<Option<ServerTls>, TlsSetupError> {
+    if settings.tls.is_empty() {
+        return Ok(None);
+    }
+    ServerTls::new(&settings.tls, resumption).map(Some)
 }
 
 impl Listener {
@@ -567,13 +595,17 @@ impl ProxyHandle {
             ));
         }
         // Which listeners stay: matched by configured address, in order.
-        let (old_listeners, old_upstreams, old_log) = {
+        let (old_listeners, old_resumption, old_upstreams, old_log) = {
             let r = live.registry();
             (
                 r.listeners
                     .iter()
                     .map(|l| l.configured)
                     .collect::<Vec<SocketAddr>>(),
+                r.listeners
+                    .iter()
+                    .map(|l| l.resumption.clone())
+                    .collect::<Vec<_>>(),
                 r.upstreams.clone(),
                 r.access_log.clone(),
             )
@@ -610,6 +642,21 @@ impl ProxyHandle {
             }
         }
         upstreams.sort_by(|a, b| a.name().cmp(b.name()));
+        // Certificates of the listeners that stay are read again (a renewed certificate is in
+        // force after the reload); one that cannot be read stops the reload before anything
+        // changes, and the old ones go on being served.
+        let mut tls = Vec::new();
+        for (l, matched) in settings.listeners.iter().zip(&matches) {
+            tls.push(match matched {
+                Some(i) => {
+                    server_tls(l, &old_resumption[*i]).map_err(|source| StartError::Tls {
+                        listen: l.listen,
+                        source,
+                    })?
+                }
+                None => None,
+            });
+        }
         // Bind the new listeners before anything changes.
         let mut bound = Vec::new();
         for (l, matched) in settings.listeners.iter().zip(&matches) {
@@ -657,7 +704,7 @@ impl ProxyHandle {
         let mut bound = bound.into_iter();
         let mut listeners = Vec::new();
         let mut added = Vec::new();
-        for (l, matched) in settings.listeners.into_iter().zip(matches) {
+        for ((l, matched), tls) in settings.listeners.into_iter().zip(matches).zip(tls) {
             let upstream = find(&upstreams, &l.upstream).expect("checked above");
             match matched.and_then(|i| old_entries[i].take()) {
                 Some(mut entry) => {
@@ -681,10 +728,15 @@ impl ProxyHandle {
                     }
                     if changed {
                         done.changed_listeners.push(entry.bound);
+                    }
+                    // New certificates alone do not retire open connections (see the accept
+                    // loop): only new ones get them.
+                    if changed || tls.is_some() {
                         let _ = entry.ctx.send(Arc::new(ListenerContext {
                             settings: l,
                             upstream,
                             access_log: access_log.clone(),
+                            tls,
                         }));
                     }
                     listeners.push(entry);
@@ -911,8 +963,11 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                     break;
                 }
                 // A reload changed the listener: new connections get the new context; open
-                // ones finish their request and close.
-                current.retired.store(true, Ordering::Relaxed);
+                // ones finish their request and close, unless only the certificates changed
+                // (their sessions are established: they go on).
+                if !a.ctx.borrow().same_but_tls(&current.ctx) {
+                    current.retired.store(true, Ordering::Relaxed);
+                }
                 current = a.worker_listener(Some(&current));
                 continue;
             },
@@ -988,7 +1043,9 @@ async fn serve(
     match settings.protocol {
         // On the heap: the HTTP/2 server's state would otherwise make every connection's task
         // larger, HTTP/1.1-only listeners' included (an idle connection's cost is its task).
-        Protocol::Http if settings.http2.is_some() => {
+        // Over TLS, HTTP/2 would be chosen by ALPN (not built yet): no h2c sniffing there, the
+        // first bytes are a ClientHello.
+        Protocol::Http if settings.http2.is_some() && settings.tls.is_empty() => {
             Box::pin(http2::serve_detected(
                 stream, client, listener, stop, permit,
             ))

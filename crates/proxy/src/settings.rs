@@ -74,6 +74,9 @@ pub struct ListenerSettings {
     /// `Protocol::Http`: HTTP/2 accepted too (h2c with prior knowledge; `h2` by ALPN over
     /// TLS), with these limits. `None`: HTTP/1.1 only.
     pub http2: Option<crate::Http2Settings>,
+    /// TLS termination (`[[listener.tls]]`): empty for plain HTTP; else the certificate
+    /// entries, the first the default for clients without SNI or with a name none matches.
+    pub tls: Vec<crate::tls::CertificateFiles>,
 }
 
 /// What a listener speaks to its clients.
@@ -134,6 +137,7 @@ impl ListenerSettings {
             accept_proxy_protocol: false,
             upgrade: Vec::new(),
             http2: None,
+            tls: Vec::new(),
         }
     }
 }

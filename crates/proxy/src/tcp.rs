@@ -268,8 +268,8 @@ enum PipeError {
 
 /// Relays both directions until both have ended, one fails, or nothing moved for `idle`
 /// (TCP sessions, and HTTP connections upgraded to a tunnel), counting into `moved`.
-pub(crate) async fn relay(
-    client: &mut TcpStream,
+pub(crate) async fn relay<C: crate::io::ClientStream>(
+    client: &mut C,
     backend: &mut TcpStream,
     idle: Duration,
     moved: &Moved,
@@ -279,7 +279,7 @@ pub(crate) async fn relay(
         last_ms: AtomicU64::new(0),
     };
     let end = {
-        let (mut client_in, mut client_out) = client.split();
+        let (mut client_in, mut client_out) = client.halves();
         let (mut backend_in, mut backend_out) = backend.split();
         let up = pipe(
             &mut client_in,
@@ -328,7 +328,7 @@ pub(crate) async fn relay(
     // A failure on one side is passed on as a reset on the other (closing with SO_LINGER 0),
     // not a clean end of stream.
     match &end {
-        RelayEnd::BackendFailed(_) => reset_on_close(client),
+        RelayEnd::BackendFailed(_) => reset_on_close(client.tcp()),
         RelayEnd::ClientFailed(_) => reset_on_close(backend),
         RelayEnd::Closed | RelayEnd::Idle => {}
     }

@@ -38,8 +38,9 @@ pub(super) const SECTION: Section = Section {
         "http2_max_concurrent_streams",
         "http2_max_resets_per_second",
         "http2_idle_timeout",
+        "tls",
     ],
-    not_yet: &["route", "tls"],
+    not_yet: &["route"],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
@@ -111,6 +112,8 @@ pub(super) struct Listener {
     /// Where `upstream` is written and its key path, for what the upstream's settings forbid
     /// on this listener.
     pub upstream_at: (std::ops::Range<usize>, String),
+    /// `[[listener.tls]]`, checked: empty for plain HTTP.
+    pub tls: Vec<proxy::tls::CertificateFiles>,
 }
 
 /// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
@@ -253,6 +256,26 @@ pub(super) fn read(
             "needs trusted_proxies: the load balancers in front that may name the client (anyone else could claim any address), e.g. trusted_proxies = [\"10.0.0.0/8\"]",
         );
     }
+    let tls = super::tls::read(r, t);
+    if http2.is_some()
+        && !tls.is_empty()
+        && let Some(span) = t.span_of("http2")
+    {
+        r.warn(
+            &span,
+            format!(
+                "{}: HTTP/2 over TLS (h2 by ALPN) is not built yet: this listener serves HTTP/1.1 over TLS, and h2c needs a listener without [[listener.tls]]",
+                t.key("http2")
+            ),
+        );
+    }
+    if protocol == Protocol::Tcp && t.span_of("tls").is_some() {
+        t.error(
+            r,
+            "tls",
+            "TLS termination on a TCP listener is not supported yet (only on HTTP listeners): remove [[listener.tls]], or use protocol = \"http\"",
+        );
+    }
     Some(Listener {
         listen: listen?,
         upstream: upstream?,
@@ -272,6 +295,7 @@ pub(super) fn read(
         upgrade,
         http2,
         upstream_at,
+        tls,
     })
 }
 

@@ -15,6 +15,8 @@
 //!   sections together (unique names, listeners to existing upstreams).
 //! * [`listener`], [`upstream`], [`backend`]: one module per section, each holding its keys
 //!   and their checks side by side; [`algorithm`]: an upstream's algorithm and its options.
+//! * [`tls`]: a listener's `[[listener.tls]]` certificates, read and checked as `run` would
+//!   read them.
 //! * [`admin`]: the admin listener and its token.
 //! * [`balancing`]: an algorithm and its options from the admin API, checked as in a file.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
@@ -36,6 +38,7 @@ mod listener;
 mod report;
 mod settings;
 mod table;
+mod tls;
 mod upstream;
 
 use std::path::Path;

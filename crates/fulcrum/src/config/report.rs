@@ -122,6 +122,15 @@ impl<'a> Report<'a> {
             .push(format!("{}:{line}: {message}", self.path.display()));
     }
 
+    /// The directory of the configuration file, against which relative paths in it are read
+    /// (as nginx reads them against its configuration prefix).
+    pub(super) fn dir(&self) -> &Path {
+        match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    }
+
     /// The 1-based line `span` starts on.
     pub(super) fn line_of(&self, span: &Range<usize>) -> usize {
         let start = floor_char_boundary(self.text, span.start);

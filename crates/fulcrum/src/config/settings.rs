@@ -67,6 +67,7 @@ fn listener(l: Listener) -> ListenerSettings {
     s.accept_proxy_protocol = l.accept_proxy_protocol;
     s.upgrade = l.upgrade;
     s.http2 = l.http2;
+    s.tls = l.tls;
     s
 }
 

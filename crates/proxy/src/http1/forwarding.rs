@@ -14,8 +14,11 @@
 //! | `X-Forwarded-For`   | replaced: the peer            | the peer appended to the list       |
 //! | `Forwarded`         | replaced: our element         | our element appended (RFC 7239 §4)  |
 //! | `X-Real-IP`         | replaced: the peer            | replaced: the client found in XFF   |
-//! | `X-Forwarded-Proto` | replaced: `http`              | passed on; `http` if there is none  |
+//! | `X-Forwarded-Proto` | replaced: the scheme          | passed on; the scheme if none       |
 //! | `X-Forwarded-Host`  | removed                       | passed on                           |
+//!
+//! The scheme is the one the client used with us: `https` on a listener with TLS, else `http`
+//! (what nginx users write as `$scheme`).
 //!
 //! Our `Forwarded` element is `for=<peer>;proto=http;host="<Host>"` (RFC 7239 §5.2 `for`,
 //! §5.3 `host`, §5.4 `proto`; an IPv6 node in brackets and quotes, §6.1). `X-Forwarded-Host`
@@ -60,6 +63,8 @@ pub(crate) struct ClientAddr {
     /// The listener's trusted proxies when the peer is one of them (its forwarding headers are
     /// believed, and `X-Forwarded-For` is walked against these); `None` when it is not.
     trusted: Option<Box<[IpNet]>>,
+    /// The scheme the client used: `http`, or `https` on a TLS listener.
+    proto: &'static str,
 }
 
 impl ClientAddr {
@@ -79,7 +84,13 @@ impl ClientAddr {
                 IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
             },
             trusted: is_in(addr, trusted_proxies).then(|| trusted_proxies.into()),
+            proto: "http",
         }
+    }
+
+    /// The client came over TLS: the forwarding headers say `https`.
+    pub(crate) fn set_https(&mut self) {
+        self.proto = "https";
     }
 }
 
@@ -140,14 +151,17 @@ pub(super) fn put_forwarding(
     out.extend_from_slice(client.ip.as_bytes());
     out.extend_from_slice(b"\r\n");
     if trusted.is_none() || values(headers, "x-forwarded-proto").next().is_none() {
-        out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
+        out.extend_from_slice(b"X-Forwarded-Proto: ");
+        out.extend_from_slice(client.proto.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"Forwarded: ");
     if trusted.is_some() {
         append_values(out, headers, "forwarded");
     }
     out.extend_from_slice(client.forwarded_for.as_bytes());
-    out.extend_from_slice(b";proto=http");
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(client.proto.as_bytes());
     if let Some(host) = host {
         out.extend_from_slice(b";host=\"");
         out.extend_from_slice(host);

@@ -269,6 +269,11 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
             "Client connections being served, by listener.",
             clients,
         ),
+        counters(
+            "fulcrum_tls_handshake_failures_total",
+            "Client TLS handshakes that failed (not TLS, no common protocol or cipher, an alert) or did not finish within client_header_timeout.",
+            vec![(Vec::new(), view.proxy.metrics().tls_handshake_failures())],
+        ),
     ]
     .into_iter()
     // An empty family is not written at all (its HELP alone would be a lint error).

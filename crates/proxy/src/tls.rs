@@ -306,7 +306,7 @@ pub(crate) struct ServerTls {
 /// Why a listener's TLS cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
-    #[error("listener[..].tls[{index}]: {source}")]
+    #[error("tls[{index}]: {source}")]
     Certificate {
         index: usize,
         source: CertificateError,

@@ -103,9 +103,17 @@ fn echo_backend() -> SocketAddr {
                         return;
                     };
                     let head: Vec<u8> = buf.drain(..end).collect();
+                    // `GET /big/N`: N bytes; anything else: the head received.
+                    let big = String::from_utf8_lossy(&head)
+                        .strip_prefix("GET /big/")
+                        .and_then(|rest| rest.split(' ').next()?.parse::<usize>().ok());
+                    let body = match big {
+                        Some(n) => vec![b'x'; n],
+                        None => head,
+                    };
                     let answer =
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", head.len());
-                    if s.write_all(answer.as_bytes()).is_err() || s.write_all(&head).is_err() {
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    if s.write_all(answer.as_bytes()).is_err() || s.write_all(&body).is_err() {
                         return;
                     }
                 }
@@ -134,6 +142,11 @@ fn get(s: &mut (impl Read + Write), host: &str, path: &str) -> (String, String) 
     let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
     s.write_all(request.as_bytes()).unwrap();
     s.flush().unwrap();
+    read_answer(s)
+}
+
+/// A response's head and body (Content-Length framed).
+fn read_answer(s: &mut impl Read) -> (String, String) {
     let mut buf = Vec::new();
     let end = head_end(s, &mut buf).expect("a response head");
     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
@@ -426,6 +439,56 @@ fn a_renewed_certificate_is_served_after_a_reload_and_open_connections_go_on() {
     );
     let tls = connect(&fresh_config(&ca), addr, "a.test");
     assert!(served(&tls) == new.der, "the running certificate stays");
+}
+
+/// A large answer to a client that reads slowly (a small receive buffer): every byte arrives,
+/// none is left in the TLS layer's buffer when the socket was full at the last write.
+#[test]
+fn a_large_answer_reaches_a_slow_reader_whole() {
+    let dir = TempDir::new("tls", "large");
+    let ca = Ca::new();
+    let a = ca.site(&dir.0, "a", &["a.test"]);
+    let backend = echo_backend();
+    let file = TempFile::new("tls-large.toml", &config_text(backend, &[&a], ""));
+    let fulcrum = Running::start(&file, 1);
+    let addr = fulcrum.addr_of("web");
+    let config = client_config(&ca, &[&rustls::version::TLS13]);
+
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let tcp: TcpStream = socket.into();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let conn =
+        rustls::ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
+    let tls = rustls::StreamOwned::new(conn, tcp);
+    let mut slow = Slow(tls);
+    for size in [8_000_000, 300_001] {
+        let (head, body) = get(&mut slow, "a.test", &format!("/big/{size}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(body.len(), size);
+    }
+}
+
+/// A client that reads slowly: a pause before every read, so fulcrum's writes keep finding
+/// its socket full (the pause is the behaviour under test, not a wait for a condition).
+struct Slow(Tls);
+
+impl Read for Slow {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(Duration::from_millis(1));
+        self.0.read(buf)
+    }
+}
+
+impl Write for Slow {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn fresh_config(ca: &Ca) -> Arc<rustls::ClientConfig> {

@@ -113,7 +113,9 @@ pub(crate) async fn write_two<W: tokio::io::AsyncWrite + Unpin>(
         written.store(written.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         IoSlice::advance_slices(&mut rest, n);
     }
-    Ok(())
+    // A TLS stream may hold the last records it encrypted when the socket was full (a write
+    // is accepted once it is in the TLS layer): push them out. On a TCP socket this is free.
+    stream.flush().await
 }
 
 /// Resolves when the client has closed its side (or its connection failed) while it waits for

@@ -634,3 +634,134 @@ fn check_names_the_line_of_a_missing_a_non_pem_and_a_mismatched_file() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// TLS to backends
+
+/// A TLS backend (rustls, blocking) serving `site`'s certificate, answering every request
+/// with the head it received, keeping connections alive; counts the TLS sessions it accepted.
+fn tls_backend(site: &Site) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let chain = vec![site.der.clone()];
+    let key = PrivateKeyDer::from_pem_file(&site.key).unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sessions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&sessions);
+    // The threads end with the test process; every socket they hold is on loopback.
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().map_while(Result::ok) {
+            let config = Arc::clone(&config);
+            let counted = Arc::clone(&counted);
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, tcp);
+                while s.conn.is_handshaking() {
+                    if s.conn.complete_io(&mut s.sock).is_err() {
+                        return;
+                    }
+                }
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = Vec::new();
+                while let Some(end) = head_end(&mut s, &mut buf) {
+                    let head: Vec<u8> = buf.drain(..end).collect();
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", head.len());
+                    if s.write_all(answer.as_bytes()).is_err() || s.write_all(&head).is_err() {
+                        return;
+                    }
+                    let _ = s.flush();
+                }
+            });
+        }
+    });
+    (addr, sessions)
+}
+
+#[test]
+fn backends_over_tls_are_verified_and_their_connections_kept_alive() {
+    let dir = TempDir::new("tls", "backend");
+    let ca = Ca::new();
+    let good = tls_backend(&ca.site(&dir.0, "backend", &["backend.test"]));
+    // Signed by a CA fulcrum does not trust.
+    let stranger = Ca::new();
+    let bad = tls_backend(&stranger.site(&dir.0, "stranger", &["backend.test"]));
+    // Trusted, but for another name.
+    let misnamed = tls_backend(&ca.site(&dir.0, "other", &["other.test"]));
+    let ca_file = ca.write_pem(&dir.0);
+    let upstream = |name: &str, backend: SocketAddr| {
+        format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"{name}\"\n\n\
+             [[upstream]]\nname = \"{name}\"\nretries = 0\ntls = true\ntls_ca = \"{}\"\n\
+             tls_server_name = \"backend.test\"\n  [[upstream.backend]]\n  addr = \"{backend}\"\n\n",
+            ca_file.display()
+        )
+    };
+    let text = format!(
+        "workers = 1\naccess_log = false\n\n{}{}{}",
+        upstream("good", good.0),
+        upstream("bad", bad.0),
+        upstream("misnamed", misnamed.0)
+    );
+    let file = TempFile::new("tls-backend.toml", &text);
+    let fulcrum = Running::start(&file, 3);
+
+    // Three requests over one client connection: one TLS session to the backend, reused.
+    let mut client = TcpStream::connect(fulcrum.addr_of("good")).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for i in 0..3 {
+        let (head, body) = get(&mut client, "app.test", &format!("/over-tls/{i}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            body.starts_with(&format!("GET /over-tls/{i} HTTP/1.1\r\n")),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        good.1.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the kept-alive TLS connection was reused"
+    );
+
+    // Untrusted, and misnamed: 502, and the log says why.
+    for (listener, reason) in [
+        // (The stranger CA has the same name as ours: its signature is what fails.)
+        ("bad", "invalid peer certificate: BadSignature"),
+        (
+            "misnamed",
+            "certificate not valid for name \"backend.test\"",
+        ),
+    ] {
+        let mut client = TcpStream::connect(fulcrum.addr_of(listener)).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (head, _) = get(&mut client, "app.test", "/refused");
+        assert!(head.starts_with("HTTP/1.1 502"), "{listener}: {head}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let line = fulcrum.next_line(deadline);
+            if line.contains("attempt failed") && line.contains(&format!("upstream={listener}")) {
+                break line;
+            }
+        };
+        assert!(
+            line.contains("TLS handshake with the backend failed") && line.contains(reason),
+            "{line}"
+        );
+    }
+    assert_eq!(bad.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+}

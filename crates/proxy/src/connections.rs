@@ -42,6 +42,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::buffer::Buffer;
+use crate::upstream_tls::{BackendStream, BackendTls};
 
 /// Read buffer of a backend connection: response heads must fit (nginx's
 /// `proxy_buffer_size`, 4 or 8 KiB there); bodies stream through it.
@@ -50,7 +51,10 @@ pub(crate) const BACKEND_BUFFER: usize = 16 * 1024;
 /// One connection to a backend, with its read buffer. Counted as open until dropped.
 #[derive(Debug)]
 pub(crate) struct BackendConn {
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: BackendStream,
+    /// The TLS settings the connection was made with (`None`: plain): an idle connection is
+    /// reused only under the same ones.
+    tls: Option<Arc<BackendTls>>,
     pub(crate) buf: Buffer,
     /// Whether it carried an earlier request.
     reused: bool,
@@ -91,6 +95,12 @@ pub(crate) enum ConnectError {
     Io(std::io::Error),
     #[error("connect timed out")]
     Timeout,
+    #[error("TLS handshake with the backend failed: {0}")]
+    Tls(std::io::Error),
+    #[error(
+        "TLS: no name to verify the backend by (its address as written is \"{0}\"): set tls_server_name"
+    )]
+    NoServerName(String),
 }
 
 impl ConnectError {
@@ -99,7 +109,10 @@ impl ConnectError {
         match self {
             ConnectError::Timeout => Fault::ConnectTimeout,
             ConnectError::Io(e) if is_local_shortage(e) => Fault::LocalResources,
-            ConnectError::Io(_) => Fault::ConnectFailed,
+            ConnectError::Io(_) | ConnectError::NoServerName(_) => Fault::ConnectFailed,
+            // The backend answered, but not with a certificate we can trust (or not with
+            // TLS): its answer was invalid, 502 as nginx's failed upstream handshake.
+            ConnectError::Tls(_) => Fault::InvalidResponse,
         }
     }
 }
@@ -177,7 +190,8 @@ impl Connections {
 
     /// Whether an idle connection can still be used at `now`.
     fn usable(&self, entry: &Idle, now: Instant, careful: bool) -> bool {
-        now.duration_since(entry.since) < self.idle_timeout && quiet(&entry.conn.stream, careful)
+        now.duration_since(entry.since) < self.idle_timeout
+            && quiet(entry.conn.stream.tcp(), careful)
     }
 
     /// Whether connections are kept for reuse at all (`keepalive` > 0).
@@ -187,12 +201,22 @@ impl Connections {
 
     /// The most recently returned connection that is still open and not idle for too long;
     /// `careful` (for a request that cannot be resent): make sure with a system call that the
-    /// backend has not closed it.
-    pub(crate) fn take_idle(&self, careful: bool) -> Option<BackendConn> {
+    /// backend has not closed it. Only a connection made with `tls` (the upstream's TLS
+    /// settings in force) is taken; others, from before a reload, are closed.
+    pub(crate) fn take_idle(
+        &self,
+        careful: bool,
+        tls: Option<&Arc<BackendTls>>,
+    ) -> Option<BackendConn> {
         let mut idle = self.idle_list();
         let now = Instant::now();
         while let Some(entry) = idle.pop_back() {
-            if self.usable(&entry, now, careful) {
+            let same_tls = match (&entry.conn.tls, tls) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if same_tls && self.usable(&entry, now, careful) {
                 let mut conn = entry.conn;
                 conn.reused = true;
                 return Some(conn);
@@ -241,16 +265,40 @@ impl Connections {
         (self.open.load(Ordering::Relaxed), idle)
     }
 
-    /// Opens a new connection within `timeout`.
-    pub(crate) async fn connect(&self, timeout: Duration) -> Result<BackendConn, ConnectError> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.addr)).await {
+    /// Opens a new connection within `timeout`: TCP, and with `tls` the TLS handshake too,
+    /// verifying the backend by the name `tls` gives for `written` (its address as written).
+    pub(crate) async fn connect(
+        &self,
+        timeout: Duration,
+        tls: Option<(&Arc<BackendTls>, &str)>,
+    ) -> Result<BackendConn, ConnectError> {
+        let connect = async {
+            let tcp = TcpStream::connect(self.addr)
+                .await
+                .map_err(ConnectError::Io)?;
+            tcp.set_nodelay(true).map_err(ConnectError::Io)?;
+            let Some((tls, written)) = tls else {
+                return Ok(BackendStream::Plain(tcp));
+            };
+            // A backend only the admin API knows has no address as written: its IP then.
+            let written = match written {
+                "" => self.addr.ip().to_string(),
+                w => w.to_owned(),
+            };
+            let name = tls
+                .name_for(&written)
+                .ok_or(ConnectError::NoServerName(written))?;
+            let stream = tls.handshake(tcp, name).await.map_err(ConnectError::Tls)?;
+            Ok(BackendStream::Tls(Box::new(stream)))
+        };
+        let stream = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(ConnectError::Io(e)),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(ConnectError::Timeout),
         };
-        stream.set_nodelay(true).map_err(ConnectError::Io)?;
         Ok(BackendConn {
             stream,
+            tls: tls.map(|(tls, _)| Arc::clone(tls)),
             buf: Buffer::new(BACKEND_BUFFER),
             reused: false,
             _open: OpenCount::new(&self.open),
@@ -298,7 +346,7 @@ mod tests {
         let pool = Connections::new(addr, 2, Duration::from_secs(60));
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(pool.connect(Duration::from_secs(1)).await.unwrap());
+            conns.push(pool.connect(Duration::from_secs(1), None).await.unwrap());
         }
         let _held = accept.await.unwrap();
         assert_eq!(pool.counts(), (3, 0));
@@ -308,7 +356,7 @@ mod tests {
         }
         // The cap: the one idle the longest is closed.
         assert_eq!(pool.counts(), (2, 2));
-        let c = pool.take_idle(true).unwrap();
+        let c = pool.take_idle(true, None).unwrap();
         assert_eq!(c.connection(), Connection::Reused);
         pool.put_idle(c);
         tokio::time::advance(Duration::from_secs(59)).await;
@@ -316,7 +364,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(pool.reap(), 2);
         assert_eq!(pool.counts(), (0, 0));
-        assert!(pool.take_idle(false).is_none());
+        assert!(pool.take_idle(false, None).is_none());
     }
 
     #[tokio::test]
@@ -325,7 +373,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let pool = Connections::new(addr, 4, Duration::from_secs(60));
         for _ in 0..2 {
-            let conn = pool.connect(Duration::from_secs(1)).await.unwrap();
+            let conn = pool.connect(Duration::from_secs(1), None).await.unwrap();
             let (server_side, _) = listener.accept().await.unwrap();
             pool.put_idle(conn);
             drop(server_side);
@@ -333,7 +381,7 @@ mod tests {
         // No await since the backend closed both: the reactor has not polled the FINs, but
         // they are in the kernel (loopback delivers at once).
         assert!(
-            pool.take_idle(true).is_none(),
+            pool.take_idle(true, None).is_none(),
             "both closed, both seen by the peek"
         );
         assert_eq!(pool.counts(), (0, 0));

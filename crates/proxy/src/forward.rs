@@ -18,6 +18,7 @@ use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
 use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
+use crate::upstream_tls::BackendTls;
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -165,13 +166,16 @@ pub(crate) async fn forward<S: ClientStream>(
         let began = tokio::time::Instant::now();
         let (action, fault) = loop {
             let idle = if reuse {
-                pool.take_idle(f.replay == balance::Replay::Unsafe)
+                pool.take_idle(f.replay == balance::Replay::Unsafe, settings.tls.as_ref())
             } else {
                 None
             };
             let mut conn = match idle {
                 Some(conn) => conn,
-                None => match pool.connect(settings.connect_timeout).await {
+                None => match pool
+                    .connect(settings.connect_timeout, backend_tls(settings, addr))
+                    .await
+                {
                     Ok(conn) => conn,
                     Err(e) => {
                         let failure = AttemptFailure {
@@ -338,6 +342,21 @@ async fn tunnel<S: ClientStream>(
         to_client: from_backend + moved.to_client.into_inner(),
         agreed,
     }
+}
+
+/// The upstream's TLS and the backend's address as written (the name to verify it by), when
+/// the upstream speaks TLS to its backends.
+pub(crate) fn backend_tls(
+    settings: &UpstreamSettings,
+    addr: SocketAddr,
+) -> Option<(&Arc<BackendTls>, &str)> {
+    let tls = settings.tls.as_ref()?;
+    let written = settings
+        .backends
+        .iter()
+        .find(|b| b.addr == addr)
+        .map_or("", |b| b.name.as_str());
+    Some((tls, written))
 }
 
 /// Ends the request head for one attempt: a `Host` naming the backend when the client sent

@@ -41,6 +41,8 @@
 //!   frames). Backends get HTTP/1.1 over the same pooled connections.
 //! * [`tls`]: TLS termination: certificates read from PEM files, chosen by SNI, resumption,
 //!   the handshake bounded by `client_header_timeout`.
+//! * [`upstream_tls`]: TLS to backends: the CAs trusted, the name verified, and a backend
+//!   connection that is plain TCP or TLS (an enum: no dyn on the request path).
 //! * `io`: writes with deadlines, watching a waiting client, and `ClientStream`, what the
 //!   HTTP/1.1 code is generic over (plain TCP or TLS), so the plain path pays nothing for TLS.
 //! * `buffer`: the read buffer a connection keeps for its life.
@@ -69,6 +71,7 @@ pub mod settings;
 mod tcp;
 pub mod tls;
 mod upstream;
+pub mod upstream_tls;
 
 pub use http1::MAX_HEADERS_LIMIT;
 pub use http2::Http2Settings;

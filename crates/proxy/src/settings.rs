@@ -252,6 +252,8 @@ pub struct UpstreamSettings {
     pub stale_after: u32,
     /// Active health checks, if any.
     pub health_check: Option<HealthCheckSettings>,
+    /// TLS to the backends (`tls = true`); `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<crate::upstream_tls::BackendTls>>,
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -329,6 +331,7 @@ impl UpstreamSettings {
             poll_timeout: Self::DEFAULT_POLL_TIMEOUT,
             stale_after: Self::DEFAULT_STALE_AFTER,
             health_check: None,
+            tls: None,
         }
     }
 }

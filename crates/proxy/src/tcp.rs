@@ -170,7 +170,10 @@ async fn connect(
             .get(addr)
             .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
         let began = Instant::now();
-        let failure = match pool.connect(settings.connect_timeout).await {
+        // An upstream with `tls = true` is refused for TCP listeners by the configuration;
+        // were one used here, its TLS would still be honoured, never dropped to plain TCP.
+        let tls = crate::forward::backend_tls(&settings, addr);
+        let failure = match pool.connect(settings.connect_timeout, tls).await {
             Ok(mut conn) => {
                 let connect_time = began.elapsed();
                 // The relay reads with buffers of its own.
@@ -270,7 +273,7 @@ enum PipeError {
 /// (TCP sessions, and HTTP connections upgraded to a tunnel), counting into `moved`.
 pub(crate) async fn relay<C: crate::io::ClientStream>(
     client: &mut C,
-    backend: &mut TcpStream,
+    backend: &mut crate::upstream_tls::BackendStream,
     idle: Duration,
     moved: &Moved,
 ) -> RelayEnd {
@@ -329,7 +332,7 @@ pub(crate) async fn relay<C: crate::io::ClientStream>(
     // not a clean end of stream.
     match &end {
         RelayEnd::BackendFailed(_) => reset_on_close(client.tcp()),
-        RelayEnd::ClientFailed(_) => reset_on_close(backend),
+        RelayEnd::ClientFailed(_) => reset_on_close(backend.tcp()),
         RelayEnd::Closed | RelayEnd::Idle => {}
     }
     end

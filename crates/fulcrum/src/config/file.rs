@@ -166,7 +166,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
 }
 
 /// A TCP listener's upstream may hash only the client's address: a connection has no header,
-/// cookie or URI to hash.
+/// cookie or URI to hash; and it may not speak TLS to its backends (not built for TCP yet).
 fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstream]) {
     for l in listeners
         .iter()
@@ -185,6 +185,16 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
                 format!(
                     "upstream \"{}\" hashes hash_key = \"{}\", which a TCP connection does not have: give it hash_key = \"client_ip\", or give this listener an upstream of its own",
                     l.upstream, b.hash_key
+                ),
+            );
+        }
+        if u.tls.is_some() {
+            r.error(
+                l.upstream_at.0.clone(),
+                &l.upstream_at.1,
+                format!(
+                    "upstream \"{}\" has tls = true, which TCP listeners do not support yet (TLS to backends is built for HTTP): give this listener an upstream without tls",
+                    l.upstream
                 ),
             );
         }

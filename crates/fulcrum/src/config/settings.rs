@@ -135,6 +135,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
         s.stale_after = n;
     }
     s.health_check = u.health_check;
+    s.tls = u.tls;
     if let Some(seed) = u.seed {
         s.seed = seed;
     }

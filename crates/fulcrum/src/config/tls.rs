@@ -13,6 +13,9 @@
 //! * a host name in the certificates of two entries: the first entry gets it (nginx's rule for
 //!   a `server_name` in two servers), the later one never serves it.
 //!
+//! An upstream's `tls`, `tls_ca` and `tls_server_name` (TLS to its backends) are read here
+//! too: the CA file is read as `run` reads it, and a problem is an error at its key.
+//!
 //! Relative paths are read against the configuration file's directory.
 
 use std::collections::HashMap;
@@ -80,6 +83,52 @@ pub(super) fn read(r: &mut Report<'_>, listener: &Table<'_>) -> Vec<CertificateF
         return Vec::new();
     }
     entries
+}
+
+/// An upstream's TLS to its backends: `tls = true`, `tls_ca` (a PEM file of CAs; the
+/// system's roots without it) and `tls_server_name` (the name verified and sent as SNI; each
+/// backend's host without it). `tls_ca` or `tls_server_name` without `tls = true` is an error:
+/// it would look like TLS was on.
+pub(super) fn upstream(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+) -> Option<std::sync::Arc<proxy::upstream_tls::BackendTls>> {
+    let on = t.flag(r, "tls");
+    let ca = t.text(r, "tls_ca", "a file", "/etc/fulcrum/backend-ca.pem");
+    let name = t.text(r, "tls_server_name", "a host name", "app.internal");
+    if on != Some(true) {
+        for (key, given) in [
+            ("tls_ca", ca.is_some()),
+            ("tls_server_name", name.is_some()),
+        ] {
+            if given {
+                t.error(
+                    r,
+                    key,
+                    format!(
+                        "{key} has no effect without tls = true: add tls = true, or remove {key}"
+                    ),
+                );
+            }
+        }
+        return None;
+    }
+    let ca_path = ca.as_ref().map(|c| r.dir().join(c.get_ref()));
+    match proxy::upstream_tls::BackendTls::new(
+        ca_path.as_deref(),
+        name.as_ref().map(|n| *n.get_ref()),
+    ) {
+        Ok(tls) => Some(std::sync::Arc::new(tls)),
+        Err(e) => {
+            let key = match e {
+                proxy::upstream_tls::BackendTlsError::BadServerName(_) => "tls_server_name",
+                _ if ca.is_some() => "tls_ca",
+                _ => "tls",
+            };
+            t.error(r, key, e);
+            None
+        }
+    }
 }
 
 /// Warns of a certificate that clients will refuse today for its dates.
@@ -245,6 +294,40 @@ mod tests {
             "{:?}",
             config.warnings
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn upstream_tls_keys_are_checked() {
+        let with = |lines: &str| {
+            GOOD.replacen(
+                "connect_timeout = \"250ms\"\n",
+                &format!("connect_timeout = \"250ms\"\n{lines}\n"),
+                1,
+            )
+        };
+        let e = refused(&with("tls_ca = \"/nonexistent/ca.pem\""));
+        assert!(
+            e.contains("upstream[0].tls_ca: tls_ca has no effect without tls = true"),
+            "{e}"
+        );
+        let e = refused(&with("tls = true\ntls_ca = \"/nonexistent/ca.pem\""));
+        assert!(
+            e.contains("t.toml:13:10: upstream[0].tls_ca: cannot read /nonexistent/ca.pem"),
+            "{e}"
+        );
+        let dir = temp_dir("upstream");
+        let (cert, _) = write_pair(&dir, "ca", &["ca.test"]);
+        let e = refused(&with(&format!(
+            "tls = true\ntls_ca = \"{cert}\"\ntls_server_name = \"a b\""
+        )));
+        assert!(
+            e.contains("upstream[0].tls_server_name: \"a b\" is not a DNS name or an IP address"),
+            "{e}"
+        );
+        let c = ok(&with(&format!("tls = true\ntls_ca = \"{cert}\"")));
+        assert!(c.proxy.upstreams[0].tls.is_some());
+        assert!(ok(GOOD).proxy.upstreams[0].tls.is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,6 +51,9 @@ pub(super) const SECTION: Section = Section {
         "stale_after",
         "seed",
         "health_check",
+        "tls",
+        "tls_ca",
+        "tls_server_name",
         "backend",
     ],
     not_yet: &["backend_protocol"],
@@ -102,6 +105,8 @@ pub(super) struct Upstream {
     pub poll_timeout: Option<Duration>,
     pub stale_after: Option<u32>,
     pub health_check: Option<proxy::HealthCheckSettings>,
+    /// `tls = true`, with its CA and name, read and checked.
+    pub tls: Option<std::sync::Arc<proxy::upstream_tls::BackendTls>>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -171,6 +176,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let health_check = t
         .section(r, "health_check", &health::SECTION)
         .and_then(|h| health::read(r, &h));
+    let tls = super::tls::upstream(r, t);
     if let (Some(timeout), Some(span)) = (poll_timeout, t.span_of("poll_timeout")) {
         let interval = poll_interval.unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
         if timeout > interval {
@@ -286,6 +292,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         poll_timeout,
         stale_after,
         health_check,
+        tls,
         seed,
         backends,
     })

@@ -100,13 +100,19 @@ pub(crate) async fn attempts(
         let mut reuse = true;
         let (action, fault) = loop {
             let idle = if reuse {
-                pool.take_idle(f.replay == balance::Replay::Unsafe)
+                pool.take_idle(f.replay == balance::Replay::Unsafe, settings.tls.as_ref())
             } else {
                 None
             };
             let mut conn = match idle {
                 Some(conn) => conn,
-                None => match pool.connect(settings.connect_timeout).await {
+                None => match pool
+                    .connect(
+                        settings.connect_timeout,
+                        crate::forward::backend_tls(settings, addr),
+                    )
+                    .await
+                {
                     Ok(conn) => conn,
                     Err(e) => {
                         let failure = AttemptFailure {

@@ -1,0 +1,352 @@
+//! TLS to backends (`tls = true` on an `[[upstream]]`): whom to trust, which name to ask for,
+//! and a backend connection that is plain TCP or TLS over it.
+//!
+//! * **Trust.** `tls_ca` (a PEM file of CA certificates) when given; otherwise the system's
+//!   roots as the OS keeps them (`/etc/ssl/certs` on Debian, through rustls-native-certs), as
+//!   nginx's `proxy_ssl_trusted_certificate` does with a file. Unlike nginx (whose
+//!   `proxy_ssl_verify` is off by default), the backend's certificate is always verified: a
+//!   proxy that accepts any certificate gives the confidentiality of plain HTTP.
+//! * **Name.** `tls_server_name` for every backend of the upstream, else each backend's host as
+//!   written in `addr` (an IP address is verified against the certificate's IP addresses and
+//!   sends no SNI, as RFC 6066 §3 forbids literal addresses there).
+//! * **Connections.** [`BackendStream`] is an enum, not a trait object: one branch per read or
+//!   write, and the plain path keeps `TcpStream`'s own borrowed halves. Kept-alive TLS
+//!   connections are pooled like plain ones; an idle one is reused only under the same TLS
+//!   settings it was made with (a reload that changes them makes new connections).
+//! * **Handshake.** Within what is left of `connect_timeout`; a failure (an unknown issuer, a
+//!   name mismatch, an expired certificate) fails the attempt as a connection failure, logged
+//!   with rustls's reason, and the next backend is tried.
+
+use std::io::IoSlice;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::pki_types::ServerName;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// An upstream's TLS to its backends, ready to connect.
+#[derive(Debug)]
+pub struct BackendTls {
+    config: Arc<rustls::ClientConfig>,
+    /// `tls_server_name`, checked; `None`: each backend's host.
+    server_name: Option<ServerName<'static>>,
+}
+
+/// Why an upstream's TLS settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendTlsError {
+    #[error("cannot read {}: {source} (check the path, and that fulcrum's user may read it)", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} holds no PEM certificate: expected \"-----BEGIN CERTIFICATE-----\" blocks of the CAs to trust", path.display())]
+    NoCertificate { path: std::path::PathBuf },
+    #[error("{}: {why}", path.display())]
+    BadCa {
+        path: std::path::PathBuf,
+        why: String,
+    },
+    #[error(
+        "no trusted root certificate found in the system's store ({why}): install ca-certificates, or name the CAs with tls_ca"
+    )]
+    NoSystemRoots { why: String },
+    #[error("\"{0}\" is not a DNS name or an IP address")]
+    BadServerName(String),
+    #[error("TLS cannot be set up: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+impl BackendTls {
+    /// Trusting the CAs in `ca` (PEM), or the system's roots; verifying `server_name`, or
+    /// each backend's host.
+    pub fn new(
+        ca: Option<&Path>,
+        server_name: Option<&str>,
+    ) -> Result<BackendTls, BackendTlsError> {
+        let server_name = server_name
+            .map(|name| {
+                ServerName::try_from(name.to_owned())
+                    .map_err(|_| BackendTlsError::BadServerName(name.to_owned()))
+            })
+            .transpose()?;
+        let mut roots = rustls::RootCertStore::empty();
+        match ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| BackendTlsError::Unreadable {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let certs = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| BackendTlsError::BadCa {
+                        path: path.to_owned(),
+                        why: e.to_string(),
+                    })?;
+                if certs.is_empty() {
+                    return Err(BackendTlsError::NoCertificate {
+                        path: path.to_owned(),
+                    });
+                }
+                for cert in certs {
+                    roots.add(cert).map_err(|e| BackendTlsError::BadCa {
+                        path: path.to_owned(),
+                        why: format!("a certificate cannot be used as a root: {e}"),
+                    })?;
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                let (added, _) = roots.add_parsable_certificates(found.certs);
+                if added == 0 {
+                    let why = match found.errors.first() {
+                        Some(e) => e.to_string(),
+                        None => "the store is empty".to_owned(),
+                    };
+                    return Err(BackendTlsError::NoSystemRoots { why });
+                }
+            }
+        }
+        let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        // HTTP/1.1 is what fulcrum speaks to backends; saying so keeps a backend that
+        // negotiates HTTP/2 by ALPN from choosing it.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(BackendTls {
+            config: Arc::new(config),
+            server_name,
+        })
+    }
+
+    /// The name to verify a backend by: `tls_server_name`, or the host of `addr` as written
+    /// (`"app.internal:443"`, `"10.0.0.5:443"`, `"[::1]:443"`).
+    pub(crate) fn name_for(&self, written: &str) -> Option<ServerName<'static>> {
+        if let Some(name) = &self.server_name {
+            return Some(name.clone());
+        }
+        let host = match written.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => written,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        ServerName::try_from(host.to_owned()).ok()
+    }
+
+    /// The TLS handshake on a fresh connection to a backend.
+    pub(crate) async fn handshake(
+        &self,
+        tcp: TcpStream,
+        name: ServerName<'static>,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
+            .connect(name, tcp)
+            .await
+    }
+}
+
+/// A connection to a backend.
+#[derive(Debug)]
+pub(crate) enum BackendStream {
+    Plain(TcpStream),
+    /// Boxed: rustls's state is large, and most connections are plain.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl BackendStream {
+    /// The TCP socket under the stream (peeked to see whether an idle connection was closed).
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            BackendStream::Plain(s) => s,
+            BackendStream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Halves that read and write at once (the request is written while the answer is read).
+    pub(crate) fn split(&mut self) -> (BackendRead<'_>, BackendWrite<'_>) {
+        match self {
+            BackendStream::Plain(s) => {
+                let (r, w) = s.split();
+                (BackendRead::Plain(r), BackendWrite::Plain(w))
+            }
+            BackendStream::Tls(s) => {
+                let (r, w) = tokio::io::split(&mut **s);
+                (BackendRead::Tls(r), BackendWrite::Tls(w))
+            }
+        }
+    }
+}
+
+pub(crate) enum BackendRead<'a> {
+    Plain(tokio::net::tcp::ReadHalf<'a>),
+    Tls(tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>),
+}
+
+pub(crate) enum BackendWrite<'a> {
+    Plain(tokio::net::tcp::WriteHalf<'a>),
+    Tls(tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for BackendStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            BackendStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BackendStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            BackendStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            BackendStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            BackendStream::Plain(s) => s.is_write_vectored(),
+            BackendStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            BackendStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            BackendStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for BackendRead<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendRead::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            BackendRead::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BackendWrite<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BackendWrite::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            BackendWrite::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BackendWrite::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            BackendWrite::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            BackendWrite::Plain(s) => s.is_write_vectored(),
+            BackendWrite::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendWrite::Plain(s) => Pin::new(s).poll_flush(cx),
+            BackendWrite::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BackendWrite::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            BackendWrite::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_is_the_host_as_written_unless_one_is_given() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-upstream-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = rcgen::CertificateParams::new(vec!["ca.test".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let tls = BackendTls::new(Some(&ca_file), None).unwrap();
+        let name = |w: &str| tls.name_for(w).map(|n| n.to_str().into_owned());
+        assert_eq!(name("app.internal:8443").as_deref(), Some("app.internal"));
+        assert_eq!(name("10.0.0.5:443").as_deref(), Some("10.0.0.5"));
+        assert_eq!(name("[::1]:443").as_deref(), Some("::1"));
+        let named = BackendTls::new(Some(&ca_file), Some("api.test")).unwrap();
+        assert_eq!(
+            named
+                .name_for("10.0.0.5:443")
+                .map(|n| n.to_str().into_owned())
+                .as_deref(),
+            Some("api.test")
+        );
+        assert!(matches!(
+            BackendTls::new(Some(&ca_file), Some("not a name")),
+            Err(BackendTlsError::BadServerName(_))
+        ));
+        std::fs::write(&ca_file, "nothing\n").unwrap();
+        assert!(matches!(
+            BackendTls::new(Some(&ca_file), None),
+            Err(BackendTlsError::NoCertificate { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

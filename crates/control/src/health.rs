@@ -7,13 +7,15 @@
 //! `rise` passed checks in a row bring it back; a backend starts in, so a restart does not
 //! empty the pool. Active and passive health combine: either takes a backend out (the pool's
 //! `max_fails` window still applies while checks pass), and one the checks bring back enters
-//! its slow start, if it has one. Each change is logged once.
+//! its slow start, if it has one. Each change is logged once. An upstream with `tls = true` is
+//! checked over TLS, its backends verified as requests' connections verify them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use balance::BackendId;
+use proxy::upstream_tls::BackendTls;
 use proxy::{CheckKind, HealthCheckSettings, Upstream};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -48,15 +50,37 @@ impl Streak {
 }
 
 /// One check of the backend at `addr`: `Ok` when it passes, else why not.
-pub async fn check(addr: SocketAddr, settings: &HealthCheckSettings) -> Result<(), String> {
+pub async fn check(
+    addr: SocketAddr,
+    written: &str,
+    settings: &HealthCheckSettings,
+    tls: Option<&BackendTls>,
+) -> Result<(), String> {
     let attempt = async {
-        match &settings.kind {
-            CheckKind::Tcp => TcpStream::connect(addr)
+        match (&settings.kind, tls) {
+            (CheckKind::Tcp, None) => TcpStream::connect(addr)
                 .await
                 .map(drop)
                 .map_err(|e| format!("cannot connect: {e}")),
-            CheckKind::Http { path, expect } => {
-                let (status, _) = source::get(addr, path, 0).await.map_err(|e| e.0)?;
+            // Over TLS a connection is made only by a handshake that verifies the backend (as
+            // HAProxy's `check-ssl`): one with a bad certificate is not healthy.
+            (CheckKind::Tcp, Some(tls)) => tls
+                .connect(addr, written)
+                .await
+                .map(drop)
+                .map_err(|e| format!("TLS: {e}")),
+            (CheckKind::Http { path, expect }, tls) => {
+                let (status, _) = match tls {
+                    None => source::get(addr, path, 0).await,
+                    Some(tls) => {
+                        let stream = tls
+                            .connect(addr, written)
+                            .await
+                            .map_err(|e| format!("TLS: {e}"))?;
+                        source::get_on(stream, written, path, 0).await
+                    }
+                }
+                .map_err(|e| e.0)?;
                 let code = status.as_u16();
                 if (expect.0..=expect.1).contains(&code) {
                     Ok(())
@@ -95,15 +119,18 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
         backends.len()
     ];
     let settings = Arc::new(settings);
+    let tls = upstream.settings().tls.clone();
     let mut rounds = crate::Rounds::new(settings.interval, stop);
     while rounds.next().await {
         let mut checks = JoinSet::new();
-        for (i, &(addr, _, down)) in backends.iter().enumerate() {
-            if down {
+        for (i, (addr, written, down)) in backends.iter().enumerate() {
+            if *down {
                 continue;
             }
             let settings = Arc::clone(&settings);
-            checks.spawn(async move { (i, check(addr, &settings).await) });
+            let (addr, written, tls) = (*addr, written.clone(), tls.clone());
+            checks
+                .spawn(async move { (i, check(addr, &written, &settings, tls.as_deref()).await) });
         }
         let Some(results) = rounds.gather(checks, backends.len()).await else {
             return;

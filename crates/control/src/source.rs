@@ -69,10 +69,24 @@ pub async fn get(
     path: &str,
     max_body: usize,
 ) -> Result<(http::StatusCode, Bytes), PollError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| PollError(format!("{what}: {e}"));
     let stream = TcpStream::connect(addr)
         .await
-        .map_err(|e| fail("cannot connect", &e))?;
+        .map_err(|e| PollError(format!("cannot connect: {e}")))?;
+    get_on(stream, &addr.to_string(), path, max_body).await
+}
+
+/// As [`get`], on a connection already open (a TLS one, for a health check of an upstream
+/// with `tls = true`); `host` is the `Host` header.
+pub async fn get_on<T>(
+    stream: T,
+    host: &str,
+    path: &str,
+    max_body: usize,
+) -> Result<(http::StatusCode, Bytes), PollError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let fail = |what: &str, e: &dyn std::fmt::Display| PollError(format!("{what}: {e}"));
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| fail("HTTP handshake failed", &e))?;
@@ -82,7 +96,7 @@ pub async fn get(
         let _ = connection.await;
     });
     let request = http::Request::get(path)
-        .header(http::header::HOST, addr.to_string())
+        .header(http::header::HOST, host)
         .header(http::header::USER_AGENT, "fulcrum")
         .body(Empty::<Bytes>::new())
         .map_err(|e| fail("cannot build the request", &e))?;

@@ -765,3 +765,55 @@ fn backends_over_tls_are_verified_and_their_connections_kept_alive() {
     }
     assert_eq!(bad.1.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+#[test]
+fn health_checks_of_a_tls_upstream_verify_the_backends() {
+    let dir = TempDir::new("tls", "health");
+    let ca = Ca::new();
+    let good = tls_backend(&ca.site(&dir.0, "backend", &["backend.test"]));
+    let misnamed = tls_backend(&ca.site(&dir.0, "other", &["other.test"]));
+    let ca_file = ca.write_pem(&dir.0);
+    let text = format!(
+        "workers = 1\naccess_log = false\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"checked\"\n\n\
+         [[upstream]]\nname = \"checked\"\ntls = true\ntls_ca = \"{}\"\n\
+         tls_server_name = \"backend.test\"\n\
+         [upstream.health_check]\ntype = \"http\"\npath = \"/health\"\ninterval = \"200ms\"\n\
+         timeout = \"200ms\"\nrise = 1\nfall = 1\n\
+           [[upstream.backend]]\n  addr = \"{}\"\n\
+           [[upstream.backend]]\n  addr = \"{}\"\n",
+        ca_file.display(),
+        good.0,
+        misnamed.0
+    );
+    let file = TempFile::new("tls-health.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+
+    // The misnamed backend fails its check for its certificate; the good one never fails.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let line = fulcrum.next_line(deadline);
+        assert!(
+            !(line.contains("failed its health checks") && line.contains(&good.0.to_string())),
+            "{line}"
+        );
+        if line.contains("failed its health checks") {
+            break line;
+        }
+    };
+    assert!(
+        line.contains(&misnamed.0.to_string())
+            && line.contains("certificate not valid for name \"backend.test\""),
+        "{line}"
+    );
+    // Requests go to the good backend alone.
+    let mut client = TcpStream::connect(fulcrum.addr_of("checked")).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for i in 0..4 {
+        let (head, _) = get(&mut client, "app.test", &format!("/checked/{i}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    assert!(good.1.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+}

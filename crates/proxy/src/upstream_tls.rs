@@ -140,6 +140,23 @@ impl BackendTls {
         ServerName::try_from(host.to_owned()).ok()
     }
 
+    /// A TLS connection to the backend at `addr` whose address is written `written`, for a
+    /// health check: TCP, then the handshake, verified as requests' connections are.
+    pub async fn connect(
+        &self,
+        addr: std::net::SocketAddr,
+        written: &str,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        let name = self.name_for(written).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("no name to verify {written} by: set tls_server_name"),
+            )
+        })?;
+        let tcp = TcpStream::connect(addr).await?;
+        self.handshake(tcp, name).await
+    }
+
     /// The TLS handshake on a fresh connection to a backend.
     pub(crate) async fn handshake(
         &self,

@@ -475,7 +475,7 @@ fn change_error(e: ChangeError) -> Answer {
 }
 
 /// Failed attempts by backend and reason, summed over the workers.
-type Errors = HashMap<SocketAddr, [u64; 6]>;
+type Errors = HashMap<SocketAddr, [u64; proxy::metrics::FAULTS.len()]>;
 
 fn errors(view: &View, u: &Upstream) -> Errors {
     view.proxy

@@ -12,9 +12,12 @@
 //! 1. **The proxy's own shortage** (out of descriptors, local ports or buffers): not the
 //!    backend's fault, so no blame. The next backend is tried, since a shortage of local ports
 //!    is per destination and a descriptor may have been freed meanwhile.
-//! 2. **Connect refused, unreachable or timed out**: the request never left; the backend is
-//!    blamed and the next one tried (nginx `proxy_next_upstream error timeout`, HAProxy's
-//!    default `retry-on conn-failure`).
+//! 2. **Connect refused, unreachable or timed out, or the TLS handshake with the backend
+//!    failed** (its certificate not verified, or no TLS at all): the request never left; the
+//!    backend is blamed and the next one tried (nginx `proxy_next_upstream error timeout`,
+//!    whose `error` covers a failed upstream SSL handshake; HAProxy's default
+//!    `retry-on conn-failure`). When it was the last attempt, a failed handshake is answered
+//!    502, as nginx does, a refused connection 503.
 //! 3. **A reused connection closed or reset before any byte of the answer**: the ordinary
 //!    keep-alive race (the backend closed an idle connection as the request went out). Nobody is
 //!    blamed. If none of the request went out, or it may be repeated, it is resent once on a
@@ -51,17 +54,21 @@ pub enum Fault {
     ReadTimeout,
     /// The backend's answer is not valid HTTP, or breaks its framing rules.
     InvalidResponse,
+    /// The TLS handshake with the backend failed (`tls = true`): its certificate was not
+    /// verified, or it did not speak TLS. Nothing was sent.
+    TlsHandshake,
 }
 
 impl Fault {
     /// Every fault, in declaration order.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::LocalResources,
         Fault::ConnectFailed,
         Fault::ConnectTimeout,
         Fault::Closed,
         Fault::ReadTimeout,
         Fault::InvalidResponse,
+        Fault::TlsHandshake,
     ];
 }
 
@@ -165,6 +172,10 @@ pub fn own_answer(last: Option<Fault>) -> (u16, &'static str) {
             504,
             "504 Gateway Timeout: the backend did not answer in time\n",
         ),
+        Some(Fault::TlsHandshake) => (
+            502,
+            "502 Bad Gateway: the TLS handshake with the backend failed\n",
+        ),
         Some(Fault::Closed | Fault::InvalidResponse) => (
             502,
             "502 Bad Gateway: the backend's answer was invalid or cut short\n",
@@ -182,7 +193,7 @@ pub fn decide(f: &AttemptFailure) -> Decision {
     let on_repeatable = |action| if repeatable { action } else { Action::GiveUp };
     match f.fault {
         Fault::LocalResources => decision(Action::NextBackend, Blame::Nobody),
-        Fault::ConnectFailed | Fault::ConnectTimeout => {
+        Fault::ConnectFailed | Fault::ConnectTimeout | Fault::TlsHandshake => {
             decision(Action::NextBackend, Blame::Backend)
         }
         Fault::Closed
@@ -199,7 +210,7 @@ pub fn decide(f: &AttemptFailure) -> Decision {
 mod tests {
     use super::*;
 
-    const FAULTS: [Fault; 6] = Fault::ALL;
+    const FAULTS: [Fault; 7] = Fault::ALL;
     const CONNECTIONS: [Connection; 2] = [Connection::Fresh, Connection::Reused];
     const SENT: [RequestSent; 3] = [
         RequestSent::Nothing,
@@ -213,7 +224,10 @@ mod tests {
     /// connection before anything is sent; an invalid answer means some of it came.
     fn every_failure() -> impl Iterator<Item = AttemptFailure> {
         every_combination().filter(|f| match f.fault {
-            Fault::LocalResources | Fault::ConnectFailed | Fault::ConnectTimeout => {
+            Fault::LocalResources
+            | Fault::ConnectFailed
+            | Fault::ConnectTimeout
+            | Fault::TlsHandshake => {
                 f.connection == Connection::Fresh
                     && f.request == RequestSent::Nothing
                     && f.response == ResponseReceived::Nothing
@@ -288,6 +302,10 @@ mod tests {
             ),
             (
                 unsafe_(failure(Fault::ConnectFailed, fresh, nothing)),
+                d(NextBackend, Backend),
+            ),
+            (
+                unsafe_(failure(Fault::TlsHandshake, fresh, nothing)),
                 d(NextBackend, Backend),
             ),
             // 3. the keep-alive race

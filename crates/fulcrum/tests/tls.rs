@@ -708,14 +708,16 @@ fn backends_over_tls_are_verified_and_their_connections_kept_alive() {
             ca_file.display()
         )
     };
+    let mixed = upstream("mixed", bad.0).replace("retries = 0\n", "")
+        + &format!("  [[upstream.backend]]\n  addr = \"{}\"\n\n", good.0);
     let text = format!(
-        "workers = 1\naccess_log = false\n\n{}{}{}",
+        "workers = 1\naccess_log = false\n\n{}{}{}{mixed}",
         upstream("good", good.0),
         upstream("bad", bad.0),
         upstream("misnamed", misnamed.0)
     );
     let file = TempFile::new("tls-backend.toml", &text);
-    let fulcrum = Running::start(&file, 3);
+    let fulcrum = Running::start(&file, 4);
 
     // Three requests over one client connection: one TLS session to the backend, reused.
     let mut client = TcpStream::connect(fulcrum.addr_of("good")).unwrap();
@@ -764,6 +766,17 @@ fn backends_over_tls_are_verified_and_their_connections_kept_alive() {
         );
     }
     assert_eq!(bad.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // Beside a good backend, the untrusted one costs no request: its failed handshake is
+    // retried on the next backend (nothing was sent), as a refused connection is.
+    let mut client = TcpStream::connect(fulcrum.addr_of("mixed")).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for i in 0..4 {
+        let (head, _) = get(&mut client, "app.test", &format!("/mixed/{i}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
 }
 
 #[test]

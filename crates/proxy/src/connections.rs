@@ -110,9 +110,7 @@ impl ConnectError {
             ConnectError::Timeout => Fault::ConnectTimeout,
             ConnectError::Io(e) if is_local_shortage(e) => Fault::LocalResources,
             ConnectError::Io(_) | ConnectError::NoServerName(_) => Fault::ConnectFailed,
-            // The backend answered, but not with a certificate we can trust (or not with
-            // TLS): its answer was invalid, 502 as nginx's failed upstream handshake.
-            ConnectError::Tls(_) => Fault::InvalidResponse,
+            ConnectError::Tls(_) => Fault::TlsHandshake,
         }
     }
 }

@@ -24,7 +24,7 @@ pub const DURATION_BUCKETS: [f64; 11] = [
 pub const CODE_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// Every [`Fault`]: the order of the counts by reason.
-pub const FAULTS: [Fault; 6] = Fault::ALL;
+pub const FAULTS: [Fault; 7] = Fault::ALL;
 
 /// A fault's name in metrics and the API.
 pub fn reason(fault: Fault) -> &'static str {
@@ -35,6 +35,7 @@ pub fn reason(fault: Fault) -> &'static str {
         Fault::Closed => "closed",
         Fault::ReadTimeout => "read_timeout",
         Fault::InvalidResponse => "invalid_response",
+        Fault::TlsHandshake => "tls_handshake",
     }
 }
 
@@ -92,7 +93,7 @@ pub struct UpstreamCounts {
     /// status class (index into [`CODE_CLASSES`]).
     pub responses: HashMap<Option<SocketAddr>, [u64; 5]>,
     /// Failed attempts by backend and reason (index into [`FAULTS`]).
-    pub failures: HashMap<SocketAddr, [u64; 6]>,
+    pub failures: HashMap<SocketAddr, [u64; FAULTS.len()]>,
     /// Attempts after a request's first (on another backend or a fresh connection).
     pub retries: u64,
     /// Requests answered 503 because every backend was at its `max_conns`: the queue was full

@@ -112,11 +112,28 @@ pub(crate) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
+    stop: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    if listener.ctx.tls.is_none() {
+        return serve_on(stream, peer, listener, stop, permit).await;
+    }
+    // Boxed: a task is as large as the largest future it may run, and a TLS session's state
+    // (rustls's buffers and secrets) would otherwise make every plain connection's task that
+    // large (measured: 8.6 KB of RSS per idle plain client instead of under 6 KB).
+    Box::pin(serve_tls(stream, peer, listener, stop, permit)).await;
+}
+
+/// The TLS handshake, then HTTP/1.1 over it.
+async fn serve_tls(
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<WorkerListener>,
     mut stop: watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
 ) {
     let Some(tls) = &listener.ctx.tls else {
-        return serve_on(stream, peer, listener, stop, permit).await;
+        return;
     };
     let timeout = listener.ctx.settings.client_header_timeout;
     match tls.handshake(stream, peer, timeout, &mut stop).await {

@@ -330,4 +330,31 @@ mod tests {
         assert!(ok(GOOD).proxy.upstreams[0].tls.is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn tls_is_refused_in_tcp_mode_on_either_side() {
+        let dir = temp_dir("tcp");
+        let (cert, key) = write_pair(&dir, "a", &["a.test"]);
+        let tcp = GOOD.replacen(
+            "upstream = \"web\"\n",
+            "upstream = \"web\"\nprotocol = \"tcp\"\n",
+            1,
+        );
+        let e = refused(&tcp.replacen(
+            "protocol = \"tcp\"\n",
+            &format!("protocol = \"tcp\"\n[[listener.tls]]\ncert = \"{cert}\"\nkey = \"{key}\"\n"),
+            1,
+        ));
+        assert!(
+            e.contains("listener[0].tls: TLS termination on a TCP listener is not supported yet"),
+            "{e}"
+        );
+        let e = refused(&tcp.replacen(
+            "connect_timeout = \"250ms\"\n",
+            &format!("connect_timeout = \"250ms\"\ntls = true\ntls_ca = \"{cert}\"\n"),
+            1,
+        ));
+        assert!(e.contains("listener[0].upstream: upstream \"web\" has tls = true, which TCP listeners do not support yet"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

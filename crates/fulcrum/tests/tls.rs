@@ -830,3 +830,62 @@ fn health_checks_of_a_tls_upstream_verify_the_backends() {
     }
     assert!(good.1.load(std::sync::atomic::Ordering::SeqCst) >= 2);
 }
+
+/// WebSocket over a TLS listener (`wss://`): the upgrade's tunnel runs over the client's TLS
+/// stream (a tungstenite client on tokio-rustls, a tungstenite echo backend in plain TCP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrades_run_over_a_tls_listener() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = TempDir::new("tls", "wss");
+    let ca = Ca::new();
+    let a = ca.site(&dir.0, "a", &["a.test"]);
+    let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = backend.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text() && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let file = TempFile::new(
+        "tls-wss.toml",
+        &config_text(backend_addr, &[&a], "upgrade = [\"websocket\"]"),
+    );
+    let fulcrum = Running::start(&file, 1);
+    let addr = fulcrum.addr_of("web");
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(client_config(&ca, &[&rustls::version::TLS13]))
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut ws, response) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::client_async("wss://a.test/chat", tls),
+    )
+    .await
+    .expect("the upgrade in time")
+    .expect("the upgrade");
+    assert_eq!(response.status(), 101);
+    for i in 0..3 {
+        let text = format!("over tls {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("the echo in time")
+            .expect("a message")
+            .unwrap();
+        assert_eq!(echoed, Message::text(text));
+    }
+    ws.close(None).await.unwrap();
+}

@@ -357,4 +357,24 @@ mod tests {
         assert!(e.contains("listener[0].upstream: upstream \"web\" has tls = true, which TCP listeners do not support yet"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn http2_beside_tls_is_warned_about() {
+        let dir = temp_dir("h2");
+        let (cert, key) = write_pair(&dir, "a", &["a.test"]);
+        let c = ok(&GOOD.replacen(
+            "upstream = \"web\"\n",
+            &format!("upstream = \"web\"\nhttp2 = true\n[[listener.tls]]\ncert = \"{cert}\"\nkey = \"{key}\"\n"),
+            1,
+        ));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w
+                    .contains("listener[0].http2: HTTP/2 over TLS (h2 by ALPN) is not built yet")),
+            "{:?}",
+            c.warnings
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -831,6 +831,24 @@ fn health_checks_of_a_tls_upstream_verify_the_backends() {
     assert!(good.1.load(std::sync::atomic::Ordering::SeqCst) >= 2);
 }
 
+/// A listener with `http2 = true` and TLS serves HTTP/1.1 over TLS (h2 by ALPN is not built):
+/// its ClientHello is not taken for a failed h2c preface.
+#[test]
+fn a_tls_listener_with_http2_on_serves_http11_over_tls() {
+    let dir = TempDir::new("tls", "h2");
+    let ca = Ca::new();
+    let a = ca.site(&dir.0, "a", &["a.test"]);
+    let backend = echo_backend();
+    let file = TempFile::new("tls-h2.toml", &config_text(backend, &[&a], "http2 = true"));
+    let fulcrum = Running::start(&file, 1);
+    let config = client_config(&ca, &[&rustls::version::TLS13]);
+    let mut tls = connect(&config, fulcrum.addr_of("web"), "a.test");
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let (head, body) = get(&mut tls, "a.test", "/h2-listener");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("X-Forwarded-Proto: https"), "{body}");
+}
+
 /// WebSocket over a TLS listener (`wss://`): the upgrade's tunnel runs over the client's TLS
 /// stream (a tungstenite client on tokio-rustls, a tungstenite echo backend in plain TCP).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,9 +152,39 @@ fn h2spec() -> Option<PathBuf> {
     })
 }
 
+/// A self-signed certificate for `localhost` and its key, written under `dir`: the
+/// `[[listener.tls]]` lines that serve it.
+fn tls_lines(dir: &std::path::Path) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    format!(
+        "[[listener.tls]]\ncert = \"{}\"\nkey = \"{}\"",
+        c.display(),
+        k.display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2spec_passes_every_case() {
     let _serial = SERIAL.lock().await;
+    h2spec_run(false).await;
+}
+
+/// The same over TLS: `h2` chosen by ALPN on a listener with `[[listener.tls]]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2spec_passes_every_case_over_tls() {
+    let _serial = SERIAL.lock().await;
+    h2spec_run(true).await;
+}
+
+async fn h2spec_run(tls: bool) {
     let Some(h2spec) = h2spec() else {
         println!(
             "SKIPPED: h2spec is not installed (scripts/test builds it: GOBIN=$PWD/target/tools go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible)"
@@ -163,14 +193,28 @@ async fn h2spec_passes_every_case() {
     };
     // Larger than the default window: h2spec's flow-control cases need a body that fills it.
     let backend = big_backend(100_000).await;
-    let conf = config("h2spec", "", "round_robin", &[backend]);
+    let dir = common::TempDir::new("http2", if tls { "h2spec-tls" } else { "h2spec" });
+    let lines = if tls {
+        tls_lines(&dir.0)
+    } else {
+        String::new()
+    };
+    let conf = config(
+        if tls { "h2spec-tls" } else { "h2spec" },
+        &lines,
+        "round_robin",
+        &[backend],
+    );
     let fulcrum = Running::start(&conf, 1);
     let addr = fulcrum.addr_of("app");
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(h2spec)
-            .args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "-o", "5"])
-            .output()
-            .unwrap()
+        let mut h2spec = Command::new(h2spec);
+        h2spec.args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "-o", "5"]);
+        if tls {
+            // TLS, the certificate not verified (it is the test's own).
+            h2spec.args(["-t", "-k"]);
+        }
+        h2spec.output().unwrap()
     })
     .await
     .unwrap();
@@ -182,7 +226,7 @@ async fn h2spec_passes_every_case() {
         .unwrap_or_else(|| panic!("h2spec printed no summary:\n{out}"))
         .trim()
         .to_owned();
-    println!("h2spec: {summary}");
+    println!("h2spec{}: {summary}", if tls { " over TLS" } else { "" });
     let count = |word: &str| -> u32 {
         summary
             .split(", ")

@@ -3,8 +3,9 @@
 //! sites chosen by SNI, a certificate renewed and reloaded under an open connection, a client
 //! that resumes its session, clients that send garbage or stall in the handshake.
 //!
-//! `curl --http2` is not tried: fulcrum offers `http/1.1` alone in ALPN until HTTP/2 is built
-//! (the test checks that `h2` is not chosen even when the client offers it first).
+//! A listener offers `h2` in ALPN only with `http2 = true`: without it, `http/1.1` is chosen
+//! even when the client offers `h2` first (checked); with it, `h2` is, and `curl --http2` and
+//! `curl --http1.1` are both answered.
 
 mod common;
 
@@ -831,22 +832,61 @@ fn health_checks_of_a_tls_upstream_verify_the_backends() {
     assert!(good.1.load(std::sync::atomic::Ordering::SeqCst) >= 2);
 }
 
-/// A listener with `http2 = true` and TLS serves HTTP/1.1 over TLS (h2 by ALPN is not built):
-/// its ClientHello is not taken for a failed h2c preface.
+/// A listener with `http2 = true` and TLS: `h2` by ALPN for a client that offers it (and its
+/// ClientHello is not taken for a failed h2c preface), HTTP/1.1 for one that offers only
+/// `http/1.1`; `curl --http2` and `curl --http1.1` both answered by the backend, with the
+/// forwarding headers saying `https`.
 #[test]
-fn a_tls_listener_with_http2_on_serves_http11_over_tls() {
+fn a_tls_listener_with_http2_speaks_h2_by_alpn_and_http11_to_the_rest() {
     let dir = TempDir::new("tls", "h2");
     let ca = Ca::new();
     let a = ca.site(&dir.0, "a", &["a.test"]);
     let backend = echo_backend();
     let file = TempFile::new("tls-h2.toml", &config_text(backend, &[&a], "http2 = true"));
     let fulcrum = Running::start(&file, 1);
+    let addr = fulcrum.addr_of("web");
+    // `client_config` offers h2 first.
     let config = client_config(&ca, &[&rustls::version::TLS13]);
-    let mut tls = connect(&config, fulcrum.addr_of("web"), "a.test");
+    let tls = connect(&config, addr, "a.test");
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]));
+    drop(tls);
+    let mut only11 = (*config).clone();
+    only11.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls = connect(&Arc::new(only11), addr, "a.test");
     assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     let (head, body) = get(&mut tls, "a.test", "/h2-listener");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.contains("X-Forwarded-Proto: https"), "{body}");
+
+    if !common::installed("curl", "--version") {
+        return;
+    }
+    let ca_file = ca.write_pem(&dir.0);
+    let port = addr.port();
+    for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let out = Command::new("curl")
+            .args(["--silent", "--show-error", flag, "--max-time", "10"])
+            .args(["--write-out", "\nversion=%{http_version}"])
+            .arg("--cacert")
+            .arg(&ca_file)
+            .args(["--resolve", &format!("a.test:{port}:127.0.0.1")])
+            .arg(format!("https://a.test:{port}/from-curl"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "curl {flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.ends_with(&format!("version={version}")),
+            "curl {flag}: {text}"
+        );
+        // The backend saw the request as HTTP/1.1, said to come over https.
+        assert!(text.starts_with("GET /from-curl HTTP/1.1\r\n"), "{text}");
+        assert!(text.contains("X-Forwarded-Proto: https"), "{text}");
+    }
 }
 
 /// WebSocket over a TLS listener (`wss://`): the upgrade's tunnel runs over the client's TLS

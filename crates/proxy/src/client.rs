@@ -124,7 +124,7 @@ pub(crate) async fn serve(
     Box::pin(serve_tls(stream, peer, listener, stop, permit)).await;
 }
 
-/// The TLS handshake, then HTTP/1.1 over it.
+/// The TLS handshake, then HTTP/2 if the client chose it by ALPN, else HTTP/1.1 over it.
 async fn serve_tls(
     stream: TcpStream,
     peer: SocketAddr,
@@ -137,6 +137,9 @@ async fn serve_tls(
     };
     let timeout = listener.ctx.settings.client_header_timeout;
     match tls.handshake(stream, peer, timeout, &mut stop).await {
+        Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::H2) => {
+            crate::http2::serve(stream, peer, listener, stop, permit).await;
+        }
         Ok(stream) => serve_on(stream, peer, listener, stop, permit).await,
         Err(HandshakeFailure::Stopping) => {}
         Err(_) => listener.stats.tls_handshake_failed(),

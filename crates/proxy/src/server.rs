@@ -301,7 +301,7 @@ fn server_tls(
     if settings.tls.is_empty() {
         return Ok(None);
     }
-    ServerTls::new(&settings.tls, resumption).map(Some)
+    ServerTls::new(&settings.tls, resumption, settings.http2.is_some()).map(Some)
 }
 
 impl Listener {
@@ -1043,8 +1043,8 @@ async fn serve(
     match settings.protocol {
         // On the heap: the HTTP/2 server's state would otherwise make every connection's task
         // larger, HTTP/1.1-only listeners' included (an idle connection's cost is its task).
-        // Over TLS, HTTP/2 would be chosen by ALPN (not built yet): no h2c sniffing there, the
-        // first bytes are a ClientHello.
+        // Over TLS, HTTP/2 is chosen by ALPN after the handshake (`client::serve`): no h2c
+        // sniffing there, the first bytes are a ClientHello.
         Protocol::Http if settings.http2.is_some() && settings.tls.is_empty() => {
             Box::pin(http2::serve_detected(
                 stream, client, listener, stop, permit,

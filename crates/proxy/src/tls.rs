@@ -269,11 +269,21 @@ impl ResolvesServerCert for Certificates {
     }
 }
 
-/// The application protocols offered in ALPN, in order of preference. Only HTTP/1.1 is
-/// served; HTTP/2 (`h2`, for a listener's `http2 = true`) goes first here when it is built.
-pub(crate) fn alpn() -> Vec<Vec<u8>> {
-    vec![b"http/1.1".to_vec()]
+/// The application protocols offered in ALPN, in order of preference: `h2` first on a
+/// listener with `http2 = true` (as nginx and HAProxy prefer it), then `http/1.1`. A client
+/// that offers neither still gets HTTP/1.1 (no ALPN is not an error: RFC 7301 §3.2 lets the
+/// server go on without it).
+pub(crate) fn alpn(http2: bool) -> Vec<Vec<u8>> {
+    let mut protocols = Vec::with_capacity(2);
+    if http2 {
+        protocols.push(H2.to_vec());
+    }
+    protocols.push(b"http/1.1".to_vec());
+    protocols
 }
+
+/// HTTP/2's ALPN identifier (RFC 9113 §3.2).
+pub(crate) const H2: &[u8] = b"h2";
 
 /// TLS 1.2 sessions remembered per listener for resumption by session ID (clients that do not
 /// take tickets). An entry is a few hundred bytes, so the cache stays around a megabyte; nginx's
@@ -320,6 +330,7 @@ impl ServerTls {
     pub(crate) fn new(
         entries: &[CertificateFiles],
         resumption: &Resumption,
+        http2: bool,
     ) -> Result<ServerTls, TlsSetupError> {
         let certificates = entries
             .iter()
@@ -333,7 +344,7 @@ impl ServerTls {
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Certificates::new(&certificates)));
-        config.alpn_protocols = alpn();
+        config.alpn_protocols = alpn(http2);
         config.session_storage = Arc::clone(&resumption.cache);
         config.ticketer = Arc::clone(&resumption.ticketer);
         Ok(ServerTls {

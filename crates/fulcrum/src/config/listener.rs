@@ -257,18 +257,6 @@ pub(super) fn read(
         );
     }
     let tls = super::tls::read(r, t);
-    if http2.is_some()
-        && !tls.is_empty()
-        && let Some(span) = t.span_of("http2")
-    {
-        r.warn(
-            &span,
-            format!(
-                "{}: HTTP/2 over TLS (h2 by ALPN) is not built yet: this listener serves HTTP/1.1 over TLS, and h2c needs a listener without [[listener.tls]]",
-                t.key("http2")
-            ),
-        );
-    }
     if protocol == Protocol::Tcp && t.span_of("tls").is_some() {
         t.error(
             r,

@@ -359,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn http2_beside_tls_is_warned_about() {
+    fn http2_beside_tls_is_h2_by_alpn_without_a_warning() {
         let dir = temp_dir("h2");
         let (cert, key) = write_pair(&dir, "a", &["a.test"]);
         let c = ok(&GOOD.replacen(
@@ -367,14 +367,8 @@ mod tests {
             &format!("upstream = \"web\"\nhttp2 = true\n[[listener.tls]]\ncert = \"{cert}\"\nkey = \"{key}\"\n"),
             1,
         ));
-        assert!(
-            c.warnings
-                .iter()
-                .any(|w| w
-                    .contains("listener[0].http2: HTTP/2 over TLS (h2 by ALPN) is not built yet")),
-            "{:?}",
-            c.warnings
-        );
+        assert!(c.proxy.listeners[0].http2.is_some());
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

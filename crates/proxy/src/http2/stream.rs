@@ -65,7 +65,11 @@ const BODIES_PER_CONNECTION: u64 = 4;
 impl StreamContext {
     pub(crate) fn new(peer: SocketAddr, listener: Arc<WorkerListener>) -> StreamContext {
         let settings = &listener.ctx.settings;
-        let client_addr = ClientAddr::new(peer.ip(), &settings.trusted_proxies);
+        let mut client_addr = ClientAddr::new(peer.ip(), &settings.trusted_proxies);
+        // A TLS listener's HTTP/2 comes by ALPN, over TLS.
+        if listener.ctx.tls.is_some() {
+            client_addr.set_https();
+        }
         let budget = settings
             .max_body_bytes
             .saturating_mul(BODIES_PER_CONNECTION)

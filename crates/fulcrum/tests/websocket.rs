@@ -51,6 +51,33 @@ async fn start_backend(name: &'static str) -> SocketAddr {
     addr
 }
 
+/// A backend that answers any request with a 101 to h2c.
+async fn start_odd_switcher() -> SocketAddr {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut r = tokio::io::BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                }
+                let _ = r
+                    .get_mut()
+                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")
+                    .await;
+                // Held open, as a switched connection would be.
+                let _ = r.read_line(&mut String::new()).await;
+            });
+        }
+    });
+    addr
+}
+
 /// An HTTP backend that answers every request with its head, lower case, as the body.
 async fn start_header_echo() -> SocketAddr {
     use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
@@ -107,18 +134,21 @@ async fn websockets_tunnel_through_with_their_pick_held_until_they_close() {
         .map(|a| format!("  [[upstream.backend]]\n  addr = \"{a}\"\n"))
         .collect();
     let echo = start_header_echo().await;
+    let odd = start_odd_switcher().await;
     let config = TempFile::new(
         "websocket.toml",
         &format!(
             "workers = 2\nshutdown_timeout = \"1s\"\n\n\
              [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"ws\"\nupgrade = [\"websocket\"]\nidle_timeout = \"2s\"\n\n\
              [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"plain\"\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"odd\"\nupgrade = [\"websocket\"]\n\n\
+             [[upstream]]\nname = \"odd\"\n  [[upstream.backend]]\n  addr = \"{odd}\"\n\n\
              [[upstream]]\nname = \"ws\"\nalgorithm = \"least_conn\"\n{block}\n\
              [[upstream]]\nname = \"plain\"\n  [[upstream.backend]]\n  addr = \"{echo}\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\n"
         ),
     );
-    let fulcrum = tokio::task::block_in_place(|| Running::start(&config, 2));
+    let fulcrum = tokio::task::block_in_place(|| Running::start(&config, 3));
     let front = fulcrum.addr_of("ws");
     let admin = fulcrum
         .admin
@@ -215,6 +245,14 @@ async fn websockets_tunnel_through_with_their_pick_held_until_they_close() {
         "the backend's echo: {head}"
     );
     assert!(!head.contains("upgrade"), "the backend's echo: {head}");
+
+    // A backend that switches to a protocol the client did not offer (h2c for a WebSocket
+    // request): no tunnel, a 502 (RFC 9110 §15.2.2).
+    let odd_front = fulcrum.addr_of("odd");
+    match tokio_tungstenite::connect_async(format!("ws://{odd_front}/chat")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(res)) => assert_eq!(res.status(), 502),
+        other => panic!("expected 502, got {other:?}"),
+    }
 
     // A silent tunnel is closed after idle_timeout (2 s).
     let (mut quiet, _) = tokio_tungstenite::connect_async(format!("ws://{front}/chat"))

@@ -203,6 +203,16 @@ pub(crate) async fn forward<S: ClientStream>(
             .await
             {
                 Head::Response(response) if response.status == 101 => {
+                    if !switches_to_an_offer(&scratch.head, &scratch.out) {
+                        // RFC 9110 §15.2.2: a server switches only to a protocol the client
+                        // offered. Anything else would make the client speak one protocol to
+                        // a backend that speaks another: an invalid answer, the backend's.
+                        tracing::warn!(upstream = %upstream.name(), backend = %addr, "101 to a protocol the client did not offer");
+                        f.stats
+                            .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
+                        attempt.complete(Outcome::Failure);
+                        return Ending::NoAnswer(Some(Fault::InvalidResponse));
+                    }
                     let agreed = began.elapsed();
                     return tunnel(f, client, conn, &scratch.out, attempt, agreed).await;
                 }
@@ -359,6 +369,24 @@ pub(crate) fn backend_tls(
     Some((tls, written))
 }
 
+/// Whether every protocol the 101 head `switched` names in `Upgrade` is one the request head
+/// `asked` offered (by name, without case or version).
+fn switches_to_an_offer(asked: &[u8], switched: &[u8]) -> bool {
+    fn names(head: &[u8]) -> impl Iterator<Item = &[u8]> {
+        head.split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+                name.eq_ignore_ascii_case(b"upgrade").then(|| &value[1..])
+            })
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(|offer| offer.trim_ascii())
+            .filter(|offer| !offer.is_empty())
+            .map(|offer| offer.split(|&b| b == b'/').next().unwrap_or_default())
+    }
+    let mut chosen = names(switched).peekable();
+    chosen.peek().is_some() && chosen.all(|c| names(asked).any(|o| o.eq_ignore_ascii_case(c)))
+}
+
 /// Ends the request head for one attempt: a `Host` naming the backend when the client sent
 /// none (an HTTP/1.0 client may leave it out; the backend gets HTTP/1.1, which needs one),
 /// `Connection: close` when connections to it are not kept (so the backend closes first and
@@ -432,4 +460,36 @@ pub(crate) fn no_room_reject(why: Unpicked) -> Reject {
 pub(crate) fn failure_reject(last: Option<Fault>) -> Reject {
     let (status, text) = balance::retry::own_answer(last);
     http1::reject(status, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_101_must_switch_to_a_protocol_the_client_offered() {
+        let asked = b"GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: WebSocket/13\r\nConnection: upgrade\r\n\r\n";
+        let switched = |p: &str| {
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: {p}\r\nConnection: upgrade\r\n\r\n"
+            )
+        };
+        assert!(switches_to_an_offer(
+            asked,
+            switched("websocket").as_bytes()
+        ));
+        assert!(switches_to_an_offer(
+            asked,
+            switched("WebSocket/13").as_bytes()
+        ));
+        assert!(!switches_to_an_offer(asked, switched("h2c").as_bytes()));
+        assert!(!switches_to_an_offer(
+            asked,
+            switched("websocket, h2c").as_bytes()
+        ));
+        assert!(!switches_to_an_offer(
+            asked,
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n"
+        ));
+    }
 }

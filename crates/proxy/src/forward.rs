@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{ResponseReceived, retry};
+use tokio::net::TcpStream;
 
 use crate::connections::{BackendConn, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
-use crate::http1::{self, Reject};
+use crate::http1::{self, FinalResponse, Reject};
 use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
@@ -110,32 +111,161 @@ pub(crate) async fn forward<S: ClientStream>(
     scratch: &mut Scratch,
 ) -> Ending {
     let upstream = f.upstream;
+    let attempted = attempts(
+        f,
+        &mut scratch.head,
+        &mut scratch.out,
+        &mut scratch.tried,
+        Some(client.tcp()),
+    )
+    .await;
+    let Answer {
+        response,
+        mut conn,
+        pool,
+        mut attempt,
+        patience,
+        agreed,
+    } = match attempted {
+        Attempts::Answered(answer) => *answer,
+        Attempts::NoAnswer(fault) => return Ending::NoAnswer(fault),
+        Attempts::NoRoom(why) => return Ending::NoRoom(why),
+        Attempts::ClientGone => return Ending::ClientGone,
+    };
+    let addr = attempt.addr;
+    if response.status == 101 {
+        if !switches_to_an_offer(&scratch.head, &scratch.out) {
+            // RFC 9110 §15.2.2: a server switches only to a protocol the client offered.
+            // Anything else would make the client speak one protocol to a backend that speaks
+            // another: an invalid answer, the backend's.
+            tracing::warn!(upstream = %upstream.name(), backend = %addr, "101 to a protocol the client did not offer");
+            f.stats
+                .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
+            attempt.complete(Outcome::Failure);
+            return Ending::NoAnswer(Some(Fault::InvalidResponse));
+        }
+        return tunnel(f, client, conn, &scratch.out, attempt, agreed).await;
+    }
+    let mut end = ClientEnd {
+        stream: client,
+        send_timeout: f.send_timeout,
+        dechunked: &mut scratch.dechunked,
+        watch: f.watch_client,
+        sent: 0,
+    };
+    let status = response.status;
+    let relayed = exchange::relay(
+        &mut conn,
+        &response,
+        &scratch.out,
+        &mut end,
+        &mut attempt,
+        patience,
+    )
+    .await;
+    // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
+    let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
+    match relayed {
+        Ok(()) => {
+            attempt.complete(Outcome::Success);
+            if response.backend_keep_alive && conn.buf.is_empty() {
+                pool.put_idle(conn);
+            }
+            Ending::Answered {
+                status,
+                keep_alive: response.client_keep_alive,
+                body_bytes,
+            }
+        }
+        Err(Relay::Backend { why, blamed }) => {
+            tracing::warn!(
+                upstream = %upstream.name(),
+                backend = %addr,
+                error = %why,
+                "the response ended in the middle of its body; closing the client connection"
+            );
+            attempt.complete(if blamed {
+                Outcome::Failure
+            } else {
+                Outcome::Cancelled
+            });
+            Ending::CutShort {
+                status,
+                backend_failed: true,
+                body_bytes,
+            }
+        }
+        Err(Relay::Client) => {
+            attempt.complete(Outcome::Cancelled);
+            Ending::CutShort {
+                status,
+                backend_failed: false,
+                body_bytes,
+            }
+        }
+    }
+}
+
+/// A backend's response head, ready to relay.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) response: FinalResponse,
+    /// The connection, its buffer holding the start of the body.
+    pub(crate) conn: BackendConn,
+    /// Where the connection goes back when the body is over.
+    pub(crate) pool: Arc<Connections>,
+    /// Completed when the backend's part is over.
+    pub(crate) attempt: Attempt,
+    pub(crate) patience: Patience,
+    /// From the attempt's start to its response head: a tunnel's latency.
+    pub(crate) agreed: Duration,
+}
+
+/// How the attempts ended.
+#[derive(Debug)]
+pub(crate) enum Attempts {
+    Answered(Box<Answer>),
+    /// No backend answered; the last failure, if any backend was tried.
+    NoAnswer(Option<Fault>),
+    /// Every backend was full and the request could not wait.
+    NoRoom(Unpicked),
+    /// The client left while it waited (only a watched client: see [`attempts`]).
+    ClientGone,
+}
+
+/// Tries backends for `f` until one answers with a response head, which is rewritten into
+/// `out` as an HTTP/1.1 head for the client; `head` holds the request head of the last
+/// attempt, and the backends tried are left in `tried`. `client` is the socket watched for a
+/// departure while `f.watch_client` (an HTTP/2 stream has none: a stream the client cancels
+/// drops this future, and the `Attempt` guard completes its ticket as cancelled). What the
+/// caller does with the answer — relay it to a socket, to an HTTP/2 stream, or tunnel — is its
+/// own part.
+pub(crate) async fn attempts(
+    f: &Forward<'_>,
+    head: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    tried: &mut Vec<SocketAddr>,
+    client: Option<&TcpStream>,
+) -> Attempts {
+    let upstream = f.upstream;
     let settings = f.settings;
-    scratch.tried.clear();
+    tried.clear();
     let mut last_fault = None;
-    // `response_timeout` runs from the first attempt (time in the queue has its own limit).
     let mut patience = Patience {
         each: settings.read_timeout,
         until: None,
     };
-    // No further attempt once the response's time is up.
-    while scratch.tried.len() < settings.max_attempts() && !patience.spent() {
-        let picked = upstream
-            .pick(
-                settings,
-                f.affinity,
-                &scratch.tried,
-                Some(client.tcp()),
-                f.watch_client,
-            )
-            .await;
-        let mut attempt = match picked {
+    while tried.len() < settings.max_attempts() && !patience.spent() {
+        let mut attempt = match upstream
+            .pick(settings, f.affinity, tried, client, f.watch_client)
+            .await
+        {
             Ok(attempt) => attempt,
-            Err(Unpicked::ClientGone) => return Ending::ClientGone,
+            Err(Unpicked::ClientGone) => return Attempts::ClientGone,
             Err(Unpicked::NoBackend) => break,
             Err(why) => {
                 f.stats.unpicked(upstream.shared_name(), why);
-                return Ending::NoRoom(why);
+                return Attempts::NoRoom(why);
             }
         };
         if patience.until.is_none() {
@@ -143,20 +273,20 @@ pub(crate) async fn forward<S: ClientStream>(
                 .response_timeout
                 .map(|total| (crate::io::after(total), total));
         }
-        if !scratch.tried.is_empty() {
+        if !tried.is_empty() {
             f.stats.retried(upstream.shared_name(), 1);
         }
         let addr = attempt.addr;
-        scratch.tried.push(addr);
+        tried.push(addr);
         // The worker's connections learn of a new backend before any pick can choose it; only
         // a worker that was starting just then can miss one: it talks to it unpooled.
         let pool = f
             .connections
             .get(addr)
             .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
-        finish_head(&mut scratch.head, f, addr, pool.keeps_idle());
+        finish_head(head, f, addr, pool.keeps_idle());
         let request = Request {
-            head: &scratch.head,
+            head,
             body: f.body,
             client: f.client,
             replay: f.replay,
@@ -193,94 +323,22 @@ pub(crate) async fn forward<S: ClientStream>(
                     }
                 },
             };
-            match exchange::send_and_read_head(
-                &mut conn,
-                &request,
-                Some(client.tcp()),
-                patience,
-                &mut scratch.out,
-            )
-            .await
-            {
-                Head::Response(response) if response.status == 101 => {
-                    if !switches_to_an_offer(&scratch.head, &scratch.out) {
-                        // RFC 9110 §15.2.2: a server switches only to a protocol the client
-                        // offered. Anything else would make the client speak one protocol to
-                        // a backend that speaks another: an invalid answer, the backend's.
-                        tracing::warn!(upstream = %upstream.name(), backend = %addr, "101 to a protocol the client did not offer");
-                        f.stats
-                            .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
-                        attempt.complete(Outcome::Failure);
-                        return Ending::NoAnswer(Some(Fault::InvalidResponse));
-                    }
-                    let agreed = began.elapsed();
-                    return tunnel(f, client, conn, &scratch.out, attempt, agreed).await;
-                }
+            match exchange::send_and_read_head(&mut conn, &request, client, patience, out).await {
                 Head::Response(response) => {
-                    let mut end = ClientEnd {
-                        stream: client,
-                        send_timeout: f.send_timeout,
-                        dechunked: &mut scratch.dechunked,
-                        watch: f.watch_client,
-                        sent: 0,
-                    };
-                    let status = response.status;
-                    let relayed = exchange::relay(
-                        &mut conn,
-                        &response,
-                        &scratch.out,
-                        &mut end,
-                        &mut attempt,
+                    return Attempts::Answered(Box::new(Answer {
+                        response,
+                        conn,
+                        pool,
+                        attempt,
                         patience,
-                    )
-                    .await;
-                    // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
-                    let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
-                    return match relayed {
-                        Ok(()) => {
-                            attempt.complete(Outcome::Success);
-                            if response.backend_keep_alive && conn.buf.is_empty() {
-                                pool.put_idle(conn);
-                            }
-                            Ending::Answered {
-                                status,
-                                keep_alive: response.client_keep_alive,
-                                body_bytes,
-                            }
-                        }
-                        Err(Relay::Backend { why, blamed }) => {
-                            tracing::warn!(
-                                upstream = %upstream.name(),
-                                backend = %addr,
-                                error = %why,
-                                "the response ended in the middle of its body; closing the client connection"
-                            );
-                            attempt.complete(if blamed {
-                                Outcome::Failure
-                            } else {
-                                Outcome::Cancelled
-                            });
-                            Ending::CutShort {
-                                status,
-                                backend_failed: true,
-                                body_bytes,
-                            }
-                        }
-                        Err(Relay::Client) => {
-                            attempt.complete(Outcome::Cancelled);
-                            Ending::CutShort {
-                                status,
-                                backend_failed: false,
-                                body_bytes,
-                            }
-                        }
-                    };
+                        agreed: began.elapsed(),
+                    }));
                 }
                 Head::ClientGone => {
                     // Dropping the connection closes it: the backend stops working for nobody.
                     drop(conn);
                     attempt.complete(Outcome::Cancelled);
-                    return Ending::ClientGone;
+                    return Attempts::ClientGone;
                 }
                 Head::Failed(failure, why)
                     if patience.spent() && failure.fault == Fault::ReadTimeout =>
@@ -312,7 +370,7 @@ pub(crate) async fn forward<S: ClientStream>(
             break;
         }
     }
-    Ending::NoAnswer(last_fault)
+    Attempts::NoAnswer(last_fault)
 }
 
 /// Relays an upgraded connection (the backend's 101, head in `head`) until both sides have

@@ -12,8 +12,9 @@
 //!   its own to stderr or a file (reopened on SIGUSR1); a worker never waits for it.
 //! * `client`: one client connection: request heads read and checked, bodies buffered, one
 //!   access log line per request we answer.
-//! * `forward`: a request's attempts over the upstream's backends, as the retry-and-blame
-//!   policy of [`balance::retry`] decides, ending in the relayed answer or our own 502/503/504.
+//! * `forward`: a request's attempts over the upstream's backends (`attempts`, shared by
+//!   HTTP/1.1 and HTTP/2), as the retry-and-blame policy of [`balance::retry`] decides, ending
+//!   in the relayed answer or our own 502/503/504.
 //! * `exchange`: one exchange on one backend connection: the request written while the answer
 //!   is read, the client watched meanwhile, failures classified, the response relayed.
 //! * `http1`: HTTP/1.1 heads parsed with httparse and rewritten in one pass, one file per
@@ -36,9 +37,9 @@
 //! * `http2`: HTTP/2 to clients (`http2 = true`) on the `h2` crate, one part per file:
 //!   `preface` (h2c detected by the client preface, peeked), `connection` (the limits, resets
 //!   counted against rapid reset, idle timeout, PING, GOAWAY), `stream` (one stream written as
-//!   an HTTP/1.1 head through `http1::parse_request`, its body buffered, our own answers),
-//!   `forward` (its attempts up to the response head), `relay` (the backend's body as DATA
-//!   frames). Backends get HTTP/1.1 over the same pooled connections.
+//!   an HTTP/1.1 head through `http1::parse_request`, its body buffered, our own answers;
+//!   its attempts up to the response head are `forward::attempts`, the HTTP/1.1 path's own),
+//!   `relay` (the backend's body as DATA frames). Backends get HTTP/1.1 over the same pooled connections.
 //! * [`tls`]: TLS termination: certificates read from PEM files, chosen by SNI, resumption,
 //!   the handshake bounded by `client_header_timeout`.
 //! * [`upstream_tls`]: TLS to backends: the CAs trusted, the name verified, and a backend

@@ -10,7 +10,7 @@
 //!   (hop-by-hop headers gone, the forwarding headers from `trusted_proxies`, `Host`, the hash
 //!   key, the header limits), gets its own pick and ticket from the upstream's algorithm, the
 //!   same retry policy ([`balance::retry::decide`]) over the worker's pooled HTTP/1.1
-//!   connections to the backends (`forward`), and the same access log line and counts. The
+//!   connections to the backends (`crate::forward::attempts`, the HTTP/1.1 path's loop), and the same access log line and counts. The
 //!   backend's response is streamed back as the stream's response (`relay`).
 //! * **Protections** (`connection`): concurrent streams, header list size tied to
 //!   `max_header_bytes`, flow-control windows, resets of streams the client opened and
@@ -24,7 +24,6 @@
 //!   h2c by `Upgrade: h2c` from HTTP/1.1 (RFC 7540 §3.2, dropped by RFC 9113) is not offered.
 
 mod connection;
-mod forward;
 mod linger;
 mod preface;
 mod relay;

@@ -27,11 +27,11 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::forward::{self, Attempts};
 use super::relay::{self, StreamEnd};
 use crate::access_log;
 use crate::client::{WorkerListener, address_octets};
 use crate::exchange::Relay;
+use crate::forward::{self, Attempts};
 use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::settings::HashKey;
@@ -233,6 +233,7 @@ pub(crate) async fn serve(
                 pool,
                 mut attempt,
                 patience,
+                ..
             } = *answer;
             let ending = response.framing == http1::Framing::None;
             let mut send = match respond.send_response(head, ending) {
@@ -429,7 +430,7 @@ async fn proxy(
     let forwarding = Instant::now();
     let mut out = Vec::new();
     let mut tried = Vec::new();
-    let attempts = forward::attempts(&f, &mut head, &mut out, &mut tried).await;
+    let attempts = forward::attempts(&f, &mut head, &mut out, &mut tried, None).await;
     let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
     match attempts {
         Attempts::Answered(answer) => match response_head(&out) {
@@ -452,6 +453,14 @@ async fn proxy(
                     fate: "no_answer",
                 }
             }
+        },
+        // Not watched (no client socket): `ClientGone` cannot come; taken as no answer.
+        Attempts::ClientGone => Ready::Own {
+            reject: failure_reject(None),
+            is_head,
+            tried,
+            upstream_time,
+            fate: "no_answer",
         },
         Attempts::NoAnswer(fault) => Ready::Own {
             reject: failure_reject(fault),

@@ -295,7 +295,12 @@ pub(crate) async fn relay<S: ClientStream>(
             client.send(head, &conn.buf.filled()[..first]).await?;
             conn.buf.consume(first);
             while remaining > 0 {
-                read_backend(conn, client.stream.tcp(), client.watch, patience).await?;
+                read_backend(
+                    conn,
+                    watch(Some(client.stream.tcp()), client.watch),
+                    patience,
+                )
+                .await?;
                 let k = conn
                     .buf
                     .len()
@@ -343,14 +348,26 @@ pub(crate) async fn relay<S: ClientStream>(
                 if chunked.is_done() {
                     return Ok(());
                 }
-                read_backend(conn, client.stream.tcp(), client.watch, patience).await?;
+                read_backend(
+                    conn,
+                    watch(Some(client.stream.tcp()), client.watch),
+                    patience,
+                )
+                .await?;
             }
         }
         Framing::Close => {
             client.send(head, conn.buf.filled()).await?;
             loop {
                 conn.buf.consume(conn.buf.len());
-                if read_some(conn, client.stream.tcp(), client.watch, patience).await? == 0 {
+                if read_some(
+                    conn,
+                    watch(Some(client.stream.tcp()), client.watch),
+                    patience,
+                )
+                .await?
+                    == 0
+                {
                     // The end of the stream is the end of this body.
                     attempt.complete(Outcome::Success);
                     return Ok(());
@@ -362,11 +379,10 @@ pub(crate) async fn relay<S: ClientStream>(
 }
 
 /// Reads more of a response body within `patience`: the bytes read, 0 at the end of the
-/// stream. A client that leaves meanwhile ends the relay.
-async fn read_some(
+/// stream. `gone` resolving (the client left, or reset its HTTP/2 stream) ends the relay.
+pub(crate) async fn read_some(
     conn: &mut BackendConn,
-    client: &TcpStream,
-    watch_client: bool,
+    gone: impl std::future::Future<Output = ()>,
     patience: Patience,
 ) -> Result<usize, Relay> {
     let time_up = || Relay::Backend {
@@ -384,19 +400,18 @@ async fn read_some(
             Err(_) if patience.spent() => Err(time_up()),
             Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
         },
-        () = watch(Some(client), watch_client) => Err(Relay::Client),
+        () = gone => Err(Relay::Client),
     }
 }
 
 /// Reads more of a response body whose end is not reached; the end of the stream is an error
 /// (the body was not complete).
-async fn read_backend(
+pub(crate) async fn read_backend(
     conn: &mut BackendConn,
-    client: &TcpStream,
-    watch_client: bool,
+    gone: impl std::future::Future<Output = ()>,
     patience: Patience,
 ) -> Result<(), Relay> {
-    match read_some(conn, client, watch_client, patience).await? {
+    match read_some(conn, gone, patience).await? {
         0 => Err(Relay::backend(
             "connection closed before the end of the body",
         )),

@@ -13,10 +13,9 @@ use std::time::Duration;
 use balance::Outcome;
 use bytes::Bytes;
 use h2::SendStream;
-use tokio::time::timeout_at;
 
 use crate::connections::BackendConn;
-use crate::exchange::{Patience, Relay};
+use crate::exchange::{Patience, Relay, read_backend, read_some};
 use crate::http1::{Chunked, FinalResponse, Framing};
 use crate::upstream::Attempt;
 
@@ -94,7 +93,7 @@ pub(crate) async fn relay(
                 if remaining == 0 {
                     return end.finish();
                 }
-                read_backend(conn, end, patience).await?;
+                read_backend(conn, reset(end), patience).await?;
             }
         }
         Framing::Chunked => {
@@ -116,14 +115,14 @@ pub(crate) async fn relay(
                 if chunked.is_done() {
                     return end.finish();
                 }
-                read_backend(conn, end, patience).await?;
+                read_backend(conn, reset(end), patience).await?;
             }
         }
         Framing::Close => loop {
             let data = conn.buf.filled();
             end.put(data).await?;
             conn.buf.consume(conn.buf.len());
-            if read_some(conn, end, patience).await? == 0 {
+            if read_some(conn, reset(end), patience).await? == 0 {
                 attempt.complete(Outcome::Success);
                 return end.finish();
             }
@@ -131,44 +130,8 @@ pub(crate) async fn relay(
     }
 }
 
-/// Reads more of the body within `patience`: the bytes read, 0 at the end of the stream. A
-/// client that resets the stream meanwhile ends the relay.
-async fn read_some(
-    conn: &mut BackendConn,
-    end: &mut StreamEnd<'_>,
-    patience: Patience,
-) -> Result<usize, Relay> {
-    let time_up = || Relay::Backend {
-        why: patience.expired("the rest of the body"),
-        blamed: false,
-    };
-    if patience.spent() {
-        return Err(time_up());
-    }
-    let reset = std::future::poll_fn(|cx| end.send.poll_reset(cx));
-    tokio::select! {
-        biased;
-        read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
-            Ok(Ok(n)) => Ok(n),
-            Ok(Err(e)) => Err(Relay::Backend { why: e.to_string(), blamed: true }),
-            Err(_) if patience.spent() => Err(time_up()),
-            Err(_) => Err(Relay::Backend { why: patience.expired("the rest of the body"), blamed: true }),
-        },
-        _ = reset => Err(Relay::Client),
-    }
-}
-
-/// Reads more of a body whose end has not come; the end of the stream is an error.
-async fn read_backend(
-    conn: &mut BackendConn,
-    end: &mut StreamEnd<'_>,
-    patience: Patience,
-) -> Result<(), Relay> {
-    match read_some(conn, end, patience).await? {
-        0 => Err(Relay::Backend {
-            why: "connection closed before the end of the body".to_owned(),
-            blamed: true,
-        }),
-        _ => Ok(()),
-    }
+/// Resolves when the client resets the stream: what ends a relay early, as a departed client
+/// does on HTTP/1.1.
+async fn reset(end: &mut StreamEnd<'_>) {
+    let _ = std::future::poll_fn(|cx| end.send.poll_reset(cx)).await;
 }

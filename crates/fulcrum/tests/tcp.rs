@@ -241,13 +241,15 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
             .then_some(())
             .ok_or_else(|| format!("{} so far", count_at(&ok)))
     });
+    // The counts are taken once the killed server is gone: a session counted after that
+    // point cannot have been served by it.
+    redis[1].kill();
+    let killed = Instant::now();
     let before_kill = count_at(&ok);
     let survivors_before: u64 = [&redis[0], &redis[2]]
         .iter()
         .map(|r| r.connections_received())
         .sum();
-    redis[1].kill();
-    let killed = Instant::now();
     wait_until(Duration::from_secs(20), "sessions after the kill", || {
         (count_at(&ok) >= before_kill + 2000)
             .then_some(())
@@ -267,8 +269,9 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
     // Only sessions on the killed server when it died can fail (8 clients: at most 8 at
     // once); every later connection was sent elsewhere.
     assert!(failed.len() <= 8, "{} failed: {failed:?}", failed.len());
-    // The survivors took every session after the kill (and those that were on them before
-    // it ended): each is one connection they received.
+    // The survivors took every session after the kill: each is one connection they
+    // received. The 8 clients' sessions in flight when the counts were taken may have
+    // connected just before them, so up to 8 of the sessions counted after need not be.
     let survivors_after: u64 = [&redis[0], &redis[2]]
         .iter()
         .map(|r| r.connections_received())
@@ -278,7 +281,7 @@ fn redis_behind_a_tcp_listener_least_conn_and_failover() {
         survivors_after - survivors_before
     );
     assert!(
-        survivors_after - survivors_before >= after,
+        survivors_after - survivors_before + 8 >= after,
         "{survivors_before} → {survivors_after}, {after} sessions"
     );
     let log = drain(&fulcrum, Duration::from_millis(500));

@@ -366,7 +366,7 @@ mod tests {
             c.proxy.upstreams[0].backend_protocol,
             proxy::BackendProtocol::H2
         );
-        let c = ok(&GOOD);
+        let c = ok(GOOD);
         assert_eq!(
             c.proxy.upstreams[0].backend_protocol,
             proxy::BackendProtocol::Http1

@@ -9,8 +9,10 @@
 //!   the HTTP/1.1 path would have read and goes through the same [`crate::http1::parse_request`]
 //!   (hop-by-hop headers gone, the forwarding headers from `trusted_proxies`, `Host`, the hash
 //!   key, the header limits), gets its own pick and ticket from the upstream's algorithm, the
-//!   same retry policy ([`balance::retry::decide`]) over the worker's pooled HTTP/1.1
-//!   connections to the backends (`crate::forward::attempts`, the HTTP/1.1 path's loop), and the same access log line and counts. The
+//!   same retry policy ([`balance::retry::decide`]) over the worker's connections to the
+//!   backends (pooled HTTP/1.1, or multiplexed HTTP/2 with `backend_protocol = "h2"`;
+//!   `crate::forward::attempts`, the HTTP/1.1 path's loop), and the same access log line and
+//!   counts. The
 //!   backend's response is streamed back as the stream's response (`relay`).
 //! * **Protections** (`connection`): concurrent streams, header list size tied to
 //!   `max_header_bytes`, flow-control windows, resets of streams the client opened and

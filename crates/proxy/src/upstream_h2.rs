@@ -70,6 +70,9 @@ pub(crate) struct Slot {
 #[derive(Debug, Clone)]
 struct Shared {
     send: SendRequest<Bytes>,
+    /// The TLS settings it was made with (`None`: plain): a reload that changes them makes
+    /// requests open a new connection, as pooled HTTP/1.1 connections are not reused then.
+    tls: Option<Arc<BackendTls>>,
     /// Which connection it is (to forget only that one).
     id: u64,
     /// When a request last used it: milliseconds since `born`.
@@ -106,10 +109,18 @@ impl Slot {
         *self.shared() = None;
     }
 
-    /// The current connection, if it is still open.
-    fn current(&self) -> Option<Shared> {
+    /// The current connection, if there is one made with `tls` (the upstream's TLS in force).
+    fn current(&self, tls: Option<&Arc<BackendTls>>) -> Option<Shared> {
         let current = self.shared();
         let shared = current.as_ref()?;
+        let same_tls = match (&shared.tls, tls) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same_tls {
+            return None;
+        }
         shared.touch();
         Some(shared.clone())
     }
@@ -133,7 +144,8 @@ async fn stream(
         send: shared.send,
         connection: Connection::Reused,
     };
-    if !fresh && let Some(shared) = pool.h2.current() {
+    let settings = tls.map(|(tls, _)| tls);
+    if !fresh && let Some(shared) = pool.h2.current(settings) {
         return Ok(reused(shared));
     }
     let deadline = Instant::now() + connect_timeout;
@@ -142,7 +154,7 @@ async fn stream(
             .await
             .map_err(|_| ConnectError::Timeout)?;
         // Opened by the request that held the lock before us.
-        if !fresh && let Some(shared) = pool.h2.current() {
+        if !fresh && let Some(shared) = pool.h2.current(settings) {
             return Ok(reused(shared));
         }
         Some(opening)
@@ -164,6 +176,7 @@ async fn stream(
     };
     let shared = Shared {
         send: send.clone(),
+        tls: settings.cloned(),
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         used: Arc::new(AtomicU64::new(0)),
         born: Instant::now(),

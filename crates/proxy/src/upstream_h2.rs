@@ -346,7 +346,7 @@ pub(crate) async fn attempt(
     };
     let (parts, recv) = response.into_parts();
     let mut raw = Vec::with_capacity(256);
-    write_response_head(&parts, recv.is_end_stream(), &mut raw);
+    write_response_head(&parts, recv.is_end_stream(), req.client.is_head, &mut raw);
     match http1::parse_response(&raw, req.client, out) {
         Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
             response,
@@ -474,9 +474,14 @@ fn to_fields(head: &[u8], tls: bool) -> Result<http::Request<()>, String> {
 }
 
 /// Writes the HTTP/1.1 head an HTTP/2 response head stands for: its status and fields, and
-/// its framing when it has no `content-length` (none when the head ended the stream, chunked
-/// otherwise).
-fn write_response_head(parts: &http::response::Parts, ended: bool, raw: &mut Vec<u8>) {
+/// its framing when it has no `content-length` and may have a body (not for `HEAD`, 204 or
+/// 304): `content-length: 0` when the head ended the stream, chunked otherwise.
+fn write_response_head(
+    parts: &http::response::Parts,
+    ended: bool,
+    is_head: bool,
+    raw: &mut Vec<u8>,
+) {
     use std::io::Write as _;
     let status = parts.status;
     let _ = write!(
@@ -491,7 +496,8 @@ fn write_response_head(parts: &http::response::Parts, ended: bool, raw: &mut Vec
         raw.extend_from_slice(value.as_bytes());
         raw.extend_from_slice(b"\r\n");
     }
-    if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+    let bodiless = is_head || matches!(status.as_u16(), 204 | 304);
+    if !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
         raw.extend_from_slice(if ended {
             b"content-length: 0\r\n"
         } else {
@@ -730,13 +736,17 @@ mod tests {
             .unwrap();
         let (parts, ()) = response.into_parts();
         let mut raw = Vec::new();
-        write_response_head(&parts, false, &mut raw);
+        write_response_head(&parts, false, false, &mut raw);
         assert_eq!(
             raw,
             b"HTTP/1.1 404 Not Found\r\nserver: b\r\ntransfer-encoding: chunked\r\n\r\n"
         );
         raw.clear();
-        write_response_head(&parts, true, &mut raw);
+        write_response_head(&parts, true, false, &mut raw);
         assert!(raw.ends_with(b"content-length: 0\r\n\r\n"));
+        // A HEAD's answer, or a 204, says nothing of a body.
+        raw.clear();
+        write_response_head(&parts, false, true, &mut raw);
+        assert_eq!(raw, b"HTTP/1.1 404 Not Found\r\nserver: b\r\n\r\n");
     }
 }

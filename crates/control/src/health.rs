@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use balance::BackendId;
 use proxy::upstream_tls::BackendTls;
-use proxy::{CheckKind, HealthCheckSettings, Upstream};
+use proxy::{BackendProtocol, CheckKind, HealthCheckSettings, Upstream};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -55,6 +55,7 @@ pub async fn check(
     written: &str,
     settings: &HealthCheckSettings,
     tls: Option<&BackendTls>,
+    protocol: BackendProtocol,
 ) -> Result<(), String> {
     let attempt = async {
         match (&settings.kind, tls) {
@@ -69,7 +70,13 @@ pub async fn check(
                 .await
                 .map(drop)
                 .map_err(|e| format!("TLS: {e}")),
-            (CheckKind::Http { path, expect }, tls) => {
+            // An upstream spoken to in HTTP/2 is checked in HTTP/2: its backends may speak
+            // nothing else.
+            (CheckKind::Http { path, .. }, tls) if protocol == BackendProtocol::H2 => {
+                let status = proxy::upstream_h2::check_get(addr, written, path, tls).await?;
+                passes(status, settings)
+            }
+            (CheckKind::Http { path, .. }, tls) => {
                 let (status, _) = match tls {
                     None => source::get(addr, path, 0).await,
                     Some(tls) => {
@@ -81,21 +88,29 @@ pub async fn check(
                     }
                 }
                 .map_err(|e| e.0)?;
-                let code = status.as_u16();
-                if (expect.0..=expect.1).contains(&code) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "GET {path} answered {status}, not within {}-{}",
-                        expect.0, expect.1
-                    ))
-                }
+                passes(status, settings)
             }
         }
     };
     match tokio::time::timeout(settings.timeout, attempt).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
+    }
+}
+
+/// Whether an HTTP check's answer `status` is within `expect`.
+fn passes(status: http::StatusCode, settings: &HealthCheckSettings) -> Result<(), String> {
+    let CheckKind::Http { path, expect } = &settings.kind else {
+        return Ok(());
+    };
+    let code = status.as_u16();
+    if (expect.0..=expect.1).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!(
+            "GET {path} answered {status}, not within {}-{}",
+            expect.0, expect.1
+        ))
     }
 }
 
@@ -120,6 +135,7 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
     ];
     let settings = Arc::new(settings);
     let tls = upstream.settings().tls.clone();
+    let protocol = upstream.settings().backend_protocol;
     let mut rounds = crate::Rounds::new(settings.interval, stop);
     while rounds.next().await {
         let mut checks = JoinSet::new();
@@ -129,8 +145,12 @@ pub async fn run(upstream: Arc<Upstream>, stop: watch::Receiver<bool>) {
             }
             let settings = Arc::clone(&settings);
             let (addr, written, tls) = (*addr, written.clone(), tls.clone());
-            checks
-                .spawn(async move { (i, check(addr, &written, &settings, tls.as_deref()).await) });
+            checks.spawn(async move {
+                (
+                    i,
+                    check(addr, &written, &settings, tls.as_deref(), protocol).await,
+                )
+            });
         }
         let Some(results) = rounds.gather(checks, backends.len()).await else {
             return;

@@ -522,6 +522,7 @@ impl<S: ClientStream> ClientConn<S> {
             Ending::ClientGone => "client_gone",
             Ending::NoAnswer(_) => "no_answer",
             Ending::NoRoom(why) => why.name(),
+            Ending::Refused(_) => "refused",
         };
         let (status, next, body_bytes) = match ending {
             Ending::Answered {
@@ -554,6 +555,7 @@ impl<S: ClientStream> ClientConn<S> {
                     .await
             }
             Ending::NoRoom(why) => self.own_answer(forward::no_room_reject(why), client).await,
+            Ending::Refused(reject) => self.own_answer(reject, client).await,
         };
         self.log(
             entry,

@@ -73,7 +73,7 @@ impl BackendConn {
 
 /// One open connection in its pool's count, taken off when the connection is dropped.
 #[derive(Debug)]
-struct OpenCount(Arc<AtomicUsize>);
+pub(crate) struct OpenCount(Arc<AtomicUsize>);
 
 impl OpenCount {
     fn new(count: &Arc<AtomicUsize>) -> OpenCount {
@@ -101,6 +101,8 @@ pub(crate) enum ConnectError {
         "TLS: no name to verify the backend by (its address as written is \"{0}\"): set tls_server_name"
     )]
     NoServerName(String),
+    #[error("HTTP/2 handshake failed: {0}")]
+    H2(h2::Error),
 }
 
 impl ConnectError {
@@ -109,7 +111,9 @@ impl ConnectError {
         match self {
             ConnectError::Timeout => Fault::ConnectTimeout,
             ConnectError::Io(e) if is_local_shortage(e) => Fault::LocalResources,
-            ConnectError::Io(_) | ConnectError::NoServerName(_) => Fault::ConnectFailed,
+            ConnectError::Io(_) | ConnectError::NoServerName(_) | ConnectError::H2(_) => {
+                Fault::ConnectFailed
+            }
             ConnectError::Tls(_) => Fault::TlsHandshake,
         }
     }
@@ -146,6 +150,8 @@ pub(crate) struct Connections {
     open: Arc<AtomicUsize>,
     max_idle: usize,
     idle_timeout: Duration,
+    /// The HTTP/2 connection this worker's requests share (`backend_protocol = "h2"`).
+    pub(crate) h2: crate::upstream_h2::Slot,
 }
 
 /// Whether the reactor has seen the socket become readable (data or end of stream).
@@ -179,7 +185,18 @@ impl Connections {
             open: Arc::new(AtomicUsize::new(0)),
             max_idle,
             idle_timeout,
+            h2: crate::upstream_h2::Slot::default(),
         }
+    }
+
+    /// The address connections go to.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How long an unused connection is kept (`keepalive_timeout`).
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
 
     fn idle_list(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
@@ -249,8 +266,10 @@ impl Connections {
         before - idle.len()
     }
 
-    /// Closes every idle connection (the backend was disabled); returns how many.
+    /// Closes every idle connection (the backend was disabled), and lets the shared HTTP/2
+    /// connection close once its streams are over; returns how many idle ones were closed.
     pub(crate) fn close_idle(&self) -> usize {
+        self.h2.forget_any();
         let mut idle = self.idle_list();
         let n = idle.len();
         idle.clear();
@@ -270,6 +289,22 @@ impl Connections {
         timeout: Duration,
         tls: Option<(&Arc<BackendTls>, &str)>,
     ) -> Result<BackendConn, ConnectError> {
+        let (stream, open) = self.connect_stream(timeout, tls).await?;
+        Ok(BackendConn {
+            stream,
+            tls: tls.map(|(tls, _)| Arc::clone(tls)),
+            buf: Buffer::new(BACKEND_BUFFER),
+            reused: false,
+            _open: open,
+        })
+    }
+
+    /// [`Connections::connect`]'s stream alone, counted open while the count lives.
+    pub(crate) async fn connect_stream(
+        &self,
+        timeout: Duration,
+        tls: Option<(&Arc<BackendTls>, &str)>,
+    ) -> Result<(BackendStream, OpenCount), ConnectError> {
         let connect = async {
             let tcp = TcpStream::connect(self.addr)
                 .await
@@ -289,18 +324,11 @@ impl Connections {
             let stream = tls.handshake(tcp, name).await.map_err(ConnectError::Tls)?;
             Ok(BackendStream::Tls(Box::new(stream)))
         };
-        let stream = match tokio::time::timeout(timeout, connect).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(ConnectError::Timeout),
-        };
-        Ok(BackendConn {
-            stream,
-            tls: tls.map(|(tls, _)| Arc::clone(tls)),
-            buf: Buffer::new(BACKEND_BUFFER),
-            reused: false,
-            _open: OpenCount::new(&self.open),
-        })
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(stream)) => Ok((stream, OpenCount::new(&self.open))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ConnectError::Timeout),
+        }
     }
 }
 

@@ -239,7 +239,7 @@ pub(crate) enum Relay {
 }
 
 impl Relay {
-    fn backend(why: impl Into<String>) -> Relay {
+    pub(crate) fn backend(why: impl Into<String>) -> Relay {
         Relay::Backend {
             why: why.into(),
             blamed: true,
@@ -261,7 +261,7 @@ pub(crate) struct ClientEnd<'a, S> {
 }
 
 impl<S: ClientStream> ClientEnd<'_, S> {
-    async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
+    pub(crate) async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
         send(self.stream, a, b, self.send_timeout)
             .await
             .map_err(|_| Relay::Client)?;

@@ -12,13 +12,14 @@ use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{ResponseReceived, retry};
 use tokio::net::TcpStream;
 
-use crate::connections::{BackendConn, Connections};
+use crate::connections::{BackendConn, ConnectError, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{self, FinalResponse, Reject};
 use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
-use crate::settings::UpstreamSettings;
+use crate::settings::{BackendProtocol, UpstreamSettings};
 use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
+use crate::upstream_h2::{self, H2Body};
 use crate::upstream_tls::BackendTls;
 
 /// The buffers one client connection lends every request it forwards.
@@ -99,6 +100,8 @@ pub(crate) enum Ending {
     /// Every backend was at its `max_conns` and the request could not wait for room: the queue
     /// was full (or off), or it waited `queue_timeout` (503, whatever earlier attempts met).
     NoRoom(Unpicked),
+    /// The request could not be forwarded at all: answered with this.
+    Refused(Reject),
 }
 
 /// The status logged for a client that left before its answer (nginx's).
@@ -121,8 +124,7 @@ pub(crate) async fn forward<S: ClientStream>(
     .await;
     let Answer {
         response,
-        mut conn,
-        pool,
+        body,
         mut attempt,
         patience,
         agreed,
@@ -131,9 +133,15 @@ pub(crate) async fn forward<S: ClientStream>(
         Attempts::NoAnswer(fault) => return Ending::NoAnswer(fault),
         Attempts::NoRoom(why) => return Ending::NoRoom(why),
         Attempts::ClientGone => return Ending::ClientGone,
+        Attempts::Refused(reject) => return Ending::Refused(reject),
     };
     let addr = attempt.addr;
     if response.status == 101 {
+        let Body::Http1 { conn, .. } = body else {
+            // An HTTP/2 response cannot be a 101; `upstream_h2` never passes one on.
+            attempt.complete(Outcome::Failure);
+            return Ending::NoAnswer(Some(Fault::InvalidResponse));
+        };
         if !switches_to_an_offer(&scratch.head, &scratch.out) {
             // RFC 9110 §15.2.2: a server switches only to a protocol the client offered.
             // Anything else would make the client speak one protocol to a backend that speaks
@@ -154,26 +162,63 @@ pub(crate) async fn forward<S: ClientStream>(
         sent: 0,
     };
     let status = response.status;
-    let relayed = exchange::relay(
-        &mut conn,
-        &response,
-        &scratch.out,
-        &mut end,
-        &mut attempt,
-        patience,
-    )
-    .await;
+    let relayed = match body {
+        Body::Http1 { mut conn, pool } => {
+            let relayed = exchange::relay(
+                &mut conn,
+                &response,
+                &scratch.out,
+                &mut end,
+                &mut attempt,
+                patience,
+            )
+            .await;
+            if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
+                pool.put_idle(conn);
+            }
+            relayed
+        }
+        Body::H2(mut body) => {
+            upstream_h2::relay(
+                &mut body,
+                &response,
+                &scratch.out,
+                &mut end,
+                &mut attempt,
+                patience,
+            )
+            .await
+        }
+    };
     // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
     let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
+    ending(
+        upstream,
+        addr,
+        relayed,
+        &mut attempt,
+        status,
+        response.client_keep_alive,
+        body_bytes,
+    )
+}
+
+/// How a relay of a response with `status` ended, its attempt completed by it.
+pub(crate) fn ending(
+    upstream: &Upstream,
+    addr: SocketAddr,
+    relayed: Result<(), Relay>,
+    attempt: &mut Attempt,
+    status: u16,
+    keep_alive: bool,
+    body_bytes: u64,
+) -> Ending {
     match relayed {
         Ok(()) => {
             attempt.complete(Outcome::Success);
-            if response.backend_keep_alive && conn.buf.is_empty() {
-                pool.put_idle(conn);
-            }
             Ending::Answered {
                 status,
-                keep_alive: response.client_keep_alive,
+                keep_alive,
                 body_bytes,
             }
         }
@@ -210,15 +255,26 @@ pub(crate) async fn forward<S: ClientStream>(
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) response: FinalResponse,
-    /// The connection, its buffer holding the start of the body.
-    pub(crate) conn: BackendConn,
-    /// Where the connection goes back when the body is over.
-    pub(crate) pool: Arc<Connections>,
+    /// Where the body comes from.
+    pub(crate) body: Body,
     /// Completed when the backend's part is over.
     pub(crate) attempt: Attempt,
     pub(crate) patience: Patience,
     /// From the attempt's start to its response head: a tunnel's latency.
     pub(crate) agreed: Duration,
+}
+
+/// Where a response body comes from.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// An HTTP/1.1 connection, its buffer holding the start of the body, and the pool it goes
+    /// back to when the body is over.
+    Http1 {
+        conn: BackendConn,
+        pool: Arc<Connections>,
+    },
+    /// A stream of an HTTP/2 connection.
+    H2(H2Body),
 }
 
 /// How the attempts ended.
@@ -231,6 +287,25 @@ pub(crate) enum Attempts {
     NoRoom(Unpicked),
     /// The client left while it waited (only a watched client: see [`attempts`]).
     ClientGone,
+    /// The request cannot be forwarded in the backends' protocol: answered with this.
+    Refused(Reject),
+}
+
+/// The request HTTP/2 backends cannot be sent, answered by us.
+const UNCARRIED: Reject = http1::reject(
+    400,
+    "400 Bad Request: the request cannot be written as HTTP/2 for the backend\n",
+);
+
+/// What one try on one backend came to, whatever the protocol.
+enum Tried {
+    Head(FinalResponse, Body),
+    /// No connection could be had.
+    ConnectFailed(ConnectError),
+    /// No usable response head: what happened, and in words for the log.
+    Failed(AttemptFailure, String),
+    ClientGone,
+    Refused(String),
 }
 
 /// Tries backends for `f` until one answers with a response head, which is rewritten into
@@ -295,52 +370,65 @@ pub(crate) async fn attempts(
         let mut reuse = true;
         let began = tokio::time::Instant::now();
         let (action, fault) = loop {
-            let idle = if reuse {
-                pool.take_idle(f.replay == balance::Replay::Unsafe, settings.tls.as_ref())
-            } else {
-                None
-            };
-            let mut conn = match idle {
-                Some(conn) => conn,
-                None => match pool
-                    .connect(settings.connect_timeout, backend_tls(settings, addr))
-                    .await
-                {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        let failure = AttemptFailure {
-                            fault: e.fault(),
-                            connection: Connection::Fresh,
-                            request: RequestSent::Nothing,
-                            response: ResponseReceived::Nothing,
-                            replay: f.replay,
-                        };
-                        let decision = retry::decide(&failure);
-                        attempt.complete(decision.outcome());
-                        f.stats.failed(upstream.shared_name(), addr, failure.fault);
-                        log_failure(upstream, addr, &failure, &e.to_string(), decision);
-                        break (decision.action, failure.fault);
+            let tried = match settings.backend_protocol {
+                BackendProtocol::Http1 => {
+                    try_http1(f, &pool, reuse, &request, client, patience, out).await
+                }
+                BackendProtocol::H2 => {
+                    let req = upstream_h2::Request {
+                        head: request.head,
+                        body: f.body,
+                        client: f.client,
+                        replay: f.replay,
+                        watch_client: f.watch_client,
+                        connect_timeout: settings.connect_timeout,
+                        tls: backend_tls(settings, addr),
+                    };
+                    match upstream_h2::attempt(&pool, !reuse, &req, client, patience, out).await {
+                        upstream_h2::Tried::Head(response, body) => {
+                            Tried::Head(response, Body::H2(body))
+                        }
+                        upstream_h2::Tried::Failed(failure, why) => Tried::Failed(failure, why),
+                        upstream_h2::Tried::ConnectFailed(e) => Tried::ConnectFailed(e),
+                        upstream_h2::Tried::ClientGone => Tried::ClientGone,
+                        upstream_h2::Tried::Uncarried(why) => Tried::Refused(why),
                     }
-                },
+                }
             };
-            match exchange::send_and_read_head(&mut conn, &request, client, patience, out).await {
-                Head::Response(response) => {
+            match tried {
+                Tried::Head(response, body) => {
                     return Attempts::Answered(Box::new(Answer {
                         response,
-                        conn,
-                        pool,
+                        body,
                         attempt,
                         patience,
                         agreed: began.elapsed(),
                     }));
                 }
-                Head::ClientGone => {
-                    // Dropping the connection closes it: the backend stops working for nobody.
-                    drop(conn);
+                Tried::ConnectFailed(e) => {
+                    let failure = AttemptFailure {
+                        fault: e.fault(),
+                        connection: Connection::Fresh,
+                        request: RequestSent::Nothing,
+                        response: ResponseReceived::Nothing,
+                        replay: f.replay,
+                    };
+                    let decision = retry::decide(&failure);
+                    attempt.complete(decision.outcome());
+                    f.stats.failed(upstream.shared_name(), addr, failure.fault);
+                    log_failure(upstream, addr, &failure, &e.to_string(), decision);
+                    break (decision.action, failure.fault);
+                }
+                Tried::ClientGone => {
                     attempt.complete(Outcome::Cancelled);
                     return Attempts::ClientGone;
                 }
-                Head::Failed(failure, why)
+                Tried::Refused(why) => {
+                    tracing::debug!(upstream = %upstream.name(), error = %why, "request not forwarded");
+                    attempt.complete(Outcome::Cancelled);
+                    return Attempts::Refused(UNCARRIED);
+                }
+                Tried::Failed(failure, why)
                     if patience.spent() && failure.fault == Fault::ReadTimeout =>
                 {
                     // The request's own time is up, not necessarily through this backend's
@@ -350,7 +438,7 @@ pub(crate) async fn attempts(
                     attempt.complete(Outcome::Cancelled);
                     break (Action::GiveUp, failure.fault);
                 }
-                Head::Failed(failure, why) => {
+                Tried::Failed(failure, why) => {
                     let decision = retry::decide(&failure);
                     log_failure(upstream, addr, &failure, &why, decision);
                     if decision.action == Action::ResendFresh && reuse {
@@ -371,6 +459,46 @@ pub(crate) async fn attempts(
         }
     }
     Attempts::NoAnswer(last_fault)
+}
+
+/// One try on a pooled HTTP/1.1 connection (an idle one when `reuse`, else a new one).
+async fn try_http1(
+    f: &Forward<'_>,
+    pool: &Arc<Connections>,
+    reuse: bool,
+    request: &Request<'_>,
+    client: Option<&TcpStream>,
+    patience: Patience,
+    out: &mut Vec<u8>,
+) -> Tried {
+    let settings = f.settings;
+    let idle = if reuse {
+        pool.take_idle(f.replay == balance::Replay::Unsafe, settings.tls.as_ref())
+    } else {
+        None
+    };
+    let mut conn = match idle {
+        Some(conn) => conn,
+        None => match pool
+            .connect(settings.connect_timeout, backend_tls(settings, pool.addr()))
+            .await
+        {
+            Ok(conn) => conn,
+            Err(e) => return Tried::ConnectFailed(e),
+        },
+    };
+    match exchange::send_and_read_head(&mut conn, request, client, patience, out).await {
+        Head::Response(response) => Tried::Head(
+            response,
+            Body::Http1 {
+                conn,
+                pool: Arc::clone(pool),
+            },
+        ),
+        // Dropping the connection closes it: the backend stops working for nobody.
+        Head::ClientGone => Tried::ClientGone,
+        Head::Failed(failure, why) => Tried::Failed(failure, why),
+    }
 }
 
 /// Relays an upgraded connection (the backend's 101, head in `head`) until both sides have

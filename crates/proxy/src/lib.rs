@@ -72,14 +72,15 @@ pub mod settings;
 mod tcp;
 pub mod tls;
 mod upstream;
+pub mod upstream_h2;
 pub mod upstream_tls;
 
 pub use http1::MAX_HEADERS_LIMIT;
 pub use http2::Http2Settings;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
-    BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings, LoadSource,
-    Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
+    BackendProtocol, BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings,
+    LoadSource, Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
 };
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,

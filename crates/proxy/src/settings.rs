@@ -254,6 +254,29 @@ pub struct UpstreamSettings {
     pub health_check: Option<HealthCheckSettings>,
     /// TLS to the backends (`tls = true`); `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<crate::upstream_tls::BackendTls>>,
+    /// What the backends are spoken to in (`backend_protocol`).
+    pub backend_protocol: BackendProtocol,
+}
+
+/// The protocol requests are forwarded in (`backend_protocol`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BackendProtocol {
+    /// HTTP/1.1 on pooled keep-alive connections.
+    #[default]
+    Http1,
+    /// HTTP/2: with prior knowledge over plain TCP (h2c), chosen by ALPN over TLS. Each worker
+    /// multiplexes its requests to a backend over one connection.
+    H2,
+}
+
+impl BackendProtocol {
+    /// As written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendProtocol::Http1 => "http1",
+            BackendProtocol::H2 => "h2",
+        }
+    }
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -332,6 +355,7 @@ impl UpstreamSettings {
             stale_after: Self::DEFAULT_STALE_AFTER,
             health_check: None,
             tls: None,
+            backend_protocol: BackendProtocol::Http1,
         }
     }
 }

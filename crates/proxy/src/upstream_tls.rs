@@ -30,12 +30,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use crate::settings::BackendProtocol;
+
 /// An upstream's TLS to its backends, ready to connect.
 #[derive(Debug)]
 pub struct BackendTls {
     config: Arc<rustls::ClientConfig>,
     /// `tls_server_name`, checked; `None`: each backend's host.
     server_name: Option<ServerName<'static>>,
+    /// What ALPN offers, and what the backend must choose.
+    protocol: BackendProtocol,
 }
 
 /// Why an upstream's TLS settings cannot be used.
@@ -63,12 +67,16 @@ pub enum BackendTlsError {
     Rustls(#[from] rustls::Error),
 }
 
+/// What a backend that does not choose HTTP/2 by ALPN is told (`backend_protocol = "h2"`).
+const NO_H2: &str = "the backend did not choose h2 by ALPN (backend_protocol = \"h2\" needs a backend that offers HTTP/2 over TLS)";
+
 impl BackendTls {
     /// Trusting the CAs in `ca` (PEM), or the system's roots; verifying `server_name`, or
-    /// each backend's host.
+    /// each backend's host; offering `protocol` by ALPN, and only it.
     pub fn new(
         ca: Option<&Path>,
         server_name: Option<&str>,
+        protocol: BackendProtocol,
     ) -> Result<BackendTls, BackendTlsError> {
         let server_name = server_name
             .map(|name| {
@@ -117,12 +125,17 @@ impl BackendTls {
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        // HTTP/1.1 is what fulcrum speaks to backends; saying so keeps a backend that
-        // negotiates HTTP/2 by ALPN from choosing it.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // Only the protocol fulcrum will speak: offering http/1.1 alone keeps a backend that
+        // negotiates HTTP/2 from choosing it; offering h2 alone makes one that cannot speak it
+        // fail the handshake's check below instead of answering in a protocol we did not ask.
+        config.alpn_protocols = match protocol {
+            BackendProtocol::Http1 => vec![b"http/1.1".to_vec()],
+            BackendProtocol::H2 => vec![b"h2".to_vec()],
+        };
         Ok(BackendTls {
             config: Arc::new(config),
             server_name,
+            protocol,
         })
     }
 
@@ -163,9 +176,15 @@ impl BackendTls {
         tcp: TcpStream,
         name: ServerName<'static>,
     ) -> std::io::Result<TlsStream<TcpStream>> {
-        tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
+        let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
             .connect(name, tcp)
-            .await
+            .await?;
+        // A backend that ignores ALPN (or has no h2) answers in HTTP/1.1 or not at all: for
+        // an h2 upstream that is a failed handshake, the next backend's turn.
+        if self.protocol == BackendProtocol::H2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, NO_H2));
+        }
+        Ok(tls)
     }
 }
 
@@ -342,12 +361,13 @@ mod tests {
             .unwrap();
         let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, ca.pem()).unwrap();
-        let tls = BackendTls::new(Some(&ca_file), None).unwrap();
+        let tls = BackendTls::new(Some(&ca_file), None, BackendProtocol::Http1).unwrap();
         let name = |w: &str| tls.name_for(w).map(|n| n.to_str().into_owned());
         assert_eq!(name("app.internal:8443").as_deref(), Some("app.internal"));
         assert_eq!(name("10.0.0.5:443").as_deref(), Some("10.0.0.5"));
         assert_eq!(name("[::1]:443").as_deref(), Some("::1"));
-        let named = BackendTls::new(Some(&ca_file), Some("api.test")).unwrap();
+        let named =
+            BackendTls::new(Some(&ca_file), Some("api.test"), BackendProtocol::Http1).unwrap();
         assert_eq!(
             named
                 .name_for("10.0.0.5:443")
@@ -356,12 +376,12 @@ mod tests {
             Some("api.test")
         );
         assert!(matches!(
-            BackendTls::new(Some(&ca_file), Some("not a name")),
+            BackendTls::new(Some(&ca_file), Some("not a name"), BackendProtocol::Http1),
             Err(BackendTlsError::BadServerName(_))
         ));
         std::fs::write(&ca_file, "nothing\n").unwrap();
         assert!(matches!(
-            BackendTls::new(Some(&ca_file), None),
+            BackendTls::new(Some(&ca_file), None, BackendProtocol::Http1),
             Err(BackendTlsError::NoCertificate { .. })
         ));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -127,6 +127,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     }
 
     tcp_upstreams(r, &listeners, &upstreams);
+    h2_upstreams(r, &listeners, &upstreams);
     if top.no_items("listener") {
         r.error_in_file(
             "listener",
@@ -198,6 +199,39 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
                 ),
             );
         }
+    }
+}
+
+/// An upstream spoken to in HTTP/2 takes requests, not connections: a TCP listener has none
+/// to give it, and an HTTP/1.1 upgrade (WebSocket) cannot be carried over HTTP/2 (RFC 9113
+/// §8.6; RFC 8441's extended CONNECT is not built).
+fn h2_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstream]) {
+    for l in listeners {
+        let Some(u) = upstreams.iter().find(|u| *u.name.get_ref() == l.upstream) else {
+            continue;
+        };
+        let Some(protocol) = &u.backend_protocol else {
+            continue;
+        };
+        if *protocol.get_ref() != proxy::BackendProtocol::H2 {
+            continue;
+        }
+        let why = if l.protocol == proxy::Protocol::Tcp {
+            "a TCP listener relays connections, not HTTP requests"
+        } else if !l.upgrade.is_empty() {
+            "this listener passes upgrades (upgrade = [...]), which HTTP/2 cannot carry to a backend"
+        } else {
+            continue;
+        };
+        let line = r.line_of(&protocol.span());
+        r.error(
+            l.upstream_at.0.clone(),
+            &l.upstream_at.1,
+            format!(
+                "upstream \"{}\" has backend_protocol = \"h2\" (line {line}), but {why}: give this listener an upstream with backend_protocol = \"http1\"",
+                l.upstream
+            ),
+        );
     }
 }
 

@@ -136,6 +136,9 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     }
     s.health_check = u.health_check;
     s.tls = u.tls;
+    if let Some(p) = u.backend_protocol {
+        s.backend_protocol = p.into_inner();
+    }
     if let Some(seed) = u.seed {
         s.seed = seed;
     }

@@ -571,13 +571,6 @@ mod tests {
             1,
         ));
         assert!(e.contains("`route` is not supported yet"), "{e}");
-        // HTTP/2 to backends: clients may speak it, backends get HTTP/1.1 (docs/http2.md).
-        let e = refused(&GOOD.replacen(
-            "algorithm = \"least_conn\"\n",
-            "algorithm = \"least_conn\"\nbackend_protocol = \"h2\"\n",
-            1,
-        ));
-        assert!(e.contains("`backend_protocol` is not supported yet"), "{e}");
     }
 
     const KEYS: &[&str] = &[

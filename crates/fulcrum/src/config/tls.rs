@@ -92,6 +92,7 @@ pub(super) fn read(r: &mut Report<'_>, listener: &Table<'_>) -> Vec<CertificateF
 pub(super) fn upstream(
     r: &mut Report<'_>,
     t: &Table<'_>,
+    protocol: proxy::BackendProtocol,
 ) -> Option<std::sync::Arc<proxy::upstream_tls::BackendTls>> {
     let on = t.flag(r, "tls");
     let ca = t.text(r, "tls_ca", "a file", "/etc/fulcrum/backend-ca.pem");
@@ -117,6 +118,7 @@ pub(super) fn upstream(
     match proxy::upstream_tls::BackendTls::new(
         ca_path.as_deref(),
         name.as_ref().map(|n| *n.get_ref()),
+        protocol,
     ) {
         Ok(tls) => Some(std::sync::Arc::new(tls)),
         Err(e) => {

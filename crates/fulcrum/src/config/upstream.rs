@@ -54,9 +54,10 @@ pub(super) const SECTION: Section = Section {
         "tls",
         "tls_ca",
         "tls_server_name",
+        "backend_protocol",
         "backend",
     ],
-    not_yet: &["backend_protocol"],
+    not_yet: &[],
 };
 
 /// The most further backends one request may try. Every retry is another backend's time; a
@@ -107,6 +108,8 @@ pub(super) struct Upstream {
     pub health_check: Option<proxy::HealthCheckSettings>,
     /// `tls = true`, with its CA and name, read and checked.
     pub tls: Option<std::sync::Arc<proxy::upstream_tls::BackendTls>>,
+    /// `backend_protocol`, and where it is written (`None`: left out, HTTP/1.1).
+    pub backend_protocol: Option<Spanned<proxy::BackendProtocol>>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -176,7 +179,14 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let health_check = t
         .section(r, "health_check", &health::SECTION)
         .and_then(|h| health::read(r, &h));
-    let tls = super::tls::upstream(r, t);
+    let backend_protocol = backend_protocol(r, t);
+    let tls = super::tls::upstream(
+        r,
+        t,
+        backend_protocol
+            .as_ref()
+            .map_or_else(Default::default, |p| *p.get_ref()),
+    );
     if let (Some(timeout), Some(span)) = (poll_timeout, t.span_of("poll_timeout")) {
         let interval = poll_interval.unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
         if timeout > interval {
@@ -293,9 +303,30 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         stale_after,
         health_check,
         tls,
+        backend_protocol,
         seed,
         backends,
     })
+}
+
+/// `backend_protocol`: `"http1"` (the default) or `"h2"`.
+fn backend_protocol(r: &mut Report<'_>, t: &Table<'_>) -> Option<Spanned<proxy::BackendProtocol>> {
+    let written = t.text(r, "backend_protocol", "a protocol", "h2")?;
+    let protocol = match *written.get_ref() {
+        "http1" | "http/1.1" => proxy::BackendProtocol::Http1,
+        "h2" | "http2" => proxy::BackendProtocol::H2,
+        other => {
+            r.error(
+                written.span(),
+                &t.key("backend_protocol"),
+                format!(
+                    "unknown backend_protocol \"{other}\"; use \"http1\" (HTTP/1.1, the default) or \"h2\" (HTTP/2: h2c with prior knowledge, or h2 by ALPN with tls = true)"
+                ),
+            );
+            return None;
+        }
+    };
+    Some(Spanned::new(written.span(), protocol))
 }
 
 /// Refuses a total weight the ketama ring cannot be built for in reasonable time and memory.
@@ -320,6 +351,47 @@ fn check_ring_weight(r: &mut Report<'_>, t: &Table<'_>, b: &Balancing, backends:
 #[cfg(test)]
 mod tests {
     use crate::config::testing::*;
+
+    #[test]
+    fn backend_protocol() {
+        let with = |value: &str| {
+            GOOD.replacen(
+                "algorithm = \"least_conn\"\n",
+                &format!("algorithm = \"least_conn\"\nbackend_protocol = {value}\n"),
+                1,
+            )
+        };
+        let c = ok(&with("\"h2\""));
+        assert_eq!(
+            c.proxy.upstreams[0].backend_protocol,
+            proxy::BackendProtocol::H2
+        );
+        let c = ok(GOOD);
+        assert_eq!(
+            c.proxy.upstreams[0].backend_protocol,
+            proxy::BackendProtocol::Http1
+        );
+        let e = refused(&with("\"h3\""));
+        assert!(
+            e.contains("upstream[0].backend_protocol")
+                && e.contains("unknown backend_protocol \"h3\""),
+            "{e}"
+        );
+        // Only HTTP requests can be carried in HTTP/2: not a TCP listener's connections, not
+        // an upgrade.
+        for listener_key in ["protocol = \"tcp\"", "upgrade = [\"websocket\"]"] {
+            let e = refused(&with("\"h2\"").replacen(
+                "upstream = \"web\"\n",
+                &format!("upstream = \"web\"\n{listener_key}\n"),
+                1,
+            ));
+            assert!(
+                e.contains("has backend_protocol = \"h2\" (line")
+                    && e.contains("listener[0].upstream"),
+                "{listener_key}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn max_conns_queue_and_response_timeout() {

@@ -18,6 +18,7 @@ use crate::connections::BackendConn;
 use crate::exchange::{Patience, Relay, read_backend, read_some};
 use crate::http1::{Chunked, FinalResponse, Framing};
 use crate::upstream::Attempt;
+use crate::upstream_h2::{Expected, H2Body};
 
 /// The client end: the stream and what it was sent.
 #[derive(Debug)]
@@ -30,10 +31,15 @@ pub(crate) struct StreamEnd<'a> {
 
 impl StreamEnd<'_> {
     /// Sends `data` as the window allows.
-    async fn put(&mut self, mut data: &[u8]) -> Result<(), Relay> {
+    async fn put(&mut self, data: &[u8]) -> Result<(), Relay> {
         if data.is_empty() {
             return Ok(());
         }
+        self.put_bytes(Bytes::copy_from_slice(data)).await
+    }
+
+    /// Sends `data` as the window allows, in pieces of it (not copied).
+    async fn put_bytes(&mut self, mut data: Bytes) -> Result<(), Relay> {
         self.send.reserve_capacity(data.len());
         while !data.is_empty() {
             let capacity = std::future::poll_fn(|cx| self.send.poll_capacity(cx));
@@ -47,10 +53,9 @@ impl StreamEnd<'_> {
                 continue;
             }
             self.send
-                .send_data(Bytes::copy_from_slice(&data[..n]), false)
+                .send_data(data.split_to(n), false)
                 .map_err(|_| Relay::Client)?;
             self.sent += n as u64;
-            data = &data[n..];
         }
         Ok(())
     }
@@ -127,6 +132,41 @@ pub(crate) async fn relay(
                 return end.finish();
             }
         },
+    }
+}
+
+/// Relays the body of `response` from an HTTP/2 backend's stream to `end`, ending the stream;
+/// the window each DATA frame took is given back to the backend once it went on.
+pub(crate) async fn relay_h2(
+    body: &mut H2Body,
+    response: &FinalResponse,
+    end: &mut StreamEnd<'_>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    if response.framing == Framing::None {
+        attempt.complete(Outcome::Success);
+        return Ok(());
+    }
+    let mut expected = Expected::new(response.framing);
+    loop {
+        let next = if expected.done() {
+            None
+        } else {
+            body.next(reset(end), patience).await?
+        };
+        let Some(data) = next else {
+            expected.end()?;
+            attempt.complete(Outcome::Success);
+            return end.finish();
+        };
+        expected.take(data.len())?;
+        if expected.done() {
+            attempt.complete(Outcome::Success);
+        }
+        let n = data.len();
+        end.put_bytes(data).await?;
+        body.release(n);
     }
 }
 

@@ -35,6 +35,7 @@ use crate::forward::{self, Attempts};
 use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::settings::HashKey;
+use crate::upstream_h2::CONNECTION_SPECIFIC;
 
 const TOO_LARGE: Reject = http1::reject(
     413,
@@ -229,8 +230,7 @@ pub(crate) async fn serve(
         } => {
             let forward::Answer {
                 response,
-                mut conn,
-                pool,
+                body,
                 mut attempt,
                 patience,
                 ..
@@ -255,17 +255,25 @@ pub(crate) async fn serve(
                 send_timeout,
                 sent: 0,
             };
-            let relayed =
-                relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
+            let relayed = match body {
+                forward::Body::Http1 { mut conn, pool } => {
+                    let relayed =
+                        relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
+                    if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
+                        pool.put_idle(conn);
+                    }
+                    relayed
+                }
+                forward::Body::H2(mut body) => {
+                    relay::relay_h2(&mut body, &response, &mut end, &mut attempt, patience).await
+                }
+            };
             let body_bytes = end.sent;
             let upstream_time = Some(forwarding.elapsed());
             let upstream = &ctx.listener.ctx.upstream;
             let fate = match relayed {
                 Ok(()) => {
                     attempt.complete(Outcome::Success);
-                    if response.backend_keep_alive && conn.buf.is_empty() {
-                        pool.put_idle(conn);
-                    }
                     "answered"
                 }
                 Err(Relay::Backend { why, blamed }) => {
@@ -476,6 +484,13 @@ async fn proxy(
             upstream_time,
             fate: why.name(),
         },
+        Attempts::Refused(reject) => Ready::Own {
+            reject,
+            is_head,
+            tried,
+            upstream_time,
+            fate: "refused",
+        },
     }
 }
 
@@ -600,16 +615,6 @@ fn read_body<'a>(
         }
     })
 }
-
-/// Fields that describe an HTTP/1.1 connection, not carried by HTTP/2 (RFC 9113 §8.2.2).
-const CONNECTION_SPECIFIC: [&str; 6] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "te",
-];
 
 /// The backend's response head (as rewritten for an HTTP/1.1 client) as an HTTP/2 response;
 /// `None` if a field cannot be carried.

@@ -1,0 +1,729 @@
+//! HTTP/2 to backends (`backend_protocol = "h2"`): h2c with prior knowledge over plain TCP, or
+//! h2 chosen by ALPN over TLS (`tls = true`; a backend that does not choose it fails the
+//! handshake, see [`crate::upstream_tls`]).
+//!
+//! * **One connection per backend and worker, multiplexed.** The first request opens it (as
+//!   any connection: `connect_timeout`, TLS), later ones open streams on it; a request that
+//!   finds it gone (the backend's GOAWAY, a failed connection) opens the next. It is closed,
+//!   gracefully, once no request has used it for `keepalive_timeout` and its streams are over;
+//!   `keepalive = 0` gives every request a connection of its own, as for HTTP/1.1. A stream
+//!   the backend has no room for waits in the `h2` crate's queue until one ends, within the
+//!   request's `read_timeout`.
+//! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
+//!   the hop-by-hop fields gone, [`crate::forward::finish_head`]) as HTTP/2 fields: `Host`
+//!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), the
+//!   buffered body follows as DATA frames under the stream's flow control.
+//! * **The response head** is written as the HTTP/1.1 head it stands for and goes through
+//!   [`http1::parse_response`]: the client gets the same rewriting (hop-by-hop fields, framing
+//!   for HTTP/1.0, `HEAD`) whatever protocol the backend spoke. A body without
+//!   `content-length` reaches an HTTP/1.1 client chunked, an HTTP/1.0 client delimited by the
+//!   close. Trailers are dropped, as the HTTP/1.1 path drops chunked trailers.
+//! * **Failures are classified for [`balance::retry::decide`]** as the HTTP/1.1 path's are. A
+//!   stream the backend refused (`REFUSED_STREAM`) or left beyond a graceful GOAWAY's last
+//!   stream was not processed (RFC 9113 §8.7, §6.8): nothing was sent, so even a
+//!   non-idempotent request is sent again — on a new connection when the old one was shared
+//!   (the keep-alive race's rule), else on the next backend. A connection failure or another
+//!   reset after the request went out is the HTTP/1.1 path's closed connection; a backend that
+//!   breaks the protocol sent an invalid response.
+//! * **Flow control gives backpressure:** the window a DATA frame used is given back only once
+//!   its bytes went to the client, so a slow client slows the backend's stream, not our memory.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use balance::{AttemptFailure, Connection, Fault, Replay, RequestSent, ResponseReceived};
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{Reason, RecvStream};
+use http::{HeaderName, HeaderValue};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout_at};
+
+use crate::connections::{ConnectError, Connections, OpenCount};
+use crate::exchange::{ClientEnd, Patience, Relay};
+use crate::http1::{self, ClientSide, FinalResponse, Framing, ResponseHead};
+use crate::io::ClientStream;
+use crate::upstream_tls::{BackendStream, BackendTls};
+
+/// The stream window we open to a backend, and the connection's: what one response, and all
+/// of a connection's, may have in flight unread by their clients (h2's defaults are 64 KiB,
+/// which caps a stream at one window per round trip).
+const STREAM_WINDOW: u32 = 256 * 1024;
+const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// The largest response field section taken from a backend (RFC 9113 §6.5.2's
+/// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes a field).
+const MAX_RESPONSE_FIELDS: u32 = 64 * 1024;
+
+/// A worker's shared HTTP/2 connection to one backend, if one is open.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    current: Mutex<Option<Shared>>,
+    /// Held while a connection is being opened, so that requests arriving meanwhile wait for
+    /// it instead of each opening their own.
+    opening: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone)]
+struct Shared {
+    send: SendRequest<Bytes>,
+    /// Which connection it is (to forget only that one).
+    id: u64,
+    /// When a request last used it: milliseconds since `born`.
+    used: Arc<AtomicU64>,
+    born: Instant,
+}
+
+impl Shared {
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.used.store(ms, Ordering::Relaxed);
+    }
+}
+
+/// Numbers connections for [`Slot::forget`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Slot {
+    fn shared(&self) -> std::sync::MutexGuard<'_, Option<Shared>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets connection `id` if it is still the current one: later requests open another.
+    fn forget(&self, id: u64) {
+        let mut current = self.shared();
+        if current.as_ref().is_some_and(|s| s.id == id) {
+            *current = None;
+        }
+    }
+
+    /// Forgets the current connection, whichever it is (the backend was disabled): it closes
+    /// once its streams are over.
+    pub(crate) fn forget_any(&self) {
+        *self.shared() = None;
+    }
+
+    /// The current connection, if it is still open.
+    fn current(&self) -> Option<Shared> {
+        let current = self.shared();
+        let shared = current.as_ref()?;
+        shared.touch();
+        Some(shared.clone())
+    }
+}
+
+/// A stream to send a request on, and whether its connection carried requests before.
+struct Stream {
+    send: SendRequest<Bytes>,
+    connection: Connection,
+}
+
+/// A connection to the backend of `pool`: the current one unless `fresh`, else a new one
+/// (made the current one when connections are kept, `keepalive` > 0).
+async fn stream(
+    pool: &Arc<Connections>,
+    fresh: bool,
+    connect_timeout: Duration,
+    tls: Option<(&Arc<BackendTls>, &str)>,
+) -> Result<Stream, ConnectError> {
+    let reused = |shared: Shared| Stream {
+        send: shared.send,
+        connection: Connection::Reused,
+    };
+    if !fresh && let Some(shared) = pool.h2.current() {
+        return Ok(reused(shared));
+    }
+    let deadline = Instant::now() + connect_timeout;
+    let _opening = if pool.keeps_idle() {
+        let opening = timeout_at(deadline, pool.h2.opening.lock())
+            .await
+            .map_err(|_| ConnectError::Timeout)?;
+        // Opened by the request that held the lock before us.
+        if !fresh && let Some(shared) = pool.h2.current() {
+            return Ok(reused(shared));
+        }
+        Some(opening)
+    } else {
+        None
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    let (io, open) = pool.connect_stream(left, tls).await?;
+    let handshake = h2::client::Builder::new()
+        .enable_push(false)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_RESPONSE_FIELDS)
+        .handshake::<BackendStream, Bytes>(io);
+    let (send, connection) = match timeout_at(deadline, handshake).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => return Err(ConnectError::H2(e)),
+        Err(_) => return Err(ConnectError::Timeout),
+    };
+    let shared = Shared {
+        send: send.clone(),
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        used: Arc::new(AtomicU64::new(0)),
+        born: Instant::now(),
+    };
+    let kept = pool.keeps_idle().then(|| {
+        *pool.h2.shared() = Some(shared.clone());
+        Arc::clone(pool)
+    });
+    tokio::spawn(drive(connection, kept, shared, open, pool.idle_timeout()));
+    Ok(Stream {
+        send,
+        connection: Connection::Fresh,
+    })
+}
+
+/// Runs one connection to its end. A kept connection is forgotten once unused for
+/// `idle_timeout` (it then closes, with GOAWAY, as soon as its streams are over: the `h2`
+/// crate ends a client connection that has neither streams nor handles), and when it ends.
+async fn drive(
+    connection: h2::client::Connection<BackendStream, Bytes>,
+    kept: Option<Arc<Connections>>,
+    shared: Shared,
+    _open: OpenCount,
+    idle_timeout: Duration,
+) {
+    let Shared { id, used, born, .. } = shared;
+    // Only the slot may keep the connection open; our copy of the handle would too.
+    drop(shared.send);
+    tokio::pin!(connection);
+    let mut in_slot = kept.is_some();
+    let mut wake = born + idle_timeout;
+    loop {
+        tokio::select! {
+            ended = &mut connection => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "HTTP/2 connection to a backend ended");
+                }
+                break;
+            }
+            // Also what polls a forgotten connection again, so that it sees it has nothing
+            // left to do.
+            () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                let idle_since = born + Duration::from_millis(used.load(Ordering::Relaxed));
+                wake = if in_slot && idle_since + idle_timeout > now {
+                    idle_since + idle_timeout
+                } else {
+                    if in_slot && let Some(pool) = &kept {
+                        pool.h2.forget(id);
+                    }
+                    in_slot = false;
+                    now + idle_timeout
+                };
+            }
+        }
+    }
+    if let Some(pool) = kept {
+        pool.h2.forget(id);
+    }
+}
+
+/// What one attempt on an HTTP/2 connection came to.
+pub(crate) enum Tried {
+    /// A final response head, rewritten for the client, and its body.
+    Head(FinalResponse, H2Body),
+    Failed(AttemptFailure, String),
+    ConnectFailed(ConnectError),
+    ClientGone,
+    /// The request cannot be written as HTTP/2 fields (why, for the log).
+    Uncarried(String),
+}
+
+/// The request as every attempt sends it.
+pub(crate) struct Request<'a> {
+    /// The HTTP/1.1 head for the backend, blank line included.
+    pub(crate) head: &'a [u8],
+    pub(crate) body: &'a [u8],
+    pub(crate) client: ClientSide,
+    pub(crate) replay: Replay,
+    pub(crate) watch_client: bool,
+    pub(crate) connect_timeout: Duration,
+    /// The upstream's TLS and the backend's address as written, for TLS backends.
+    pub(crate) tls: Option<(&'a Arc<BackendTls>, &'a str)>,
+}
+
+/// One attempt: a stream on the backend's connection (a new connection when `fresh`), the
+/// request, and the response head within `patience`; given up as soon as `client` leaves.
+pub(crate) async fn attempt(
+    pool: &Arc<Connections>,
+    fresh: bool,
+    req: &Request<'_>,
+    client: Option<&TcpStream>,
+    patience: Patience,
+    out: &mut Vec<u8>,
+) -> Tried {
+    let request = match to_fields(req.head, req.tls.is_some()) {
+        Ok(request) => request,
+        Err(why) => return Tried::Uncarried(why),
+    };
+    let stream = match stream(pool, fresh, req.connect_timeout, req.tls).await {
+        Ok(stream) => stream,
+        Err(e) => return Tried::ConnectFailed(e),
+    };
+    let connection = stream.connection;
+    let failed = |request, response, fault, why: String| {
+        Tried::Failed(
+            AttemptFailure {
+                fault,
+                connection,
+                request,
+                response,
+                replay: req.replay,
+            },
+            why,
+        )
+    };
+    let not_sent = |e: h2::Error| {
+        failed(
+            RequestSent::Nothing,
+            ResponseReceived::Nothing,
+            Fault::Closed,
+            format!("HTTP/2 connection cannot take a stream: {e}"),
+        )
+    };
+    let mut send = match stream.send.ready().await {
+        Ok(send) => send,
+        Err(e) => return not_sent(e),
+    };
+    let (response, mut body) = match send.send_request(request, req.body.is_empty()) {
+        Ok(pair) => pair,
+        Err(e) => return not_sent(e),
+    };
+    // The stream holds the connection from here on; the handle would hold it after the end.
+    drop(send);
+    if !req.body.is_empty() {
+        // Queued whole: the `h2` crate sends it as the stream's window allows.
+        if let Err(e) = body.send_data(Bytes::copy_from_slice(req.body), true) {
+            let (fault, sent, why) = classify(&e);
+            return failed(sent, ResponseReceived::Nothing, fault, why);
+        }
+    }
+    let gone = crate::io::watch(client, req.watch_client);
+    let head = tokio::select! {
+        biased;
+        head = timeout_at(patience.next_read(), response) => head,
+        () = gone => return Tried::ClientGone,
+    };
+    let response = match head {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            let (fault, sent, why) = classify(&e);
+            let received = if fault == Fault::InvalidResponse {
+                ResponseReceived::Partly
+            } else {
+                ResponseReceived::Nothing
+            };
+            return failed(sent, received, fault, why);
+        }
+        Err(_) => {
+            return failed(
+                RequestSent::Whole,
+                ResponseReceived::Nothing,
+                Fault::ReadTimeout,
+                patience.expired("a response"),
+            );
+        }
+    };
+    let (parts, recv) = response.into_parts();
+    let mut raw = Vec::with_capacity(256);
+    write_response_head(&parts, recv.is_end_stream(), &mut raw);
+    match http1::parse_response(&raw, req.client, out) {
+        Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
+            response,
+            H2Body {
+                recv,
+                _request: body,
+            },
+        ),
+        Ok(_) => failed(
+            RequestSent::Whole,
+            ResponseReceived::Partly,
+            Fault::InvalidResponse,
+            "invalid response: an interim status as the HTTP/2 response".to_owned(),
+        ),
+        Err(why) => failed(
+            RequestSent::Whole,
+            ResponseReceived::Partly,
+            Fault::InvalidResponse,
+            format!("invalid response: {why}"),
+        ),
+    }
+}
+
+/// What an HTTP/2 error before the response head says for the retry policy: the fault, how
+/// much of the request counts as sent, and in words.
+fn classify(e: &h2::Error) -> (Fault, RequestSent, String) {
+    let reason = e.reason();
+    if e.is_remote() && e.is_reset() && reason == Some(Reason::REFUSED_STREAM) {
+        // RFC 9113 §8.7: the stream was not processed.
+        return (
+            Fault::Closed,
+            RequestSent::Nothing,
+            "the backend refused the stream (REFUSED_STREAM)".to_owned(),
+        );
+    }
+    if e.is_remote() && e.is_go_away() && reason == Some(Reason::NO_ERROR) {
+        // The `h2` crate ends a stream with the GOAWAY's own error only when its number is
+        // beyond the GOAWAY's last stream, at once (RFC 9113 §6.8: not processed); a stream
+        // within it that the connection's end cut short gets an I/O error instead.
+        return (
+            Fault::Closed,
+            RequestSent::Nothing,
+            "the backend is closing the connection (GOAWAY) and did not take the stream".to_owned(),
+        );
+    }
+    if e.is_library() {
+        // The `h2` crate found the backend breaking the protocol.
+        return (
+            Fault::InvalidResponse,
+            RequestSent::Whole,
+            format!("invalid HTTP/2 from the backend: {e}"),
+        );
+    }
+    (
+        Fault::Closed,
+        RequestSent::Whole,
+        format!("HTTP/2 stream failed before the response head: {e}"),
+    )
+}
+
+/// Fields that describe an HTTP/1.1 connection, which HTTP/2 must not carry (RFC 9113 §8.2.2).
+pub(crate) const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// The HTTP/1.1 request head `head` as HTTP/2 fields: `Host` as `:authority`, the
+/// connection-specific fields dropped (`TE: trailers`, the one HTTP/2 allows, kept).
+fn to_fields(head: &[u8], tls: bool) -> Result<http::Request<()>, String> {
+    let lines = head.windows(2).filter(|w| w == b"\r\n").count();
+    let mut slots = vec![httparse::EMPTY_HEADER; lines];
+    let mut parsed = httparse::Request::new(&mut slots);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return Err("the request head cannot be read back".to_owned()),
+    }
+    let (Some(method), Some(target)) = (parsed.method, parsed.path) else {
+        return Err("the request head has no request line".to_owned());
+    };
+    let mut request = http::Request::new(());
+    *request.method_mut() =
+        http::Method::from_bytes(method.as_bytes()).map_err(|e| format!("method: {e}"))?;
+    let mut authority = None;
+    let fields = request.headers_mut();
+    fields.reserve(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        if h.name.eq_ignore_ascii_case("host") {
+            authority = Some(h.value);
+            continue;
+        }
+        let trailers =
+            h.name.eq_ignore_ascii_case("te") && h.value.eq_ignore_ascii_case(b"trailers");
+        if !trailers
+            && CONNECTION_SPECIFIC
+                .iter()
+                .any(|c| c.eq_ignore_ascii_case(h.name))
+        {
+            continue;
+        }
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| format!("field name {:?}", h.name))?;
+        let value = HeaderValue::from_bytes(h.value).map_err(|_| format!("value of {name}"))?;
+        fields.append(name, value);
+    }
+    let uri = if target.starts_with('/') {
+        let authority = authority.ok_or("no Host to write as :authority")?;
+        let authority = http::uri::Authority::try_from(authority)
+            .map_err(|e| format!("Host as :authority: {e}"))?;
+        http::Uri::builder()
+            .scheme(if tls { "https" } else { "http" })
+            .authority(authority)
+            .path_and_query(target)
+            .build()
+            .map_err(|e| format!("target: {e}"))?
+    } else {
+        // The absolute form names its own scheme and authority.
+        http::Uri::try_from(target).map_err(|e| format!("target: {e}"))?
+    };
+    *request.uri_mut() = uri;
+    Ok(request)
+}
+
+/// Writes the HTTP/1.1 head an HTTP/2 response head stands for: its status and fields, and
+/// its framing when it has no `content-length` (none when the head ended the stream, chunked
+/// otherwise).
+fn write_response_head(parts: &http::response::Parts, ended: bool, raw: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let status = parts.status;
+    let _ = write!(
+        raw,
+        "HTTP/1.1 {} {}\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Unknown")
+    );
+    for (name, value) in &parts.headers {
+        raw.extend_from_slice(name.as_str().as_bytes());
+        raw.extend_from_slice(b": ");
+        raw.extend_from_slice(value.as_bytes());
+        raw.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        raw.extend_from_slice(if ended {
+            b"content-length: 0\r\n"
+        } else {
+            b"transfer-encoding: chunked\r\n"
+        });
+    }
+    raw.extend_from_slice(b"\r\n");
+}
+
+/// A response body arriving on an HTTP/2 stream. Dropped before its end, it resets the stream
+/// (`CANCEL`): the backend stops sending.
+#[derive(Debug)]
+pub(crate) struct H2Body {
+    recv: RecvStream,
+    /// The request's side of the stream (its body may still be going out).
+    _request: h2::SendStream<Bytes>,
+}
+
+impl H2Body {
+    /// The next piece of the body within `patience` (`None` at its end); `gone` resolving (the
+    /// client left, or reset its own stream) ends the relay.
+    pub(crate) async fn next(
+        &mut self,
+        gone: impl Future<Output = ()>,
+        patience: Patience,
+    ) -> Result<Option<Bytes>, Relay> {
+        let time_up = || Relay::Backend {
+            why: patience.expired("the rest of the body"),
+            blamed: false,
+        };
+        if patience.spent() {
+            return Err(time_up());
+        }
+        tokio::select! {
+            biased;
+            data = timeout_at(patience.next_read(), self.recv.data()) => match data {
+                Ok(Some(Ok(data))) => Ok(Some(data)),
+                Ok(Some(Err(e))) => Err(Relay::backend(format!("the HTTP/2 stream failed: {e}"))),
+                Ok(None) => Ok(None),
+                Err(_) if patience.spent() => Err(time_up()),
+                Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
+            },
+            () = gone => Err(Relay::Client),
+        }
+    }
+
+    /// Gives the window `n` bytes took back to the backend, once they have gone on.
+    pub(crate) fn release(&mut self, n: usize) {
+        let _ = self.recv.flow_control().release_capacity(n);
+    }
+}
+
+/// How much of a body may still come: its `content-length`, checked against what arrives.
+pub(crate) struct Expected(Option<u64>);
+
+impl Expected {
+    pub(crate) fn new(framing: Framing) -> Expected {
+        Expected(match framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<(), Relay> {
+        if let Some(left) = self.0.as_mut() {
+            *left = left
+                .checked_sub(n as u64)
+                .ok_or_else(|| Relay::backend("more body than its content-length"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the whole `content-length` has come: the body is over, whether or not the
+    /// stream's end has come yet (a backend may send it in a frame of its own, and the client,
+    /// with all it was promised, may be gone before that).
+    pub(crate) fn done(&self) -> bool {
+        self.0 == Some(0)
+    }
+
+    pub(crate) fn end(&self) -> Result<(), Relay> {
+        match self.0 {
+            Some(left) if left > 0 => Err(Relay::backend(format!(
+                "the HTTP/2 stream ended {left} bytes short of its content-length"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Sends the response head and relays an HTTP/2 backend's body to an HTTP/1.x client, chunked
+/// when the head says so. The attempt completes as a success once the backend's stream is
+/// over, before the last write.
+pub(crate) async fn relay<S: ClientStream>(
+    body: &mut H2Body,
+    response: &FinalResponse,
+    head: &[u8],
+    client: &mut ClientEnd<'_, S>,
+    attempt: &mut crate::upstream::Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    if response.framing == Framing::None {
+        attempt.complete(balance::Outcome::Success);
+        return client.send(head, &[]).await;
+    }
+    let chunk = response.framing == Framing::Chunked && !response.dechunk;
+    let mut expected = Expected::new(response.framing);
+    let mut head = Some(head);
+    let mut framed = Vec::new();
+    loop {
+        let next = if expected.done() {
+            None
+        } else {
+            let watched = crate::io::watch(Some(client.stream.tcp()), client.watch);
+            body.next(watched, patience).await?
+        };
+        let Some(data) = next else {
+            expected.end()?;
+            attempt.complete(balance::Outcome::Success);
+            let last: &[u8] = if chunk { b"0\r\n\r\n" } else { b"" };
+            let head = head.unwrap_or_default();
+            if head.is_empty() && last.is_empty() {
+                return Ok(());
+            }
+            return client.send(head, last).await;
+        };
+        if data.is_empty() {
+            continue;
+        }
+        expected.take(data.len())?;
+        if expected.done() {
+            attempt.complete(balance::Outcome::Success);
+        }
+        if chunk {
+            use std::io::Write as _;
+            framed.clear();
+            let _ = write!(framed, "{:x}\r\n", data.len());
+            framed.extend_from_slice(&data);
+            framed.extend_from_slice(b"\r\n");
+            client
+                .send(head.take().unwrap_or_default(), &framed)
+                .await?;
+        } else {
+            client.send(head.take().unwrap_or_default(), &data).await?;
+        }
+        body.release(data.len());
+    }
+}
+
+/// A health check's `GET path` over HTTP/2, on a connection of its own (closed after it, with
+/// GOAWAY): the response's status. `written` is the backend's address as written: the
+/// `:authority`, and over TLS the name to verify.
+pub async fn check_get(
+    addr: std::net::SocketAddr,
+    written: &str,
+    path: &str,
+    tls: Option<&BackendTls>,
+) -> Result<http::StatusCode, String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let io = match tls {
+        None => BackendStream::Plain(tcp),
+        Some(tls) => {
+            let name = tls.name_for(written).ok_or_else(|| {
+                format!("TLS: no name to verify {written} by: set tls_server_name")
+            })?;
+            let stream = tls
+                .handshake(tcp, name)
+                .await
+                .map_err(|e| format!("TLS: {e}"))?;
+            BackendStream::Tls(Box::new(stream))
+        }
+    };
+    let (send, connection) = h2::client::Builder::new()
+        .enable_push(false)
+        .handshake::<BackendStream, Bytes>(io)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    let authority = if written.is_empty() {
+        addr.to_string()
+    } else {
+        written.to_owned()
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let request = http::Request::get(format!("{scheme}://{authority}{path}"))
+        .header(http::header::USER_AGENT, "fulcrum-health-check")
+        .body(())
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    tokio::pin!(connection);
+    let exchange = async move {
+        let mut send = send.ready().await?;
+        let (response, _) = send.send_request(request, true)?;
+        let response = response.await?;
+        Ok::<_, h2::Error>(response.status())
+    };
+    let status = tokio::select! {
+        status = exchange => status.map_err(|e| format!("HTTP/2: {e}"))?,
+        ended = &mut connection => {
+            return Err(match ended {
+                Ok(()) => "the HTTP/2 connection ended before the response".to_owned(),
+                Err(e) => format!("HTTP/2: {e}"),
+            });
+        }
+    };
+    // Every handle is gone: the connection says GOAWAY and closes (bounded by the caller's
+    // check timeout).
+    let _ = connection.await;
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_head_becomes_fields() {
+        let head = b"POST /a?b=1 HTTP/1.1\r\nHost: example.com:8080\r\nConnection: close\r\nTE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nContent-Length: 3\r\n\r\n";
+        let r = to_fields(head, false).unwrap();
+        assert_eq!(r.method(), "POST");
+        assert_eq!(r.uri().to_string(), "http://example.com:8080/a?b=1");
+        let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["te", "x-forwarded-for", "content-length"]);
+        let r = to_fields(b"GET / HTTP/1.1\r\nHost: a\r\nTE: gzip\r\n\r\n", true).unwrap();
+        assert_eq!(r.uri().to_string(), "https://a/");
+        assert!(r.headers().is_empty());
+        assert!(to_fields(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", false).is_err());
+    }
+
+    #[test]
+    fn the_response_head_says_its_framing() {
+        let response = http::Response::builder()
+            .status(404)
+            .header("server", "b")
+            .body(())
+            .unwrap();
+        let (parts, ()) = response.into_parts();
+        let mut raw = Vec::new();
+        write_response_head(&parts, false, &mut raw);
+        assert_eq!(
+            raw,
+            b"HTTP/1.1 404 Not Found\r\nserver: b\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        raw.clear();
+        write_response_head(&parts, true, &mut raw);
+        assert!(raw.ends_with(b"content-length: 0\r\n\r\n"));
+    }
+}

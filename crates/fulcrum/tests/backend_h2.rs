@@ -1,0 +1,1371 @@
+//! HTTP/2 to backends (`backend_protocol = "h2"`) against a running `fulcrum run`, with real
+//! processes and real sockets on loopback.
+//!
+//! * Real nginx 1.22 servers that speak only h2c with prior knowledge (`listen ... http2;`
+//!   without `ssl`: an HTTP/1.1 request gets no answer), so any answer at all proves fulcrum
+//!   spoke HTTP/2. Each answer carries nginx's `$server_protocol`, `$connection` (the
+//!   connection's serial number) and `$connection_requests`, so the test sees how many
+//!   connections fulcrum opened: one per backend with `workers = 1`, for sequential and
+//!   concurrent HTTP/1.1 clients and for an HTTP/2 client.
+//! * nginx over TLS: `h2` chosen by ALPN. A TLS nginx without `http2` (it refuses a client
+//!   that offers only `h2`) and a TLS server that chooses no protocol, each the only backend of
+//!   its upstream, must be connect failures: `502`, a log line naming ALPN, and not a byte of
+//!   a request sent.
+//! * HTTP/2 servers of the test's own (the `h2` crate, server side), for what nginx cannot be
+//!   made to do: a 200 KB echo, past HTTP/2's 64 KB initial window both ways; a body without
+//!   `content-length` (chunked to an HTTP/1.1 client, close-delimited to HTTP/1.0);
+//!   `REFUSED_STREAM` (even a POST is retried on the next backend); a graceful GOAWAY (later
+//!   requests on new connections, none failing); a stream reset in the middle of its body (the
+//!   client connection cut short); `keepalive = 0` and `keepalive_timeout`.
+//! * Active health checks of an h2 upstream against an h2c-only nginx, which pass while it runs
+//!   (its access log shows `HTTP/2.0` checks) and fail once it is killed.
+//! * `fulcrum check` refusing `backend_protocol` values and uses HTTP/2 backends cannot serve.
+//!
+//! Layout: the nginx fixture, the test's own HTTP/2 servers, an HTTP/1.x client of the test's
+//! own (it must see the framing exactly as fulcrum sent it: chunked, close-delimited or cut),
+//! configuration text, then the tests.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::Reason;
+use http::{Request, Response};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use common::{Running, TempDir, TempFile, wait_until};
+
+/// The tests of this file one at a time: each starts fulcrum and one to three servers, and
+/// the machine has two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long one exchange with fulcrum may take before the test fails instead of hanging.
+const EXCHANGE_DEADLINE: Duration = Duration::from_secs(10);
+/// How long nginx gets to accept connections after it is started.
+const NGINX_START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Runs blocking work (starting processes, reading fulcrum's log, the admin API) without
+/// stalling the runtime that drives the test's own servers.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Awaits `fut`, failing the test with `what` after [`EXCHANGE_DEADLINE`].
+async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(EXCHANGE_DEADLINE, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no end within {EXCHANGE_DEADLINE:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// nginx
+
+/// How an nginx listens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Listen {
+    /// `listen ADDR http2;`: HTTP/2 with prior knowledge only.
+    H2c,
+    /// `listen ADDR ssl http2;`: TLS, `h2` (or `http/1.1`) by ALPN.
+    TlsH2,
+    /// `listen ADDR ssl;`: TLS, HTTP/1.1 only; a client offering only `h2` is refused.
+    TlsHttp1,
+}
+
+/// A certificate and its key on disk, for an nginx to serve.
+#[derive(Debug)]
+struct CertFiles {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+/// A running nginx (Debian's, one process: `master_process off`) answering every request with
+/// `NAME $server_protocol $connection $connection_requests`. Killed by its handle and its
+/// directory removed when dropped.
+struct Nginx {
+    child: Option<Child>,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+/// Which nginx of this process an address is for: each gets a loopback address of its own.
+static NGINX_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+impl Nginx {
+    fn start(name: &str, listen: Listen, cert: Option<&CertFiles>) -> Nginx {
+        for _ in 0..5 {
+            if let Some(nginx) = Nginx::try_start(name, listen, cert) {
+                return nginx;
+            }
+        }
+        panic!("nginx {name} found no free port in 5 attempts");
+    }
+
+    /// `None` when the port was taken before nginx could bind it.
+    fn try_start(name: &str, listen: Listen, cert: Option<&CertFiles>) -> Option<Nginx> {
+        let n = NGINX_STARTED.fetch_add(1, Ordering::SeqCst);
+        // An address of nginx's own (127.86.P.N), so that no server of this test binding
+        // 127.0.0.1 can take the port between its release here and nginx's bind, and the
+        // start-up probe below can reach no one but this nginx.
+        let ip = Ipv4Addr::new(
+            127,
+            86,
+            (std::process::id() % 250) as u8,
+            1 + (n % 250) as u8,
+        );
+        let addr = StdListener::bind((ip, 0)).unwrap().local_addr().unwrap();
+        let dir = TempDir::new("backend_h2", &format!("nginx-{name}-{n}"));
+        let d = dir.path();
+        let listen_line = match listen {
+            Listen::H2c => format!("listen {addr} http2;"),
+            Listen::TlsH2 => format!("listen {addr} ssl http2;"),
+            Listen::TlsHttp1 => format!("listen {addr} ssl;"),
+        };
+        let tls_lines = cert.map_or(String::new(), |c| {
+            format!(
+                "ssl_certificate {};\n        ssl_certificate_key {};",
+                c.cert.display(),
+                c.key.display()
+            )
+        });
+        let conf = format!(
+            "daemon off;
+master_process off;
+worker_processes 1;
+error_log {d}/error.log;
+pid {d}/nginx.pid;
+events {{
+    worker_connections 1024;
+}}
+http {{
+    log_format h2b '$request $server_protocol $connection';
+    access_log {d}/access.log h2b;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    server {{
+        {listen_line}
+        {tls_lines}
+        location / {{
+            return 200 \"{name} $server_protocol $connection $connection_requests\\n\";
+        }}
+    }}
+}}
+"
+        );
+        let conf_path = dir.0.join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(&dir.0)
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-e")
+            .arg(dir.0.join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx runs (Debian: apt-get install -y nginx)");
+        let mut nginx = Nginx {
+            child: Some(child),
+            addr,
+            dir,
+        };
+        let deadline = Instant::now() + NGINX_START_DEADLINE;
+        loop {
+            if let Some(status) = nginx.child.as_mut().unwrap().try_wait().unwrap() {
+                let log = nginx.error_log();
+                if log.contains("Address already in use") {
+                    return None;
+                }
+                panic!("nginx {name} exited at start-up ({status}):\n{log}");
+            }
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Some(nginx);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nginx {name} did not accept connections on {addr}:\n{}",
+                nginx.error_log()
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("error.log")).unwrap_or_default()
+    }
+
+    /// The access log: `METHOD PATH VERSION $server_protocol $connection`, one line a request.
+    fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("access.log")).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One answer of an nginx of [`Nginx`], `NAME PROTOCOL CONNECTION REQUESTS`.
+#[derive(Debug, Clone, PartialEq)]
+struct NginxAnswer {
+    name: String,
+    protocol: String,
+    connection: u64,
+    connection_requests: u64,
+}
+
+impl NginxAnswer {
+    fn parse(body: &[u8]) -> NginxAnswer {
+        let text = String::from_utf8_lossy(body);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(
+            words.len(),
+            4,
+            "not an answer of the test's nginx: {text:?}"
+        );
+        NginxAnswer {
+            name: words[0].to_owned(),
+            protocol: words[1].to_owned(),
+            connection: words[2].parse().unwrap(),
+            connection_requests: words[3].parse().unwrap(),
+        }
+    }
+}
+
+/// A test certificate authority and a certificate for `localhost` it signed, written under
+/// `dir`: (the CA's PEM file, the site's files).
+fn localhost_certificate(dir: &Path) -> (std::path::PathBuf, CertFiles) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "fulcrum backend_h2 test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let site_params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let site_key = rcgen::KeyPair::generate().unwrap();
+    let site_cert = site_params.signed_by(&site_key, &issuer).unwrap();
+    let files = CertFiles {
+        cert: dir.join("localhost.pem"),
+        key: dir.join("localhost.key"),
+    };
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, ca_cert.pem()).unwrap();
+    std::fs::write(&files.cert, site_cert.pem()).unwrap();
+    std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
+    (ca, files)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test's own HTTP/2 servers
+
+/// What an in-test HTTP/2 server does with every stream.
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    /// `200`, with `content-length`: `NAME conn=C stream=S` (C counts the server's
+    /// connections, S the connection's streams, both from 1).
+    Hello(&'static str),
+    /// `200` with the request's body, with `content-length`.
+    Echo,
+    /// `200` without `content-length`, the body `one-two-three` in three DATA frames.
+    ThreeFrames,
+    /// `RST_STREAM(REFUSED_STREAM)` at once: nothing was processed.
+    Refuse,
+    /// As `Hello`; on taking a connection's third stream, a graceful shutdown (GOAWAY), the
+    /// connection closed once its streams are done.
+    GoawayAfterThree(&'static str),
+    /// Headers with `content-length: 1000`, 500 bytes, then `RST_STREAM(INTERNAL_ERROR)`.
+    CutAtHalf,
+}
+
+/// What an in-test server saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Connections whose HTTP/2 handshake completed.
+    connections: AtomicUsize,
+    /// Of those, the ones not closed yet.
+    open: AtomicUsize,
+    /// Streams accepted, over all connections.
+    streams: AtomicUsize,
+}
+
+/// An HTTP/2 server (h2c, prior knowledge) on 127.0.0.1 following a [`Script`]. Its tasks are
+/// aborted when it is dropped.
+#[derive(Debug)]
+struct H2Server {
+    addr: SocketAddr,
+    seen: Arc<Seen>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl H2Server {
+    async fn start(script: Script) -> H2Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let counted = Arc::clone(&seen);
+        let accept = tokio::spawn(async move {
+            // Held here, so that aborting this task aborts every connection's task too.
+            let mut connections = JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                connections.spawn(serve_connection(tcp, script, Arc::clone(&counted)));
+            }
+        });
+        H2Server { addr, seen, accept }
+    }
+
+    fn connections(&self) -> usize {
+        self.seen.connections.load(Ordering::SeqCst)
+    }
+
+    fn open(&self) -> usize {
+        self.seen.open.load(Ordering::SeqCst)
+    }
+
+    fn streams(&self) -> usize {
+        self.seen.streams.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for H2Server {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn serve_connection(tcp: TcpStream, script: Script, seen: Arc<Seen>) {
+    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+        return;
+    };
+    let number = seen.connections.fetch_add(1, Ordering::SeqCst) + 1;
+    seen.open.fetch_add(1, Ordering::SeqCst);
+    // Held here: a connection's streams end with it.
+    let mut streams = JoinSet::new();
+    let mut taken = 0;
+    // `accept` also drives the connection: it is polled until the peer closes it, or, after a
+    // graceful shutdown, until its last stream is done.
+    while let Some(Ok((request, respond))) = conn.accept().await {
+        taken += 1;
+        seen.streams.fetch_add(1, Ordering::SeqCst);
+        if matches!(script, Script::GoawayAfterThree(_)) && taken == 3 {
+            conn.graceful_shutdown();
+        }
+        streams.spawn(answer(script, request, respond, number, taken));
+    }
+    seen.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+async fn answer(
+    script: Script,
+    request: Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    connection: usize,
+    stream: usize,
+) {
+    if let Script::Refuse = script {
+        respond.send_reset(Reason::REFUSED_STREAM);
+        return;
+    }
+    let Ok(body) = read_body(request.into_body()).await else {
+        return;
+    };
+    let (head, body) = match script {
+        Script::Hello(name) | Script::GoawayAfterThree(name) => (
+            Response::builder().status(200),
+            Bytes::from(format!("{name} conn={connection} stream={stream}")),
+        ),
+        Script::Echo => (Response::builder().status(200), Bytes::from(body)),
+        Script::ThreeFrames => {
+            let Ok(mut send) = respond.send_response(Response::new(()), false) else {
+                return;
+            };
+            let parts = ["one-", "two-", "three"];
+            for (i, part) in parts.iter().enumerate() {
+                if send
+                    .send_data(Bytes::from_static(part.as_bytes()), i + 1 == parts.len())
+                    .is_err()
+                {
+                    return;
+                }
+                // Apart in time, so fulcrum relays them as three pieces rather than one.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            return;
+        }
+        Script::CutAtHalf => {
+            let head = Response::builder()
+                .status(200)
+                .header("content-length", "1000")
+                .body(())
+                .unwrap();
+            let Ok(mut send) = respond.send_response(head, false) else {
+                return;
+            };
+            if send.send_data(Bytes::from(vec![b'x'; 500]), false).is_err() {
+                return;
+            }
+            // Time for fulcrum to pass the head and the first half on before the reset.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            send.send_reset(Reason::INTERNAL_ERROR);
+            return;
+        }
+        Script::Refuse => unreachable!("answered above"),
+    };
+    let head = head
+        .header("content-length", body.len().to_string())
+        .body(())
+        .unwrap();
+    let Ok(mut send) = respond.send_response(head, body.is_empty()) else {
+        return;
+    };
+    let _ = send_all(&mut send, body).await;
+}
+
+/// A whole request (or response) body, each piece's window given back as it is read.
+async fn read_body(mut body: h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
+    let mut all = Vec::new();
+    while let Some(piece) = body.data().await {
+        let piece = piece?;
+        let _ = body.flow_control().release_capacity(piece.len());
+        all.extend_from_slice(&piece);
+    }
+    Ok(all)
+}
+
+/// Sends `data` as the end of a stream, no faster than the peer's windows allow.
+async fn send_all(send: &mut h2::SendStream<Bytes>, mut data: Bytes) -> Result<(), String> {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = std::future::poll_fn(|cx| send.poll_capacity(cx))
+            .await
+            .ok_or("the stream closed while waiting for its window")?
+            .map_err(|e| e.to_string())?;
+        if granted == 0 {
+            continue;
+        }
+        let piece = data.split_to(granted.min(data.len()));
+        send.send_data(piece, data.is_empty())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// An HTTP/1.x client
+
+/// One response as an HTTP/1.x client received it.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    /// The head as received, for messages.
+    head: String,
+    /// Names in lower case.
+    headers: Vec<(String, String)>,
+    /// Decoded when it was chunked.
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An HTTP/1.x client connection that reads exactly what fulcrum sends, so the tests see the
+/// framing (`content-length`, chunked, close-delimited, cut short) and not a library's view
+/// of it.
+#[derive(Debug)]
+struct H1 {
+    stream: TcpStream,
+    /// Received and not yet taken.
+    buf: Vec<u8>,
+}
+
+impl H1 {
+    async fn connect(addr: SocketAddr) -> H1 {
+        H1 {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads more into `buf`; 0 at the end of the stream.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        let mut piece = [0u8; 16384];
+        let n = self.stream.read(&mut piece).await?;
+        self.buf.extend_from_slice(&piece[..n]);
+        Ok(n)
+    }
+
+    /// Takes `n` bytes from `buf`, reading as needed.
+    async fn take(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        while self.buf.len() < n {
+            if self.fill().await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
+    /// Takes one CRLF-ended line from `buf` (without the CRLF), reading as needed.
+    async fn line(&mut self) -> std::io::Result<String> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..i + 2).collect();
+                return Ok(String::from_utf8_lossy(&line[..i]).into_owned());
+            }
+            if self.fill().await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    async fn send(&mut self, request: &[u8]) {
+        self.stream.write_all(request).await.unwrap();
+    }
+
+    /// A response head: status, the head as text, the headers.
+    async fn head(&mut self) -> std::io::Result<(u16, String, Vec<(String, String)>)> {
+        let status_line = self.line().await?;
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not a status line: {status_line:?}"));
+        let mut head = status_line + "\r\n";
+        let mut headers = Vec::new();
+        loop {
+            let line = self.line().await?;
+            if line.is_empty() {
+                return Ok((status, head, headers));
+            }
+            head.push_str(&line);
+            head.push_str("\r\n");
+            let (name, value) = line.split_once(':').expect("a header line");
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+
+    /// A response, its body framed as RFC 9112 §6.3 says: chunked, else `content-length`,
+    /// else until the connection closes.
+    async fn reply(&mut self) -> std::io::Result<Reply> {
+        let (status, head, headers) = self.head().await?;
+        let mut reply = Reply {
+            status,
+            head,
+            headers,
+            body: Vec::new(),
+        };
+        let chunked = reply
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"));
+        if chunked {
+            loop {
+                let size_line = self.line().await?;
+                let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16)
+                    .unwrap_or_else(|_| panic!("not a chunk size: {size_line:?}"));
+                if size == 0 {
+                    // Trailers, up to the blank line.
+                    while !self.line().await?.is_empty() {}
+                    break;
+                }
+                let data = self.take(size).await?;
+                reply.body.extend_from_slice(&data);
+                assert_eq!(self.line().await?, "", "a chunk ends with CRLF");
+            }
+        } else if let Some(length) = reply.header("content-length") {
+            let length: usize = length.parse().unwrap();
+            reply.body = self.take(length).await?;
+        } else {
+            while self.fill().await? > 0 {}
+            reply.body = std::mem::take(&mut self.buf);
+        }
+        Ok(reply)
+    }
+
+    /// Sends `request` and reads its response, failing the test if it takes too long.
+    async fn exchange(&mut self, request: &[u8]) -> Reply {
+        within("an HTTP/1.x exchange", async {
+            self.send(request).await;
+            self.reply().await.unwrap()
+        })
+        .await
+    }
+
+    /// Whether the connection is at its end: the next read sees the end of the stream or a
+    /// reset (within [`EXCHANGE_DEADLINE`]) and nothing more was sent.
+    async fn is_closed(&mut self) -> bool {
+        within("waiting for the connection to close", async {
+            match self.fill().await {
+                Ok(0) | Err(_) => self.buf.is_empty(),
+                Ok(_) => false,
+            }
+        })
+        .await
+    }
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: backend.test\r\n\r\n").into_bytes()
+}
+
+fn post(path: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: backend.test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// One GET on a new connection.
+async fn get_once(addr: SocketAddr, path: &str) -> Reply {
+    H1::connect(addr).await.exchange(&get(path)).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+/// An `[[upstream]]` named `name` with `backend_protocol = "h2"`, `keys` (each on its line,
+/// before any subtable) and `tables` (`[upstream.health_check]`), over `backends`.
+fn upstream(name: &str, keys: &str, tables: &str, backends: &[SocketAddr]) -> String {
+    let mut text =
+        format!("[[upstream]]\nname = \"{name}\"\nbackend_protocol = \"h2\"\n{keys}\n{tables}\n");
+    for b in backends {
+        text.push_str(&format!("  [[upstream.backend]]\n  addr = \"{b}\"\n"));
+    }
+    text + "\n"
+}
+
+/// A `[[listener]]` on a free loopback port sending to `upstream`, with `keys`.
+fn listener(upstream: &str, keys: &str) -> String {
+    format!("[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{keys}\n\n")
+}
+
+/// A configuration file: one worker (so a backend's requests share one connection), access
+/// log as `access_log`, then `sections`.
+fn config(name: &str, access_log: bool, sections: &[String]) -> TempFile {
+    let text = format!(
+        "workers = 1\naccess_log = {access_log}\n\n{}",
+        sections.concat()
+    );
+    TempFile::new(&format!("backend_h2-{name}.toml"), &text)
+}
+
+/// `fulcrum run` with `config`, its `listeners` listening. The file is checked first, so a
+/// refused one fails the test with `check`'s reasons rather than a start-up that never logs.
+fn run(config: &TempFile, listeners: usize) -> Running {
+    blocking(|| {
+        let out = common::fulcrum()
+            .args(["check", "--config"])
+            .arg(&config.0)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fulcrum check refused {}:\n{}",
+            config.0.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Running::start(config, listeners)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real nginx h2c backends
+
+/// Answers of nginx, by backend name.
+fn by_backend(answers: &[NginxAnswer]) -> BTreeMap<String, Vec<NginxAnswer>> {
+    let mut by = BTreeMap::<String, Vec<NginxAnswer>>::new();
+    for a in answers {
+        by.entry(a.name.clone()).or_default().push(a.clone());
+    }
+    by
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_h2c_backends_take_every_request_over_one_multiplexed_connection_each() {
+    let _serial = SERIAL.lock().await;
+    let b0 = blocking(|| Nginx::start("b0", Listen::H2c, None));
+    let b1 = blocking(|| Nginx::start("b1", Listen::H2c, None));
+    let conf = config(
+        "nginx-h2c",
+        false,
+        &[
+            listener("h2", ""),
+            upstream("h2", "algorithm = \"round_robin\"", "", &[b0.addr, b1.addr]),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let addr = fulcrum.addr_of("h2");
+
+    // 20 requests on one keep-alive HTTP/1.1 connection.
+    let mut answers = Vec::new();
+    let mut client = H1::connect(addr).await;
+    for i in 0..20 {
+        let reply = client.exchange(&get(&format!("/seq/{i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.head);
+        answers.push(NginxAnswer::parse(&reply.body));
+    }
+    for a in &answers {
+        assert_eq!(a.protocol, "HTTP/2.0", "{a:?}");
+    }
+    let sequential = by_backend(&answers);
+    let counts: Vec<(String, usize)> = sequential
+        .iter()
+        .map(|(name, a)| (name.clone(), a.len()))
+        .collect();
+    assert_eq!(
+        counts,
+        [("b0".to_owned(), 10), ("b1".to_owned(), 10)],
+        "round robin over both nginx"
+    );
+
+    // 40 concurrent clients, each on its own connection to fulcrum.
+    let mut clients = JoinSet::new();
+    for i in 0..40 {
+        clients.spawn(async move { get_once(addr, &format!("/concurrent/{i}")).await });
+    }
+    let mut concurrent = Vec::new();
+    while let Some(reply) = clients.join_next().await {
+        let reply = reply.unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.head);
+        let a = NginxAnswer::parse(&reply.body);
+        assert_eq!(a.protocol, "HTTP/2.0", "{a:?}");
+        concurrent.push(a);
+    }
+    assert_eq!(concurrent.len(), 40);
+    let concurrent_counts: Vec<usize> = by_backend(&concurrent).values().map(Vec::len).collect();
+    assert_eq!(concurrent_counts, [20, 20], "{concurrent:?}");
+
+    // Every answer of one nginx came over one connection, which carried all 30 requests.
+    answers.extend(concurrent);
+    for (name, a) in by_backend(&answers) {
+        let connections: BTreeSet<u64> = a.iter().map(|a| a.connection).collect();
+        assert_eq!(
+            connections.len(),
+            1,
+            "{name} saw connections {connections:?}: one expected, multiplexed and reused"
+        );
+        let most = a.iter().map(|a| a.connection_requests).max().unwrap();
+        assert_eq!(
+            most, 30,
+            "{name}'s connection carried {most} requests: {a:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_reaches_an_h2c_backend_over_http2_end_to_end() {
+    let _serial = SERIAL.lock().await;
+    let b0 = blocking(|| Nginx::start("b0", Listen::H2c, None));
+    let conf = config(
+        "h2-client",
+        false,
+        &[
+            listener("h2", "http2 = true"),
+            upstream("h2", "algorithm = \"round_robin\"", "", &[b0.addr]),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let addr = fulcrum.addr_of("h2");
+
+    // h2c with prior knowledge, 10 concurrent streams on one connection.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = within(
+        "the HTTP/2 handshake with fulcrum",
+        h2::client::handshake(tcp),
+    )
+    .await
+    .unwrap();
+    let driver = tokio::spawn(conn);
+    let mut streams = JoinSet::new();
+    for i in 0..10 {
+        let send = send.clone();
+        streams.spawn(async move {
+            let mut send = send.ready().await?;
+            let request = Request::get(format!("http://backend.test/stream/{i}"))
+                .body(())
+                .unwrap();
+            let (response, _) = send.send_request(request, true)?;
+            let response = response.await?;
+            let status = response.status();
+            let body = read_body(response.into_body()).await?;
+            Ok::<_, h2::Error>((status, body))
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(answer) = within("the streams' answers", streams.join_next()).await {
+        let (status, body) = answer.unwrap().unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let a = NginxAnswer::parse(&body);
+        assert_eq!((a.name.as_str(), a.protocol.as_str()), ("b0", "HTTP/2.0"));
+        answers.push(a);
+    }
+    assert_eq!(answers.len(), 10);
+    let connections: BTreeSet<u64> = answers.iter().map(|a| a.connection).collect();
+    assert_eq!(connections.len(), 1, "{answers:?}");
+    drop(send);
+    driver.abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+/// A TLS server for `localhost` that selects no protocol by ALPN (it knows none), as a backend
+/// that ignores ALPN does. It counts its completed handshakes and the bytes it received after
+/// them; its task is aborted when it is dropped.
+#[derive(Debug)]
+struct TlsWithoutAlpn {
+    addr: SocketAddr,
+    handshakes: Arc<AtomicUsize>,
+    received: Arc<AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl TlsWithoutAlpn {
+    async fn start(site: &CertFiles) -> TlsWithoutAlpn {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = vec![CertificateDer::from_pem_file(&site.cert).unwrap()];
+        let key = PrivateKeyDer::from_pem_file(&site.key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(AtomicUsize::new(0));
+        let (h, r) = (Arc::clone(&handshakes), Arc::clone(&received));
+        let accept = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, h, r) = (acceptor.clone(), Arc::clone(&h), Arc::clone(&r));
+                connections.spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    h.fetch_add(1, Ordering::SeqCst);
+                    let mut piece = [0u8; 4096];
+                    while let Ok(n @ 1..) = tls.read(&mut piece).await {
+                        r.fetch_add(n, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        TlsWithoutAlpn {
+            addr,
+            handshakes,
+            received,
+            accept,
+        }
+    }
+}
+
+impl Drop for TlsWithoutAlpn {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_backends_get_h2_by_alpn_and_one_that_does_not_select_it_fails_to_connect() {
+    let _serial = SERIAL.lock().await;
+    let certs = TempDir::new("backend_h2", "tls");
+    let (ca, site) = localhost_certificate(&certs.0);
+    let with_h2 = blocking(|| Nginx::start("t0", Listen::TlsH2, Some(&site)));
+    // Refuses a client that offers only `h2` (alert `no_application_protocol`).
+    let without_h2 = blocking(|| Nginx::start("t1", Listen::TlsHttp1, Some(&site)));
+    // Completes the handshake without choosing a protocol.
+    let silent = TlsWithoutAlpn::start(&site).await;
+    let tls = format!(
+        "tls = true\ntls_ca = \"{}\"\ntls_server_name = \"localhost\"",
+        ca.display()
+    );
+    let conf = config(
+        "tls",
+        true,
+        &[
+            listener("h2-tls", ""),
+            upstream("h2-tls", &tls, "", &[with_h2.addr]),
+            listener("no-h2", ""),
+            upstream("no-h2", &tls, "", &[without_h2.addr]),
+            listener("silent", ""),
+            upstream("silent", &tls, "", &[silent.addr]),
+        ],
+    );
+    let fulcrum = run(&conf, 3);
+
+    let mut client = H1::connect(fulcrum.addr_of("h2-tls")).await;
+    for i in 0..3 {
+        let reply = client.exchange(&get(&format!("/tls/{i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.head);
+        let a = NginxAnswer::parse(&reply.body);
+        assert_eq!((a.name.as_str(), a.protocol.as_str()), ("t0", "HTTP/2.0"));
+        assert_eq!(
+            a.connection_requests,
+            i + 1,
+            "one TLS connection, reused: {a:?}"
+        );
+    }
+
+    // Each failure is answered 502 and logged with the backend, in a line that names ALPN.
+    for (upstream, backend) in [("no-h2", without_h2.addr), ("silent", silent.addr)] {
+        let reply = get_once(fulcrum.addr_of(upstream), "/refused").await;
+        assert_eq!(reply.status, 502, "{upstream}: {}", reply.head);
+        let backend = backend.to_string();
+        blocking(|| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut seen = Vec::new();
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let Ok(line) = fulcrum.lines.recv_timeout(left) else {
+                    panic!(
+                        "{upstream}: no log line names ALPN and {backend}; fulcrum logged:\n{}",
+                        seen.join("\n")
+                    );
+                };
+                if line.contains(&backend) && line.to_ascii_lowercase().contains("alpn") {
+                    break;
+                }
+                seen.push(line);
+            }
+        });
+    }
+    // Neither saw a request: the refusal was at the handshake.
+    assert_eq!(without_h2.access_log(), "", "{}", without_h2.error_log());
+    assert!(silent.handshakes.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        silent.received.load(Ordering::SeqCst),
+        0,
+        "fulcrum wrote to a backend that had not chosen h2"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test's own HTTP/2 servers
+
+/// The listener's address of a fulcrum in front of `server` alone, `upstream_keys` added.
+fn alone(name: &str, server: &H2Server, upstream_keys: &str) -> Running {
+    let conf = config(
+        name,
+        false,
+        &[
+            listener("h2", ""),
+            upstream("h2", upstream_keys, "", &[server.addr]),
+        ],
+    );
+    run(&conf, 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_kb_post_is_echoed_whole_past_the_initial_flow_control_window() {
+    let _serial = SERIAL.lock().await;
+    let echo = H2Server::start(Script::Echo).await;
+    let fulcrum = alone("echo", &echo, "");
+    // Not a repeated byte, so a piece sent twice or out of order shows.
+    let body: Vec<u8> = (0..200 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut client = H1::connect(fulcrum.addr_of("h2")).await;
+    let reply = client.exchange(&post("/echo", &body)).await;
+    assert_eq!(reply.status, 200, "{}", reply.head);
+    assert_eq!(
+        reply.header("content-length"),
+        Some("204800"),
+        "{}",
+        reply.head
+    );
+    assert_eq!(reply.body.len(), body.len());
+    assert!(
+        reply.body == body,
+        "the echoed body differs from the one sent"
+    );
+    assert_eq!(echo.streams(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_content_length_is_chunked_to_http11_and_close_delimited_to_http10() {
+    let _serial = SERIAL.lock().await;
+    let server = H2Server::start(Script::ThreeFrames).await;
+    let fulcrum = alone("no-length", &server, "");
+    let addr = fulcrum.addr_of("h2");
+
+    // HTTP/1.1: chunked, and the connection stays usable.
+    let mut client = H1::connect(addr).await;
+    for i in 0..2 {
+        let reply = client.exchange(&get(&format!("/chunked/{i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.head);
+        assert_eq!(
+            reply.header("transfer-encoding"),
+            Some("chunked"),
+            "{}",
+            reply.head
+        );
+        assert_eq!(reply.header("content-length"), None, "{}", reply.head);
+        assert_eq!(String::from_utf8_lossy(&reply.body), "one-two-three");
+    }
+
+    // HTTP/1.0: no chunks; the body ends where the connection does.
+    let mut client = H1::connect(addr).await;
+    let reply = client
+        .exchange(b"GET /close-delimited HTTP/1.0\r\nHost: backend.test\r\n\r\n")
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.head);
+    assert_eq!(reply.header("transfer-encoding"), None, "{}", reply.head);
+    assert_eq!(String::from_utf8_lossy(&reply.body), "one-two-three");
+    assert!(client.is_closed().await, "the HTTP/1.0 connection closed");
+    assert_eq!(server.streams(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_streams_are_retried_on_the_next_backend_even_for_post() {
+    let _serial = SERIAL.lock().await;
+    let refusing = H2Server::start(Script::Refuse).await;
+    let good = H2Server::start(Script::Echo).await;
+    // Passive health off, so the refusing backend stays in the rotation and every turn of it
+    // shows the retry; round robin gives it every other first attempt at least.
+    let conf = config(
+        "refused",
+        false,
+        &[
+            listener("h2", ""),
+            upstream(
+                "h2",
+                "algorithm = \"round_robin\"\nmax_fails = 0",
+                "",
+                &[refusing.addr, good.addr],
+            ),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let mut client = H1::connect(fulcrum.addr_of("h2")).await;
+    for i in 0..10 {
+        let body = format!("post number {i}");
+        let reply = client.exchange(&post("/refused", body.as_bytes())).await;
+        assert_eq!(reply.status, 200, "POST {i}: {}", reply.head);
+        assert_eq!(String::from_utf8_lossy(&reply.body), body);
+    }
+    assert_eq!(
+        good.streams(),
+        10,
+        "the good backend answered every POST once"
+    );
+    assert!(
+        refusing.streams() >= 5,
+        "the refusing backend had its turns ({} streams), and those POSTs were retried",
+        refusing.streams()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_goaway_moves_later_requests_to_new_connections_and_none_fails() {
+    let _serial = SERIAL.lock().await;
+    let server = H2Server::start(Script::GoawayAfterThree("g")).await;
+    let fulcrum = alone("goaway", &server, "");
+    let mut client = H1::connect(fulcrum.addr_of("h2")).await;
+    let mut answered_by = BTreeSet::new();
+    for i in 0..12 {
+        let reply = client.exchange(&get(&format!("/goaway/{i}"))).await;
+        assert_eq!(reply.status, 200, "GET {i}: {}", reply.head);
+        let body = String::from_utf8_lossy(&reply.body).into_owned();
+        let connection = body
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("conn="))
+            .unwrap_or_else(|| panic!("not the server's answer: {body:?}"))
+            .to_owned();
+        answered_by.insert(connection);
+    }
+    assert!(
+        server.connections() >= 4,
+        "12 requests, 3 a connection: {} connections",
+        server.connections()
+    );
+    assert!(answered_by.len() >= 4, "answered on {answered_by:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_in_the_middle_of_its_body_cuts_the_client_connection() {
+    let _serial = SERIAL.lock().await;
+    let server = H2Server::start(Script::CutAtHalf).await;
+    let fulcrum = alone("cut", &server, "");
+    let mut client = H1::connect(fulcrum.addr_of("h2")).await;
+    client.send(&get("/cut")).await;
+    let (status, head, headers) = within("the response head", client.head()).await.unwrap();
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        headers
+            .iter()
+            .any(|(n, v)| n == "content-length" && v == "1000"),
+        "{head}"
+    );
+    let started = Instant::now();
+    let received = within("the cut body", async {
+        loop {
+            match client.fill().await {
+                Ok(0) | Err(_) => return client.buf.len(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        received < 1000,
+        "the client got {received} of 1000 bytes: a cut answer must not look complete"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the connection ended {:?} after the head",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_0_opens_a_connection_a_request_and_an_idle_one_closes_after_its_timeout() {
+    let _serial = SERIAL.lock().await;
+    let fresh = H2Server::start(Script::Hello("fresh")).await;
+    let idle = H2Server::start(Script::Hello("idle")).await;
+    let conf = config(
+        "keepalive",
+        false,
+        &[
+            listener("fresh", ""),
+            upstream("fresh", "keepalive = 0", "", &[fresh.addr]),
+            listener("idle", ""),
+            upstream("idle", "keepalive_timeout = \"1s\"", "", &[idle.addr]),
+        ],
+    );
+    let fulcrum = run(&conf, 2);
+
+    let mut client = H1::connect(fulcrum.addr_of("fresh")).await;
+    for i in 0..5 {
+        let reply = client.exchange(&get(&format!("/fresh/{i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.head);
+    }
+    assert_eq!(
+        fresh.connections(),
+        5,
+        "keepalive = 0: one connection a request"
+    );
+    blocking(|| {
+        wait_until(
+            Duration::from_secs(5),
+            "keepalive = 0: no connection left open",
+            || match fresh.open() {
+                0 => Ok(()),
+                n => Err(format!("{n} open")),
+            },
+        )
+    });
+
+    let mut client = H1::connect(fulcrum.addr_of("idle")).await;
+    for i in 0..3 {
+        let reply = client.exchange(&get(&format!("/idle/{i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.head);
+    }
+    let last = Instant::now();
+    assert_eq!(idle.connections(), 1, "three requests over one connection");
+    assert_eq!(idle.open(), 1);
+    blocking(|| {
+        wait_until(
+            Duration::from_secs(5),
+            "the idle connection closed",
+            || match idle.open() {
+                0 => Ok(()),
+                n => Err(format!("{n} open")),
+            },
+        )
+    });
+    assert!(
+        last.elapsed() >= Duration::from_millis(900),
+        "closed after {:?} idle, before keepalive_timeout",
+        last.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health checks
+
+/// Whether each backend of `upstream` is available, in configuration order, as the admin
+/// listener at `admin` shows it.
+fn available(admin: SocketAddr, upstream: &str) -> Vec<bool> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(EXCHANGE_DEADLINE)).unwrap();
+    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    v["upstreams"]
+        .as_array()
+        .and_then(|all| all.iter().find(|u| u["name"] == upstream))
+        .and_then(|u| u["backends"].as_array())
+        .unwrap_or_else(|| panic!("no upstream {upstream}: {v}"))
+        .iter()
+        .map(|b| {
+            b["health"]["available"]
+                .as_bool()
+                .unwrap_or_else(|| panic!("no health.available: {b}"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_speak_h2_so_an_h2c_only_backend_passes_until_it_is_killed() {
+    let _serial = SERIAL.lock().await;
+    let mut b0 = blocking(|| Nginx::start("hc", Listen::H2c, None));
+    let conf = config(
+        "health",
+        false,
+        &[
+            listener("h2", ""),
+            upstream(
+                "h2",
+                "",
+                "[upstream.health_check]\ntype = \"http\"\npath = \"/\"\ninterval = \"200ms\"\n\
+                 rise = 1\nfall = 1",
+                &[b0.addr],
+            ),
+            "[admin]\nlisten = \"127.0.0.1:0\"\n".to_owned(),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let admin = fulcrum
+        .admin
+        .expect("the admin listener's address is logged");
+
+    // Backends start available; with `fall = 1` one failed check would take it out. It stays
+    // in while nginx's log fills with checks (no client sends anything here), each over
+    // HTTP/2.
+    blocking(|| {
+        let checked = |min: usize| {
+            let log = b0.access_log();
+            let lines: Vec<&str> = log.lines().collect();
+            for line in &lines {
+                assert!(
+                    line.starts_with("GET / ") && line.contains(" HTTP/2.0 "),
+                    "not an h2 health check: {line:?}"
+                );
+            }
+            lines.len() >= min
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !checked(5) {
+            assert_eq!(available(admin, "h2"), [true], "{}", b0.access_log());
+            assert!(
+                Instant::now() < deadline,
+                "5 checks within 5 s expected, nginx saw:\n{}",
+                b0.access_log()
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(available(admin, "h2"), [true]);
+    });
+
+    b0.kill();
+    blocking(|| {
+        wait_until(
+            Duration::from_secs(5),
+            "the killed nginx is out of rotation",
+            || match available(admin, "h2").as_slice() {
+                [false] => Ok(()),
+                other => Err(format!("available: {other:?}")),
+            },
+        )
+    });
+    let reply = get_once(fulcrum.addr_of("h2"), "/after-kill").await;
+    assert_eq!(reply.status, 503, "no backend left: {}", reply.head);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `fulcrum check`
+
+/// `fulcrum check --config FILE` on `text`: (passed, what it printed).
+fn check(name: &str, text: &str) -> (bool, String) {
+    let file = TempFile::new(&format!("backend_h2-check-{name}.toml"), text);
+    let out = common::fulcrum()
+        .args(["check", "--config"])
+        .arg(&file.0)
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), printed)
+}
+
+#[test]
+fn check_refuses_what_h2_backends_cannot_serve_and_accepts_a_valid_h2_upstream() {
+    let backend: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let text = |protocol: &str, listener_keys: &str| {
+        format!(
+            "workers = 1\n\n{}[[upstream]]\nname = \"app\"\nbackend_protocol = \"{protocol}\"\n\
+               [[upstream.backend]]\n  addr = \"{backend}\"\n",
+            listener("app", listener_keys)
+        )
+    };
+    let cases = [
+        ("unknown value", text("h3", ""), text("h2", "")),
+        (
+            "tcp listener",
+            text("h2", "protocol = \"tcp\""),
+            text("http1", "protocol = \"tcp\""),
+        ),
+        (
+            "websocket upgrade",
+            text("h2", "upgrade = [\"websocket\"]"),
+            text("http1", "upgrade = [\"websocket\"]"),
+        ),
+    ];
+    for (i, (what, refused, accepted)) in cases.iter().enumerate() {
+        let (passed, printed) = check(&format!("refused-{i}"), refused);
+        assert!(!passed, "{what}: check passed:\n{refused}\n{printed}");
+        assert!(
+            printed.contains("backend_protocol"),
+            "{what}: the refusal names backend_protocol:\n{printed}"
+        );
+        // The same file with a value that works passes: the refusal was the protocol's.
+        let (passed, printed) = check(&format!("accepted-{i}"), accepted);
+        assert!(
+            passed,
+            "{what}: the control case was refused:\n{accepted}\n{printed}"
+        );
+    }
+}

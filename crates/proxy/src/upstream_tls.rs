@@ -178,7 +178,24 @@ impl BackendTls {
     ) -> std::io::Result<TlsStream<TcpStream>> {
         let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
             .connect(name, tcp)
-            .await?;
+            .await
+            .map_err(|e| {
+                // A server that has none of the protocols offered may end the handshake with
+                // this alert (RFC 7301 §3.2) instead of finishing it without ALPN.
+                let refused_alpn = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                    .is_some_and(|r| {
+                        *r == rustls::Error::AlertReceived(
+                            rustls::AlertDescription::NoApplicationProtocol,
+                        )
+                    });
+                if refused_alpn && self.protocol == BackendProtocol::H2 {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, NO_H2)
+                } else {
+                    e
+                }
+            })?;
         // A backend that ignores ALPN (or has no h2) answers in HTTP/1.1 or not at all: for
         // an h2 upstream that is a failed handshake, the next backend's turn.
         if self.protocol == BackendProtocol::H2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {

@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use balance::{AttemptFailure, Connection, Fault, Replay, RequestSent, ResponseReceived};
+use balance::{AttemptFailure, Connection, Fault, RequestSent, ResponseReceived};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{Reason, RecvStream};
@@ -44,7 +44,8 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::connections::{ConnectError, Connections, OpenCount};
 use crate::exchange::{ClientEnd, Patience, Relay};
-use crate::http1::{self, ClientSide, FinalResponse, Framing, ResponseHead};
+use crate::forward::{Body, Forward, Tried};
+use crate::http1::{self, FinalResponse, Framing, ResponseHead};
 use crate::io::ClientStream;
 use crate::upstream_tls::{BackendStream, BackendTls};
 
@@ -238,45 +239,26 @@ async fn drive(
     }
 }
 
-/// What one attempt on an HTTP/2 connection came to.
-pub(crate) enum Tried {
-    /// A final response head, rewritten for the client, and its body.
-    Head(FinalResponse, H2Body),
-    Failed(AttemptFailure, String),
-    ConnectFailed(ConnectError),
-    ClientGone,
-    /// The request cannot be written as HTTP/2 fields (why, for the log).
-    Uncarried(String),
-}
-
-/// The request as every attempt sends it.
-pub(crate) struct Request<'a> {
-    /// The HTTP/1.1 head for the backend, blank line included.
-    pub(crate) head: &'a [u8],
-    pub(crate) body: &'a [u8],
-    pub(crate) client: ClientSide,
-    pub(crate) replay: Replay,
-    pub(crate) watch_client: bool,
-    pub(crate) connect_timeout: Duration,
-    /// The upstream's TLS and the backend's address as written, for TLS backends.
-    pub(crate) tls: Option<(&'a Arc<BackendTls>, &'a str)>,
-}
-
-/// One attempt: a stream on the backend's connection (a new connection when `fresh`), the
-/// request, and the response head within `patience`; given up as soon as `client` leaves.
+/// One attempt of `f` on the backend of `pool`: a stream on its connection (a new connection
+/// when `fresh`), the request (`head`, the HTTP/1.1 head for it, and the body), and the response
+/// head within `patience`, rewritten for the client into `out`; given up as soon as `client`
+/// leaves.
 pub(crate) async fn attempt(
+    f: &Forward<'_>,
     pool: &Arc<Connections>,
     fresh: bool,
-    req: &Request<'_>,
+    head: &[u8],
     client: Option<&TcpStream>,
     patience: Patience,
     out: &mut Vec<u8>,
 ) -> Tried {
-    let request = match to_fields(req.head, req.tls.is_some()) {
+    let settings = f.settings;
+    let tls = crate::forward::backend_tls(settings, pool.addr());
+    let request = match to_fields(head, tls.is_some()) {
         Ok(request) => request,
-        Err(why) => return Tried::Uncarried(why),
+        Err(why) => return Tried::Refused(why),
     };
-    let stream = match stream(pool, fresh, req.connect_timeout, req.tls).await {
+    let stream = match stream(pool, fresh, settings.connect_timeout, tls).await {
         Ok(stream) => stream,
         Err(e) => return Tried::ConnectFailed(e),
     };
@@ -288,7 +270,7 @@ pub(crate) async fn attempt(
                 connection,
                 request,
                 response,
-                replay: req.replay,
+                replay: f.replay,
             },
             why,
         )
@@ -305,20 +287,20 @@ pub(crate) async fn attempt(
         Ok(send) => send,
         Err(e) => return not_sent(e),
     };
-    let (response, mut body) = match send.send_request(request, req.body.is_empty()) {
+    let (response, mut body) = match send.send_request(request, f.body.is_empty()) {
         Ok(pair) => pair,
         Err(e) => return not_sent(e),
     };
     // The stream holds the connection from here on; the handle would hold it after the end.
     drop(send);
-    if !req.body.is_empty() {
+    if !f.body.is_empty() {
         // Queued whole: the `h2` crate sends it as the stream's window allows.
-        if let Err(e) = body.send_data(Bytes::copy_from_slice(req.body), true) {
+        if let Err(e) = body.send_data(Bytes::copy_from_slice(f.body), true) {
             let (fault, sent, why) = classify(&e);
             return failed(sent, ResponseReceived::Nothing, fault, why);
         }
     }
-    let gone = crate::io::watch(client, req.watch_client);
+    let gone = crate::io::watch(client, f.watch_client);
     let head = tokio::select! {
         biased;
         head = timeout_at(patience.next_read(), response) => head,
@@ -346,14 +328,14 @@ pub(crate) async fn attempt(
     };
     let (parts, recv) = response.into_parts();
     let mut raw = Vec::with_capacity(256);
-    write_response_head(&parts, recv.is_end_stream(), req.client.is_head, &mut raw);
-    match http1::parse_response(&raw, req.client, out) {
+    write_response_head(&parts, recv.is_end_stream(), f.client.is_head, &mut raw);
+    match http1::parse_response(&raw, f.client, out) {
         Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
             response,
-            H2Body {
+            Body::H2(H2Body {
                 recv,
                 _request: body,
-            },
+            }),
         ),
         Ok(_) => failed(
             RequestSent::Whole,

@@ -1382,6 +1382,78 @@ fn open_fds(pid: u32) -> usize {
         .count()
 }
 
+/// A connection closed after its answer (`Connection: close`) is closed at once when the
+/// client has sent nothing more, as nginx's `lingering_close on` does, and lingered for (its
+/// descriptor kept while the rest is drained) only when the client did send more: a
+/// pipelined request after it. Clients that keep their sockets open show the difference in
+/// fulcrum's descriptors: a lingering connection holds its own for up to 2 s.
+#[test]
+fn a_closed_connection_lingers_only_when_the_client_sent_more() {
+    let backend = Backend::start();
+    let cfg = app_config("", backend.addr);
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+    let pid = fulcrum.child.id();
+    let closing = "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let answered_and_closed = |c: &mut Client| {
+        let a = c
+            .answer(Instant::now() + Duration::from_secs(10))
+            .expect("an answer");
+        assert!(a.status == 200 && a.complete, "{}", a.head);
+        assert!(c.closed(Duration::from_secs(5)), "closed after the answer");
+        assert!(!c.reset, "closed cleanly, not reset");
+    };
+    // Warm: the worker's connection to the backend exists before the baseline.
+    let mut c = Client::connect(addr);
+    c.s.write_all(closing.as_bytes()).unwrap();
+    answered_and_closed(&mut c);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let before = open_fds(pid);
+
+    // Nothing more sent: every connection is closed at once, though its client holds on.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut c = Client::connect(addr);
+        c.s.write_all(closing.as_bytes()).unwrap();
+        answered_and_closed(&mut c);
+        held.push(c);
+    }
+    // A margin of 2 for the worker's backend connections (one may be replaced meanwhile).
+    let after = open_fds(pid);
+    assert!(
+        after <= before + 2,
+        "20 closed connections still hold descriptors: {before} before, {after} after"
+    );
+
+    // A pipelined request after the closing one: lingered for (the descriptor stays while the
+    // client holds its socket), and the first answer arrives whole, not cut by a reset.
+    let mut lingered = Vec::new();
+    for _ in 0..5 {
+        let mut c = Client::connect(addr);
+        c.s.write_all(format!("{closing}{}", get("/")).as_bytes())
+            .unwrap();
+        answered_and_closed(&mut c);
+        lingered.push(c);
+    }
+    let lingering = open_fds(pid);
+    assert!(
+        lingering >= after + 5,
+        "5 connections with input left are lingered for: {before} descriptors before, {lingering} while they are"
+    );
+    drop(lingered);
+    wait_until(
+        Duration::from_secs(5),
+        "the lingered connections close",
+        || match open_fds(pid) {
+            n if n <= after => Ok(()),
+            n => Err(format!("{n} descriptors, {after} before")),
+        },
+    );
+    drop(held);
+    fulcrum.terminate();
+}
+
 #[test]
 fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
     const CLIENTS: usize = 10_000;

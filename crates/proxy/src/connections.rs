@@ -32,7 +32,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use balance::{Connection, Fault};
@@ -154,12 +153,6 @@ pub(crate) struct Connections {
     pub(crate) h2: crate::upstream_h2::Slot,
 }
 
-/// Whether the reactor has seen the socket become readable (data or end of stream).
-fn marked_readable(stream: &TcpStream) -> bool {
-    let mut cx = Context::from_waker(Waker::noop());
-    stream.poll_read_ready(&mut cx).is_ready()
-}
-
 /// Looks at the socket's input without taking it: `Ok(0)` at the end of the stream.
 fn peek(stream: &TcpStream) -> std::io::Result<usize> {
     socket2::SockRef::from(stream).peek(&mut [MaybeUninit::uninit(); 1])
@@ -170,7 +163,7 @@ fn peek(stream: &TcpStream) -> std::io::Result<usize> {
 /// when `careful`.
 fn quiet(stream: &TcpStream, careful: bool) -> bool {
     let nothing = |r: std::io::Result<usize>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
-    if marked_readable(stream) {
+    if crate::io::marked_readable(stream) {
         nothing(stream.try_io(Interest::READABLE, || peek(stream)))
     } else {
         !careful || nothing(peek(stream))

@@ -57,6 +57,17 @@ pub(crate) trait ClientStream:
     fn has_buffered_input(&mut self) -> bool {
         false
     }
+
+    /// Whether the protocol has a message of its own for the end of the connection (TLS's
+    /// `close_notify`), sent by `shutdown`.
+    const SAYS_GOODBYE: bool = false;
+}
+
+/// Whether the reactor has seen the socket become readable (data or end of stream). A hint,
+/// with no system call: the reactor may not have been told yet, and a mark may be stale.
+pub(crate) fn marked_readable(stream: &TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    stream.poll_read_ready(&mut cx).is_ready()
 }
 
 impl ClientStream for TcpStream {
@@ -81,6 +92,8 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
         tokio::io::split(self)
     }
+
+    const SAYS_GOODBYE: bool = true;
 
     fn has_buffered_input(&mut self) -> bool {
         // Decrypts whatever whole records rustls holds; an error is "input" too, so that the

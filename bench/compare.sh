@@ -4,8 +4,8 @@
 #   bench/compare.sh            # the full run (about 8 minutes on 2 cores)
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
-#   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash tcp
-#                                        # tls tls_handshake h2)
+#   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash close
+#                                        # tcp tls tls_handshake h2)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -25,7 +25,9 @@
 #   * for each worker count (1, 2) and connection count (64, 256), runs `wrk --latency` against
 #     each proxy in turn, REPS times after a warm-up, interleaved and rotated (A B C, B C A,
 #     C A B, ...), then the same against one backend directly (the ceiling);
-#   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker;
+#   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker, and
+#     `close`, round robin with a new connection for every request (`Connection: close`): what
+#     accepting and closing a connection costs;
 #   * runs TCP (L4) mode the same way, at 1 and 2 workers: fulcrum's `protocol = "tcp"`, nginx's
 #     `stream` module and HAProxy's `mode tcp`, round robin over the same backends; wrk's
 #     keep-alive HTTP requests go through the byte relay, so req/s measures the relay;
@@ -59,7 +61,7 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
-CASES=${CASES:-"round_robin least_conn ip_hash tcp tls tls_handshake h2"}   # which cases run (all by default)
+CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
 PORT_FULCRUM=19181
@@ -392,7 +394,7 @@ run_case() {
     WRK_ARGS=()
     # A new connection, and so a TLS handshake, for every request; wrk keeps each
     # connection's session, so the handshakes after the first resume it.
-    if [ "$case" = tls_handshake ]; then WRK_ARGS=(-H "Connection: close"); fi
+    if [ "$case" = tls_handshake ] || [ "$case" = close ]; then WRK_ARGS=(-H "Connection: close"); fi
     start_backends "$client_cpus"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
     start_nginx "$workers" "$alg" "$proxy_cpus"
@@ -451,6 +453,7 @@ if wanted round_robin; then
 fi
 if wanted least_conn; then run_case least_conn least_conn 1 64; fi
 if wanted ip_hash; then run_case ip_hash ip_hash 1 64; fi
+if wanted close; then run_case close round_robin 1 64; fi
 if wanted tcp; then
     for workers in $WORKERS; do
         run_case tcp tcp "$workers" 64

@@ -299,6 +299,14 @@ enum Script {
     GoawayAfterThree(&'static str),
     /// Headers with `content-length: 1000`, 500 bytes, then `RST_STREAM(INTERNAL_ERROR)`.
     CutAtHalf,
+    /// As `Hello` for a connection's first stream; every later one reset at once
+    /// (`RST_STREAM(INTERNAL_ERROR)`) on a connection that stays healthy.
+    ResetAfterFirst(&'static str),
+    /// As `Hello` for a connection's first stream; on its second, the connection is no longer
+    /// polled (open, silent, PINGs unanswered), as a peer that vanished without a FIN.
+    FreezeAfterFirst(&'static str),
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` 1, and each answer (as `Hello`) after 1.5 s.
+    OneAtATime(&'static str),
 }
 
 /// What an in-test server saw.
@@ -357,7 +365,11 @@ impl Drop for H2Server {
 }
 
 async fn serve_connection(tcp: TcpStream, script: Script, seen: Arc<Seen>) {
-    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+    let mut builder = h2::server::Builder::new();
+    if let Script::OneAtATime(_) = script {
+        builder.max_concurrent_streams(1);
+    }
+    let Ok(mut conn) = builder.handshake::<_, Bytes>(tcp).await else {
         return;
     };
     let number = seen.connections.fetch_add(1, Ordering::SeqCst) + 1;
@@ -372,6 +384,12 @@ async fn serve_connection(tcp: TcpStream, script: Script, seen: Arc<Seen>) {
         seen.streams.fetch_add(1, Ordering::SeqCst);
         if matches!(script, Script::GoawayAfterThree(_)) && taken == 3 {
             conn.graceful_shutdown();
+        }
+        if matches!(script, Script::FreezeAfterFirst(_)) && taken == 2 {
+            // Holds the connection, its socket open, and never polls it again.
+            let _held = (conn, request, respond);
+            std::future::pending::<()>().await;
+            return;
         }
         streams.spawn(answer(script, request, respond, number, taken));
     }
@@ -389,11 +407,22 @@ async fn answer(
         respond.send_reset(Reason::REFUSED_STREAM);
         return;
     }
+    if matches!(script, Script::ResetAfterFirst(_)) && stream > 1 {
+        respond.send_reset(Reason::INTERNAL_ERROR);
+        return;
+    }
+    if let Script::OneAtATime(_) = script {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
     let Ok(body) = read_body(request.into_body()).await else {
         return;
     };
     let (head, body) = match script {
-        Script::Hello(name) | Script::GoawayAfterThree(name) => (
+        Script::Hello(name)
+        | Script::GoawayAfterThree(name)
+        | Script::ResetAfterFirst(name)
+        | Script::FreezeAfterFirst(name)
+        | Script::OneAtATime(name) => (
             Response::builder().status(200),
             Bytes::from(format!("{name} conn={connection} stream={stream}")),
         ),
@@ -1089,6 +1118,118 @@ async fn refused_streams_are_retried_on_the_next_backend_even_for_post() {
         "the refusing backend had its turns ({} streams), and those POSTs were retried",
         refusing.streams()
     );
+}
+
+/// `fulcrum run` in front of `backends` (`round_robin`, `keys` added), with an admin
+/// listener: the running process and the admin address.
+fn with_admin(name: &str, keys: &str, backends: &[SocketAddr]) -> (Running, SocketAddr) {
+    let conf = config(
+        name,
+        false,
+        &[
+            listener("h2", ""),
+            upstream(
+                "h2",
+                &format!("algorithm = \"round_robin\"\n{keys}"),
+                "",
+                backends,
+            ),
+            "[admin]\nlisten = \"127.0.0.1:0\"\n".to_owned(),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let admin = fulcrum
+        .admin
+        .expect("the admin listener's address is logged");
+    (fulcrum, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_on_a_healthy_connection_is_the_backends_failure() {
+    let _serial = SERIAL.lock().await;
+    // The first request on a connection is answered, later ones reset: the reset is not a
+    // connection closing under a request (the keep-alive race, resent on a new connection
+    // with no blame), but the backend failing the request.
+    let resetting = H2Server::start(Script::ResetAfterFirst("r")).await;
+    let good = H2Server::start(Script::Hello("good")).await;
+    let (fulcrum, admin) = with_admin(
+        "reset",
+        "max_fails = 1\nfail_timeout = \"30s\"",
+        &[resetting.addr, good.addr],
+    );
+    let mut client = H1::connect(fulcrum.addr_of("h2")).await;
+    let mut bodies = Vec::new();
+    for i in 0..4 {
+        let reply = client.exchange(&get(&format!("/reset/{i}"))).await;
+        assert_eq!(reply.status, 200, "GET {i}: {}", reply.head);
+        bodies.push(String::from_utf8_lossy(&reply.body).into_owned());
+    }
+    // 1: the resetting backend's first stream; 2: the good one; 3: reset, then the good one;
+    // 4: the good one, the other being out.
+    assert_eq!(bodies[0], "r conn=1 stream=1", "{bodies:?}");
+    assert!(
+        bodies[1..].iter().all(|b| b.starts_with("good ")),
+        "{bodies:?}"
+    );
+    assert_eq!(
+        resetting.connections(),
+        1,
+        "the reset was not resent on a new connection to the same backend"
+    );
+    assert_eq!(blocking(|| available(admin, "h2")), [false, true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stops_answering_is_left_after_one_read_timeout() {
+    let _serial = SERIAL.lock().await;
+    let server = H2Server::start(Script::FreezeAfterFirst("f")).await;
+    let fulcrum = alone("freeze", &server, "read_timeout = \"500ms\"\nmax_fails = 0");
+    let addr = fulcrum.addr_of("h2");
+    let first = get_once(addr, "/1").await;
+    assert_eq!(first.status, 200, "{}", first.head);
+    assert_eq!(String::from_utf8_lossy(&first.body), "f conn=1 stream=1");
+    let started = Instant::now();
+    let second = get_once(addr, "/2").await;
+    assert_eq!(second.status, 504, "{}", second.head);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Not the silent connection again: a new one.
+    let third = get_once(addr, "/3").await;
+    assert_eq!(third.status, 200, "{}", third.head);
+    assert_eq!(String::from_utf8_lossy(&third.body), "f conn=2 stream=1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_finds_no_room_within_connect_timeout_is_not_blamed_on_the_backend() {
+    let _serial = SERIAL.lock().await;
+    // One stream at a time, each answered after 1.5 s: a second request waits in the queue
+    // for a stream, not for the backend, and gives up after connect_timeout (twice: once more
+    // as for a connection closed under it) with no blame.
+    let server = H2Server::start(Script::OneAtATime("s")).await;
+    let (fulcrum, admin) = with_admin(
+        "one-at-a-time",
+        "connect_timeout = \"300ms\"\nmax_fails = 1\nfail_timeout = \"30s\"",
+        &[server.addr],
+    );
+    let addr = fulcrum.addr_of("h2");
+    let slow = tokio::spawn(async move { get_once(addr, "/first").await });
+    // The first stream is open (the server counts it) before the second is sent.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.streams() < 1 {
+        assert!(Instant::now() < deadline, "the first stream never arrived");
+        // Poll interval of a loop bounded by `deadline`.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let queued = get_once(addr, "/second").await;
+    let waited = started.elapsed();
+    assert_eq!(queued.status, 502, "{}", queued.head);
+    assert!(
+        waited < Duration::from_millis(1200),
+        "given up after connect_timeout, not after the first answer: {waited:?}"
+    );
+    let first = slow.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.head);
+    assert_eq!(blocking(|| available(admin, "h2")), [true], "not blamed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

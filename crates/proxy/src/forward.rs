@@ -180,7 +180,7 @@ pub(crate) async fn forward<S: ClientStream>(
         }
         // Boxed, as the attempt is.
         Body::H2(mut body) => {
-            Box::pin(upstream_h2::relay(
+            let relayed = Box::pin(upstream_h2::relay(
                 &mut body,
                 &response,
                 &scratch.out,
@@ -188,7 +188,11 @@ pub(crate) async fn forward<S: ClientStream>(
                 &mut attempt,
                 patience,
             ))
-            .await
+            .await;
+            if relayed.is_ok() {
+                body.finish();
+            }
+            relayed
         }
     };
     // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
@@ -387,7 +391,6 @@ pub(crate) async fn attempts(
                     Box::pin(upstream_h2::attempt(
                         f,
                         &pool,
-                        !reuse,
                         request.head,
                         client,
                         patience,

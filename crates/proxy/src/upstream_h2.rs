@@ -46,14 +46,29 @@ use crate::connections::{ConnectError, Connections, OpenCount};
 use crate::exchange::{ClientEnd, Patience, Relay};
 use crate::forward::{Body, Forward, Tried};
 use crate::http1::{self, FinalResponse, Framing, ResponseHead};
-use crate::io::ClientStream;
+use crate::io::{ClientStream, after};
 use crate::upstream_tls::{BackendStream, BackendTls};
 
-/// The stream window we open to a backend, and the connection's: what one response, and all
-/// of a connection's, may have in flight unread by their clients (h2's defaults are 64 KiB,
-/// which caps a stream at one window per round trip).
+/// The stream window we open to a backend: what one response may have in flight unread by its
+/// client (h2's default is 64 KiB, which caps a stream at one window per round trip).
 const STREAM_WINDOW: u32 = 256 * 1024;
-const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+/// The connection's window: the largest HTTP/2 allows (RFC 9113 §6.9.1), so that it never binds
+/// before the streams' do. A window is given back only once its bytes went on to the client,
+/// so with a smaller one a few clients that stop reading would stall every response on the
+/// shared connection; memory stays bounded by the stream windows times the backend's
+/// concurrent streams. (Go's transport and Envoy open theirs wide too.)
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
+/// How often a connection is checked with PING, and how long the answer may take: a connection
+/// whose peer vanished without a FIN or reset (a NAT entry expired, a machine gone) would
+/// otherwise hold every request of the worker until TCP gave up, minutes later. The numbers
+/// are the client side's (`docs/http2.md`).
+const PING_EVERY: Duration = Duration::from_secs(30);
+const PING_PATIENCE: Duration = Duration::from_secs(20);
+
+/// How long a body whose `content-length` has come waits for the stream's end (see
+/// [`H2Body::finish`]).
+const END_STREAM_GRACE: Duration = Duration::from_secs(1);
 
 /// The largest response field section taken from a backend (RFC 9113 §6.5.2's
 /// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes a field).
@@ -127,35 +142,41 @@ impl Slot {
     }
 }
 
-/// A stream to send a request on, and whether its connection carried requests before.
+/// A stream to send a request on, which connection it is on, and whether that connection
+/// carried requests before.
 struct Stream {
     send: SendRequest<Bytes>,
+    id: u64,
     connection: Connection,
 }
 
-/// A connection to the backend of `pool`: the current one unless `fresh`, else a new one
-/// (made the current one when connections are kept, `keepalive` > 0).
+/// A connection to the backend of `pool`: the current one if there is one, else a new one
+/// (made the current one when connections are kept, `keepalive` > 0). A connection that
+/// failed was forgotten by the attempt that saw it fail, so a retry finds the one opened
+/// since, or opens it: however many requests a GOAWAY cut short, one new connection.
 async fn stream(
     pool: &Arc<Connections>,
-    fresh: bool,
     connect_timeout: Duration,
     tls: Option<(&Arc<BackendTls>, &str)>,
 ) -> Result<Stream, ConnectError> {
     let reused = |shared: Shared| Stream {
         send: shared.send,
+        id: shared.id,
         connection: Connection::Reused,
     };
     let settings = tls.map(|(tls, _)| tls);
-    if !fresh && let Some(shared) = pool.h2.current(settings) {
+    if let Some(shared) = pool.h2.current(settings) {
         return Ok(reused(shared));
     }
     let deadline = Instant::now() + connect_timeout;
     let _opening = if pool.keeps_idle() {
+        // Waiting for another request's connect is waiting for a connection: within this
+        // request's connect_timeout.
         let opening = timeout_at(deadline, pool.h2.opening.lock())
             .await
             .map_err(|_| ConnectError::Timeout)?;
         // Opened by the request that held the lock before us.
-        if !fresh && let Some(shared) = pool.h2.current(settings) {
+        if let Some(shared) = pool.h2.current(settings) {
             return Ok(reused(shared));
         }
         Some(opening)
@@ -182,41 +203,63 @@ async fn stream(
         used: Arc::new(AtomicU64::new(0)),
         born: Instant::now(),
     };
+    let id = shared.id;
     let kept = pool.keeps_idle().then(|| {
         *pool.h2.shared() = Some(shared.clone());
         Arc::clone(pool)
     });
-    tokio::spawn(drive(connection, kept, shared, open, pool.idle_timeout()));
+    let driven = Driven {
+        kept,
+        addr: pool.addr(),
+        _open: open,
+        idle_timeout: pool.idle_timeout(),
+    };
+    tokio::spawn(drive(connection, driven, shared));
     Ok(Stream {
         send,
+        id,
         connection: Connection::Fresh,
     })
 }
 
-/// Runs one connection to its end. A kept connection is forgotten once unused for
-/// `idle_timeout` (it then closes, with GOAWAY, as soon as its streams are over: the `h2`
-/// crate ends a client connection that has neither streams nor handles), and when it ends.
-async fn drive(
-    connection: h2::client::Connection<BackendStream, Bytes>,
+/// What the task driving a connection keeps.
+struct Driven {
+    /// The pool whose current connection it is (`None`: a connection of one request's own).
     kept: Option<Arc<Connections>>,
-    shared: Shared,
+    addr: std::net::SocketAddr,
     _open: OpenCount,
     idle_timeout: Duration,
+}
+
+impl Driven {
+    fn forget(&self, id: u64) {
+        if let Some(pool) = &self.kept {
+            pool.h2.forget(id);
+        }
+    }
+}
+
+/// Runs one connection to its end. A kept connection is forgotten once no request has taken
+/// it for `idle_timeout`: its open streams finish on it, then it closes with GOAWAY (the `h2`
+/// crate ends a client connection that has neither streams nor handles). Every `PING_EVERY`
+/// it is checked with a PING; one not answered within `PING_PATIENCE` closes it.
+async fn drive(
+    mut connection: h2::client::Connection<BackendStream, Bytes>,
+    driven: Driven,
+    shared: Shared,
 ) {
     let Shared { id, used, born, .. } = shared;
     // Only the slot may keep the connection open; our copy of the handle would too.
     drop(shared.send);
+    let mut pinger = connection.ping_pong();
     tokio::pin!(connection);
-    let mut in_slot = kept.is_some();
+    let idle_timeout = driven.idle_timeout;
+    let mut in_slot = driven.kept.is_some();
     let mut wake = born + idle_timeout;
-    loop {
+    let mut ping_at = born + PING_EVERY;
+    let ended = loop {
         tokio::select! {
-            ended = &mut connection => {
-                if let Err(e) = ended {
-                    tracing::debug!(error = %e, "HTTP/2 connection to a backend ended");
-                }
-                break;
-            }
+            ended = &mut connection => break ended,
             // Also what polls a forgotten connection again, so that it sees it has nothing
             // left to do.
             () = tokio::time::sleep_until(wake) => {
@@ -225,28 +268,50 @@ async fn drive(
                 wake = if in_slot && idle_since + idle_timeout > now {
                     idle_since + idle_timeout
                 } else {
-                    if in_slot && let Some(pool) = &kept {
-                        pool.h2.forget(id);
+                    if in_slot {
+                        driven.forget(id);
                     }
                     in_slot = false;
                     now + idle_timeout
                 };
             }
+            () = tokio::time::sleep_until(ping_at), if pinger.is_some() => {
+                let Some(pinger) = pinger.as_mut() else { continue };
+                // The connection must be driven for the answer to be read.
+                let answered = tokio::select! {
+                    pong = pinger.ping(h2::Ping::opaque()) => pong.is_ok(),
+                    () = tokio::time::sleep(PING_PATIENCE) => false,
+                    ended = &mut connection => break ended,
+                };
+                if !answered {
+                    tracing::warn!(backend = %driven.addr, "HTTP/2 connection to the backend did not answer a PING within {PING_PATIENCE:?}; closing it");
+                    driven.forget(id);
+                    return;
+                }
+                ping_at = Instant::now() + PING_EVERY;
+            }
         }
-    }
-    if let Some(pool) = kept {
-        pool.h2.forget(id);
+    };
+    driven.forget(id);
+    match ended {
+        Ok(()) => {}
+        // The backend's own graceful close, or a connection that just went away.
+        Err(e) if e.reason() == Some(Reason::NO_ERROR) || e.is_io() => {
+            tracing::debug!(backend = %driven.addr, error = %e, "HTTP/2 connection to the backend ended");
+        }
+        Err(e) => {
+            tracing::warn!(backend = %driven.addr, error = %e, "HTTP/2 connection to the backend failed");
+        }
     }
 }
 
-/// One attempt of `f` on the backend of `pool`: a stream on its connection (a new connection
-/// when `fresh`), the request (`head`, the HTTP/1.1 head for it, and the body), and the response
-/// head within `patience`, rewritten for the client into `out`; given up as soon as `client`
-/// leaves.
+/// One attempt of `f` on the backend of `pool`: a stream on its connection, the request
+/// (`head`, the HTTP/1.1 head for it, and the body), and the response head within `patience`,
+/// rewritten for the client into `out`; given up as soon as `client` leaves. A connection
+/// that fails is forgotten at once, so that the next attempt opens a new one.
 pub(crate) async fn attempt(
     f: &Forward<'_>,
     pool: &Arc<Connections>,
-    fresh: bool,
     head: &[u8],
     client: Option<&TcpStream>,
     patience: Patience,
@@ -258,12 +323,12 @@ pub(crate) async fn attempt(
         Ok(request) => request,
         Err(why) => return Tried::Refused(why),
     };
-    let stream = match stream(pool, fresh, settings.connect_timeout, tls).await {
+    let stream = match stream(pool, settings.connect_timeout, tls).await {
         Ok(stream) => stream,
         Err(e) => return Tried::ConnectFailed(e),
     };
-    let connection = stream.connection;
-    let failed = |request, response, fault, why: String| {
+    let (id, connection) = (stream.id, stream.connection);
+    let failed = |connection, request, response, fault, why: String| {
         Tried::Failed(
             AttemptFailure {
                 fault,
@@ -275,8 +340,25 @@ pub(crate) async fn attempt(
             why,
         )
     };
+    // What an error says, and the connection forgotten if it is the connection's.
+    let failure = |e: &h2::Error, response| {
+        let (fault, sent, scope, why) = classify(e);
+        let connection = match scope {
+            Scope::Connection => {
+                pool.h2.forget(id);
+                connection
+            }
+            Scope::Refused => connection,
+            // A healthy connection, one stream failed: the backend's doing, not the race of
+            // a connection closing under a request.
+            Scope::Stream => Connection::Fresh,
+        };
+        failed(connection, sent, response, fault, why)
+    };
     let not_sent = |e: h2::Error| {
+        pool.h2.forget(id);
         failed(
+            connection,
             RequestSent::Nothing,
             ResponseReceived::Nothing,
             Fault::Closed,
@@ -291,13 +373,31 @@ pub(crate) async fn attempt(
         Ok(pair) => pair,
         Err(e) => return not_sent(e),
     };
-    // The stream holds the connection from here on; the handle would hold it after the end.
-    drop(send);
+    // While the backend's concurrent streams are all taken, the stream waits in the `h2`
+    // crate's queue, not yet sent; the handle is ready again once it went out. That wait is
+    // for room, as a connect is: within connect_timeout. Given up, the stream is still sent
+    // once room comes, and reset at once: "partly sent" for the retry policy, so that only a
+    // safe request is sent again, and, the connection being a shared one, with no blame.
+    match timeout_at(after(settings.connect_timeout), send.ready()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return not_sent(e),
+        Err(_) => {
+            return failed(
+                connection,
+                RequestSent::Partly,
+                ResponseReceived::Nothing,
+                Fault::Closed,
+                format!(
+                    "no stream free on the HTTP/2 connection (the backend's concurrent-stream limit) within connect_timeout ({:?})",
+                    settings.connect_timeout
+                ),
+            );
+        }
+    }
     if !f.body.is_empty() {
         // Queued whole: the `h2` crate sends it as the stream's window allows.
         if let Err(e) = body.send_data(Bytes::copy_from_slice(f.body), true) {
-            let (fault, sent, why) = classify(&e);
-            return failed(sent, ResponseReceived::Nothing, fault, why);
+            return failure(&e, ResponseReceived::Nothing);
         }
     }
     let gone = crate::io::watch(client, f.watch_client);
@@ -308,17 +408,14 @@ pub(crate) async fn attempt(
     };
     let response = match head {
         Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
-            let (fault, sent, why) = classify(&e);
-            let received = if fault == Fault::InvalidResponse {
-                ResponseReceived::Partly
-            } else {
-                ResponseReceived::Nothing
-            };
-            return failed(sent, received, fault, why);
-        }
+        Ok(Err(e)) if e.is_library() => return failure(&e, ResponseReceived::Partly),
+        Ok(Err(e)) => return failure(&e, ResponseReceived::Nothing),
         Err(_) => {
+            // A connection whose peer vanished answers nothing more: the next request opens
+            // another rather than wait on it too (a slow answer costs a new connection).
+            pool.h2.forget(id);
             return failed(
+                connection,
                 RequestSent::Whole,
                 ResponseReceived::Nothing,
                 Fault::ReadTimeout,
@@ -338,12 +435,14 @@ pub(crate) async fn attempt(
             }),
         ),
         Ok(_) => failed(
+            connection,
             RequestSent::Whole,
             ResponseReceived::Partly,
             Fault::InvalidResponse,
             "invalid response: an interim status as the HTTP/2 response".to_owned(),
         ),
         Err(why) => failed(
+            connection,
             RequestSent::Whole,
             ResponseReceived::Partly,
             Fault::InvalidResponse,
@@ -352,16 +451,36 @@ pub(crate) async fn attempt(
     }
 }
 
+/// What an HTTP/2 error was the end of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// The connection: lost, closing, or broken by the backend.
+    Connection,
+    /// One stream, refused before it was processed: the connection may carry the next.
+    Refused,
+    /// One stream, reset by the backend: the connection is fine.
+    Stream,
+}
+
 /// What an HTTP/2 error before the response head says for the retry policy: the fault, how
-/// much of the request counts as sent, and in words.
-fn classify(e: &h2::Error) -> (Fault, RequestSent, String) {
+/// much of the request counts as sent, what failed, and in words.
+fn classify(e: &h2::Error) -> (Fault, RequestSent, Scope, String) {
     let reason = e.reason();
-    if e.is_remote() && e.is_reset() && reason == Some(Reason::REFUSED_STREAM) {
-        // RFC 9113 §8.7: the stream was not processed.
+    if e.is_remote() && e.is_reset() {
+        if reason == Some(Reason::REFUSED_STREAM) {
+            // RFC 9113 §8.7: the stream was not processed.
+            return (
+                Fault::Closed,
+                RequestSent::Nothing,
+                Scope::Refused,
+                "the backend refused the stream (REFUSED_STREAM)".to_owned(),
+            );
+        }
         return (
             Fault::Closed,
-            RequestSent::Nothing,
-            "the backend refused the stream (REFUSED_STREAM)".to_owned(),
+            RequestSent::Whole,
+            Scope::Stream,
+            format!("the backend reset the stream before its response: {e}"),
         );
     }
     if e.is_remote() && e.is_go_away() && reason == Some(Reason::NO_ERROR) {
@@ -371,6 +490,7 @@ fn classify(e: &h2::Error) -> (Fault, RequestSent, String) {
         return (
             Fault::Closed,
             RequestSent::Nothing,
+            Scope::Connection,
             "the backend is closing the connection (GOAWAY) and did not take the stream".to_owned(),
         );
     }
@@ -379,13 +499,15 @@ fn classify(e: &h2::Error) -> (Fault, RequestSent, String) {
         return (
             Fault::InvalidResponse,
             RequestSent::Whole,
+            Scope::Connection,
             format!("invalid HTTP/2 from the backend: {e}"),
         );
     }
     (
         Fault::Closed,
         RequestSent::Whole,
-        format!("HTTP/2 stream failed before the response head: {e}"),
+        Scope::Connection,
+        format!("HTTP/2 connection failed before the response head: {e}"),
     )
 }
 
@@ -400,7 +522,8 @@ pub(crate) const CONNECTION_SPECIFIC: [&str; 6] = [
 ];
 
 /// The HTTP/1.1 request head `head` as HTTP/2 fields: `Host` as `:authority`, the
-/// connection-specific fields dropped (`TE: trailers`, the one HTTP/2 allows, kept).
+/// connection-specific fields dropped (`TE` among them: the HTTP/1.1 parser has removed it as
+/// hop-by-hop already, and trailers are not relayed).
 fn to_fields(head: &[u8], tls: bool) -> Result<http::Request<()>, String> {
     let lines = head.windows(2).filter(|w| w == b"\r\n").count();
     let mut slots = vec![httparse::EMPTY_HEADER; lines];
@@ -423,12 +546,9 @@ fn to_fields(head: &[u8], tls: bool) -> Result<http::Request<()>, String> {
             authority = Some(h.value);
             continue;
         }
-        let trailers =
-            h.name.eq_ignore_ascii_case("te") && h.value.eq_ignore_ascii_case(b"trailers");
-        if !trailers
-            && CONNECTION_SPECIFIC
-                .iter()
-                .any(|c| c.eq_ignore_ascii_case(h.name))
+        if CONNECTION_SPECIFIC
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(h.name))
         {
             continue;
         }
@@ -437,7 +557,9 @@ fn to_fields(head: &[u8], tls: bool) -> Result<http::Request<()>, String> {
         let value = HeaderValue::from_bytes(h.value).map_err(|_| format!("value of {name}"))?;
         fields.append(name, value);
     }
-    let uri = if target.starts_with('/') {
+    // The origin form, and the asterisk form of `OPTIONS *`, take the scheme and authority
+    // from the connection and `Host`.
+    let uri = if target.starts_with('/') || target == "*" {
         let authority = authority.ok_or("no Host to write as :authority")?;
         let authority = http::uri::Authority::try_from(authority)
             .map_err(|e| format!("Host as :authority: {e}"))?;
@@ -524,6 +646,21 @@ impl H2Body {
             },
             () = gone => Err(Relay::Client),
         }
+    }
+
+    /// Ends the body once its `content-length` has come. A backend may send END_STREAM in a
+    /// frame of its own after the last bytes (nginx does); dropping the stream before it came
+    /// would reset it (`CANCEL`) after every such response, and some backends count resets
+    /// (the rapid-reset defences). So a stream not ended yet is waited for, for a moment, off
+    /// the request's path.
+    pub(crate) fn finish(self) {
+        if self.recv.is_end_stream() {
+            return;
+        }
+        let mut recv = self.recv;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(END_STREAM_GRACE, recv.data()).await;
+        });
     }
 
     /// Gives the window `n` bytes took back to the backend, once they have gone on.
@@ -702,10 +839,14 @@ mod tests {
         assert_eq!(r.method(), "POST");
         assert_eq!(r.uri().to_string(), "http://example.com:8080/a?b=1");
         let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["te", "x-forwarded-for", "content-length"]);
+        assert_eq!(names, ["x-forwarded-for", "content-length"]);
         let r = to_fields(b"GET / HTTP/1.1\r\nHost: a\r\nTE: gzip\r\n\r\n", true).unwrap();
         assert_eq!(r.uri().to_string(), "https://a/");
         assert!(r.headers().is_empty());
+        // `OPTIONS *` keeps its authority.
+        let r = to_fields(b"OPTIONS * HTTP/1.1\r\nHost: a:81\r\n\r\n", false).unwrap();
+        assert_eq!(r.uri().authority().map(|a| a.as_str()), Some("a:81"));
+        assert_eq!(r.uri().path(), "*");
         assert!(to_fields(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", false).is_err());
     }
 

@@ -265,7 +265,13 @@ pub(crate) async fn serve(
                     relayed
                 }
                 forward::Body::H2(mut body) => {
-                    relay::relay_h2(&mut body, &response, &mut end, &mut attempt, patience).await
+                    let relayed =
+                        relay::relay_h2(&mut body, &response, &mut end, &mut attempt, patience)
+                            .await;
+                    if relayed.is_ok() {
+                        body.finish();
+                    }
+                    relayed
                 }
             };
             let body_bytes = end.sent;

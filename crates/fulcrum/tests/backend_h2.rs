@@ -1363,21 +1363,7 @@ async fn keepalive_0_opens_a_connection_a_request_and_an_idle_one_closes_after_i
 /// Whether each backend of `upstream` is available, in configuration order, as the admin
 /// listener at `admin` shows it.
 fn available(admin: SocketAddr, upstream: &str) -> Vec<bool> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(EXCHANGE_DEADLINE)).unwrap();
-    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let v: serde_json::Value =
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"));
-    v["upstreams"]
-        .as_array()
-        .and_then(|all| all.iter().find(|u| u["name"] == upstream))
-        .and_then(|u| u["backends"].as_array())
-        .unwrap_or_else(|| panic!("no upstream {upstream}: {v}"))
+    common::backends_of(admin, upstream)
         .iter()
         .map(|b| {
             b["health"]["available"]

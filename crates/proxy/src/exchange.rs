@@ -385,6 +385,23 @@ pub(crate) async fn read_some(
     gone: impl std::future::Future<Output = ()>,
     patience: Patience,
 ) -> Result<usize, Relay> {
+    let read = async {
+        conn.buf
+            .read_from(&mut conn.stream)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    within(read, gone, patience).await
+}
+
+/// Waits for `read`, one read of a response body (`Err`: what failed, the backend's doing),
+/// within `patience`, unless `gone` resolves first (the client left): the one rule for how
+/// long a body may pause, whatever protocol it comes in.
+pub(crate) async fn within<T>(
+    read: impl std::future::Future<Output = Result<T, String>>,
+    gone: impl std::future::Future<Output = ()>,
+    patience: Patience,
+) -> Result<T, Relay> {
     let time_up = || Relay::Backend {
         why: patience.expired("the rest of the body"),
         blamed: false,
@@ -394,9 +411,9 @@ pub(crate) async fn read_some(
     }
     tokio::select! {
         biased;
-        read = timeout_at(patience.next_read(), conn.buf.read_from(&mut conn.stream)) => match read {
+        read = timeout_at(patience.next_read(), read) => match read {
             Ok(Ok(n)) => Ok(n),
-            Ok(Err(e)) => Err(Relay::backend(e.to_string())),
+            Ok(Err(why)) => Err(Relay::backend(why)),
             Err(_) if patience.spent() => Err(time_up()),
             Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
         },

@@ -628,24 +628,14 @@ impl H2Body {
         gone: impl Future<Output = ()>,
         patience: Patience,
     ) -> Result<Option<Bytes>, Relay> {
-        let time_up = || Relay::Backend {
-            why: patience.expired("the rest of the body"),
-            blamed: false,
+        let data = async {
+            self.recv
+                .data()
+                .await
+                .transpose()
+                .map_err(|e| format!("the HTTP/2 stream failed: {e}"))
         };
-        if patience.spent() {
-            return Err(time_up());
-        }
-        tokio::select! {
-            biased;
-            data = timeout_at(patience.next_read(), self.recv.data()) => match data {
-                Ok(Some(Ok(data))) => Ok(Some(data)),
-                Ok(Some(Err(e))) => Err(Relay::backend(format!("the HTTP/2 stream failed: {e}"))),
-                Ok(None) => Ok(None),
-                Err(_) if patience.spent() => Err(time_up()),
-                Err(_) => Err(Relay::backend(patience.expired("the rest of the body"))),
-            },
-            () = gone => Err(Relay::Client),
-        }
+        crate::exchange::within(data, gone, patience).await
     }
 
     /// Ends the body once its `content-length` has come. A backend may send END_STREAM in a

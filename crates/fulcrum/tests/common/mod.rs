@@ -278,6 +278,15 @@ pub fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> Result
 /// The requests in flight on each backend of `upstream`, in configuration order, as the
 /// admin listener at `admin` shows them.
 pub fn in_flight(admin: SocketAddr, upstream: &str) -> Vec<u64> {
+    backends_of(admin, upstream)
+        .iter()
+        .map(|b| b["in_flight"].as_u64().unwrap())
+        .collect()
+}
+
+/// The backends of `upstream` as the admin listener at `admin` shows them
+/// (`GET /api/upstreams`), in configuration order.
+pub fn backends_of(admin: SocketAddr, upstream: &str) -> Vec<serde_json::Value> {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -293,7 +302,5 @@ pub fn in_flight(admin: SocketAddr, upstream: &str) -> Vec<u64> {
         .and_then(|all| all.iter().find(|u| u["name"] == upstream))
         .and_then(|u| u["backends"].as_array())
         .unwrap_or_else(|| panic!("no upstream {upstream}: {v}"))
-        .iter()
-        .map(|b| b["in_flight"].as_u64().unwrap())
-        .collect()
+        .clone()
 }

@@ -307,6 +307,10 @@ enum Script {
     FreezeAfterFirst(&'static str),
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` 1, and each answer (as `Hello`) after 1.5 s.
     OneAtATime(&'static str),
+    /// As a gRPC server answers: `200`, `x-saw-te` saying whether the request had
+    /// `te: trailers`, the body `hello` (no `content-length`), then trailers `grpc-status: 0`
+    /// and `grpc-message: fine`.
+    Trailers,
 }
 
 /// What an in-test server saw.
@@ -414,6 +418,28 @@ async fn answer(
     if let Script::OneAtATime(_) = script {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
+    if let Script::Trailers = script {
+        let saw_te = request
+            .headers()
+            .get(http::header::TE)
+            .is_some_and(|v| v == "trailers");
+        let head = Response::builder()
+            .status(200)
+            .header("x-saw-te", if saw_te { "yes" } else { "no" })
+            .body(())
+            .unwrap();
+        let Ok(mut send) = respond.send_response(head, false) else {
+            return;
+        };
+        if send.send_data(Bytes::from_static(b"hello"), false).is_err() {
+            return;
+        }
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        trailers.insert("grpc-message", http::HeaderValue::from_static("fine"));
+        let _ = send.send_trailers(trailers);
+        return;
+    }
     let Ok(body) = read_body(request.into_body()).await else {
         return;
     };
@@ -461,7 +487,7 @@ async fn answer(
             send.send_reset(Reason::INTERNAL_ERROR);
             return;
         }
-        Script::Refuse => unreachable!("answered above"),
+        Script::Refuse | Script::Trailers => unreachable!("answered above"),
     };
     let head = head
         .header("content-length", body.len().to_string())
@@ -1230,6 +1256,211 @@ async fn a_stream_that_finds_no_room_within_connect_timeout_is_not_blamed_on_the
     let first = slow.await.unwrap();
     assert_eq!(first.status, 200, "{}", first.head);
     assert_eq!(blocking(|| available(admin, "h2")), [true], "not blamed");
+}
+
+/// grpc-health (tools/grpc-health, grpc-go's health service as server and client):
+/// `GRPC_HEALTH`, the copy scripts/test builds into target/tools, or one on the PATH.
+fn grpc_health() -> Option<std::path::PathBuf> {
+    let built =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/grpc-health");
+    [
+        std::env::var_os("GRPC_HEALTH").map(std::path::PathBuf::from),
+        Some(built),
+        Some(std::path::PathBuf::from("grpc-health")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| {
+        Command::new(p)
+            .output()
+            .is_ok_and(|o| o.status.code() == Some(2))
+    })
+}
+
+/// A running `grpc-health serve`, killed (by its PID) when dropped.
+struct GrpcServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl GrpcServer {
+    fn start(bin: &Path) -> GrpcServer {
+        use std::io::BufRead as _;
+        let mut child = Command::new(bin)
+            .args(["serve", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        // The server prints the address it bound, then serves.
+        let read = std::io::BufReader::new(stdout).read_line(&mut line);
+        let addr = match read.ok().and_then(|_| line.trim().parse().ok()) {
+            Some(addr) => addr,
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("grpc-health serve printed no address: {line:?}");
+            }
+        };
+        GrpcServer { child, addr }
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_grpc_calls_pass_through_and_are_balanced() {
+    let _serial = SERIAL.lock().await;
+    let Some(bin) = grpc_health() else {
+        println!(
+            "SKIPPED: grpc-health is not built (scripts/test builds it: go build -C tools/grpc-health -o $PWD/target/tools/grpc-health .)"
+        );
+        return;
+    };
+    let servers = [GrpcServer::start(&bin), GrpcServer::start(&bin)];
+    let conf = config(
+        "grpc",
+        true,
+        &[
+            listener("grpc", "http2 = true"),
+            upstream(
+                "grpc",
+                "algorithm = \"round_robin\"",
+                "",
+                &[servers[0].addr, servers[1].addr],
+            ),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let addr = fulcrum.addr_of("grpc").to_string();
+    let call = |n: &str, service: &str| {
+        let out = Command::new(&bin)
+            .args(["check", &addr, n, service])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Unary calls answered with `grpc-status: 0` in the trailers...
+    let served = blocking(|| call("10", ""));
+    assert_eq!(
+        served.lines().collect::<Vec<_>>(),
+        ["SERVING"; 10],
+        "{served}"
+    );
+    // ... and a failing one, whose status comes in a head that ends the stream
+    // ("trailers-only").
+    let unknown = blocking(|| call("2", "no.such.Service"));
+    assert_eq!(
+        unknown.lines().collect::<Vec<_>>(),
+        ["error NotFound: unknown service"; 2],
+        "{unknown}"
+    );
+    // Every call its own pick: the access log's backends, round robin.
+    let log = blocking(|| drain_log(&fulcrum, 12));
+    for server in &servers {
+        let by = format!("ua=\"{}\"", server.addr);
+        let n = log.iter().filter(|l| l.contains(&by)).count();
+        assert_eq!(n, 6, "{by}: {log:#?}");
+    }
+    assert!(
+        log.iter()
+            .all(|l| l.contains("POST /grpc.health.v1.Health/Check HTTP/2.0\" 200")),
+        "{log:#?}"
+    );
+}
+
+/// The first `n` access-log lines fulcrum writes (within 5 s).
+fn drain_log(fulcrum: &Running, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut lines = Vec::new();
+    while lines.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = fulcrum.lines.recv_timeout(left) else {
+            panic!(
+                "{} access-log lines of {n} within 5 s: {lines:#?}",
+                lines.len()
+            );
+        };
+        if line.contains(" fate=") {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_reach_an_http2_client_that_takes_them() {
+    let _serial = SERIAL.lock().await;
+    let server = H2Server::start(Script::Trailers).await;
+    let conf = config(
+        "trailers",
+        false,
+        &[
+            listener("h2", "http2 = true"),
+            upstream("h2", "", "", &[server.addr]),
+        ],
+    );
+    let fulcrum = run(&conf, 1);
+    let addr = fulcrum.addr_of("h2");
+
+    // An HTTP/2 client that says `te: trailers`, as gRPC's do: the backend hears it, and the
+    // trailers end the client's stream.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = within(
+        "the HTTP/2 handshake with fulcrum",
+        h2::client::handshake(tcp),
+    )
+    .await
+    .unwrap();
+    let driver = tokio::spawn(conn);
+    let exchange = async {
+        let mut send = send.ready().await?;
+        let request = Request::post("http://backend.test/pkg.Service/Call")
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (response, mut body) = send.send_request(request, false)?;
+        body.send_data(Bytes::from_static(b"\0\0\0\0\0"), true)?;
+        let response = response.await?;
+        let saw_te = response.headers().get("x-saw-te").cloned();
+        let mut recv = response.into_body();
+        let mut data = Vec::new();
+        while let Some(piece) = recv.data().await {
+            let piece = piece?;
+            let _ = recv.flow_control().release_capacity(piece.len());
+            data.extend_from_slice(&piece);
+        }
+        let trailers = recv.trailers().await?;
+        Ok::<_, h2::Error>((saw_te, data, trailers))
+    };
+    let (saw_te, data, trailers) = within("the answer and its trailers", exchange)
+        .await
+        .unwrap();
+    assert_eq!(saw_te.as_ref().map(|v| v.as_bytes()), Some(&b"yes"[..]));
+    assert_eq!(data, b"hello");
+    let trailers = trailers.expect("trailers");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers["grpc-message"], "fine");
+    driver.abort();
+
+    // An HTTP/1.1 client: no `te` passed on, the body chunked, the trailers dropped.
+    let reply = get_once(addr, "/plain").await;
+    assert_eq!(reply.status, 200, "{}", reply.head);
+    assert!(
+        reply.head.to_ascii_lowercase().contains("x-saw-te: no"),
+        "{}",
+        reply.head
+    );
+    assert_eq!(reply.body, b"hello");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

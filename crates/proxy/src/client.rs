@@ -494,6 +494,8 @@ impl<S: ClientStream> ClientConn<S> {
                 _ => &[],
             },
             idle_timeout: self.settings().idle_timeout,
+            // Chunked trailers to HTTP/1.1 clients are not relayed.
+            trailers: false,
         };
         let forwarding = Instant::now();
         let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;

@@ -69,6 +69,9 @@ pub(crate) struct Forward<'a> {
     pub(crate) early: &'a [u8],
     /// How long an upgraded connection may carry nothing either way.
     pub(crate) idle_timeout: Duration,
+    /// The client takes trailers (an HTTP/2 client's `te: trailers`): said to an HTTP/2
+    /// backend, whose response trailers are then relayed.
+    pub(crate) trailers: bool,
 }
 
 /// How forwarding ended.

@@ -319,10 +319,17 @@ pub(crate) async fn attempt(
 ) -> Tried {
     let settings = f.settings;
     let tls = crate::forward::backend_tls(settings, pool.addr());
-    let request = match to_fields(head, tls.is_some()) {
+    let mut request = match to_fields(head, tls.is_some()) {
         Ok(request) => request,
         Err(why) => return Tried::Refused(why),
     };
+    if f.trailers {
+        // Removed with the hop-by-hop fields; the one `te` HTTP/2 carries, and gRPC's servers
+        // require it.
+        request
+            .headers_mut()
+            .insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
     let stream = match stream(pool, settings.connect_timeout, tls).await {
         Ok(stream) => stream,
         Err(e) => return Tried::ConnectFailed(e),
@@ -636,6 +643,26 @@ impl H2Body {
                 .map_err(|e| format!("the HTTP/2 stream failed: {e}"))
         };
         crate::exchange::within(data, gone, patience).await
+    }
+
+    /// Whether the stream has ended (with the response head, when asked before any read).
+    pub(crate) fn ended(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    /// The trailers that ended the stream, if any (after [`H2Body::next`] gave `None`).
+    pub(crate) async fn trailers(
+        &mut self,
+        gone: impl Future<Output = ()>,
+        patience: Patience,
+    ) -> Result<Option<http::HeaderMap>, Relay> {
+        let trailers = async {
+            self.recv
+                .trailers()
+                .await
+                .map_err(|e| format!("the HTTP/2 stream's trailers failed: {e}"))
+        };
+        crate::exchange::within(trailers, gone, patience).await
     }
 
     /// Ends the body once its `content-length` has come. A backend may send END_STREAM in a

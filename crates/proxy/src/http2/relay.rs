@@ -136,13 +136,16 @@ pub(crate) async fn relay(
 }
 
 /// Relays the body of `response` from an HTTP/2 backend's stream to `end`, ending the stream;
-/// the window each DATA frame took is given back to the backend once it went on.
+/// the window each DATA frame took is given back to the backend once it went on. With
+/// `trailers` (the client said `te: trailers`), the backend's trailers end the client's stream
+/// too, as gRPC's `grpc-status` must.
 pub(crate) async fn relay_h2(
     body: &mut H2Body,
     response: &FinalResponse,
     end: &mut StreamEnd<'_>,
     attempt: &mut Attempt,
     patience: Patience,
+    trailers: bool,
 ) -> Result<(), Relay> {
     if response.framing == Framing::None {
         attempt.complete(Outcome::Success);
@@ -150,13 +153,19 @@ pub(crate) async fn relay_h2(
     }
     let mut expected = Expected::new(response.framing);
     loop {
-        let next = if expected.done() {
+        // With trailers to come, the stream's end is waited for even once the whole
+        // `content-length` came.
+        let next = if expected.done() && !trailers {
             None
         } else {
             body.next(reset(end), patience).await?
         };
         let Some(data) = next else {
             expected.end()?;
+            if trailers && let Some(fields) = body.trailers(reset(end), patience).await? {
+                attempt.complete(Outcome::Success);
+                return end.send.send_trailers(fields).map_err(|_| Relay::Client);
+            }
             attempt.complete(Outcome::Success);
             return end.finish();
         };

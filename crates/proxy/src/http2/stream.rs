@@ -227,6 +227,7 @@ pub(crate) async fn serve(
             tried,
             forwarding,
             send_timeout,
+            trailers,
         } => {
             let forward::Answer {
                 response,
@@ -235,7 +236,11 @@ pub(crate) async fn serve(
                 patience,
                 ..
             } = *answer;
-            let ending = response.framing == http1::Framing::None;
+            // A head with no body ends the stream itself; so does one that ended an HTTP/2
+            // backend's stream, as a gRPC "trailers-only" answer (`grpc-status` in the head)
+            // does, which its client reads as the end only with END_STREAM on it.
+            let head_ended = matches!(&body, forward::Body::H2(b) if b.ended());
+            let ending = head_ended || response.framing == http1::Framing::None;
             let mut send = match respond.send_response(head, ending) {
                 Ok(send) => send,
                 Err(_) => {
@@ -264,10 +269,20 @@ pub(crate) async fn serve(
                     }
                     relayed
                 }
+                forward::Body::H2(_) if head_ended => {
+                    attempt.complete(Outcome::Success);
+                    Ok(())
+                }
                 forward::Body::H2(mut body) => {
-                    let relayed =
-                        relay::relay_h2(&mut body, &response, &mut end, &mut attempt, patience)
-                            .await;
+                    let relayed = relay::relay_h2(
+                        &mut body,
+                        &response,
+                        &mut end,
+                        &mut attempt,
+                        patience,
+                        trailers,
+                    )
+                    .await;
                     if relayed.is_ok() {
                         body.finish();
                     }
@@ -331,6 +346,8 @@ enum Ready {
         tried: Vec<SocketAddr>,
         forwarding: Instant,
         send_timeout: Duration,
+        /// Whether the backend's trailers are passed on.
+        trailers: bool,
     },
 }
 
@@ -440,6 +457,8 @@ async fn proxy(
         send_timeout: settings.send_timeout,
         early: &[],
         idle_timeout: settings.idle_timeout,
+        // HTTP/2 allows `te` only as `trailers` (RFC 9113 §8.2.2), which gRPC requires.
+        trailers: parts.headers.contains_key(http::header::TE),
     };
     let forwarding = Instant::now();
     let mut out = Vec::new();
@@ -454,6 +473,7 @@ async fn proxy(
                 tried,
                 forwarding,
                 send_timeout: settings.send_timeout,
+                trailers: f.trailers,
             },
             None => {
                 // Fields HTTP/2 cannot carry: the backend's answer is not passed on.

@@ -5,7 +5,7 @@
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
 #   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash close
-#                                        # tcp tls tls_handshake h2)
+#                                        # tcp tls tls_handshake h2 h2_backend)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -35,6 +35,10 @@
 #     keep-alive requests over HTTPS; `tls_handshake`, a new connection and handshake for every
 #     request (wrk resumes its sessions); and `h2`, HTTP/2 with prior knowledge driven by h2load
 #     (nghttp2-client), 10 streams per connection; backends stay HTTP/1.1;
+#   * runs HTTP/2 to the backends (`h2_backend`), at 1 worker: the backends speak h2c only,
+#     wrk speaks HTTP/1.1 to the proxies; fulcrum's `backend_protocol = "h2"`, nginx's
+#     `grpc_pass` (its one module that speaks HTTP/2 upstream; it carries plain requests too)
+#     and HAProxy's `proto h2` on its servers;
 #   * prints one table of medians, and writes it to bench/results/<date>-<host>.md
 #     (<date>-<host>-baseline.md with BASELINE, so it does not replace a run without one).
 #
@@ -61,7 +65,7 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
-CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2"}   # which cases run (all by default)
+CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
 PORT_FULCRUM=19181
@@ -160,8 +164,9 @@ pin() {
     if [ -n "$1" ] && [ "$CORES" -ge 2 ]; then echo "taskset -c $1"; fi
 }
 
+# start_backends CPUS [LISTEN]: LISTEN is added to each `listen` (" http2": h2c only).
 start_backends() {
-    local cpus=$1 dir=$WORK/backends procs=2
+    local cpus=$1 listen=${2:-} dir=$WORK/backends procs=2
     # Pinned to one CPU (beside wrk), one worker process is the fastest backend.
     [ -n "$cpus" ] && procs=1
     mkdir -p "$dir/logs"
@@ -174,7 +179,7 @@ start_backends() {
         for port in "${BACKEND_PORTS[@]}"; do
             # The \n is for nginx (the body's newline), not for echo.
             # shellcheck disable=SC2028
-            echo "  server { listen 127.0.0.1:$port; location / { return 200 \"backend $port\\n\"; } }"
+            echo "  server { listen 127.0.0.1:$port$listen; location / { return 200 \"backend $port\\n\"; } }"
         done
         echo "}"
     } >"$dir/nginx.conf"
@@ -209,9 +214,10 @@ start_fulcrum() {
                 echo "key = \"$WORK/key.pem\""
                 ;;
         esac
-        case $alg in tcp | h2 | tls) alg=round_robin ;; esac
+        case $alg in tcp | h2 | tls | h2_backend) alg=round_robin ;; esac
         echo "[[upstream]]"
         echo "name = \"b\""
+        [ "$2" = h2_backend ] && echo "backend_protocol = \"h2\""
         echo "algorithm = \"$alg\""
         echo "keepalive = 1024"
         for port in "${BACKEND_PORTS[@]}"; do
@@ -274,8 +280,13 @@ start_nginx() {
             for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
             echo "    keepalive 1024; keepalive_requests 1000000; }"
             echo "  server { listen 127.0.0.1:$PORT_NGINX$(nginx_listen "$alg"); location / {"
-            echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
-            echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+            if [ "$alg" = h2_backend ]; then
+                echo "    grpc_pass grpc://b;"
+                echo "    grpc_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+            else
+                echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+                echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+            fi
             echo "}"
         } >"$dir/nginx.conf"
     fi
@@ -319,7 +330,7 @@ start_haproxy() {
         [ "$alg" = tcp ] || echo "  http-reuse always"
         for port in "${BACKEND_PORTS[@]}"; do
             i=$((i + 1))
-            echo "  server s$i 127.0.0.1:$port maxconn 4000"
+            echo "  server s$i 127.0.0.1:$port maxconn 4000$([ "$alg" = h2_backend ] && echo " proto h2")"
         done
     } >"$conf"
     $(pin "$cpus") haproxy -f "$conf" -db 2>"$WORK/haproxy.log" &
@@ -395,7 +406,7 @@ run_case() {
     # A new connection, and so a TLS handshake, for every request; wrk keeps each
     # connection's session, so the handshakes after the first resume it.
     if [ "$case" = tls_handshake ] || [ "$case" = close ]; then WRK_ARGS=(-H "Connection: close"); fi
-    start_backends "$client_cpus"
+    start_backends "$client_cpus" "$([ "$case" = h2_backend ] && echo " http2")"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
     start_nginx "$workers" "$alg" "$proxy_cpus"
     start_haproxy "$workers" "$alg" "$proxy_cpus"
@@ -470,6 +481,7 @@ if wanted tls || wanted tls_handshake; then
     if wanted tls_handshake; then run_case tls_handshake tls 1 64; fi
 fi
 if wanted h2; then run_case h2 h2 1 64; fi
+if wanted h2_backend; then run_case h2_backend h2_backend 1 64; fi
 
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results

@@ -3,30 +3,34 @@
 //! handshake, see [`crate::upstream_tls`]).
 //!
 //! * **One connection per backend and worker, multiplexed.** The first request opens it (as
-//!   any connection: `connect_timeout`, TLS), later ones open streams on it; a request that
-//!   finds it gone (the backend's GOAWAY, a failed connection) opens the next. It is closed,
-//!   gracefully, once no request has used it for `keepalive_timeout` and its streams are over;
-//!   `keepalive = 0` gives every request a connection of its own, as for HTTP/1.1. A stream
-//!   the backend has no room for waits in the `h2` crate's queue until one ends, within the
-//!   request's `read_timeout`.
+//!   any connection: `connect_timeout`, TLS), requests arriving meanwhile wait for it, later
+//!   ones open streams on it. A connection that fails, or that lets a request wait
+//!   `read_timeout`, is forgotten at once, so the next request opens a new one (one per GOAWAY,
+//!   however many requests it cut short); one is also forgotten once no request has taken it
+//!   for `keepalive_timeout`, and closes with GOAWAY when its streams are over. A PING every
+//!   30 s, unanswered within 20 s, closes a connection whose peer vanished. `keepalive = 0`
+//!   gives every request a connection of its own, as for HTTP/1.1. A stream the backend has no
+//!   room for (its concurrent-stream limit) waits in the `h2` crate's queue, within
+//!   `connect_timeout`.
 //! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
 //!   the hop-by-hop fields gone, [`crate::forward::finish_head`]) as HTTP/2 fields: `Host`
-//!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), the
-//!   buffered body follows as DATA frames under the stream's flow control.
+//!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), `te:
+//!   trailers` is said for a client that said it (gRPC), the buffered body follows as DATA
+//!   frames under the stream's flow control.
 //! * **The response head** is written as the HTTP/1.1 head it stands for and goes through
 //!   [`http1::parse_response`]: the client gets the same rewriting (hop-by-hop fields, framing
 //!   for HTTP/1.0, `HEAD`) whatever protocol the backend spoke. A body without
 //!   `content-length` reaches an HTTP/1.1 client chunked, an HTTP/1.0 client delimited by the
-//!   close. Trailers are dropped, as the HTTP/1.1 path drops chunked trailers.
-//! * **Failures are classified for [`balance::retry::decide`]** as the HTTP/1.1 path's are. A
-//!   stream the backend refused (`REFUSED_STREAM`) or left beyond a graceful GOAWAY's last
-//!   stream was not processed (RFC 9113 §8.7, §6.8): nothing was sent, so even a
-//!   non-idempotent request is sent again — on a new connection when the old one was shared
-//!   (the keep-alive race's rule), else on the next backend. A connection failure or another
-//!   reset after the request went out is the HTTP/1.1 path's closed connection; a backend that
-//!   breaks the protocol sent an invalid response.
+//!   close; trailers reach an HTTP/2 client that takes them (`http2::relay`), no one else.
+//! * **Failures are classified for [`balance::retry::decide`]** as the HTTP/1.1 path's are
+//!   ([`classify`]). A stream the backend refused (`REFUSED_STREAM`) or left beyond a graceful
+//!   GOAWAY's last stream was not processed (RFC 9113 §8.7, §6.8): nothing was sent, so even a
+//!   non-idempotent request is sent again. A lost connection is the HTTP/1.1 path's connection
+//!   closed under a request; a stream reset on a healthy connection is the backend failing the
+//!   request; a backend that breaks the protocol sent an invalid response.
 //! * **Flow control gives backpressure:** the window a DATA frame used is given back only once
-//!   its bytes went to the client, so a slow client slows the backend's stream, not our memory.
+//!   its bytes went to the client, so a slow client slows the backend's stream, not our memory;
+//!   the connection's window is opened wide, so that it never binds before the streams' do.
 
 use std::future::Future;
 use std::sync::Arc;

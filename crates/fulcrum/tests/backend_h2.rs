@@ -837,6 +837,24 @@ async fn nginx_h2c_backends_take_every_request_over_one_multiplexed_connection_e
     }
 }
 
+/// An HTTP/2 client connection (h2c, prior knowledge) to fulcrum at `addr`: the handle to
+/// send on, and the task driving the connection.
+async fn h2_client(
+    addr: SocketAddr,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = within(
+        "the HTTP/2 handshake with fulcrum",
+        h2::client::handshake(tcp),
+    )
+    .await
+    .unwrap();
+    (send, tokio::spawn(conn))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_client_reaches_an_h2c_backend_over_http2_end_to_end() {
     let _serial = SERIAL.lock().await;
@@ -853,14 +871,7 @@ async fn an_http2_client_reaches_an_h2c_backend_over_http2_end_to_end() {
     let addr = fulcrum.addr_of("h2");
 
     // h2c with prior knowledge, 10 concurrent streams on one connection.
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = within(
-        "the HTTP/2 handshake with fulcrum",
-        h2::client::handshake(tcp),
-    )
-    .await
-    .unwrap();
-    let driver = tokio::spawn(conn);
+    let (send, driver) = h2_client(addr).await;
     let mut streams = JoinSet::new();
     for i in 0..10 {
         let send = send.clone();
@@ -1413,14 +1424,7 @@ async fn trailers_reach_an_http2_client_that_takes_them() {
 
     // An HTTP/2 client that says `te: trailers`, as gRPC's do: the backend hears it, and the
     // trailers end the client's stream.
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = within(
-        "the HTTP/2 handshake with fulcrum",
-        h2::client::handshake(tcp),
-    )
-    .await
-    .unwrap();
-    let driver = tokio::spawn(conn);
+    let (send, driver) = h2_client(addr).await;
     let exchange = async {
         let mut send = send.ready().await?;
         let request = Request::post("http://backend.test/pkg.Service/Call")

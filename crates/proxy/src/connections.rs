@@ -41,7 +41,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::buffer::Buffer;
-use crate::upstream_tls::{BackendStream, BackendTls};
+use crate::upstream_tls::{BackendIo as _, BackendStream, BackendTls};
+use tokio_util::either::Either;
 
 /// Read buffer of a backend connection: response heads must fit (nginx's
 /// `proxy_buffer_size`, 4 or 8 KiB there); bodies stream through it.
@@ -304,7 +305,7 @@ impl Connections {
                 .map_err(ConnectError::Io)?;
             tcp.set_nodelay(true).map_err(ConnectError::Io)?;
             let Some((tls, written)) = tls else {
-                return Ok(BackendStream::Plain(tcp));
+                return Ok(Either::Left(tcp));
             };
             // A backend only the admin API knows has no address as written: its IP then.
             let written = match written {
@@ -315,7 +316,7 @@ impl Connections {
                 .name_for(&written)
                 .ok_or(ConnectError::NoServerName(written))?;
             let stream = tls.handshake(tcp, name).await.map_err(ConnectError::Tls)?;
-            Ok(BackendStream::Tls(Box::new(stream)))
+            Ok(Either::Right(Box::new(stream)))
         };
         match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(stream)) => Ok((stream, OpenCount::new(&self.open))),

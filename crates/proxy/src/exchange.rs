@@ -28,6 +28,7 @@ use crate::connections::{BACKEND_BUFFER, BackendConn};
 use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
 use crate::io::{ClientStream, after, send, watch, write_two};
 use crate::upstream::Attempt;
+use crate::upstream_tls::BackendIo as _;
 
 /// The request as every attempt sends it.
 #[derive(Debug, Clone, Copy)]

@@ -31,6 +31,7 @@ use crate::access_log;
 use crate::client::{WorkerListener, address_octets};
 use crate::connections::{BackendConn, Connections};
 use crate::upstream::{Attempt, Unpicked};
+use crate::upstream_tls::BackendIo as _;
 
 /// Bytes read at once in each direction (nginx stream's `proxy_buffer_size`, 16 KiB).
 const BUFFER: usize = 16 * 1024;

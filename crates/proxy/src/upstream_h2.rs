@@ -45,6 +45,7 @@ use h2::{Reason, RecvStream};
 use http::{HeaderName, HeaderValue};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
+use tokio_util::either::Either;
 
 use crate::connections::{ConnectError, Connections, OpenCount};
 use crate::exchange::{ClientEnd, Patience, Relay};
@@ -800,7 +801,7 @@ pub async fn check_get(
         .map_err(|e| format!("cannot connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let io = match tls {
-        None => BackendStream::Plain(tcp),
+        None => Either::Left(tcp),
         Some(tls) => {
             let name = tls.name_for(written).ok_or_else(|| {
                 format!("TLS: no name to verify {written} by: set tls_server_name")
@@ -809,7 +810,7 @@ pub async fn check_get(
                 .handshake(tcp, name)
                 .await
                 .map_err(|e| format!("TLS: {e}"))?;
-            BackendStream::Tls(Box::new(stream))
+            Either::Right(Box::new(stream))
         }
     };
     let (send, connection) = h2::client::Builder::new()

@@ -9,26 +9,23 @@
 //! * **Name.** `tls_server_name` for every backend of the upstream, else each backend's host as
 //!   written in `addr` (an IP address is verified against the certificate's IP addresses and
 //!   sends no SNI, as RFC 6066 §3 forbids literal addresses there).
-//! * **Connections.** [`BackendStream`] is an enum, not a trait object: one branch per read or
-//!   write, and the plain path keeps `TcpStream`'s own borrowed halves. Kept-alive TLS
+//! * **Connections.** [`BackendStream`] is an `Either`, not a trait object: one branch per read
+//!   or write, and the plain path keeps `TcpStream`'s own borrowed halves. Kept-alive TLS
 //!   connections are pooled like plain ones; an idle one is reused only under the same TLS
 //!   settings it was made with (a reload that changes them makes new connections).
 //! * **Handshake.** Within what is left of `connect_timeout`; a failure (an unknown issuer, a
 //!   name mismatch, an expired certificate) fails the attempt as a connection failure, logged
 //!   with rustls's reason, and the next backend is tried.
 
-use std::io::IoSlice;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use rustls::pki_types::ServerName;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use crate::settings::BackendProtocol;
 
@@ -205,160 +202,45 @@ impl BackendTls {
     }
 }
 
-/// A connection to a backend.
-#[derive(Debug)]
-pub(crate) enum BackendStream {
-    Plain(TcpStream),
-    /// Boxed: rustls's state is large, and most connections are plain.
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// A connection to a backend: plain TCP (`Left`), or TLS over it (`Right`; boxed: rustls's
+/// state is large, and most connections are plain). tokio-util's `Either` passes each read and
+/// write (vectored ones too) to whichever it is.
+pub(crate) type BackendStream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
-impl BackendStream {
+/// The halves of a [`BackendStream`] that read and write at once: a `TcpStream`'s own borrowed
+/// halves, or a TLS stream split.
+pub(crate) type BackendRead<'a> =
+    Either<tokio::net::tcp::ReadHalf<'a>, tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>>;
+pub(crate) type BackendWrite<'a> =
+    Either<tokio::net::tcp::WriteHalf<'a>, tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>>;
+
+/// What a backend connection offers beside reading and writing.
+pub(crate) trait BackendIo {
     /// The TCP socket under the stream (peeked to see whether an idle connection was closed).
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        match self {
-            BackendStream::Plain(s) => s,
-            BackendStream::Tls(s) => s.get_ref().0,
-        }
-    }
+    fn tcp(&self) -> &TcpStream;
 
     /// Halves that read and write at once (the request is written while the answer is read).
-    pub(crate) fn split(&mut self) -> (BackendRead<'_>, BackendWrite<'_>) {
+    fn split(&mut self) -> (BackendRead<'_>, BackendWrite<'_>);
+}
+
+impl BackendIo for BackendStream {
+    fn tcp(&self) -> &TcpStream {
         match self {
-            BackendStream::Plain(s) => {
+            Either::Left(s) => s,
+            Either::Right(s) => s.get_ref().0,
+        }
+    }
+
+    fn split(&mut self) -> (BackendRead<'_>, BackendWrite<'_>) {
+        match self {
+            Either::Left(s) => {
                 let (r, w) = s.split();
-                (BackendRead::Plain(r), BackendWrite::Plain(w))
+                (Either::Left(r), Either::Left(w))
             }
-            BackendStream::Tls(s) => {
+            Either::Right(s) => {
                 let (r, w) = tokio::io::split(&mut **s);
-                (BackendRead::Tls(r), BackendWrite::Tls(w))
+                (Either::Right(r), Either::Right(w))
             }
-        }
-    }
-}
-
-pub(crate) enum BackendRead<'a> {
-    Plain(tokio::net::tcp::ReadHalf<'a>),
-    Tls(tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>),
-}
-
-pub(crate) enum BackendWrite<'a> {
-    Plain(tokio::net::tcp::WriteHalf<'a>),
-    Tls(tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for BackendStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            BackendStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for BackendStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BackendStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            BackendStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BackendStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            BackendStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            BackendStream::Plain(s) => s.is_write_vectored(),
-            BackendStream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            BackendStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            BackendStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
-}
-
-impl AsyncRead for BackendRead<'_> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendRead::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            BackendRead::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for BackendWrite<'_> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BackendWrite::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            BackendWrite::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BackendWrite::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            BackendWrite::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            BackendWrite::Plain(s) => s.is_write_vectored(),
-            BackendWrite::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendWrite::Plain(s) => Pin::new(s).poll_flush(cx),
-            BackendWrite::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BackendWrite::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            BackendWrite::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

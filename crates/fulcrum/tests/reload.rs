@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -50,14 +49,6 @@ fn backends_of(state: &Value) -> Vec<(String, u64)> {
             )
         })
         .collect()
-}
-
-fn hangup(fulcrum: &Running) {
-    let status = Command::new("kill")
-        .args(["-HUP", &fulcrum.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// Waits for the log line that ends a reload; returns it.
@@ -112,7 +103,7 @@ fn ten_reloads_under_steady_load_lose_no_request() {
                     "[[upstream]]\nname = \"web\"\nalgorithm = \"nope\"\n",
                 )
                 .unwrap();
-                hangup(&fulcrum);
+                fulcrum.hangup();
                 let line = reload_logged(&fulcrum);
                 assert!(line.contains("reload refused"), "{line}");
                 let after = upstream_state(admin).await;
@@ -132,7 +123,7 @@ fn ten_reloads_under_steady_load_lose_no_request() {
                 })
                 .collect();
             std::fs::write(&file.0, config(algorithm, set)).unwrap();
-            hangup(&fulcrum);
+            fulcrum.hangup();
             let line = reload_logged(&fulcrum);
             assert!(line.contains("configuration reloaded"), "{line}");
             let state = upstream_state(admin).await;

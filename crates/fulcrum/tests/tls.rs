@@ -228,14 +228,6 @@ fn config_text(backend: SocketAddr, tls: &[&Site], extra: &str) -> String {
     text
 }
 
-fn hangup(fulcrum: &Running) {
-    let status = Command::new("kill")
-        .args(["-HUP", &fulcrum.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// Waits for the log line that ends a reload; returns it, after the lines before it.
 fn reload_logged(fulcrum: &Running) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -398,7 +390,7 @@ fn a_renewed_certificate_is_served_after_a_reload_and_open_connections_go_on() {
     // Renewed on disk under the same names, then SIGHUP.
     let new = ca.site(&dir.0, "site", &["a.test"]);
     assert!(new.der != old.der);
-    hangup(&fulcrum);
+    fulcrum.hangup();
     let line = reload_logged(&fulcrum);
     assert!(line.contains("configuration reloaded"), "{line}");
 
@@ -431,7 +423,7 @@ fn a_renewed_certificate_is_served_after_a_reload_and_open_connections_go_on() {
 
     // A broken certificate: the reload is refused, saying where, and the renewed one stays.
     std::fs::write(&new.cert, "not a certificate\n").unwrap();
-    hangup(&fulcrum);
+    fulcrum.hangup();
     let said = reload_logged(&fulcrum);
     assert!(said.contains("reload refused"), "{said}");
     assert!(

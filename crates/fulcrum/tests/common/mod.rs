@@ -134,6 +134,15 @@ impl Running {
             .expect("fulcrum wrote the expected line in time")
     }
 
+    /// Sends SIGHUP (reload the configuration) to the process.
+    pub fn hangup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])

@@ -297,7 +297,8 @@ enum Script {
     /// As `Hello`; on taking a connection's third stream, a graceful shutdown (GOAWAY), the
     /// connection closed once its streams are done.
     GoawayAfterThree(&'static str),
-    /// Headers with `content-length: 1000`, 500 bytes, then `RST_STREAM(INTERNAL_ERROR)`.
+    /// Headers with `content-length: 1000`, 500 bytes, then, once the test has said its client
+    /// has the head ([`HEAD_SEEN`]), `RST_STREAM(INTERNAL_ERROR)`.
     CutAtHalf,
     /// As `Hello` for a connection's first stream; every later one reset at once
     /// (`RST_STREAM(INTERNAL_ERROR)`) on a connection that stays healthy.
@@ -312,6 +313,9 @@ enum Script {
     /// and `grpc-message: fine`.
     Trailers,
 }
+
+/// Said by the test of `Script::CutAtHalf` once its client has the response head.
+static HEAD_SEEN: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// What an in-test server saw.
 #[derive(Debug, Default)]
@@ -482,8 +486,9 @@ async fn answer(
             if send.send_data(Bytes::from(vec![b'x'; 500]), false).is_err() {
                 return;
             }
-            // Time for fulcrum to pass the head and the first half on before the reset.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // The reset once the client has the head: fulcrum has passed it on, so what is
+            // cut is the body. Bounded, should the test fail before it says so.
+            let _ = tokio::time::timeout(Duration::from_secs(5), HEAD_SEEN.notified()).await;
             send.send_reset(Reason::INTERNAL_ERROR);
             return;
         }
@@ -1501,6 +1506,7 @@ async fn a_stream_reset_in_the_middle_of_its_body_cuts_the_client_connection() {
     let mut client = H1::connect(fulcrum.addr_of("h2")).await;
     client.send(&get("/cut")).await;
     let (status, head, headers) = within("the response head", client.head()).await.unwrap();
+    HEAD_SEEN.notify_one();
     assert_eq!(status, 200, "{head}");
     assert!(
         headers

@@ -19,6 +19,11 @@
 //! * [`algorithms`]: one file per algorithm.
 //! * [`retry`]: the retry-and-blame policy: what a failed attempt leads to (resend on a fresh
 //!   connection, the next backend, or our own error) and whether the backend is blamed.
+//! * [`attempt`]: [`Attempts`], a request's attempts as one state machine around the retry
+//!   policy — the tried set, the attempt limit, resend-once, `response_timeout`, blame in the
+//!   body and our own answer — driven alike by the proxy (HTTP and TCP) and the simulator.
+//! * [`queue`]: the `max_conns` queue's decisions: whether a request may wait, and which
+//!   waiting request a backend with room is handed to.
 //! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
@@ -28,14 +33,17 @@
 //! Algorithms read statistics through [`Backends`]; they never write them. Only [`Pool`] does.
 
 pub mod algorithms;
+pub mod attempt;
 pub mod backend;
 pub mod balancer;
 pub mod pool;
+pub mod queue;
 pub mod retry;
 pub mod ring;
 pub mod smooth;
 pub mod weights;
 
+pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{
     Affinity, Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,

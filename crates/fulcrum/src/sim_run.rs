@@ -75,6 +75,8 @@ pub fn contenders(scenario: &Scenario) -> anyhow::Result<(Vec<sim::Contender>, V
             backups: backups.iter().map(|b| b.spec()).collect(),
             plan_of,
             retries: upstream.retries,
+            queue: upstream.queue,
+            queue_timeout: upstream.queue_timeout,
             poll_interval: upstream.poll_interval,
             stale_after: upstream.stale_after,
         });

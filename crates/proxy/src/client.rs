@@ -502,7 +502,7 @@ impl<S: ClientStream> ClientConn<S> {
         let upstream_time = match ending {
             // Until the backend agreed; the tunnel's life is the request's time.
             Ending::Tunnelled { agreed, .. } => Some(agreed),
-            _ => (!self.scratch.tried.is_empty()).then(|| forwarding.elapsed()),
+            _ => (!self.scratch.tried.tried().is_empty()).then(|| forwarding.elapsed()),
         };
 
         if let Body::InBuffer(n) = body {
@@ -569,7 +569,7 @@ impl<S: ClientStream> ClientConn<S> {
             started,
             status,
             body_bytes,
-            &tried,
+            tried.tried(),
             upstream_time,
             fate,
         );

@@ -240,6 +240,17 @@ pub(crate) enum Relay {
 }
 
 impl Relay {
+    /// How a relay that came to `relayed` ended, for [`balance::BodyEnd::outcome`]'s rule of
+    /// blame.
+    pub(crate) fn end(relayed: &Result<(), Relay>) -> balance::BodyEnd {
+        match relayed {
+            Ok(()) => balance::BodyEnd::Whole,
+            Err(Relay::Backend { blamed: true, .. }) => balance::BodyEnd::BackendFailed,
+            Err(Relay::Backend { blamed: false, .. }) => balance::BodyEnd::TimeUp,
+            Err(Relay::Client) => balance::BodyEnd::ClientLeft,
+        }
+    }
+
     pub(crate) fn backend(why: impl Into<String>) -> Relay {
         Relay::Backend {
             why: why.into(),

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use balance::{Action, AttemptFailure, Connection, Fault, Outcome, RequestSent};
-use balance::{ResponseReceived, retry};
+use balance::{AttemptFailure, Connection, Fault, Outcome, RequestSent};
+use balance::{Next, Picked, ResponseReceived, Step};
 use tokio::net::TcpStream;
 
 use crate::connections::{BackendConn, ConnectError, Connections};
@@ -31,8 +31,8 @@ pub(crate) struct Scratch {
     pub(crate) out: Vec<u8>,
     /// De-chunked response data, for HTTP/1.0 clients.
     pub(crate) dechunked: Vec<u8>,
-    /// Backends picked for the current request, in order.
-    pub(crate) tried: Vec<SocketAddr>,
+    /// The current request's attempts: the backends picked, in order, and what came of them.
+    pub(crate) tried: balance::Attempts<SocketAddr>,
 }
 
 impl Scratch {
@@ -221,41 +221,31 @@ pub(crate) fn ending(
     keep_alive: bool,
     body_bytes: u64,
 ) -> Ending {
+    attempt.complete(Relay::end(&relayed).outcome());
     match relayed {
-        Ok(()) => {
-            attempt.complete(Outcome::Success);
-            Ending::Answered {
-                status,
-                keep_alive,
-                body_bytes,
-            }
-        }
-        Err(Relay::Backend { why, blamed }) => {
+        Ok(()) => Ending::Answered {
+            status,
+            keep_alive,
+            body_bytes,
+        },
+        Err(Relay::Backend { why, .. }) => {
             tracing::warn!(
                 upstream = %upstream.name(),
                 backend = %addr,
                 error = %why,
                 "the response ended in the middle of its body; closing the client connection"
             );
-            attempt.complete(if blamed {
-                Outcome::Failure
-            } else {
-                Outcome::Cancelled
-            });
             Ending::CutShort {
                 status,
                 backend_failed: true,
                 body_bytes,
             }
         }
-        Err(Relay::Client) => {
-            attempt.complete(Outcome::Cancelled);
-            Ending::CutShort {
-                status,
-                backend_failed: false,
-                body_bytes,
-            }
-        }
+        Err(Relay::Client) => Ending::CutShort {
+            status,
+            backend_failed: false,
+            body_bytes,
+        },
     }
 }
 
@@ -320,29 +310,29 @@ pub(crate) enum Tried {
 
 /// Tries backends for `f` until one answers with a response head, which is rewritten into
 /// `out` as an HTTP/1.1 head for the client; `head` holds the request head of the last
-/// attempt, and the backends tried are left in `tried`. `client` is the socket watched for a
-/// departure while `f.watch_client` (an HTTP/2 stream has none: a stream the client cancels
-/// drops this future, and the `Attempt` guard completes its ticket as cancelled). What the
-/// caller does with the answer — relay it to a socket, to an HTTP/2 stream, or tunnel — is its
-/// own part.
+/// attempt. Which backend next, whether to resend, whom to blame and when to give up is
+/// [`balance::Attempts`]'s to say (the simulator asks it too); `tried` is that machine, left
+/// with the backends tried. `client` is the socket watched for a departure while
+/// `f.watch_client` (an HTTP/2 stream has none: a stream the client cancels drops this future,
+/// and the `Attempt` guard completes its ticket as cancelled). What the caller does with the
+/// answer — relay it to a socket, to an HTTP/2 stream, or tunnel — is its own part.
 pub(crate) async fn attempts(
     f: &Forward<'_>,
     head: &mut Vec<u8>,
     out: &mut Vec<u8>,
-    tried: &mut Vec<SocketAddr>,
+    tried: &mut balance::Attempts<SocketAddr>,
     client: Option<&TcpStream>,
 ) -> Attempts {
     let upstream = f.upstream;
     let settings = f.settings;
-    tried.clear();
-    let mut last_fault = None;
+    tried.reset(settings.max_attempts());
     let mut patience = Patience {
         each: settings.read_timeout,
         until: None,
     };
-    while tried.len() < settings.max_attempts() && !patience.spent() {
+    while tried.may_pick() {
         let mut attempt = match upstream
-            .pick(settings, f.affinity, tried, client, f.watch_client)
+            .pick(settings, f.affinity, tried.tried(), client, f.watch_client)
             .await
         {
             Ok(attempt) => attempt,
@@ -358,11 +348,10 @@ pub(crate) async fn attempts(
                 .response_timeout
                 .map(|total| (crate::io::after(total), total));
         }
-        if !tried.is_empty() {
+        let addr = attempt.addr;
+        if tried.picked(addr) == Picked::Retry {
             f.stats.retried(upstream.shared_name(), 1);
         }
-        let addr = attempt.addr;
-        tried.push(addr);
         // The worker's connections learn of a new backend before any pick can choose it; only
         // a worker that was starting just then can miss one: it talks to it unpooled.
         let pool = f
@@ -377,10 +366,10 @@ pub(crate) async fn attempts(
             replay: f.replay,
             watch_client: f.watch_client,
         };
-        let mut reuse = true;
         let began = tokio::time::Instant::now();
-        let (action, fault) = loop {
-            let tried = match settings.backend_protocol {
+        loop {
+            let reuse = tried.may_reuse();
+            let outcome = match settings.backend_protocol {
                 // Boxed, as the HTTP/2 attempt is: an allocation per attempt, against the
                 // connect's and the exchange's states in every client connection's task, idle
                 // ones included (measured in a debug build: 3336 bytes a task boxed, 4272
@@ -402,7 +391,7 @@ pub(crate) async fn attempts(
                     .await
                 }
             };
-            match tried {
+            let (failure, why) = match outcome {
                 Tried::Head(response, body) => {
                     return Attempts::Answered(Box::new(Answer {
                         response,
@@ -411,20 +400,6 @@ pub(crate) async fn attempts(
                         patience,
                         agreed: began.elapsed(),
                     }));
-                }
-                Tried::ConnectFailed(e) => {
-                    let failure = AttemptFailure {
-                        fault: e.fault(),
-                        connection: Connection::Fresh,
-                        request: RequestSent::Nothing,
-                        response: ResponseReceived::Nothing,
-                        replay: f.replay,
-                    };
-                    let decision = retry::decide(&failure);
-                    attempt.complete(decision.outcome());
-                    f.stats.failed(upstream.shared_name(), addr, failure.fault);
-                    log_failure(upstream, addr, &failure, &e.to_string(), decision);
-                    break (decision.action, failure.fault);
                 }
                 Tried::ClientGone => {
                     attempt.complete(Outcome::Cancelled);
@@ -435,37 +410,39 @@ pub(crate) async fn attempts(
                     attempt.complete(Outcome::Cancelled);
                     return Attempts::Refused(UNCARRIED);
                 }
-                Tried::Failed(failure, why)
-                    if patience.spent() && failure.fault == Fault::ReadTimeout =>
-                {
-                    // The request's own time is up, not necessarily through this backend's
-                    // fault (it may have had what was left after a queue or earlier attempts):
-                    // no blame, no further attempt.
-                    tracing::warn!(upstream = %upstream.name(), backend = %addr, error = %why, "response_timeout passed before the response head");
-                    attempt.complete(Outcome::Cancelled);
-                    break (Action::GiveUp, failure.fault);
+                Tried::ConnectFailed(e) => (connect_failure(e.fault(), f.replay), e.to_string()),
+                Tried::Failed(failure, why) => (failure, why),
+            };
+            let step = tried.failed(&failure, patience.spent());
+            log_failure(upstream, addr, &failure, &why, step);
+            match step.next {
+                Next::ResendFresh => {
+                    // The keep-alive race, not the backend's failure: a retry only.
+                    f.stats.retried(upstream.shared_name(), 1);
                 }
-                Tried::Failed(failure, why) => {
-                    let decision = retry::decide(&failure);
-                    log_failure(upstream, addr, &failure, &why, decision);
-                    if decision.action == Action::ResendFresh && reuse {
-                        // The keep-alive race, not the backend's failure: a retry only.
-                        reuse = false;
-                        f.stats.retried(upstream.shared_name(), 1);
-                        continue;
+                Next::NextBackend { outcome } | Next::GiveUp { outcome } => {
+                    if !step.time_up {
+                        f.stats.failed(upstream.shared_name(), addr, failure.fault);
                     }
-                    f.stats.failed(upstream.shared_name(), addr, failure.fault);
-                    attempt.complete(decision.outcome());
-                    break (decision.action, failure.fault);
+                    attempt.complete(outcome);
+                    break;
                 }
             }
-        };
-        last_fault = Some(fault);
-        if action == Action::GiveUp {
-            break;
         }
     }
-    Attempts::NoAnswer(last_fault)
+    Attempts::NoAnswer(tried.last_fault())
+}
+
+/// How a failed connect is classified, whatever the protocol: nothing sent, nothing received,
+/// a fresh connection.
+pub(crate) fn connect_failure(fault: Fault, replay: balance::Replay) -> AttemptFailure {
+    AttemptFailure {
+        fault,
+        connection: Connection::Fresh,
+        request: RequestSent::Nothing,
+        response: ResponseReceived::Nothing,
+        replay,
+    }
 }
 
 /// One try on a pooled HTTP/1.1 connection (an idle one when `reuse`, else a new one).
@@ -609,17 +586,18 @@ pub(crate) fn log_failure(
     backend: SocketAddr,
     failure: &AttemptFailure,
     why: &str,
-    decision: balance::Decision,
+    step: Step,
 ) {
-    let next = match decision.action {
-        Action::ResendFresh => "resending on a fresh connection",
-        Action::NextBackend => "trying the next backend",
-        Action::GiveUp => "giving up",
+    let next = match step.next {
+        Next::ResendFresh => "resending on a fresh connection",
+        Next::NextBackend { .. } => "trying the next backend",
+        Next::GiveUp { .. } => "giving up",
     };
-    let blamed = decision.blame == balance::Blame::Backend;
-    if decision.action == Action::ResendFresh {
+    if step.next == Next::ResendFresh {
         // The ordinary keep-alive race: worth a trace, not an alarm.
         tracing::debug!(upstream = %upstream.name(), %backend, error = %why, next, "kept-alive connection closed");
+    } else if step.time_up {
+        tracing::warn!(upstream = %upstream.name(), %backend, error = %why, "response_timeout passed before the response head");
     } else {
         tracing::warn!(
             upstream = %upstream.name(),
@@ -627,7 +605,7 @@ pub(crate) fn log_failure(
             error = %why,
             connection = ?failure.connection,
             request_sent = ?failure.request,
-            blamed,
+            blamed = step.decision.blame == balance::Blame::Backend,
             next,
             "attempt failed"
         );

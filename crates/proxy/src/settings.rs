@@ -322,10 +322,7 @@ impl UpstreamSettings {
     /// Attempts allowed for one request: the first and the retries (`retries`, or every
     /// backend once).
     pub fn max_attempts(&self) -> usize {
-        match self.retries {
-            Some(r) => r as usize + 1,
-            None => self.backends.len(),
-        }
+        balance::attempt::attempt_limit(self.retries, self.backends.len())
     }
 
     /// An upstream with every default.

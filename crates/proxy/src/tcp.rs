@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use balance::{Action, Affinity, AttemptFailure, Connection, Outcome, Replay};
-use balance::{RequestSent, ResponseReceived, retry};
+use balance::{Affinity, Attempts, Next, Outcome, Picked, Replay};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
@@ -62,7 +61,7 @@ pub(crate) async fn serve(
         peer,
         time: SystemTime::now(),
         started: Instant::now(),
-        tried: Vec::new(),
+        tried: Attempts::default(),
         connect_time: None,
         moved: Moved::default(),
         end: None,
@@ -107,7 +106,8 @@ struct Session<'a> {
     peer: SocketAddr,
     time: SystemTime,
     started: Instant,
-    tried: Vec<SocketAddr>,
+    /// The session's attempts: the backends picked, in order.
+    tried: Attempts<SocketAddr>,
     connect_time: Option<Duration>,
     moved: Moved,
     /// `None` until the session ends; still `None` when dropped: aborted at shutdown.
@@ -122,12 +122,13 @@ impl Drop for Session<'_> {
 }
 
 /// Picks and connects to a backend for the session, trying the next after a failed connect
-/// as the retry policy says. Sends the PROXY protocol header if the listener asks for one.
+/// as [`balance::Attempts`] says (nothing was sent, so the rule is the HTTP attempt's for a
+/// failed connect). Sends the PROXY protocol header if the listener asks for one.
 async fn connect(
     client: &mut TcpStream,
     peer: SocketAddr,
     listener: &WorkerListener,
-    tried: &mut Vec<SocketAddr>,
+    tried: &mut Attempts<SocketAddr>,
 ) -> Result<(BackendConn, Attempt, Duration), End> {
     let upstream = &listener.ctx.upstream;
     let settings = upstream.settings();
@@ -146,9 +147,10 @@ async fn connect(
         let local = client.local_addr().unwrap_or(listener.ctx.settings.listen);
         crate::proxy_protocol::header(version, peer, local)
     });
-    while tried.len() < settings.max_attempts() {
+    tried.reset(settings.max_attempts());
+    while tried.may_pick() {
         let mut attempt = match upstream
-            .pick(&settings, affinity, tried, Some(client), true)
+            .pick(&settings, affinity, tried.tried(), Some(client), true)
             .await
         {
             Ok(attempt) => attempt,
@@ -159,11 +161,10 @@ async fn connect(
                 return Err(End::NoRoom(why));
             }
         };
-        if !tried.is_empty() {
+        let addr = attempt.addr;
+        if tried.picked(addr) == Picked::Retry {
             listener.stats.retried(upstream.shared_name(), 1);
         }
-        let addr = attempt.addr;
-        tried.push(addr);
         // Opened through the worker's connections to the backend, so the admin API counts it;
         // never kept idle afterwards.
         let pool = listener
@@ -174,7 +175,7 @@ async fn connect(
         // An upstream with `tls = true` is refused for TCP listeners by the configuration;
         // were one used here, its TLS would still be honoured, never dropped to plain TCP.
         let tls = crate::forward::backend_tls(&settings, addr);
-        let failure = match pool.connect(settings.connect_timeout, tls).await {
+        let (fault, why) = match pool.connect(settings.connect_timeout, tls).await {
             Ok(mut conn) => {
                 let connect_time = began.elapsed();
                 // The relay reads with buffers of its own.
@@ -190,25 +191,16 @@ async fn connect(
             }
             Err(e) => (e.fault(), e.to_string()),
         };
-        let (fault, why) = failure;
-        let failed = AttemptFailure {
-            fault,
-            connection: Connection::Fresh,
-            request: RequestSent::Nothing,
-            response: ResponseReceived::Nothing,
-            replay: Replay::Safe,
-        };
-        let decision = retry::decide(&failed);
-        attempt.complete(decision.outcome());
+        let step = tried.connect_failed(fault, Replay::Safe, false);
+        if let Some(outcome) = step.outcome() {
+            attempt.complete(outcome);
+        }
         listener.stats.failed(upstream.shared_name(), addr, fault);
-        let next = match decision.action {
-            Action::GiveUp => "giving up",
-            Action::NextBackend | Action::ResendFresh => "trying the next backend",
+        let next = match step.next {
+            Next::GiveUp { .. } => "giving up",
+            Next::NextBackend { .. } | Next::ResendFresh => "trying the next backend",
         };
         tracing::warn!(upstream = %upstream.name(), backend = %addr, client = %peer, error = %why, next, "TCP connect failed");
-        if decision.action == Action::GiveUp {
-            break;
-        }
     }
     Err(End::NoBackend)
 }
@@ -392,7 +384,7 @@ impl Session<'_> {
         let upstream = &listener.ctx.upstream;
         let took = self.started.elapsed();
         let by = match end {
-            End::Relayed { .. } => self.tried.last().copied(),
+            End::Relayed { .. } => self.tried.current(),
             _ => None,
         };
         listener.stats.answered(
@@ -416,7 +408,7 @@ impl Session<'_> {
             user_agent: b"",
             request_time: took,
             upstream_time: self.connect_time,
-            backends: &self.tried,
+            backends: self.tried.tried(),
             upstream: upstream.name(),
             fate,
         });

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use balance::queue::{self, Admission, Waiter as _};
 use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Outcome, Pool, Ticket};
 use tokio::net::TcpStream;
@@ -156,6 +157,16 @@ struct Waiter {
 /// What a waiting request is handed: a ticket picked for it under the pool lock, or why
 /// there will be none.
 type Handed = Result<(u64, SocketAddr, Ticket), Unpicked>;
+
+impl queue::Waiter for Waiter {
+    fn left(&self) -> bool {
+        self.to.is_closed()
+    }
+
+    fn affinity(&self) -> Option<&[u8]> {
+        self.affinity.as_deref()
+    }
+}
 
 impl State {
     fn position(&self, addr: SocketAddr) -> Option<BackendId> {
@@ -695,22 +706,26 @@ impl Upstream {
             let now = self.now();
             let mut st = lock(&self.state);
             let exclude = excluded(&st.members, tried);
-            // Waiting requests have been served whatever they could use, so room left now is
-            // room none of them can use: a newcomer may take it.
-            if let Some(ticket) = st.pool.pick(affinity, &exclude, now) {
-                return Ok(self.attempt(
-                    st.generation,
-                    st.members[ticket.backend().index()].addr,
-                    ticket,
-                ));
-            }
-            if !st.pool.is_saturated(&exclude, now) {
-                return Err(Unpicked::NoBackend);
-            }
-            st.waiting.retain(|w| !w.to.is_closed());
-            if st.waiting.len() >= settings.queue {
-                self.queued.store(st.waiting.len(), Ordering::Release);
-                return Err(Unpicked::QueueFull);
+            st.waiting.retain(|w| !w.left());
+            let waiting = st.waiting.len();
+            match queue::admit(
+                &mut st.pool,
+                affinity,
+                &exclude,
+                now,
+                waiting,
+                settings.queue,
+            ) {
+                Admission::Picked(ticket) => {
+                    let addr = st.members[ticket.backend().index()].addr;
+                    return Ok(self.attempt(st.generation, addr, ticket));
+                }
+                Admission::NoBackend => return Err(Unpicked::NoBackend),
+                Admission::QueueFull => {
+                    self.queued.store(waiting, Ordering::Release);
+                    return Err(Unpicked::QueueFull);
+                }
+                Admission::Wait => {}
             }
             let (to, handed) = oneshot::channel();
             st.waiting.push_back(Waiter {
@@ -785,8 +800,7 @@ impl Upstream {
             return;
         }
         let now = self.now();
-        let mut handed = Vec::new();
-        {
+        let handed = {
             let mut st = lock(&self.state);
             let State {
                 pool,
@@ -794,33 +808,24 @@ impl Upstream {
                 generation,
                 waiting,
             } = &mut *st;
-            let mut i = 0;
-            while let Some(w) = waiting.get(i) {
-                if w.to.is_closed() {
-                    waiting.remove(i);
-                    continue;
-                }
-                let exclude = excluded(members, &w.tried);
-                let result = match pool.pick(w.affinity.as_deref(), &exclude, now) {
-                    Some(ticket) => {
-                        Ok((*generation, members[ticket.backend().index()].addr, ticket))
-                    }
-                    None if !pool.is_saturated(&exclude, now) => Err(Unpicked::NoBackend),
-                    // Every backend is full for a request that may use any: for all the
-                    // others too. They keep their places.
-                    None if exclude.is_empty() => break,
-                    // Full for this one (it tried the rest): a later one may use the room.
-                    None => {
-                        i += 1;
-                        continue;
-                    }
-                };
-                if let Some(w) = waiting.remove(i) {
-                    handed.push((w.to, result));
-                }
-            }
-            self.queued.store(st.waiting.len(), Ordering::Release);
-        }
+            let handed = queue::serve(pool, waiting, now, |w, out| {
+                out.extend(w.tried.iter().filter_map(|&a| position(members, a)));
+            });
+            self.queued.store(waiting.len(), Ordering::Release);
+            let generation = *generation;
+            handed
+                .into_iter()
+                .map(|(w, h)| {
+                    let result = match h {
+                        queue::Handed::Ticket(ticket) => {
+                            Ok((generation, members[ticket.backend().index()].addr, ticket))
+                        }
+                        queue::Handed::NoBackend => Err(Unpicked::NoBackend),
+                    };
+                    (w.to, result)
+                })
+                .collect::<Vec<_>>()
+        };
         for (to, result) in handed {
             // A waiter that left in between: its ticket comes back and is cancelled.
             if let Err(Ok((generation, addr, ticket))) = to.send(result) {

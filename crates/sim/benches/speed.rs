@@ -43,6 +43,8 @@ fn contender(s: &Scenario, algorithm: Algorithm) -> Contender {
         backups: Vec::new(),
         plan_of: (0..n).collect(),
         retries: None,
+        queue: 0,
+        queue_timeout: std::time::Duration::from_secs(60),
         poll_interval: std::time::Duration::from_secs(1),
         stale_after: 3,
     }

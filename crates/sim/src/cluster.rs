@@ -26,11 +26,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use balance::queue::{self, Admission, Handed};
 use balance::weights::LoadReport;
 use balance::weights::feed::{Feed, Poll};
 use balance::{
-    Action, AttemptFailure, BackendId, Connection, Fault, Nanos, Outcome, Pool, Replay,
-    RequestSent, ResponseReceived, Ticket, retry,
+    AttemptFailure, Attempts, BackendId, Connection, Fault, Nanos, Next, Outcome, Pool, Replay,
+    RequestSent, ResponseReceived, Ticket,
 };
 use lab::load::closed::Users;
 use lab::run::LoadSample;
@@ -84,6 +85,9 @@ enum Event {
     Die(u32),
     /// Backend `0`'s outage begins (`true`) or ends.
     Outage(u32, bool),
+    /// Request `0`, waiting in its balancer's `max_conns` queue since its attempt `1`, has
+    /// waited `queue_timeout`.
+    QueueTimeout(u32, u32),
 }
 
 /// Where a request's current attempt is.
@@ -99,6 +103,8 @@ enum Stage {
     Shared,
     /// At a stalled backend: nothing will come.
     Stuck,
+    /// In its balancer's `max_conns` queue, for a backend with room.
+    Waiting,
 }
 
 #[derive(Debug)]
@@ -118,7 +124,8 @@ struct Req {
     ticket: Option<Ticket>,
     /// The current attempt's backend (plan index).
     backend: u32,
-    tried: Vec<BackendId>,
+    /// Its attempts: the proxy's own machine ([`balance::Attempts`]).
+    tried: Attempts<BackendId>,
     /// The attempt was sent on a connection kept alive from an earlier request.
     reused: bool,
     /// The answer's status, once the backend has answered.
@@ -135,6 +142,31 @@ struct Balancer {
     feed: Option<Feed>,
     /// Whether it holds a kept-alive connection to each backend (plan order).
     warm: Vec<bool>,
+    /// Requests waiting for a backend below its `max_conns`, oldest first.
+    waiting: VecDeque<Waiter>,
+}
+
+/// A request in a balancer's `max_conns` queue.
+#[derive(Debug)]
+struct Waiter {
+    req: u32,
+    /// Its attempt number when it joined (a stale entry is not served).
+    attempt: u32,
+    affinity: [u8; 4],
+    /// The backends it tried (pool ids).
+    tried: Vec<BackendId>,
+}
+
+impl queue::Waiter for Waiter {
+    fn left(&self) -> bool {
+        // A request that stops waiting (its client's deadline, `queue_timeout`) is taken out
+        // of the queue at once.
+        false
+    }
+
+    fn affinity(&self) -> Option<&[u8]> {
+        Some(&self.affinity)
+    }
 }
 
 /// What a run produced.
@@ -180,6 +212,9 @@ struct Sim<'a> {
     rng: Pcg64Mcg,
     affinity: Vec<[u8; 4]>,
     max_attempts: usize,
+    /// The upstream's `queue` and `queue_timeout`.
+    queue: usize,
+    queue_timeout: Time,
     delay: Time,
     report_delay: Time,
     timeout: Time,
@@ -254,6 +289,7 @@ impl<'a> Sim<'a> {
                     contender.stale_after,
                 ),
                 warm: vec![false; n],
+                waiting: VecDeque::new(),
             })
             .collect::<Vec<_>>();
         let feeds = balancers[0].feed.is_some() && primaries > 0;
@@ -293,10 +329,8 @@ impl<'a> Sim<'a> {
                 std::net::IpAddr::V6(_) => [0; 4],
             })
             .collect();
-        let max_attempts = match contender.retries {
-            Some(r) => r as usize + 1,
-            None => n,
-        };
+        let max_attempts =
+            balance::attempt::attempt_limit(contender.retries, contender.plan_of.len());
         let tally = Tally::new(
             n,
             traffic.duration,
@@ -322,6 +356,8 @@ impl<'a> Sim<'a> {
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x51_5eed),
             affinity,
             max_attempts,
+            queue: contender.queue,
+            queue_timeout: ns(contender.queue_timeout),
             delay: ns(knobs.network_delay),
             report_delay: ns(knobs.report_delay),
             timeout: ns(traffic.timeout),
@@ -373,10 +409,9 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// The status the proxy answers with itself when no backend answered (its own rule).
-fn own_status(fault: Option<Fault>) -> u16 {
-    retry::own_answer(fault).0
-}
+/// The status the proxy answers with when every backend was full and the request could not
+/// wait (`queue` full, or `queue_timeout` passed).
+const NO_ROOM: u16 = 503;
 
 impl Sim<'_> {
     fn run(mut self, progress: &mut dyn FnMut(u64)) -> Measured {
@@ -450,6 +485,12 @@ impl Sim<'_> {
             Event::Step => self.step(),
             Event::Die(k) => self.die(k),
             Event::Outage(k, out) => self.outage(k, out),
+            Event::QueueTimeout(i, a) => {
+                if self.valid((i, a)) && self.reqs[i as usize].stage == Stage::Waiting {
+                    self.leave_queue(i);
+                    self.finish(i, NO_ROOM, None);
+                }
+            }
         }
     }
 
@@ -539,7 +580,7 @@ impl Sim<'_> {
             attempt: 0,
             ticket: None,
             backend: 0,
-            tried: Vec::new(),
+            tried: Attempts::default(),
             reused: false,
             status: 0,
             stage: Stage::Away,
@@ -557,6 +598,7 @@ impl Sim<'_> {
                 self.reqs.len() as u32 - 1
             }
         };
+        self.reqs[i as usize].tried.reset(self.max_attempts);
         let deadline = self.now + self.timeout;
         self.pending.push_back((deadline, i, self.serial));
         if !self.deadline_set {
@@ -565,33 +607,106 @@ impl Sim<'_> {
         }
         self.in_flight += 1;
         self.peak = self.peak.max(self.in_flight);
-        self.attempt(i, None);
+        self.attempt(i);
     }
 
     // ---- attempts ----
 
-    /// A new attempt for request `i` (`last`: the previous attempt's fault).
-    fn attempt(&mut self, i: u32, last: Option<Fault>) {
+    /// A new attempt for request `i`, if the attempt machine allows one: a pick, or a place
+    /// in the `max_conns` queue, as the proxy's upstream decides ([`balance::queue`]).
+    fn attempt(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
-        if r.tried.len() >= self.max_attempts {
-            return self.finish(i, own_status(last), None);
+        if !r.tried.may_pick() {
+            let status = r.tried.own_answer().0;
+            return self.finish(i, status, None);
         }
         let b = &mut self.balancers[r.balancer as usize];
-        let affinity = &self.affinity[(r.client as usize) % self.affinity.len()];
-        let Some(ticket) = b.pool.pick(Some(affinity), &r.tried, Nanos(self.now)) else {
-            return self.finish(i, own_status(last), None);
-        };
+        let affinity = self.affinity[(r.client as usize) % self.affinity.len()];
+        let admitted = queue::admit(
+            &mut b.pool,
+            Some(&affinity),
+            r.tried.tried(),
+            Nanos(self.now),
+            b.waiting.len(),
+            self.queue,
+        );
+        match admitted {
+            Admission::Picked(ticket) => self.picked(i, ticket),
+            Admission::NoBackend => {
+                let status = r.tried.own_answer().0;
+                self.finish(i, status, None)
+            }
+            Admission::QueueFull => self.finish(i, NO_ROOM, None),
+            Admission::Wait => {
+                b.waiting.push_back(Waiter {
+                    req: i,
+                    attempt: r.attempt,
+                    affinity,
+                    tried: r.tried.tried().to_vec(),
+                });
+                r.stage = Stage::Waiting;
+                let e = Event::QueueTimeout(i, r.attempt);
+                self.events.push(self.now + self.queue_timeout, e);
+            }
+        }
+    }
+
+    /// Request `i` got `ticket`: its attempt goes out.
+    fn picked(&mut self, i: u32, ticket: Ticket) {
+        let r = &mut self.reqs[i as usize];
+        let b = &self.balancers[r.balancer as usize];
         let id = ticket.backend();
         let plan = self.plan_of[id.index()];
-        r.tried.push(id);
+        r.tried.picked(id);
         r.ticket = Some(ticket);
         r.backend = plan as u32;
         self.attempts = self.attempts.wrapping_add(1);
         r.attempt = self.attempts;
         r.second_half = false;
         r.stage = Stage::Away;
-        r.reused = b.warm[plan];
+        r.reused = b.warm[plan] && r.tried.may_reuse();
         self.send(i);
+    }
+
+    /// Balancer `b` completes `ticket` with `outcome`, then hands whatever room there is to
+    /// its waiting requests, as the proxy's upstream does after every completion.
+    fn complete(&mut self, b: u32, ticket: Ticket, outcome: Outcome) {
+        let pool = &mut self.balancers[b as usize].pool;
+        pool.complete(ticket, outcome, Nanos(self.now));
+        self.serve_queue(b);
+    }
+
+    /// Balancer `b`'s waiting requests get whatever room its pool has.
+    fn serve_queue(&mut self, b: u32) {
+        let balancer = &mut self.balancers[b as usize];
+        if balancer.waiting.is_empty() {
+            return;
+        }
+        let handed = queue::serve(
+            &mut balancer.pool,
+            &mut balancer.waiting,
+            Nanos(self.now),
+            |w, out| out.extend(&w.tried),
+        );
+        for (w, handed) in handed {
+            match handed {
+                Handed::Ticket(ticket) => self.picked(w.req, ticket),
+                Handed::NoBackend => {
+                    let status = self.reqs[w.req as usize].tried.own_answer().0;
+                    self.finish(w.req, status, None);
+                }
+            }
+        }
+    }
+
+    /// Request `i` stops waiting in its balancer's queue.
+    fn leave_queue(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        r.stage = Stage::Away;
+        let (balancer, attempt) = (r.balancer, r.attempt);
+        self.balancers[balancer as usize]
+            .waiting
+            .retain(|w| !(w.req == i && w.attempt == attempt));
     }
 
     /// Request `i`'s attempt goes out to its backend.
@@ -758,15 +873,14 @@ impl Sim<'_> {
 
     fn on_reply(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
+        let (status, backend, balancer) = (r.status, r.backend as usize, r.balancer);
         if let Some(ticket) = r.ticket.take() {
-            let b = &mut self.balancers[r.balancer as usize];
-            b.pool.complete(ticket, Outcome::Success, Nanos(self.now));
+            self.complete(balancer, ticket, Outcome::Success);
         }
-        let (status, backend) = (r.status, r.backend as usize);
         self.finish(i, status, Some(backend));
     }
 
-    /// Request `i`'s attempt failed as the proxy would see it: the retry rule decides.
+    /// Request `i`'s attempt failed as the proxy would see it: the attempt machine decides.
     fn on_failure(&mut self, i: u32, fault: Fault, connection: Connection) {
         let failure = AttemptFailure {
             fault,
@@ -779,9 +893,9 @@ impl Sim<'_> {
             response: ResponseReceived::Nothing,
             replay: Replay::Safe,
         };
-        let decision = retry::decide(&failure);
         let r = &mut self.reqs[i as usize];
-        if decision.action == Action::ResendFresh && r.reused {
+        let step = r.tried.failed(&failure, false);
+        if step.next == Next::ResendFresh {
             // The same attempt (and ticket) on a fresh connection; a new number, so that what
             // was scheduled for the dropped one goes stale.
             r.reused = false;
@@ -791,13 +905,16 @@ impl Sim<'_> {
             r.second_half = false;
             return self.send(i);
         }
-        if let Some(ticket) = r.ticket.take() {
-            let b = &mut self.balancers[r.balancer as usize];
-            b.pool.complete(ticket, decision.outcome(), Nanos(self.now));
+        let balancer = r.balancer;
+        if let (Some(ticket), Some(outcome)) = (r.ticket.take(), step.outcome()) {
+            self.complete(balancer, ticket, outcome);
         }
-        match decision.action {
-            Action::NextBackend => self.attempt(i, Some(fault)),
-            Action::GiveUp | Action::ResendFresh => self.finish(i, own_status(Some(fault)), None),
+        match step.next {
+            Next::NextBackend { .. } => self.attempt(i),
+            Next::GiveUp { .. } | Next::ResendFresh => {
+                let status = self.reqs[i as usize].tried.own_answer().0;
+                self.finish(i, status, None);
+            }
         }
     }
 
@@ -822,7 +939,6 @@ impl Sim<'_> {
         let r = &mut self.reqs[i as usize];
         debug_assert!(r.ticket.is_none());
         r.live = false;
-        r.tried.clear();
         let user = r.user;
         self.free.push(i);
         self.in_flight -= 1;
@@ -862,11 +978,14 @@ impl Sim<'_> {
     /// backend connection, which frees what the request held there.
     fn expire(&mut self, i: u32) {
         let now = self.now;
-        let r = &mut self.reqs[i as usize];
-        if let Some(ticket) = r.ticket.take() {
-            let b = &mut self.balancers[r.balancer as usize];
-            b.pool.complete(ticket, Outcome::Cancelled, Nanos(now));
+        if self.reqs[i as usize].stage == Stage::Waiting {
+            self.leave_queue(i);
         }
+        let balancer = self.reqs[i as usize].balancer;
+        if let Some(ticket) = self.reqs[i as usize].ticket.take() {
+            self.complete(balancer, ticket, Outcome::Cancelled);
+        }
+        let r = &mut self.reqs[i as usize];
         let k = r.backend as usize;
         let job = (i, r.attempt);
         let stage = std::mem::replace(&mut r.stage, Stage::Away);
@@ -888,7 +1007,7 @@ impl Sim<'_> {
                     self.rewake(k);
                 }
             }
-            Stage::Away | Stage::Stuck => {}
+            Stage::Away | Stage::Stuck | Stage::Waiting => {}
         }
         if self.last[k] == Some(job) {
             self.events.push(now + LAST_WORDS, Event::Die(k as u32));
@@ -969,6 +1088,11 @@ impl Sim<'_> {
 
     fn step(&mut self) {
         self.steps += 1;
+        // Room may come without a completion (a failed backend's `fail_timeout` passing): the
+        // queues are looked at again every step (the proxy's waiters look every second).
+        for b in 0..self.balancers.len() as u32 {
+            self.serve_queue(b);
+        }
         let keep = self.report_delay + WINDOW + 2 * self.step_every;
         let sample = self.steps % self.steps_per_sample == 0;
         for (k, s) in self.servers.iter_mut().enumerate() {
@@ -1055,6 +1179,7 @@ impl Sim<'_> {
                 .collect();
             if round.weights != current {
                 balancer.pool.set_weights(&round.weights, now);
+                self.serve_queue(b);
             }
         }
         if !self.finished() {

@@ -41,6 +41,10 @@ pub struct Contender {
     pub plan_of: Vec<usize>,
     /// Further backends to try after a failed attempt (`None`: every backend once).
     pub retries: Option<u32>,
+    /// Requests that may wait for a backend below its `max_conns` (the upstream's `queue`),
+    /// and for how long (`queue_timeout`).
+    pub queue: usize,
+    pub queue_timeout: Duration,
     pub poll_interval: Duration,
     pub stale_after: u32,
 }

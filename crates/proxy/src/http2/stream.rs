@@ -292,28 +292,20 @@ pub(crate) async fn serve(
             let body_bytes = end.sent;
             let upstream_time = Some(forwarding.elapsed());
             let upstream = &ctx.listener.ctx.upstream;
+            attempt.complete(Relay::end(&relayed).outcome());
             let fate = match relayed {
-                Ok(()) => {
-                    attempt.complete(Outcome::Success);
-                    "answered"
-                }
-                Err(Relay::Backend { why, blamed }) => {
+                Ok(()) => "answered",
+                Err(Relay::Backend { why, .. }) => {
                     tracing::warn!(
                         upstream = %upstream.name(),
                         backend = %attempt.addr,
                         error = %why,
                         "the response ended in the middle of its body; resetting the HTTP/2 stream"
                     );
-                    attempt.complete(if blamed {
-                        Outcome::Failure
-                    } else {
-                        Outcome::Cancelled
-                    });
                     send.send_reset(Reason::INTERNAL_ERROR);
                     "cut_short_by_backend"
                 }
                 Err(Relay::Client) => {
-                    attempt.complete(Outcome::Cancelled);
                     send.send_reset(Reason::CANCEL);
                     "cut_short_by_client"
                 }
@@ -462,8 +454,9 @@ async fn proxy(
     };
     let forwarding = Instant::now();
     let mut out = Vec::new();
-    let mut tried = Vec::new();
-    let attempts = forward::attempts(&f, &mut head, &mut out, &mut tried, None).await;
+    let mut machine = balance::Attempts::default();
+    let attempts = forward::attempts(&f, &mut head, &mut out, &mut machine, None).await;
+    let tried = machine.into_tried();
     let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
     match attempts {
         Attempts::Answered(answer) => match response_head(&out) {

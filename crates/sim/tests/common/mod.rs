@@ -36,6 +36,8 @@ pub fn contender_with(
         backups: Vec::new(),
         plan_of: (0..plans.len()).collect(),
         retries: None,
+        queue: 0,
+        queue_timeout: std::time::Duration::from_secs(60),
         poll_interval: Duration::from_secs(1),
         stale_after: 3,
     }

@@ -526,6 +526,10 @@ pub fn fulcrum_config(
             if plan.spec.backup {
                 b.insert("backup".into(), Value::from(true));
             }
+            if plan.spec.max_conns > 0 {
+                let max_conns = i64::from(plan.spec.max_conns);
+                b.insert("max_conns".into(), Value::from(max_conns));
+            }
             if reads_load_reports(algorithm) && !plan.spec.backup {
                 b.insert("agent".into(), Value::from(addr.to_string()));
             }
@@ -576,8 +580,12 @@ fn nginx_config(
     let mut servers = String::new();
     for (plan, addr) in plans.iter().zip(addrs) {
         servers.push_str(&format!(
-            "        server {addr} weight={}{};\n",
+            "        server {addr} weight={}{}{};\n",
             plan.spec.weight,
+            match plan.spec.max_conns {
+                0 => String::new(),
+                n => format!(" max_conns={n}"),
+            },
             if plan.spec.backup { " backup" } else { "" }
         ));
     }
@@ -644,9 +652,13 @@ fn haproxy_config(
             );
         }
         servers.push_str(&format!(
-            "    server {} {addr} weight {}{} check inter 10s fall 1 rise 1 observe layer4 error-limit 1 on-error mark-down\n",
+            "    server {} {addr} weight {}{}{} check inter 10s fall 1 rise 1 observe layer4 error-limit 1 on-error mark-down\n",
             plan.name,
             plan.spec.weight,
+            match plan.spec.max_conns {
+                0 => String::new(),
+                n => format!(" maxconn {n}"),
+            },
             if plan.spec.backup { " backup" } else { "" }
         ));
     }

@@ -190,6 +190,11 @@ pub struct BackendSpec {
     /// Used only when no other backend can be.
     #[serde(default)]
     pub backup: bool,
+    /// Requests the balancer sends it at once at most (fulcrum's and nginx's `max_conns`,
+    /// HAProxy's `maxconn`); 0: no limit. With fulcrum's `queue` (an algorithm option), the
+    /// others wait in the balancer.
+    #[serde(default)]
+    pub max_conns: u32,
 }
 
 /// The traffic: open loop (`pattern`) or closed loop (`concurrency`).

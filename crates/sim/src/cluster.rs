@@ -638,6 +638,10 @@ impl Sim<'_> {
             }
             Admission::QueueFull => self.finish(i, NO_ROOM, None),
             Admission::Wait => {
+                // A number of its own for the wait, so that its timeout cannot be taken for
+                // another's (slab places are reused, and a first attempt has none yet).
+                self.attempts = self.attempts.wrapping_add(1);
+                r.attempt = self.attempts;
                 b.waiting.push_back(Waiter {
                     req: i,
                     attempt: r.attempt,

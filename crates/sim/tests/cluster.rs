@@ -273,3 +273,63 @@ name = "round_robin"
     assert_eq!(failures, 2.0);
     assert!(max < 100.0, "{max}");
 }
+
+/// Two backends of 4 slots behind `max_conns = 4`, 20 ms a request (400/s at most), traffic
+/// swinging 200-600/s: what the queue holds is what the crest brings beyond 400/s.
+const QUEUED: &str = r#"
+seed = 5
+[[backend]]
+name = "a"
+workers = 4
+max_conns = 4
+[[backend]]
+name = "b"
+workers = 4
+max_conns = 4
+[traffic]
+pattern = "sine:200-600:10s"
+duration = "20s"
+cost = "const:20"
+timeout = "4s"
+clients = 16
+[[algorithm]]
+name = "least_conn"
+"#;
+
+/// The `max_conns` queue as the proxy runs it (`balance::queue`): without one the excess is
+/// answered 503 at once; with a long enough `queue_timeout` the crest's excess waits for the
+/// trough and nobody gets a 503; with a short one, those that wait `queue_timeout` get 503
+/// then, and nobody waits longer.
+#[test]
+fn the_max_conns_queue_holds_the_excess_up_to_queue_timeout() {
+    let s = scenario(QUEUED);
+    let full = |b: balance::BackendSpec| balance::BackendSpec { max_conns: 4, ..b };
+    let with_queue = |label: &str, queue: usize, timeout_ms: u64| sim::Contender {
+        label: label.to_owned(),
+        queue,
+        queue_timeout: Duration::from_millis(timeout_ms),
+        ..contender_with(&s, "least_conn", full)
+    };
+    let contenders = [
+        with_queue("none", 0, 0),
+        with_queue("short", 1000, 200),
+        with_queue("long", 1000, 2000),
+    ];
+    let lines = lab::report::lines(&play(&s, &contenders));
+    let [none, short, long] = [&lines[0], &lines[1], &lines[2]];
+    // Without a queue, at least the crest's excess (about 1,270 requests) is refused, at once:
+    // nobody waits beyond one request's 20 ms.
+    assert!(none.failures > 1200.0, "{none:?}");
+    assert!(none.max_ms <= 20.5, "{none:?}");
+    // A long queue refuses nobody: the crest's excess waits (up to about 1.7 s).
+    assert_eq!(long.failures, 0.0, "{long:?}");
+    assert!(long.max_ms > 1000.0 && long.max_ms < 2020.0, "{long:?}");
+    // A short one refuses those that wait 200 ms, and nobody waits longer than that and a
+    // request's 20 ms.
+    assert!(
+        short.failures > 500.0 && short.failures < none.failures,
+        "{short:?}"
+    );
+    assert!(short.max_ms <= 220.5, "{short:?}");
+    assert_eq!(none.timeouts + short.timeouts + long.timeouts, 0.0);
+}

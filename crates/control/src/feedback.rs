@@ -154,12 +154,9 @@ impl Feedback {
                     .note_report(self.generation, BackendId(i as u32), *report);
             }
         }
-        let counts: Vec<(u64, u64)> = self
-            .upstream
-            .snapshot()
-            .iter()
-            .map(|b| (b.requests, b.failures))
-            .collect();
+        // The backends changed since this loop started: its round is for a pool that is gone
+        // (the control plane starts a loop for the new one).
+        let counts = self.upstream.counts(self.generation)?;
         let round = self.feed.round(&polls, &counts, now);
         let name = self.upstream.name();
         for (i, (backend, error)) in self.names.iter().zip(&errors).enumerate() {

@@ -1,0 +1,215 @@
+//! Who the upstream's backends are, and what the control plane sets on them: a reload or a
+//! change through the admin API builds a new pool that takes over the live state of the
+//! backends that stay ([`Upstream::reconfigure`]); weights and health check verdicts apply to
+//! the generation they were computed for.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use balance::weights::LoadReport;
+use balance::{BackendId, Nanos, Pool};
+use tokio::time::Instant;
+
+use super::pick::State;
+use super::view::{AdminState, ChangeError, reports_set_weights};
+use super::workers::WorkerPools;
+use super::{Upstream, build_pool, configured_state, lock, pool_order};
+use crate::connections::Connections;
+use crate::settings::UpstreamSettings;
+
+/// One backend of the pool in force, in pool order.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    pub(super) addr: SocketAddr,
+    pub(super) state: AdminState,
+    /// The weight configured, or set through the admin API.
+    pub(super) static_weight: u32,
+    /// The latest load report and when it came.
+    pub(super) report: Option<(LoadReport, Instant)>,
+    /// The generation since which it has been a member without a break: tickets of older
+    /// generations are not its pool's to complete.
+    pub(super) since: u64,
+}
+
+/// What [`Upstream::reconfigure`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    pub added: Vec<SocketAddr>,
+    pub removed: Vec<SocketAddr>,
+    pub kept: usize,
+}
+
+/// Where a reconfiguration's backend states and weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// From the new settings (a reload applies the file: `down` and `weight`).
+    Settings,
+    /// From the running upstream, for backends that stay (a change through the admin API
+    /// keeps what the operator set on the others).
+    Runtime,
+}
+
+impl Upstream {
+    /// Runs `change` on the pool and the member at `addr`, under the lock picks take.
+    pub(super) fn change_member<T>(
+        &self,
+        addr: SocketAddr,
+        change: impl FnOnce(&mut Pool, BackendId, &mut Member, Nanos) -> T,
+    ) -> Result<T, ChangeError> {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        let id = st
+            .position(addr)
+            .ok_or_else(|| self.no_such_backend(addr))?;
+        let State { pool, members, .. } = &mut *st;
+        Ok(change(pool, id, &mut members[id.index()], now))
+    }
+
+    pub(super) fn no_such_backend(&self, addr: SocketAddr) -> ChangeError {
+        ChangeError::NoSuchBackend {
+            upstream: self.name().to_owned(),
+            addr,
+        }
+    }
+
+    /// Replaces the backends, the algorithm and the rest of the settings, without dropping a
+    /// request: a new pool is built and takes over, from the old one, the live state of the
+    /// backends that stay (same address: requests in flight, health, averages, counts, a weight
+    /// model's weights — see [`Pool::carry_over`]); requests in flight on a backend that goes
+    /// finish there. `keep` says where the states and weights of staying backends come from.
+    /// The name must stay the same (an upstream of another name is another upstream).
+    pub fn reconfigure(&self, settings: UpstreamSettings, keep: Keep) -> Reconfigured {
+        debug_assert_eq!(settings.name, self.name());
+        let now = self.now();
+        let mut pool = build_pool(&settings);
+        let order: Vec<crate::BackendSettings> =
+            pool_order(&settings).into_iter().cloned().collect();
+        // Every worker gets connections for the new backends before any pick can choose them.
+        let workers: Vec<Arc<WorkerPools>> = lock(&self.worker_pools).clone();
+        for w in &workers {
+            let mut map = (**w.by_addr.load()).clone();
+            for b in &order {
+                map.entry(b.addr).or_insert_with(|| {
+                    Arc::new(Connections::new(
+                        b.addr,
+                        settings.keepalive,
+                        settings.keepalive_timeout,
+                    ))
+                });
+            }
+            w.by_addr.store(Arc::new(map));
+        }
+        let weights_from_reports = reports_set_weights(&settings);
+        let done = {
+            let mut st = lock(&self.state);
+            let generation = st.generation + 1;
+            let same: Vec<Option<BackendId>> = order.iter().map(|b| st.position(b.addr)).collect();
+            pool.carry_over(&st.pool, &same, now);
+            let mut members = Vec::with_capacity(order.len());
+            let mut done = Reconfigured::default();
+            for (i, (b, old)) in order.iter().zip(&same).enumerate() {
+                let id = BackendId(i as u32);
+                let old = old.map(|o| st.members[o.index()].clone());
+                let member = match (old, keep) {
+                    (Some(m), Keep::Runtime) => m,
+                    (Some(m), Keep::Settings) => Member {
+                        state: configured_state(b),
+                        static_weight: b.weight,
+                        ..m
+                    },
+                    (None, _) => {
+                        done.added.push(b.addr);
+                        // A backend that joins a running upstream ramps up, if it has a
+                        // slow start (Envoy's rule for new hosts).
+                        pool.begin_slow_start(id, now);
+                        Member {
+                            addr: b.addr,
+                            state: configured_state(b),
+                            static_weight: b.weight,
+                            report: None,
+                            since: generation,
+                        }
+                    }
+                };
+                if member.state != AdminState::Up {
+                    pool.set_down(id, true, now);
+                }
+                members.push(member);
+            }
+            // The weight in force: a weight model's carries over; otherwise the static one
+            // (the file's on a reload, the operator's on a change through the API).
+            if !weights_from_reports {
+                let statics: Vec<u32> = members.iter().map(|m| m.static_weight).collect();
+                pool.set_weights(&statics, now);
+            }
+            done.removed = st
+                .members
+                .iter()
+                .filter(|m| !order.iter().any(|b| b.addr == m.addr))
+                .map(|m| m.addr)
+                .collect();
+            done.kept = order.len() - done.added.len();
+            // The settings and the pool change together, under the lock picks take.
+            self.settings.store(Arc::new(settings));
+            let waiting = std::mem::take(&mut st.waiting);
+            *st = State {
+                generation,
+                pool,
+                members,
+                waiting,
+            };
+            done
+        };
+        // The workers' connections to backends that left: the idle ones close with the map;
+        // those in use finish their request first (the attempt holds its own reference).
+        for w in &workers {
+            let mut map = (**w.by_addr.load()).clone();
+            map.retain(|addr, _| !done.removed.contains(addr));
+            w.by_addr.store(Arc::new(map));
+        }
+        self.changes.send_modify(|c| c.0 = self.generation());
+        self.serve_waiting();
+        tracing::info!(
+            upstream = %self.name(),
+            added = ?done.added,
+            removed = ?done.removed,
+            kept = done.kept,
+            "upstream reconfigured"
+        );
+        done
+    }
+
+    /// The backends in pool order (primaries, then backups) in `generation`: entry `i` is the
+    /// backend of `BackendId(i)`.
+    pub fn backends_in_pool_order(&self) -> (u64, Vec<crate::BackendSettings>) {
+        let st = lock(&self.state);
+        let settings = self.settings();
+        let order = pool_order(&settings).into_iter().cloned().collect();
+        (st.generation, order)
+    }
+
+    /// Applies the weights of every backend at once, in pool order of `generation` (a weight
+    /// model's result): one rebuild under the pool lock, so no pick ever sees half of them.
+    /// Ignored if the backends changed since.
+    pub fn set_weights(&self, generation: u64, weights: &[u32]) {
+        let now = self.now();
+        let mut st = lock(&self.state);
+        if st.generation == generation {
+            st.pool.set_weights(weights, now);
+        }
+    }
+
+    /// Records an active health check's verdict on backend `id` (pool order of `generation`);
+    /// returns whether it changed the backend's state (never, if the backends changed since).
+    pub fn set_check_result(&self, generation: u64, id: BackendId, healthy: bool) -> bool {
+        let now = self.now();
+        let changed = {
+            let mut st = lock(&self.state);
+            st.generation == generation && st.pool.set_check_result(id, healthy, now)
+        };
+        if changed {
+            self.serve_waiting();
+        }
+        changed
+    }
+}

@@ -1,0 +1,239 @@
+//! The pool in force and its generation: a pick hands out an [`Attempt`], whose ticket
+//! completes in the pool where its backend still is, however the upstream changed meanwhile.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use balance::queue::{self, Admission, Waiter as _};
+use balance::{BackendId, Outcome, Pool, Ticket};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+use super::membership::Member;
+use super::queue::Waiter;
+use super::{Upstream, lock};
+use crate::settings::UpstreamSettings;
+
+/// The pool in force and what goes with it, replaced whole when the backends or the algorithm
+/// change (a reload, the admin API).
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) generation: u64,
+    pub(super) pool: Pool,
+    pub(super) members: Vec<Member>,
+    /// Requests waiting for a backend below its `max_conns`, oldest first (survives a change
+    /// of generation: they wait for the upstream, not for one pool).
+    pub(super) waiting: VecDeque<Waiter>,
+}
+
+impl State {
+    pub(super) fn position(&self, addr: SocketAddr) -> Option<BackendId> {
+        position(&self.members, addr)
+    }
+}
+
+pub(super) fn position(members: &[Member], addr: SocketAddr) -> Option<BackendId> {
+    members
+        .iter()
+        .position(|m| m.addr == addr)
+        .map(|i| BackendId(i as u32))
+}
+
+/// The pool ids of the backends a request `tried` that are still members.
+pub(super) fn excluded(members: &[Member], tried: &[SocketAddr]) -> Vec<BackendId> {
+    tried.iter().filter_map(|&a| position(members, a)).collect()
+}
+
+/// Why a request got no backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unpicked {
+    /// None is healthy and in rotation (or every one was tried already).
+    NoBackend,
+    /// Every backend left is at its `max_conns` and the queue is full (or off).
+    QueueFull,
+    /// It waited `queue_timeout` in the queue.
+    QueueTimeout,
+    /// The client left while its request waited.
+    ClientGone,
+}
+
+impl Unpicked {
+    /// The reason in logs and metrics.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Unpicked::NoBackend => "no_backend",
+            Unpicked::QueueFull => "queue_full",
+            Unpicked::QueueTimeout => "queue_timeout",
+            Unpicked::ClientGone => "client_gone",
+        }
+    }
+}
+
+impl Upstream {
+    /// A backend for a request, other than those it `tried`. When every backend left is at
+    /// its `max_conns`, the request waits in the upstream's queue (if `settings.queue` has
+    /// room) up to `settings.queue_timeout`, or until `client` leaves (when `watch_client`):
+    /// a backend that frees up is handed, under the pool lock, to the oldest waiting request
+    /// that may use it (HAProxy's pending-connection queue), so no newcomer takes it first and
+    /// no wake-up is lost.
+    pub(crate) async fn pick(
+        self: &Arc<Self>,
+        settings: &UpstreamSettings,
+        affinity: Option<&[u8]>,
+        tried: &[SocketAddr],
+        client: Option<&TcpStream>,
+        watch_client: bool,
+    ) -> Result<Attempt, Unpicked> {
+        let handed = {
+            let now = self.now();
+            let mut st = lock(&self.state);
+            let exclude = excluded(&st.members, tried);
+            st.waiting.retain(|w| !w.left());
+            let waiting = st.waiting.len();
+            match queue::admit(
+                &mut st.pool,
+                affinity,
+                &exclude,
+                now,
+                waiting,
+                settings.queue,
+            ) {
+                Admission::Picked(ticket) => {
+                    let addr = st.members[ticket.backend().index()].addr;
+                    return Ok(self.attempt(st.generation, addr, ticket));
+                }
+                Admission::NoBackend => return Err(Unpicked::NoBackend),
+                Admission::QueueFull => {
+                    self.queued.store(waiting, Ordering::Release);
+                    return Err(Unpicked::QueueFull);
+                }
+                Admission::Wait => {}
+            }
+            let (to, handed) = oneshot::channel();
+            st.waiting.push_back(Waiter {
+                affinity: affinity.map(<[u8]>::to_vec),
+                tried: tried.to_vec(),
+                to,
+            });
+            self.queued.store(st.waiting.len(), Ordering::Release);
+            handed
+        };
+        // The wait's state lives on the heap: it would otherwise make every connection's
+        // task larger for a path most requests never take.
+        Box::pin(self.wait_in_queue(handed, settings.queue_timeout, client, watch_client)).await
+    }
+
+    pub(super) fn attempt(
+        self: &Arc<Self>,
+        generation: u64,
+        addr: SocketAddr,
+        ticket: Ticket,
+    ) -> Attempt {
+        Attempt {
+            addr,
+            generation,
+            upstream: Arc::clone(self),
+            ticket: Some(ticket),
+        }
+    }
+
+    pub(super) fn complete(
+        &self,
+        generation: u64,
+        addr: SocketAddr,
+        ticket: Ticket,
+        outcome: Outcome,
+    ) {
+        self.complete_measured(generation, addr, ticket, outcome, None);
+    }
+
+    /// Completes `ticket`; `latency`: what to record instead of the time since the pick.
+    pub(super) fn complete_measured(
+        &self,
+        generation: u64,
+        addr: SocketAddr,
+        ticket: Ticket,
+        outcome: Outcome,
+        latency: Option<Duration>,
+    ) {
+        let now = self.now();
+        let disabled = {
+            let mut st = lock(&self.state);
+            // A ticket of an older pool completes in this one where its backend still is (its
+            // request was carried over); if its backend left since, with the pool it came from.
+            let ticket = if generation == st.generation {
+                Some(ticket)
+            } else {
+                st.position(addr)
+                    .filter(|id| st.members[id.index()].since <= generation)
+                    .map(|id| ticket.moved_to(id))
+            };
+            ticket.and_then(|ticket| {
+                let id = ticket.backend();
+                match latency {
+                    Some(latency) => {
+                        st.pool
+                            .complete_measured(ticket, outcome, latency.into(), now)
+                    }
+                    None => st.pool.complete(ticket, outcome, now),
+                }
+                let state = st.pool.state(id);
+                (outcome == Outcome::Failure && state.fails() == state.spec().max_fails)
+                    .then(|| (state.fails(), state.spec().fail_timeout))
+            })
+        };
+        self.serve_waiting();
+        // Logged once the lock is released: a slow log sink must not hold up every worker.
+        if let Some((fails, fail_timeout)) = disabled {
+            tracing::warn!(
+                upstream = %self.name(),
+                backend = %addr,
+                fails,
+                fail_timeout = ?Duration::from(fail_timeout),
+                "backend temporarily disabled"
+            );
+        }
+    }
+}
+
+/// One attempt of a request on one backend. Completes its ticket exactly once: explicitly, or
+/// as cancelled when dropped (the client went away).
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) addr: SocketAddr,
+    generation: u64,
+    upstream: Arc<Upstream>,
+    ticket: Option<Ticket>,
+}
+
+impl Attempt {
+    pub(crate) fn complete(&mut self, outcome: Outcome) {
+        if let Some(ticket) = self.ticket.take() {
+            self.upstream
+                .complete(self.generation, self.addr, ticket, outcome);
+        }
+    }
+
+    /// Completes with `latency` as the backend's time, not the time since the pick (see
+    /// [`balance::Pool::complete_measured`]).
+    pub(crate) fn complete_measured(&mut self, outcome: Outcome, latency: Duration) {
+        if let Some(ticket) = self.ticket.take() {
+            self.upstream.complete_measured(
+                self.generation,
+                self.addr,
+                ticket,
+                outcome,
+                Some(latency),
+            );
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.complete(Outcome::Cancelled);
+    }
+}

@@ -1,0 +1,286 @@
+//! What the admin API and the control plane read of an upstream (every backend's state,
+//! the counts a weight model needs) and the operator's changes to one backend (its state, its
+//! weight).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use balance::BackendId;
+use balance::weights::LoadReport;
+use tokio::time::Instant;
+
+use super::{Upstream, lock};
+use crate::settings::UpstreamSettings;
+
+/// What an operator asked of a backend (the admin API's `state`; `down = true` in the
+/// configuration starts a backend `Disabled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// In rotation (when healthy).
+    Up,
+    /// No new requests; those in flight finish. Health checks go on.
+    Drain,
+    /// No new requests; those in flight finish; its idle connections are closed.
+    Disabled,
+}
+
+impl AdminState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminState::Up => "up",
+            AdminState::Drain => "drain",
+            AdminState::Disabled => "disabled",
+        }
+    }
+}
+
+impl std::str::FromStr for AdminState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AdminState, String> {
+        match s {
+            "up" => Ok(AdminState::Up),
+            "drain" => Ok(AdminState::Drain),
+            "disabled" => Ok(AdminState::Disabled),
+            _ => Err(format!(
+                "{s:?}: a state is \"up\", \"drain\" or \"disabled\""
+            )),
+        }
+    }
+}
+
+/// Why an operator's change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    #[error("upstream \"{upstream}\" has no backend {addr}")]
+    NoSuchBackend { upstream: String, addr: SocketAddr },
+    #[error(
+        "upstream \"{upstream}\" sets its weights from load reports ({algorithm}): a weight set by hand would be replaced within a poll interval; set its state instead, or change the algorithm"
+    )]
+    WeightsFromReports {
+        upstream: String,
+        algorithm: &'static str,
+    },
+    #[error("a weight is from 1 to {max}, not {weight}")]
+    WeightOutOfRange { weight: u64, max: u32 },
+}
+
+/// The most a weight can be set to (as in the configuration).
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
+/// A backend's state, for the demo, logs and the admin API.
+#[derive(Debug, Clone)]
+pub struct BackendSnapshot {
+    pub addr: SocketAddr,
+    pub backup: bool,
+    /// The weight configured (or last set by hand).
+    pub static_weight: u32,
+    /// The weight the algorithm balances by now (a weight model's or slow start's).
+    pub weight: u32,
+    pub state: AdminState,
+    pub in_flight: u32,
+    /// Its `max_conns` (0: no limit).
+    pub max_conns: u32,
+    pub requests: u64,
+    pub failures: u64,
+    /// Whether it may be chosen now.
+    pub available: bool,
+    /// Whether active health checks have taken it out.
+    pub check_failed: bool,
+    /// Whether passive health (`max_fails` within `fail_timeout`) has taken it out.
+    pub passive_failed: bool,
+    /// Failures counted towards `max_fails`.
+    pub fails: u32,
+    pub max_fails: u32,
+    /// The response-time moving average.
+    pub latency: Option<Duration>,
+    /// Slow start's progress, 0 to 1 (1 when not ramping).
+    pub ramp: f64,
+    /// The latest load report and how long ago it came.
+    pub report: Option<(LoadReport, Duration)>,
+    /// Connections open to the backend, over every worker (busy or idle).
+    pub connections_open: usize,
+    /// Of those, the idle ones kept for reuse.
+    pub connections_idle: usize,
+}
+
+/// Whether `settings` have a weight model fed by at least one primary's load source.
+fn weight_model_fed(settings: &UpstreamSettings) -> bool {
+    let primaries: Vec<&crate::BackendSettings> =
+        settings.backends.iter().filter(|b| !b.backup).collect();
+    let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
+    balance::weights::model::Model::for_algorithm(
+        settings.algorithm,
+        &configured,
+        &settings.options,
+    )
+    .is_some()
+        && primaries.iter().any(|b| b.load_source.is_some())
+}
+
+/// Whether load reports set the weights of `settings`' pool: a weight model, or a HAProxy
+/// agent-check on a backend.
+pub(super) fn reports_set_weights(settings: &UpstreamSettings) -> bool {
+    weight_model_fed(settings)
+        || settings
+            .backends
+            .iter()
+            .any(|b| matches!(b.load_source, Some(crate::LoadSource::AgentCheck(_))))
+}
+
+impl Upstream {
+    /// Puts the backend at `addr` up, draining or disabled (the admin API). Returns the state
+    /// it had. Taking it out of rotation never touches requests in flight: they finish.
+    pub fn set_state(
+        &self,
+        addr: SocketAddr,
+        state: AdminState,
+    ) -> Result<AdminState, ChangeError> {
+        let was = self.change_member(addr, |pool, id, member, now| {
+            pool.set_down(id, state != AdminState::Up, now);
+            std::mem::replace(&mut member.state, state)
+        })?;
+        if state == AdminState::Disabled {
+            for pools in lock(&self.worker_pools).iter() {
+                if let Some(c) = pools.get(addr) {
+                    c.close_idle();
+                }
+            }
+        }
+        self.serve_waiting();
+        if was != state {
+            tracing::info!(upstream = %self.name(), backend = %addr, from = was.name(), to = state.name(), "backend state changed by the admin API");
+        }
+        Ok(was)
+    }
+
+    /// Notes the load report backend `id` (pool order in `generation`) just gave, for the
+    /// admin API.
+    pub fn note_report(&self, generation: u64, id: BackendId, report: LoadReport) {
+        let mut st = lock(&self.state);
+        if st.generation != generation {
+            return;
+        }
+        if let Some(m) = st.members.get_mut(id.index()) {
+            m.report = Some((report, Instant::now()));
+        }
+    }
+
+    /// Whether the upstream's weights follow its backends' load reports: a weight model fed
+    /// by at least one primary's load source (the control plane's feedback loop).
+    pub fn has_weight_model(&self) -> bool {
+        weight_model_fed(&self.settings())
+    }
+
+    /// Whether something other than the operator sets the weights: a weight model, or a
+    /// backend's HAProxy agent-check (which sets a share of the configured weight).
+    pub fn weights_from_reports(&self) -> bool {
+        reports_set_weights(&self.settings())
+    }
+
+    /// Sets the weight of the backend at `addr` (the admin API): what the algorithm balances
+    /// by from now on. Refused for upstreams whose weights come from load reports.
+    pub fn set_static_weight(&self, addr: SocketAddr, weight: u64) -> Result<u32, ChangeError> {
+        if self.weights_from_reports() {
+            return Err(ChangeError::WeightsFromReports {
+                upstream: self.name().to_owned(),
+                algorithm: self.settings().algorithm.name(),
+            });
+        }
+        let weight = u32::try_from(weight)
+            .ok()
+            .filter(|w| (1..=MAX_WEIGHT).contains(w))
+            .ok_or(ChangeError::WeightOutOfRange {
+                weight,
+                max: MAX_WEIGHT,
+            })?;
+        let was = self.change_member(addr, |pool, id, member, now| {
+            pool.set_weight(id, weight, now);
+            std::mem::replace(&mut member.static_weight, weight)
+        })?;
+        if was != weight {
+            tracing::info!(upstream = %self.name(), backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
+        }
+        Ok(was)
+    }
+
+    /// The settings in force with what the operator set at runtime written in (weights; a
+    /// backend drained or disabled is `down`): the base of a change through the admin API.
+    pub fn runtime_settings(&self) -> UpstreamSettings {
+        let mut settings = (*self.settings()).clone();
+        let st = lock(&self.state);
+        for b in &mut settings.backends {
+            if let Some(m) = st.members.iter().find(|m| m.addr == b.addr) {
+                b.weight = m.static_weight;
+                b.down = m.state != AdminState::Up;
+            }
+        }
+        settings
+    }
+
+    /// The weights in force, in pool order.
+    pub fn weights(&self) -> Vec<u32> {
+        lock(&self.state)
+            .pool
+            .states()
+            .iter()
+            .map(|s| s.weight())
+            .collect()
+    }
+
+    /// Every backend's requests and failures so far, in pool order of `generation` (`None`
+    /// when the backends changed since): what a weight model's failure term reads each round,
+    /// without the rest of a [`BackendSnapshot`] (connections counted over every worker).
+    pub fn counts(&self, generation: u64) -> Option<Vec<(u64, u64)>> {
+        let st = lock(&self.state);
+        (st.generation == generation).then(|| {
+            st.pool
+                .states()
+                .iter()
+                .map(|s| (s.requests(), s.failures()))
+                .collect()
+        })
+    }
+
+    /// The state of every backend, in pool order.
+    pub fn snapshot(&self) -> Vec<BackendSnapshot> {
+        let addrs: Vec<SocketAddr> = lock(&self.state).members.iter().map(|m| m.addr).collect();
+        let connections: Vec<(usize, usize)> =
+            addrs.iter().map(|&a| self.connection_counts(a)).collect();
+        let st = lock(&self.state);
+        let now = self.now();
+        st.pool
+            .states()
+            .iter()
+            .zip(&st.members)
+            .enumerate()
+            .map(|(i, (s, m))| {
+                let (open, idle) = addrs
+                    .iter()
+                    .position(|&a| a == m.addr)
+                    .map_or((0, 0), |j| connections[j]);
+                BackendSnapshot {
+                    addr: m.addr,
+                    backup: i >= st.pool.primaries(),
+                    static_weight: m.static_weight,
+                    weight: s.weight(),
+                    state: m.state,
+                    in_flight: s.in_flight(),
+                    max_conns: s.spec().max_conns,
+                    requests: s.requests(),
+                    failures: s.failures(),
+                    available: s.is_eligible(now),
+                    check_failed: s.is_check_failed(),
+                    passive_failed: s.is_failed(now),
+                    fails: s.fails(),
+                    max_fails: s.spec().max_fails,
+                    latency: s.latency().map(Duration::from),
+                    ramp: f64::from(s.ramp()) / f64::from(balance::RAMP_FULL),
+                    report: m.report.map(|(r, at)| (r, at.elapsed())),
+                    connections_open: open,
+                    connections_idle: idle,
+                }
+            })
+            .collect()
+    }
+}

@@ -685,9 +685,17 @@ backend lab
 }
 
 /// A free loopback address: a port the kernel picks, released at once for the child to
-/// bind (a child that cannot is reported by [`Children::wait_listening`]).
+/// bind (a child that cannot is reported by [`Children::wait_listening`]). On an address of
+/// 127.0.0.0/8 of this process's own (`127.200-249.x.1`, by process id), not 127.0.0.1: in
+/// the moment between the release and the child's bind, the kernel may give the same port on
+/// 127.0.0.1 to any other program's outgoing connection or listener — with tests and
+/// benchmarks running beside a lab run that happened, and the child failed with "Address
+/// already in use". Other programs' sockets are on 127.0.0.1 (or the load generator's client
+/// addresses, 127.1-17.x.y), so they do not take this address's ports.
 fn free_addr() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    let pid = std::process::id();
+    let ip = std::net::Ipv4Addr::new(127, 200 + (pid % 50) as u8, (pid / 50 % 250) as u8, 1);
+    let listener = std::net::TcpListener::bind((ip, 0)).context("finding a free port")?;
     listener.local_addr().context("finding a free port")
 }
 

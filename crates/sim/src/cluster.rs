@@ -1192,3 +1192,65 @@ impl Sim<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use balance::{Algorithm, BackendSpec, Options};
+
+    /// The case the proxy and the simulator once disagreed on: a resent request meets the
+    /// keep-alive race again (an HTTP/2 backend's shared connection reports its connection
+    /// as reused after the resend too; `tests/backend_h2.rs` pins the proxy's side). Both ask
+    /// `balance::Attempts`, which sends it to the next backend without blame; the simulator
+    /// used to give up with 502.
+    #[test]
+    fn a_second_keep_alive_race_after_a_resend_moves_to_the_next_backend() {
+        let scenario = Scenario::parse(
+            r#"
+[[backend]]
+name = "a"
+[[backend]]
+name = "b"
+[traffic]
+pattern = "constant:1"
+duration = "1s"
+cost = "const:1000"
+[[algorithm]]
+name = "round_robin"
+"#,
+            "drift",
+        )
+        .expect("a valid scenario");
+        let traffic = scenario.traffic().expect("valid traffic");
+        let contender = Contender {
+            label: "round_robin".into(),
+            algorithm: Algorithm::RoundRobin,
+            options: Options::default(),
+            primaries: vec![BackendSpec::new(1), BackendSpec::new(1)],
+            backups: Vec::new(),
+            plan_of: vec![0, 1],
+            retries: None,
+            queue: 0,
+            queue_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_secs(1),
+            stale_after: 3,
+        };
+        let knobs = Knobs::of(&scenario);
+        let mut sim = Sim::new(&scenario, &traffic, &contender, &knobs, 1);
+        sim.start_request(1000.0, 0, None);
+        let i = 0;
+        assert_eq!(sim.reqs[i as usize].tried.tried().len(), 1);
+        sim.on_failure(i, Fault::Closed, Connection::Reused);
+        assert_eq!(
+            sim.reqs[i as usize].tried.tried().len(),
+            1,
+            "the first race is resent to the same backend"
+        );
+        sim.on_failure(i, Fault::Closed, Connection::Reused);
+        let r = &sim.reqs[i as usize];
+        assert!(r.live, "not given up");
+        assert_eq!(r.tried.tried().len(), 2, "the next backend has it");
+        let first = &sim.balancers[0].pool.states()[0];
+        assert_eq!(first.failures(), 0, "and the first backend is not blamed");
+    }
+}

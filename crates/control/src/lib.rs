@@ -91,6 +91,39 @@ pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
     }
 }
 
+/// Follows the set of upstreams in force (`proxy::ProxyHandle::upstream_set`): supervises
+/// each upstream from the moment it is in the set — those there at the start and those a
+/// reload adds — until `stop` turns true. An upstream a reload removes is retired by the
+/// proxy, and its supervisor ends by itself ([`supervise`]).
+pub async fn follow(
+    mut upstreams: watch::Receiver<Vec<Arc<proxy::Upstream>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Those supervised, by identity: a reload keeps an upstream of the same name as the same
+    // `Upstream` (reconfigured), so it is not supervised twice.
+    let mut supervised: Vec<std::sync::Weak<proxy::Upstream>> = Vec::new();
+    loop {
+        let set = upstreams.borrow_and_update().clone();
+        supervised.retain(|w| w.strong_count() > 0);
+        for upstream in set {
+            let known = supervised
+                .iter()
+                .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&upstream)));
+            if !known {
+                supervised.push(Arc::downgrade(&upstream));
+                tokio::spawn(supervise(upstream, stop.clone()));
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = upstreams.changed() => if changed.is_err() { return },
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
 /// Runs `upstream`'s loops, and starts them again whenever its backends or algorithm change
 /// (a reload, the admin API): each loop works on the backends of the generation it started
 /// with. Ends when `stop` turns true or the upstream is retired.
@@ -124,5 +157,63 @@ fn start_loops(upstream: &Arc<proxy::Upstream>, stop: &watch::Receiver<bool>) {
     }
     if upstream.settings().health_check.is_some() {
         tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use proxy::{CheckKind, HealthCheckSettings, UpstreamSettings};
+
+    /// An upstream whose one backend is actively checked every 50 ms, on a port nothing
+    /// listens on (a refused connect fails the check at once).
+    fn checked(name: &str) -> Arc<proxy::Upstream> {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let addr = closed.local_addr().expect("its address");
+        drop(closed);
+        let mut s = UpstreamSettings::new(
+            name,
+            balance::Algorithm::RoundRobin,
+            vec![proxy::BackendSettings::new(addr)],
+        );
+        s.health_check = Some(HealthCheckSettings {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_millis(500),
+            rise: 1,
+            fall: 1,
+        });
+        Arc::new(proxy::Upstream::new(s))
+    }
+
+    async fn checked_out(u: &proxy::Upstream) -> bool {
+        for _ in 0..200 {
+            if u.snapshot()[0].check_failed {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    /// Control follows the set of upstreams: one there at the start and one added later (a
+    /// reload) both get their loops, with nothing else to start them.
+    #[tokio::test]
+    async fn follow_supervises_the_upstreams_in_the_set_and_those_added_later() {
+        let first = checked("first");
+        let (set, followed) = watch::channel(vec![Arc::clone(&first)]);
+        let (stop, stopped) = watch::channel(false);
+        let following = tokio::spawn(follow(followed, stopped));
+        assert!(checked_out(&first).await, "the first upstream's check ran");
+        let added = checked("added");
+        set.send_replace(vec![Arc::clone(&first), Arc::clone(&added)]);
+        assert!(checked_out(&added).await, "the added upstream's check ran");
+        let _ = stop.send(true);
+        tokio::time::timeout(Duration::from_secs(5), following)
+            .await
+            .expect("follow ends when stopped")
+            .expect("follow did not panic");
     }
 }

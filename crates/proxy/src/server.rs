@@ -171,6 +171,9 @@ struct Live {
     reloading: tokio::sync::Mutex<()>,
     /// Each worker's inbox for listeners added by a reload (set when the workers start).
     commands: std::sync::Mutex<Vec<mpsc::UnboundedSender<WorkerSocket>>>,
+    /// The upstreams in force, sent again after every reload: what the control plane follows
+    /// ([`ProxyHandle::upstream_set`]).
+    upstream_set: watch::Sender<Vec<Arc<Upstream>>>,
 }
 
 #[derive(Debug)]
@@ -371,6 +374,7 @@ impl Proxy {
                 workers,
                 shutdown_timeout: settings.shutdown_timeout,
                 metrics: Arc::new(Metrics::default()),
+                upstream_set: watch::channel(upstreams.clone()).0,
                 registry: std::sync::Mutex::new(Registry {
                     upstreams,
                     listeners: live,
@@ -512,6 +516,13 @@ impl ProxyHandle {
     /// The upstreams in force, by name.
     pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
         self.live.registry().upstreams.clone()
+    }
+
+    /// The upstreams in force, told again after every reload that changed the configuration:
+    /// the control plane follows it to start the loops of upstreams a reload adds (those a
+    /// reload removes are retired, [`Upstream::changes`]).
+    pub fn upstream_set(&self) -> watch::Receiver<Vec<Arc<Upstream>>> {
+        self.live.upstream_set.subscribe()
     }
 
     /// What the workers count.
@@ -755,7 +766,7 @@ impl ProxyHandle {
             let _ = entry.retire.send(true);
         }
         registry.listeners = listeners;
-        registry.upstreams = upstreams;
+        registry.upstreams = upstreams.clone();
         registry.access_log = access_log;
         drop(registry);
         let commands = live
@@ -770,6 +781,8 @@ impl ProxyHandle {
                 }
             }
         }
+        // Once the new upstreams serve: the control plane starts their loops.
+        live.upstream_set.send_replace(upstreams);
         Ok(done)
     }
 }

@@ -591,23 +591,62 @@ impl ProxyHandle {
     /// `workers` and `shutdown_timeout` take a restart: they are reported in `not_applied`.
     pub async fn reload(&self, settings: ProxySettings) -> Result<Reloaded, StartError> {
         let _one_at_a_time = self.live.reloading.lock().await;
-        let live = &self.live;
-        let mut done = Reloaded::default();
-        if settings.workers.max(1) != live.workers {
-            done.not_applied.push(format!(
+        let mut done = Reloaded {
+            not_applied: self.live.restart_only(&settings),
+            ..Reloaded::default()
+        };
+        // Everything that can fail, before anything changes.
+        let prepared = self.live.prepare(settings, &mut done)?;
+        // From here on nothing fails.
+        self.live.apply(prepared, &mut done);
+        Ok(done)
+    }
+}
+
+/// A reload made ready: every new upstream built, every certificate read, every new listener
+/// bound. Applying it cannot fail.
+struct Prepared {
+    listeners: Vec<ListenerSettings>,
+    /// For each of `listeners`, the running listener it continues (same configured address).
+    matches: Vec<Option<usize>>,
+    /// For each of `listeners` that continues one, its certificates read again.
+    tls: Vec<Option<ServerTls>>,
+    /// The listeners that continue none, bound, in order.
+    bound: Vec<(Listener, LiveListener)>,
+    upstream_settings: Vec<crate::UpstreamSettings>,
+    /// The new set of upstreams, by name: those that stay (not yet reconfigured) and the new.
+    upstreams: Vec<Arc<Upstream>>,
+    old_upstreams: Vec<Arc<Upstream>>,
+    access_log: Option<AccessLog>,
+}
+
+impl Live {
+    /// What of `settings` a reload cannot apply.
+    fn restart_only(&self, settings: &ProxySettings) -> Vec<String> {
+        let mut not_applied = Vec::new();
+        if settings.workers.max(1) != self.workers {
+            not_applied.push(format!(
                 "workers = {} (running with {}): takes a restart",
-                settings.workers, live.workers
+                settings.workers, self.workers
             ));
         }
-        if settings.shutdown_timeout != live.shutdown_timeout {
-            done.not_applied.push(format!(
+        if settings.shutdown_timeout != self.shutdown_timeout {
+            not_applied.push(format!(
                 "shutdown_timeout = {:?} (running with {:?}): takes a restart",
-                settings.shutdown_timeout, live.shutdown_timeout
+                settings.shutdown_timeout, self.shutdown_timeout
             ));
         }
-        // Which listeners stay: matched by configured address, in order.
+        not_applied
+    }
+
+    /// Prepares `settings` for [`Live::apply`]: the new upstreams are noted in `done`.
+    fn prepare(
+        &self,
+        settings: ProxySettings,
+        done: &mut Reloaded,
+    ) -> Result<Prepared, StartError> {
         let (old_listeners, old_resumption, old_upstreams, old_log) = {
-            let r = live.registry();
+            let r = self.registry();
             (
                 r.listeners
                     .iter()
@@ -627,32 +666,16 @@ impl ProxyHandle {
             (Some(old), Some(new)) if old.settings() == new => Some(old.clone()),
             _ => open_access_log(settings.access_log.as_ref())?,
         };
-        let mut taken = vec![false; old_listeners.len()];
-        let matches: Vec<Option<usize>> = settings
-            .listeners
-            .iter()
-            .map(|l| {
-                let i = old_listeners
-                    .iter()
-                    .enumerate()
-                    .position(|(i, &a)| !taken[i] && a == l.listen)?;
-                taken[i] = true;
-                Some(i)
-            })
-            .collect();
-        // Upstreams: the new set, reusing those that stay (not yet reconfigured).
-        let mut upstreams: Vec<Arc<Upstream>> = Vec::new();
-        for u in &settings.upstreams {
-            match find(&old_upstreams, &u.name) {
-                Some(existing) => upstreams.push(existing),
-                None => {
-                    let new = Arc::new(Upstream::new(u.clone()));
-                    done.new_upstreams.push(Arc::clone(&new));
-                    upstreams.push(new);
-                }
+        let matches = match_listeners(&old_listeners, &settings.listeners);
+        let upstreams = upstream_set(&settings.upstreams, &old_upstreams, done);
+        for l in &settings.listeners {
+            if find(&upstreams, &l.upstream).is_none() {
+                return Err(StartError::UnknownUpstream {
+                    listen: l.listen,
+                    upstream: l.upstream.clone(),
+                });
             }
         }
-        upstreams.sort_by(|a, b| a.name().cmp(b.name()));
         // Certificates of the listeners that stay are read again (a renewed certificate is in
         // force after the reload); one that cannot be read stops the reload before anything
         // changes, and the old ones go on being served.
@@ -683,20 +706,35 @@ impl ProxyHandle {
                 l.clone(),
                 upstream,
                 access_log.clone(),
-                live.workers,
+                self.workers,
                 &mut Inherited::default(),
             )?);
         }
-        for l in &settings.listeners {
-            if find(&upstreams, &l.upstream).is_none() {
-                return Err(StartError::UnknownUpstream {
-                    listen: l.listen,
-                    upstream: l.upstream.clone(),
-                });
-            }
-        }
-        // From here on nothing fails.
-        for u in &settings.upstreams {
+        Ok(Prepared {
+            listeners: settings.listeners,
+            matches,
+            tls,
+            bound,
+            upstream_settings: settings.upstreams,
+            upstreams,
+            old_upstreams,
+            access_log,
+        })
+    }
+
+    /// Applies a prepared reload; what it did goes into `done`.
+    fn apply(&self, prepared: Prepared, done: &mut Reloaded) {
+        let Prepared {
+            listeners: settings,
+            matches,
+            tls,
+            bound,
+            upstream_settings,
+            upstreams,
+            old_upstreams,
+            access_log,
+        } = prepared;
+        for u in &upstream_settings {
             if let Some(existing) = find(&old_upstreams, &u.name) {
                 existing.reconfigure(u.clone(), Keep::Settings);
                 done.reconfigured.push(u.name.clone());
@@ -708,52 +746,30 @@ impl ProxyHandle {
                 done.removed_upstreams.push(old.name().to_owned());
             }
         }
-        let mut registry = live.registry();
+        let mut registry = self.registry();
         let old_entries = std::mem::take(&mut registry.listeners);
         let mut old_entries: Vec<Option<LiveListener>> =
             old_entries.into_iter().map(Some).collect();
         let mut bound = bound.into_iter();
         let mut listeners = Vec::new();
         let mut added = Vec::new();
-        for ((l, matched), tls) in settings.listeners.into_iter().zip(matches).zip(tls) {
-            let upstream = find(&upstreams, &l.upstream).expect("checked above");
+        for ((l, matched), tls) in settings.into_iter().zip(matches).zip(tls) {
+            let upstream = find(&upstreams, &l.upstream).expect("checked in prepare");
             match matched.and_then(|i| old_entries[i].take()) {
                 Some(mut entry) => {
-                    let current = entry.ctx.borrow().clone();
-                    let same_log = match (&current.access_log, &access_log) {
-                        (Some(a), Some(b)) => a.settings() == b.settings(),
-                        (None, None) => true,
-                        _ => false,
+                    let context = ListenerContext {
+                        settings: l,
+                        upstream,
+                        access_log: access_log.clone(),
+                        tls,
                     };
-                    let changed = !Arc::ptr_eq(&current.upstream, &upstream)
-                        || current.settings != l
-                        || !same_log;
-                    let permits = l.connection_limit();
-                    if permits > entry.permits {
-                        entry.limit.add_permits(permits - entry.permits);
-                        entry.permits = permits;
-                    } else if permits < entry.permits {
-                        // Permits held by open connections come back and are not reissued.
-                        let forgotten = entry.limit.forget_permits(entry.permits - permits);
-                        entry.permits -= forgotten;
-                    }
-                    if changed {
+                    if continue_listener(&mut entry, context) {
                         done.changed_listeners.push(entry.bound);
-                    }
-                    // New certificates alone do not retire open connections (see the accept
-                    // loop): only new ones get them.
-                    if changed || tls.is_some() {
-                        let _ = entry.ctx.send(Arc::new(ListenerContext {
-                            settings: l,
-                            upstream,
-                            access_log: access_log.clone(),
-                            tls,
-                        }));
                     }
                     listeners.push(entry);
                 }
                 None => {
-                    let (listener, entry) = bound.next().expect("bound above, in order");
+                    let (listener, entry) = bound.next().expect("bound in prepare, in order");
                     done.new_listeners.push(entry.bound);
                     tracing::info!(listen = %entry.bound, upstream = %upstream.name(), "listening");
                     added.push(listener);
@@ -769,7 +785,7 @@ impl ProxyHandle {
         registry.upstreams = upstreams.clone();
         registry.access_log = access_log;
         drop(registry);
-        let commands = live
+        let commands = self
             .commands
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -782,9 +798,67 @@ impl ProxyHandle {
             }
         }
         // Once the new upstreams serve: the control plane starts their loops.
-        live.upstream_set.send_replace(upstreams);
-        Ok(done)
+        self.upstream_set.send_replace(upstreams);
     }
+}
+
+/// For each of the `new` listeners, the running listener (index into `old`, configured
+/// addresses) it continues: the first not yet taken with the same address.
+fn match_listeners(old: &[SocketAddr], new: &[ListenerSettings]) -> Vec<Option<usize>> {
+    let mut taken = vec![false; old.len()];
+    new.iter()
+        .map(|l| {
+            let i = old
+                .iter()
+                .enumerate()
+                .position(|(i, &a)| !taken[i] && a == l.listen)?;
+            taken[i] = true;
+            Some(i)
+        })
+        .collect()
+}
+
+/// The upstreams of `settings`, by name: those of `old` that stay (not yet reconfigured), and
+/// new ones, built (and noted in `done`).
+fn upstream_set(
+    settings: &[crate::UpstreamSettings],
+    old: &[Arc<Upstream>],
+    done: &mut Reloaded,
+) -> Vec<Arc<Upstream>> {
+    let mut upstreams: Vec<Arc<Upstream>> = Vec::new();
+    for u in settings {
+        match find(old, &u.name) {
+            Some(existing) => upstreams.push(existing),
+            None => {
+                let new = Arc::new(Upstream::new(u.clone()));
+                done.new_upstreams.push(Arc::clone(&new));
+                upstreams.push(new);
+            }
+        }
+    }
+    upstreams.sort_by(|a, b| a.name().cmp(b.name()));
+    upstreams
+}
+
+/// A running listener goes on under `context`: its connection limit follows the new one, and
+/// new connections get the new context. Returns whether more than its certificates changed
+/// (open connections then finish the request they are on with `Connection: close`; new
+/// certificates alone do not retire them, see the accept loop).
+fn continue_listener(entry: &mut LiveListener, context: ListenerContext) -> bool {
+    let changed = !entry.ctx.borrow().same_but_tls(&context);
+    let permits = context.settings.connection_limit();
+    if permits > entry.permits {
+        entry.limit.add_permits(permits - entry.permits);
+        entry.permits = permits;
+    } else if permits < entry.permits {
+        // Permits held by open connections come back and are not reissued.
+        let forgotten = entry.limit.forget_permits(entry.permits - permits);
+        entry.permits -= forgotten;
+    }
+    if changed || context.tls.is_some() {
+        let _ = entry.ctx.send(Arc::new(context));
+    }
+    changed
 }
 
 /// A listener's socket as one worker gets it.

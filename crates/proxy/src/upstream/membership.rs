@@ -14,7 +14,6 @@ use super::pick::State;
 use super::view::{AdminState, ChangeError, reports_set_weights};
 use super::workers::WorkerPools;
 use super::{Upstream, build_pool, configured_state, lock, pool_order};
-use crate::connections::Connections;
 use crate::settings::UpstreamSettings;
 
 /// One backend of the pool in force, in pool order.
@@ -85,57 +84,20 @@ impl Upstream {
         let order: Vec<crate::BackendSettings> =
             pool_order(&settings).into_iter().cloned().collect();
         // Every worker gets connections for the new backends before any pick can choose them.
-        let workers: Vec<Arc<WorkerPools>> = lock(&self.worker_pools).clone();
-        for w in &workers {
-            let mut map = (**w.by_addr.load()).clone();
-            for b in &order {
-                map.entry(b.addr).or_insert_with(|| {
-                    Arc::new(Connections::new(
-                        b.addr,
-                        settings.keepalive,
-                        settings.keepalive_timeout,
-                    ))
-                });
-            }
-            w.by_addr.store(Arc::new(map));
-        }
+        let workers = self.connect_workers_to(&order, &settings);
         let weights_from_reports = reports_set_weights(&settings);
         let done = {
             let mut st = lock(&self.state);
             let generation = st.generation + 1;
             let same: Vec<Option<BackendId>> = order.iter().map(|b| st.position(b.addr)).collect();
             pool.carry_over(&st.pool, &same, now);
-            let mut members = Vec::with_capacity(order.len());
             let mut done = Reconfigured::default();
-            for (i, (b, old)) in order.iter().zip(&same).enumerate() {
-                let id = BackendId(i as u32);
-                let old = old.map(|o| st.members[o.index()].clone());
-                let member = match (old, keep) {
-                    (Some(m), Keep::Runtime) => m,
-                    (Some(m), Keep::Settings) => Member {
-                        state: configured_state(b),
-                        static_weight: b.weight,
-                        ..m
-                    },
-                    (None, _) => {
-                        done.added.push(b.addr);
-                        // A backend that joins a running upstream ramps up, if it has a
-                        // slow start (Envoy's rule for new hosts).
-                        pool.begin_slow_start(id, now);
-                        Member {
-                            addr: b.addr,
-                            state: configured_state(b),
-                            static_weight: b.weight,
-                            report: None,
-                            since: generation,
-                        }
-                    }
-                };
-                if member.state != AdminState::Up {
-                    pool.set_down(id, true, now);
-                }
-                members.push(member);
-            }
+            let members = carried_members(&st, &order, &same, keep, generation, &mut pool, now);
+            done.added = members
+                .iter()
+                .filter(|m| m.since == generation)
+                .map(|m| m.addr)
+                .collect();
             // The weight in force: a weight model's carries over; otherwise the static one
             // (the file's on a reload, the operator's on a change through the API).
             if !weights_from_reports {
@@ -162,11 +124,7 @@ impl Upstream {
         };
         // The workers' connections to backends that left: the idle ones close with the map;
         // those in use finish their request first (the attempt holds its own reference).
-        for w in &workers {
-            let mut map = (**w.by_addr.load()).clone();
-            map.retain(|addr, _| !done.removed.contains(addr));
-            w.by_addr.store(Arc::new(map));
-        }
+        WorkerPools::forget(&workers, &done.removed);
         self.changes.send_modify(|c| c.0 = self.generation());
         self.serve_waiting();
         tracing::info!(
@@ -212,4 +170,48 @@ impl Upstream {
         }
         changed
     }
+}
+
+/// The members of generation `generation`, backends in pool `order`: a backend that stays
+/// (`same`: its id in the pool in force) keeps its member, with its state and weight from
+/// the settings or from the running upstream as `keep` says; a new one joins (and ramps up
+/// in `pool` if it has a slow start, Envoy's rule for new hosts). A member not up is down in
+/// `pool`.
+fn carried_members(
+    st: &State,
+    order: &[crate::BackendSettings],
+    same: &[Option<BackendId>],
+    keep: Keep,
+    generation: u64,
+    pool: &mut Pool,
+    now: Nanos,
+) -> Vec<Member> {
+    let mut members = Vec::with_capacity(order.len());
+    for (i, (b, old)) in order.iter().zip(same).enumerate() {
+        let id = BackendId(i as u32);
+        let old = old.map(|o| st.members[o.index()].clone());
+        let member = match (old, keep) {
+            (Some(m), Keep::Runtime) => m,
+            (Some(m), Keep::Settings) => Member {
+                state: configured_state(b),
+                static_weight: b.weight,
+                ..m
+            },
+            (None, _) => {
+                pool.begin_slow_start(id, now);
+                Member {
+                    addr: b.addr,
+                    state: configured_state(b),
+                    static_weight: b.weight,
+                    report: None,
+                    since: generation,
+                }
+            }
+        };
+        if member.state != AdminState::Up {
+            pool.set_down(id, true, now);
+        }
+        members.push(member);
+    }
+    members
 }

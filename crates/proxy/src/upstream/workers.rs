@@ -24,6 +24,17 @@ impl WorkerPools {
         self.by_addr.load().get(&addr).cloned()
     }
 
+    /// Forgets `removed` backends' connections in each of `workers`: the idle ones close with
+    /// the map; those in use finish their request first (the attempt holds its own
+    /// reference).
+    pub(super) fn forget(workers: &[Arc<WorkerPools>], removed: &[SocketAddr]) {
+        for w in workers {
+            let mut map = (**w.by_addr.load()).clone();
+            map.retain(|addr, _| !removed.contains(addr));
+            w.by_addr.store(Arc::new(map));
+        }
+    }
+
     /// Every backend's connections, for the reaper.
     pub(crate) fn all(&self) -> Vec<Arc<Connections>> {
         self.by_addr.load().values().cloned().collect()
@@ -31,6 +42,30 @@ impl WorkerPools {
 }
 
 impl Upstream {
+    /// Gives every worker connections for each of `backends` it has none for yet (before any
+    /// pick can choose them); the workers, for [`WorkerPools::forget`] afterwards.
+    pub(super) fn connect_workers_to(
+        &self,
+        backends: &[crate::BackendSettings],
+        settings: &crate::settings::UpstreamSettings,
+    ) -> Vec<Arc<WorkerPools>> {
+        let workers: Vec<Arc<WorkerPools>> = lock(&self.worker_pools).clone();
+        for w in &workers {
+            let mut map = (**w.by_addr.load()).clone();
+            for b in backends {
+                map.entry(b.addr).or_insert_with(|| {
+                    Arc::new(Connections::new(
+                        b.addr,
+                        settings.keepalive,
+                        settings.keepalive_timeout,
+                    ))
+                });
+            }
+            w.by_addr.store(Arc::new(map));
+        }
+        workers
+    }
+
     /// A new worker's own connections to the backends.
     pub(crate) fn worker_connections(&self) -> Arc<WorkerPools> {
         let settings = self.settings();

@@ -1,4 +1,13 @@
-//! The algorithms by their configuration names, and their options.
+//! The algorithms by their configuration names, and what each one is besides how it picks:
+//! what it hashes ([`Affinity`]), where the weights it balances by come from
+//! ([`WeightSource`]: ignored, configured, or a weight model fed by load reports), and which
+//! options it takes ([`OptionKey`], set in [`Options`]).
+//!
+//! Each of these facts is declared once, in one table with a row per algorithm
+//! (`Algorithm::properties`), and every part of fulcrum that asks — the configuration's
+//! checks, the proxy, the control plane's feedback loop, the lab and the simulator — asks
+//! here, so their answers cannot drift apart. Adding an algorithm is adding its row; the
+//! table's `match` has no catch-all, so the compiler asks for it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -6,6 +15,7 @@ use std::str::FromStr;
 use crate::algorithms;
 use crate::backend::Nanos;
 use crate::balancer::Balancer;
+use crate::weights::ModelKind;
 
 /// Which bytes of an IPv4 address `new_hash` hashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -98,7 +108,7 @@ impl Default for Options {
     }
 }
 
-/// The key a hash algorithm expects in [`PickCtx::affinity`].
+/// The key a hash algorithm expects in [`PickCtx::affinity`](crate::PickCtx::affinity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Affinity {
     /// The client address as octets: 4 for IPv4 (an IPv4-mapped IPv6 address included), 16 for
@@ -108,6 +118,105 @@ pub enum Affinity {
     /// nginx's `$remote_addr`), else the header value, cookie value or request URI (`hash`,
     /// `maglev`, `bounded_load`). A request without the header or cookie has an empty key.
     Key,
+}
+
+/// An option of [`Options`], by its key in an `[[upstream]]` section. Which algorithms take
+/// which is declared with the algorithms ([`Algorithm::options`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OptionKey {
+    Consistent,
+    Octets,
+    TableSize,
+    BalanceFactor,
+    Window,
+    Smoothing,
+    Penalty,
+    HighLoad,
+    LowLoad,
+    BlackoutPeriod,
+    WeightExpirationPeriod,
+    ErrorUtilizationPenalty,
+    SlowStart,
+}
+
+impl OptionKey {
+    /// Every option, in the order the configuration lists them.
+    pub const ALL: &'static [OptionKey] = &[
+        OptionKey::Consistent,
+        OptionKey::Octets,
+        OptionKey::TableSize,
+        OptionKey::BalanceFactor,
+        OptionKey::Window,
+        OptionKey::Smoothing,
+        OptionKey::Penalty,
+        OptionKey::HighLoad,
+        OptionKey::LowLoad,
+        OptionKey::BlackoutPeriod,
+        OptionKey::WeightExpirationPeriod,
+        OptionKey::ErrorUtilizationPenalty,
+        OptionKey::SlowStart,
+    ];
+
+    /// Its key in the configuration (the field of [`Options`] it sets has the same name).
+    pub fn name(self) -> &'static str {
+        match self {
+            OptionKey::Consistent => "consistent",
+            OptionKey::Octets => "octets",
+            OptionKey::TableSize => "table_size",
+            OptionKey::BalanceFactor => "balance_factor",
+            OptionKey::Window => "window",
+            OptionKey::Smoothing => "smoothing",
+            OptionKey::Penalty => "penalty",
+            OptionKey::HighLoad => "high_load",
+            OptionKey::LowLoad => "low_load",
+            OptionKey::BlackoutPeriod => "blackout_period",
+            OptionKey::WeightExpirationPeriod => "weight_expiration_period",
+            OptionKey::ErrorUtilizationPenalty => "error_utilization_penalty",
+            OptionKey::SlowStart => "slow_start",
+        }
+    }
+
+    /// The option whose key is `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<OptionKey> {
+        OptionKey::ALL.iter().copied().find(|o| o.name() == name)
+    }
+
+    /// The algorithms that take it, in [`Algorithm::ALL`]'s order.
+    pub fn users(self) -> impl Iterator<Item = Algorithm> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .filter(move |a| a.takes(self))
+    }
+}
+
+impl fmt::Display for OptionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the weights an algorithm balances by come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightSource {
+    /// Nowhere: weights change nothing (`round_robin` takes turns, `latency` weighs by
+    /// latency and success).
+    Ignored,
+    /// The configured weights (and those the admin API or a HAProxy agent-check sets).
+    Configured,
+    /// A weight model's, computed from the backends' load reports every poll round
+    /// ([`crate::weights::feed`]).
+    LoadReports(ModelKind),
+}
+
+/// What an algorithm is besides how it picks: one row of `Algorithm::properties`.
+#[derive(Debug, Clone, Copy)]
+struct Properties {
+    name: &'static str,
+    affinity: Option<Affinity>,
+    weights: WeightSource,
+    /// In [`OptionKey::ALL`]'s order.
+    options: &'static [OptionKey],
 }
 
 /// The algorithms by their configuration names (`algorithm = "..."`).
@@ -161,28 +270,137 @@ impl Algorithm {
         Algorithm::UtilizationWrr,
     ];
 
-    pub fn name(self) -> &'static str {
+    /// What the algorithm is, besides how it picks: its row of the table every question
+    /// below is answered from.
+    fn properties(self) -> Properties {
+        use OptionKey as O;
+        use WeightSource::{Configured, Ignored, LoadReports};
         match self {
-            Algorithm::RoundRobin => "round_robin",
-            Algorithm::WeightedRoundRobin => "weighted_round_robin",
-            Algorithm::Random => "random",
-            Algorithm::ChainedRoundRobin => "chained_round_robin",
-            Algorithm::LeastConn => "least_conn",
-            Algorithm::Fair => "fair",
-            Algorithm::RandomTwo => "random_two",
-            Algorithm::IpHash => "ip_hash",
-            Algorithm::DynamicWrr => "dynamic_wrr",
-            Algorithm::Dwlc => "dwlc",
-            Algorithm::CapacityWeighted => "capacity_weighted",
-            Algorithm::UtilizationWrr => "utilization_wrr",
-            Algorithm::NewHash => "new_hash",
-            Algorithm::LeastTime => "least_time",
-            Algorithm::P2cEwma => "p2c_ewma",
-            Algorithm::Latency => "latency",
-            Algorithm::Hash => "hash",
-            Algorithm::Maglev => "maglev",
-            Algorithm::BoundedLoad => "bounded_load",
+            Algorithm::RoundRobin => Properties {
+                name: "round_robin",
+                affinity: None,
+                weights: Ignored,
+                options: &[],
+            },
+            Algorithm::WeightedRoundRobin => Properties {
+                name: "weighted_round_robin",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::Random => Properties {
+                name: "random",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::ChainedRoundRobin => Properties {
+                name: "chained_round_robin",
+                affinity: None,
+                weights: Configured,
+                options: &[],
+            },
+            Algorithm::LeastConn => Properties {
+                name: "least_conn",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::Fair => Properties {
+                name: "fair",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::RandomTwo => Properties {
+                name: "random_two",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::LeastTime => Properties {
+                name: "least_time",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::P2cEwma => Properties {
+                name: "p2c_ewma",
+                affinity: None,
+                weights: Configured,
+                options: &[O::SlowStart],
+            },
+            Algorithm::Latency => Properties {
+                name: "latency",
+                affinity: None,
+                weights: Ignored,
+                options: &[O::Window, O::Smoothing, O::Penalty],
+            },
+            Algorithm::IpHash => Properties {
+                name: "ip_hash",
+                affinity: Some(Affinity::AddressOctets),
+                weights: Configured,
+                options: &[],
+            },
+            Algorithm::NewHash => Properties {
+                name: "new_hash",
+                affinity: Some(Affinity::AddressOctets),
+                weights: Configured,
+                options: &[O::Octets],
+            },
+            Algorithm::Hash => Properties {
+                name: "hash",
+                affinity: Some(Affinity::Key),
+                weights: Configured,
+                options: &[O::Consistent],
+            },
+            Algorithm::Maglev => Properties {
+                name: "maglev",
+                affinity: Some(Affinity::Key),
+                weights: Configured,
+                options: &[O::TableSize],
+            },
+            Algorithm::BoundedLoad => Properties {
+                name: "bounded_load",
+                affinity: Some(Affinity::Key),
+                weights: Configured,
+                options: &[O::BalanceFactor],
+            },
+            Algorithm::DynamicWrr => Properties {
+                name: "dynamic_wrr",
+                affinity: None,
+                weights: LoadReports(ModelKind::DynamicWrr),
+                options: &[O::HighLoad, O::LowLoad, O::SlowStart],
+            },
+            Algorithm::Dwlc => Properties {
+                name: "dwlc",
+                affinity: None,
+                weights: LoadReports(ModelKind::Dwlc),
+                options: &[O::SlowStart],
+            },
+            Algorithm::CapacityWeighted => Properties {
+                name: "capacity_weighted",
+                affinity: None,
+                weights: LoadReports(ModelKind::CapacityWeighted),
+                options: &[O::SlowStart],
+            },
+            Algorithm::UtilizationWrr => Properties {
+                name: "utilization_wrr",
+                affinity: None,
+                weights: LoadReports(ModelKind::UtilizationWrr),
+                options: &[
+                    O::BlackoutPeriod,
+                    O::WeightExpirationPeriod,
+                    O::ErrorUtilizationPenalty,
+                    O::SlowStart,
+                ],
+            },
         }
+    }
+
+    /// Its name in the configuration (`algorithm = "..."`).
+    pub fn name(self) -> &'static str {
+        self.properties().name
     }
 
     /// Whether the algorithm chooses by the request's affinity key.
@@ -193,36 +411,52 @@ impl Algorithm {
     /// What the algorithm hashes, if anything: the client address as octets, or the
     /// configured `hash_key` as text.
     pub fn affinity(self) -> Option<Affinity> {
-        match self {
-            Algorithm::IpHash | Algorithm::NewHash => Some(Affinity::AddressOctets),
-            Algorithm::Hash | Algorithm::Maglev | Algorithm::BoundedLoad => Some(Affinity::Key),
-            _ => None,
+        self.properties().affinity
+    }
+
+    /// Where the weights it balances by come from.
+    pub fn weight_source(self) -> WeightSource {
+        self.properties().weights
+    }
+
+    /// Whether weights (configured or a model's) change what the algorithm does.
+    pub fn uses_weights(self) -> bool {
+        self.weight_source() != WeightSource::Ignored
+    }
+
+    /// The weight model that computes its weights from the backends' load reports, if it
+    /// balances by one.
+    pub fn weight_model(self) -> Option<ModelKind> {
+        match self.weight_source() {
+            WeightSource::LoadReports(model) => Some(model),
+            WeightSource::Ignored | WeightSource::Configured => None,
         }
     }
 
-    /// Whether configured weights change what the algorithm does.
-    pub fn uses_weights(self) -> bool {
-        !matches!(self, Algorithm::RoundRobin | Algorithm::Latency)
+    /// Whether it reads the backends' load reports (`agent`, `node_exporter`, `memcached`):
+    /// whether a weight model sets its weights. Only these algorithms take a load source, and
+    /// only their upstreams are polled.
+    pub fn reads_load_reports(self) -> bool {
+        self.weight_model().is_some()
     }
 
-    /// Whether the algorithm balances by [`Backends::share`], so `slow_start` can ramp a
-    /// backend's weight up (Envoy offers it for round robin and least request, for the same
-    /// reason: the share is what the weight decides, not a hash mapping).
+    /// The options it takes, in [`OptionKey::ALL`]'s order; the configuration refuses the
+    /// others for it.
+    pub fn options(self) -> &'static [OptionKey] {
+        self.properties().options
+    }
+
+    /// Whether it takes `option`.
+    pub fn takes(self, option: OptionKey) -> bool {
+        self.options().contains(&option)
+    }
+
+    /// Whether the algorithm balances by [`Backends::share`](crate::Backends::share), so
+    /// `slow_start` can ramp a backend's weight up (Envoy offers it for round robin and least
+    /// request, for the same reason: the share is what the weight decides, not a hash
+    /// mapping). The same fact as taking the `slow_start` option.
     pub fn supports_slow_start(self) -> bool {
-        matches!(
-            self,
-            Algorithm::WeightedRoundRobin
-                | Algorithm::Random
-                | Algorithm::LeastConn
-                | Algorithm::Fair
-                | Algorithm::RandomTwo
-                | Algorithm::DynamicWrr
-                | Algorithm::Dwlc
-                | Algorithm::CapacityWeighted
-                | Algorithm::UtilizationWrr
-                | Algorithm::LeastTime
-                | Algorithm::P2cEwma
-        )
+        self.takes(OptionKey::SlowStart)
     }
 
     /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
@@ -289,5 +523,118 @@ impl FromStr for Algorithm {
             .copied()
             .find(|a| a.name() == s)
             .ok_or_else(|| UnknownAlgorithm(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn having(fact: impl Fn(Algorithm) -> bool) -> Vec<&'static str> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .filter(|&a| fact(a))
+            .map(Algorithm::name)
+            .collect()
+    }
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        for &a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
+        }
+        for &o in OptionKey::ALL {
+            assert_eq!(OptionKey::from_name(o.name()), Some(o));
+        }
+        assert_eq!(OptionKey::from_name("hash_key"), None);
+    }
+
+    /// The answers each place gave before they were declared here (the configuration's
+    /// `uses_load_reports`, the lab's `reads_load_reports`, the simulator's `reads_reports`,
+    /// the proxy's weight model test, and the configuration's `option_users`): a change to the
+    /// table is a change of behaviour, and should show up here.
+    #[test]
+    fn the_table_answers_as_the_places_it_replaced() {
+        assert_eq!(
+            having(Algorithm::reads_load_reports),
+            [
+                "dynamic_wrr",
+                "dwlc",
+                "capacity_weighted",
+                "utilization_wrr"
+            ]
+        );
+        assert_eq!(having(|a| !a.uses_weights()), ["round_robin", "latency"]);
+        assert_eq!(
+            having(Algorithm::supports_slow_start),
+            [
+                "weighted_round_robin",
+                "random",
+                "least_conn",
+                "fair",
+                "random_two",
+                "least_time",
+                "p2c_ewma",
+                "dynamic_wrr",
+                "dwlc",
+                "capacity_weighted",
+                "utilization_wrr"
+            ]
+        );
+        assert_eq!(
+            having(|a| a.affinity() == Some(Affinity::AddressOctets)),
+            ["ip_hash", "new_hash"]
+        );
+        assert_eq!(
+            having(|a| a.affinity() == Some(Affinity::Key)),
+            ["hash", "maglev", "bounded_load"]
+        );
+        let users = |o: OptionKey| o.users().map(Algorithm::name).collect::<Vec<_>>();
+        for (option, by) in [
+            (OptionKey::Consistent, "hash"),
+            (OptionKey::Octets, "new_hash"),
+            (OptionKey::TableSize, "maglev"),
+            (OptionKey::BalanceFactor, "bounded_load"),
+            (OptionKey::Window, "latency"),
+            (OptionKey::Smoothing, "latency"),
+            (OptionKey::Penalty, "latency"),
+            (OptionKey::HighLoad, "dynamic_wrr"),
+            (OptionKey::LowLoad, "dynamic_wrr"),
+            (OptionKey::BlackoutPeriod, "utilization_wrr"),
+            (OptionKey::WeightExpirationPeriod, "utilization_wrr"),
+            (OptionKey::ErrorUtilizationPenalty, "utilization_wrr"),
+        ] {
+            assert_eq!(users(option), [by], "{option}");
+        }
+        assert_eq!(
+            users(OptionKey::SlowStart),
+            having(Algorithm::supports_slow_start)
+        );
+    }
+
+    #[test]
+    fn every_option_has_a_user_and_rows_list_options_in_order() {
+        for &o in OptionKey::ALL {
+            assert!(o.users().next().is_some(), "{o} has no algorithm");
+        }
+        let rank = |o: &OptionKey| OptionKey::ALL.iter().position(|x| x == o);
+        for &a in Algorithm::ALL {
+            let ranks: Vec<_> = a.options().iter().map(rank).collect();
+            assert!(ranks.is_sorted(), "{a}: {:?}", a.options());
+        }
+    }
+
+    #[test]
+    fn an_algorithm_reads_load_reports_exactly_when_it_has_a_model() {
+        for &a in Algorithm::ALL {
+            let model =
+                crate::weights::model::Model::for_algorithm(a, &[1, 2], &Options::default());
+            assert_eq!(model.is_some(), a.reads_load_reports(), "{a}");
+            assert_eq!(
+                a.reads_load_reports(),
+                a.uses_weights() && a.weight_model().is_some()
+            );
+        }
     }
 }

@@ -46,7 +46,9 @@ pub mod ring;
 pub mod smooth;
 pub mod weights;
 
-pub use algorithm::{Affinity, Algorithm, Octets, Options, UnknownAlgorithm};
+pub use algorithm::{
+    Affinity, Algorithm, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
+};
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{Balancer, Completion, Outcome, PickCtx};

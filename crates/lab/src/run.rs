@@ -486,15 +486,6 @@ fn backend_args(plan: &BackendPlan, addr: SocketAddr, seed: u64) -> Vec<String> 
     args
 }
 
-/// Whether fulcrum's `algorithm` takes its weights from load reports (`agent = …`).
-fn reads_load_reports(algorithm: balance::Algorithm) -> bool {
-    use balance::Algorithm::*;
-    matches!(
-        algorithm,
-        DynamicWrr | Dwlc | CapacityWeighted | UtilizationWrr
-    )
-}
-
 fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
 }
@@ -530,7 +521,7 @@ pub fn fulcrum_config(
                 let max_conns = i64::from(plan.spec.max_conns);
                 b.insert("max_conns".into(), Value::from(max_conns));
             }
-            if reads_load_reports(algorithm) && !plan.spec.backup {
+            if algorithm.reads_load_reports() && !plan.spec.backup {
                 b.insert("agent".into(), Value::from(addr.to_string()));
             }
             Value::Table(b)

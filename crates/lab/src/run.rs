@@ -334,16 +334,15 @@ async fn sample_loads(
         }
         while let Some(Ok((backend, read))) = reads.join_next().await {
             let Ok(Ok(reply)) = read else { continue };
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.body) else {
+            let Ok(report) = agent::protocol::parse_load(&reply.body) else {
                 continue;
             };
-            let field = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
             samples.push(LoadSample {
                 at,
                 backend,
-                cpu: field("cpu"),
-                mem: field("mem"),
-                net: field("net"),
+                cpu: report.cpu,
+                mem: report.mem,
+                net: report.net,
             });
         }
     }

@@ -30,7 +30,8 @@
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
 //! * [`weights`]: the weight models, pure functions from backend load reports to the weights
-//!   `dynamic_wrr`, `dwlc` and `capacity_weighted` balance by (seeds 001, 003, 000).
+//!   `dynamic_wrr`, `dwlc`, `capacity_weighted` and `utilization_wrr` balance by (seeds 001,
+//!   003, 000 and gRFC A58; which algorithm has which model is [`Algorithm::weight_model`]).
 //!
 //! Algorithms read statistics through [`Backends`]; they never write them. Only [`Pool`] does.
 

@@ -10,6 +10,9 @@
 //!   `/proc/diskstats`, `/proc/net/dev`, cgroup v2 `memory.*`) and the delta arithmetic.
 //! * [`sampler`]: reads those files every interval, owns the previous counters and each
 //!   source's health (a failing source is logged once per transition and reported as 0).
+//! * [`protocol`]: the agent protocol itself, both ends: the `GET /load` document and the
+//!   memcached record and key, written here and read by the control plane (which depends on
+//!   this module, and on nothing else of the agent).
 //! * [`report`]: a [`Sample`](report::Sample) rendered as the protocol's JSON and as the
 //!   Prometheus exposition, once per sample.
 //! * [`http`]: the HTTP/1.1 endpoint. [`haproxy`]: the agent-check listener and its
@@ -24,6 +27,7 @@
 pub mod haproxy;
 pub mod http;
 pub mod measure;
+pub mod protocol;
 pub mod push;
 pub mod report;
 pub mod sampler;

@@ -1,6 +1,6 @@
 //! `--push memcached://HOST:PORT`: after each sample, `set` the report's JSON under
-//! `fulcrum/load/<name>` — seed 001's hub, where every web server writes its load and the
-//! balancer reads them all. The entry expires after a few intervals, so a dead agent's last
+//! `fulcrum/load/<name>` (the record and key of [`crate::protocol`]) — seed 001's hub, where
+//! every web server writes its load and the balancer reads them all. The entry expires after a few intervals, so a dead agent's last
 //! report disappears instead of lingering as a fresh-looking figure.
 //!
 //! One connection, kept between samples and opened again after any failure. A push that takes
@@ -15,10 +15,8 @@ use async_memcached::{AsciiProtocol as _, Client};
 use tokio::sync::watch;
 
 use crate::Published;
+use crate::protocol;
 use crate::shutdown::Shutdown;
-
-/// The prefix of every key; the control plane reads `fulcrum/load/<backend addr>`.
-pub const KEY_PREFIX: &str = "fulcrum/load/";
 
 /// Where and under which name to push.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,9 +26,6 @@ pub struct Target {
     /// The backend address the report is filed under.
     pub name: String,
 }
-
-/// memcached's limit on a key's length (protocol.txt, "Keys").
-const MAX_KEY: usize = 250;
 
 impl Target {
     /// Checks `memcached://HOST:PORT` and a name that makes a valid memcached key (no spaces
@@ -46,15 +41,10 @@ impl Target {
         if host.is_empty() || port.parse::<u16>().is_err() {
             return Err(format!("{url:?}: expected memcached://HOST:PORT"));
         }
-        if name.is_empty()
-            || name
-                .bytes()
-                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-            || KEY_PREFIX.len() + name.len() > MAX_KEY
-        {
+        if !protocol::is_valid_name(name) {
             return Err(format!(
                 "--name {name:?}: a backend address without spaces or control characters, at most {} bytes",
-                MAX_KEY - KEY_PREFIX.len()
+                protocol::MAX_KEY - protocol::KEY_PREFIX.len()
             ));
         }
         Ok(Target {
@@ -65,7 +55,7 @@ impl Target {
 
     /// The memcached key of this agent's reports.
     pub fn key(&self) -> String {
-        format!("{KEY_PREFIX}{}", self.name)
+        protocol::key(&self.name)
     }
 }
 

@@ -1,5 +1,6 @@
 //! One sample and the two ways it is served: the JSON of the agent protocol (DESIGN §2,
-//! `GET /load`) and the Prometheus exposition (`GET /metrics`).
+//! `GET /load`, written by [`crate::protocol`]) and the Prometheus exposition
+//! (`GET /metrics`).
 //!
 //! Both texts are rendered once per sample, by the sampling loop, and shared as bytes with
 //! every reader: a scrape never sees half of one sample and half of the next, and serving is
@@ -20,36 +21,11 @@ pub struct Sample {
     pub ts_ms: u64,
 }
 
-/// The agent protocol's JSON body.
-#[derive(Debug, serde::Serialize)]
-struct LoadJson {
-    cpu: f64,
-    mem: f64,
-    disk: f64,
-    net: f64,
-    container_mem: f64,
-    ts_ms: u64,
-}
-
-/// Four decimals: a hundredth of a percent is finer than any of these counters resolve, and
-/// `0.42` reads better than `0.41999999999999998`.
-fn rounded(u: f64) -> f64 {
-    (u * 10_000.0).round() / 10_000.0
-}
-
 impl Sample {
-    /// `{"cpu":0.42,"mem":0.63,"disk":0.1,"net":0.05,"container_mem":0.5,"ts_ms":...}`
+    /// The agent protocol's document:
+    /// `{"cpu":0.42,"mem":0.63,"disk":0.1,"net":0.05,"container_mem":0.5,"ts_ms":...}`.
     pub fn to_json(&self) -> Bytes {
-        let r = self.report.sanitized();
-        let body = LoadJson {
-            cpu: rounded(r.cpu),
-            mem: rounded(r.mem),
-            disk: rounded(r.disk),
-            net: rounded(r.net),
-            container_mem: rounded(r.container_mem),
-            ts_ms: self.ts_ms,
-        };
-        Bytes::from(serde_json::to_vec(&body).expect("a struct of numbers always serializes"))
+        Bytes::from(crate::protocol::load_json(&self.report, self.ts_ms))
     }
 }
 
@@ -147,24 +123,12 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_protocol_fields() {
+    fn json_is_the_protocol_document() {
         let json = sample().to_json();
         assert_eq!(
             std::str::from_utf8(&json).unwrap(),
             r#"{"cpu":0.42,"mem":0.63,"disk":0.1,"net":0.05,"container_mem":0.1235,"ts_ms":1700000000123}"#
         );
-    }
-
-    #[test]
-    fn json_is_in_range_whatever_the_report() {
-        let mut s = sample();
-        s.report.cpu = f64::NAN;
-        s.report.mem = -3.0;
-        s.report.disk = 7.0;
-        let v: serde_json::Value = serde_json::from_slice(&s.to_json()).unwrap();
-        assert_eq!(v["cpu"], 1.0);
-        assert_eq!(v["mem"], 0.0);
-        assert_eq!(v["disk"], 1.0);
     }
 
     #[test]

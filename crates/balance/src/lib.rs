@@ -14,8 +14,10 @@
 //! * [`pool`]: [`Pool`], the one owner of per-backend statistics. `pick` hands out a [`Ticket`],
 //!   `complete` consumes it and updates in-flight counts, latency and passive health (nginx's
 //!   `max_fails`/`fail_timeout`), then tells the algorithm.
-//! * [`balancer`]: the [`Balancer`] trait every algorithm implements, [`PickCtx`], and
-//!   [`Algorithm`], the list of algorithms by their configuration names.
+//! * [`balancer`]: the [`Balancer`] trait every algorithm implements, and [`PickCtx`], what it
+//!   is told about a request.
+//! * [`algorithm`]: [`Algorithm`], the list of algorithms by their configuration names, and
+//!   their [`Options`].
 //! * [`algorithms`]: one file per algorithm.
 //! * [`retry`]: the retry-and-blame policy: what a failed attempt leads to (resend on a fresh
 //!   connection, the next backend, or our own error) and whether the backend is blamed.
@@ -28,10 +30,12 @@
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
 //! * [`weights`]: the weight models, pure functions from backend load reports to the weights
-//!   `dynamic_wrr`, `dwlc` and `capacity_weighted` balance by (seeds 001, 003, 000).
+//!   `dynamic_wrr`, `dwlc`, `capacity_weighted` and `utilization_wrr` balance by (seeds 001,
+//!   003, 000 and gRFC A58; which algorithm has which model is [`Algorithm::weight_model`]).
 //!
 //! Algorithms read statistics through [`Backends`]; they never write them. Only [`Pool`] does.
 
+pub mod algorithm;
 pub mod algorithms;
 pub mod attempt;
 pub mod backend;
@@ -43,11 +47,12 @@ pub mod ring;
 pub mod smooth;
 pub mod weights;
 
+pub use algorithm::{
+    Affinity, Algorithm, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
+};
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
-pub use balancer::{
-    Affinity, Algorithm, Balancer, Completion, Octets, Options, Outcome, PickCtx, UnknownAlgorithm,
-};
+pub use balancer::{Balancer, Completion, Outcome, PickCtx};
 pub use pool::{Pool, Ticket};
 pub use retry::{
     Action, AttemptFailure, Blame, Connection, Decision, Fault, Replay, RequestSent,

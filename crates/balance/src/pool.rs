@@ -25,10 +25,11 @@
 //! aggression 1 and `min_weight_percent` 10), re-evaluated on picks while any backend ramps.
 //! Backends present from the start do not ramp: all of them would, to no effect.
 
+use crate::algorithm::{Algorithm, Options};
 use crate::backend::{
     BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos, RAMP_FULL,
 };
-use crate::balancer::{Algorithm, Balancer, Completion, Options, Outcome, PickCtx};
+use crate::balancer::{Balancer, Completion, Outcome, PickCtx};
 
 /// Slow start never sends less than this share of a backend's weight (Envoy's default
 /// `min_weight_percent`, 10%), in 1/1024ths.

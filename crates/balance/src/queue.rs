@@ -119,8 +119,9 @@ pub fn serve<W: Waiter>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::{Algorithm, Options};
     use crate::backend::BackendSpec;
-    use crate::balancer::{Algorithm, Options, Outcome};
+    use crate::balancer::Outcome;
 
     struct W {
         name: u32,

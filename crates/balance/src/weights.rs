@@ -65,6 +65,8 @@ pub mod feed;
 pub mod model;
 pub mod utilization;
 
+pub use model::ModelKind;
+
 use std::fmt;
 
 /// The smallest weight a model gives a usable backend (nginx refuses `weight=0`).

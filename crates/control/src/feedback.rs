@@ -309,4 +309,24 @@ mod tests {
         let names: Vec<_> = primaries(&with).1.iter().map(|b| b.addr.port()).collect();
         assert_eq!(names, [1]);
     }
+
+    /// A HAProxy agent-check is not a load report source: it sets weights itself, and this
+    /// loop has nothing to poll on it. The configuration keeps agent_check away from load
+    /// models, but the admin API can switch an upstream with agent checks to one; a feedback
+    /// loop started then would only put the configured weights back over the agent's every
+    /// round.
+    #[test]
+    fn an_agent_check_feeds_no_weight_model() {
+        use proxy::{BackendSettings, UpstreamSettings};
+        let mut checked = BackendSettings::new(([127, 0, 0, 1], 1).into());
+        checked.load_source = Some(LoadSource::AgentCheck(([127, 0, 0, 1], 9102).into()));
+        let upstream = Upstream::new(UpstreamSettings::new(
+            "u",
+            balance::Algorithm::Dwlc,
+            vec![checked],
+        ));
+        assert!(!Feedback::wanted(&upstream));
+        assert!(!upstream.has_weight_model());
+        assert!(upstream.weights_from_reports(), "the agent's, still");
+    }
 }

@@ -1,20 +1,22 @@
 //! Reports that agents push to memcached (seed 001's hub: every web server writes its load
 //! there, the balancer reads it): `get fulcrum/load/<backend>` on the configured memcached,
 //! where `<backend>` is the backend's `addr` as configured and as `fulcrum agent --push
-//! memcached://… --name <backend>` writes it. The value is the agent's JSON; a report whose
-//! `ts_ms` is older than `max_age` is as good as none (the agent that wrote it has stopped).
+//! memcached://… --name <backend>` writes it. The key and the record are the agent
+//! protocol's ([`agent::protocol`]); a record whose `ts_ms` is older than `max_age` is as
+//! good as none (the agent that wrote it has stopped).
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use agent::protocol;
 use async_memcached::{AsciiProtocol as _, Client};
 use balance::weights::LoadReport;
 
-use crate::source::{PollError, parse_load};
+use crate::source::PollError;
 
 /// The key an agent pushes `backend`'s reports under.
 pub fn key(backend: &str) -> String {
-    format!("fulcrum/load/{backend}")
+    protocol::key(backend)
 }
 
 /// Reads `backend`'s report from the memcached at `server` within `timeout`; refuses one
@@ -41,35 +43,35 @@ pub async fn poll(
     let data = value
         .and_then(|v| v.data)
         .ok_or_else(|| PollError(format!("no report under {key} (is the agent pushing?)")))?;
-    let report = parse_load(&data)?;
-    let written = timestamp_ms(&data)?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    if written > now.saturating_add(max_age.as_millis() as u64) {
+    read_record(&key, &data, now, max_age)
+}
+
+/// The report in the record `data` found under `key`, if it is no older than `max_age` at
+/// `now_ms` (Unix milliseconds) and not dated in the future beyond that.
+pub fn read_record(
+    key: &str,
+    data: &[u8],
+    now_ms: u64,
+    max_age: Duration,
+) -> Result<LoadReport, PollError> {
+    let pushed = protocol::parse_pushed(data)?;
+    let written = pushed.ts_ms;
+    if written > now_ms.saturating_add(max_age.as_millis() as u64) {
         return Err(PollError(format!(
             "the report under {key} is dated {}ms ahead of this host's clock: fix the clocks",
-            written - now
+            written - now_ms
         )));
     }
-    let age = Duration::from_millis(now.saturating_sub(written));
+    let age = Duration::from_millis(now_ms.saturating_sub(written));
     if age > max_age {
         return Err(PollError(format!(
             "the report under {key} is {age:?} old (more than {max_age:?}): its agent has stopped"
         )));
     }
-    Ok(report)
-}
-
-/// The `ts_ms` of a report: when the agent sampled it (Unix milliseconds).
-fn timestamp_ms(body: &[u8]) -> Result<u64, PollError> {
-    #[derive(serde::Deserialize)]
-    struct Stamp {
-        ts_ms: u64,
-    }
-    serde_json::from_slice::<Stamp>(body)
-        .map(|s| s.ts_ms)
-        .map_err(|_| PollError("a pushed report needs ts_ms (Unix milliseconds)".into()))
+    Ok(pushed.report)
 }
 
 #[cfg(test)]
@@ -77,12 +79,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_and_timestamps() {
+    fn keys_and_ages() {
         assert_eq!(key("10.0.0.1:8080"), "fulcrum/load/10.0.0.1:8080");
-        assert_eq!(
-            timestamp_ms(br#"{"cpu":0.1,"ts_ms":1700000000000}"#).unwrap(),
-            1700000000000
+        let record =
+            br#"{"cpu":0.1,"mem":0,"disk":0,"net":0,"container_mem":0,"ts_ms":1700000000000}"#;
+        let max_age = Duration::from_secs(9);
+        let read = |now| read_record("k", record, now, max_age);
+        assert_eq!(read(1_700_000_000_000).unwrap().cpu, 0.1);
+        assert_eq!(read(1_700_000_009_000).unwrap().cpu, 0.1);
+        assert!(
+            read(1_700_000_009_001)
+                .unwrap_err()
+                .0
+                .contains("its agent has stopped")
         );
-        assert!(timestamp_ms(br#"{"cpu":0.1}"#).is_err());
+        assert!(
+            read(1_699_999_990_999)
+                .unwrap_err()
+                .0
+                .contains("ahead of this host's clock")
+        );
+        let e = read_record("k", br#"{"cpu":0.1}"#, 0, max_age).unwrap_err();
+        assert!(e.0.starts_with("not a load report"), "{e}");
+        let unstamped = br#"{"cpu":0.1,"mem":0,"disk":0,"net":0,"container_mem":0}"#;
+        let e = read_record("k", unstamped, 0, max_age).unwrap_err();
+        assert_eq!(e.0, "a pushed report needs ts_ms (Unix milliseconds)");
     }
 }

@@ -1,8 +1,9 @@
 //! Reading a backend's load source: `GET /load` on its `fulcrum agent` (DESIGN §2), the JSON
 //! `{"cpu":0.42,"mem":0.63,"disk":0.10,"net":0.05,"container_mem":0.50,"ts_ms":...}`.
 //!
-//! A source is untrusted input: the body is read up to [`MAX_BODY`] bytes, every field must be
-//! a finite number (NaN, infinities and strings are refused), and values outside [0, 1] are
+//! A source is untrusted input: the body is read up to [`MAX_BODY`] bytes and parsed by the
+//! agent protocol's own reader ([`agent::protocol::parse_load`]): every field must be a
+//! finite number (NaN, infinities and strings are refused), and values outside [0, 1] are
 //! clamped, so no report can carry a model outside its range.
 
 use std::net::SocketAddr;
@@ -12,7 +13,6 @@ use balance::weights::LoadReport;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use tokio::net::TcpStream;
 
 /// The largest `/load` body read; a report is under 200 bytes.
@@ -23,25 +23,15 @@ pub const MAX_BODY: usize = 16 * 1024;
 #[error("{0}")]
 pub struct PollError(pub String);
 
-/// The agent's JSON. Every utilization is required; `ts_ms` is informative.
-#[derive(Debug, Deserialize)]
-struct Wire {
-    cpu: f64,
-    mem: f64,
-    disk: f64,
-    net: f64,
-    container_mem: f64,
+impl From<agent::protocol::ParseError> for PollError {
+    fn from(e: agent::protocol::ParseError) -> PollError {
+        PollError(e.to_string())
+    }
 }
 
 /// Parses an agent's `/load` body into a checked report.
 pub fn parse_load(body: &[u8]) -> Result<LoadReport, PollError> {
-    let wire: Wire = serde_json::from_slice(body).map_err(|e| {
-        PollError(format!(
-            "not a load report ({e}); expected JSON such as {{\"cpu\":0.42,\"mem\":0.63,\"disk\":0.1,\"net\":0.05,\"container_mem\":0.5}}"
-        ))
-    })?;
-    LoadReport::checked(wire.cpu, wire.mem, wire.disk, wire.net, wire.container_mem)
-        .map_err(|e| PollError(e.to_string()))
+    Ok(agent::protocol::parse_load(body)?)
 }
 
 /// Polls a `fulcrum agent` once, within `timeout`.

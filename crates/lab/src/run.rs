@@ -334,16 +334,15 @@ async fn sample_loads(
         }
         while let Some(Ok((backend, read))) = reads.join_next().await {
             let Ok(Ok(reply)) = read else { continue };
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.body) else {
+            let Ok(report) = agent::protocol::parse_load(&reply.body) else {
                 continue;
             };
-            let field = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
             samples.push(LoadSample {
                 at,
                 backend,
-                cpu: field("cpu"),
-                mem: field("mem"),
-                net: field("net"),
+                cpu: report.cpu,
+                mem: report.mem,
+                net: report.net,
             });
         }
     }
@@ -486,15 +485,6 @@ fn backend_args(plan: &BackendPlan, addr: SocketAddr, seed: u64) -> Vec<String> 
     args
 }
 
-/// Whether fulcrum's `algorithm` takes its weights from load reports (`agent = …`).
-fn reads_load_reports(algorithm: balance::Algorithm) -> bool {
-    use balance::Algorithm::*;
-    matches!(
-        algorithm,
-        DynamicWrr | Dwlc | CapacityWeighted | UtilizationWrr
-    )
-}
-
 fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
 }
@@ -530,7 +520,7 @@ pub fn fulcrum_config(
                 let max_conns = i64::from(plan.spec.max_conns);
                 b.insert("max_conns".into(), Value::from(max_conns));
             }
-            if reads_load_reports(algorithm) && !plan.spec.backup {
+            if algorithm.reads_load_reports() && !plan.spec.backup {
                 b.insert("agent".into(), Value::from(addr.to_string()));
             }
             Value::Table(b)

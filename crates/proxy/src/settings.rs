@@ -391,6 +391,17 @@ pub enum LoadSource {
     AgentCheck(SocketAddr),
 }
 
+impl LoadSource {
+    /// Whether it gives load reports for a weight model (an agent, a node_exporter, a
+    /// memcached), rather than setting the weight itself (an agent-check).
+    pub fn gives_load_reports(self) -> bool {
+        match self {
+            LoadSource::Agent(_) | LoadSource::NodeExporter(_) | LoadSource::Memcached(_) => true,
+            LoadSource::AgentCheck(_) => false,
+        }
+    }
+}
+
 impl BackendSettings {
     pub const DEFAULT_MAX_FAILS: u32 = 1;
     pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);

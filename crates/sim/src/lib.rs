@@ -49,13 +49,6 @@ pub struct Contender {
     pub stale_after: u32,
 }
 
-impl Contender {
-    /// Whether its algorithm balances by load reports (it has a weight model).
-    pub fn reads_reports(&self) -> bool {
-        balance::weights::model::Model::for_algorithm(self.algorithm, &[1], &self.options).is_some()
-    }
-}
-
 /// The simulator's own knobs (`[sim]`), resolved.
 #[derive(Debug, Clone, Default)]
 pub struct Knobs {

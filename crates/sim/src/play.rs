@@ -46,8 +46,17 @@ fn cases<'c>(knobs: &Knobs, contenders: &'c [Contender]) -> Vec<(Option<Duration
         .flat_map(|(i, &d)| {
             contenders
                 .iter()
-                .filter(move |c| i == 0 || c.reads_reports())
-                .map(move |c| (if c.reads_reports() { d } else { None }, c))
+                .filter(move |c| i == 0 || c.algorithm.reads_load_reports())
+                .map(move |c| {
+                    (
+                        if c.algorithm.reads_load_reports() {
+                            d
+                        } else {
+                            None
+                        },
+                        c,
+                    )
+                })
         })
         .collect()
 }

@@ -41,8 +41,9 @@ use std::collections::VecDeque;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
+use crate::algorithm::Options;
 use crate::backend::{BackendId, Backends, Nanos};
-use crate::balancer::{Balancer, Completion, Options, Outcome, PickCtx};
+use crate::balancer::{Balancer, Completion, Outcome, PickCtx};
 
 /// The smallest `l`, in seconds, so that a backend answering in zero virtual time gets a
 /// finite weight.

@@ -18,8 +18,9 @@
 //! nginx's `ip_hash` does; after 20 rehashes, and for a request without an address, smooth
 //! weighted round robin decides.
 
+use crate::algorithm::Octets;
 use crate::backend::{BackendId, Backends};
-use crate::balancer::{Balancer, Completion, Octets, PickCtx};
+use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::smooth::SmoothWeights;
 
 /// The hash's initial value (the paper keeps nginx's 89), its multiplier, and the number of

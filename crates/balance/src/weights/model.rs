@@ -31,30 +31,43 @@ pub enum Model {
     },
 }
 
+/// Which weight model an algorithm balances by; which algorithm has which is declared with
+/// the algorithms ([`Algorithm::weight_model`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// Seed 003's (`dwlc`).
+    Dwlc,
+    /// Seed 001's (`dynamic_wrr`).
+    DynamicWrr,
+    /// Seed 000's (`capacity_weighted`).
+    CapacityWeighted,
+    /// gRFC A58's (`utilization_wrr`).
+    UtilizationWrr,
+}
+
 impl Model {
     /// The model `algorithm` balances by, over backends with the `configured` weights (pool
-    /// order) and the upstream's `options` (seed 001's thresholds H and L); `None` for an
-    /// algorithm that takes no load reports.
+    /// order) and the upstream's `options` (seed 001's thresholds H and L, A58's periods);
+    /// `None` for an algorithm that takes no load reports.
     pub fn for_algorithm(
         algorithm: Algorithm,
         configured: &[u32],
         options: &crate::Options,
     ) -> Option<Model> {
-        match algorithm {
-            Algorithm::Dwlc => Some(Model::Dwlc(DwlcModel::new(configured.len()))),
-            Algorithm::DynamicWrr => Some(Model::DynamicWrr(DynamicWrrModel::with_options(
-                configured, options,
-            ))),
-            Algorithm::UtilizationWrr => Some(Model::UtilizationWrr {
+        Some(match algorithm.weight_model()? {
+            ModelKind::Dwlc => Model::Dwlc(DwlcModel::new(configured.len())),
+            ModelKind::DynamicWrr => {
+                Model::DynamicWrr(DynamicWrrModel::with_options(configured, options))
+            }
+            ModelKind::UtilizationWrr => Model::UtilizationWrr {
                 model: UtilizationModel::new(configured.len(), UtilizationSettings::from(options)),
                 configured: configured.to_vec(),
-            }),
-            Algorithm::CapacityWeighted => Some(Model::CapacityWeighted {
+            },
+            ModelKind::CapacityWeighted => Model::CapacityWeighted {
                 model: CapacityModel::default(),
                 capacities: configured.iter().map(|&w| f64::from(w)).collect(),
-            }),
-            _ => None,
-        }
+            },
+        })
     }
 
     /// The weights for `reports` at `now`; `observed` is what the balancer saw of each backend

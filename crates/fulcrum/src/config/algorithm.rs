@@ -1,12 +1,12 @@
 //! An upstream's balancing: `algorithm`, `hash_key`, and the options only some algorithms use
-//! (`consistent`, `octets`, `table_size`, `balance_factor`, `window`, `smoothing`, `penalty`,
-//! `high_load`, `low_load`, `slow_start`). An option the chosen algorithm does not use is refused with the algorithms
-//! that do, so a setting never silently does nothing. See `docs/algorithms.md`.
+//! (`balance::OptionKey`; which algorithm takes which is declared with the algorithms, in
+//! `balance::Algorithm::options`). An option the chosen algorithm does not use is refused with
+//! the algorithms that do, so a setting never silently does nothing. See `docs/algorithms.md`.
 
 use std::ops::Range;
 use std::time::Duration;
 
-use balance::{Affinity, Algorithm};
+use balance::{Affinity, Algorithm, OptionKey};
 use proxy::HashKey;
 use toml::de::DeValue;
 
@@ -41,8 +41,8 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, backends: usize) -> Balanc
     let hash_key = hash_key(r, t, algorithm);
     let options = options(r, t, algorithm, backends);
     // 0 is allowed: failures then add nothing to a backend's estimate.
-    let penalty =
-        used(r, t, "penalty", algorithm).and_then(|_| t.duration(r, "penalty", Zero::Allowed));
+    let penalty = used(r, t, OptionKey::Penalty, algorithm)
+        .and_then(|_| t.duration(r, OptionKey::Penalty.name(), Zero::Allowed));
     Balancing {
         algorithm,
         hash_key,
@@ -61,7 +61,7 @@ fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> HashKey 
         (None, Ok(_)) => r.error(
             hk.span(),
             &key,
-            format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose a hash algorithm (hash, maglev, bounded_load, ip_hash, new_hash)"),
+            format!("algorithm \"{algorithm}\" does not hash a key; remove hash_key or choose a hash algorithm ({})", hash_algorithms()),
         ),
         (Some(Affinity::AddressOctets), Ok(k)) if k != HashKey::ClientIp => r.error(
             hk.span(),
@@ -73,45 +73,27 @@ fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> HashKey 
     HashKey::ClientIp
 }
 
-/// The keys of an upstream that configure its balancing: `hash_key` and every algorithm's
-/// options (each is in [`option_users`]). The admin API takes exactly these.
-pub(crate) const BALANCING_KEYS: &[&str] = &[
-    "hash_key",
-    "consistent",
-    "octets",
-    "table_size",
-    "balance_factor",
-    "window",
-    "smoothing",
-    "penalty",
-    "high_load",
-    "low_load",
-    "blackout_period",
-    "weight_expiration_period",
-    "error_utilization_penalty",
-    "slow_start",
-];
+/// The algorithms that hash, named for a message: those that hash a key first, then those
+/// that hash the client address ("hash, maglev, bounded_load, ip_hash, new_hash").
+fn hash_algorithms() -> String {
+    [Affinity::Key, Affinity::AddressOctets]
+        .iter()
+        .flat_map(|&affinity| {
+            Algorithm::ALL
+                .iter()
+                .filter(move |a| a.affinity() == Some(affinity))
+        })
+        .map(|a| a.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
-/// Which algorithms use an option.
-fn option_users(option: &str) -> Vec<Algorithm> {
-    let only = |a: Algorithm| vec![a];
-    match option {
-        "consistent" => only(Algorithm::Hash),
-        "octets" => only(Algorithm::NewHash),
-        "table_size" => only(Algorithm::Maglev),
-        "balance_factor" => only(Algorithm::BoundedLoad),
-        "window" | "smoothing" | "penalty" => only(Algorithm::Latency),
-        "high_load" | "low_load" => only(Algorithm::DynamicWrr),
-        "blackout_period" | "weight_expiration_period" | "error_utilization_penalty" => {
-            only(Algorithm::UtilizationWrr)
-        }
-        "slow_start" => Algorithm::ALL
-            .iter()
-            .copied()
-            .filter(|a| a.supports_slow_start())
-            .collect(),
-        _ => Vec::new(),
-    }
+/// The keys of an upstream that configure its balancing: `hash_key` and every algorithm's
+/// options (`balance::OptionKey::ALL`), in that order. The admin API takes exactly these.
+pub(crate) fn balancing_keys() -> Vec<&'static str> {
+    std::iter::once("hash_key")
+        .chain(OptionKey::ALL.iter().map(|o| o.name()))
+        .collect()
 }
 
 /// Where `option` is set in `t` if it is and `algorithm` uses it; reported if it is set for
@@ -119,18 +101,17 @@ fn option_users(option: &str) -> Vec<Algorithm> {
 fn used(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    option: &str,
+    option: OptionKey,
     algorithm: Algorithm,
 ) -> Option<Range<usize>> {
-    let span = t.span_of(option)?;
-    let users = option_users(option);
-    if users.contains(&algorithm) {
+    let span = t.span_of(option.name())?;
+    if algorithm.takes(option) {
         return Some(span);
     }
-    let names: Vec<&str> = users.iter().map(|a| a.name()).collect();
+    let names: Vec<&str> = option.users().map(|a| a.name()).collect();
     r.error(
         span,
-        &t.key(option),
+        &t.key(option.name()),
         format!(
             "{option} is an option of {}; algorithm \"{algorithm}\" does not use it: remove it or change the algorithm",
             names.join(", ")
@@ -146,8 +127,8 @@ pub(super) fn slow_start(
     t: &Table<'_>,
     algorithm: Algorithm,
 ) -> Option<Duration> {
-    used(r, t, "slow_start", algorithm)?;
-    t.duration(r, "slow_start", Zero::Allowed)
+    used(r, t, OptionKey::SlowStart, algorithm)?;
+    t.duration(r, OptionKey::SlowStart.name(), Zero::Allowed)
 }
 
 fn options(
@@ -157,28 +138,28 @@ fn options(
     backends: usize,
 ) -> balance::Options {
     let mut options = balance::Options::default();
-    if used(r, t, "consistent", algorithm).is_some()
-        && let Some(v) = t.flag(r, "consistent")
+    if used(r, t, OptionKey::Consistent, algorithm).is_some()
+        && let Some(v) = t.flag(r, OptionKey::Consistent.name())
     {
         options.consistent = v;
     }
-    if used(r, t, "octets", algorithm).is_some()
-        && let Some(v) = t.value("octets")
+    if used(r, t, OptionKey::Octets, algorithm).is_some()
+        && let Some(v) = t.value(OptionKey::Octets.name())
     {
         match v.get_ref() {
             DeValue::Integer(i) if i128::from_str_radix(i.as_str(), i.radix()) == Ok(3) => options.octets = balance::Octets::Three,
             DeValue::String(w) if w == "all" => options.octets = balance::Octets::All,
             other => r.error(
                 v.span(),
-                &t.key("octets"),
+                &t.key(OptionKey::Octets.name()),
                 format!("write octets = 3 (the first three octets of an IPv4 address, as the paper) or octets = \"all\", not {}", found(other)),
             ),
         }
     }
-    if let Some(span) = used(r, t, "table_size", algorithm)
+    if let Some(span) = used(r, t, OptionKey::TableSize, algorithm)
         && let Some(size) = t.integer::<u32>(
             r,
-            "table_size",
+            OptionKey::TableSize.name(),
             3..=16_777_213,
             ", a prime like 65537 (the default) or 655373",
         )
@@ -186,21 +167,21 @@ fn options(
         if !is_prime(u64::from(size)) {
             t.error(
                 r,
-                "table_size",
+                OptionKey::TableSize.name(),
                 "must be a prime between 3 and 16777213, like 65537 (the default) or 655373",
             );
         } else if (size as usize) < 10 * backends {
             r.error(
                 span,
-                &t.key("table_size"),
+                &t.key(OptionKey::TableSize.name()),
                 format!("{size} entries for {backends} backends: Maglev needs a table well above the number of backends (at least 10 times, 100 times for even shares)"),
             );
         } else {
             options.table_size = size;
         }
     }
-    if used(r, t, "balance_factor", algorithm).is_some()
-        && let Some(c) = t.number(r, "balance_factor", "1.25")
+    if used(r, t, OptionKey::BalanceFactor, algorithm).is_some()
+        && let Some(c) = t.number(r, OptionKey::BalanceFactor.name(), "1.25")
     {
         let c = *c.get_ref();
         if c > 1.0 && c <= 100.0 {
@@ -208,18 +189,18 @@ fn options(
         } else {
             t.error(
                 r,
-                "balance_factor",
+                OptionKey::BalanceFactor.name(),
                 "must be above 1 and at most 100: a backend may take this many times its fair share (1.25 is the usual choice)",
             );
         }
     }
-    if used(r, t, "window", algorithm).is_some()
-        && let Some(w) = t.integer(r, "window", 1..=10_000, " completions")
+    if used(r, t, OptionKey::Window, algorithm).is_some()
+        && let Some(w) = t.integer(r, OptionKey::Window.name(), 1..=10_000, " completions")
     {
         options.window = w;
     }
-    if used(r, t, "smoothing", algorithm).is_some()
-        && let Some(a) = t.number(r, "smoothing", "0.5")
+    if used(r, t, OptionKey::Smoothing, algorithm).is_some()
+        && let Some(a) = t.number(r, OptionKey::Smoothing.name(), "0.5")
     {
         let a = *a.get_ref();
         if a > 0.0 && a <= 1.0 {
@@ -227,28 +208,28 @@ fn options(
         } else {
             t.error(
                 r,
-                "smoothing",
+                OptionKey::Smoothing.name(),
                 "must be above 0 and at most 1 (the weight of the newest latency)",
             );
         }
     }
     thresholds(r, t, algorithm, &mut options);
-    if used(r, t, "blackout_period", algorithm).is_some()
-        && let Some(d) = t.duration(r, "blackout_period", Zero::Allowed)
+    if used(r, t, OptionKey::BlackoutPeriod, algorithm).is_some()
+        && let Some(d) = t.duration(r, OptionKey::BlackoutPeriod.name(), Zero::Allowed)
     {
         options.blackout_period = d.into();
     }
-    if used(r, t, "weight_expiration_period", algorithm).is_some()
+    if used(r, t, OptionKey::WeightExpirationPeriod, algorithm).is_some()
         && let Some(d) = t.duration(
             r,
-            "weight_expiration_period",
+            OptionKey::WeightExpirationPeriod.name(),
             Zero::Refused("every weight would expire at once"),
         )
     {
         options.weight_expiration_period = d.into();
     }
-    if used(r, t, "error_utilization_penalty", algorithm).is_some()
-        && let Some(p) = t.number(r, "error_utilization_penalty", "1.0")
+    if used(r, t, OptionKey::ErrorUtilizationPenalty, algorithm).is_some()
+        && let Some(p) = t.number(r, OptionKey::ErrorUtilizationPenalty.name(), "1.0")
     {
         let p = *p.get_ref();
         if (0.0..=100.0).contains(&p) {
@@ -256,7 +237,7 @@ fn options(
         } else {
             t.error(
                 r,
-                "error_utilization_penalty",
+                OptionKey::ErrorUtilizationPenalty.name(),
                 "must be between 0 (errors do not count) and 100",
             );
         }
@@ -273,8 +254,9 @@ fn thresholds(
     algorithm: Algorithm,
     options: &mut balance::Options,
 ) {
-    let mut read = |key: &str, example: &str| -> Option<f64> {
-        used(r, t, key, algorithm)?;
+    let mut read = |option: OptionKey, example: &str| -> Option<f64> {
+        used(r, t, option, algorithm)?;
+        let key = option.name();
         let v = *t.number(r, key, example)?.get_ref();
         if (0.0..=1.0).contains(&v) {
             Some(v)
@@ -287,17 +269,17 @@ fn thresholds(
             None
         }
     };
-    let high = read("high_load", "0.2");
-    let low = read("low_load", "0.4");
+    let high = read(OptionKey::HighLoad, "0.2");
+    let low = read(OptionKey::LowLoad, "0.4");
     let (h, l) = (
         high.unwrap_or(options.high_load),
         low.unwrap_or(options.low_load),
     );
     if h >= l {
         let key = if high.is_some() {
-            "high_load"
+            OptionKey::HighLoad.name()
         } else {
-            "low_load"
+            OptionKey::LowLoad.name()
         };
         t.error(
             r,
@@ -320,13 +302,12 @@ mod tests {
     use crate::config::testing::*;
 
     #[test]
-    fn every_balancing_key_is_an_upstream_key_and_every_option_has_users() {
-        for key in BALANCING_KEYS {
+    fn every_balancing_key_is_an_upstream_key() {
+        for key in balancing_keys() {
             assert!(
-                crate::config::upstream::SECTION.keys.contains(key),
+                crate::config::upstream::SECTION.keys.contains(&key),
                 "{key} is not a key of [[upstream]]"
             );
-            assert!(*key == "hash_key" || !option_users(key).is_empty(), "{key}");
         }
     }
 
@@ -459,6 +440,9 @@ mod tests {
         let e = refused(&with_algorithm("hash", "hash_key = \"header:\""));
         assert!(e.contains("needs a header name"), "{e}");
         let e = refused(&with_algorithm("random", "hash_key = \"uri\""));
-        assert!(e.contains("does not hash a key"), "{e}");
+        assert!(
+            e.contains("does not hash a key; remove hash_key or choose a hash algorithm (hash, maglev, bounded_load, ip_hash, new_hash)"),
+            "{e}"
+        );
     }
 }

@@ -66,15 +66,19 @@ pub(super) struct Backend {
     pub load_source: Option<LoadSource>,
 }
 
-/// The algorithms that balance by weights a load model computes from backends' reports.
-pub(super) fn uses_load_reports(algorithm: Algorithm) -> bool {
-    matches!(
-        algorithm,
-        Algorithm::DynamicWrr
-            | Algorithm::Dwlc
-            | Algorithm::CapacityWeighted
-            | Algorithm::UtilizationWrr
-    )
+/// The algorithms that read load reports (`balance::Algorithm::reads_load_reports`), named for
+/// a message: "dynamic_wrr, dwlc, capacity_weighted and utilization_wrr".
+fn load_report_algorithms() -> String {
+    let names: Vec<&str> = Algorithm::ALL
+        .iter()
+        .filter(|a| a.reads_load_reports())
+        .map(|a| a.name())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// How a source key's address becomes a [`LoadSource`].
@@ -109,7 +113,7 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
     let (key, value, make) = given.pop()?;
     if key == "agent_check" {
         // HAProxy's agent-check sets weights itself: not for an algorithm whose model does.
-        if uses_load_reports(algorithm) {
+        if algorithm.reads_load_reports() {
             r.error(
                 value.span(),
                 &t.key(key),
@@ -119,12 +123,13 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
             );
             return None;
         }
-    } else if !uses_load_reports(algorithm) {
+    } else if !algorithm.reads_load_reports() {
         r.error(
             value.span(),
             &t.key(key),
             format!(
-                "load reports are used by dynamic_wrr, dwlc, capacity_weighted and utilization_wrr, not by {algorithm}: choose one of those or remove {key}"
+                "load reports are used by {}, not by {algorithm}: choose one of those or remove {key}",
+                load_report_algorithms()
             ),
         );
         return None;

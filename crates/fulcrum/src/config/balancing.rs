@@ -9,10 +9,10 @@ use std::path::Path;
 use proxy::UpstreamSettings;
 use serde_json::Value;
 
-use super::algorithm::BALANCING_KEYS;
+use super::algorithm::balancing_keys;
 
 /// `current` with the algorithm `algorithm` and the balancing options `options` (the keys of
-/// [`BALANCING_KEYS`], valued as in the file: `"30s"`, `true`, `65537`...); options not given
+/// [`balancing_keys`], valued as in the file: `"30s"`, `true`, `65537`...); options not given
 /// take their defaults. An error says what is wrong, in `fulcrum check`'s words.
 pub fn apply(
     current: &UpstreamSettings,
@@ -22,11 +22,12 @@ pub fn apply(
     let mut upstream = toml::Table::new();
     upstream.insert("name".into(), "api".into());
     upstream.insert("algorithm".into(), algorithm.into());
+    let keys = balancing_keys();
     for (key, value) in options {
-        if !BALANCING_KEYS.contains(&key.as_str()) {
+        if !keys.contains(&key.as_str()) {
             return Err(format!(
                 "options: {key:?} is not a balancing option; these are: {}",
-                BALANCING_KEYS.join(", ")
+                keys.join(", ")
             ));
         }
         let value = match value {

@@ -135,16 +135,20 @@ fn draw<T>(rng: &Mutex<Pcg64Mcg>, f: impl FnOnce(&mut Pcg64Mcg) -> T) -> T {
     f(&mut rng.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// The agent's JSON for the utilization now.
-fn load_report(server: &Server) -> String {
+/// The agent protocol's document for the utilization now (no disk, no containers).
+fn load_report(server: &Server) -> Vec<u8> {
     let (cpu, net) = server.meter.utilization();
-    let mem = server.queue_fill();
+    let report = balance::weights::LoadReport {
+        cpu,
+        mem: server.queue_fill(),
+        disk: 0.0,
+        net,
+        container_mem: 0.0,
+    };
     let ts_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!(
-        "{{\"cpu\":{cpu:.4},\"mem\":{mem:.4},\"disk\":0,\"net\":{net:.4},\"container_mem\":0,\"ts_ms\":{ts_ms}}}"
-    )
+        .map_or(0, |d| d.as_millis() as u64);
+    agent::protocol::load_json(&report, ts_ms)
 }
 
 /// Never answers: a stalled or dying machine.

@@ -104,18 +104,15 @@ pub struct BackendSnapshot {
     pub connections_idle: usize,
 }
 
-/// Whether `settings` have a weight model fed by at least one primary's load source.
+/// Whether `settings` have a weight model (their algorithm reads load reports) fed by at
+/// least one primary's load reports (an agent-check sets weights, it feeds no model).
 fn weight_model_fed(settings: &UpstreamSettings) -> bool {
-    let primaries: Vec<&crate::BackendSettings> =
-        settings.backends.iter().filter(|b| !b.backup).collect();
-    let configured: Vec<u32> = primaries.iter().map(|b| b.weight).collect();
-    balance::weights::model::Model::for_algorithm(
-        settings.algorithm,
-        &configured,
-        &settings.options,
-    )
-    .is_some()
-        && primaries.iter().any(|b| b.load_source.is_some())
+    settings.algorithm.reads_load_reports()
+        && settings.backends.iter().any(|b| {
+            !b.backup
+                && b.load_source
+                    .is_some_and(crate::LoadSource::gives_load_reports)
+        })
 }
 
 /// Whether load reports set the weights of `settings`' pool: a weight model, or a HAProxy
@@ -167,7 +164,7 @@ impl Upstream {
     }
 
     /// Whether the upstream's weights follow its backends' load reports: a weight model fed
-    /// by at least one primary's load source (the control plane's feedback loop).
+    /// by at least one primary's load reports (the control plane's feedback loop).
     pub fn has_weight_model(&self) -> bool {
         weight_model_fed(&self.settings())
     }

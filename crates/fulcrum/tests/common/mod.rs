@@ -9,14 +9,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// `{pid}-{n}-{name}`: a scratch path's own part, `n` counting every one this process makes.
+/// The tests of one binary run in parallel in one process, so the pid alone does not keep them
+/// apart: two tests may pick one name (both failover tests once shared `ha-failover`, and the
+/// first to finish removed the other's directory), and one test may make two files through
+/// one helper (dropping the first would remove the second).
+fn unique(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}-{name}", std::process::id())
+}
+
 /// A fresh directory under the system's temporary one, removed when dropped.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    /// `fulcrum-{suite}-{pid}-{name}`, empty.
+    /// `fulcrum-{suite}-{pid}-{n}-{name}` (see [`unique`]), empty.
     pub fn new(suite: &str, name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("fulcrum-{suite}-{}-{name}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("fulcrum-{suite}-{}", unique(name)));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         TempDir(path)
@@ -41,8 +52,9 @@ pub fn fulcrum() -> Command {
 pub struct TempFile(pub PathBuf);
 
 impl TempFile {
+    /// `fulcrum-test-{pid}-{n}-{name}` (see [`unique`]), holding `text`.
     pub fn new(name: &str, text: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!("fulcrum-test-{}-{name}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("fulcrum-test-{}", unique(name)));
         std::fs::write(&path, text).unwrap();
         TempFile(path)
     }

@@ -1048,17 +1048,11 @@ impl Fault {
     }
 }
 
-/// A port on loopback that refuses connections (bound, then closed).
-fn refusing_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[test]
 fn backend_faults_never_reach_the_client_as_something_else() {
     let (a, b, good) = (Backend::start(), Backend::start(), Backend::start());
+    // Ports that refuse connections, held for the whole test.
+    let (refusing, down) = (common::HeldPort::refusing(), common::HeldPort::refusing());
     let dir = common::TempDir::new("hardening", "faults");
     let log = std::path::Path::new(dir.path()).join("access.log");
     let cfg = config(&format!(
@@ -1104,9 +1098,9 @@ algorithm = "round_robin"
         log.display(),
         a.addr,
         b.addr,
-        refusing_addr(),
+        refusing.addr,
         good.addr,
-        refusing_addr(),
+        down.addr,
     ));
     let mut fulcrum = Running::start(&cfg, 3);
     let cases = fault_cases();

@@ -44,6 +44,49 @@ impl Drop for TempDir {
     }
 }
 
+/// A loopback port held by a bound socket that does not listen. Taking a free port by binding
+/// port 0 and closing the socket leaves a window in which any process on the machine may get
+/// the port (a bind to port 0, or a connect's source port: the idle-clients test alone makes
+/// tens of thousands); a port with a bound socket is passed over by both, and connections to
+/// it are refused while nothing listens on it.
+pub struct HeldPort {
+    _socket: socket2::Socket,
+    pub addr: SocketAddr,
+}
+
+impl HeldPort {
+    /// A port for a server this test starts, to bind and listen on while the port is held:
+    /// held with SO_REUSEADDR, which lets one more socket that sets it bind the port as long as
+    /// only one listens, and every server the tests start sets it when it listens (std and
+    /// tokio, Go, memcached, redis). Drop it once the server listens.
+    pub fn for_server() -> HeldPort {
+        HeldPort::bind(true)
+    }
+
+    /// A port that refuses every connection for as long as it is held: no one else can bind
+    /// it, SO_REUSEADDR or not.
+    pub fn refusing() -> HeldPort {
+        HeldPort::bind(false)
+    }
+
+    fn bind(reuse: bool) -> HeldPort {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.set_reuse_address(reuse).unwrap();
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&loopback.into()).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        HeldPort {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
 pub fn fulcrum() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fulcrum"))
 }

@@ -232,10 +232,8 @@ fn metrics_pass_promtool_and_count_every_request() {
         let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let a = Backend::start("a", loopback).await.unwrap();
         // A port that refuses connections: its attempts fail and go to a.
-        let dead = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let held = common::HeldPort::refusing();
+        let dead = held.addr;
         let config = config("admin-metrics.toml", &[a.addr(), dead], "");
         let mut fulcrum = Running::start(&config, 1);
         let admin = fulcrum.admin.unwrap();

@@ -7,7 +7,7 @@ mod common;
 use common::TempDir;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -367,11 +367,9 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
         return;
     }
     // A free loopback port, with nothing on it yet.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Refusing until memcached listens on it, and nobody else's meanwhile.
+    let held = common::HeldPort::for_server();
+    let port = held.port();
     let push = format!("memcached://127.0.0.1:{port}");
     let agent = Agent::start(&[
         "--interval",
@@ -400,6 +398,7 @@ fn push_writes_reports_to_memcached_and_survives_its_absence() {
     );
 
     let memcached = Memcached::start(port);
+    drop(held);
     let deadline = Instant::now() + Duration::from_secs(20);
     let stored = loop {
         if let Some(value) = memcached_get(port, "fulcrum/load/127.0.0.1:9001") {
@@ -527,12 +526,10 @@ fn reports_pushed_to_memcached_feed_the_balancers_weights() {
     if !common::installed("memcached", "-V") {
         return;
     }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let held = common::HeldPort::for_server();
+    let port = held.port();
     let _memcached = Memcached::start(port);
+    drop(held);
     let push = format!("memcached://127.0.0.1:{port}");
     // Two backends (nothing needs to answer on them: no request is sent), each with an agent
     // pushing under its address.

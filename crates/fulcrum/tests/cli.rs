@@ -276,10 +276,9 @@ fn raw(addr: SocketAddr, request: &[u8]) -> String {
 #[test]
 fn every_answer_is_in_the_access_log_with_the_backends_tried_and_the_clients_fate() {
     let silent = silent_backend();
-    let refusing = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Held for the whole test: refusing, and nobody else's.
+    let held = common::HeldPort::refusing();
+    let refusing = held.addr;
     let config = TempFile::new(
         "access.toml",
         &format!(
@@ -775,10 +774,8 @@ fn a_real_node_exporter_feeds_the_weights() {
         );
         return;
     }
-    let exporter_addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let held = common::HeldPort::for_server();
+    let exporter_addr = held.addr;
     let _exporter = Child2(
         Command::new(exporter_bin)
             .arg(format!("--web.listen-address={exporter_addr}"))
@@ -788,6 +785,7 @@ fn a_real_node_exporter_feeds_the_weights() {
             .unwrap(),
     );
     wait_for_port(exporter_addr);
+    drop(held);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let backends: Vec<Backend> = ["a", "b"]
@@ -1288,10 +1286,8 @@ fn lab_backend_refuses_bad_flags_and_dies_after_n_requests_by_itself() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let held = common::HeldPort::for_server();
+    let addr = held.addr;
     let mut backend = Child2(
         fulcrum()
             .args([
@@ -1308,6 +1304,7 @@ fn lab_backend_refuses_bad_flags_and_dies_after_n_requests_by_itself() {
             .unwrap(),
     );
     wait_for_port(addr);
+    drop(held);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         for _ in 0..2 {

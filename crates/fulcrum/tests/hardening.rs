@@ -9,7 +9,7 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +25,8 @@ struct Seen {
     line: String,
     head: String,
     body: Vec<u8>,
+    /// When the backend had read it whole.
+    at: Instant,
 }
 
 #[derive(Clone)]
@@ -81,6 +83,7 @@ impl Backend {
                 line: line.clone(),
                 head: head.clone(),
                 body,
+                at: Instant::now(),
             });
             if path.starts_with("/fault/") {
                 self.faults.fetch_add(1, Ordering::SeqCst);
@@ -210,7 +213,22 @@ struct Client {
 
 impl Client {
     fn connect(addr: SocketAddr) -> Client {
-        let s = TcpStream::connect(addr).unwrap();
+        Client::with(TcpStream::connect(addr).unwrap())
+    }
+
+    /// Connects from loopback address `from`, which fulcrum passes on as `X-Real-IP`. (Binding
+    /// first takes a port of the ephemeral range for this address alone, where a plain connect
+    /// shares ports between destinations and reuses those in TIME_WAIT: not for the tens of
+    /// thousands of clients of the idle test.)
+    fn connect_from(addr: SocketAddr, from: Ipv4Addr) -> Client {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+        socket.connect(&addr.into()).unwrap();
+        Client::with(socket.into())
+    }
+
+    fn with(s: TcpStream) -> Client {
         s.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         Client {
@@ -578,10 +596,14 @@ fn one(seen: &[Seen]) -> Result<&Seen, String> {
     }
 }
 
-/// Runs `c` on a fresh connection to `addr`; `Err` says how it went otherwise.
-fn run_case(c: &Case, addr: SocketAddr, backend: &Backend) -> Result<(), String> {
+/// Runs `c` on a fresh connection to `addr` from loopback address `from`; `Err` says how it
+/// went otherwise. Only requests from `from` (fulcrum's `X-Real-IP`) count as the case's: a
+/// request of an earlier case that fulcrum passes on late is not this case's (the half-close
+/// case's request may reach the backend after that case has ended, and a busy machine once
+/// made it the slowloris case's, which must reach nothing).
+fn run_case(c: &Case, addr: SocketAddr, from: Ipv4Addr, backend: &Backend) -> Result<(), String> {
     backend.take();
-    let mut client = Client::connect(addr);
+    let mut client = Client::connect_from(addr, from);
     let deadline = Instant::now() + Duration::from_secs(10);
     for step in &c.steps {
         match step {
@@ -628,7 +650,10 @@ fn run_case(c: &Case, addr: SocketAddr, backend: &Backend) -> Result<(), String>
         }
     }
     let mut seen = backend.take();
-    seen.retain(|s| !s.line.starts_with("GET /after "));
+    let from = from.to_string();
+    seen.retain(|s| {
+        header(&s.head, "x-real-ip") == Some(from.as_str()) && !s.line.starts_with("GET /after ")
+    });
     match &c.reach {
         Reach::Nothing if seen.is_empty() => Ok(()),
         Reach::Nothing => Err(format!("reached the backend: {seen:?}")),
@@ -728,10 +753,13 @@ fn bad_input_is_answered_as_rfc_9112_says() {
     let mut fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
     let cases = bad_input_cases();
+    // Each case from its own loopback address, 127.0.1.1 on.
+    assert!(cases.len() < 255);
     let failures: Vec<String> = cases
         .iter()
-        .filter_map(|c| {
-            run_case(c, addr, &backend)
+        .zip(1u8..)
+        .filter_map(|(c, i)| {
+            run_case(c, addr, Ipv4Addr::new(127, 0, 1, i), &backend)
                 .err()
                 .map(|e| format!("{}: {}: {e}", c.class, c.input))
         })
@@ -1020,17 +1048,11 @@ impl Fault {
     }
 }
 
-/// A port on loopback that refuses connections (bound, then closed).
-fn refusing_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[test]
 fn backend_faults_never_reach_the_client_as_something_else() {
     let (a, b, good) = (Backend::start(), Backend::start(), Backend::start());
+    // Ports that refuse connections, held for the whole test.
+    let (refusing, down) = (common::HeldPort::refusing(), common::HeldPort::refusing());
     let dir = common::TempDir::new("hardening", "faults");
     let log = std::path::Path::new(dir.path()).join("access.log");
     let cfg = config(&format!(
@@ -1076,9 +1098,9 @@ algorithm = "round_robin"
         log.display(),
         a.addr,
         b.addr,
-        refusing_addr(),
+        refusing.addr,
         good.addr,
-        refusing_addr(),
+        down.addr,
     ));
     let mut fulcrum = Running::start(&cfg, 3);
     let cases = fault_cases();
@@ -1288,14 +1310,27 @@ algorithm = "round_robin"
     let limited = fulcrum.addr_of("limited");
 
     // One in flight fills the backend; the next waits in the queue and is served after it.
+    // "After" as the backend saw it: the queued request reached it at least the first's 700 ms
+    // after the first did. (Not when the client's two reader threads saw their answers: the
+    // second answer follows the first within a millisecond, and a busy machine once ran the
+    // second reader first.)
     let first = send(limited, "/slow?ms=700&first");
     wait_seen(&backend, "GET /slow?ms=700&first");
     let queued = send(limited, "/slow?ms=0&queued");
     let got = answers_in_order(vec![first, queued]);
     assert_eq!((got[0].0, got[1].0), (200, 200), "{got:?}");
+    let reached = |line: &str| {
+        let seen = backend.seen.lock().unwrap();
+        seen.iter()
+            .find(|s| s.line.starts_with(line))
+            .map(|s| s.at)
+            .unwrap_or_else(|| panic!("{line} reached the backend"))
+    };
+    let waited = reached("GET /slow?ms=0&queued")
+        .saturating_duration_since(reached("GET /slow?ms=700&first"));
     assert!(
-        got[1].1 >= got[0].1,
-        "the queued request was served before the first ended"
+        waited >= Duration::from_millis(700),
+        "the queued request reached the backend {waited:?} after the first, before it ended"
     );
 
     // The queue holds one: a third request is refused at once; the one queued gives up after
@@ -1454,9 +1489,88 @@ fn a_closed_connection_lingers_only_when_the_client_sent_more() {
     fulcrum.terminate();
 }
 
+/// What one idle keep-alive client may cost fulcrum in resident memory: 6.5 KiB. Measured as
+/// below in the debug build the suite runs, four runs (two alone, two beside the failover
+/// tests and two busy loops), 20 waves in all: 4,961–5,132 bytes a client, each run's median
+/// 5,021–5,042; 13.4 KiB before idle connections gave their buffers back. The limit leaves
+/// 1.5 KiB (30%) over the highest wave, and fails a change that adds 1.6 KiB or more to every
+/// idle connection: with idle connections keeping their 4 KiB read buffer (its release in
+/// `idle_wait` removed) the median was 8,407 bytes. (A larger read buffer for busy
+/// connections also shows, in the part of the figure the pacing bounds.)
+const IDLE_CLIENT_BYTES_LIMIT: f64 = 6656.0;
+
+/// How fast the clients of a wave arrive, at most. A connection holds its buffers for its
+/// first second idle, and the allocator keeps their memory when they are given back, so a
+/// wave's resident size includes the buffers of a second's arrivals. Unpaced, on a busy
+/// machine, one fulcrum's waves of 9,500 cost 5.9 KiB a client arriving in 2.6 s and 5.0 KiB
+/// arriving in 7 s (and 6.2 KiB on a fresh clone once, over the old 6 KiB limit). At this rate
+/// that part is at most 1,500 × ~4 KiB, 0.6 KiB a client of 9,500, the same in every wave;
+/// a machine too busy to keep the pace only lowers it.
+const IDLE_ARRIVALS_PER_SECOND: f64 = 1500.0;
+
+/// One wave on `fulcrum`: `n` clients, arriving at [`IDLE_ARRIVALS_PER_SECOND`], each send a
+/// request and then hold their connection idle past the grace after which it gives its buffers
+/// back; their memory (resident size, KiB) is read; then they leave and every descriptor they
+/// held must close. `before`: fulcrum's resident size and descriptors before any wave.
+fn idle_wave(fulcrum: &Running, n: usize, before: (u64, usize), label: &str) -> u64 {
+    let (addr, pid) = (fulcrum.addr_of("app"), fulcrum.child.id());
+    let (rss_before, fds_before) = before;
+    let started = Instant::now();
+    let mut clients = Vec::with_capacity(n);
+    for i in 0..n {
+        // Open loop: each client at its time (the rate is the thing measured, not a settling).
+        let due = started + Duration::from_secs_f64(i as f64 / IDLE_ARRIVALS_PER_SECOND);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let mut c = Client::connect(addr);
+        idle_ask(&mut c);
+        clients.push(c);
+    }
+    let built = started.elapsed();
+    // The grace (1 s, the proxy's IDLE_GRACE) is fulcrum's own timer, with nothing to see
+    // from outside when it fires: every client has been idle past it here.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (rss, fds) = (rss_kib(pid), open_fds(pid));
+    println!(
+        "{label}: {n} idle keep-alive clients in {:.1} s: RSS {rss_before} KiB -> {rss} KiB ({:.0} bytes per client), descriptors {fds_before} -> {fds}",
+        built.as_secs_f64(),
+        per_idle_client(rss, rss_before, n)
+    );
+    assert!(fds + 10 >= fds_before + n, "every client is held open");
+    drop(clients);
+    // Gone with them: every descriptor.
+    wait_until(
+        Duration::from_secs(20),
+        "every descriptor closes",
+        || match open_fds(pid) {
+            now if now <= fds_before => Ok(()),
+            now => Err(format!("{now} open, {fds_before} before the clients")),
+        },
+    );
+    rss
+}
+
+fn idle_ask(c: &mut Client) {
+    c.s.write_all(get("/").as_bytes()).unwrap();
+    let a = c
+        .answer(Instant::now() + Duration::from_secs(30))
+        .expect("an answer");
+    assert_eq!(a.status, 200);
+}
+
+fn per_idle_client(rss: u64, rss_before: u64, n: usize) -> f64 {
+    rss.saturating_sub(rss_before) as f64 * 1024.0 / n as f64
+}
+
+/// An idle keep-alive connection keeps its task and socket, not the head buffer and the
+/// scratch a busy one holds. The figure asserted against [`IDLE_CLIENT_BYTES_LIMIT`] is the
+/// median of three independent waves, each the first on a fresh fulcrum, the clients arriving
+/// at [`IDLE_ARRIVALS_PER_SECOND`]: one wave disturbed by the machine cannot fail the test,
+/// nor hide a regression that is in the other two. The first fulcrum goes on for two more
+/// waves, which must find the memory the first left.
 #[test]
 fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
     const CLIENTS: usize = 10_000;
+    const SAMPLES: usize = 3;
     // The test holds every client's socket and fulcrum (which inherits the limit) reserves
     // two descriptors per client it may serve: raise the limit, the hard one too where allowed
     // (as root, which CI is).
@@ -1482,83 +1596,69 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
     }
     let have = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     // Where the hard limit cannot be raised, as many as it allows (stated in the output).
-    let clients = CLIENTS.min((have.saturating_sub(1000) / 2) as usize);
-    if clients < 1000 {
+    let n = CLIENTS.min((have.saturating_sub(1000) / 2) as usize);
+    if n < 1000 {
         println!("SKIPPED: the open-files limit is {have}; the test needs at least 3000");
         return;
     }
+    println!("open-files limit {have}: {n} clients a wave");
     let backend = Backend::start();
     // Idle keep-alive connections are closed after client_header_timeout: not while a wave
     // builds.
     let cfg = app_config(
         &format!(
             "max_connections = {}\nclient_header_timeout = \"5m\"",
-            clients + 100
+            n + 100
         ),
         backend.addr,
     );
-    let mut fulcrum = Running::start(&cfg, 1);
-    let addr = fulcrum.addr_of("app");
-    let pid = fulcrum.child.id();
-    let ask = |c: &mut Client| {
-        c.s.write_all(get("/").as_bytes()).unwrap();
-        let a = c
-            .answer(Instant::now() + Duration::from_secs(30))
-            .expect("an answer");
-        assert_eq!(a.status, 200);
-    };
-    // Warm: the workers' buffers and the backend connections exist before the baseline.
-    for _ in 0..200 {
-        ask(&mut Client::connect(addr));
-    }
-    let (rss_before, fds_before) = (rss_kib(pid), open_fds(pid));
-    let n = clients;
-    // Three waves: the later ones must find the memory the first left (the allocator keeps what was
-    // freed for reuse, so RSS does not fall when clients leave; it must not grow either).
-    let mut held = Vec::new();
-    for wave in 1..=3 {
-        let mut clients = Vec::with_capacity(n);
-        for _ in 0..n {
-            let mut c = Client::connect(addr);
-            ask(&mut c);
-            clients.push(c);
+    let mut first_waves = Vec::new();
+    for sample in 1..=SAMPLES {
+        let mut fulcrum = Running::start(&cfg, 1);
+        let (addr, pid) = (fulcrum.addr_of("app"), fulcrum.child.id());
+        // Warm: the workers' buffers and the backend connections exist before the baseline.
+        for _ in 0..200 {
+            idle_ask(&mut Client::connect(addr));
         }
-        // Every client has been idle past the grace after which a connection gives its
-        // buffers back (1 s, the proxy's IDLE_GRACE).
-        std::thread::sleep(Duration::from_millis(1500));
-        let (rss, fds) = (rss_kib(pid), open_fds(pid));
-        let per_client = rss.saturating_sub(rss_before) as f64 * 1024.0 / n as f64;
-        println!(
-            "wave {wave}: {n} idle keep-alive clients (open-files limit {have}): RSS {rss_before} KiB -> {rss} KiB ({per_client:.0} bytes per client), descriptors {fds_before} -> {fds}"
-        );
-        assert!(fds + 10 >= fds_before + n, "every client is held open");
-        // An idle connection keeps no request buffers: its task and socket, not the head
-        // buffer and the scratch a busy one holds.
+        let before = (rss_kib(pid), open_fds(pid));
+        let waves = if sample == 1 { 3 } else { 1 };
+        let held: Vec<u64> = (1..=waves)
+            .map(|wave| {
+                idle_wave(
+                    &fulcrum,
+                    n,
+                    before,
+                    &format!("fulcrum {sample}, wave {wave}"),
+                )
+            })
+            .collect();
+        first_waves.push(per_idle_client(held[0], before.0, n));
+        if waves > 1 {
+            // The allocator keeps what was freed for reuse, so resident memory does not fall
+            // when clients leave; it must not grow either. Paced waves differ by at most 1.2%
+            // (about 69 MiB held); a leak of 200 bytes per client (2.6% a wave at 9,500
+            // clients) passes 4% by the third.
+            assert!(
+                held[1..]
+                    .iter()
+                    .all(|&rss| rss <= held[0] + held[0] * 4 / 100),
+                "later waves took more memory than the first ({held:?} KiB): something is kept"
+            );
+        }
         assert!(
-            per_client < 6144.0,
-            "{per_client:.0} bytes of RSS per idle client"
+            fulcrum.child.try_wait().unwrap().is_none(),
+            "fulcrum exited"
         );
-        drop(clients);
-        // Gone with them: every descriptor.
-        wait_until(
-            Duration::from_secs(20),
-            "every descriptor closes",
-            || match open_fds(pid) {
-                n if n <= fds_before => Ok(()),
-                n => Err(format!("{n} open, {fds_before} before the clients")),
-            },
-        );
-        held.push(rss);
+        fulcrum.terminate();
     }
-    // Noise between waves is a few per cent (allocator, page cache of the binary); a leak of
-    // even 250 bytes per client would add 4% a wave, 8% by the third.
-    assert!(
-        held[1].max(held[2]) <= held[0] + held[0] * 8 / 100,
-        "later waves took more memory than the first ({held:?} KiB): something is kept"
+    let mut sorted = first_waves.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[SAMPLES / 2];
+    println!(
+        "bytes of RSS per idle client, first waves of {SAMPLES} fulcrums: {first_waves:.0?}; median {median:.0} (limit {IDLE_CLIENT_BYTES_LIMIT:.0})"
     );
     assert!(
-        fulcrum.child.try_wait().unwrap().is_none(),
-        "fulcrum exited"
+        median < IDLE_CLIENT_BYTES_LIMIT,
+        "{median:.0} bytes of RSS per idle client (median of {first_waves:.0?})"
     );
-    fulcrum.terminate();
 }

@@ -23,13 +23,9 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
-        // A free port, given back for redis to take: loopback ports are not handed out again
-        // at once, and the start below fails loudly if one was.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Held until redis listens on it (redis binds with SO_REUSEADDR).
+        let held = common::HeldPort::for_server();
+        let port = held.port();
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
@@ -45,6 +41,7 @@ impl Redis {
         wait_until(Duration::from_secs(10), "redis-server answers PING", || {
             ping(redis.addr).map_err(|e| e.to_string())
         });
+        drop(held);
         redis
     }
 

@@ -9,14 +9,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// `{pid}-{n}-{name}`: a scratch path's own part, `n` counting every one this process makes.
+/// The tests of one binary run in parallel in one process, so the pid alone does not keep them
+/// apart: two tests may pick one name (both failover tests once shared `ha-failover`, and the
+/// first to finish removed the other's directory), and one test may make two files through
+/// one helper (dropping the first would remove the second).
+fn unique(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}-{name}", std::process::id())
+}
+
 /// A fresh directory under the system's temporary one, removed when dropped.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    /// `fulcrum-{suite}-{pid}-{name}`, empty.
+    /// `fulcrum-{suite}-{pid}-{n}-{name}` (see [`unique`]), empty.
     pub fn new(suite: &str, name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("fulcrum-{suite}-{}-{name}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("fulcrum-{suite}-{}", unique(name)));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         TempDir(path)
@@ -33,6 +44,49 @@ impl Drop for TempDir {
     }
 }
 
+/// A loopback port held by a bound socket that does not listen. Taking a free port by binding
+/// port 0 and closing the socket leaves a window in which any process on the machine may get
+/// the port (a bind to port 0, or a connect's source port: the idle-clients test alone makes
+/// tens of thousands); a port with a bound socket is passed over by both, and connections to
+/// it are refused while nothing listens on it.
+pub struct HeldPort {
+    _socket: socket2::Socket,
+    pub addr: SocketAddr,
+}
+
+impl HeldPort {
+    /// A port for a server this test starts, to bind and listen on while the port is held:
+    /// held with SO_REUSEADDR, which lets one more socket that sets it bind the port as long as
+    /// only one listens, and every server the tests start sets it when it listens (std and
+    /// tokio, Go, memcached, redis). Drop it once the server listens.
+    pub fn for_server() -> HeldPort {
+        HeldPort::bind(true)
+    }
+
+    /// A port that refuses every connection for as long as it is held: no one else can bind
+    /// it, SO_REUSEADDR or not.
+    pub fn refusing() -> HeldPort {
+        HeldPort::bind(false)
+    }
+
+    fn bind(reuse: bool) -> HeldPort {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.set_reuse_address(reuse).unwrap();
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&loopback.into()).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        HeldPort {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
 pub fn fulcrum() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fulcrum"))
 }
@@ -41,8 +95,9 @@ pub fn fulcrum() -> Command {
 pub struct TempFile(pub PathBuf);
 
 impl TempFile {
+    /// `fulcrum-test-{pid}-{n}-{name}` (see [`unique`]), holding `text`.
     pub fn new(name: &str, text: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!("fulcrum-test-{}-{name}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("fulcrum-test-{}", unique(name)));
         std::fs::write(&path, text).unwrap();
         TempFile(path)
     }

@@ -24,6 +24,9 @@
 //! * [`attempt`]: [`Attempts`], a request's attempts as one state machine around the retry
 //!   policy — the tried set, the attempt limit, resend-once, `response_timeout`, blame in the
 //!   body and our own answer — driven alike by the proxy (HTTP and TCP) and the simulator.
+//! * [`policy`]: [`Policy`], an upstream's balancing policy (algorithm, options, backends in
+//!   pool order, attempt limit, queue, polling): what the proxy's settings make and the
+//!   simulator's contenders hold.
 //! * [`queue`]: the `max_conns` queue's decisions: whether a request may wait, and which
 //!   waiting request a backend with room is handed to.
 //! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
@@ -40,6 +43,7 @@ pub mod algorithms;
 pub mod attempt;
 pub mod backend;
 pub mod balancer;
+pub mod policy;
 pub mod pool;
 pub mod queue;
 pub mod retry;
@@ -53,6 +57,7 @@ pub use algorithm::{
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{Balancer, Completion, Outcome, PickCtx};
+pub use policy::Policy;
 pub use pool::{Pool, Ticket};
 pub use retry::{
     Action, AttemptFailure, Blame, Connection, Decision, Fault, Replay, RequestSent,

@@ -69,16 +69,8 @@ pub fn contenders(scenario: &Scenario) -> anyhow::Result<(Vec<sim::Contender>, V
             .ok_or_else(|| anyhow!("algorithm {:?}: a backend went missing", spec.name))?;
         out.push(sim::Contender {
             label: spec.name.clone(),
-            algorithm: upstream.algorithm,
-            options: upstream.options.clone(),
-            primaries: primaries.iter().map(|b| b.spec()).collect(),
-            backups: backups.iter().map(|b| b.spec()).collect(),
+            policy: upstream.policy(),
             plan_of,
-            retries: upstream.retries,
-            queue: upstream.queue,
-            queue_timeout: upstream.queue_timeout,
-            poll_interval: upstream.poll_interval,
-            stale_after: upstream.stale_after,
         });
     }
     if out.is_empty() {

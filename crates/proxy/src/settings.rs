@@ -319,8 +319,28 @@ impl UpstreamSettings {
     /// NGINX Plus's `queue ... timeout=` default.
     pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
+    /// Its balancing policy: the algorithm, the backends' specs in pool order, the attempt
+    /// limit, the queue and the polling — what the pool is built from, and what the simulator
+    /// replays.
+    pub fn policy(&self) -> balance::Policy {
+        let (backups, primaries): (Vec<&BackendSettings>, Vec<&BackendSettings>) =
+            self.backends.iter().partition(|b| b.backup);
+        balance::Policy {
+            algorithm: self.algorithm,
+            options: self.options.clone(),
+            primaries: primaries.iter().map(|b| b.spec()).collect(),
+            backups: backups.iter().map(|b| b.spec()).collect(),
+            retries: self.retries,
+            queue: self.queue,
+            queue_timeout: self.queue_timeout,
+            poll_interval: self.poll_interval,
+            stale_after: self.stale_after,
+        }
+    }
+
     /// Attempts allowed for one request: the first and the retries (`retries`, or every
-    /// backend once).
+    /// backend once), as [`balance::Policy::attempt_limit`] counts them (without building the
+    /// policy: this is read for every request).
     pub fn max_attempts(&self) -> usize {
         balance::attempt::attempt_limit(self.retries, self.backends.len())
     }

@@ -37,16 +37,18 @@ fn contender(s: &Scenario, algorithm: Algorithm) -> Contender {
     let n = s.backend_plans().len();
     Contender {
         label: algorithm.name().to_owned(),
-        algorithm,
-        options: Options::default(),
-        primaries: (0..n).map(|_| BackendSpec::new(1)).collect(),
-        backups: Vec::new(),
+        policy: balance::Policy {
+            algorithm,
+            options: Options::default(),
+            primaries: (0..n).map(|_| BackendSpec::new(1)).collect(),
+            backups: Vec::new(),
+            retries: None,
+            queue: 0,
+            queue_timeout: std::time::Duration::from_secs(60),
+            poll_interval: std::time::Duration::from_secs(1),
+            stale_after: 3,
+        },
         plan_of: (0..n).collect(),
-        retries: None,
-        queue: 0,
-        queue_timeout: std::time::Duration::from_secs(60),
-        poll_interval: std::time::Duration::from_secs(1),
-        stale_after: 3,
     }
 }
 

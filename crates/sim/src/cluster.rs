@@ -268,26 +268,13 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let n = plans.len();
-        let primaries = contender.primaries.len();
+        let primaries = contender.policy.primaries.len();
         let balancers = (0..knobs.balancers.max(1))
             .map(|i| Balancer {
-                pool: Pool::new(
-                    contender.algorithm,
-                    &contender.options,
-                    &contender.primaries,
-                    &contender.backups,
-                    seed.wrapping_add(u64::from(i).wrapping_mul(0x2545_f491_4f6c_dd1d)),
-                ),
-                feed: Feed::new(
-                    contender.algorithm,
-                    &contender
-                        .primaries
-                        .iter()
-                        .map(|b| b.weight)
-                        .collect::<Vec<_>>(),
-                    &contender.options,
-                    contender.stale_after,
-                ),
+                pool: contender
+                    .policy
+                    .pool(seed.wrapping_add(u64::from(i).wrapping_mul(0x2545_f491_4f6c_dd1d))),
+                feed: contender.policy.feed(),
                 warm: vec![false; n],
                 waiting: VecDeque::new(),
             })
@@ -329,8 +316,7 @@ impl<'a> Sim<'a> {
                 std::net::IpAddr::V6(_) => [0; 4],
             })
             .collect();
-        let max_attempts =
-            balance::attempt::attempt_limit(contender.retries, contender.plan_of.len());
+        let max_attempts = contender.policy.attempt_limit();
         let tally = Tally::new(
             n,
             traffic.duration,
@@ -356,8 +342,8 @@ impl<'a> Sim<'a> {
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x51_5eed),
             affinity,
             max_attempts,
-            queue: contender.queue,
-            queue_timeout: ns(contender.queue_timeout),
+            queue: contender.policy.queue,
+            queue_timeout: ns(contender.policy.queue_timeout),
             delay: ns(knobs.network_delay),
             report_delay: ns(knobs.report_delay),
             timeout: ns(traffic.timeout),
@@ -387,7 +373,7 @@ impl<'a> Sim<'a> {
         sim.step_every = step_every;
         sim.events.push(0, Event::Step);
         if feeds {
-            let interval = ns(contender.poll_interval).max(1);
+            let interval = ns(contender.policy.poll_interval).max(1);
             let count = sim.balancers.len() as u64;
             for b in 0..count {
                 // Instances started at different moments: their rounds are spread out.
@@ -1158,7 +1144,7 @@ impl Sim<'_> {
     }
 
     fn poll(&mut self, b: u32) {
-        let primaries = self.contender.primaries.len();
+        let primaries = self.contender.policy.primaries.len();
         let polls: Vec<Poll> = (0..primaries)
             .map(|id| {
                 let k = self.plan_of[id];
@@ -1187,7 +1173,7 @@ impl Sim<'_> {
             }
         }
         if !self.finished() {
-            let interval = ns(self.contender.poll_interval).max(1);
+            let interval = ns(self.contender.policy.poll_interval).max(1);
             self.events.push(self.now + interval, Event::Poll(b));
         }
     }
@@ -1224,16 +1210,18 @@ name = "round_robin"
         let traffic = scenario.traffic().expect("valid traffic");
         let contender = Contender {
             label: "round_robin".into(),
-            algorithm: Algorithm::RoundRobin,
-            options: Options::default(),
-            primaries: vec![BackendSpec::new(1), BackendSpec::new(1)],
-            backups: Vec::new(),
+            policy: balance::Policy {
+                algorithm: Algorithm::RoundRobin,
+                options: Options::default(),
+                primaries: vec![BackendSpec::new(1), BackendSpec::new(1)],
+                backups: Vec::new(),
+                retries: None,
+                queue: 0,
+                queue_timeout: Duration::from_secs(60),
+                poll_interval: Duration::from_secs(1),
+                stale_after: 3,
+            },
             plan_of: vec![0, 1],
-            retries: None,
-            queue: 0,
-            queue_timeout: Duration::from_secs(60),
-            poll_interval: Duration::from_secs(1),
-            stale_after: 3,
         };
         let knobs = Knobs::of(&scenario);
         let mut sim = Sim::new(&scenario, &traffic, &contender, &knobs, 1);

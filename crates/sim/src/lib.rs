@@ -24,29 +24,19 @@ pub mod supermarket;
 
 use std::time::Duration;
 
-use balance::{Algorithm, BackendSpec, Options};
+use balance::Policy;
 use lab::scenario::{Outage, Scenario};
 
-/// One contender as the proxy would run it: what fulcrum's configuration parser makes of the
-/// configuration the lab would give it (so defaults and checks are the proxy's own).
+/// One contender as the proxy would run it: its label, and the balancing policy fulcrum's
+/// configuration parser makes of the configuration the lab would give it (so defaults and
+/// checks are the proxy's own, and the pool, the attempt limit, the queue and the load-report
+/// feed are built as the proxy builds them, [`balance::Policy`]).
 #[derive(Debug, Clone)]
 pub struct Contender {
     pub label: String,
-    pub algorithm: Algorithm,
-    pub options: Options,
-    /// Pool order: primaries, then backups.
-    pub primaries: Vec<BackendSpec>,
-    pub backups: Vec<BackendSpec>,
+    pub policy: Policy,
     /// The scenario's backend (plan index) of each pool index.
     pub plan_of: Vec<usize>,
-    /// Further backends to try after a failed attempt (`None`: every backend once).
-    pub retries: Option<u32>,
-    /// Requests that may wait for a backend below its `max_conns` (the upstream's `queue`),
-    /// and for how long (`queue_timeout`).
-    pub queue: usize,
-    pub queue_timeout: Duration,
-    pub poll_interval: Duration,
-    pub stale_after: u32,
 }
 
 /// The simulator's own knobs (`[sim]`), resolved.

@@ -46,10 +46,10 @@ fn cases<'c>(knobs: &Knobs, contenders: &'c [Contender]) -> Vec<(Option<Duration
         .flat_map(|(i, &d)| {
             contenders
                 .iter()
-                .filter(move |c| i == 0 || c.algorithm.reads_load_reports())
+                .filter(move |c| i == 0 || c.policy.algorithm.reads_load_reports())
                 .map(move |c| {
                     (
-                        if c.algorithm.reads_load_reports() {
+                        if c.policy.algorithm.reads_load_reports() {
                             d
                         } else {
                             None

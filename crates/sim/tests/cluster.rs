@@ -144,7 +144,7 @@ fn old_reports_herd_and_fresh_ones_do_not() {
     );
     let s = scenario(&text);
     let mut weighted = contender(&s, "capacity_weighted");
-    weighted.poll_interval = Duration::from_millis(250);
+    weighted.policy.poll_interval = Duration::from_millis(250);
     let results = play(&s, &[contender(&s, "random"), weighted]);
     let mean = |label: &str| {
         lab::report::lines(&results)
@@ -304,11 +304,12 @@ name = "least_conn"
 fn the_max_conns_queue_holds_the_excess_up_to_queue_timeout() {
     let s = scenario(QUEUED);
     let full = |b: balance::BackendSpec| balance::BackendSpec { max_conns: 4, ..b };
-    let with_queue = |label: &str, queue: usize, timeout_ms: u64| sim::Contender {
-        label: label.to_owned(),
-        queue,
-        queue_timeout: Duration::from_millis(timeout_ms),
-        ..contender_with(&s, "least_conn", full)
+    let with_queue = |label: &str, queue: usize, timeout_ms: u64| {
+        let mut c = contender_with(&s, "least_conn", full);
+        c.label = label.to_owned();
+        c.policy.queue = queue;
+        c.policy.queue_timeout = Duration::from_millis(timeout_ms);
+        c
     };
     let contenders = [
         with_queue("none", 0, 0),

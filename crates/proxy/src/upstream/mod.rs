@@ -82,16 +82,7 @@ fn pool_order(settings: &UpstreamSettings) -> Vec<&crate::BackendSettings> {
 }
 
 fn build_pool(settings: &UpstreamSettings) -> Pool {
-    let spec = |b: &&crate::BackendSettings| b.spec();
-    let primary: Vec<_> = settings.backends.iter().filter(|b| !b.backup).collect();
-    let backup: Vec<_> = settings.backends.iter().filter(|b| b.backup).collect();
-    Pool::new(
-        settings.algorithm,
-        &settings.options,
-        &primary.iter().map(spec).collect::<Vec<_>>(),
-        &backup.iter().map(spec).collect::<Vec<_>>(),
-        settings.seed,
-    )
+    settings.policy().pool(settings.seed)
 }
 
 /// The part of a request head `settings`' algorithm hashes (a header, a cookie, the URI), if

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use balance::{Algorithm, BackendSpec, Options};
+use balance::{Algorithm, BackendSpec, Options, Policy};
 use lab::run::Results;
 use lab::scenario::Scenario;
 use sim::Contender;
@@ -27,19 +27,21 @@ pub fn contender_with(
     let plans = s.backend_plans();
     Contender {
         label: algorithm.to_owned(),
-        algorithm: algorithm.parse::<Algorithm>().expect("an algorithm"),
-        options: Options::default(),
-        primaries: plans
-            .iter()
-            .map(|p| backend(BackendSpec::new(p.spec.weight).named(&p.name)))
-            .collect(),
-        backups: Vec::new(),
+        policy: Policy {
+            algorithm: algorithm.parse::<Algorithm>().expect("an algorithm"),
+            options: Options::default(),
+            primaries: plans
+                .iter()
+                .map(|p| backend(BackendSpec::new(p.spec.weight).named(&p.name)))
+                .collect(),
+            backups: Vec::new(),
+            retries: None,
+            queue: 0,
+            queue_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_secs(1),
+            stale_after: 3,
+        },
         plan_of: (0..plans.len()).collect(),
-        retries: None,
-        queue: 0,
-        queue_timeout: std::time::Duration::from_secs(60),
-        poll_interval: Duration::from_secs(1),
-        stale_after: 3,
     }
 }
 

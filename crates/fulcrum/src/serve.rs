@@ -83,7 +83,8 @@ fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
         return Err(ExitCode::FAILURE);
     }
     tracing::info!(
-        target: LOG, open_files_limit = %limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+        target: LOG,
+        open_files_limit = %limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
         needed = proxy::limits::descriptors_needed(&cfg.proxy),
         max_connections = ?cfg.proxy.listeners.iter().map(|l| l.connection_limit()).collect::<Vec<_>>(),
         "file descriptors"
@@ -133,7 +134,8 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
         None => None,
     };
     tracing::info!(
-        target: LOG, workers,
+        target: LOG,
+        workers,
         version = env!("CARGO_PKG_VERSION"),
         "fulcrum started"
     );
@@ -151,7 +153,9 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     ));
     reopen_logs_on_usr1(&handle, stopped.clone())?;
     // Upgrades: once serving, tell the fulcrum we replace (it drains and exits) and offer
-    // our own sockets to the next one; when one takes them, stop as at SIGTERM.
+    // our own sockets to the next one; when one takes them, stop as at SIGTERM. Without an
+    // upgrade socket `handed_over` lives until this function returns: dropped, it would
+    // wake `replaced`, and the proxy would stop as if replaced.
     let (handed_over, replaced) = watch::channel(false);
     if let Some(path) = upgrade_socket {
         let handover = upgrade::Handover {

@@ -50,7 +50,8 @@ async fn serve(settings: agent::Settings) -> anyhow::Result<ExitCode> {
             None => format!("cannot listen on {listen}"),
         })?;
     tracing::info!(
-        target: LOG, listen = %agent.http_addr()?,
+        target: LOG,
+        listen = %agent.http_addr()?,
         interval = %humantime::format_duration(interval),
         "agent listening"
     );

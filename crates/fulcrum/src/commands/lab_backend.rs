@@ -56,7 +56,8 @@ async fn serve(
     tokio::select! {
         () = shutdown::signal() => backend.kill().await,
         () = backend.died() => tracing::info!(
-            target: LOG, requests = backend.requests(),
+            target: LOG,
+            requests = backend.requests(),
             "lab backend died after --die-after requests, as asked; exiting"
         ),
     }

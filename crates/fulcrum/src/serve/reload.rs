@@ -81,7 +81,8 @@ fn checked_config(path: &Path) -> Result<config::Config, String> {
                 tracing::error!(target: LOG, "{line}");
             }
             tracing::error!(
-                target: LOG, "reload refused: {} has errors; the running configuration stays",
+                target: LOG,
+                "reload refused: {} has errors; the running configuration stays",
                 path.display()
             );
             return Err(text);
@@ -106,7 +107,8 @@ fn reloaded(done: &proxy::Reloaded, not_applied: &[String]) -> String {
     }
     let new_upstreams: Vec<&str> = done.new_upstreams.iter().map(|u| u.name()).collect();
     tracing::info!(
-        target: LOG, reconfigured = ?done.reconfigured,
+        target: LOG,
+        reconfigured = ?done.reconfigured,
         new_upstreams = ?new_upstreams,
         removed_upstreams = ?done.removed_upstreams,
         new_listeners = ?done.new_listeners,

@@ -21,7 +21,8 @@ pub fn take_over(
     match upgrade_socket.map(proxy::handover::take_over) {
         Some(Ok(Some((inherited, handshake)))) => {
             tracing::info!(
-                target: LOG, sockets = inherited.len(),
+                target: LOG,
+                sockets = inherited.len(),
                 "took over the sockets of the running fulcrum"
             );
             Ok((inherited, Some(handshake)))
@@ -70,6 +71,10 @@ pub async fn offer(path: PathBuf, handshake: Option<Handshake>, handover: Handov
                 .name("fulcrum-upgrade".into())
                 .spawn(move || serve_offer(&offer, handover));
         }
+        // TODO: keep serving here, as the message says. Returning drops `handover.done`,
+        // which the serving loop takes for a takeover, so this process stops at once (as it
+        // did before the binary was split into modules; a change of behaviour, left out of
+        // that restructuring).
         Err(e) => {
             tracing::error!(target: LOG, path = %path.display(), error = %e, "cannot listen on the upgrade socket; upgrades need a restart")
         }

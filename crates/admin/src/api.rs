@@ -108,15 +108,7 @@ fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
 /// One request to the admin listener.
 pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
     let path = req.uri().path().to_owned();
-    let segments: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect();
+    let segments = decoded_segments(&path);
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let reading = matches!(*req.method(), Method::GET | Method::HEAD);
     if !reading && !authorized(shared, &req) {
@@ -172,38 +164,7 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
             Ok(_) => method_not_allowed("POST"),
         },
         ["api", "upstreams", name, "backends", addr] => {
-            let u = match find(&shared.view, name) {
-                Ok(u) => u,
-                Err(e) => return refused(e),
-            };
-            let addr: SocketAddr = match addr.parse() {
-                Ok(a) => a,
-                Err(_) => {
-                    return error(
-                        StatusCode::NOT_FOUND,
-                        format!(
-                            "{addr:?} is not a backend address: write it as in the configuration, such as 127.0.0.1:9001"
-                        ),
-                    );
-                }
-            };
-            match *req.method() {
-                Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
-                    Some(b) => {
-                        json_answer(StatusCode::OK, &backend_json(b, &errors(&shared.view, &u)))
-                    }
-                    None => error(
-                        StatusCode::NOT_FOUND,
-                        ChangeError::NoSuchBackend {
-                            upstream: u.name().to_owned(),
-                            addr,
-                        },
-                    ),
-                },
-                Method::PATCH => patch_backend(&shared.view, &u, addr, req).await,
-                Method::DELETE => remove_backend(&u, addr),
-                _ => method_not_allowed("GET, HEAD, PATCH, DELETE"),
-            }
+            backend_resource(shared, name, addr, req).await
         }
         _ => error(
             StatusCode::NOT_FOUND,
@@ -211,6 +172,57 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
                 "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/reload, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
+    }
+}
+
+/// The path's segments, each percent-decoded (a name may hold characters a URL escapes).
+fn decoded_segments(path: &str) -> Vec<String> {
+    path.trim_matches('/')
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// `/api/upstreams/NAME/backends/ADDR`: one backend, read, changed or removed.
+async fn backend_resource(
+    shared: &Shared,
+    name: &str,
+    addr: &str,
+    req: Request<Incoming>,
+) -> Answer {
+    let u = match find(&shared.view, name) {
+        Ok(u) => u,
+        Err(e) => return refused(e),
+    };
+    let addr: SocketAddr = match addr.parse() {
+        Ok(a) => a,
+        Err(_) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{addr:?} is not a backend address: write it as in the configuration, such as 127.0.0.1:9001"
+                ),
+            );
+        }
+    };
+    match *req.method() {
+        Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
+            Some(b) => json_answer(StatusCode::OK, &backend_json(b, &errors(&shared.view, &u))),
+            None => error(
+                StatusCode::NOT_FOUND,
+                ChangeError::NoSuchBackend {
+                    upstream: u.name().to_owned(),
+                    addr,
+                },
+            ),
+        },
+        Method::PATCH => patch_backend(&shared.view, &u, addr, req).await,
+        Method::DELETE => remove_backend(&u, addr),
+        _ => method_not_allowed("GET, HEAD, PATCH, DELETE"),
     }
 }
 

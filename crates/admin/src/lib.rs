@@ -9,7 +9,8 @@
 //! # Layout
 //!
 //! * [`api`]: routing, authorization, the JSON API.
-//! * [`metrics`]: the Prometheus exposition, through `prometheus-client`.
+//! * [`metrics`]: the Prometheus exposition (text format 0.0.4), through the `prometheus`
+//!   crate's data model and text encoder.
 //!
 //! Changes made through the API are not written to the configuration: a restart (or a reload)
 //! goes back to the file.

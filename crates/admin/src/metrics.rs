@@ -6,13 +6,16 @@
 //! on counters. `backend=""` on `fulcrum_requests_total` counts the answers fulcrum gave
 //! itself (a 502 after every backend failed, a 400 for a bad request).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
 
-use proxy::AdminState;
-use proxy::metrics::{CODE_CLASSES, FAULTS, reason};
+use proxy::metrics::{CODE_CLASSES, Durations, FAULTS, UpstreamCounts, reason};
+use proxy::{AdminState, BackendSnapshot, Upstream};
 
 use crate::View;
 
@@ -81,189 +84,258 @@ pub fn exposition(view: &View) -> String {
     String::from_utf8_lossy(&text).into_owned()
 }
 
-/// Every metric family, in a fixed order.
+/// Every metric family, in a fixed order: what the workers counted per upstream, then each
+/// backend's state, then the client side.
 pub fn families(view: &View) -> Vec<MetricFamily> {
     let totals = view.proxy.metrics().totals();
     let upstreams = view.proxy.upstreams();
-    let mut requests = Vec::new();
-    let mut failures = Vec::new();
-    let mut retries = Vec::new();
-    let mut queue_rejected = Vec::new();
-    let mut queued = Vec::new();
-    let mut durations = Vec::new();
-    for u in &upstreams {
+    let mut all = upstream_families(&totals, &upstreams);
+    all.extend(backend_families(&upstreams));
+    all.extend(client_families(view));
+    all.into_iter()
+        // An empty family is not written at all (its HELP alone would be a lint error).
+        .filter(|f| !f.get_metric().is_empty())
+        .collect()
+}
+
+/// The series of the families the workers' counts make, gathered upstream by upstream.
+#[derive(Default)]
+struct UpstreamSeries {
+    requests: Vec<(Labels, u64)>,
+    failures: Vec<(Labels, u64)>,
+    retries: Vec<(Labels, u64)>,
+    queue_rejected: Vec<(Labels, u64)>,
+    queued: Vec<(Labels, f64)>,
+    durations: Vec<Metric>,
+}
+
+/// Answers, durations, failed attempts, retries and the queue, per upstream: the workers'
+/// counts summed, and each upstream's queue now.
+fn upstream_families(
+    totals: &HashMap<Arc<str>, UpstreamCounts>,
+    upstreams: &[Arc<Upstream>],
+) -> Vec<MetricFamily> {
+    let mut s = UpstreamSeries::default();
+    for u in upstreams {
         let name = u.name().to_owned();
         let counts = totals.get(u.name()).cloned().unwrap_or_default();
-        let mut answered: Vec<_> = counts.responses.iter().collect();
-        answered.sort_by_key(|(b, _)| **b);
-        for (backend, classes) in answered {
-            for (class, &n) in CODE_CLASSES.iter().zip(classes) {
-                if n > 0 {
-                    let backend = backend.map(|b| b.to_string()).unwrap_or_default();
-                    let l = vec![
-                        ("upstream", name.clone()),
-                        ("backend", backend),
-                        ("code", (*class).to_owned()),
-                    ];
-                    requests.push((l, n));
-                }
-            }
-        }
-        let mut failed: Vec<_> = counts.failures.iter().collect();
-        failed.sort_by_key(|(b, _)| **b);
-        for (backend, reasons) in failed {
-            for (&fault, &n) in FAULTS.iter().zip(reasons) {
-                if n > 0 {
-                    let l = vec![
-                        ("upstream", name.clone()),
-                        ("backend", backend.to_string()),
-                        ("reason", reason(fault).to_owned()),
-                    ];
-                    failures.push((l, n));
-                }
-            }
-        }
-        retries.push((vec![("upstream", name.clone())], counts.retries));
+        s.requests.extend(answers(&name, &counts));
+        s.failures.extend(failed_attempts(&name, &counts));
+        s.retries
+            .push((vec![("upstream", name.clone())], counts.retries));
         for (why, n) in [
             ("full", counts.queue_full),
             ("timeout", counts.queue_timeouts),
         ] {
             if n > 0 {
                 let l = vec![("upstream", name.clone()), ("reason", why.to_owned())];
-                queue_rejected.push((l, n));
+                s.queue_rejected.push((l, n));
             }
         }
-        queued.push((vec![("upstream", name.clone())], u.queued() as f64));
-
-        let d = &counts.durations;
-        let mut h = Histogram::default();
-        h.set_sample_count(d.count);
-        h.set_sample_sum(d.sum_seconds);
-        h.set_bucket(
-            d.cumulative()
-                .into_iter()
-                .map(|(bound, n)| {
-                    let mut b = Bucket::default();
-                    b.set_upper_bound(bound);
-                    b.set_cumulative_count(n);
-                    b
-                })
-                .collect(),
-        );
-        let mut m = Metric::from_label(labels(vec![("upstream", name)]));
-        m.set_histogram(h);
-        durations.push(m);
+        s.queued
+            .push((vec![("upstream", name.clone())], u.queued() as f64));
+        s.durations
+            .push(duration_histogram(name, &counts.durations));
     }
+    vec![
+        counters(
+            "fulcrum_requests_total",
+            "Requests answered, by upstream, the backend that answered (empty: fulcrum's own answer) and status class.",
+            s.requests,
+        ),
+        family(
+            "fulcrum_request_duration_seconds",
+            "Time from a request's head to the end of its answer.",
+            MetricType::HISTOGRAM,
+            s.durations,
+        ),
+        counters(
+            "fulcrum_upstream_failures_total",
+            "Failed attempts on a backend, by reason (a kept-alive connection's race is a retry, not a failure).",
+            s.failures,
+        ),
+        counters(
+            "fulcrum_upstream_retries_total",
+            "Attempts after a request's first: on the next backend, or on a fresh connection.",
+            s.retries,
+        ),
+        counters(
+            "fulcrum_upstream_queue_rejected_total",
+            "Requests answered 503 because every backend was at its max_conns: the queue was full (or off), or they waited queue_timeout in it.",
+            s.queue_rejected,
+        ),
+        gauges(
+            "fulcrum_upstream_queued",
+            "Requests waiting for a backend below its max_conns.",
+            s.queued,
+        ),
+    ]
+}
 
-    let mut in_flight = Vec::new();
-    let mut weight = Vec::new();
-    let mut configured = Vec::new();
-    let mut up = Vec::new();
-    let mut state = Vec::new();
-    let mut report_age = Vec::new();
-    let mut connections = Vec::new();
-    for u in &upstreams {
+/// An upstream's answers by backend (none: fulcrum's own) and status class, in backend order;
+/// classes never seen are left out.
+fn answers(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
+    let mut answered: Vec<_> = counts.responses.iter().collect();
+    answered.sort_by_key(|(b, _)| **b);
+    let mut series = Vec::new();
+    for (backend, classes) in answered {
+        for (class, &n) in CODE_CLASSES.iter().zip(classes) {
+            if n > 0 {
+                let backend = backend.map(|b| b.to_string()).unwrap_or_default();
+                let l = vec![
+                    ("upstream", upstream.to_owned()),
+                    ("backend", backend),
+                    ("code", (*class).to_owned()),
+                ];
+                series.push((l, n));
+            }
+        }
+    }
+    series
+}
+
+/// An upstream's failed attempts by backend and reason, in backend order; reasons never seen
+/// are left out.
+fn failed_attempts(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
+    let mut failed: Vec<_> = counts.failures.iter().collect();
+    failed.sort_by_key(|(b, _)| **b);
+    let mut series = Vec::new();
+    for (backend, reasons) in failed {
+        for (&fault, &n) in FAULTS.iter().zip(reasons) {
+            if n > 0 {
+                let l = vec![
+                    ("upstream", upstream.to_owned()),
+                    ("backend", backend.to_string()),
+                    ("reason", reason(fault).to_owned()),
+                ];
+                series.push((l, n));
+            }
+        }
+    }
+    series
+}
+
+/// An upstream's request durations as a Prometheus histogram (cumulative buckets).
+fn duration_histogram(upstream: String, d: &Durations) -> Metric {
+    let mut h = Histogram::default();
+    h.set_sample_count(d.count);
+    h.set_sample_sum(d.sum_seconds);
+    h.set_bucket(
+        d.cumulative()
+            .into_iter()
+            .map(|(bound, n)| {
+                let mut b = Bucket::default();
+                b.set_upper_bound(bound);
+                b.set_cumulative_count(n);
+                b
+            })
+            .collect(),
+    );
+    let mut m = Metric::from_label(labels(vec![("upstream", upstream)]));
+    m.set_histogram(h);
+    m
+}
+
+/// The series of the families each backend's snapshot makes, gathered backend by backend.
+#[derive(Default)]
+struct BackendSeries {
+    in_flight: Vec<(Labels, f64)>,
+    weight: Vec<(Labels, f64)>,
+    configured: Vec<(Labels, f64)>,
+    up: Vec<(Labels, f64)>,
+    state: Vec<(Labels, f64)>,
+    report_age: Vec<(Labels, f64)>,
+    connections: Vec<(Labels, f64)>,
+}
+
+impl BackendSeries {
+    /// One backend's point in each family (its report's age only when it has one).
+    fn add(&mut self, upstream: &str, b: &BackendSnapshot) {
+        let l = || {
+            vec![
+                ("upstream", upstream.to_owned()),
+                ("backend", b.addr.to_string()),
+            ]
+        };
+        self.in_flight.push((l(), f64::from(b.in_flight)));
+        self.weight.push((l(), f64::from(b.weight)));
+        self.configured.push((l(), f64::from(b.static_weight)));
+        self.up.push((l(), if b.available { 1.0 } else { 0.0 }));
+        for s in [AdminState::Up, AdminState::Drain, AdminState::Disabled] {
+            let mut with = l();
+            with.push(("state", s.name().to_owned()));
+            self.state
+                .push((with, if b.state == s { 1.0 } else { 0.0 }));
+        }
+        if let Some((_, age)) = b.report {
+            self.report_age.push((l(), age.as_secs_f64()));
+        }
+        let busy = b.connections_open.saturating_sub(b.connections_idle);
+        for (kind, n) in [("busy", busy), ("idle", b.connections_idle)] {
+            let mut with = l();
+            with.push(("state", kind.to_owned()));
+            self.connections.push((with, n as f64));
+        }
+    }
+}
+
+/// Each backend's state now: in flight, weights, up, the operator's state, its load
+/// report's age, its connections.
+fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
+    let mut s = BackendSeries::default();
+    for u in upstreams {
         for b in u.snapshot() {
-            let l = || {
-                vec![
-                    ("upstream", u.name().to_owned()),
-                    ("backend", b.addr.to_string()),
-                ]
-            };
-            in_flight.push((l(), f64::from(b.in_flight)));
-            weight.push((l(), f64::from(b.weight)));
-            configured.push((l(), f64::from(b.static_weight)));
-            up.push((l(), if b.available { 1.0 } else { 0.0 }));
-            for s in [AdminState::Up, AdminState::Drain, AdminState::Disabled] {
-                let mut with = l();
-                with.push(("state", s.name().to_owned()));
-                state.push((with, if b.state == s { 1.0 } else { 0.0 }));
-            }
-            if let Some((_, age)) = b.report {
-                report_age.push((l(), age.as_secs_f64()));
-            }
-            let busy = b.connections_open.saturating_sub(b.connections_idle);
-            for (kind, n) in [("busy", busy), ("idle", b.connections_idle)] {
-                let mut with = l();
-                with.push(("state", kind.to_owned()));
-                connections.push((with, n as f64));
-            }
+            s.add(u.name(), &b);
         }
     }
+    vec![
+        gauges(
+            "fulcrum_backend_in_flight",
+            "Requests sent to the backend and not yet answered.",
+            s.in_flight,
+        ),
+        gauges(
+            "fulcrum_backend_weight",
+            "The weight the algorithm balances by now (a weight model's or slow start's).",
+            s.weight,
+        ),
+        gauges(
+            "fulcrum_backend_configured_weight",
+            "The weight configured, or last set through the admin API.",
+            s.configured,
+        ),
+        gauges(
+            "fulcrum_backend_up",
+            "1 if the backend may be chosen now (up, healthy, not failed), else 0.",
+            s.up,
+        ),
+        gauges(
+            "fulcrum_backend_state",
+            "The operator's state of the backend: 1 for the one it is in.",
+            s.state,
+        ),
+        gauges(
+            "fulcrum_backend_load_report_age_seconds",
+            "How long ago the backend's latest load report came.",
+            s.report_age,
+        ),
+        gauges(
+            "fulcrum_upstream_connections",
+            "Connections open to the backend over every worker, busy or idle.",
+            s.connections,
+        ),
+    ]
+}
+
+/// The client side: connections being served per listener, and failed TLS handshakes.
+fn client_families(view: &View) -> [MetricFamily; 2] {
     let clients = view
         .proxy
         .client_connections()
         .into_iter()
         .map(|(addr, n)| (vec![("listen", addr.to_string())], n as f64))
         .collect();
-
-    vec![
-        counters(
-            "fulcrum_requests_total",
-            "Requests answered, by upstream, the backend that answered (empty: fulcrum's own answer) and status class.",
-            requests,
-        ),
-        family(
-            "fulcrum_request_duration_seconds",
-            "Time from a request's head to the end of its answer.",
-            MetricType::HISTOGRAM,
-            durations,
-        ),
-        counters(
-            "fulcrum_upstream_failures_total",
-            "Failed attempts on a backend, by reason (a kept-alive connection's race is a retry, not a failure).",
-            failures,
-        ),
-        counters(
-            "fulcrum_upstream_retries_total",
-            "Attempts after a request's first: on the next backend, or on a fresh connection.",
-            retries,
-        ),
-        counters(
-            "fulcrum_upstream_queue_rejected_total",
-            "Requests answered 503 because every backend was at its max_conns: the queue was full (or off), or they waited queue_timeout in it.",
-            queue_rejected,
-        ),
-        gauges(
-            "fulcrum_upstream_queued",
-            "Requests waiting for a backend below its max_conns.",
-            queued,
-        ),
-        gauges(
-            "fulcrum_backend_in_flight",
-            "Requests sent to the backend and not yet answered.",
-            in_flight,
-        ),
-        gauges(
-            "fulcrum_backend_weight",
-            "The weight the algorithm balances by now (a weight model's or slow start's).",
-            weight,
-        ),
-        gauges(
-            "fulcrum_backend_configured_weight",
-            "The weight configured, or last set through the admin API.",
-            configured,
-        ),
-        gauges(
-            "fulcrum_backend_up",
-            "1 if the backend may be chosen now (up, healthy, not failed), else 0.",
-            up,
-        ),
-        gauges(
-            "fulcrum_backend_state",
-            "The operator's state of the backend: 1 for the one it is in.",
-            state,
-        ),
-        gauges(
-            "fulcrum_backend_load_report_age_seconds",
-            "How long ago the backend's latest load report came.",
-            report_age,
-        ),
-        gauges(
-            "fulcrum_upstream_connections",
-            "Connections open to the backend over every worker, busy or idle.",
-            connections,
-        ),
+    [
         gauges(
             "fulcrum_client_connections",
             "Client connections being served, by listener.",
@@ -275,8 +347,4 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
             vec![(Vec::new(), view.proxy.metrics().tls_handshake_failures())],
         ),
     ]
-    .into_iter()
-    // An empty family is not written at all (its HELP alone would be a lint error).
-    .filter(|f| !f.get_metric().is_empty())
-    .collect()
 }

@@ -622,20 +622,49 @@ fn utilization_spread(m: &Measured) -> Vec<Series> {
     ]
 }
 
+/// A figure of the page: its caption, and its chart as SVG.
+type Figure = (String, String);
+
 /// `report.html`: the table and the plots, one self-contained page.
 pub fn html(results: &Results) -> anyhow::Result<String> {
+    let figures = figures(results)?;
+    let mut page = String::new();
+    write_head(&mut page, results);
+    write_table(&mut page, results);
+    write_figures(&mut page, figures);
+    Ok(page)
+}
+
+/// Every chart of the page, in order: latency, throughput, then each contender's backends,
+/// then (for a ramp) the figures against the offered load. The plots show the first
+/// repetition of each contender.
+fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
     let runs = first_runs(results);
-    let many = results.backends.len() > SHARE_CHART_LIMIT;
     let per = runs
         .first()
         .map_or_else(|| "second".into(), |m| bucket_name(&m.tally));
-    let mut charts: Vec<(String, String)> = Vec::new();
+    let mut figures = vec![latency_cdf(&runs)?];
+    figures.extend(latency_over_time(&runs, &per)?);
+    figures.push(throughput_over_time(&runs, &per)?);
+    // Per contender: each backend's share of the requests, and its utilization.
+    let many = results.backends.len() > SHARE_CHART_LIMIT;
+    for m in &runs {
+        figures.push(shares(results, m, many)?);
+        figures.push(utilization(results, m, many)?);
+    }
+    if let Some(ramp) = ramp(&results.traffic.load) {
+        figures.extend(against_offered_load(&runs, ramp)?);
+    }
+    Ok(figures)
+}
 
+/// Each contender's latency CDF over the whole run.
+fn latency_cdf(runs: &[&Measured]) -> anyhow::Result<Figure> {
     let cdfs: Vec<Series> = runs
         .iter()
         .map(|m| (m.label.clone(), m.tally.cdf()))
         .collect();
-    charts.push((
+    Ok((
         "Latency CDF".into(),
         line_chart(
             "Latency CDF (from the intended send time)",
@@ -644,40 +673,51 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
             &cdfs,
             true,
         )?,
-    ));
+    ))
+}
 
-    let per_bucket = |f: &dyn Fn(&Tally, usize) -> Option<f64>| -> Vec<Series> {
-        runs.iter()
-            .map(|m| {
-                let t = &m.tally;
-                let points = (0..t.offered().len())
-                    .filter_map(|k| f(t, k).map(|y| (bucket_x(t, k), y)))
-                    .collect();
-                (m.label.clone(), points)
-            })
-            .collect()
-    };
-    charts.push((
-        "p99 latency over time".into(),
-        line_chart(
-            &format!("p99 latency per {per} of the run"),
-            "seconds",
-            "p99 latency, ms",
-            &per_bucket(&|t, k| t.quantile_ms(k, 0.99)),
-            false,
-        )?,
-    ));
-    charts.push((
-        "Mean latency over time".into(),
-        line_chart(
-            &format!("Mean latency per {per} of the run"),
-            "seconds",
-            "mean latency, ms",
-            &per_bucket(&|t, k| t.mean_ms(k)),
-            false,
-        )?,
-    ));
-    // Throughput: answers by the bucket they ended in, and the offered load.
+/// One series per contender: `f` of each time bucket that has a value, at the bucket's
+/// middle.
+fn per_bucket(runs: &[&Measured], f: &dyn Fn(&Tally, usize) -> Option<f64>) -> Vec<Series> {
+    runs.iter()
+        .map(|m| {
+            let t = &m.tally;
+            let points = (0..t.offered().len())
+                .filter_map(|k| f(t, k).map(|y| (bucket_x(t, k), y)))
+                .collect();
+            (m.label.clone(), points)
+        })
+        .collect()
+}
+
+/// The p99 and the mean latency per time bucket (`per`: what a bucket is).
+fn latency_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<[Figure; 2]> {
+    Ok([
+        (
+            "p99 latency over time".into(),
+            line_chart(
+                &format!("p99 latency per {per} of the run"),
+                "seconds",
+                "p99 latency, ms",
+                &per_bucket(runs, &|t, k| t.quantile_ms(k, 0.99)),
+                false,
+            )?,
+        ),
+        (
+            "Mean latency over time".into(),
+            line_chart(
+                &format!("Mean latency per {per} of the run"),
+                "seconds",
+                "mean latency, ms",
+                &per_bucket(runs, &|t, k| t.mean_ms(k)),
+                false,
+            )?,
+        ),
+    ])
+}
+
+/// Throughput: answers by the bucket they ended in, and the offered load.
+fn throughput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure> {
     let mut throughput: Vec<Series> = runs
         .iter()
         .map(|m| {
@@ -708,7 +748,7 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
             .collect();
         throughput.push(("offered".into(), points));
     }
-    charts.push((
+    Ok((
         "Throughput over time".into(),
         line_chart(
             &format!("Answers per {per} (and requests offered)"),
@@ -717,107 +757,117 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
             &throughput,
             false,
         )?,
-    ));
-    // Per contender: each backend's share of the requests, and its utilization.
-    for m in &runs {
+    ))
+}
+
+/// A contender's share of the requests per backend: per time bucket, or with `many`
+/// backends, each backend's share over the whole run, sorted.
+fn shares(results: &Results, m: &Measured, many: bool) -> anyhow::Result<Figure> {
+    let t = &m.tally;
+    let chart = if many {
+        let mut shares: Vec<f64> = t
+            .served()
+            .iter()
+            .map(|&n| n as f64 / t.answered().max(1) as f64)
+            .collect();
+        shares.sort_by(|a, b| b.total_cmp(a));
+        let points = shares
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| ((k + 1) as f64, s))
+            .collect();
+        line_chart(
+            &format!("{}: each backend's share over the run, sorted", m.label),
+            "backend rank",
+            "share",
+            &[("share".into(), points)],
+            false,
+        )?
+    } else {
+        let shares: Vec<Series> = results
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(b, name)| {
+                let points = t
+                    .offered()
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &n)| n > 0)
+                    .map(|(k, &n)| {
+                        let mine = t.served_in(k, b).unwrap_or(0);
+                        (bucket_x(t, k), mine as f64 / n as f64)
+                    })
+                    .collect();
+                (name.clone(), points)
+            })
+            .collect();
+        line_chart(
+            &format!("{}: each backend's share of the requests", m.label),
+            "seconds",
+            "share",
+            &shares,
+            false,
+        )?
+    };
+    Ok((format!("{}: share per backend", m.label), chart))
+}
+
+/// A contender's backends' CPU utilization as they reported it: each backend's, or with
+/// `many` backends, the lowest, mean and highest.
+fn utilization(results: &Results, m: &Measured, many: bool) -> anyhow::Result<Figure> {
+    let util: Vec<Series> = if many {
+        utilization_spread(m)
+    } else {
+        results
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let points = m
+                    .samples
+                    .iter()
+                    .filter(|s| s.backend == k)
+                    .map(|s| (s.at.as_secs_f64(), s.cpu))
+                    .collect();
+                (name.clone(), points)
+            })
+            .collect()
+    };
+    let title = if many {
+        format!(
+            "{}: the backends' CPU utilization, lowest, mean and highest (their /load)",
+            m.label
+        )
+    } else {
+        format!("{}: each backend's CPU utilization (its /load)", m.label)
+    };
+    Ok((
+        format!("{}: utilization per backend", m.label),
+        line_chart(&title, "seconds", "cpu", &util, false)?,
+    ))
+}
+
+/// Ramps: throughput and mean latency against the offered load, step by step.
+fn against_offered_load(runs: &[&Measured], (offered, unit): Ramp) -> anyhow::Result<[Figure; 2]> {
+    let mut tput: Vec<Series> = Vec::new();
+    let mut mean: Vec<Series> = Vec::new();
+    for m in runs {
         let t = &m.tally;
-        let share_chart = if many {
-            let mut shares: Vec<f64> = t
-                .served()
-                .iter()
-                .map(|&n| n as f64 / t.answered().max(1) as f64)
-                .collect();
-            shares.sort_by(|a, b| b.total_cmp(a));
-            let points = shares
-                .iter()
-                .enumerate()
-                .map(|(k, &s)| ((k + 1) as f64, s))
-                .collect();
-            line_chart(
-                &format!("{}: each backend's share over the run, sorted", m.label),
-                "backend rank",
-                "share",
-                &[("share".into(), points)],
-                false,
-            )?
-        } else {
-            let shares: Vec<Series> = results
-                .backends
-                .iter()
-                .enumerate()
-                .map(|(b, name)| {
-                    let points = t
-                        .offered()
-                        .iter()
-                        .enumerate()
-                        .filter(|&(_, &n)| n > 0)
-                        .map(|(k, &n)| {
-                            let mine = t.served_in(k, b).unwrap_or(0);
-                            (bucket_x(t, k), mine as f64 / n as f64)
-                        })
-                        .collect();
-                    (name.clone(), points)
-                })
-                .collect();
-            line_chart(
-                &format!("{}: each backend's share of the requests", m.label),
-                "seconds",
-                "share",
-                &shares,
-                false,
-            )?
-        };
-        charts.push((format!("{}: share per backend", m.label), share_chart));
-        let util: Vec<Series> = if many {
-            utilization_spread(m)
-        } else {
-            results
-                .backends
-                .iter()
-                .enumerate()
-                .map(|(k, name)| {
-                    let points = m
-                        .samples
-                        .iter()
-                        .filter(|s| s.backend == k)
-                        .map(|s| (s.at.as_secs_f64(), s.cpu))
-                        .collect();
-                    (name.clone(), points)
-                })
-                .collect()
-        };
-        let title = if many {
-            format!(
-                "{}: the backends' CPU utilization, lowest, mean and highest (their /load)",
-                m.label
-            )
-        } else {
-            format!("{}: each backend's CPU utilization (its /load)", m.label)
-        };
-        charts.push((
-            format!("{}: utilization per backend", m.label),
-            line_chart(&title, "seconds", "cpu", &util, false)?,
-        ));
-    }
-    // Ramps: throughput and mean latency against the offered load, step by step.
-    if let Some((offered, unit)) = ramp(&results.traffic.load) {
-        let mut tput: Vec<Series> = Vec::new();
-        let mut mean: Vec<Series> = Vec::new();
-        for m in &runs {
-            let t = &m.tally;
-            let Some(hold) = t.ramp_hold() else { continue };
-            let (mut a, mut l) = (Vec::new(), Vec::new());
-            for (k, step) in t.steps().iter().enumerate() {
-                let x = offered(hold * k as u32 + hold / 2);
-                a.push((x, step.answered as f64 / hold.as_secs_f64()));
-                if let Some(y) = step.mean_ms() {
-                    l.push((x, y));
-                }
+        let Some(hold) = t.ramp_hold() else { continue };
+        let (mut a, mut l) = (Vec::new(), Vec::new());
+        for (k, step) in t.steps().iter().enumerate() {
+            let x = offered(hold * k as u32 + hold / 2);
+            a.push((x, step.answered as f64 / hold.as_secs_f64()));
+            if let Some(y) = step.mean_ms() {
+                l.push((x, y));
             }
-            tput.push((m.label.clone(), a));
-            mean.push((m.label.clone(), l));
         }
-        charts.push((
+        tput.push((m.label.clone(), a));
+        mean.push((m.label.clone(), l));
+    }
+    Ok([
+        (
             "Throughput against offered load".into(),
             line_chart(
                 &format!("Answers per second against the {unit}"),
@@ -826,8 +876,8 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
                 &tput,
                 false,
             )?,
-        ));
-        charts.push((
+        ),
+        (
             "Mean latency against offered load".into(),
             line_chart(
                 &format!("Mean latency against the {unit}"),
@@ -836,11 +886,14 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
                 &mean,
                 false,
             )?,
-        ));
-    }
+        ),
+    ])
+}
 
+/// The page's head (title, style) and what was run: the scenario, the date, the machine, the
+/// traffic, the backends.
+fn write_head(page: &mut String, results: &Results) {
     let s = &results.scenario;
-    let mut page = String::new();
     write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{name} — fulcrum {tool}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em auto; max-width: 1600px; color: #222; }}\ntable {{ border-collapse: collapse; margin: 1em 0; }}\nth, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}\nth:first-child, td:first-child {{ text-align: left; }}\n.charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}\nfigure {{ margin: 0; }}\nfigcaption {{ font-size: 90%; color: #555; }}\n</style></head><body>\n<h1>{name}</h1>\n",
@@ -862,6 +915,10 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         s.repetitions
     )
     .ok();
+}
+
+/// The results table: one row per contender, as in `results.md`.
+fn write_table(page: &mut String, results: &Results) {
     page.push_str("<table><tr>");
     for h in HEADINGS {
         write!(page, "<th>{}</th>", escape(h)).ok();
@@ -874,8 +931,13 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         }
         page.push_str("</tr>\n");
     }
-    page.push_str("</table>\n<div class=\"charts\">\n");
-    for (caption, svg) in charts {
+    page.push_str("</table>\n");
+}
+
+/// The charts, each with its caption, and the end of the page.
+fn write_figures(page: &mut String, figures: Vec<Figure>) {
+    page.push_str("<div class=\"charts\">\n");
+    for (caption, svg) in figures {
         writeln!(
             page,
             "<figure>{svg}<figcaption>{}</figcaption></figure>",
@@ -884,7 +946,6 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
         .ok();
     }
     page.push_str("</div>\n</body></html>\n");
-    Ok(page)
 }
 
 /// Writes `results.csv`, `results.md` and `report.html` into `dir`.

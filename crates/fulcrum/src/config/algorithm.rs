@@ -131,6 +131,9 @@ pub(super) fn slow_start(
     t.duration(r, OptionKey::SlowStart.name(), Zero::Allowed)
 }
 
+/// Every algorithm's options, each read only if the algorithm uses it (and refused if it
+/// does not); the rest stay at their defaults. Read in the same order as ever, so problems
+/// at one place keep the order they were found in.
 fn options(
     r: &mut Report<'_>,
     t: &Table<'_>,
@@ -138,6 +141,23 @@ fn options(
     backends: usize,
 ) -> balance::Options {
     let mut options = balance::Options::default();
+    hash_options(r, t, algorithm, backends, &mut options);
+    latency_options(r, t, algorithm, &mut options);
+    thresholds(r, t, algorithm, &mut options);
+    utilization_options(r, t, algorithm, &mut options);
+    options.slow_start = slow_start(r, t, algorithm).map(Into::into);
+    options
+}
+
+/// The hash algorithms' options: `hash`'s `consistent`, `new_hash`'s `octets`, `maglev`'s
+/// `table_size` and `bounded_load`'s `balance_factor`.
+fn hash_options(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    backends: usize,
+    options: &mut balance::Options,
+) {
     if used(r, t, OptionKey::Consistent, algorithm).is_some()
         && let Some(v) = t.flag(r, OptionKey::Consistent.name())
     {
@@ -156,29 +176,8 @@ fn options(
             ),
         }
     }
-    if let Some(span) = used(r, t, OptionKey::TableSize, algorithm)
-        && let Some(size) = t.integer::<u32>(
-            r,
-            OptionKey::TableSize.name(),
-            3..=16_777_213,
-            ", a prime like 65537 (the default) or 655373",
-        )
-    {
-        if !is_prime(u64::from(size)) {
-            t.error(
-                r,
-                OptionKey::TableSize.name(),
-                "must be a prime between 3 and 16777213, like 65537 (the default) or 655373",
-            );
-        } else if (size as usize) < 10 * backends {
-            r.error(
-                span,
-                &t.key(OptionKey::TableSize.name()),
-                format!("{size} entries for {backends} backends: Maglev needs a table well above the number of backends (at least 10 times, 100 times for even shares)"),
-            );
-        } else {
-            options.table_size = size;
-        }
+    if let Some(size) = table_size(r, t, algorithm, backends) {
+        options.table_size = size;
     }
     if used(r, t, OptionKey::BalanceFactor, algorithm).is_some()
         && let Some(c) = t.number(r, OptionKey::BalanceFactor.name(), "1.25")
@@ -194,6 +193,48 @@ fn options(
             );
         }
     }
+}
+
+/// `maglev`'s `table_size`: a prime, well above the number of backends.
+fn table_size(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    backends: usize,
+) -> Option<u32> {
+    let span = used(r, t, OptionKey::TableSize, algorithm)?;
+    let size = t.integer::<u32>(
+        r,
+        OptionKey::TableSize.name(),
+        3..=16_777_213,
+        ", a prime like 65537 (the default) or 655373",
+    )?;
+    if !is_prime(u64::from(size)) {
+        t.error(
+            r,
+            OptionKey::TableSize.name(),
+            "must be a prime between 3 and 16777213, like 65537 (the default) or 655373",
+        );
+        None
+    } else if (size as usize) < 10 * backends {
+        r.error(
+            span,
+            &t.key(OptionKey::TableSize.name()),
+            format!("{size} entries for {backends} backends: Maglev needs a table well above the number of backends (at least 10 times, 100 times for even shares)"),
+        );
+        None
+    } else {
+        Some(size)
+    }
+}
+
+/// `latency`'s `window` and `smoothing` (its `penalty` is read apart, see [`Balancing`]).
+fn latency_options(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    options: &mut balance::Options,
+) {
     if used(r, t, OptionKey::Window, algorithm).is_some()
         && let Some(w) = t.integer(r, OptionKey::Window.name(), 1..=10_000, " completions")
     {
@@ -213,7 +254,16 @@ fn options(
             );
         }
     }
-    thresholds(r, t, algorithm, &mut options);
+}
+
+/// `utilization_wrr`'s `blackout_period`, `weight_expiration_period` and
+/// `error_utilization_penalty` (gRFC A58's).
+fn utilization_options(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    options: &mut balance::Options,
+) {
     if used(r, t, OptionKey::BlackoutPeriod, algorithm).is_some()
         && let Some(d) = t.duration(r, OptionKey::BlackoutPeriod.name(), Zero::Allowed)
     {
@@ -242,8 +292,6 @@ fn options(
             );
         }
     }
-    options.slow_start = slow_start(r, t, algorithm).map(Into::into);
-    options
 }
 
 /// `dynamic_wrr`'s `high_load` and `low_load` (seed 001's `H` and `L`, free shares in

@@ -19,6 +19,35 @@ pub fn apply(
     algorithm: &str,
     options: &serde_json::Map<String, Value>,
 ) -> Result<UpstreamSettings, String> {
+    let text = as_file(current, algorithm, options)?;
+    let parsed = super::parse(Path::new("the request"), &text).map_err(|e| {
+        // Each problem without its line (the file is ours, not the caller's).
+        e.problems
+            .iter()
+            .filter_map(|p| p.lines().next())
+            .map(|line| {
+                line.split_once("upstream[0].")
+                    .map_or(line, |(_, rest)| rest)
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let checked = &parsed.proxy.upstreams[0];
+    let mut settings = current.clone();
+    settings.algorithm = checked.algorithm;
+    settings.hash_key = checked.hash_key.clone();
+    settings.options = checked.options.clone();
+    Ok(settings)
+}
+
+/// The change as a configuration file: one listener, and one `[[upstream]]` with the
+/// algorithm, the options, and the running upstream's read timeout and backends.
+fn as_file(
+    current: &UpstreamSettings,
+    algorithm: &str,
+    options: &serde_json::Map<String, Value>,
+) -> Result<String, String> {
     let mut upstream = toml::Table::new();
     upstream.insert("name".into(), "api".into());
     upstream.insert("algorithm".into(), algorithm.into());
@@ -30,21 +59,7 @@ pub fn apply(
                 keys.join(", ")
             ));
         }
-        let value = match value {
-            Value::Bool(b) => toml::Value::Boolean(*b),
-            Value::String(s) => toml::Value::String(s.clone()),
-            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) => toml::Value::Integer(i),
-                (None, Some(f)) => toml::Value::Float(f),
-                _ => return Err(format!("options: {key}: {n} is not a number fulcrum reads")),
-            },
-            other => {
-                return Err(format!(
-                    "options: {key}: write a string, a number or true/false, not {other}"
-                ));
-            }
-        };
-        upstream.insert(key.clone(), value);
+        upstream.insert(key.clone(), option_value(key, value)?);
     }
     // The penalty's default (the read timeout) and the options that depend on the number of
     // backends are checked against the running upstream's.
@@ -76,26 +91,24 @@ pub fn apply(
         "upstream".into(),
         toml::Value::Array(vec![toml::Value::Table(upstream)]),
     );
-    let text = toml::to_string(&file).map_err(|e| format!("options: {e}"))?;
-    let parsed = super::parse(Path::new("the request"), &text).map_err(|e| {
-        // Each problem without its line (the file is ours, not the caller's).
-        e.problems
-            .iter()
-            .filter_map(|p| p.lines().next())
-            .map(|line| {
-                line.split_once("upstream[0].")
-                    .map_or(line, |(_, rest)| rest)
-                    .to_owned()
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
-    let checked = &parsed.proxy.upstreams[0];
-    let mut settings = current.clone();
-    settings.algorithm = checked.algorithm;
-    settings.hash_key = checked.hash_key.clone();
-    settings.options = checked.options.clone();
-    Ok(settings)
+    toml::to_string(&file).map_err(|e| format!("options: {e}"))
+}
+
+/// An option's JSON value as the TOML value the file would hold: a string, a number or a
+/// flag.
+fn option_value(key: &str, value: &Value) -> Result<toml::Value, String> {
+    match value {
+        Value::Bool(b) => Ok(toml::Value::Boolean(*b)),
+        Value::String(s) => Ok(toml::Value::String(s.clone())),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(toml::Value::Integer(i)),
+            (None, Some(f)) => Ok(toml::Value::Float(f)),
+            _ => Err(format!("options: {key}: {n} is not a number fulcrum reads")),
+        },
+        other => Err(format!(
+            "options: {key}: write a string, a number or true/false, not {other}"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -52,7 +52,9 @@ pub(super) struct File {
     pub admin: Option<Admin>,
 }
 
-/// Reads and checks the whole document; every problem goes to `r`.
+/// Reads and checks the whole document; every problem goes to `r`. Sections are read, and
+/// their problems found, in the same order as ever: problems with the file as a whole come
+/// last, in the order they were found.
 pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> File {
     let top = Table::new(r, String::new(), doc.span(), doc.get_ref(), &SECTION);
     let workers = top.integer(
@@ -62,72 +64,13 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         " (or leave it out: one per core)",
     );
     let access_log = access_log(r, &top);
-    let access_log_format = top
-        .text(r, "access_log_format", "a format", "combined")
-        .and_then(|f| match *f.get_ref() {
-            "combined" => Some(Format::Combined),
-            "json" => Some(Format::Json),
-            other => {
-                r.error(
-                    f.span(),
-                    "access_log_format",
-                    format!("\"{other}\" is not a format: write \"combined\" (nginx's, with fulcrum's fields after it) or \"json\" (one object a line)"),
-                );
-                None
-            }
-        });
+    let access_log_format = access_log_format(r, &top);
     // 0: close what is open at once, without a grace period.
     let shutdown_timeout = top.duration(r, "shutdown_timeout", Zero::Allowed);
-
-    let mut upstreams: Vec<Upstream> = Vec::new();
-    let mut names: HashMap<String, usize> = HashMap::new();
-    let upstream_tables = top.sections(r, "upstream", &upstream::SECTION);
-    let mut unnamed = false;
-    for t in &upstream_tables {
-        let Some(u) = upstream::read(r, t) else {
-            unnamed = true;
-            continue;
-        };
-        let name = u.name.get_ref();
-        if let Some(first) = names.get(name) {
-            r.error(
-                u.name.span(),
-                &t.key("name"),
-                format!(
-                    "upstream \"{name}\" is already defined at line {first}: names must be unique"
-                ),
-            );
-        } else {
-            names.insert(name.clone(), r.line_of(&u.name.span()));
-        }
-        upstreams.push(u);
-    }
-
-    let mut defined: Vec<&str> = names.keys().map(String::as_str).collect();
-    defined.sort_unstable();
-    let mut listeners: Vec<Listener> = Vec::new();
-    let mut listening: HashMap<SocketAddr, usize> = HashMap::new();
-    let listener_tables = top.sections(r, "listener", &listener::SECTION);
-    for t in &listener_tables {
-        let Some(l) = listener::read(r, t, (!unnamed).then_some(defined.as_slice())) else {
-            continue;
-        };
-        let addr = *l.listen.get_ref();
-        // Port 0 asks the system for a free port: several such listeners never collide.
-        if addr.port() != 0
-            && let Some(first) = listening.insert(addr, r.line_of(&l.listen.span()))
-        {
-            r.error(
-                l.listen.span(),
-                &t.key("listen"),
-                format!("{addr} is already used by the listener at line {first}"),
-            );
-        }
-        listeners.push(l);
-    }
-
-    tcp_upstreams(r, &listeners, &upstreams);
-    h2_upstreams(r, &listeners, &upstreams);
+    let upstreams = Upstreams::read(r, &top);
+    let listeners = Listeners::read(r, &top, upstreams.names().as_deref());
+    tcp_upstreams(r, &listeners.read, &upstreams.read);
+    h2_upstreams(r, &listeners.read, &upstreams.read);
     if top.no_items("listener") {
         r.error_in_file(
             "listener",
@@ -143,26 +86,136 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     let admin = top
         .section(r, "admin", &admin::SECTION)
         .and_then(|t| admin::read(r, &t));
-    if let Some(a) = &admin
-        && let Some(line) = listening.get(&a.listen)
-        && a.listen.port() != 0
-    {
-        r.error_in_file(
-            "admin.listen",
-            format!(
-                "{} is already used by the listener at line {line}: give the admin listener its own port",
-                a.listen
-            ),
-        );
+    if let Some(a) = &admin {
+        listeners.check_admin_port(r, a);
     }
     File {
         workers,
         access_log,
         access_log_format,
         shutdown_timeout,
-        listeners,
-        upstreams,
+        listeners: listeners.read,
+        upstreams: upstreams.read,
         admin,
+    }
+}
+
+/// `access_log_format`: `"combined"` or `"json"`.
+fn access_log_format(r: &mut Report<'_>, top: &Table<'_>) -> Option<Format> {
+    top.text(r, "access_log_format", "a format", "combined")
+        .and_then(|f| match *f.get_ref() {
+            "combined" => Some(Format::Combined),
+            "json" => Some(Format::Json),
+            other => {
+                r.error(
+                    f.span(),
+                    "access_log_format",
+                    format!("\"{other}\" is not a format: write \"combined\" (nginx's, with fulcrum's fields after it) or \"json\" (one object a line)"),
+                );
+                None
+            }
+        })
+}
+
+/// The `[[upstream]]`s that could be read, and their names, which must be unique.
+struct Upstreams {
+    read: Vec<Upstream>,
+    /// The line each name is first defined on.
+    first_defined: HashMap<String, usize>,
+    /// Whether some upstream's name could not be read.
+    unnamed: bool,
+}
+
+impl Upstreams {
+    fn read(r: &mut Report<'_>, top: &Table<'_>) -> Upstreams {
+        let mut upstreams = Upstreams {
+            read: Vec::new(),
+            first_defined: HashMap::new(),
+            unnamed: false,
+        };
+        let tables = top.sections(r, "upstream", &upstream::SECTION);
+        for t in &tables {
+            let Some(u) = upstream::read(r, t) else {
+                upstreams.unnamed = true;
+                continue;
+            };
+            let name = u.name.get_ref();
+            if let Some(first) = upstreams.first_defined.get(name) {
+                r.error(
+                    u.name.span(),
+                    &t.key("name"),
+                    format!(
+                        "upstream \"{name}\" is already defined at line {first}: names must be unique"
+                    ),
+                );
+            } else {
+                upstreams
+                    .first_defined
+                    .insert(name.clone(), r.line_of(&u.name.span()));
+            }
+            upstreams.read.push(u);
+        }
+        upstreams
+    }
+
+    /// The names defined, sorted; `None` when some upstream's name could not be read (then
+    /// any name a listener gives may be right).
+    fn names(&self) -> Option<Vec<&str>> {
+        let mut defined: Vec<&str> = self.first_defined.keys().map(String::as_str).collect();
+        defined.sort_unstable();
+        (!self.unnamed).then_some(defined)
+    }
+}
+
+/// The `[[listener]]`s that could be read, and the addresses they take.
+struct Listeners {
+    read: Vec<Listener>,
+    /// The line of the listener on each address (of the last, when two share one); listeners
+    /// on port 0 are left out: each gets a free port of its own.
+    lines: HashMap<SocketAddr, usize>,
+}
+
+impl Listeners {
+    /// Reads every listener; `upstreams`: the names it may send to (see [`listener::read`]).
+    fn read(r: &mut Report<'_>, top: &Table<'_>, upstreams: Option<&[&str]>) -> Listeners {
+        let mut listeners = Listeners {
+            read: Vec::new(),
+            lines: HashMap::new(),
+        };
+        let tables = top.sections(r, "listener", &listener::SECTION);
+        for t in &tables {
+            let Some(l) = listener::read(r, t, upstreams) else {
+                continue;
+            };
+            let addr = *l.listen.get_ref();
+            // Port 0 asks the system for a free port: several such listeners never collide.
+            if addr.port() != 0
+                && let Some(first) = listeners.lines.insert(addr, r.line_of(&l.listen.span()))
+            {
+                r.error(
+                    l.listen.span(),
+                    &t.key("listen"),
+                    format!("{addr} is already used by the listener at line {first}"),
+                );
+            }
+            listeners.read.push(l);
+        }
+        listeners
+    }
+
+    /// Refuses an admin listener on a listener's address.
+    fn check_admin_port(&self, r: &mut Report<'_>, a: &Admin) {
+        if let Some(line) = self.lines.get(&a.listen)
+            && a.listen.port() != 0
+        {
+            r.error_in_file(
+                "admin.listen",
+                format!(
+                    "{} is already used by the listener at line {line}: give the admin listener its own port",
+                    a.listen
+                ),
+            );
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! `check` with `inter`, `rise`, `fall`; nginx Plus's `health_check`).
 
 use proxy::{CheckKind, HealthCheckSettings};
+use toml::Spanned;
 
 use super::duration::Zero;
 use super::report::Report;
@@ -48,42 +49,8 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<HealthCheckSetti
         ok = false;
     }
     let kind = match kind.as_ref().map(|k| *k.get_ref()) {
-        None | Some("http") => {
-            let path = path.map_or("/", |p| *p.get_ref()).to_owned();
-            if !path.starts_with('/') || path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-                t.error(
-                    r,
-                    "path",
-                    format!("\"{path}\" is not a request path: write one such as \"/health\""),
-                );
-                ok = false;
-            }
-            let expect = match expect {
-                None => (200, 399),
-                Some(e) => match status_range(e.get_ref()) {
-                    Some(range) => range,
-                    None => {
-                        t.error(r, "expect", format!("\"{}\" is not a status or a range of statuses: write one such as \"200\" or \"200-399\"", e.get_ref()));
-                        ok = false;
-                        (200, 399)
-                    }
-                },
-            };
-            CheckKind::Http { path, expect }
-        }
-        Some("tcp") => {
-            for key in ["path", "expect"] {
-                if t.span_of(key).is_some() {
-                    t.error(
-                        r,
-                        key,
-                        format!("`{key}` is for type = \"http\"; a tcp check only connects"),
-                    );
-                    ok = false;
-                }
-            }
-            CheckKind::Tcp
-        }
+        None | Some("http") => http_check(r, t, path, expect),
+        Some("tcp") => tcp_check(r, t),
         Some(other) => {
             t.error(
                 r,
@@ -93,6 +60,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<HealthCheckSetti
             return None;
         }
     };
+    let kind = kind?;
     ok.then(|| HealthCheckSettings {
         kind,
         interval,
@@ -100,6 +68,55 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<HealthCheckSetti
         rise: rise.unwrap_or(HealthCheckSettings::DEFAULT_RISE),
         fall: fall.unwrap_or(HealthCheckSettings::DEFAULT_FALL),
     })
+}
+
+/// `type = "http"`: a GET of `path` (default `/`) answered with a status in `expect` (default
+/// 200-399). `None` when either is wrong (both are checked, and reported).
+fn http_check(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    path: Option<Spanned<&str>>,
+    expect: Option<Spanned<&str>>,
+) -> Option<CheckKind> {
+    let mut ok = true;
+    let path = path.map_or("/", |p| *p.get_ref()).to_owned();
+    if !path.starts_with('/') || path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        t.error(
+            r,
+            "path",
+            format!("\"{path}\" is not a request path: write one such as \"/health\""),
+        );
+        ok = false;
+    }
+    let expect = match expect {
+        None => (200, 399),
+        Some(e) => match status_range(e.get_ref()) {
+            Some(range) => range,
+            None => {
+                t.error(r, "expect", format!("\"{}\" is not a status or a range of statuses: write one such as \"200\" or \"200-399\"", e.get_ref()));
+                ok = false;
+                (200, 399)
+            }
+        },
+    };
+    ok.then_some(CheckKind::Http { path, expect })
+}
+
+/// `type = "tcp"`: a connect, nothing more; `None` when `path` or `expect` is given (each
+/// reported).
+fn tcp_check(r: &mut Report<'_>, t: &Table<'_>) -> Option<CheckKind> {
+    let mut ok = true;
+    for key in ["path", "expect"] {
+        if t.span_of(key).is_some() {
+            t.error(
+                r,
+                key,
+                format!("`{key}` is for type = \"http\"; a tcp check only connects"),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(CheckKind::Tcp)
 }
 
 /// `"200"` or `"200-399"`: statuses from 100 to 599, the first not above the second.

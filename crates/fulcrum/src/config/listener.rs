@@ -118,22 +118,87 @@ pub(super) struct Listener {
 
 /// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
 /// some upstream's name could not be read: then any name may be right). `None` when the
-/// listener's address or upstream is missing or wrong (the rest is still checked).
+/// listener's address or upstream is missing or wrong (the rest is still checked). Keys are
+/// read, and their problems found, in the same order as ever: problems at one place keep the
+/// order they were found in, and warnings are not sorted.
 pub(super) fn read(
     r: &mut Report<'_>,
     t: &Table<'_>,
     upstreams: Option<&[&str]>,
 ) -> Option<Listener> {
+    let listen = read_listen(r, t);
+    let upstream = read_upstream(r, t, upstreams);
+    let upstream_at = (
+        t.span_of("upstream").unwrap_or_else(|| t.span()),
+        t.key("upstream"),
+    );
+    let protocol = read_protocol(r, t);
+    let idle_timeout = t.duration(
+        r,
+        "idle_timeout",
+        Zero::Refused("every session would be closed at once"),
+    );
+    let proxy_protocol = proxy_protocol(r, t);
+    let accept_proxy_protocol = t.flag(r, "accept_proxy_protocol").unwrap_or(false);
+    let upgrade = upgrade(r, t);
+    check_keys_for_protocol(r, t, protocol, &upgrade, accept_proxy_protocol);
+    let limits = ClientLimits::read(r, t);
+    let trusted_proxies = trusted_proxies(r, t);
+    let http2 = http2(r, t, protocol);
+    if accept_proxy_protocol && trusted_proxies.is_empty() {
+        t.error(
+            r,
+            "accept_proxy_protocol",
+            "needs trusted_proxies: the load balancers in front that may name the client (anyone else could claim any address), e.g. trusted_proxies = [\"10.0.0.0/8\"]",
+        );
+    }
+    let tls = super::tls::read(r, t);
+    if protocol == Protocol::Tcp && t.span_of("tls").is_some() {
+        t.error(
+            r,
+            "tls",
+            "TLS termination on a TCP listener is not supported yet (only on HTTP listeners): remove [[listener.tls]], or use protocol = \"http\"",
+        );
+    }
+    Some(Listener {
+        listen: listen?,
+        upstream: upstream?,
+        max_connections: limits.max_connections,
+        client_header_timeout: limits.client_header_timeout,
+        client_body_timeout: limits.client_body_timeout,
+        client_body_min_rate: limits.client_body_min_rate,
+        send_timeout: limits.send_timeout,
+        max_header_bytes: limits.max_header_bytes,
+        max_headers: limits.max_headers,
+        max_body_bytes: limits.max_body_bytes,
+        trusted_proxies,
+        protocol,
+        idle_timeout,
+        proxy_protocol,
+        accept_proxy_protocol,
+        upgrade,
+        http2,
+        upstream_at,
+        tls,
+    })
+}
+
+/// `listen`: required, an address fulcrum may listen on.
+fn read_listen(r: &mut Report<'_>, t: &Table<'_>) -> Option<Spanned<SocketAddr>> {
     let listen = t.required_text(r, "listen", "an address", "127.0.0.1:8080");
-    let listen = listen.and_then(|l| match address::listen(l.get_ref()) {
+    listen.and_then(|l| match address::listen(l.get_ref()) {
         Ok(addr) => Some(Spanned::new(l.span(), addr)),
         Err(why) => {
             r.error(l.span(), &t.key("listen"), why);
             None
         }
-    });
+    })
+}
+
+/// `upstream`: required, and one of `upstreams` when they are known.
+fn read_upstream(r: &mut Report<'_>, t: &Table<'_>, upstreams: Option<&[&str]>) -> Option<String> {
     let upstream = t.required_text(r, "upstream", "an upstream name", "web");
-    let upstream = upstream.and_then(|u| {
+    upstream.and_then(|u| {
         let Some(upstreams) = upstreams.filter(|names| !names.contains(u.get_ref())) else {
             return Some(u.get_ref().to_string());
         };
@@ -151,12 +216,12 @@ pub(super) fn read(
             ),
         );
         None
-    });
-    let upstream_at = (
-        t.span_of("upstream").unwrap_or_else(|| t.span()),
-        t.key("upstream"),
-    );
-    let protocol = match t.text(r, "protocol", "a protocol", "tcp") {
+    })
+}
+
+/// `protocol`: `"http"` (the default) or `"tcp"`.
+fn read_protocol(r: &mut Report<'_>, t: &Table<'_>) -> Protocol {
+    match t.text(r, "protocol", "a protocol", "tcp") {
         None => Protocol::Http,
         Some(p) => match *p.get_ref() {
             "http" => Protocol::Http,
@@ -170,15 +235,19 @@ pub(super) fn read(
                 Protocol::Http
             }
         },
-    };
-    let idle_timeout = t.duration(
-        r,
-        "idle_timeout",
-        Zero::Refused("every session would be closed at once"),
-    );
-    let proxy_protocol = proxy_protocol(r, t);
-    let accept_proxy_protocol = t.flag(r, "accept_proxy_protocol").unwrap_or(false);
-    let upgrade = upgrade(r, t);
+    }
+}
+
+/// Keys the listener's protocol does not read: on an HTTP listener, `idle_timeout` without
+/// an upgrade (a warning) and `proxy_protocol` (an error); on a TCP listener, every HTTP-only
+/// key (a warning; `trusted_proxies` is read there with `accept_proxy_protocol`).
+fn check_keys_for_protocol(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    protocol: Protocol,
+    upgrade: &[String],
+    accept_proxy_protocol: bool,
+) {
     if protocol == Protocol::Http {
         if upgrade.is_empty()
             && let Some(span) = t.span_of("idle_timeout")
@@ -212,79 +281,63 @@ pub(super) fn read(
             }
         }
     }
-    let max_connections = t.integer(r, "max_connections", 1..=MAX_CONNECTIONS, "");
-    let client_header_timeout = t.duration(
-        r,
-        "client_header_timeout",
-        Zero::Refused("no client could send a request in time"),
-    );
-    let client_body_timeout = t.duration(
-        r,
-        "client_body_timeout",
-        Zero::Refused("no client could send a request body in time"),
-    );
-    let client_body_min_rate = t.integer(
-        r,
-        "client_body_min_rate",
-        0..=1_000_000_000,
-        " (bytes per second; 0 limits only the time between reads)",
-    );
-    let send_timeout = t.duration(
-        r,
-        "send_timeout",
-        Zero::Refused("any answer that does not fit the socket buffer at once would be cut"),
-    );
-    let max_header_bytes = t.integer(
-        r,
-        "max_header_bytes",
-        MIN_HEADER_BYTES..=MAX_HEADER_BYTES,
-        "",
-    );
-    let max_headers = t.integer(r, "max_headers", 1..=proxy::MAX_HEADERS_LIMIT as i64, "");
-    let max_body_bytes = t.integer(
-        r,
-        "max_body_bytes",
-        1..=MAX_BODY_BYTES,
-        " (bodies are held in memory before they are forwarded, so there is no unlimited)",
-    );
-    let trusted_proxies = trusted_proxies(r, t);
-    let http2 = http2(r, t, protocol);
-    if accept_proxy_protocol && trusted_proxies.is_empty() {
-        t.error(
-            r,
-            "accept_proxy_protocol",
-            "needs trusted_proxies: the load balancers in front that may name the client (anyone else could claim any address), e.g. trusted_proxies = [\"10.0.0.0/8\"]",
-        );
+}
+
+/// What a client may take of the listener: connections, time to send its request and to
+/// read the answer, sizes of its head and body (`None`: the default, see `settings`).
+struct ClientLimits {
+    max_connections: Option<usize>,
+    client_header_timeout: Option<Duration>,
+    client_body_timeout: Option<Duration>,
+    client_body_min_rate: Option<u64>,
+    send_timeout: Option<Duration>,
+    max_header_bytes: Option<usize>,
+    max_headers: Option<usize>,
+    max_body_bytes: Option<u64>,
+}
+
+impl ClientLimits {
+    fn read(r: &mut Report<'_>, t: &Table<'_>) -> ClientLimits {
+        ClientLimits {
+            max_connections: t.integer(r, "max_connections", 1..=MAX_CONNECTIONS, ""),
+            client_header_timeout: t.duration(
+                r,
+                "client_header_timeout",
+                Zero::Refused("no client could send a request in time"),
+            ),
+            client_body_timeout: t.duration(
+                r,
+                "client_body_timeout",
+                Zero::Refused("no client could send a request body in time"),
+            ),
+            client_body_min_rate: t.integer(
+                r,
+                "client_body_min_rate",
+                0..=1_000_000_000,
+                " (bytes per second; 0 limits only the time between reads)",
+            ),
+            send_timeout: t.duration(
+                r,
+                "send_timeout",
+                Zero::Refused(
+                    "any answer that does not fit the socket buffer at once would be cut",
+                ),
+            ),
+            max_header_bytes: t.integer(
+                r,
+                "max_header_bytes",
+                MIN_HEADER_BYTES..=MAX_HEADER_BYTES,
+                "",
+            ),
+            max_headers: t.integer(r, "max_headers", 1..=proxy::MAX_HEADERS_LIMIT as i64, ""),
+            max_body_bytes: t.integer(
+                r,
+                "max_body_bytes",
+                1..=MAX_BODY_BYTES,
+                " (bodies are held in memory before they are forwarded, so there is no unlimited)",
+            ),
+        }
     }
-    let tls = super::tls::read(r, t);
-    if protocol == Protocol::Tcp && t.span_of("tls").is_some() {
-        t.error(
-            r,
-            "tls",
-            "TLS termination on a TCP listener is not supported yet (only on HTTP listeners): remove [[listener.tls]], or use protocol = \"http\"",
-        );
-    }
-    Some(Listener {
-        listen: listen?,
-        upstream: upstream?,
-        max_connections,
-        client_header_timeout,
-        client_body_timeout,
-        client_body_min_rate,
-        send_timeout,
-        max_header_bytes,
-        max_headers,
-        max_body_bytes,
-        trusted_proxies,
-        protocol,
-        idle_timeout,
-        proxy_protocol,
-        accept_proxy_protocol,
-        upgrade,
-        http2,
-        upstream_at,
-        tls,
-    })
 }
 
 /// `upgrade = ["websocket"]`: protocol names (RFC 9110 §16.7's registry: `websocket`, `h2c`,

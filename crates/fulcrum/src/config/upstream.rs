@@ -115,67 +115,15 @@ pub(super) struct Upstream {
 }
 
 /// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
-/// is still checked).
+/// is still checked). Keys are read, and their problems found, in the same order as ever:
+/// problems at one place keep the order they were found in, and warnings are not sorted.
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
-    let name = t.required_text(r, "name", "a name", "web");
-    if let Some(n) = &name
-        && n.get_ref().is_empty()
-    {
-        r.error(n.span(), &t.key("name"), "must not be empty");
-    }
+    let name = read_name(r, t);
     let balancing = algorithm::read(r, t, t.count("backend"));
-    let max_fails = backend::max_fails(r, t);
-    let fail_timeout = backend::fail_timeout(r, t);
-    let retries = t.integer(r, "retries", 0..=MAX_RETRIES, "");
-    let retry_non_idempotent = t.flag(r, "retry_non_idempotent");
-    let connect_timeout = t.duration(
-        r,
-        "connect_timeout",
-        Zero::Refused("every connection attempt would time out before it starts"),
-    );
-    let read_timeout = t.duration(
-        r,
-        "read_timeout",
-        Zero::Refused("no backend could ever answer in time"),
-    );
-    let response_timeout = t.duration(
-        r,
-        "response_timeout",
-        Zero::Refused("no backend could ever answer in time; leave it out for no limit"),
-    );
-    let queue = t.integer(
-        r,
-        "queue",
-        0..=MAX_QUEUE,
-        " (0, the default, answers 503 at once when every backend is at its max_conns)",
-    );
-    let queue_timeout = t.duration(
-        r,
-        "queue_timeout",
-        Zero::Refused(
-            "a queued request would be refused before it could wait; for no queue, write queue = 0",
-        ),
-    );
-    let keepalive = t.integer(r, "keepalive", 0..=MAX_KEEPALIVE, " (0 turns reuse off)");
-    let keepalive_timeout = t.duration(
-        r,
-        "keepalive_timeout",
-        Zero::Refused(
-            "an idle connection would be closed before its reuse; to keep none, write keepalive = 0",
-        ),
-    );
+    let attempts = Attempts::read(r, t);
+    let waiting = Waiting::read(r, t);
     let seed = t.integer(r, "seed", 0..=i64::MAX, "");
-    let poll_interval = t.duration(
-        r,
-        "poll_interval",
-        Zero::Refused("backends would be polled without pause"),
-    );
-    let poll_timeout = t.duration(
-        r,
-        "poll_timeout",
-        Zero::Refused("every poll would time out before it starts"),
-    );
-    let stale_after = t.integer(r, "stale_after", 1..=MAX_STALE_AFTER, "");
+    let polling = Polling::read(r, t);
     let health_check = t
         .section(r, "health_check", &health::SECTION)
         .and_then(|h| health::read(r, &h));
@@ -187,26 +135,195 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             .as_ref()
             .map_or_else(Default::default, |p| *p.get_ref()),
     );
-    if let (Some(timeout), Some(span)) = (poll_timeout, t.span_of("poll_timeout")) {
-        let interval = poll_interval.unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
-        if timeout > interval {
-            r.error(
-                span,
-                &t.key("poll_timeout"),
-                format!(
-                    "poll_timeout ({timeout:?}) is longer than poll_interval ({interval:?}): a poll must end before the next begins"
-                ),
-            );
-        }
-    }
-    // Unset, the timeout is 1 s or the interval if that is shorter.
-    let poll_timeout = poll_timeout
-        .or_else(|| poll_interval.map(|i| i.min(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT)));
+    let polling = polling.checked(r, t);
 
     let shown = name.as_ref().map_or_else(
         || "this upstream".to_owned(),
         |n| format!("upstream \"{}\"", n.get_ref()),
     );
+    let backends = read_backends(r, t, &balancing, &shown);
+    check_ring_weight(r, t, &balancing, &backends);
+    check_health_checks_and_agents(r, t, health_check.is_some(), &backends);
+    check_queue_has_max_conns(r, t, &shown, &backends);
+    if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
+        r.warn(
+            &t.span(),
+            format!(
+                "{shown}: round_robin ignores weights; use weighted_round_robin to honour them"
+            ),
+        );
+    }
+
+    let name = name?;
+    Some(Upstream {
+        name: Spanned::new(name.span(), name.get_ref().to_string()),
+        balancing,
+        max_fails: attempts.max_fails,
+        fail_timeout: attempts.fail_timeout,
+        retries: attempts.retries,
+        retry_non_idempotent: attempts.retry_non_idempotent,
+        connect_timeout: attempts.connect_timeout,
+        read_timeout: attempts.read_timeout,
+        response_timeout: attempts.response_timeout,
+        queue: waiting.queue,
+        queue_timeout: waiting.queue_timeout,
+        keepalive: waiting.keepalive,
+        keepalive_timeout: waiting.keepalive_timeout,
+        poll_interval: polling.interval,
+        poll_timeout: polling.timeout,
+        stale_after: polling.stale_after,
+        health_check,
+        tls,
+        backend_protocol,
+        seed,
+        backends,
+    })
+}
+
+/// `name`: required, and not empty.
+fn read_name<'a>(r: &mut Report<'_>, t: &Table<'a>) -> Option<Spanned<&'a str>> {
+    let name = t.required_text(r, "name", "a name", "web");
+    if let Some(n) = &name
+        && n.get_ref().is_empty()
+    {
+        r.error(n.span(), &t.key("name"), "must not be empty");
+    }
+    name
+}
+
+/// How an attempt is timed, when a backend is blamed for it, and what is retried (`None`:
+/// the default, see `settings`).
+struct Attempts {
+    max_fails: Option<u32>,
+    fail_timeout: Option<Duration>,
+    retries: Option<u32>,
+    retry_non_idempotent: Option<bool>,
+    connect_timeout: Option<Duration>,
+    read_timeout: Option<Duration>,
+    response_timeout: Option<Duration>,
+}
+
+impl Attempts {
+    fn read(r: &mut Report<'_>, t: &Table<'_>) -> Attempts {
+        Attempts {
+            max_fails: backend::max_fails(r, t),
+            fail_timeout: backend::fail_timeout(r, t),
+            retries: t.integer(r, "retries", 0..=MAX_RETRIES, ""),
+            retry_non_idempotent: t.flag(r, "retry_non_idempotent"),
+            connect_timeout: t.duration(
+                r,
+                "connect_timeout",
+                Zero::Refused("every connection attempt would time out before it starts"),
+            ),
+            read_timeout: t.duration(
+                r,
+                "read_timeout",
+                Zero::Refused("no backend could ever answer in time"),
+            ),
+            response_timeout: t.duration(
+                r,
+                "response_timeout",
+                Zero::Refused("no backend could ever answer in time; leave it out for no limit"),
+            ),
+        }
+    }
+}
+
+/// What waits: requests in the queue for a backend below its `max_conns`, and idle
+/// connections kept for reuse (`None`: the default, see `settings`).
+struct Waiting {
+    queue: Option<usize>,
+    queue_timeout: Option<Duration>,
+    keepalive: Option<usize>,
+    keepalive_timeout: Option<Duration>,
+}
+
+impl Waiting {
+    fn read(r: &mut Report<'_>, t: &Table<'_>) -> Waiting {
+        Waiting {
+            queue: t.integer(
+                r,
+                "queue",
+                0..=MAX_QUEUE,
+                " (0, the default, answers 503 at once when every backend is at its max_conns)",
+            ),
+            queue_timeout: t.duration(
+                r,
+                "queue_timeout",
+                Zero::Refused(
+                    "a queued request would be refused before it could wait; for no queue, write queue = 0",
+                ),
+            ),
+            keepalive: t.integer(r, "keepalive", 0..=MAX_KEEPALIVE, " (0 turns reuse off)"),
+            keepalive_timeout: t.duration(
+                r,
+                "keepalive_timeout",
+                Zero::Refused(
+                    "an idle connection would be closed before its reuse; to keep none, write keepalive = 0",
+                ),
+            ),
+        }
+    }
+}
+
+/// How the backends' load sources are polled (`None`: the default, see `settings`).
+struct Polling {
+    interval: Option<Duration>,
+    timeout: Option<Duration>,
+    stale_after: Option<u32>,
+}
+
+impl Polling {
+    fn read(r: &mut Report<'_>, t: &Table<'_>) -> Polling {
+        Polling {
+            interval: t.duration(
+                r,
+                "poll_interval",
+                Zero::Refused("backends would be polled without pause"),
+            ),
+            timeout: t.duration(
+                r,
+                "poll_timeout",
+                Zero::Refused("every poll would time out before it starts"),
+            ),
+            stale_after: t.integer(r, "stale_after", 1..=MAX_STALE_AFTER, ""),
+        }
+    }
+
+    /// Refuses a timeout longer than the interval; a timeout left out becomes 1 s, or the
+    /// interval if that is shorter.
+    fn checked(self, r: &mut Report<'_>, t: &Table<'_>) -> Polling {
+        if let (Some(timeout), Some(span)) = (self.timeout, t.span_of("poll_timeout")) {
+            let interval = self
+                .interval
+                .unwrap_or(proxy::UpstreamSettings::DEFAULT_POLL_INTERVAL);
+            if timeout > interval {
+                r.error(
+                    span,
+                    &t.key("poll_timeout"),
+                    format!(
+                        "poll_timeout ({timeout:?}) is longer than poll_interval ({interval:?}): a poll must end before the next begins"
+                    ),
+                );
+            }
+        }
+        // Unset, the timeout is 1 s or the interval if that is shorter.
+        let timeout = self.timeout.or_else(|| {
+            self.interval
+                .map(|i| i.min(proxy::UpstreamSettings::DEFAULT_POLL_TIMEOUT))
+        });
+        Polling { timeout, ..self }
+    }
+}
+
+/// The `[[upstream.backend]]`s that read well: at least one, each address once, not all
+/// backups. `shown` names the upstream in messages.
+fn read_backends(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    balancing: &Balancing,
+    shown: &str,
+) -> Vec<Backend> {
     let tables = t.sections(r, "backend", &backend::SECTION);
     if t.no_items("backend") {
         r.error(
@@ -241,10 +358,18 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             format!("every backend of {shown} is a backup: at least one must not be"),
         );
     }
-    check_ring_weight(r, t, &balancing, &backends);
-    // An agent's up/down and the health checks would overrule each other (HAProxy keeps two
-    // states for them; fulcrum has one): one or the other.
-    if health_check.is_some()
+    backends
+}
+
+/// An agent's up/down and the health checks would overrule each other (HAProxy keeps two
+/// states for them; fulcrum has one): one or the other.
+fn check_health_checks_and_agents(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    health_checked: bool,
+    backends: &[Backend],
+) {
+    if health_checked
         && let Some(b) = backends
             .iter()
             .find(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
@@ -258,8 +383,11 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             ),
         );
     }
-    // A queue holds requests until a backend is below its max_conns: without one, nothing is
-    // ever full and the queue would never be used.
+}
+
+/// A queue holds requests until a backend is below its max_conns: without one, nothing is
+/// ever full and the queue would never be used.
+fn check_queue_has_max_conns(r: &mut Report<'_>, t: &Table<'_>, shown: &str, backends: &[Backend]) {
     if let Some(key) = ["queue", "queue_timeout"]
         .into_iter()
         .find(|k| t.span_of(k).is_some())
@@ -274,39 +402,6 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             ),
         );
     }
-    if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
-        r.warn(
-            &t.span(),
-            format!(
-                "{shown}: round_robin ignores weights; use weighted_round_robin to honour them"
-            ),
-        );
-    }
-
-    let name = name?;
-    Some(Upstream {
-        name: Spanned::new(name.span(), name.get_ref().to_string()),
-        balancing,
-        max_fails,
-        fail_timeout,
-        retries,
-        retry_non_idempotent,
-        connect_timeout,
-        read_timeout,
-        response_timeout,
-        queue,
-        queue_timeout,
-        keepalive,
-        keepalive_timeout,
-        poll_interval,
-        poll_timeout,
-        stale_after,
-        health_check,
-        tls,
-        backend_protocol,
-        seed,
-        backends,
-    })
 }
 
 /// `backend_protocol`: `"http1"` (the default) or `"h2"`.

@@ -1,0 +1,65 @@
+//! `fulcrum lab backend`: one emulated backend, served until SIGTERM or SIGINT (or until it
+//! dies as `--die-after` asks). Its capacity model and faults are the lab's
+//! [`lab::backend`]; here, the arguments turned into them.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::runtime;
+use crate::cli::lab::BackendArgs;
+use crate::{LOG, logs, shutdown};
+
+/// Runs the backend.
+pub fn run(args: BackendArgs) -> anyhow::Result<ExitCode> {
+    let _logs = logs::init("info");
+    let capacity = capacity(&args);
+    let faults = lab::backend::Faults {
+        fail_rate: args.fail_rate,
+        stall_after: args.stall_after,
+        die_after: args.die_after,
+    };
+    runtime(1).and_then(|rt| rt.block_on(serve(args.listen, args.name, capacity, faults)))
+}
+
+/// The server of limited capacity `--workers` asks for, or none: every request served at
+/// once after its cost.
+fn capacity(args: &BackendArgs) -> Option<lab::backend::Capacity> {
+    args.workers.map(|workers| lab::backend::Capacity {
+        workers,
+        speed: args.speed,
+        max_queue: args.max_queue,
+        mode: args.mode,
+        cost: args.cost.unwrap_or(lab::schedule::Cost::Const { ms: 0.0 }),
+        antagonist: args.antagonist,
+        epoch: args
+            .epoch_ms
+            .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
+        seed: args.seed,
+    })
+}
+
+/// Starts the backend and serves until the operator's stop or its own death.
+async fn serve(
+    listen: SocketAddr,
+    name: Option<String>,
+    capacity: Option<lab::backend::Capacity>,
+    faults: lab::backend::Faults,
+) -> anyhow::Result<ExitCode> {
+    let name = name.unwrap_or_else(|| listen.to_string());
+    let backend = lab::Backend::start_faulty(&name, listen, capacity, faults)
+        .await
+        .with_context(|| format!("cannot start the backend on {listen}"))?;
+    tracing::info!(target: LOG, listen = %backend.addr(), name = %name, capacity = ?capacity, faults = ?faults, "lab backend listening");
+    tokio::select! {
+        () = shutdown::signal() => backend.kill().await,
+        () = backend.died() => tracing::info!(
+            target: LOG,
+            requests = backend.requests(),
+            "lab backend died after --die-after requests, as asked; exiting"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}

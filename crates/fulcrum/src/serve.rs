@@ -1,0 +1,249 @@
+//! `fulcrum run`: the proxy's lifecycle, from the configuration file to the last drained
+//! connection.
+//!
+//! 1. Start: the file read and checked as `fulcrum check` does, the open-files limit raised
+//!    and the configuration fitted to it, and — with `--upgrade-socket` — the listening
+//!    sockets taken over from the fulcrum serving there.
+//! 2. Serve: the proxy's workers bound (each its own runtime); on this process's main runtime,
+//!    beside them, the admin listener, the control plane (load feedback, health checks), the
+//!    reloads and the signal handlers.
+//! 3. Change while serving: SIGHUP or `POST /api/reload` reload the file ([`reload`]); SIGUSR1
+//!    reopens the access log; a new fulcrum on the upgrade socket takes the sockets over
+//!    ([`upgrade`]).
+//! 4. Stop: at SIGTERM or SIGINT, or once replaced, the proxy drains its connections, then
+//!    the control plane stops.
+//!
+//! The order matters where a comment says so: every handler is installed and every socket
+//! bound before anything is served, so that an early signal or a port in use stops the
+//! start rather than a running proxy.
+
+mod reload;
+mod upgrade;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use fulcrum::config;
+use proxy::handover::{Handshake, Inherited};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::{LOG, logs, shutdown};
+
+/// Runs the load balancer until it is stopped or replaced; 1 when the start is refused.
+pub fn run(path: &Path, upgrade_socket: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let _logs = logs::init("info");
+    let cfg = match checked_config(path) {
+        Ok(cfg) => cfg,
+        Err(code) => return Ok(code),
+    };
+    // A fulcrum already serving on the upgrade socket hands its listening sockets over.
+    let (inherited, handshake) = match upgrade::take_over(upgrade_socket) {
+        Ok(taken) => taken,
+        Err(code) => return Ok(code),
+    };
+    // The proxy runs its own worker threads; this runtime only waits for a signal.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let start = Start {
+        path: path.to_owned(),
+        cfg,
+        inherited,
+        handshake,
+        upgrade_socket: upgrade_socket.map(Path::to_owned),
+    };
+    rt.block_on(serve(start))
+}
+
+/// The configuration to serve: read and checked (its warnings logged), and fitted to the
+/// open-files limit, raised as far as it goes. `Err`: refused, the reasons on stderr, and the
+/// exit status to end with.
+fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
+    let cfg = match config::load(path) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    for w in &cfg.warnings {
+        tracing::warn!(target: LOG, "{w}");
+    }
+    let mut cfg = cfg;
+    let (limit, error) = proxy::limits::raise_open_files_limit();
+    if let Some(e) = error {
+        tracing::warn!(target: LOG, error = %e, "cannot raise the open files limit to the hard limit");
+    }
+    if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
+        eprintln!("fulcrum: error: {}: {e}", path.display());
+        return Err(ExitCode::FAILURE);
+    }
+    tracing::info!(
+        target: LOG,
+        open_files_limit = %limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+        needed = proxy::limits::descriptors_needed(&cfg.proxy),
+        max_connections = ?cfg.proxy.listeners.iter().map(|l| l.connection_limit()).collect::<Vec<_>>(),
+        "file descriptors"
+    );
+    Ok(cfg)
+}
+
+/// What serving starts from.
+struct Start {
+    /// The configuration file, read again at each reload.
+    path: PathBuf,
+    cfg: config::Config,
+    /// The listening sockets handed over by the fulcrum this one replaces (none without one).
+    inherited: Inherited,
+    /// The step that tells that fulcrum to stop accepting, once this one serves.
+    handshake: Option<Handshake>,
+    upgrade_socket: Option<PathBuf>,
+}
+
+/// Serves until SIGTERM, SIGINT or a successor's takeover, then drains and stops the control
+/// plane.
+async fn serve(start: Start) -> anyhow::Result<ExitCode> {
+    let Start {
+        path,
+        cfg,
+        mut inherited,
+        handshake,
+        upgrade_socket,
+    } = start;
+    let workers = cfg.proxy.workers;
+    let admin_settings = cfg.admin.clone();
+    // Installed before anything is served: an operator's `systemctl reload` (SIGHUP) must
+    // never kill the process, however early it comes.
+    let hangups = signal(SignalKind::hangup()).context("installing a SIGHUP handler")?;
+    let proxy = proxy::Proxy::bind_inherited(cfg.proxy, &mut inherited).await?;
+    let handle = proxy.handle();
+    let (reloads, reload_requests) = mpsc::channel(4);
+    // The admin listener is bound before anything is served, so a port in use stops the
+    // start, as a listener's does.
+    let mut admin_handover = None;
+    let admin = match admin_settings.clone() {
+        Some(a) => {
+            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads)?;
+            admin_handover = Some(socket);
+            Some(admin)
+        }
+        None => None,
+    };
+    tracing::info!(
+        target: LOG,
+        workers,
+        version = env!("CARGO_PKG_VERSION"),
+        "fulcrum started"
+    );
+    // The control plane (load feedback, health checks), the reloads and the admin
+    // listener run on this runtime, beside the workers.
+    let (stop_control, stopped) = watch::channel(false);
+    control::spawn(&handle.upstreams(), &stopped);
+    tokio::spawn(reload::reloader(
+        path,
+        handle.clone(),
+        admin_settings,
+        hangups,
+        reload_requests,
+        stopped.clone(),
+    ));
+    reopen_logs_on_usr1(&handle, stopped.clone())?;
+    // Upgrades: once serving, tell the fulcrum we replace (it drains and exits) and offer
+    // our own sockets to the next one; when one takes them, stop as at SIGTERM. Without an
+    // upgrade socket `handed_over` lives until this function returns: dropped, it would
+    // wake `replaced`, and the proxy would stop as if replaced.
+    let (handed_over, replaced) = watch::channel(false);
+    if let Some(path) = upgrade_socket {
+        let handover = upgrade::Handover {
+            proxy: handle.clone(),
+            admin: admin_handover,
+            done: handed_over,
+        };
+        tokio::spawn(upgrade::offer(path, handshake, handover));
+    }
+    if let Some(admin) = admin {
+        spawn_admin(admin, stopped.clone(), replaced.clone())?;
+    }
+    serve_until_stopped(proxy, replaced).await;
+    let _ = stop_control.send(true);
+    tracing::info!(target: LOG, "fulcrum stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The admin listener on its socket — the one handed over, or a new one — and a copy of
+/// the socket for the next upgrade's handover.
+fn bind_admin(
+    settings: config::admin::Admin,
+    inherited: &mut Inherited,
+    proxy: &proxy::ProxyHandle,
+    reloads: mpsc::Sender<admin::ReloadReply>,
+) -> anyhow::Result<(admin::Admin, std::net::TcpListener)> {
+    let socket = match inherited.take("admin") {
+        Some(socket) => socket,
+        None => std::net::TcpListener::bind(settings.listen)
+            .with_context(|| format!("admin listener: cannot listen on {}", settings.listen))?,
+    };
+    let handover = socket.try_clone()?;
+    let view = admin::View {
+        proxy: proxy.clone(),
+        reload: Some(reloads),
+        balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
+    };
+    let admin = admin::Admin::from_listener(socket, settings.token, view)?;
+    Ok((admin, handover))
+}
+
+/// SIGUSR1 reopens the access log's file, as nginx's does (logrotate's postrotate), until
+/// the control plane stops.
+fn reopen_logs_on_usr1(
+    proxy: &proxy::ProxyHandle,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut usr1 = signal(SignalKind::user_defined1()).context("installing a SIGUSR1 handler")?;
+    let reopen = proxy.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = usr1.recv() => {
+                    tracing::info!(target: LOG, "SIGUSR1 received: reopening the access log");
+                    reopen.reopen_logs();
+                }
+                _ = stop.changed() => return,
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Serves the admin listener until the control plane stops or a successor takes over.
+fn spawn_admin(
+    admin: admin::Admin,
+    mut stop: watch::Receiver<bool>,
+    mut replaced: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    tracing::info!(target: LOG, listen = %admin.local_addr()?, "admin listener");
+    tokio::spawn(admin.run(async move {
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = replaced.changed() => {}
+        }
+    }));
+    Ok(())
+}
+
+/// Runs the proxy until SIGTERM, SIGINT or a successor's takeover, and its drain.
+async fn serve_until_stopped(proxy: proxy::Proxy, mut replaced: watch::Receiver<bool>) {
+    let signal = shutdown::signal();
+    proxy
+        .run(async move {
+            tokio::select! {
+                () = signal => {}
+                _ = replaced.changed() => {}
+            }
+        })
+        .await;
+}

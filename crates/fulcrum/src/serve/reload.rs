@@ -1,0 +1,133 @@
+//! Reloads while serving: on SIGHUP (`systemctl reload`) or `POST /api/reload`, one at a
+//! time, the file read and checked again as `fulcrum check` does. A file with errors changes
+//! nothing; a valid one is applied without dropping a request
+//! ([`proxy::ProxyHandle::reload`]), and what could not be applied (`[admin]`, a listener's
+//! settings that take a restart) is said.
+
+use std::path::{Path, PathBuf};
+
+use fulcrum::config;
+use tokio::signal::unix::Signal;
+use tokio::sync::{mpsc, watch};
+
+use crate::LOG;
+
+/// Reloads the configuration on SIGHUP and on `POST /api/reload`, one at a time, until the
+/// proxy stops.
+pub async fn reloader(
+    path: PathBuf,
+    proxy: proxy::ProxyHandle,
+    admin: Option<config::admin::Admin>,
+    mut hangups: Signal,
+    mut requests: mpsc::Receiver<admin::ReloadReply>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let reply = tokio::select! {
+            _ = hangups.recv() => {
+                tracing::info!(target: LOG, "SIGHUP received: reloading the configuration");
+                None
+            }
+            Some(reply) = requests.recv() => {
+                tracing::info!(target: LOG, "reload asked through the admin API");
+                Some(reply)
+            }
+            _ = stop.changed() => return,
+        };
+        let result = reload(&path, &proxy, admin.as_ref(), &stop).await;
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// One reload: the file is read and checked as `fulcrum check` does; a file with errors
+/// changes nothing (its problems are logged); a valid one is applied without dropping a
+/// request ([`proxy::ProxyHandle::reload`]). Returns what was done, or why nothing was.
+async fn reload(
+    path: &Path,
+    proxy: &proxy::ProxyHandle,
+    running_admin: Option<&config::admin::Admin>,
+    stop: &watch::Receiver<bool>,
+) -> Result<String, String> {
+    let cfg = checked_config(path)?;
+    let mut not_applied = Vec::new();
+    if cfg.admin.as_ref() != running_admin {
+        not_applied.push("[admin]: takes a restart".to_owned());
+    }
+    match proxy.reload(cfg.proxy).await {
+        Ok(done) => {
+            for u in &done.new_upstreams {
+                tokio::spawn(control::supervise(std::sync::Arc::clone(u), stop.clone()));
+            }
+            not_applied.extend(done.not_applied.iter().cloned());
+            Ok(reloaded(&done, &not_applied))
+        }
+        Err(e) => {
+            tracing::error!(target: LOG, error = %e, "reload refused; the running configuration stays");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// The file read, checked (its warnings logged) and fitted to the open-files limit; `Err`:
+/// why it is refused, logged.
+fn checked_config(path: &Path) -> Result<config::Config, String> {
+    let mut cfg = match config::load(path) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            let text = e.to_string();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                tracing::error!(target: LOG, "{line}");
+            }
+            tracing::error!(
+                target: LOG,
+                "reload refused: {} has errors; the running configuration stays",
+                path.display()
+            );
+            return Err(text);
+        }
+    };
+    for w in &cfg.warnings {
+        tracing::warn!(target: LOG, "{w}");
+    }
+    let (limit, _) = proxy::limits::raise_open_files_limit();
+    if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
+        let text = format!("{}: {e}", path.display());
+        tracing::error!(target: LOG, "reload refused: {text}; the running configuration stays");
+        return Err(text);
+    }
+    Ok(cfg)
+}
+
+/// An applied reload, logged, and the answer to whoever asked for it.
+fn reloaded(done: &proxy::Reloaded, not_applied: &[String]) -> String {
+    for n in not_applied {
+        tracing::warn!(target: LOG, "reload: not applied: {n}");
+    }
+    let new_upstreams: Vec<&str> = done.new_upstreams.iter().map(|u| u.name()).collect();
+    tracing::info!(
+        target: LOG,
+        reconfigured = ?done.reconfigured,
+        new_upstreams = ?new_upstreams,
+        removed_upstreams = ?done.removed_upstreams,
+        new_listeners = ?done.new_listeners,
+        changed_listeners = ?done.changed_listeners,
+        removed_listeners = ?done.removed_listeners,
+        "configuration reloaded"
+    );
+    format!(
+        "reloaded: upstreams reconfigured {:?}, new {:?}, removed {:?}; listeners new {:?}, changed {:?}, removed {:?}{}",
+        done.reconfigured,
+        new_upstreams,
+        done.removed_upstreams,
+        done.new_listeners,
+        done.changed_listeners,
+        done.removed_listeners,
+        if not_applied.is_empty() {
+            String::new()
+        } else {
+            format!("; not applied: {}", not_applied.join("; "))
+        }
+    )
+}

@@ -83,14 +83,6 @@ impl Rounds {
     }
 }
 
-/// Starts the control loops of every upstream on the current runtime; they end when `stop`
-/// turns true.
-pub fn spawn(upstreams: &[Arc<proxy::Upstream>], stop: &watch::Receiver<bool>) {
-    for upstream in upstreams {
-        tokio::spawn(supervise(Arc::clone(upstream), stop.clone()));
-    }
-}
-
 /// Follows the set of upstreams in force (`proxy::ProxyHandle::upstream_set`): supervises
 /// each upstream from the moment it is in the set — those there at the start and those a
 /// reload adds — until `stop` turns true. An upstream a reload removes is retired by the

@@ -142,7 +142,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     // The control plane (load feedback, health checks), the reloads and the admin
     // listener run on this runtime, beside the workers.
     let (stop_control, stopped) = watch::channel(false);
-    control::spawn(&handle.upstreams(), &stopped);
+    tokio::spawn(control::follow(handle.upstream_set(), stopped.clone()));
     tokio::spawn(reload::reloader(
         path,
         handle.clone(),

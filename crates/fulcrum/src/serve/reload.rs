@@ -34,7 +34,7 @@ pub async fn reloader(
             }
             _ = stop.changed() => return,
         };
-        let result = reload(&path, &proxy, admin.as_ref(), &stop).await;
+        let result = reload(&path, &proxy, admin.as_ref()).await;
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
@@ -48,7 +48,6 @@ async fn reload(
     path: &Path,
     proxy: &proxy::ProxyHandle,
     running_admin: Option<&config::admin::Admin>,
-    stop: &watch::Receiver<bool>,
 ) -> Result<String, String> {
     let cfg = checked_config(path)?;
     let mut not_applied = Vec::new();
@@ -57,9 +56,8 @@ async fn reload(
     }
     match proxy.reload(cfg.proxy).await {
         Ok(done) => {
-            for u in &done.new_upstreams {
-                tokio::spawn(control::supervise(std::sync::Arc::clone(u), stop.clone()));
-            }
+            // The control plane follows the set of upstreams (control::follow): those this
+            // reload added get their loops without a word from here.
             not_applied.extend(done.not_applied.iter().cloned());
             Ok(reloaded(&done, &not_applied))
         }

@@ -16,67 +16,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use balance::{Affinity, Replay};
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
-use crate::access_log::{self, AccessLog};
+use crate::access_log;
 use crate::buffer::Buffer;
 use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{ClientStream, after, send};
-use crate::metrics::WorkerStats;
+use crate::listener::WorkerListener;
 use crate::settings::{HashKey, ListenerSettings};
-use crate::tls::{HandshakeFailure, ServerTls};
-use crate::upstream::{Upstream, WorkerPools};
-
-/// What every request on one listener shares.
-#[derive(Debug)]
-pub(crate) struct ListenerContext {
-    pub(crate) settings: ListenerSettings,
-    pub(crate) upstream: Arc<Upstream>,
-    pub(crate) access_log: Option<AccessLog>,
-    /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
-    /// certificates replaces it without retiring open connections.
-    pub(crate) tls: Option<ServerTls>,
-}
-
-impl ListenerContext {
-    /// Whether `self` and `other` differ only in their certificates: connections opened under
-    /// one can go on under the other.
-    pub(crate) fn same_but_tls(&self, other: &ListenerContext) -> bool {
-        let same_log = match (&self.access_log, &other.access_log) {
-            (Some(a), Some(b)) => a.settings() == b.settings(),
-            (None, None) => true,
-            _ => false,
-        };
-        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
-    }
-}
-
-/// A listener as one worker serves it: the shared context and the worker's own connections to
-/// the upstream's backends.
-#[derive(Debug)]
-pub(crate) struct WorkerListener {
-    pub(crate) ctx: Arc<ListenerContext>,
-    pub(crate) connections: Arc<WorkerPools>,
-    /// This worker's counts.
-    pub(crate) stats: Arc<WorkerStats>,
-    /// A reload changed the listener: its connections finish the request they are on, say
-    /// `Connection: close`, and their clients reconnect to the new configuration.
-    pub(crate) retired: AtomicBool,
-}
-
-impl WorkerListener {
-    fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
-    }
-}
 
 /// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
 /// it grows for a larger head, up to `max_header_bytes`, and to hold a request body.
@@ -106,48 +59,10 @@ const TOO_LARGE: Reject = http1::reject(
 const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
 const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
 
-/// Serves one client connection until it closes, the proxy stops, or an error ends it: on a
-/// TLS listener, the handshake first (within `client_header_timeout`).
-pub(crate) async fn serve(
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<WorkerListener>,
-    stop: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
-) {
-    if listener.ctx.tls.is_none() {
-        return serve_on(stream, peer, listener, stop, permit).await;
-    }
-    // Boxed: a task is as large as the largest future it may run, and a TLS session's state
-    // (rustls's buffers and secrets) would otherwise make every plain connection's task that
-    // large (measured: 8.6 KB of RSS per idle plain client instead of under 6 KB).
-    Box::pin(serve_tls(stream, peer, listener, stop, permit)).await;
-}
-
-/// The TLS handshake, then HTTP/2 if the client chose it by ALPN, else HTTP/1.1 over it.
-async fn serve_tls(
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<WorkerListener>,
-    mut stop: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
-) {
-    let Some(tls) = &listener.ctx.tls else {
-        return;
-    };
-    let timeout = listener.ctx.settings.client_header_timeout;
-    match tls.handshake(stream, peer, timeout, &mut stop).await {
-        Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::H2) => {
-            crate::http2::serve(stream, peer, listener, stop, permit).await;
-        }
-        Ok(stream) => serve_on(stream, peer, listener, stop, permit).await,
-        Err(HandshakeFailure::Stopping) => {}
-        Err(_) => listener.stats.tls_handshake_failed(),
-    }
-}
-
-/// Serves HTTP/1.1 on an established connection, plain or TLS.
-async fn serve_on<S: ClientStream>(
+/// Serves HTTP/1.1 on an established connection, plain or TLS (which HTTP a connection
+/// speaks is [`crate::dispatch`]'s to decide), until it closes, the proxy stops, or an error
+/// ends it.
+pub(crate) async fn serve<S: ClientStream>(
     stream: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,

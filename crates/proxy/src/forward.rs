@@ -17,10 +17,10 @@ use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{self, FinalResponse, Reject};
 use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
-use crate::settings::{BackendProtocol, UpstreamSettings};
+use crate::settings::UpstreamSettings;
 use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
 use crate::upstream_h2::{self, H2Body};
-use crate::upstream_tls::BackendTls;
+use crate::upstream_tls::{BackendProtocol, BackendTls};
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]

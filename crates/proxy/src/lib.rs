@@ -56,6 +56,7 @@ pub mod access_log;
 mod buffer;
 mod client;
 mod connections;
+mod dispatch;
 mod exchange;
 mod forward;
 #[cfg(feature = "fuzzing")]
@@ -65,6 +66,7 @@ mod http1;
 mod http2;
 mod io;
 pub mod limits;
+mod listener;
 pub mod metrics;
 mod proxy_protocol;
 pub mod server;
@@ -76,12 +78,12 @@ pub mod upstream_h2;
 pub mod upstream_tls;
 
 pub use http1::MAX_HEADERS_LIMIT;
-pub use http2::Http2Settings;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
-    BackendProtocol, BackendSettings, CheckKind, HashKey, HealthCheckSettings, ListenerSettings,
+    BackendSettings, CheckKind, HashKey, HealthCheckSettings, Http2Settings, ListenerSettings,
     LoadSource, Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
 };
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,
 };
+pub use upstream_tls::BackendProtocol;

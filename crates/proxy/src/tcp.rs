@@ -27,8 +27,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::access_log;
-use crate::client::{WorkerListener, address_octets};
+use crate::client::address_octets;
 use crate::connections::{BackendConn, Connections};
+use crate::listener::WorkerListener;
 use crate::upstream::{Attempt, Unpicked};
 use crate::upstream_tls::BackendIo as _;
 

@@ -29,11 +29,12 @@ use tokio::time::Instant;
 
 use super::relay::{self, StreamEnd};
 use crate::access_log;
-use crate::client::{WorkerListener, address_octets};
+use crate::client::address_octets;
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
 use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
+use crate::listener::WorkerListener;
 use crate::settings::HashKey;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
 

@@ -18,9 +18,10 @@ use crate::http1::{self, FinalResponse, Reject};
 use crate::io::ClientStream;
 use crate::metrics::WorkerStats;
 use crate::settings::UpstreamSettings;
+use crate::tunnel;
 use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
 use crate::upstream_h2::{self, H2Body};
-use crate::upstream_tls::{BackendProtocol, BackendTls};
+use crate::upstream_tls::BackendProtocol;
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -464,7 +465,7 @@ async fn try_http1(
     let mut conn = match idle {
         Some(conn) => conn,
         None => match pool
-            .connect(settings.connect_timeout, backend_tls(settings, pool.addr()))
+            .connect(settings.connect_timeout, settings.backend_tls(pool.addr()))
             .await
         {
             Ok(conn) => conn,
@@ -515,28 +516,13 @@ async fn tunnel<S: ClientStream>(
     }
     let from_backend = conn.buf.len() as u64;
     conn.buf.release();
-    let moved = crate::tcp::Moved::default();
-    crate::tcp::relay(client, &mut conn.stream, f.idle_timeout, &moved).await;
+    let moved = tunnel::Moved::default();
+    tunnel::relay(client, &mut conn.stream, f.idle_timeout, &moved).await;
     attempt.complete_measured(Outcome::Success, agreed);
     Ending::Tunnelled {
         to_client: from_backend + moved.to_client.into_inner(),
         agreed,
     }
-}
-
-/// The upstream's TLS and the backend's address as written (the name to verify it by), when
-/// the upstream speaks TLS to its backends.
-pub(crate) fn backend_tls(
-    settings: &UpstreamSettings,
-    addr: SocketAddr,
-) -> Option<(&Arc<BackendTls>, &str)> {
-    let tls = settings.tls.as_ref()?;
-    let written = settings
-        .backends
-        .iter()
-        .find(|b| b.addr == addr)
-        .map_or("", |b| b.name.as_str());
-    Some((tls, written))
 }
 
 /// Whether every protocol the 101 head `switched` names in `Upgrade` is one the request head

@@ -73,6 +73,7 @@ pub mod server;
 pub mod settings;
 mod tcp;
 pub mod tls;
+mod tunnel;
 mod upstream;
 pub mod upstream_h2;
 pub mod upstream_tls;

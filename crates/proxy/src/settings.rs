@@ -359,6 +359,22 @@ impl UpstreamSettings {
         balance::attempt::attempt_limit(self.retries, self.backends.len())
     }
 
+    /// The upstream's TLS and the backend's address as written (the name to verify it by),
+    /// when the upstream speaks TLS to its backends: what every connection to `addr` is made
+    /// with, whatever the protocol over it.
+    pub(crate) fn backend_tls(
+        &self,
+        addr: SocketAddr,
+    ) -> Option<(&std::sync::Arc<crate::upstream_tls::BackendTls>, &str)> {
+        let tls = self.tls.as_ref()?;
+        let written = self
+            .backends
+            .iter()
+            .find(|b| b.addr == addr)
+            .map_or("", |b| b.name.as_str());
+        Some((tls, written))
+    }
+
     /// An upstream with every default.
     pub fn new(
         name: impl Into<String>,

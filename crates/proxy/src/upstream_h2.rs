@@ -248,7 +248,7 @@ pub(crate) async fn attempt(
     out: &mut Vec<u8>,
 ) -> Tried {
     let settings = f.settings;
-    let tls = crate::forward::backend_tls(settings, pool.addr());
+    let tls = settings.backend_tls(pool.addr());
     let mut request = match to_fields(head, tls.is_some()) {
         Ok(request) => request,
         Err(why) => return Tried::Refused(why),

@@ -18,18 +18,22 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Replay};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
 use crate::access_log;
+use crate::affinity::AffinityKey;
+use crate::answers::{
+    self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, TOO_LARGE,
+};
 use crate::buffer::Buffer;
-use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
+use crate::forward::{self, Ending, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{ClientStream, after, send};
 use crate::listener::WorkerListener;
-use crate::settings::{HashKey, ListenerSettings};
+use crate::request::Forward;
+use crate::settings::ListenerSettings;
 
 /// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
 /// it grows for a larger head, up to `max_header_bytes`, and to hold a request body.
@@ -44,20 +48,6 @@ const IDLE_GRACE: Duration = Duration::from_secs(1);
 const LINGER: Duration = Duration::from_secs(2);
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-const HEAD_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request head did not arrive in time\n",
-);
-const BODY_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request body did not arrive in time\n",
-);
-const TOO_LARGE: Reject = http1::reject(
-    413,
-    "413 Content Too Large: the request body exceeds max_body_bytes\n",
-);
-const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
-const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
 
 /// Serves HTTP/1.1 on an established connection, plain or TLS (which HTTP a connection
 /// speaks is [`crate::dispatch`]'s to decide), until it closes, the proxy stops, or an error
@@ -82,7 +72,7 @@ pub(crate) async fn serve<S: ClientStream>(
         inbuf: Buffer::new(CLIENT_BUFFER),
         scratch: Scratch::default(),
         body: Vec::new(),
-        key: Vec::new(),
+        key: AffinityKey::default(),
         pipelining: false,
     };
     match conn.run().await {
@@ -174,8 +164,8 @@ struct ClientConn<S> {
     scratch: Scratch,
     /// A de-chunked request body.
     body: Vec<u8>,
-    /// The request's hash key, for algorithms that hash `hash_key`.
-    key: Vec<u8>,
+    /// The request's affinity key, for algorithms that hash one.
+    key: AffinityKey,
     /// The client has sent a request before the previous one was answered.
     pipelining: bool,
 }
@@ -331,17 +321,12 @@ impl<S: ClientStream> ClientConn<S> {
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
         let entry = self.log_entry(|raw| LogEntry::of(raw, &req));
-        let upstream = Arc::clone(&self.listener.ctx.upstream);
-        let upstream_settings = upstream.settings();
-        if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
-            self.key.clear();
-            match upstream_settings.hash_key {
-                HashKey::ClientIp => self.key.extend_from_slice(self.client_addr.ip().as_bytes()),
-                _ => self
-                    .key
-                    .extend_from_slice(&self.inbuf.filled()[req.key.clone()]),
-            }
-        }
+        // The listener's context outlives the borrows of the connection below.
+        let listener = Arc::clone(&self.listener);
+        let upstream_settings = listener.ctx.upstream.settings();
+        let hashed = &self.inbuf.filled()[req.key.clone()];
+        self.key
+            .take(&upstream_settings, self.peer.ip(), Some(hashed));
         self.inbuf.consume(req.head_len);
 
         let body = match self.read_body(&req).await {
@@ -365,13 +350,6 @@ impl<S: ClientStream> ClientConn<S> {
             Body::InBuffer(n) => self.inbuf.len() > n,
             Body::None | Body::Decoded => !self.inbuf.is_empty(),
         };
-        let listener = Arc::clone(&self.listener);
-        let mut octets = [0u8; 16];
-        let affinity = match upstream_settings.algorithm.affinity() {
-            None => None,
-            Some(Affinity::AddressOctets) => Some(address_octets(self.peer.ip(), &mut octets)),
-            Some(Affinity::Key) => Some(&self.key[..]),
-        };
         let stopping = *self.stop.borrow() || self.listener.is_retired();
         let client = ClientSide {
             http11: req.http11,
@@ -379,28 +357,14 @@ impl<S: ClientStream> ClientConn<S> {
             is_head: req.is_head,
             upgrade: req.upgrade,
         };
+        let body_bytes = match body {
+            Body::None => None,
+            Body::InBuffer(n) => Some(&self.inbuf.filled()[..n]),
+            Body::Decoded => Some(&self.body[..]),
+        };
+        let head_len = self.scratch.head.len();
         let forward = Forward {
-            upstream: &upstream,
-            settings: &upstream_settings,
-            connections: &listener.connections,
-            stats: &listener.stats,
-            affinity,
-            head_len: self.scratch.head.len(),
-            has_host: req.has_host,
-            body: match body {
-                Body::None => &[],
-                Body::InBuffer(n) => &self.inbuf.filled()[..n],
-                Body::Decoded => &self.body,
-            },
-            has_body: !matches!(body, Body::None),
-            client,
-            replay: if req.idempotent || upstream_settings.retry_non_idempotent {
-                Replay::Safe
-            } else {
-                Replay::Unsafe
-            },
             watch_client: !self.pipelining,
-            send_timeout: self.settings().send_timeout,
             // What the client sent after an upgrade request is the new protocol's, for the
             // tunnel (a WebSocket client waits for the 101, but need not).
             early: match body {
@@ -408,9 +372,16 @@ impl<S: ClientStream> ClientConn<S> {
                 Body::InBuffer(n) if req.upgrade => &self.inbuf.filled()[n..],
                 _ => &[],
             },
-            idle_timeout: self.settings().idle_timeout,
-            // Chunked trailers to HTTP/1.1 clients are not relayed.
-            trailers: false,
+            // `trailers` stays false: chunked trailers to HTTP/1.1 clients are not relayed.
+            ..Forward::new(
+                &listener,
+                &upstream_settings,
+                &req,
+                head_len,
+                self.key.get(),
+                body_bytes,
+                client,
+            )
         };
         let forwarding = Instant::now();
         let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;
@@ -472,11 +443,8 @@ impl<S: ClientStream> ClientConn<S> {
                 (status, Next::Close, body_bytes)
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
-            Ending::NoAnswer(fault) => {
-                self.own_answer(forward::failure_reject(fault), client)
-                    .await
-            }
-            Ending::NoRoom(why) => self.own_answer(forward::no_room_reject(why), client).await,
+            Ending::NoAnswer(fault) => self.own_answer(answers::no_answer(fault), client).await,
+            Ending::NoRoom(why) => self.own_answer(answers::no_room(why), client).await,
             Ending::Refused(reject) => self.own_answer(reject, client).await,
         };
         self.log(
@@ -577,7 +545,7 @@ impl<S: ClientStream> ClientConn<S> {
         self.inbuf.release();
         self.scratch.release();
         self.body = Vec::new();
-        self.key = Vec::new();
+        self.key.release();
         tokio::select! {
             biased;
             ready = timeout_at(deadline, self.stream.tcp().readable()) => ready.is_ok(),
@@ -723,21 +691,6 @@ impl<S: ClientStream> ClientConn<S> {
     }
 }
 
-/// The client address as a hash key: 4 octets for IPv4 (IPv4-mapped IPv6 included), 16 for
-/// IPv6. Algorithms that hash it decide how many octets count.
-pub(crate) fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
-    match ip.to_canonical() {
-        std::net::IpAddr::V4(v4) => {
-            buf[..4].copy_from_slice(&v4.octets());
-            &buf[..4]
-        }
-        std::net::IpAddr::V6(v6) => {
-            *buf = v6.octets();
-            &buf[..]
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -760,15 +713,6 @@ mod tests {
         let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
         assert!(head_may_be_complete(head, head.len() - 1, 100));
         assert!(head_may_be_complete(b"GET /aaaa", 0, 9));
-    }
-
-    #[test]
-    fn octets_of_mapped_and_v6() {
-        let mut buf = [0; 16];
-        let v4: std::net::IpAddr = "::ffff:10.1.2.3".parse().unwrap();
-        assert_eq!(address_octets(v4, &mut buf), [10, 1, 2, 3]);
-        let v6: std::net::IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(address_octets(v6, &mut buf).len(), 16);
     }
 
     #[test]

@@ -53,6 +53,8 @@
 //!   accepted from trusted load balancers in front.
 
 pub mod access_log;
+mod affinity;
+mod answers;
 mod buffer;
 mod client;
 mod connections;
@@ -69,6 +71,7 @@ pub mod limits;
 mod listener;
 pub mod metrics;
 mod proxy_protocol;
+mod request;
 pub mod server;
 pub mod settings;
 mod tcp;

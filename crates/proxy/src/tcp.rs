@@ -20,14 +20,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Attempts, Next, Outcome, Picked, Replay};
+use balance::{Attempts, Next, Outcome, Picked, Replay};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::access_log;
-use crate::client::address_octets;
+use crate::affinity::AffinityKey;
+use crate::answers::CLIENT_CLOSED;
 use crate::connections::{BackendConn, Connections};
 use crate::listener::WorkerListener;
 use crate::tunnel::{self, Moved, RelayEnd};
@@ -130,17 +131,11 @@ async fn connect(
 ) -> Result<(BackendConn, Attempt, Duration), End> {
     let upstream = &listener.ctx.upstream;
     let settings = upstream.settings();
-    let mut octets = [0u8; 16];
-    let key;
-    let affinity = match settings.algorithm.affinity() {
-        None => None,
-        Some(Affinity::AddressOctets) => Some(address_octets(peer.ip(), &mut octets)),
-        // `check` allows only `hash_key = "client_ip"` on an upstream a TCP listener uses.
-        Some(Affinity::Key) => {
-            key = peer.ip().to_canonical().to_string();
-            Some(key.as_bytes())
-        }
-    };
+    // No request head: the client address, whatever `hash_key` says (`check` allows only
+    // `client_ip` on an upstream a TCP listener uses).
+    let mut key = AffinityKey::default();
+    key.take(&settings, peer.ip(), None);
+    let affinity = key.get();
     let proxy_header = listener.ctx.settings.send_proxy_protocol.map(|version| {
         let local = client.local_addr().unwrap_or(listener.ctx.settings.listen);
         crate::proxy_protocol::header(version, peer, local)
@@ -216,7 +211,7 @@ impl Session<'_> {
             End::NoBackend => (502, "no_backend"),
             End::NoRoom(Unpicked::QueueTimeout) => (503, "queue_timeout"),
             End::NoRoom(_) => (503, "queue_full"),
-            End::ClientGone => (crate::forward::CLIENT_CLOSED, "client_gone"),
+            End::ClientGone => (CLIENT_CLOSED, "client_gone"),
         };
         let listener = self.listener;
         let upstream = &listener.ctx.upstream;

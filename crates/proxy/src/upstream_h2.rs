@@ -13,7 +13,7 @@
 //!   room for (its concurrent-stream limit) waits in the `h2` crate's queue, within
 //!   `connect_timeout`.
 //! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
-//!   the hop-by-hop fields gone, [`crate::forward::finish_head`]) as HTTP/2 fields: `Host`
+//!   the hop-by-hop fields gone, [`crate::request::Forward::finish_head`]) as HTTP/2 fields: `Host`
 //!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), `te:
 //!   trailers` is said for a client that said it (gRPC), the buffered body follows as DATA
 //!   frames under the stream's flow control.
@@ -48,9 +48,9 @@ use tokio_util::either::Either;
 
 use crate::connections::{ConnectError, Connections, OpenCount, SharedH2};
 use crate::exchange::{ClientEnd, Patience, Relay};
-use crate::forward::{Body, Forward, Tried};
 use crate::http1::{self, FinalResponse, Framing, ResponseHead};
 use crate::io::{ClientStream, after};
+use crate::request::{Forward, Tried};
 use crate::upstream_tls::{BackendStream, BackendTls};
 
 /// The stream window we open to a backend: what one response may have in flight unread by its
@@ -246,7 +246,7 @@ pub(crate) async fn attempt(
     client: Option<&TcpStream>,
     patience: Patience,
     out: &mut Vec<u8>,
-) -> Tried {
+) -> Tried<H2Body> {
     let settings = f.settings;
     let tls = settings.backend_tls(pool.addr());
     let mut request = match to_fields(head, tls.is_some()) {
@@ -366,10 +366,10 @@ pub(crate) async fn attempt(
     match http1::parse_response(&raw, f.client, out) {
         Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
             response,
-            Body::H2(H2Body {
+            H2Body {
                 recv,
                 _request: body,
-            }),
+            },
         ),
         Ok(_) => failed(
             connection,

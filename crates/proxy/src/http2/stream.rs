@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Outcome, Replay};
+use balance::Outcome;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
@@ -29,24 +29,14 @@ use tokio::time::Instant;
 
 use super::relay::{self, StreamEnd};
 use crate::access_log;
-use crate::client::address_octets;
+use crate::affinity::AffinityKey;
+use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, TOO_LARGE};
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
-use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::listener::WorkerListener;
-use crate::settings::HashKey;
+use crate::request::Forward;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
-
-const TOO_LARGE: Reject = http1::reject(
-    413,
-    "413 Content Too Large: the request body exceeds max_body_bytes\n",
-);
-const BODY_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request body did not arrive in time\n",
-);
-const BAD_REQUEST: Reject = http1::reject(400, "400 Bad Request: malformed request\n");
 
 /// What every stream of one connection shares.
 #[derive(Debug)]
@@ -364,8 +354,7 @@ async fn proxy(
 ) -> Ready {
     let listener = &ctx.listener;
     let settings = &listener.ctx.settings;
-    let upstream = Arc::clone(&listener.ctx.upstream);
-    let upstream_settings = upstream.settings();
+    let upstream_settings = listener.ctx.upstream.settings();
     let is_head = request.method() == http::Method::HEAD;
 
     let (parts, mut body) = request.into_parts();
@@ -381,19 +370,18 @@ async fn proxy(
     let mut head = Vec::new();
     let req = match http1::parse_request(&raw, limits, &ctx.client_addr, &mut head) {
         Ok(Some(req)) => req,
-        Ok(None) => return Ready::refused(BAD_REQUEST, is_head),
+        Ok(None) => return Ready::refused(MALFORMED, is_head),
         Err(reject) => return Ready::refused(reject, is_head),
     };
     done.entry.referer = raw[req.referer.clone()].to_vec();
     done.entry.user_agent = raw[req.user_agent.clone()].to_vec();
 
-    let mut key = Vec::new();
-    if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
-        match upstream_settings.hash_key {
-            HashKey::ClientIp => key.extend_from_slice(ctx.client_addr.ip().as_bytes()),
-            _ => key.extend_from_slice(&raw[req.key.clone()]),
-        }
-    }
+    let mut key = AffinityKey::default();
+    key.take(
+        &upstream_settings,
+        ctx.peer.ip(),
+        Some(&raw[req.key.clone()]),
+    );
 
     let has_body = !body.is_end_stream();
     // The room stays taken while the body is held: until the answer begins.
@@ -416,42 +404,26 @@ async fn proxy(
     let data = &body_read.data;
     drop(body);
 
-    let mut octets = [0u8; 16];
-    let affinity = match upstream_settings.algorithm.affinity() {
-        None => None,
-        Some(Affinity::AddressOctets) => Some(address_octets(ctx.peer.ip(), &mut octets)),
-        Some(Affinity::Key) => Some(&key[..]),
-    };
     let f = Forward {
-        upstream: &upstream,
-        settings: &upstream_settings,
-        connections: &listener.connections,
-        stats: &listener.stats,
-        affinity,
-        head_len: head.len(),
-        has_host: req.has_host,
-        body: data,
-        has_body,
-        // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection header
-        // is written; transfer codings other than chunked, which HTTP/2 cannot carry, are
-        // refused (502) as they are for HTTP/1.0.
-        client: ClientSide {
-            http11: false,
-            keep_alive: false,
-            is_head: req.is_head,
-            upgrade: false,
-        },
-        replay: if req.idempotent || upstream_settings.retry_non_idempotent {
-            Replay::Safe
-        } else {
-            Replay::Unsafe
-        },
-        watch_client: false,
-        send_timeout: settings.send_timeout,
-        early: &[],
-        idle_timeout: settings.idle_timeout,
         // HTTP/2 allows `te` only as `trailers` (RFC 9113 §8.2.2), which gRPC requires.
         trailers: parts.headers.contains_key(http::header::TE),
+        ..Forward::new(
+            listener,
+            &upstream_settings,
+            &req,
+            head.len(),
+            key.get(),
+            has_body.then_some(&data[..]),
+            // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection
+            // header is written; transfer codings other than chunked, which HTTP/2 cannot
+            // carry, are refused (502) as they are for HTTP/1.0.
+            ClientSide {
+                http11: false,
+                keep_alive: false,
+                is_head: req.is_head,
+                upgrade: false,
+            },
+        )
     };
     let forwarding = Instant::now();
     let mut out = Vec::new();
@@ -474,7 +446,7 @@ async fn proxy(
                 let mut answer = answer;
                 answer.attempt.complete(Outcome::Failure);
                 Ready::Own {
-                    reject: failure_reject(Some(balance::Fault::InvalidResponse)),
+                    reject: answers::no_answer(Some(balance::Fault::InvalidResponse)),
                     is_head,
                     tried,
                     upstream_time,
@@ -484,21 +456,21 @@ async fn proxy(
         },
         // Not watched (no client socket): `ClientGone` cannot come; taken as no answer.
         Attempts::ClientGone => Ready::Own {
-            reject: failure_reject(None),
+            reject: answers::no_answer(None),
             is_head,
             tried,
             upstream_time,
             fate: "no_answer",
         },
         Attempts::NoAnswer(fault) => Ready::Own {
-            reject: failure_reject(fault),
+            reject: answers::no_answer(fault),
             is_head,
             tried,
             upstream_time,
             fate: "no_answer",
         },
         Attempts::NoRoom(why) => Ready::Own {
-            reject: no_room_reject(why),
+            reject: answers::no_room(why),
             is_head,
             tried,
             upstream_time,

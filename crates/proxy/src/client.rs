@@ -22,7 +22,6 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
-use crate::access_log;
 use crate::affinity::AffinityKey;
 use crate::answers::{
     self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, TOO_LARGE,
@@ -32,6 +31,7 @@ use crate::forward::{self, Ending, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{ClientStream, after, send};
 use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::Forward;
 use crate::settings::ListenerSettings;
 
@@ -180,50 +180,36 @@ fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
     new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
 }
 
-/// What the access log says of a request, taken before its bytes leave the read buffer.
-#[derive(Debug)]
-struct LogEntry {
-    time: SystemTime,
-    method: Vec<u8>,
-    target: Vec<u8>,
-    protocol: &'static [u8],
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
+/// What the access log repeats of a request, taken before its bytes leave the read buffer.
+fn said_of(raw: &[u8], req: &RequestHead) -> Said {
+    Said {
+        time: SystemTime::now(),
+        method: raw[req.method.clone()].to_vec(),
+        target: raw[req.target.clone()].to_vec(),
+        referer: raw[req.referer.clone()].to_vec(),
+        user_agent: raw[req.user_agent.clone()].to_vec(),
+    }
 }
 
-impl LogEntry {
-    fn of(raw: &[u8], req: &RequestHead) -> LogEntry {
-        LogEntry {
-            time: SystemTime::now(),
-            method: raw[req.method.clone()].to_vec(),
-            target: raw[req.target.clone()].to_vec(),
-            protocol: if req.http11 { b"HTTP/1.1" } else { b"HTTP/1.0" },
-            referer: raw[req.referer.clone()].to_vec(),
-            user_agent: raw[req.user_agent.clone()].to_vec(),
-        }
-    }
-
-    /// For a head refused before it could be parsed: the first two words of its first line,
-    /// as far as they go.
-    fn of_refused(raw: &[u8]) -> LogEntry {
-        let line = raw
-            .split(|&b| b == b'\r' || b == b'\n')
-            .next()
-            .unwrap_or(&[]);
-        let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
-        let mut word = |limit: usize| match words.next() {
-            Some(w) => w[..w.len().min(limit)].to_vec(),
-            None => Vec::new(),
-        };
-        LogEntry {
-            time: SystemTime::now(),
-            method: word(32),
-            target: word(256),
-            // What the line said may be anything; the log does not repeat it.
-            protocol: b"",
-            referer: Vec::new(),
-            user_agent: Vec::new(),
-        }
+/// What the access log repeats of a head refused before it could be parsed: the first two
+/// words of its first line, as far as they go (its protocol, [`ClientProtocol::Unread`], may
+/// say anything and is not repeated).
+fn said_of_refused(raw: &[u8]) -> Said {
+    let line = raw
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let mut word = |limit: usize| match words.next() {
+        Some(w) => w[..w.len().min(limit)].to_vec(),
+        None => Vec::new(),
+    };
+    Said {
+        time: SystemTime::now(),
+        method: word(32),
+        target: word(256),
+        referer: Vec::new(),
+        user_agent: Vec::new(),
     }
 }
 
@@ -238,10 +224,20 @@ impl<S: ClientStream> ClientConn<S> {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let now = Instant::now();
-                    let entry = self.log_entry(LogEntry::of_refused);
-                    let bytes = reject.text.len() as u64;
-                    self.log(entry, now, reject.status, bytes, &[], None, "refused");
+                    let started = Instant::now();
+                    let said = self.said(said_of_refused);
+                    Record {
+                        fate: Fate::Refused,
+                        protocol: ClientProtocol::Unread,
+                        client: self.peer.ip(),
+                        line: said.as_ref().map(Said::line),
+                        started,
+                        status: reject.status,
+                        body_bytes: reject.text.len() as u64,
+                        backends: &[],
+                        upstream_time: None,
+                    }
+                    .finish(&self.listener);
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -252,7 +248,8 @@ impl<S: ClientStream> ClientConn<S> {
         }
     }
 
-    fn log_entry(&self, make: impl FnOnce(&[u8]) -> LogEntry) -> Option<LogEntry> {
+    /// What the access log repeats of the request in the read buffer, if the log is on.
+    fn said(&self, make: impl FnOnce(&[u8]) -> Said) -> Option<Said> {
         self.listener
             .ctx
             .access_log
@@ -320,7 +317,12 @@ impl<S: ClientStream> ClientConn<S> {
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
-        let entry = self.log_entry(|raw| LogEntry::of(raw, &req));
+        let said = self.said(|raw| said_of(raw, &req));
+        let protocol = if req.http11 {
+            ClientProtocol::Http11
+        } else {
+            ClientProtocol::Http10
+        };
         // The listener's context outlives the borrows of the connection below.
         let listener = Arc::clone(&self.listener);
         let upstream_settings = listener.ctx.upstream.settings();
@@ -332,13 +334,34 @@ impl<S: ClientStream> ClientConn<S> {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                let bytes = reject.text.len() as u64;
-                self.log(entry, started, reject.status, bytes, &[], None, "refused");
+                Record {
+                    fate: Fate::Refused,
+                    protocol,
+                    client: self.peer.ip(),
+                    line: said.as_ref().map(Said::line),
+                    started,
+                    status: reject.status,
+                    body_bytes: reject.text.len() as u64,
+                    backends: &[],
+                    upstream_time: None,
+                }
+                .finish(&listener);
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {
                 // The client left in the middle of its body.
-                self.log(entry, started, CLIENT_CLOSED, 0, &[], None, "client_gone");
+                Record {
+                    fate: Fate::ClientGone,
+                    protocol,
+                    client: self.peer.ip(),
+                    line: said.as_ref().map(Said::line),
+                    started,
+                    status: CLIENT_CLOSED,
+                    body_bytes: 0,
+                    backends: &[],
+                    upstream_time: None,
+                }
+                .finish(&listener);
                 return Next::Close;
             }
         };
@@ -404,19 +427,6 @@ impl<S: ClientStream> ClientConn<S> {
         }
 
         let tried = std::mem::take(&mut self.scratch.tried);
-        let fate = match ending {
-            Ending::Answered { .. } => "answered",
-            Ending::Tunnelled { .. } => "upgraded",
-            Ending::CutShort {
-                backend_failed: true,
-                ..
-            } => "cut_short_by_backend",
-            Ending::CutShort { .. } => "cut_short_by_client",
-            Ending::ClientGone => "client_gone",
-            Ending::NoAnswer(_) => "no_answer",
-            Ending::NoRoom(why) => why.name(),
-            Ending::Refused(_) => "refused",
-        };
         let (status, next, body_bytes) = match ending {
             Ending::Answered {
                 status,
@@ -447,75 +457,20 @@ impl<S: ClientStream> ClientConn<S> {
             Ending::NoRoom(why) => self.own_answer(answers::no_room(why), client).await,
             Ending::Refused(reject) => self.own_answer(reject, client).await,
         };
-        self.log(
-            entry,
+        Record {
+            fate: ending.fate(),
+            protocol,
+            client: self.peer.ip(),
+            line: said.as_ref().map(Said::line),
             started,
             status,
             body_bytes,
-            tried.tried(),
+            backends: tried.tried(),
             upstream_time,
-            fate,
-        );
+        }
+        .finish(&listener);
         self.scratch.tried = tried;
         next
-    }
-
-    /// A request is over: it is counted ([`crate::metrics`]) and, with the access log on,
-    /// logged. `fate`: how the exchange ended — `answered`, `refused` (our own 4xx before any
-    /// backend), `no_answer` (our own 5xx after the backends tried), `client_gone` (499),
-    /// `cut_short_by_backend` or `cut_short_by_client` (the status is the backend's, but the
-    /// body did not reach the client whole).
-    #[allow(clippy::too_many_arguments)]
-    fn log(
-        &self,
-        entry: Option<LogEntry>,
-        started: Instant,
-        status: u16,
-        body_bytes: u64,
-        tried: &[SocketAddr],
-        upstream_time: Option<Duration>,
-        fate: &'static str,
-    ) {
-        let upstream = &self.listener.ctx.upstream;
-        // The backend whose answer (or part of it) the client got.
-        let answered_by = match fate {
-            "answered" | "cut_short_by_backend" | "cut_short_by_client" | "upgraded" => {
-                tried.last()
-            }
-            _ => None,
-        };
-        let took = started.elapsed();
-        // A tunnel's life says nothing of its backend and would swamp the requests' durations:
-        // the histogram gets the time to the backend's 101 (its `upstream_time`).
-        let measured = match fate {
-            "upgraded" => upstream_time.unwrap_or(took),
-            _ => took,
-        };
-        self.listener.stats.answered(
-            upstream.shared_name(),
-            answered_by.copied(),
-            status,
-            measured,
-        );
-        let (Some(entry), Some(log)) = (entry, &self.listener.ctx.access_log) else {
-            return;
-        };
-        log.log(&access_log::Entry {
-            client: self.peer.ip(),
-            time: entry.time,
-            method: &entry.method,
-            target: &entry.target,
-            protocol: entry.protocol,
-            status,
-            body_bytes,
-            referer: &entry.referer,
-            user_agent: &entry.user_agent,
-            request_time: took,
-            upstream_time,
-            backends: tried,
-            upstream: upstream.name(),
-            fate,
-        });
     }
 
     /// Waits, holding no buffers after [`IDLE_GRACE`], until the client sends something (or
@@ -717,10 +672,10 @@ mod tests {
 
     #[test]
     fn a_refused_head_is_logged_by_its_first_words() {
-        let e = LogEntry::of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n");
+        let e = said_of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n");
         assert_eq!((&e.method[..], &e.target[..]), (&b"GET"[..], &b"/x"[..]));
         // Nothing readable: empty, which the log writes as "-".
-        let e = LogEntry::of_refused(b"\r\n");
+        let e = said_of_refused(b"\r\n");
         assert!(e.method.is_empty() && e.target.is_empty());
     }
 }

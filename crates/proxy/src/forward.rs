@@ -17,6 +17,7 @@ use crate::connections::{BackendConn, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
 use crate::http1::{FinalResponse, Reject};
 use crate::io::ClientStream;
+use crate::record::Fate;
 use crate::request::{Forward, Tried};
 use crate::tunnel;
 use crate::upstream::{Attempt, Unpicked, Upstream};
@@ -74,6 +75,25 @@ pub(crate) enum Ending {
     NoRoom(Unpicked),
     /// The request could not be forwarded at all: answered with this.
     Refused(Reject),
+}
+
+impl Ending {
+    /// How the request ended, for its record.
+    pub(crate) fn fate(&self) -> Fate {
+        match *self {
+            Ending::Answered { .. } => Fate::Answered,
+            Ending::Tunnelled { .. } => Fate::Upgraded,
+            Ending::CutShort {
+                backend_failed: true,
+                ..
+            } => Fate::CutShortByBackend,
+            Ending::CutShort { .. } => Fate::CutShortByClient,
+            Ending::ClientGone => Fate::ClientGone,
+            Ending::NoAnswer(_) => Fate::NoAnswer,
+            Ending::NoRoom(why) => Fate::Unpicked(why),
+            Ending::Refused(_) => Fate::Refused,
+        }
+    }
 }
 
 /// Forwards one request; the backends tried are left in `scratch.tried`.

@@ -71,6 +71,7 @@ pub mod limits;
 mod listener;
 pub mod metrics;
 mod proxy_protocol;
+mod record;
 mod request;
 pub mod server;
 pub mod settings;

@@ -26,26 +26,25 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::access_log;
 use crate::affinity::AffinityKey;
 use crate::answers::CLIENT_CLOSED;
 use crate::connections::{BackendConn, Connections};
 use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Line, Record};
 use crate::tunnel::{self, Moved, RelayEnd};
 use crate::upstream::{Attempt, Unpicked};
 
-/// How a session ended, for the access log and the counts (nginx stream's `$status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// Relayed: `fate` says how it ended (`answered`, `idle_timeout`, `backend_reset`,
-    /// `client_reset`, `shutdown`).
-    Relayed { fate: &'static str },
-    /// No backend could be picked or reached (502, nginx's).
-    NoBackend,
-    /// Every backend was at `max_conns` and the queue had no room or time (503).
-    NoRoom(Unpicked),
-    /// The client left while its connection waited in the queue.
-    ClientGone,
+/// The status a session's end is logged and counted with, nginx stream's `$status`: 200 for
+/// a session relayed (however it ended), 502 when no backend could be picked or reached, 503
+/// when every backend was at `max_conns` and the queue had no room or time, 499 for a client
+/// that left while its connection waited in the queue.
+fn status(fate: Fate) -> u16 {
+    match fate {
+        Fate::Unpicked(Unpicked::NoBackend) => 502,
+        Fate::Unpicked(Unpicked::ClientGone) => CLIENT_CLOSED,
+        Fate::Unpicked(Unpicked::QueueFull | Unpicked::QueueTimeout) => 503,
+        _ => 200,
+    }
 }
 
 /// Serves one client connection in TCP mode until the session ends.
@@ -65,7 +64,7 @@ pub(crate) async fn serve(
         moved: Moved::default(),
         end: None,
     };
-    let end = match connect(&mut client, peer, &listener, &mut session.tried).await {
+    let fate = match connect(&mut client, peer, &listener, &mut session.tried).await {
         Ok((mut backend, mut attempt, connect_time)) => {
             session.connect_time = Some(connect_time);
             // Ended by a stop past `shutdown_timeout`, the task is dropped here: `Session`
@@ -79,24 +78,23 @@ pub(crate) async fn serve(
             )
             .await;
             attempt.complete_measured(Outcome::Success, connect_time);
-            let fate = match ended {
-                RelayEnd::Closed => "answered",
-                RelayEnd::Idle => "idle_timeout",
+            match ended {
+                RelayEnd::Closed => Fate::Answered,
+                RelayEnd::Idle => Fate::IdleTimeout,
                 RelayEnd::BackendFailed(e) => {
                     tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the backend side failed");
-                    "backend_reset"
+                    Fate::BackendReset
                 }
                 RelayEnd::ClientFailed(e) => {
                     tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the client side failed");
-                    "client_reset"
+                    Fate::ClientReset
                 }
-            };
-            End::Relayed { fate }
+            }
         }
-        Err(end) => end,
+        Err(why) => Fate::Unpicked(why),
     };
     drop(permit);
-    session.end = Some(end);
+    session.end = Some(fate);
 }
 
 /// A session's record: logged and counted once, when it ends or when its task is dropped.
@@ -109,26 +107,27 @@ struct Session<'a> {
     tried: Attempts<SocketAddr>,
     connect_time: Option<Duration>,
     moved: Moved,
-    /// `None` until the session ends; still `None` when dropped: aborted at shutdown.
-    end: Option<End>,
+    /// How the session ended: `None` until it does; still `None` when dropped: aborted at
+    /// shutdown.
+    end: Option<Fate>,
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        let end = self.end.unwrap_or(End::Relayed { fate: "shutdown" });
-        self.log(end);
+        self.log(self.end.unwrap_or(Fate::Shutdown));
     }
 }
 
 /// Picks and connects to a backend for the session, trying the next after a failed connect
 /// as [`balance::Attempts`] says (nothing was sent, so the rule is the HTTP attempt's for a
-/// failed connect). Sends the PROXY protocol header if the listener asks for one.
+/// failed connect). Sends the PROXY protocol header if the listener asks for one. `Err`: why
+/// no backend was connected.
 async fn connect(
     client: &mut TcpStream,
     peer: SocketAddr,
     listener: &WorkerListener,
     tried: &mut Attempts<SocketAddr>,
-) -> Result<(BackendConn, Attempt, Duration), End> {
+) -> Result<(BackendConn, Attempt, Duration), Unpicked> {
     let upstream = &listener.ctx.upstream;
     let settings = upstream.settings();
     // No request head: the client address, whatever `hash_key` says (`check` allows only
@@ -148,10 +147,10 @@ async fn connect(
         {
             Ok(attempt) => attempt,
             Err(Unpicked::NoBackend) => break,
-            Err(Unpicked::ClientGone) => return Err(End::ClientGone),
+            // Every backend full (counted), or the client gone while it waited.
             Err(why) => {
                 listener.stats.unpicked(upstream.shared_name(), why);
-                return Err(End::NoRoom(why));
+                return Err(why);
             }
         };
         let addr = attempt.addr;
@@ -195,7 +194,7 @@ async fn connect(
         };
         tracing::warn!(upstream = %upstream.name(), backend = %addr, client = %peer, error = %why, next, "TCP connect failed");
     }
-    Err(End::NoBackend)
+    Err(Unpicked::NoBackend)
 }
 
 impl Session<'_> {
@@ -205,45 +204,24 @@ impl Session<'_> {
     /// connect. The duration histogram gets the time to connect (or to fail), not the
     /// session's length: a pooled connection's hours would say nothing of the backend and
     /// swamp the requests beside it.
-    fn log(&self, end: End) {
-        let (status, fate) = match end {
-            End::Relayed { fate } => (200, fate),
-            End::NoBackend => (502, "no_backend"),
-            End::NoRoom(Unpicked::QueueTimeout) => (503, "queue_timeout"),
-            End::NoRoom(_) => (503, "queue_full"),
-            End::ClientGone => (CLIENT_CLOSED, "client_gone"),
-        };
-        let listener = self.listener;
-        let upstream = &listener.ctx.upstream;
-        let took = self.started.elapsed();
-        let by = match end {
-            End::Relayed { .. } => self.tried.current(),
-            _ => None,
-        };
-        listener.stats.answered(
-            upstream.shared_name(),
-            by,
-            status,
-            self.connect_time.unwrap_or(took),
-        );
-        let Some(log) = &listener.ctx.access_log else {
-            return;
-        };
-        log.log(&access_log::Entry {
-            client: self.peer.ip(),
-            time: self.time,
-            method: b"TCP",
-            target: b"-",
-            protocol: b"",
-            status,
-            body_bytes: self.moved.to_client.load(Ordering::Relaxed),
-            referer: b"",
-            user_agent: b"",
-            request_time: took,
-            upstream_time: self.connect_time,
-            backends: self.tried.tried(),
-            upstream: upstream.name(),
+    fn log(&self, fate: Fate) {
+        Record {
             fate,
-        });
+            protocol: ClientProtocol::Tcp,
+            client: self.peer.ip(),
+            line: Some(Line {
+                time: self.time,
+                method: b"TCP",
+                target: b"-",
+                referer: b"",
+                user_agent: b"",
+            }),
+            started: self.started,
+            status: status(fate),
+            body_bytes: self.moved.to_client.load(Ordering::Relaxed),
+            backends: self.tried.tried(),
+            upstream_time: self.connect_time,
+        }
+        .finish(self.listener);
     }
 }

@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::linger::{LINGER, Linger};
-use super::stream::{self, Fate, StreamContext};
+use super::stream::{self, Ended, StreamContext};
 use crate::listener::WorkerListener;
 
 /// Flow-control window a stream starts with (`SETTINGS_INITIAL_WINDOW_SIZE`).
@@ -120,7 +120,7 @@ pub(crate) async fn serve<S>(
         }
     };
     let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
-    let mut streams: JoinSet<Fate> = JoinSet::new();
+    let mut streams: JoinSet<Ended> = JoinSet::new();
     let mut resets = ResetRate::new(limits.max_resets_per_second);
     let mut ping = conn.ping_pong();
     let mut going_away = false;
@@ -136,7 +136,7 @@ pub(crate) async fn serve<S>(
             biased;
             // Finished streams first: a flood's resets are counted before more of it is taken.
             Some(done) = streams.join_next(), if !streams.is_empty() => {
-                if matches!(done, Ok(Fate::CancelledByClient))
+                if matches!(done, Ok(Ended::CancelledByClient))
                     && calmed.is_none()
                     && resets.note(Instant::now())
                 {

@@ -28,13 +28,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::relay::{self, StreamEnd};
-use crate::access_log;
 use crate::affinity::AffinityKey;
 use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, TOO_LARGE};
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::Forward;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
 
@@ -77,68 +77,42 @@ impl StreamContext {
 
 /// How a stream ended, for the connection's accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fate {
+pub(crate) enum Ended {
     /// Answered (by a backend or by us), whole or cut short.
     Answered,
     /// The client reset the stream before its answer began.
     CancelledByClient,
 }
 
-/// What the access log says of the request.
-#[derive(Debug, Default)]
-struct LogEntry {
-    method: Vec<u8>,
-    target: Vec<u8>,
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
-}
-
 /// The request as it is logged and counted once it is over.
 struct Finished<'a> {
     ctx: &'a StreamContext,
-    time: SystemTime,
     started: Instant,
-    entry: LogEntry,
+    said: Said,
 }
 
 impl Finished<'_> {
+    /// Counts the request and, with the access log on, logs it ([`Record::finish`]).
     fn log(
         &self,
         status: u16,
         body_bytes: u64,
         tried: &[SocketAddr],
         upstream_time: Option<Duration>,
-        fate: &str,
+        fate: Fate,
     ) {
-        let listener = &self.ctx.listener;
-        let upstream = &listener.ctx.upstream;
-        let answered_by = match fate {
-            "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
-            _ => None,
-        };
-        let took = self.started.elapsed();
-        listener
-            .stats
-            .answered(upstream.shared_name(), answered_by.copied(), status, took);
-        let Some(log) = &listener.ctx.access_log else {
-            return;
-        };
-        log.log(&access_log::Entry {
+        Record {
+            fate,
+            protocol: ClientProtocol::Http2,
             client: self.ctx.peer.ip(),
-            time: self.time,
-            method: &self.entry.method,
-            target: &self.entry.target,
-            protocol: b"HTTP/2.0",
+            line: Some(self.said.line()),
+            started: self.started,
             status,
             body_bytes,
-            referer: &self.entry.referer,
-            user_agent: &self.entry.user_agent,
-            request_time: took,
-            upstream_time,
             backends: tried,
-            upstream: upstream.name(),
-            fate,
-        });
+            upstream_time,
+        }
+        .finish(&self.ctx.listener);
     }
 }
 
@@ -147,19 +121,20 @@ pub(crate) async fn serve(
     ctx: Arc<StreamContext>,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-) -> Fate {
+) -> Ended {
     let mut done = Finished {
         ctx: &ctx,
-        time: SystemTime::now(),
         started: Instant::now(),
-        entry: LogEntry {
+        said: Said {
+            time: SystemTime::now(),
             method: request.method().as_str().as_bytes().to_vec(),
             target: request
                 .uri()
                 .path_and_query()
                 .map_or(&b"/"[..], |p| p.as_str().as_bytes())
                 .to_vec(),
-            ..LogEntry::default()
+            referer: Vec::new(),
+            user_agent: Vec::new(),
         },
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
@@ -183,8 +158,8 @@ pub(crate) async fn serve(
         }
     };
     let Some(ready) = ready else {
-        done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
-        return Fate::CancelledByClient;
+        done.log(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+        return Ended::CancelledByClient;
     };
     match ready {
         Ready::Own {
@@ -201,16 +176,16 @@ pub(crate) async fn serve(
                 reject.text.len() as u64
             };
             done.log(reject.status, bytes, &tried, upstream_time, fate);
-            Fate::Answered
+            Ended::Answered
         }
         Ready::ClientGone => {
-            done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
-            Fate::CancelledByClient
+            done.log(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+            Ended::CancelledByClient
         }
         Ready::NoRoom => {
             respond.send_reset(Reason::REFUSED_STREAM);
-            done.log(503, 0, &[], None, "refused");
-            Fate::Answered
+            done.log(503, 0, &[], None, Fate::Refused);
+            Ended::Answered
         }
         Ready::Backend {
             answer,
@@ -241,9 +216,9 @@ pub(crate) async fn serve(
                         0,
                         &tried,
                         Some(forwarding.elapsed()),
-                        "client_gone",
+                        Fate::ClientGone,
                     );
-                    return Fate::Answered;
+                    return Ended::Answered;
                 }
             };
             let mut end = StreamEnd {
@@ -285,7 +260,7 @@ pub(crate) async fn serve(
             let upstream = &ctx.listener.ctx.upstream;
             attempt.complete(Relay::end(&relayed).outcome());
             let fate = match relayed {
-                Ok(()) => "answered",
+                Ok(()) => Fate::Answered,
                 Err(Relay::Backend { why, .. }) => {
                     tracing::warn!(
                         upstream = %upstream.name(),
@@ -294,15 +269,15 @@ pub(crate) async fn serve(
                         "the response ended in the middle of its body; resetting the HTTP/2 stream"
                     );
                     send.send_reset(Reason::INTERNAL_ERROR);
-                    "cut_short_by_backend"
+                    Fate::CutShortByBackend
                 }
                 Err(Relay::Client) => {
                     send.send_reset(Reason::CANCEL);
-                    "cut_short_by_client"
+                    Fate::CutShortByClient
                 }
             };
             done.log(response.status, body_bytes, &tried, upstream_time, fate);
-            Fate::Answered
+            Ended::Answered
         }
     }
 }
@@ -315,7 +290,7 @@ enum Ready {
         is_head: bool,
         tried: Vec<SocketAddr>,
         upstream_time: Option<Duration>,
-        fate: &'static str,
+        fate: Fate,
     },
     /// The client ended the stream (its body did not come whole).
     ClientGone,
@@ -341,7 +316,7 @@ impl Ready {
             is_head,
             tried: Vec::new(),
             upstream_time: None,
-            fate: "refused",
+            fate: Fate::Refused,
         }
     }
 }
@@ -373,8 +348,8 @@ async fn proxy(
         Ok(None) => return Ready::refused(MALFORMED, is_head),
         Err(reject) => return Ready::refused(reject, is_head),
     };
-    done.entry.referer = raw[req.referer.clone()].to_vec();
-    done.entry.user_agent = raw[req.user_agent.clone()].to_vec();
+    done.said.referer = raw[req.referer.clone()].to_vec();
+    done.said.user_agent = raw[req.user_agent.clone()].to_vec();
 
     let mut key = AffinityKey::default();
     key.take(
@@ -450,7 +425,7 @@ async fn proxy(
                     is_head,
                     tried,
                     upstream_time,
-                    fate: "no_answer",
+                    fate: Fate::NoAnswer,
                 }
             }
         },
@@ -460,28 +435,28 @@ async fn proxy(
             is_head,
             tried,
             upstream_time,
-            fate: "no_answer",
+            fate: Fate::NoAnswer,
         },
         Attempts::NoAnswer(fault) => Ready::Own {
             reject: answers::no_answer(fault),
             is_head,
             tried,
             upstream_time,
-            fate: "no_answer",
+            fate: Fate::NoAnswer,
         },
         Attempts::NoRoom(why) => Ready::Own {
             reject: answers::no_room(why),
             is_head,
             tried,
             upstream_time,
-            fate: why.name(),
+            fate: Fate::Unpicked(why),
         },
         Attempts::Refused(reject) => Ready::Own {
             reject,
             is_head,
             tried,
             upstream_time,
-            fate: "refused",
+            fate: Fate::Refused,
         },
     }
 }

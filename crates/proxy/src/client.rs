@@ -1,4 +1,5 @@
-//! One client connection's life in the proxy.
+//! One HTTP/1.1 client connection's life in the proxy, plain or TLS ([`crate::dispatch`]
+//! decided it speaks HTTP/1.1).
 //!
 //! For each request on the connection:
 //!
@@ -10,9 +11,9 @@
 //!    stays in the connection's read buffer, a chunked one is decoded.
 //! 3. The request is forwarded ([`crate::forward`]): backends picked and tried as the retry
 //!    policy says, the answer relayed, or our own 502/503/504.
-//! 4. One access log line, for every request we answer (our own refusals included), with the
-//!    backends tried, the status (499 when the client left first) and the time spent on
-//!    backends.
+//! 4. One record ([`crate::record`]), counted and logged, for every request we answer (our own
+//!    refusals included), with the backends tried, the status (499 when the client left
+//!    first) and the time spent on backends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

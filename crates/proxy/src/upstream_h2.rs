@@ -13,10 +13,10 @@
 //!   room for (its concurrent-stream limit) waits in the `h2` crate's queue, within
 //!   `connect_timeout`.
 //! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
-//!   the hop-by-hop fields gone, [`crate::request::Forward::finish_head`]) as HTTP/2 fields: `Host`
-//!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), `te:
-//!   trailers` is said for a client that said it (gRPC), the buffered body follows as DATA
-//!   frames under the stream's flow control.
+//!   the hop-by-hop fields gone, [`crate::request::Forward::finish_head`]) as HTTP/2 fields:
+//!   `Host` becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2),
+//!   `te: trailers` is said for a client that said it (gRPC), the buffered body follows as
+//!   DATA frames under the stream's flow control.
 //! * **The response head** is written as the HTTP/1.1 head it stands for and goes through
 //!   [`http1::parse_response`]: the client gets the same rewriting (hop-by-hop fields, framing
 //!   for HTTP/1.0, `HEAD`) whatever protocol the backend spoke. A body without

@@ -1,5 +1,6 @@
-//! HTTP/2 to clients (RFC 9113): h2c with prior knowledge on a plain listener, and any stream
-//! that has already agreed on `h2` (ALPN over TLS) handed to [`serve`].
+//! HTTP/2 to clients (RFC 9113): a connection that [`crate::dispatch`] found speaking it — h2c
+//! with prior knowledge on a plain listener, `h2` chosen by ALPN over TLS — handed to
+//! [`serve`].
 //!
 //! The protocol itself (frames, HPACK, stream states, flow control, SETTINGS) is the `h2`
 //! crate's, the codec under hyper: nothing of it is written here. What is ours is what a load
@@ -11,19 +12,20 @@
 //!   key, the header limits), gets its own pick and ticket from the upstream's algorithm, the
 //!   same retry policy ([`balance::retry::decide`]) over the worker's connections to the
 //!   backends (pooled HTTP/1.1, or multiplexed HTTP/2 with `backend_protocol = "h2"`;
-//!   `crate::forward::attempts`, the HTTP/1.1 path's loop), and the same access log line and
-//!   counts. The
-//!   backend's response is streamed back as the stream's response (`relay`).
+//!   `crate::forward::attempts`, the HTTP/1.1 path's loop), and the same record, counted and
+//!   logged (`crate::record`). The backend's response is streamed back as the stream's
+//!   response (`relay`).
 //! * **Protections** (`connection`): concurrent streams, header list size tied to
 //!   `max_header_bytes`, flow-control windows, resets of streams the client opened and
 //!   cancelled before their answer (CVE-2023-44487, rapid reset) counted per second, the `h2`
 //!   crate's own bounds on resets and CONTINUATION frames, an idle timeout, pings, and GOAWAY
 //!   on shutdown or reload with the streams in flight let finish. `docs/http2.md` lists each
 //!   with its default and whose default it follows.
-//! * **Detecting h2c** (`preface`): a connection whose first 24 bytes are the client preface
-//!   `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 §3.4) is HTTP/2; anything else is HTTP/1.1
-//!   as before. The bytes are peeked, not read, so the HTTP/1.1 path gets them untouched.
-//!   h2c by `Upgrade: h2c` from HTTP/1.1 (RFC 7540 §3.2, dropped by RFC 9113) is not offered.
+//! * **Detecting h2c** (`preface`, for `crate::dispatch`): a connection whose first 24 bytes
+//!   are the client preface `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 §3.4) is HTTP/2; one
+//!   that opens with a request line is HTTP/1.1 as before. The bytes are peeked, not read, so
+//!   the HTTP/1.1 path gets them untouched. h2c by `Upgrade: h2c` from HTTP/1.1 (RFC 7540
+//!   §3.2, dropped by RFC 9113) is not offered.
 
 mod connection;
 mod linger;

@@ -93,7 +93,7 @@ struct Finished<'a> {
 
 impl Finished<'_> {
     /// Counts the request and, with the access log on, logs it ([`Record::finish`]).
-    fn log(
+    fn finish(
         &self,
         status: u16,
         body_bytes: u64,
@@ -158,7 +158,7 @@ pub(crate) async fn serve(
         }
     };
     let Some(ready) = ready else {
-        done.log(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+        done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
         return Ended::CancelledByClient;
     };
     match ready {
@@ -175,16 +175,16 @@ pub(crate) async fn serve(
             } else {
                 reject.text.len() as u64
             };
-            done.log(reject.status, bytes, &tried, upstream_time, fate);
+            done.finish(reject.status, bytes, &tried, upstream_time, fate);
             Ended::Answered
         }
         Ready::ClientGone => {
-            done.log(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+            done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
             Ended::CancelledByClient
         }
         Ready::NoRoom => {
             respond.send_reset(Reason::REFUSED_STREAM);
-            done.log(503, 0, &[], None, Fate::Refused);
+            done.finish(503, 0, &[], None, Fate::Refused);
             Ended::Answered
         }
         Ready::Backend {
@@ -211,7 +211,7 @@ pub(crate) async fn serve(
                 Ok(send) => send,
                 Err(_) => {
                     attempt.complete(Outcome::Cancelled);
-                    done.log(
+                    done.finish(
                         CLIENT_CLOSED,
                         0,
                         &tried,
@@ -276,7 +276,7 @@ pub(crate) async fn serve(
                     Fate::CutShortByClient
                 }
             };
-            done.log(response.status, body_bytes, &tried, upstream_time, fate);
+            done.finish(response.status, body_bytes, &tried, upstream_time, fate);
             Ended::Answered
         }
     }

@@ -12,8 +12,13 @@
 //! an import: it is the folder's face, and a reference through it counts as one to the file
 //! that defines the item. Comments, doc links and string literals are not references.
 //!
-//! On success it prints the files layer by layer, the bottom first (each file imports only
-//! files of the layers below it): `cargo test -p proxy --test layers -- --nocapture`.
+//! A folder is one layer (the house style: "a file holds one idea; a folder one layer"): the
+//! crate's top-level files and folders must form layers, file references between them counted
+//! as the folder's. Inside a folder the files may lean on each other — `upstream/` splits one
+//! type's work by job across files that each need the type — and the test shows how they do.
+//!
+//! On success it prints the layers, the bottom first (each imports only from layers below it),
+//! a folder with its files' own order: `cargo test -p proxy --test layers -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
@@ -22,17 +27,21 @@ use std::path::Path;
 type ModPath = Vec<String>;
 
 #[test]
-fn the_proxy_s_files_import_no_file_above_them() {
+fn the_proxy_s_files_and_folders_import_nothing_above_them() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     read_tree(&src, &src, &mut files);
     files.sort();
     let graph = Graph::of(&files);
-    match graph.layers() {
+    match graph.by_unit().layers() {
         Ok(layers) => {
-            println!("the proxy's files, layer by layer (each imports only from layers below):");
+            println!(
+                "the proxy's files and folders, layer by layer, the bottom first (each imports \
+                 only from layers below; a folder's own files in parentheses, in their order):"
+            );
             for (i, layer) in layers.iter().enumerate() {
-                println!("  {i:2}: {}", layer.join(" "));
+                let named: Vec<String> = layer.iter().map(|u| graph.describe(u)).collect();
+                println!("  {i:2}: {}", named.join(" "));
             }
         }
         Err(cycles) => panic!(
@@ -43,13 +52,14 @@ fn the_proxy_s_files_import_no_file_above_them() {
     }
 }
 
-/// The parser and the rules on a made-up crate: a circle is found and named, and a folder's
-/// face (its `mod.rs` declaring and re-exporting its children) is not an import.
+/// The parser and the rules on a made-up crate: a circle is found and named; a folder's face
+/// (its `mod.rs` declaring and re-exporting its children) is not an import; files of one
+/// folder leaning on each other are the folder's own affair.
 #[test]
 fn circles_are_found_and_a_folder_s_face_is_not_one() {
     let file = |path: &str, text: &str| (path.to_owned(), text.to_owned());
     let crate_files = vec![
-        file("lib.rs", "mod a; mod b; mod c; pub use c::Thing;"),
+        file("lib.rs", "mod a; mod b; mod c; mod f; pub use c::Thing;"),
         file(
             "a.rs",
             "use crate::b::{self, B};\n// crate::c::x in a comment\nfn f() { b::g(); }",
@@ -66,21 +76,31 @@ fn circles_are_found_and_a_folder_s_face_is_not_one() {
             "c/d.rs",
             "pub struct Thing;\nuse super::super::b::g;\n#[cfg(test)] mod tests { use super::*; }",
         ),
+        file("f/mod.rs", "mod x;\npub struct F { x: x::X }"),
+        file("f/x.rs", "pub struct X;\nimpl super::F {}"),
     ];
     let graph = Graph::of(&crate_files);
-    let cycles = graph.layers().unwrap_err();
+    let cycles = graph.by_unit().layers().unwrap_err();
     assert_eq!(cycles.len(), 1, "{cycles:?}");
     assert!(cycles[0].contains("a.rs → b.rs") && cycles[0].contains("b.rs → a.rs"));
     // c/mod.rs imports nothing; c/d.rs imports b.rs (through `super::super`), nothing else.
-    let deps = |f: &str| {
-        graph
-            .edges
+    let deps = |g: &Graph, f: &str| {
+        g.edges
             .get(f)
             .map(|e| e.keys().cloned().collect::<Vec<_>>())
     };
-    assert_eq!(deps("c/mod.rs"), None);
-    assert_eq!(deps("c/d.rs"), Some(vec!["b.rs".to_owned()]));
-    assert_eq!(deps("a.rs"), Some(vec!["b.rs".to_owned()]));
+    assert_eq!(deps(&graph, "c/mod.rs"), None);
+    assert_eq!(deps(&graph, "c/d.rs"), Some(vec!["b.rs".to_owned()]));
+    assert_eq!(deps(&graph, "a.rs"), Some(vec!["b.rs".to_owned()]));
+    assert_eq!(deps(&graph.by_unit(), "c/"), Some(vec!["b.rs".to_owned()]));
+    // f/'s files import each other: shown, not a circle of the crate's.
+    assert_eq!(deps(&graph.by_unit(), "f/"), None);
+    assert!(
+        graph.describe("f/").contains("import each other"),
+        "{}",
+        graph.describe("f/")
+    );
+    assert_eq!(graph.describe("c/"), "c/ (d.rs mod.rs)");
 }
 
 /// Every `.rs` file under `dir`, as its path relative to `root` (`/`-separated) and its text.
@@ -110,6 +130,14 @@ fn module_of(rel: &str) -> ModPath {
         name => parts.push(name.trim_end_matches(".rs").to_owned()),
     }
     parts
+}
+
+/// The top-level file or folder a file is part of: `tcp.rs`, `http2/`.
+fn unit(rel: &str) -> String {
+    match rel.split_once('/') {
+        Some((folder, _)) => format!("{folder}/"),
+        None => rel.to_owned(),
+    }
 }
 
 /// Which files import which: file → imported file → where (line and path, for the message).
@@ -172,6 +200,63 @@ impl Graph {
         Graph {
             files: parsed.iter().map(|p| p.rel.clone()).collect(),
             edges,
+        }
+    }
+
+    /// The graph of the crate's top-level files and folders (`http2/`): a file inside a
+    /// folder counts as the folder, and references inside one folder are left out.
+    fn by_unit(&self) -> Graph {
+        let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (from, to) in &self.edges {
+            for (to, at) in to {
+                let (a, b) = (unit(from), unit(to));
+                if a != b {
+                    edges
+                        .entry(a)
+                        .or_default()
+                        .entry(b)
+                        .or_insert_with(|| at.clone());
+                }
+            }
+        }
+        let units: BTreeSet<String> = self.files.iter().map(|f| unit(f)).collect();
+        Graph {
+            files: units.into_iter().collect(),
+            edges,
+        }
+    }
+
+    /// A unit as the layers are printed: a file by its path; a folder with its files in
+    /// their own layers (`|` between them), or said to lean on each other.
+    fn describe(&self, unit: &str) -> String {
+        let Some(folder) = unit.strip_suffix('/') else {
+            return unit.to_owned();
+        };
+        let prefix = format!("{folder}/");
+        let inside = |f: &String| f.strip_prefix(&prefix).map(str::to_owned);
+        let files: Vec<String> = self.files.iter().filter_map(inside).collect();
+        let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (from, to) in &self.edges {
+            let Some(from) = inside(from) else { continue };
+            for (to, at) in to {
+                if let Some(to) = inside(to) {
+                    edges
+                        .entry(from.clone())
+                        .or_default()
+                        .insert(to, at.clone());
+                }
+            }
+        }
+        let own = Graph { files, edges };
+        match own.layers() {
+            Ok(layers) => {
+                let layers: Vec<String> = layers.iter().map(|l| l.join(" ")).collect();
+                format!("{unit} ({})", layers.join(" | "))
+            }
+            Err(_) => format!(
+                "{unit} (its files import each other: {})",
+                own.files.join(" ")
+            ),
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //!
-//! The request path runs downwards: each module imports only modules below it, never one
-//! above (`tests/layers.rs` checks it, file by file, and prints the layers). From the top:
+//! The request path runs downwards: each file imports only from layers below it, never from
+//! one above, a folder being one layer (`tests/layers.rs` checks it, resolving every file's
+//! references, and prints the layers). From the top:
 //!
 //! * [`server`]: [`Proxy`] binds the listeners and runs `workers` threads, each with its own
 //!   single-threaded runtime accepting on every listener (nginx's worker layout); accepts

@@ -381,7 +381,7 @@ impl<S: ClientStream> ClientConn<S> {
             is_head: req.is_head,
             upgrade: req.upgrade,
         };
-        let body_bytes = match body {
+        let body_data = match body {
             Body::None => None,
             Body::InBuffer(n) => Some(&self.inbuf.filled()[..n]),
             Body::Decoded => Some(&self.body[..]),
@@ -403,7 +403,7 @@ impl<S: ClientStream> ClientConn<S> {
                 &req,
                 head_len,
                 self.key.get(),
-                body_bytes,
+                body_data,
                 client,
             )
         };

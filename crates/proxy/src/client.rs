@@ -1,4 +1,5 @@
-//! One client connection's life in the proxy.
+//! One HTTP/1.1 client connection's life in the proxy, plain or TLS ([`crate::dispatch`]
+//! decided it speaks HTTP/1.1).
 //!
 //! For each request on the connection:
 //!
@@ -10,73 +11,30 @@
 //!    stays in the connection's read buffer, a chunked one is decoded.
 //! 3. The request is forwarded ([`crate::forward`]): backends picked and tried as the retry
 //!    policy says, the answer relayed, or our own 502/503/504.
-//! 4. One access log line, for every request we answer (our own refusals included), with the
-//!    backends tried, the status (499 when the client left first) and the time spent on
-//!    backends.
+//! 4. One record ([`crate::record`]), counted and logged, for every request we answer (our own
+//!    refusals included), with the backends tried, the status (499 when the client left
+//!    first) and the time spent on backends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Replay};
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
-use crate::access_log::{self, AccessLog};
+use crate::affinity::AffinityKey;
+use crate::answers::{
+    self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, TOO_LARGE,
+};
 use crate::buffer::Buffer;
-use crate::forward::{self, CLIENT_CLOSED, Ending, Forward, Scratch};
+use crate::forward::{self, Ending, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
 use crate::io::{ClientStream, after, send};
-use crate::metrics::WorkerStats;
-use crate::settings::{HashKey, ListenerSettings};
-use crate::tls::{HandshakeFailure, ServerTls};
-use crate::upstream::{Upstream, WorkerPools};
-
-/// What every request on one listener shares.
-#[derive(Debug)]
-pub(crate) struct ListenerContext {
-    pub(crate) settings: ListenerSettings,
-    pub(crate) upstream: Arc<Upstream>,
-    pub(crate) access_log: Option<AccessLog>,
-    /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
-    /// certificates replaces it without retiring open connections.
-    pub(crate) tls: Option<ServerTls>,
-}
-
-impl ListenerContext {
-    /// Whether `self` and `other` differ only in their certificates: connections opened under
-    /// one can go on under the other.
-    pub(crate) fn same_but_tls(&self, other: &ListenerContext) -> bool {
-        let same_log = match (&self.access_log, &other.access_log) {
-            (Some(a), Some(b)) => a.settings() == b.settings(),
-            (None, None) => true,
-            _ => false,
-        };
-        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
-    }
-}
-
-/// A listener as one worker serves it: the shared context and the worker's own connections to
-/// the upstream's backends.
-#[derive(Debug)]
-pub(crate) struct WorkerListener {
-    pub(crate) ctx: Arc<ListenerContext>,
-    pub(crate) connections: Arc<WorkerPools>,
-    /// This worker's counts.
-    pub(crate) stats: Arc<WorkerStats>,
-    /// A reload changed the listener: its connections finish the request they are on, say
-    /// `Connection: close`, and their clients reconnect to the new configuration.
-    pub(crate) retired: AtomicBool,
-}
-
-impl WorkerListener {
-    fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
-    }
-}
+use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Record, Said};
+use crate::request::Forward;
+use crate::settings::ListenerSettings;
 
 /// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
 /// it grows for a larger head, up to `max_header_bytes`, and to hold a request body.
@@ -91,63 +49,11 @@ const IDLE_GRACE: Duration = Duration::from_secs(1);
 const LINGER: Duration = Duration::from_secs(2);
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-const HEAD_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request head did not arrive in time\n",
-);
-const BODY_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request body did not arrive in time\n",
-);
-const TOO_LARGE: Reject = http1::reject(
-    413,
-    "413 Content Too Large: the request body exceeds max_body_bytes\n",
-);
-const INCOMPLETE_BODY: Reject = http1::reject(400, "400 Bad Request: incomplete request body\n");
-const BAD_CHUNKED: Reject = http1::reject(400, "400 Bad Request: invalid chunked request body\n");
 
-/// Serves one client connection until it closes, the proxy stops, or an error ends it: on a
-/// TLS listener, the handshake first (within `client_header_timeout`).
-pub(crate) async fn serve(
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<WorkerListener>,
-    stop: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
-) {
-    if listener.ctx.tls.is_none() {
-        return serve_on(stream, peer, listener, stop, permit).await;
-    }
-    // Boxed: a task is as large as the largest future it may run, and a TLS session's state
-    // (rustls's buffers and secrets) would otherwise make every plain connection's task that
-    // large (measured: 8.6 KB of RSS per idle plain client instead of under 6 KB).
-    Box::pin(serve_tls(stream, peer, listener, stop, permit)).await;
-}
-
-/// The TLS handshake, then HTTP/2 if the client chose it by ALPN, else HTTP/1.1 over it.
-async fn serve_tls(
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<WorkerListener>,
-    mut stop: watch::Receiver<bool>,
-    permit: OwnedSemaphorePermit,
-) {
-    let Some(tls) = &listener.ctx.tls else {
-        return;
-    };
-    let timeout = listener.ctx.settings.client_header_timeout;
-    match tls.handshake(stream, peer, timeout, &mut stop).await {
-        Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::H2) => {
-            crate::http2::serve(stream, peer, listener, stop, permit).await;
-        }
-        Ok(stream) => serve_on(stream, peer, listener, stop, permit).await,
-        Err(HandshakeFailure::Stopping) => {}
-        Err(_) => listener.stats.tls_handshake_failed(),
-    }
-}
-
-/// Serves HTTP/1.1 on an established connection, plain or TLS.
-async fn serve_on<S: ClientStream>(
+/// Serves HTTP/1.1 on an established connection, plain or TLS (which HTTP a connection
+/// speaks is [`crate::dispatch`]'s to decide), until it closes, the proxy stops, or an error
+/// ends it.
+pub(crate) async fn serve<S: ClientStream>(
     stream: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
@@ -167,7 +73,7 @@ async fn serve_on<S: ClientStream>(
         inbuf: Buffer::new(CLIENT_BUFFER),
         scratch: Scratch::default(),
         body: Vec::new(),
-        key: Vec::new(),
+        key: AffinityKey::default(),
         pipelining: false,
     };
     match conn.run().await {
@@ -259,8 +165,8 @@ struct ClientConn<S> {
     scratch: Scratch,
     /// A de-chunked request body.
     body: Vec<u8>,
-    /// The request's hash key, for algorithms that hash `hash_key`.
-    key: Vec<u8>,
+    /// The request's affinity key, for algorithms that hash one.
+    key: AffinityKey,
     /// The client has sent a request before the previous one was answered.
     pipelining: bool,
 }
@@ -275,50 +181,36 @@ fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
     new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
 }
 
-/// What the access log says of a request, taken before its bytes leave the read buffer.
-#[derive(Debug)]
-struct LogEntry {
-    time: SystemTime,
-    method: Vec<u8>,
-    target: Vec<u8>,
-    protocol: &'static [u8],
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
+/// What the access log repeats of a request, taken before its bytes leave the read buffer.
+fn said_of(raw: &[u8], req: &RequestHead) -> Said {
+    Said {
+        time: SystemTime::now(),
+        method: raw[req.method.clone()].to_vec(),
+        target: raw[req.target.clone()].to_vec(),
+        referer: raw[req.referer.clone()].to_vec(),
+        user_agent: raw[req.user_agent.clone()].to_vec(),
+    }
 }
 
-impl LogEntry {
-    fn of(raw: &[u8], req: &RequestHead) -> LogEntry {
-        LogEntry {
-            time: SystemTime::now(),
-            method: raw[req.method.clone()].to_vec(),
-            target: raw[req.target.clone()].to_vec(),
-            protocol: if req.http11 { b"HTTP/1.1" } else { b"HTTP/1.0" },
-            referer: raw[req.referer.clone()].to_vec(),
-            user_agent: raw[req.user_agent.clone()].to_vec(),
-        }
-    }
-
-    /// For a head refused before it could be parsed: the first two words of its first line,
-    /// as far as they go.
-    fn of_refused(raw: &[u8]) -> LogEntry {
-        let line = raw
-            .split(|&b| b == b'\r' || b == b'\n')
-            .next()
-            .unwrap_or(&[]);
-        let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
-        let mut word = |limit: usize| match words.next() {
-            Some(w) => w[..w.len().min(limit)].to_vec(),
-            None => Vec::new(),
-        };
-        LogEntry {
-            time: SystemTime::now(),
-            method: word(32),
-            target: word(256),
-            // What the line said may be anything; the log does not repeat it.
-            protocol: b"",
-            referer: Vec::new(),
-            user_agent: Vec::new(),
-        }
+/// What the access log repeats of a head refused before it could be parsed: the first two
+/// words of its first line, as far as they go (its protocol, [`ClientProtocol::Unread`], may
+/// say anything and is not repeated).
+fn said_of_refused(raw: &[u8]) -> Said {
+    let line = raw
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let mut word = |limit: usize| match words.next() {
+        Some(w) => w[..w.len().min(limit)].to_vec(),
+        None => Vec::new(),
+    };
+    Said {
+        time: SystemTime::now(),
+        method: word(32),
+        target: word(256),
+        referer: Vec::new(),
+        user_agent: Vec::new(),
     }
 }
 
@@ -333,10 +225,20 @@ impl<S: ClientStream> ClientConn<S> {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let now = Instant::now();
-                    let entry = self.log_entry(LogEntry::of_refused);
-                    let bytes = reject.text.len() as u64;
-                    self.log(entry, now, reject.status, bytes, &[], None, "refused");
+                    let started = Instant::now();
+                    let said = self.said(said_of_refused);
+                    Record {
+                        fate: Fate::Refused,
+                        protocol: ClientProtocol::Unread,
+                        client: self.peer.ip(),
+                        line: said.as_ref().map(Said::line),
+                        started,
+                        status: reject.status,
+                        body_bytes: reject.text.len() as u64,
+                        backends: &[],
+                        upstream_time: None,
+                    }
+                    .finish(&self.listener);
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -347,7 +249,8 @@ impl<S: ClientStream> ClientConn<S> {
         }
     }
 
-    fn log_entry(&self, make: impl FnOnce(&[u8]) -> LogEntry) -> Option<LogEntry> {
+    /// What the access log repeats of the request in the read buffer, if the log is on.
+    fn said(&self, make: impl FnOnce(&[u8]) -> Said) -> Option<Said> {
         self.listener
             .ctx
             .access_log
@@ -415,30 +318,51 @@ impl<S: ClientStream> ClientConn<S> {
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
-        let entry = self.log_entry(|raw| LogEntry::of(raw, &req));
-        let upstream = Arc::clone(&self.listener.ctx.upstream);
-        let upstream_settings = upstream.settings();
-        if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
-            self.key.clear();
-            match upstream_settings.hash_key {
-                HashKey::ClientIp => self.key.extend_from_slice(self.client_addr.ip().as_bytes()),
-                _ => self
-                    .key
-                    .extend_from_slice(&self.inbuf.filled()[req.key.clone()]),
-            }
-        }
+        let said = self.said(|raw| said_of(raw, &req));
+        let protocol = if req.http11 {
+            ClientProtocol::Http11
+        } else {
+            ClientProtocol::Http10
+        };
+        // The listener's context outlives the borrows of the connection below.
+        let listener = Arc::clone(&self.listener);
+        let upstream_settings = listener.ctx.upstream.settings();
+        let hashed = &self.inbuf.filled()[req.key.clone()];
+        self.key
+            .take(&upstream_settings, self.peer.ip(), Some(hashed));
         self.inbuf.consume(req.head_len);
 
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                let bytes = reject.text.len() as u64;
-                self.log(entry, started, reject.status, bytes, &[], None, "refused");
+                Record {
+                    fate: Fate::Refused,
+                    protocol,
+                    client: self.peer.ip(),
+                    line: said.as_ref().map(Said::line),
+                    started,
+                    status: reject.status,
+                    body_bytes: reject.text.len() as u64,
+                    backends: &[],
+                    upstream_time: None,
+                }
+                .finish(&listener);
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {
                 // The client left in the middle of its body.
-                self.log(entry, started, CLIENT_CLOSED, 0, &[], None, "client_gone");
+                Record {
+                    fate: Fate::ClientGone,
+                    protocol,
+                    client: self.peer.ip(),
+                    line: said.as_ref().map(Said::line),
+                    started,
+                    status: CLIENT_CLOSED,
+                    body_bytes: 0,
+                    backends: &[],
+                    upstream_time: None,
+                }
+                .finish(&listener);
                 return Next::Close;
             }
         };
@@ -450,13 +374,6 @@ impl<S: ClientStream> ClientConn<S> {
             Body::InBuffer(n) => self.inbuf.len() > n,
             Body::None | Body::Decoded => !self.inbuf.is_empty(),
         };
-        let listener = Arc::clone(&self.listener);
-        let mut octets = [0u8; 16];
-        let affinity = match upstream_settings.algorithm.affinity() {
-            None => None,
-            Some(Affinity::AddressOctets) => Some(address_octets(self.peer.ip(), &mut octets)),
-            Some(Affinity::Key) => Some(&self.key[..]),
-        };
         let stopping = *self.stop.borrow() || self.listener.is_retired();
         let client = ClientSide {
             http11: req.http11,
@@ -464,28 +381,14 @@ impl<S: ClientStream> ClientConn<S> {
             is_head: req.is_head,
             upgrade: req.upgrade,
         };
+        let body_data = match body {
+            Body::None => None,
+            Body::InBuffer(n) => Some(&self.inbuf.filled()[..n]),
+            Body::Decoded => Some(&self.body[..]),
+        };
+        let head_len = self.scratch.head.len();
         let forward = Forward {
-            upstream: &upstream,
-            settings: &upstream_settings,
-            connections: &listener.connections,
-            stats: &listener.stats,
-            affinity,
-            head_len: self.scratch.head.len(),
-            has_host: req.has_host,
-            body: match body {
-                Body::None => &[],
-                Body::InBuffer(n) => &self.inbuf.filled()[..n],
-                Body::Decoded => &self.body,
-            },
-            has_body: !matches!(body, Body::None),
-            client,
-            replay: if req.idempotent || upstream_settings.retry_non_idempotent {
-                Replay::Safe
-            } else {
-                Replay::Unsafe
-            },
             watch_client: !self.pipelining,
-            send_timeout: self.settings().send_timeout,
             // What the client sent after an upgrade request is the new protocol's, for the
             // tunnel (a WebSocket client waits for the 101, but need not).
             early: match body {
@@ -493,9 +396,16 @@ impl<S: ClientStream> ClientConn<S> {
                 Body::InBuffer(n) if req.upgrade => &self.inbuf.filled()[n..],
                 _ => &[],
             },
-            idle_timeout: self.settings().idle_timeout,
-            // Chunked trailers to HTTP/1.1 clients are not relayed.
-            trailers: false,
+            // `trailers` stays false: chunked trailers to HTTP/1.1 clients are not relayed.
+            ..Forward::new(
+                &listener,
+                &upstream_settings,
+                &req,
+                head_len,
+                self.key.get(),
+                body_data,
+                client,
+            )
         };
         let forwarding = Instant::now();
         let ending = forward::forward(&forward, &mut self.stream, &mut self.scratch).await;
@@ -518,19 +428,6 @@ impl<S: ClientStream> ClientConn<S> {
         }
 
         let tried = std::mem::take(&mut self.scratch.tried);
-        let fate = match ending {
-            Ending::Answered { .. } => "answered",
-            Ending::Tunnelled { .. } => "upgraded",
-            Ending::CutShort {
-                backend_failed: true,
-                ..
-            } => "cut_short_by_backend",
-            Ending::CutShort { .. } => "cut_short_by_client",
-            Ending::ClientGone => "client_gone",
-            Ending::NoAnswer(_) => "no_answer",
-            Ending::NoRoom(why) => why.name(),
-            Ending::Refused(_) => "refused",
-        };
         let (status, next, body_bytes) = match ending {
             Ending::Answered {
                 status,
@@ -557,82 +454,24 @@ impl<S: ClientStream> ClientConn<S> {
                 (status, Next::Close, body_bytes)
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
-            Ending::NoAnswer(fault) => {
-                self.own_answer(forward::failure_reject(fault), client)
-                    .await
-            }
-            Ending::NoRoom(why) => self.own_answer(forward::no_room_reject(why), client).await,
+            Ending::NoAnswer(fault) => self.own_answer(answers::no_answer(fault), client).await,
+            Ending::NoRoom(why) => self.own_answer(answers::no_room(why), client).await,
             Ending::Refused(reject) => self.own_answer(reject, client).await,
         };
-        self.log(
-            entry,
+        Record {
+            fate: ending.fate(),
+            protocol,
+            client: self.peer.ip(),
+            line: said.as_ref().map(Said::line),
             started,
             status,
             body_bytes,
-            tried.tried(),
+            backends: tried.tried(),
             upstream_time,
-            fate,
-        );
+        }
+        .finish(&listener);
         self.scratch.tried = tried;
         next
-    }
-
-    /// A request is over: it is counted ([`crate::metrics`]) and, with the access log on,
-    /// logged. `fate`: how the exchange ended — `answered`, `refused` (our own 4xx before any
-    /// backend), `no_answer` (our own 5xx after the backends tried), `client_gone` (499),
-    /// `cut_short_by_backend` or `cut_short_by_client` (the status is the backend's, but the
-    /// body did not reach the client whole).
-    #[allow(clippy::too_many_arguments)]
-    fn log(
-        &self,
-        entry: Option<LogEntry>,
-        started: Instant,
-        status: u16,
-        body_bytes: u64,
-        tried: &[SocketAddr],
-        upstream_time: Option<Duration>,
-        fate: &'static str,
-    ) {
-        let upstream = &self.listener.ctx.upstream;
-        // The backend whose answer (or part of it) the client got.
-        let answered_by = match fate {
-            "answered" | "cut_short_by_backend" | "cut_short_by_client" | "upgraded" => {
-                tried.last()
-            }
-            _ => None,
-        };
-        let took = started.elapsed();
-        // A tunnel's life says nothing of its backend and would swamp the requests' durations:
-        // the histogram gets the time to the backend's 101 (its `upstream_time`).
-        let measured = match fate {
-            "upgraded" => upstream_time.unwrap_or(took),
-            _ => took,
-        };
-        self.listener.stats.answered(
-            upstream.shared_name(),
-            answered_by.copied(),
-            status,
-            measured,
-        );
-        let (Some(entry), Some(log)) = (entry, &self.listener.ctx.access_log) else {
-            return;
-        };
-        log.log(&access_log::Entry {
-            client: self.peer.ip(),
-            time: entry.time,
-            method: &entry.method,
-            target: &entry.target,
-            protocol: entry.protocol,
-            status,
-            body_bytes,
-            referer: &entry.referer,
-            user_agent: &entry.user_agent,
-            request_time: took,
-            upstream_time,
-            backends: tried,
-            upstream: upstream.name(),
-            fate,
-        });
     }
 
     /// Waits, holding no buffers after [`IDLE_GRACE`], until the client sends something (or
@@ -662,7 +501,7 @@ impl<S: ClientStream> ClientConn<S> {
         self.inbuf.release();
         self.scratch.release();
         self.body = Vec::new();
-        self.key = Vec::new();
+        self.key.release();
         tokio::select! {
             biased;
             ready = timeout_at(deadline, self.stream.tcp().readable()) => ready.is_ok(),
@@ -808,21 +647,6 @@ impl<S: ClientStream> ClientConn<S> {
     }
 }
 
-/// The client address as a hash key: 4 octets for IPv4 (IPv4-mapped IPv6 included), 16 for
-/// IPv6. Algorithms that hash it decide how many octets count.
-pub(crate) fn address_octets(ip: std::net::IpAddr, buf: &mut [u8; 16]) -> &[u8] {
-    match ip.to_canonical() {
-        std::net::IpAddr::V4(v4) => {
-            buf[..4].copy_from_slice(&v4.octets());
-            &buf[..4]
-        }
-        std::net::IpAddr::V6(v6) => {
-            *buf = v6.octets();
-            &buf[..]
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -848,20 +672,11 @@ mod tests {
     }
 
     #[test]
-    fn octets_of_mapped_and_v6() {
-        let mut buf = [0; 16];
-        let v4: std::net::IpAddr = "::ffff:10.1.2.3".parse().unwrap();
-        assert_eq!(address_octets(v4, &mut buf), [10, 1, 2, 3]);
-        let v6: std::net::IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(address_octets(v6, &mut buf).len(), 16);
-    }
-
-    #[test]
     fn a_refused_head_is_logged_by_its_first_words() {
-        let e = LogEntry::of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n");
+        let e = said_of_refused(b"GET /x HTTP/9.9\r\nHost: a\r\n\r\n");
         assert_eq!((&e.method[..], &e.target[..]), (&b"GET"[..], &b"/x"[..]));
         // Nothing readable: empty, which the log writes as "-".
-        let e = LogEntry::of_refused(b"\r\n");
+        let e = said_of_refused(b"\r\n");
         assert!(e.method.is_empty() && e.target.is_empty());
     }
 }

@@ -23,6 +23,9 @@
 //!   the request is in flight.
 //! * **Counted**: connections open (busy or idle) and idle, per backend and worker, for the
 //!   admin API and metrics to sum.
+//! * **The shared HTTP/2 connection** (`backend_protocol = "h2"`): one per backend and
+//!   worker, multiplexed, held in an [`H2Slot`] beside the HTTP/1.1 ones; `upstream_h2` opens,
+//!   drives and forgets it, and requests take it from here.
 //! * **Connect errors are classified** ([`ConnectError::fault`]): running out of descriptors or
 //!   local ports is the proxy's problem, not the backend's.
 
@@ -31,10 +34,12 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use balance::{Connection, Fault};
+use bytes::Bytes;
+use h2::client::SendRequest;
 use rustix::io::Errno;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -151,7 +156,94 @@ pub(crate) struct Connections {
     max_idle: usize,
     idle_timeout: Duration,
     /// The HTTP/2 connection this worker's requests share (`backend_protocol = "h2"`).
-    pub(crate) h2: crate::upstream_h2::Slot,
+    pub(crate) h2: H2Slot,
+}
+
+/// The HTTP/2 connection a worker's requests to one backend share (`backend_protocol = "h2"`,
+/// opened and driven by [`crate::upstream_h2`]), if one is open: kept beside the worker's
+/// HTTP/1.1 connections to the same backend, so that disabling the backend forgets both.
+#[derive(Debug, Default)]
+pub(crate) struct H2Slot {
+    current: Mutex<Option<SharedH2>>,
+    /// Held while a connection is being opened, so that requests arriving meanwhile wait for
+    /// it instead of each opening their own.
+    pub(crate) opening: tokio::sync::Mutex<()>,
+}
+
+/// A handle to a shared HTTP/2 connection.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedH2 {
+    pub(crate) send: SendRequest<Bytes>,
+    /// The TLS settings it was made with (`None`: plain): a reload that changes them makes
+    /// requests open a new connection, as pooled HTTP/1.1 connections are not reused then.
+    tls: Option<Arc<BackendTls>>,
+    /// Which connection it is (to forget only that one).
+    pub(crate) id: u64,
+    /// When a request last used it: milliseconds since `born`.
+    pub(crate) used: Arc<AtomicU64>,
+    pub(crate) born: Instant,
+}
+
+impl SharedH2 {
+    /// A connection just opened with `tls`, numbered.
+    pub(crate) fn new(send: SendRequest<Bytes>, tls: Option<Arc<BackendTls>>) -> SharedH2 {
+        SharedH2 {
+            send,
+            tls,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            used: Arc::new(AtomicU64::new(0)),
+            born: Instant::now(),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.used.store(ms, Ordering::Relaxed);
+    }
+}
+
+/// Numbers connections for [`H2Slot::forget`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl H2Slot {
+    fn shared(&self) -> std::sync::MutexGuard<'_, Option<SharedH2>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `shared` the connection later requests take.
+    pub(crate) fn keep(&self, shared: SharedH2) {
+        *self.shared() = Some(shared);
+    }
+
+    /// Forgets connection `id` if it is still the current one: later requests open another.
+    pub(crate) fn forget(&self, id: u64) {
+        let mut current = self.shared();
+        if current.as_ref().is_some_and(|s| s.id == id) {
+            *current = None;
+        }
+    }
+
+    /// Forgets the current connection, whichever it is (the backend was disabled): it closes
+    /// once its streams are over.
+    pub(crate) fn forget_any(&self) {
+        *self.shared() = None;
+    }
+
+    /// The current connection, if there is one made with `tls` (the upstream's TLS in force).
+    pub(crate) fn current(&self, tls: Option<&Arc<BackendTls>>) -> Option<SharedH2> {
+        let current = self.shared();
+        let shared = current.as_ref()?;
+        let same_tls = match (&shared.tls, tls) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same_tls {
+            return None;
+        }
+        shared.touch();
+        Some(shared.clone())
+    }
 }
 
 /// Looks at the socket's input without taking it: `Ok(0)` at the end of the stream.
@@ -179,7 +271,7 @@ impl Connections {
             open: Arc::new(AtomicUsize::new(0)),
             max_idle,
             idle_timeout,
-            h2: crate::upstream_h2::Slot::default(),
+            h2: H2Slot::default(),
         }
     }
 

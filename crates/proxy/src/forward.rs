@@ -12,15 +12,17 @@ use balance::{AttemptFailure, Connection, Fault, Outcome, RequestSent};
 use balance::{Next, Picked, ResponseReceived, Step};
 use tokio::net::TcpStream;
 
-use crate::connections::{BackendConn, ConnectError, Connections};
+use crate::answers;
+use crate::connections::{BackendConn, Connections};
 use crate::exchange::{self, ClientEnd, Head, Patience, Relay, Request};
-use crate::http1::{self, FinalResponse, Reject};
+use crate::http1::{FinalResponse, Reject};
 use crate::io::ClientStream;
-use crate::metrics::WorkerStats;
-use crate::settings::{BackendProtocol, UpstreamSettings};
-use crate::upstream::{Attempt, Unpicked, Upstream, WorkerPools};
+use crate::record::Fate;
+use crate::request::{Forward, Tried};
+use crate::tunnel;
+use crate::upstream::{Attempt, Unpicked, Upstream};
 use crate::upstream_h2::{self, H2Body};
-use crate::upstream_tls::BackendTls;
+use crate::upstream_tls::BackendProtocol;
 
 /// The buffers one client connection lends every request it forwards.
 #[derive(Debug, Default)]
@@ -40,38 +42,6 @@ impl Scratch {
     pub(crate) fn release(&mut self) {
         *self = Scratch::default();
     }
-}
-
-/// Where a request goes and what it carries.
-#[derive(Debug)]
-pub(crate) struct Forward<'a> {
-    pub(crate) upstream: &'a Arc<Upstream>,
-    /// The upstream's settings as the request was read (one load of them per request).
-    pub(crate) settings: &'a UpstreamSettings,
-    /// This worker's connections to the upstream's backends.
-    pub(crate) connections: &'a WorkerPools,
-    /// This worker's counts.
-    pub(crate) stats: &'a WorkerStats,
-    pub(crate) affinity: Option<&'a [u8]>,
-    /// Bytes of `Scratch::head` written by the request parser (no framing, no blank line).
-    pub(crate) head_len: usize,
-    /// Whether the head has a `Host` line; if not, each attempt names its backend.
-    pub(crate) has_host: bool,
-    pub(crate) body: &'a [u8],
-    /// Whether the request had a body (its `Content-Length` is sent even when 0).
-    pub(crate) has_body: bool,
-    pub(crate) client: http1::ClientSide,
-    pub(crate) replay: balance::Replay,
-    /// See [`Request::watch_client`].
-    pub(crate) watch_client: bool,
-    pub(crate) send_timeout: Duration,
-    /// For an upgrade request: what the client sent after it, the new protocol's first bytes.
-    pub(crate) early: &'a [u8],
-    /// How long an upgraded connection may carry nothing either way.
-    pub(crate) idle_timeout: Duration,
-    /// The client takes trailers (an HTTP/2 client's `te: trailers`): said to an HTTP/2
-    /// backend, whose response trailers are then relayed.
-    pub(crate) trailers: bool,
 }
 
 /// How forwarding ended.
@@ -107,8 +77,24 @@ pub(crate) enum Ending {
     Refused(Reject),
 }
 
-/// The status logged for a client that left before its answer (nginx's).
-pub(crate) const CLIENT_CLOSED: u16 = 499;
+impl Ending {
+    /// How the request ended, for its record.
+    pub(crate) fn fate(&self) -> Fate {
+        match *self {
+            Ending::Answered { .. } => Fate::Answered,
+            Ending::Tunnelled { .. } => Fate::Upgraded,
+            Ending::CutShort {
+                backend_failed: true,
+                ..
+            } => Fate::CutShortByBackend,
+            Ending::CutShort { .. } => Fate::CutShortByClient,
+            Ending::ClientGone => Fate::ClientGone,
+            Ending::NoAnswer(_) => Fate::NoAnswer,
+            Ending::NoRoom(why) => Fate::Unpicked(why),
+            Ending::Refused(_) => Fate::Refused,
+        }
+    }
+}
 
 /// Forwards one request; the backends tried are left in `scratch.tried`.
 pub(crate) async fn forward<S: ClientStream>(
@@ -289,25 +275,6 @@ pub(crate) enum Attempts {
     Refused(Reject),
 }
 
-/// The request HTTP/2 backends cannot be sent, answered by us.
-const UNCARRIED: Reject = http1::reject(
-    400,
-    "400 Bad Request: the request cannot be written as HTTP/2 for the backend\n",
-);
-
-/// What one try on one backend came to, whatever the protocol.
-pub(crate) enum Tried {
-    /// A final response head, rewritten for the client into the output buffer, and its body.
-    Head(FinalResponse, Body),
-    /// No connection could be had.
-    ConnectFailed(ConnectError),
-    /// No usable response head: what happened, and in words for the log.
-    Failed(AttemptFailure, String),
-    ClientGone,
-    /// The request cannot be written in the backends' protocol (why, for the log).
-    Refused(String),
-}
-
 /// Tries backends for `f` until one answers with a response head, which is rewritten into
 /// `out` as an HTTP/1.1 head for the client; `head` holds the request head of the last
 /// attempt. Which backend next, whether to resend, whom to blame and when to give up is
@@ -358,7 +325,7 @@ pub(crate) async fn attempts(
             .connections
             .get(addr)
             .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
-        finish_head(head, f, addr, pool.keeps_idle());
+        f.finish_head(head, addr, pool.keeps_idle());
         let request = Request {
             head,
             body: f.body,
@@ -379,17 +346,16 @@ pub(crate) async fn attempts(
                 }
                 // Boxed: its states (a connect, the HTTP/2 handshake) would otherwise be part
                 // of every client connection's task, idle ones included.
-                BackendProtocol::H2 => {
-                    Box::pin(upstream_h2::attempt(
-                        f,
-                        &pool,
-                        request.head,
-                        client,
-                        patience,
-                        out,
-                    ))
-                    .await
-                }
+                BackendProtocol::H2 => Box::pin(upstream_h2::attempt(
+                    f,
+                    &pool,
+                    request.head,
+                    client,
+                    patience,
+                    out,
+                ))
+                .await
+                .map_body(Body::H2),
             };
             let (failure, why) = match outcome {
                 Tried::Head(response, body) => {
@@ -408,7 +374,7 @@ pub(crate) async fn attempts(
                 Tried::Refused(why) => {
                     tracing::debug!(upstream = %upstream.name(), error = %why, "request not forwarded");
                     attempt.complete(Outcome::Cancelled);
-                    return Attempts::Refused(UNCARRIED);
+                    return Attempts::Refused(answers::UNCARRIED);
                 }
                 Tried::ConnectFailed(e) => (connect_failure(e.fault(), f.replay), e.to_string()),
                 Tried::Failed(failure, why) => (failure, why),
@@ -454,7 +420,7 @@ async fn try_http1(
     client: Option<&TcpStream>,
     patience: Patience,
     out: &mut Vec<u8>,
-) -> Tried {
+) -> Tried<Body> {
     let settings = f.settings;
     let idle = if reuse {
         pool.take_idle(f.replay == balance::Replay::Unsafe, settings.tls.as_ref())
@@ -464,7 +430,7 @@ async fn try_http1(
     let mut conn = match idle {
         Some(conn) => conn,
         None => match pool
-            .connect(settings.connect_timeout, backend_tls(settings, pool.addr()))
+            .connect(settings.connect_timeout, settings.backend_tls(pool.addr()))
             .await
         {
             Ok(conn) => conn,
@@ -515,28 +481,13 @@ async fn tunnel<S: ClientStream>(
     }
     let from_backend = conn.buf.len() as u64;
     conn.buf.release();
-    let moved = crate::tcp::Moved::default();
-    crate::tcp::relay(client, &mut conn.stream, f.idle_timeout, &moved).await;
+    let moved = tunnel::Moved::default();
+    tunnel::relay(client, &mut conn.stream, f.idle_timeout, &moved).await;
     attempt.complete_measured(Outcome::Success, agreed);
     Ending::Tunnelled {
         to_client: from_backend + moved.to_client.into_inner(),
         agreed,
     }
-}
-
-/// The upstream's TLS and the backend's address as written (the name to verify it by), when
-/// the upstream speaks TLS to its backends.
-pub(crate) fn backend_tls(
-    settings: &UpstreamSettings,
-    addr: SocketAddr,
-) -> Option<(&Arc<BackendTls>, &str)> {
-    let tls = settings.tls.as_ref()?;
-    let written = settings
-        .backends
-        .iter()
-        .find(|b| b.addr == addr)
-        .map_or("", |b| b.name.as_str());
-    Some((tls, written))
 }
 
 /// Whether every protocol the 101 head `switched` names in `Upgrade` is one the request head
@@ -555,30 +506,6 @@ fn switches_to_an_offer(asked: &[u8], switched: &[u8]) -> bool {
     }
     let mut chosen = names(switched).peekable();
     chosen.peek().is_some() && chosen.all(|c| names(asked).any(|o| o.eq_ignore_ascii_case(c)))
-}
-
-/// Ends the request head for one attempt: a `Host` naming the backend when the client sent
-/// none (an HTTP/1.0 client may leave it out; the backend gets HTTP/1.1, which needs one),
-/// `Connection: close` when connections to it are not kept (so the backend closes first and
-/// the TIME-WAIT state stays on its side, as nginx does without `keepalive`), the body's
-/// `Content-Length`, the blank line. The one place a backend's head is finished.
-pub(crate) fn finish_head(
-    head: &mut Vec<u8>,
-    f: &Forward<'_>,
-    backend: SocketAddr,
-    keep_alive: bool,
-) {
-    head.truncate(f.head_len);
-    if !f.has_host {
-        use std::io::Write as _;
-        let _ = write!(head, "Host: {backend}\r\n");
-    }
-    // An upgrade request already says `Connection: upgrade`, and its connection is never
-    // reused anyway.
-    if !keep_alive && !f.client.upgrade {
-        head.extend_from_slice(b"Connection: close\r\n");
-    }
-    http1::finish_request_head(head, f.has_body.then_some(f.body.len()));
 }
 
 pub(crate) fn log_failure(
@@ -610,27 +537,6 @@ pub(crate) fn log_failure(
             "attempt failed"
         );
     }
-}
-
-/// Our answer when every backend was full and the request could not wait.
-pub(crate) fn no_room_reject(why: Unpicked) -> Reject {
-    match why {
-        Unpicked::QueueTimeout => http1::reject(
-            503,
-            "503 Service Unavailable: every backend is busy (max_conns) and the wait in the queue timed out\n",
-        ),
-        _ => http1::reject(
-            503,
-            "503 Service Unavailable: every backend is busy (max_conns) and the queue is full\n",
-        ),
-    }
-}
-
-/// Our answer when no backend answered, by the last failure ([`balance::retry::own_answer`],
-/// the rule the simulator applies too).
-pub(crate) fn failure_reject(last: Option<Fault>) -> Reject {
-    let (status, text) = balance::retry::own_answer(last);
-    http1::reject(status, text)
 }
 
 #[cfg(test)]

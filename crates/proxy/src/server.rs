@@ -35,14 +35,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::access_log::{AccessLog, AccessLogSettings, Destination};
-use crate::client::{self, ListenerContext, WorkerListener};
 use crate::handover::{self, Inherited};
+use crate::listener::{ListenerContext, WorkerListener};
 use crate::metrics::{Metrics, WorkerStats};
 use crate::settings::{ListenerSettings, Protocol, ProxySettings};
 use crate::tls::{Resumption, ServerTls, TlsSetupError};
 use crate::upstream::Keep;
 use crate::upstream::{Upstream, WorkerPools};
-use crate::{http2, proxy_protocol, tcp};
+use crate::{dispatch, proxy_protocol, tcp};
 
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -1128,17 +1128,7 @@ async fn serve(
         }
     }
     match settings.protocol {
-        // On the heap: the HTTP/2 server's state would otherwise make every connection's task
-        // larger, HTTP/1.1-only listeners' included (an idle connection's cost is its task).
-        // Over TLS, HTTP/2 is chosen by ALPN after the handshake (`client::serve`): no h2c
-        // sniffing there, the first bytes are a ClientHello.
-        Protocol::Http if settings.http2.is_some() && settings.tls.is_empty() => {
-            Box::pin(http2::serve_detected(
-                stream, client, listener, stop, permit,
-            ))
-            .await;
-        }
-        Protocol::Http => client::serve(stream, client, listener, stop, permit).await,
+        Protocol::Http => dispatch::serve(stream, client, listener, stop, permit).await,
         Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use balance::Algorithm;
 
+use crate::upstream_tls::BackendProtocol;
+
 /// Everything the data plane needs to run.
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
@@ -73,10 +75,43 @@ pub struct ListenerSettings {
     pub upgrade: Vec<String>,
     /// `Protocol::Http`: HTTP/2 accepted too (h2c with prior knowledge; `h2` by ALPN over
     /// TLS), with these limits. `None`: HTTP/1.1 only.
-    pub http2: Option<crate::Http2Settings>,
+    pub http2: Option<Http2Settings>,
     /// TLS termination (`[[listener.tls]]`): empty for plain HTTP; else the certificate
     /// entries, the first the default for clients without SNI or with a name none matches.
     pub tls: Vec<crate::tls::CertificateFiles>,
+}
+
+/// HTTP/2 on a listener (`http2 = true`) and the limits its connections are held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Settings {
+    /// Streams a client may have open at once on one connection (`SETTINGS_MAX_CONCURRENT_
+    /// STREAMS`); more are refused with `REFUSED_STREAM` (RFC 9113 §5.1.2). nginx's
+    /// `http2_max_concurrent_streams` is 128, HAProxy's `tune.h2.max-concurrent-streams` 100.
+    pub max_concurrent_streams: u32,
+    /// Streams a client may cancel (RST_STREAM) before their answer within one second; one
+    /// more and the connection is closed with GOAWAY `ENHANCE_YOUR_CALM`. Against rapid reset
+    /// (CVE-2023-44487), where every cancelled stream costs the server a request and the client
+    /// nothing, and no concurrency limit holds because a reset stream no longer counts.
+    pub max_resets_per_second: u32,
+    /// A connection with no stream open for this long is closed with GOAWAY (nginx's
+    /// `keepalive_timeout`, 75 s, which replaced `http2_idle_timeout`).
+    pub idle_timeout: Duration,
+}
+
+impl Http2Settings {
+    pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;
+    pub const DEFAULT_MAX_RESETS_PER_SECOND: u32 = 100;
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+}
+
+impl Default for Http2Settings {
+    fn default() -> Self {
+        Http2Settings {
+            max_concurrent_streams: Self::DEFAULT_MAX_CONCURRENT_STREAMS,
+            max_resets_per_second: Self::DEFAULT_MAX_RESETS_PER_SECOND,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
 }
 
 /// What a listener speaks to its clients.
@@ -258,27 +293,6 @@ pub struct UpstreamSettings {
     pub backend_protocol: BackendProtocol,
 }
 
-/// The protocol requests are forwarded in (`backend_protocol`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum BackendProtocol {
-    /// HTTP/1.1 on pooled keep-alive connections.
-    #[default]
-    Http1,
-    /// HTTP/2: with prior knowledge over plain TCP (h2c), chosen by ALPN over TLS. Each worker
-    /// multiplexes its requests to a backend over one connection.
-    H2,
-}
-
-impl BackendProtocol {
-    /// As written in the configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendProtocol::Http1 => "http1",
-            BackendProtocol::H2 => "h2",
-        }
-    }
-}
-
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
 /// place (not once per worker). As HAProxy: `fall` failed checks in a row take a backend out,
 /// `rise` passed checks in a row bring it back.
@@ -343,6 +357,22 @@ impl UpstreamSettings {
     /// policy: this is read for every request).
     pub fn max_attempts(&self) -> usize {
         balance::attempt::attempt_limit(self.retries, self.backends.len())
+    }
+
+    /// The upstream's TLS and the backend's address as written (the name to verify it by),
+    /// when the upstream speaks TLS to its backends: what every connection to `addr` is made
+    /// with, whatever the protocol over it.
+    pub(crate) fn backend_tls(
+        &self,
+        addr: SocketAddr,
+    ) -> Option<(&std::sync::Arc<crate::upstream_tls::BackendTls>, &str)> {
+        let tls = self.tls.as_ref()?;
+        let written = self
+            .backends
+            .iter()
+            .find(|b| b.addr == addr)
+            .map_or("", |b| b.name.as_str());
+        Some((tls, written))
     }
 
     /// An upstream with every default.

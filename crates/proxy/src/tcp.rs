@@ -10,43 +10,41 @@
 //! `observe layer4`). The latency recorded is the time to connect (nginx stream's
 //! `least_time connect`), not the session's length.
 //!
-//! Each direction is copied on its own, so a client that shuts its sending side down (a
-//! half-close) has its end passed on to the backend while the answer still flows back; the
-//! session ends when both directions have ended, either fails, or nothing moved either way
-//! for `idle_timeout`.
+//! The session is a [`crate::tunnel`], as an upgraded HTTP connection is: each direction is
+//! copied on its own, so a client that shuts its sending side down (a half-close) has its end
+//! passed on to the backend while the answer still flows back; the session ends when both
+//! directions have ended, either fails, or nothing moved either way for `idle_timeout`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Attempts, Next, Outcome, Picked, Replay};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use balance::{Attempts, Next, Outcome, Picked, Replay};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::access_log;
-use crate::client::{WorkerListener, address_octets};
+use crate::affinity::AffinityKey;
+use crate::answers::CLIENT_CLOSED;
 use crate::connections::{BackendConn, Connections};
+use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Line, Record};
+use crate::tunnel::{self, Moved, RelayEnd};
 use crate::upstream::{Attempt, Unpicked};
-use crate::upstream_tls::BackendIo as _;
 
-/// Bytes read at once in each direction (nginx stream's `proxy_buffer_size`, 16 KiB).
-const BUFFER: usize = 16 * 1024;
-
-/// How a session ended, for the access log and the counts (nginx stream's `$status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// Relayed: `fate` says how it ended (`answered`, `idle_timeout`, `backend_reset`,
-    /// `client_reset`, `shutdown`).
-    Relayed { fate: &'static str },
-    /// No backend could be picked or reached (502, nginx's).
-    NoBackend,
-    /// Every backend was at `max_conns` and the queue had no room or time (503).
-    NoRoom(Unpicked),
-    /// The client left while its connection waited in the queue.
-    ClientGone,
+/// The status a session's end is logged and counted with, nginx stream's `$status`: 200 for
+/// a session relayed (however it ended), 502 when no backend could be picked or reached, 503
+/// when every backend was at `max_conns` and the queue had no room or time, 499 for a client
+/// that left while its connection waited in the queue.
+fn status(fate: Fate) -> u16 {
+    match fate {
+        Fate::Unpicked(Unpicked::NoBackend) => 502,
+        Fate::Unpicked(Unpicked::ClientGone) => CLIENT_CLOSED,
+        Fate::Unpicked(Unpicked::QueueFull | Unpicked::QueueTimeout) => 503,
+        _ => 200,
+    }
 }
 
 /// Serves one client connection in TCP mode until the session ends.
@@ -66,13 +64,13 @@ pub(crate) async fn serve(
         moved: Moved::default(),
         end: None,
     };
-    let end = match connect(&mut client, peer, &listener, &mut session.tried).await {
+    let fate = match connect(&mut client, peer, &listener, &mut session.tried).await {
         Ok((mut backend, mut attempt, connect_time)) => {
             session.connect_time = Some(connect_time);
             // Ended by a stop past `shutdown_timeout`, the task is dropped here: `Session`
             // logs it as `shutdown`, and the attempt completes as cancelled.
             let idle_timeout = listener.ctx.settings.idle_timeout;
-            let ended = relay(
+            let ended = tunnel::relay(
                 &mut client,
                 &mut backend.stream,
                 idle_timeout,
@@ -80,24 +78,23 @@ pub(crate) async fn serve(
             )
             .await;
             attempt.complete_measured(Outcome::Success, connect_time);
-            let fate = match ended {
-                RelayEnd::Closed => "answered",
-                RelayEnd::Idle => "idle_timeout",
+            match ended {
+                RelayEnd::Closed => Fate::Answered,
+                RelayEnd::Idle => Fate::IdleTimeout,
                 RelayEnd::BackendFailed(e) => {
                     tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the backend side failed");
-                    "backend_reset"
+                    Fate::BackendReset
                 }
                 RelayEnd::ClientFailed(e) => {
                     tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the client side failed");
-                    "client_reset"
+                    Fate::ClientReset
                 }
-            };
-            End::Relayed { fate }
+            }
         }
-        Err(end) => end,
+        Err(why) => Fate::Unpicked(why),
     };
     drop(permit);
-    session.end = Some(end);
+    session.end = Some(fate);
 }
 
 /// A session's record: logged and counted once, when it ends or when its task is dropped.
@@ -110,39 +107,34 @@ struct Session<'a> {
     tried: Attempts<SocketAddr>,
     connect_time: Option<Duration>,
     moved: Moved,
-    /// `None` until the session ends; still `None` when dropped: aborted at shutdown.
-    end: Option<End>,
+    /// How the session ended: `None` until it does; still `None` when dropped: aborted at
+    /// shutdown.
+    end: Option<Fate>,
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        let end = self.end.unwrap_or(End::Relayed { fate: "shutdown" });
-        self.log(end);
+        self.log(self.end.unwrap_or(Fate::Shutdown));
     }
 }
 
 /// Picks and connects to a backend for the session, trying the next after a failed connect
 /// as [`balance::Attempts`] says (nothing was sent, so the rule is the HTTP attempt's for a
-/// failed connect). Sends the PROXY protocol header if the listener asks for one.
+/// failed connect). Sends the PROXY protocol header if the listener asks for one. `Err`: why
+/// no backend was connected.
 async fn connect(
     client: &mut TcpStream,
     peer: SocketAddr,
     listener: &WorkerListener,
     tried: &mut Attempts<SocketAddr>,
-) -> Result<(BackendConn, Attempt, Duration), End> {
+) -> Result<(BackendConn, Attempt, Duration), Unpicked> {
     let upstream = &listener.ctx.upstream;
     let settings = upstream.settings();
-    let mut octets = [0u8; 16];
-    let key;
-    let affinity = match settings.algorithm.affinity() {
-        None => None,
-        Some(Affinity::AddressOctets) => Some(address_octets(peer.ip(), &mut octets)),
-        // `check` allows only `hash_key = "client_ip"` on an upstream a TCP listener uses.
-        Some(Affinity::Key) => {
-            key = peer.ip().to_canonical().to_string();
-            Some(key.as_bytes())
-        }
-    };
+    // No request head: the client address, whatever `hash_key` says (`check` allows only
+    // `client_ip` on an upstream a TCP listener uses).
+    let mut key = AffinityKey::default();
+    key.take(&settings, peer.ip(), None);
+    let affinity = key.get();
     let proxy_header = listener.ctx.settings.send_proxy_protocol.map(|version| {
         let local = client.local_addr().unwrap_or(listener.ctx.settings.listen);
         crate::proxy_protocol::header(version, peer, local)
@@ -155,10 +147,10 @@ async fn connect(
         {
             Ok(attempt) => attempt,
             Err(Unpicked::NoBackend) => break,
-            Err(Unpicked::ClientGone) => return Err(End::ClientGone),
+            // Every backend full (counted), or the client gone while it waited.
             Err(why) => {
                 listener.stats.unpicked(upstream.shared_name(), why);
-                return Err(End::NoRoom(why));
+                return Err(why);
             }
         };
         let addr = attempt.addr;
@@ -174,7 +166,7 @@ async fn connect(
         let began = Instant::now();
         // An upstream with `tls = true` is refused for TCP listeners by the configuration;
         // were one used here, its TLS would still be honoured, never dropped to plain TCP.
-        let tls = crate::forward::backend_tls(&settings, addr);
+        let tls = settings.backend_tls(addr);
         let (fault, why) = match pool.connect(settings.connect_timeout, tls).await {
             Ok(mut conn) => {
                 let connect_time = began.elapsed();
@@ -202,167 +194,7 @@ async fn connect(
         };
         tracing::warn!(upstream = %upstream.name(), backend = %addr, client = %peer, error = %why, next, "TCP connect failed");
     }
-    Err(End::NoBackend)
-}
-
-/// Bytes a relay moved, readable while it runs (the session's log line is written even when
-/// the relay is aborted at shutdown).
-#[derive(Debug, Default)]
-pub(crate) struct Moved {
-    /// Bytes sent to the client (nginx stream's `$bytes_sent`).
-    pub(crate) to_client: AtomicU64,
-    /// Bytes received from the client (`$bytes_received`).
-    pub(crate) from_client: AtomicU64,
-}
-
-/// How a relay ended.
-#[derive(Debug)]
-pub(crate) enum RelayEnd {
-    /// Both sides finished (or the backend finished, and the client went quiet after it).
-    Closed,
-    /// Nothing moved either way for `idle_timeout`.
-    Idle,
-    /// Reading from or writing to the backend failed (a reset, mostly): the client's
-    /// connection is reset in turn, so a truncated stream never looks complete.
-    BackendFailed(std::io::Error),
-    /// The client's side failed: the backend's connection is reset in turn.
-    ClientFailed(std::io::Error),
-}
-
-/// Once the backend has ended its side, how long the client may stay silent before the
-/// session ends: a server that closed is done (nginx stream, without `proxy_half_close`, ends
-/// the session at once; HAProxy bounds this state with `timeout client-fin`), and a client
-/// that does not notice — a pooled database connection the server timed out — would otherwise
-/// hold its place on the backend, counted in flight, for the whole `idle_timeout`. The other
-/// way round (the client ended first and waits for the answer) keeps `idle_timeout`.
-const AFTER_BACKEND_ENDED: Duration = Duration::from_secs(1);
-
-/// The time of the last byte moved either way, in milliseconds since the relay began.
-#[derive(Debug)]
-struct Activity {
-    began: Instant,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        let ms = self.began.elapsed().as_millis() as u64;
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn idle_until(&self, timeout: Duration) -> Instant {
-        self.began + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + timeout
-    }
-}
-
-/// Which side of a pipe failed.
-#[derive(Debug)]
-enum PipeError {
-    Read(std::io::Error),
-    Write(std::io::Error),
-}
-
-/// Relays both directions until both have ended, one fails, or nothing moved for `idle`
-/// (TCP sessions, and HTTP connections upgraded to a tunnel), counting into `moved`.
-pub(crate) async fn relay<C: crate::io::ClientStream>(
-    client: &mut C,
-    backend: &mut crate::upstream_tls::BackendStream,
-    idle: Duration,
-    moved: &Moved,
-) -> RelayEnd {
-    let activity = Activity {
-        began: Instant::now(),
-        last_ms: AtomicU64::new(0),
-    };
-    let end = {
-        let (mut client_in, mut client_out) = client.halves();
-        let (mut backend_in, mut backend_out) = backend.split();
-        let up = pipe(
-            &mut client_in,
-            &mut backend_out,
-            &activity,
-            &moved.from_client,
-        );
-        let down = pipe(
-            &mut backend_in,
-            &mut client_out,
-            &activity,
-            &moved.to_client,
-        );
-        tokio::pin!(up, down);
-        let (mut up_done, mut down_done) = (false, false);
-        loop {
-            let limit = if down_done {
-                idle.min(AFTER_BACKEND_ENDED)
-            } else {
-                idle
-            };
-            // Bytes that move do not wake this loop: the timer, when it fires, looks at when
-            // the last one moved and sleeps again if that was recent.
-            tokio::select! {
-                r = &mut up, if !up_done => match r {
-                    Ok(()) => up_done = true,
-                    Err(PipeError::Read(e)) => break RelayEnd::ClientFailed(e),
-                    Err(PipeError::Write(e)) => break RelayEnd::BackendFailed(e),
-                },
-                r = &mut down, if !down_done => match r {
-                    Ok(()) => down_done = true,
-                    Err(PipeError::Read(e)) => break RelayEnd::BackendFailed(e),
-                    Err(PipeError::Write(e)) => break RelayEnd::ClientFailed(e),
-                },
-                () = tokio::time::sleep_until(activity.idle_until(limit)) => {
-                    if Instant::now() >= activity.idle_until(limit) {
-                        break if down_done { RelayEnd::Closed } else { RelayEnd::Idle };
-                    }
-                }
-            }
-            if up_done && down_done {
-                break RelayEnd::Closed;
-            }
-        }
-    };
-    // A failure on one side is passed on as a reset on the other (closing with SO_LINGER 0),
-    // not a clean end of stream.
-    match &end {
-        RelayEnd::BackendFailed(_) => reset_on_close(client.tcp()),
-        RelayEnd::ClientFailed(_) => reset_on_close(backend.tcp()),
-        RelayEnd::Closed | RelayEnd::Idle => {}
-    }
-    end
-}
-
-fn reset_on_close(stream: &TcpStream) {
-    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
-}
-
-/// Copies `from` to `to` until `from` ends, then ends `to`'s sending side (the half-close
-/// passed on). Every read and every write that moves bytes counts as activity, so a slow
-/// reader that keeps draining is never taken for an idle one (nginx's `proxy_timeout` is
-/// "between two successive read or write operations").
-async fn pipe(
-    from: &mut (impl AsyncRead + Unpin),
-    to: &mut (impl AsyncWrite + Unpin),
-    activity: &Activity,
-    count: &AtomicU64,
-) -> Result<(), PipeError> {
-    let mut buf = vec![0u8; BUFFER];
-    loop {
-        let n = from.read(&mut buf).await.map_err(PipeError::Read)?;
-        if n == 0 {
-            return to.shutdown().await.map_err(PipeError::Write);
-        }
-        activity.touch();
-        let mut rest = &buf[..n];
-        while !rest.is_empty() {
-            let written = to.write(rest).await.map_err(PipeError::Write)?;
-            if written == 0 {
-                return Err(PipeError::Write(std::io::ErrorKind::WriteZero.into()));
-            }
-            rest = &rest[written..];
-            count.fetch_add(written as u64, Ordering::Relaxed);
-            activity.touch();
-        }
-    }
+    Err(Unpicked::NoBackend)
 }
 
 impl Session<'_> {
@@ -372,45 +204,24 @@ impl Session<'_> {
     /// connect. The duration histogram gets the time to connect (or to fail), not the
     /// session's length: a pooled connection's hours would say nothing of the backend and
     /// swamp the requests beside it.
-    fn log(&self, end: End) {
-        let (status, fate) = match end {
-            End::Relayed { fate } => (200, fate),
-            End::NoBackend => (502, "no_backend"),
-            End::NoRoom(Unpicked::QueueTimeout) => (503, "queue_timeout"),
-            End::NoRoom(_) => (503, "queue_full"),
-            End::ClientGone => (crate::forward::CLIENT_CLOSED, "client_gone"),
-        };
-        let listener = self.listener;
-        let upstream = &listener.ctx.upstream;
-        let took = self.started.elapsed();
-        let by = match end {
-            End::Relayed { .. } => self.tried.current(),
-            _ => None,
-        };
-        listener.stats.answered(
-            upstream.shared_name(),
-            by,
-            status,
-            self.connect_time.unwrap_or(took),
-        );
-        let Some(log) = &listener.ctx.access_log else {
-            return;
-        };
-        log.log(&access_log::Entry {
-            client: self.peer.ip(),
-            time: self.time,
-            method: b"TCP",
-            target: b"-",
-            protocol: b"",
-            status,
-            body_bytes: self.moved.to_client.load(Ordering::Relaxed),
-            referer: b"",
-            user_agent: b"",
-            request_time: took,
-            upstream_time: self.connect_time,
-            backends: self.tried.tried(),
-            upstream: upstream.name(),
+    fn log(&self, fate: Fate) {
+        Record {
             fate,
-        });
+            protocol: ClientProtocol::Tcp,
+            client: self.peer.ip(),
+            line: Some(Line {
+                time: self.time,
+                method: b"TCP",
+                target: b"-",
+                referer: b"",
+                user_agent: b"",
+            }),
+            started: self.started,
+            status: status(fate),
+            body_bytes: self.moved.to_client.load(Ordering::Relaxed),
+            backends: self.tried.tried(),
+            upstream_time: self.connect_time,
+        }
+        .finish(self.listener);
     }
 }

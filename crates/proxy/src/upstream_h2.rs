@@ -13,10 +13,10 @@
 //!   room for (its concurrent-stream limit) waits in the `h2` crate's queue, within
 //!   `connect_timeout`.
 //! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
-//!   the hop-by-hop fields gone, [`crate::forward::finish_head`]) as HTTP/2 fields: `Host`
-//!   becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2), `te:
-//!   trailers` is said for a client that said it (gRPC), the buffered body follows as DATA
-//!   frames under the stream's flow control.
+//!   the hop-by-hop fields gone, [`crate::request::Forward::finish_head`]) as HTTP/2 fields:
+//!   `Host` becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2),
+//!   `te: trailers` is said for a client that said it (gRPC), the buffered body follows as
+//!   DATA frames under the stream's flow control.
 //! * **The response head** is written as the HTTP/1.1 head it stands for and goes through
 //!   [`http1::parse_response`]: the client gets the same rewriting (hop-by-hop fields, framing
 //!   for HTTP/1.0, `HEAD`) whatever protocol the backend spoke. A body without
@@ -34,8 +34,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use balance::{AttemptFailure, Connection, Fault, RequestSent, ResponseReceived};
@@ -47,11 +46,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::either::Either;
 
-use crate::connections::{ConnectError, Connections, OpenCount};
+use crate::connections::{ConnectError, Connections, OpenCount, SharedH2};
 use crate::exchange::{ClientEnd, Patience, Relay};
-use crate::forward::{Body, Forward, Tried};
 use crate::http1::{self, FinalResponse, Framing, ResponseHead};
 use crate::io::{ClientStream, after};
+use crate::request::{Forward, Tried};
 use crate::upstream_tls::{BackendStream, BackendTls};
 
 /// The stream window we open to a backend: what one response may have in flight unread by its
@@ -79,74 +78,6 @@ const END_STREAM_GRACE: Duration = Duration::from_secs(1);
 /// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes a field).
 const MAX_RESPONSE_FIELDS: u32 = 64 * 1024;
 
-/// A worker's shared HTTP/2 connection to one backend, if one is open.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    current: Mutex<Option<Shared>>,
-    /// Held while a connection is being opened, so that requests arriving meanwhile wait for
-    /// it instead of each opening their own.
-    opening: tokio::sync::Mutex<()>,
-}
-
-#[derive(Debug, Clone)]
-struct Shared {
-    send: SendRequest<Bytes>,
-    /// The TLS settings it was made with (`None`: plain): a reload that changes them makes
-    /// requests open a new connection, as pooled HTTP/1.1 connections are not reused then.
-    tls: Option<Arc<BackendTls>>,
-    /// Which connection it is (to forget only that one).
-    id: u64,
-    /// When a request last used it: milliseconds since `born`.
-    used: Arc<AtomicU64>,
-    born: Instant,
-}
-
-impl Shared {
-    fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.used.store(ms, Ordering::Relaxed);
-    }
-}
-
-/// Numbers connections for [`Slot::forget`].
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-impl Slot {
-    fn shared(&self) -> std::sync::MutexGuard<'_, Option<Shared>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Forgets connection `id` if it is still the current one: later requests open another.
-    fn forget(&self, id: u64) {
-        let mut current = self.shared();
-        if current.as_ref().is_some_and(|s| s.id == id) {
-            *current = None;
-        }
-    }
-
-    /// Forgets the current connection, whichever it is (the backend was disabled): it closes
-    /// once its streams are over.
-    pub(crate) fn forget_any(&self) {
-        *self.shared() = None;
-    }
-
-    /// The current connection, if there is one made with `tls` (the upstream's TLS in force).
-    fn current(&self, tls: Option<&Arc<BackendTls>>) -> Option<Shared> {
-        let current = self.shared();
-        let shared = current.as_ref()?;
-        let same_tls = match (&shared.tls, tls) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        };
-        if !same_tls {
-            return None;
-        }
-        shared.touch();
-        Some(shared.clone())
-    }
-}
-
 /// A stream to send a request on, which connection it is on, and whether that connection
 /// carried requests before.
 struct Stream {
@@ -164,7 +95,7 @@ async fn stream(
     connect_timeout: Duration,
     tls: Option<(&Arc<BackendTls>, &str)>,
 ) -> Result<Stream, ConnectError> {
-    let reused = |shared: Shared| Stream {
+    let reused = |shared: SharedH2| Stream {
         send: shared.send,
         id: shared.id,
         connection: Connection::Reused,
@@ -201,16 +132,10 @@ async fn stream(
         Ok(Err(e)) => return Err(ConnectError::H2(e)),
         Err(_) => return Err(ConnectError::Timeout),
     };
-    let shared = Shared {
-        send: send.clone(),
-        tls: settings.cloned(),
-        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        used: Arc::new(AtomicU64::new(0)),
-        born: Instant::now(),
-    };
+    let shared = SharedH2::new(send.clone(), settings.cloned());
     let id = shared.id;
     let kept = pool.keeps_idle().then(|| {
-        *pool.h2.shared() = Some(shared.clone());
+        pool.h2.keep(shared.clone());
         Arc::clone(pool)
     });
     let driven = Driven {
@@ -251,9 +176,9 @@ impl Driven {
 async fn drive(
     mut connection: h2::client::Connection<BackendStream, Bytes>,
     driven: Driven,
-    shared: Shared,
+    shared: SharedH2,
 ) {
-    let Shared { id, used, born, .. } = shared;
+    let SharedH2 { id, used, born, .. } = shared;
     // Only the slot may keep the connection open; our copy of the handle would too.
     drop(shared.send);
     let mut pinger = connection.ping_pong();
@@ -321,9 +246,9 @@ pub(crate) async fn attempt(
     client: Option<&TcpStream>,
     patience: Patience,
     out: &mut Vec<u8>,
-) -> Tried {
+) -> Tried<H2Body> {
     let settings = f.settings;
-    let tls = crate::forward::backend_tls(settings, pool.addr());
+    let tls = settings.backend_tls(pool.addr());
     let mut request = match to_fields(head, tls.is_some()) {
         Ok(request) => request,
         Err(why) => return Tried::Refused(why),
@@ -441,10 +366,10 @@ pub(crate) async fn attempt(
     match http1::parse_response(&raw, f.client, out) {
         Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
             response,
-            Body::H2(H2Body {
+            H2Body {
                 recv,
                 _request: body,
-            }),
+            },
         ),
         Ok(_) => failed(
             connection,

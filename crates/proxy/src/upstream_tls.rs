@@ -27,7 +27,28 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
-use crate::settings::BackendProtocol;
+/// The protocol requests are forwarded in (`backend_protocol`): what ALPN offers a TLS backend,
+/// and what it must choose. Here rather than with the settings that name it, because a
+/// backend's TLS is made for one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BackendProtocol {
+    /// HTTP/1.1 on pooled keep-alive connections.
+    #[default]
+    Http1,
+    /// HTTP/2: with prior knowledge over plain TCP (h2c), chosen by ALPN over TLS. Each worker
+    /// multiplexes its requests to a backend over one connection.
+    H2,
+}
+
+impl BackendProtocol {
+    /// As written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendProtocol::Http1 => "http1",
+            BackendProtocol::H2 => "h2",
+        }
+    }
+}
 
 /// An upstream's TLS to its backends, ready to connect.
 #[derive(Debug)]

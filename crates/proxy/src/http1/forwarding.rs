@@ -68,11 +68,6 @@ pub(crate) struct ClientAddr {
 }
 
 impl ClientAddr {
-    /// The peer's address as text: `192.0.2.1`, `2001:db8::1`.
-    pub(crate) fn ip(&self) -> &str {
-        &self.ip
-    }
-
     /// The peer `ip`, trusted if it is in one of `trusted_proxies`.
     pub(crate) fn new(ip: IpAddr, trusted_proxies: &[IpNet]) -> ClientAddr {
         let addr = ip.to_canonical();
@@ -248,18 +243,18 @@ mod tests {
     #[test]
     fn client_addresses_as_written() {
         let v4 = ClientAddr::new(v4(192, 0, 2, 1), &[]);
-        assert_eq!(v4.ip(), "192.0.2.1");
+        assert_eq!(v4.ip, "192.0.2.1");
         assert_eq!(v4.forwarded_for, "for=192.0.2.1");
         let mapped = ClientAddr::new(
             IpAddr::V6(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped()),
             &[],
         );
-        assert_eq!(mapped.ip(), "192.0.2.1");
+        assert_eq!(mapped.ip, "192.0.2.1");
         let v6 = ClientAddr::new(
             IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
             &[],
         );
-        assert_eq!(v6.ip(), "2001:db8::1");
+        assert_eq!(v6.ip, "2001:db8::1");
         assert_eq!(v6.forwarded_for, "for=\"[2001:db8::1]\"");
     }
 

@@ -2,7 +2,7 @@
 //! served as tasks of this worker, and the connection closed when its client abuses it, idles,
 //! or the proxy stops.
 //!
-//! The limits (defaults in [`Http2Settings`], reasons in `docs/http2.md`):
+//! The limits (defaults in [`crate::Http2Settings`], reasons in `docs/http2.md`):
 //!
 //! * `SETTINGS_MAX_CONCURRENT_STREAMS` = `max_concurrent_streams` (128, nginx's); the `h2`
 //!   crate refuses a stream over it with `REFUSED_STREAM`.
@@ -40,8 +40,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::linger::{LINGER, Linger};
-use super::stream::{self, Fate, StreamContext};
-use crate::client::WorkerListener;
+use super::stream::{self, Ended, StreamContext};
+use crate::listener::WorkerListener;
 
 /// Flow-control window a stream starts with (`SETTINGS_INITIAL_WINDOW_SIZE`).
 const STREAM_WINDOW: u32 = 256 * 1024;
@@ -120,7 +120,7 @@ pub(crate) async fn serve<S>(
         }
     };
     let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
-    let mut streams: JoinSet<Fate> = JoinSet::new();
+    let mut streams: JoinSet<Ended> = JoinSet::new();
     let mut resets = ResetRate::new(limits.max_resets_per_second);
     let mut ping = conn.ping_pong();
     let mut going_away = false;
@@ -136,7 +136,7 @@ pub(crate) async fn serve<S>(
             biased;
             // Finished streams first: a flood's resets are counted before more of it is taken.
             Some(done) = streams.join_next(), if !streams.is_empty() => {
-                if matches!(done, Ok(Fate::CancelledByClient))
+                if matches!(done, Ok(Ended::CancelledByClient))
                     && calmed.is_none()
                     && resets.note(Instant::now())
                 {
@@ -195,7 +195,7 @@ pub(crate) async fn serve<S>(
                     tracing::debug!(%peer, "HTTP/2 client did not answer a PING; closing");
                     break;
                 }
-                let retired = listener.retired.load(std::sync::atomic::Ordering::Relaxed);
+                let retired = listener.is_retired();
                 let idle = idle_since.is_some_and(|t| now.duration_since(t) >= limits.idle_timeout);
                 if !going_away && (*stop.borrow() || retired || idle) {
                     if idle {

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use balance::{Affinity, Outcome, Replay};
+use balance::Outcome;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
@@ -28,24 +28,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::relay::{self, StreamEnd};
-use crate::access_log;
-use crate::client::{WorkerListener, address_octets};
+use crate::affinity::AffinityKey;
+use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, TOO_LARGE};
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
-use crate::forward::{CLIENT_CLOSED, Forward, failure_reject, no_room_reject};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
-use crate::settings::HashKey;
+use crate::listener::WorkerListener;
+use crate::record::{ClientProtocol, Fate, Record, Said};
+use crate::request::Forward;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
-
-const TOO_LARGE: Reject = http1::reject(
-    413,
-    "413 Content Too Large: the request body exceeds max_body_bytes\n",
-);
-const BODY_TIMEOUT: Reject = http1::reject(
-    408,
-    "408 Request Timeout: the request body did not arrive in time\n",
-);
-const BAD_REQUEST: Reject = http1::reject(400, "400 Bad Request: malformed request\n");
 
 /// What every stream of one connection shares.
 #[derive(Debug)]
@@ -86,68 +77,42 @@ impl StreamContext {
 
 /// How a stream ended, for the connection's accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fate {
+pub(crate) enum Ended {
     /// Answered (by a backend or by us), whole or cut short.
     Answered,
     /// The client reset the stream before its answer began.
     CancelledByClient,
 }
 
-/// What the access log says of the request.
-#[derive(Debug, Default)]
-struct LogEntry {
-    method: Vec<u8>,
-    target: Vec<u8>,
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
-}
-
 /// The request as it is logged and counted once it is over.
 struct Finished<'a> {
     ctx: &'a StreamContext,
-    time: SystemTime,
     started: Instant,
-    entry: LogEntry,
+    said: Said,
 }
 
 impl Finished<'_> {
-    fn log(
+    /// Counts the request and, with the access log on, logs it ([`Record::finish`]).
+    fn finish(
         &self,
         status: u16,
         body_bytes: u64,
         tried: &[SocketAddr],
         upstream_time: Option<Duration>,
-        fate: &str,
+        fate: Fate,
     ) {
-        let listener = &self.ctx.listener;
-        let upstream = &listener.ctx.upstream;
-        let answered_by = match fate {
-            "answered" | "cut_short_by_backend" | "cut_short_by_client" => tried.last(),
-            _ => None,
-        };
-        let took = self.started.elapsed();
-        listener
-            .stats
-            .answered(upstream.shared_name(), answered_by.copied(), status, took);
-        let Some(log) = &listener.ctx.access_log else {
-            return;
-        };
-        log.log(&access_log::Entry {
+        Record {
+            fate,
+            protocol: ClientProtocol::Http2,
             client: self.ctx.peer.ip(),
-            time: self.time,
-            method: &self.entry.method,
-            target: &self.entry.target,
-            protocol: b"HTTP/2.0",
+            line: Some(self.said.line()),
+            started: self.started,
             status,
             body_bytes,
-            referer: &self.entry.referer,
-            user_agent: &self.entry.user_agent,
-            request_time: took,
-            upstream_time,
             backends: tried,
-            upstream: upstream.name(),
-            fate,
-        });
+            upstream_time,
+        }
+        .finish(&self.ctx.listener);
     }
 }
 
@@ -156,19 +121,20 @@ pub(crate) async fn serve(
     ctx: Arc<StreamContext>,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-) -> Fate {
+) -> Ended {
     let mut done = Finished {
         ctx: &ctx,
-        time: SystemTime::now(),
         started: Instant::now(),
-        entry: LogEntry {
+        said: Said {
+            time: SystemTime::now(),
             method: request.method().as_str().as_bytes().to_vec(),
             target: request
                 .uri()
                 .path_and_query()
                 .map_or(&b"/"[..], |p| p.as_str().as_bytes())
                 .to_vec(),
-            ..LogEntry::default()
+            referer: Vec::new(),
+            user_agent: Vec::new(),
         },
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
@@ -192,8 +158,8 @@ pub(crate) async fn serve(
         }
     };
     let Some(ready) = ready else {
-        done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
-        return Fate::CancelledByClient;
+        done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+        return Ended::CancelledByClient;
     };
     match ready {
         Ready::Own {
@@ -209,17 +175,17 @@ pub(crate) async fn serve(
             } else {
                 reject.text.len() as u64
             };
-            done.log(reject.status, bytes, &tried, upstream_time, fate);
-            Fate::Answered
+            done.finish(reject.status, bytes, &tried, upstream_time, fate);
+            Ended::Answered
         }
         Ready::ClientGone => {
-            done.log(CLIENT_CLOSED, 0, &[], None, "client_gone");
-            Fate::CancelledByClient
+            done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+            Ended::CancelledByClient
         }
         Ready::NoRoom => {
             respond.send_reset(Reason::REFUSED_STREAM);
-            done.log(503, 0, &[], None, "refused");
-            Fate::Answered
+            done.finish(503, 0, &[], None, Fate::Refused);
+            Ended::Answered
         }
         Ready::Backend {
             answer,
@@ -245,14 +211,14 @@ pub(crate) async fn serve(
                 Ok(send) => send,
                 Err(_) => {
                     attempt.complete(Outcome::Cancelled);
-                    done.log(
+                    done.finish(
                         CLIENT_CLOSED,
                         0,
                         &tried,
                         Some(forwarding.elapsed()),
-                        "client_gone",
+                        Fate::ClientGone,
                     );
-                    return Fate::Answered;
+                    return Ended::Answered;
                 }
             };
             let mut end = StreamEnd {
@@ -294,7 +260,7 @@ pub(crate) async fn serve(
             let upstream = &ctx.listener.ctx.upstream;
             attempt.complete(Relay::end(&relayed).outcome());
             let fate = match relayed {
-                Ok(()) => "answered",
+                Ok(()) => Fate::Answered,
                 Err(Relay::Backend { why, .. }) => {
                     tracing::warn!(
                         upstream = %upstream.name(),
@@ -303,15 +269,15 @@ pub(crate) async fn serve(
                         "the response ended in the middle of its body; resetting the HTTP/2 stream"
                     );
                     send.send_reset(Reason::INTERNAL_ERROR);
-                    "cut_short_by_backend"
+                    Fate::CutShortByBackend
                 }
                 Err(Relay::Client) => {
                     send.send_reset(Reason::CANCEL);
-                    "cut_short_by_client"
+                    Fate::CutShortByClient
                 }
             };
-            done.log(response.status, body_bytes, &tried, upstream_time, fate);
-            Fate::Answered
+            done.finish(response.status, body_bytes, &tried, upstream_time, fate);
+            Ended::Answered
         }
     }
 }
@@ -324,7 +290,7 @@ enum Ready {
         is_head: bool,
         tried: Vec<SocketAddr>,
         upstream_time: Option<Duration>,
-        fate: &'static str,
+        fate: Fate,
     },
     /// The client ended the stream (its body did not come whole).
     ClientGone,
@@ -350,7 +316,7 @@ impl Ready {
             is_head,
             tried: Vec::new(),
             upstream_time: None,
-            fate: "refused",
+            fate: Fate::Refused,
         }
     }
 }
@@ -363,8 +329,7 @@ async fn proxy(
 ) -> Ready {
     let listener = &ctx.listener;
     let settings = &listener.ctx.settings;
-    let upstream = Arc::clone(&listener.ctx.upstream);
-    let upstream_settings = upstream.settings();
+    let upstream_settings = listener.ctx.upstream.settings();
     let is_head = request.method() == http::Method::HEAD;
 
     let (parts, mut body) = request.into_parts();
@@ -380,19 +345,18 @@ async fn proxy(
     let mut head = Vec::new();
     let req = match http1::parse_request(&raw, limits, &ctx.client_addr, &mut head) {
         Ok(Some(req)) => req,
-        Ok(None) => return Ready::refused(BAD_REQUEST, is_head),
+        Ok(None) => return Ready::refused(MALFORMED, is_head),
         Err(reject) => return Ready::refused(reject, is_head),
     };
-    done.entry.referer = raw[req.referer.clone()].to_vec();
-    done.entry.user_agent = raw[req.user_agent.clone()].to_vec();
+    done.said.referer = raw[req.referer.clone()].to_vec();
+    done.said.user_agent = raw[req.user_agent.clone()].to_vec();
 
-    let mut key = Vec::new();
-    if upstream_settings.algorithm.affinity() == Some(Affinity::Key) {
-        match upstream_settings.hash_key {
-            HashKey::ClientIp => key.extend_from_slice(ctx.client_addr.ip().as_bytes()),
-            _ => key.extend_from_slice(&raw[req.key.clone()]),
-        }
-    }
+    let mut key = AffinityKey::default();
+    key.take(
+        &upstream_settings,
+        ctx.peer.ip(),
+        Some(&raw[req.key.clone()]),
+    );
 
     let has_body = !body.is_end_stream();
     // The room stays taken while the body is held: until the answer begins.
@@ -415,42 +379,26 @@ async fn proxy(
     let data = &body_read.data;
     drop(body);
 
-    let mut octets = [0u8; 16];
-    let affinity = match upstream_settings.algorithm.affinity() {
-        None => None,
-        Some(Affinity::AddressOctets) => Some(address_octets(ctx.peer.ip(), &mut octets)),
-        Some(Affinity::Key) => Some(&key[..]),
-    };
     let f = Forward {
-        upstream: &upstream,
-        settings: &upstream_settings,
-        connections: &listener.connections,
-        stats: &listener.stats,
-        affinity,
-        head_len: head.len(),
-        has_host: req.has_host,
-        body: data,
-        has_body,
-        // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection header
-        // is written; transfer codings other than chunked, which HTTP/2 cannot carry, are
-        // refused (502) as they are for HTTP/1.0.
-        client: ClientSide {
-            http11: false,
-            keep_alive: false,
-            is_head: req.is_head,
-            upgrade: false,
-        },
-        replay: if req.idempotent || upstream_settings.retry_non_idempotent {
-            Replay::Safe
-        } else {
-            Replay::Unsafe
-        },
-        watch_client: false,
-        send_timeout: settings.send_timeout,
-        early: &[],
-        idle_timeout: settings.idle_timeout,
         // HTTP/2 allows `te` only as `trailers` (RFC 9113 §8.2.2), which gRPC requires.
         trailers: parts.headers.contains_key(http::header::TE),
+        ..Forward::new(
+            listener,
+            &upstream_settings,
+            &req,
+            head.len(),
+            key.get(),
+            has_body.then_some(&data[..]),
+            // As to an HTTP/1.0 client: a chunked body comes de-chunked and no connection
+            // header is written; transfer codings other than chunked, which HTTP/2 cannot
+            // carry, are refused (502) as they are for HTTP/1.0.
+            ClientSide {
+                http11: false,
+                keep_alive: false,
+                is_head: req.is_head,
+                upgrade: false,
+            },
+        )
     };
     let forwarding = Instant::now();
     let mut out = Vec::new();
@@ -473,42 +421,42 @@ async fn proxy(
                 let mut answer = answer;
                 answer.attempt.complete(Outcome::Failure);
                 Ready::Own {
-                    reject: failure_reject(Some(balance::Fault::InvalidResponse)),
+                    reject: answers::no_answer(Some(balance::Fault::InvalidResponse)),
                     is_head,
                     tried,
                     upstream_time,
-                    fate: "no_answer",
+                    fate: Fate::NoAnswer,
                 }
             }
         },
         // Not watched (no client socket): `ClientGone` cannot come; taken as no answer.
         Attempts::ClientGone => Ready::Own {
-            reject: failure_reject(None),
+            reject: answers::no_answer(None),
             is_head,
             tried,
             upstream_time,
-            fate: "no_answer",
+            fate: Fate::NoAnswer,
         },
         Attempts::NoAnswer(fault) => Ready::Own {
-            reject: failure_reject(fault),
+            reject: answers::no_answer(fault),
             is_head,
             tried,
             upstream_time,
-            fate: "no_answer",
+            fate: Fate::NoAnswer,
         },
         Attempts::NoRoom(why) => Ready::Own {
-            reject: no_room_reject(why),
+            reject: answers::no_room(why),
             is_head,
             tried,
             upstream_time,
-            fate: why.name(),
+            fate: Fate::Unpicked(why),
         },
         Attempts::Refused(reject) => Ready::Own {
             reject,
             is_head,
             tried,
             upstream_time,
-            fate: "refused",
+            fate: Fate::Refused,
         },
     }
 }

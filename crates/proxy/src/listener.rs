@@ -1,0 +1,60 @@
+//! A listener as the request path sees it: what every connection on it shares
+//! ([`ListenerContext`]: its settings, its upstream, its access log, its certificates) and
+//! what each worker adds ([`WorkerListener`]: the worker's own connections to the upstream's
+//! backends, its counts, whether a reload retired it).
+//!
+//! HTTP/1.1, HTTP/2 and TCP connections all start from one, so it sits below all three: the
+//! server builds it, and the paths read it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::access_log::AccessLog;
+use crate::metrics::WorkerStats;
+use crate::settings::ListenerSettings;
+use crate::tls::ServerTls;
+use crate::upstream::{Upstream, WorkerPools};
+
+/// What every request on one listener shares.
+#[derive(Debug)]
+pub(crate) struct ListenerContext {
+    pub(crate) settings: ListenerSettings,
+    pub(crate) upstream: Arc<Upstream>,
+    pub(crate) access_log: Option<AccessLog>,
+    /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
+    /// certificates replaces it without retiring open connections.
+    pub(crate) tls: Option<ServerTls>,
+}
+
+impl ListenerContext {
+    /// Whether `self` and `other` differ only in their certificates: connections opened under
+    /// one can go on under the other.
+    pub(crate) fn same_but_tls(&self, other: &ListenerContext) -> bool {
+        let same_log = match (&self.access_log, &other.access_log) {
+            (Some(a), Some(b)) => a.settings() == b.settings(),
+            (None, None) => true,
+            _ => false,
+        };
+        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
+    }
+}
+
+/// A listener as one worker serves it: the shared context and the worker's own connections to
+/// the upstream's backends.
+#[derive(Debug)]
+pub(crate) struct WorkerListener {
+    pub(crate) ctx: Arc<ListenerContext>,
+    pub(crate) connections: Arc<WorkerPools>,
+    /// This worker's counts.
+    pub(crate) stats: Arc<WorkerStats>,
+    /// A reload changed the listener: its connections finish the request they are on, say
+    /// `Connection: close`, and their clients reconnect to the new configuration.
+    pub(crate) retired: AtomicBool,
+}
+
+impl WorkerListener {
+    /// Whether a reload retired the listener: its connections say `Connection: close`.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+}

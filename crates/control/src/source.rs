@@ -105,33 +105,3 @@ where
         .to_bytes();
     Ok((status, body))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_are_parsed_and_checked() {
-        let r = parse_load(
-            br#"{"cpu":0.42,"mem":0.63,"disk":0.1,"net":0.05,"container_mem":0.5,"ts_ms":1}"#,
-        )
-        .unwrap();
-        assert_eq!((r.cpu, r.mem, r.container_mem), (0.42, 0.63, 0.5));
-        // Out of range: clamped.
-        let r = parse_load(br#"{"cpu":-3,"mem":7,"disk":0,"net":0,"container_mem":0}"#).unwrap();
-        assert_eq!((r.cpu, r.mem), (0.0, 1.0));
-        for garbage in [
-            &b"garbage"[..],
-            br#"{"cpu":"NaN","mem":0,"disk":0,"net":0,"container_mem":0}"#,
-            br#"{"cpu":0.1}"#,
-            br#"{"cpu":1e999,"mem":0,"disk":0,"net":0,"container_mem":0}"#,
-            b"",
-        ] {
-            assert!(
-                parse_load(garbage).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(garbage)
-            );
-        }
-    }
-}

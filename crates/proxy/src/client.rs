@@ -225,20 +225,13 @@ impl<S: ClientStream> ClientConn<S> {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let started = Instant::now();
                     let said = self.said(said_of_refused);
-                    Record {
-                        fate: Fate::Refused,
-                        protocol: ClientProtocol::Unread,
-                        client: self.peer.ip(),
-                        line: said.as_ref().map(Said::line),
-                        started,
-                        status: reject.status,
-                        body_bytes: reject.text.len() as u64,
-                        backends: &[],
-                        upstream_time: None,
-                    }
-                    .finish(&self.listener);
+                    self.refused(
+                        &reject,
+                        ClientProtocol::Unread,
+                        said.as_ref(),
+                        Instant::now(),
+                    );
                     return self.answer_and_close(reject).await;
                 }
             };
@@ -250,6 +243,28 @@ impl<S: ClientStream> ClientConn<S> {
     }
 
     /// What the access log repeats of the request in the read buffer, if the log is on.
+    /// Counts and logs a request refused with our own `reject` before any backend.
+    fn refused(
+        &self,
+        reject: &Reject,
+        protocol: ClientProtocol,
+        said: Option<&Said>,
+        started: Instant,
+    ) {
+        Record {
+            fate: Fate::Refused,
+            protocol,
+            client: self.peer.ip(),
+            line: said.map(Said::line),
+            started,
+            status: reject.status,
+            body_bytes: reject.text.len() as u64,
+            backends: &[],
+            upstream_time: None,
+        }
+        .finish(&self.listener);
+    }
+
     fn said(&self, make: impl FnOnce(&[u8]) -> Said) -> Option<Said> {
         self.listener
             .ctx
@@ -335,18 +350,7 @@ impl<S: ClientStream> ClientConn<S> {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                Record {
-                    fate: Fate::Refused,
-                    protocol,
-                    client: self.peer.ip(),
-                    line: said.as_ref().map(Said::line),
-                    started,
-                    status: reject.status,
-                    body_bytes: reject.text.len() as u64,
-                    backends: &[],
-                    upstream_time: None,
-                }
-                .finish(&listener);
+                self.refused(&reject, protocol, said.as_ref(), started);
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {

@@ -291,40 +291,24 @@ pub(crate) async fn attempts(
     client: Option<&TcpStream>,
 ) -> Attempts {
     let upstream = f.upstream;
-    let settings = f.settings;
-    tried.reset(settings.max_attempts());
+    tried.reset(f.settings.max_attempts());
     let mut patience = Patience {
-        each: settings.read_timeout,
+        each: f.settings.read_timeout,
         until: None,
     };
     while tried.may_pick() {
-        let mut attempt = match upstream
-            .pick(settings, f.affinity, tried.tried(), client, f.watch_client)
-            .await
-        {
+        let mut attempt = match pick_next(f, tried, client, &mut patience).await {
             Ok(attempt) => attempt,
-            Err(Unpicked::ClientGone) => return Attempts::ClientGone,
-            Err(Unpicked::NoBackend) => break,
-            Err(why) => {
-                f.stats.unpicked(upstream.shared_name(), why);
-                return Attempts::NoRoom(why);
-            }
+            Err(Some(ended)) => return ended,
+            Err(None) => break,
         };
-        if patience.until.is_none() {
-            patience.until = settings
-                .response_timeout
-                .map(|total| (crate::io::after(total), total));
-        }
         let addr = attempt.addr;
-        if tried.picked(addr) == Picked::Retry {
-            f.stats.retried(upstream.shared_name(), 1);
-        }
         // The worker's connections learn of a new backend before any pick can choose it; only
         // a worker that was starting just then can miss one: it talks to it unpooled.
         let pool = f
             .connections
             .get(addr)
-            .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
+            .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, f.settings.keepalive_timeout)));
         f.finish_head(head, addr, pool.keeps_idle());
         let request = Request {
             head,
@@ -335,28 +319,8 @@ pub(crate) async fn attempts(
         };
         let began = tokio::time::Instant::now();
         loop {
-            let reuse = tried.may_reuse();
-            let outcome = match settings.backend_protocol {
-                // Boxed, as the HTTP/2 attempt is: an allocation per attempt, against the
-                // connect's and the exchange's states in every client connection's task, idle
-                // ones included (measured in a debug build: 3336 bytes a task boxed, 4272
-                // inline).
-                BackendProtocol::Http1 => {
-                    Box::pin(try_http1(f, &pool, reuse, &request, client, patience, out)).await
-                }
-                // Boxed: its states (a connect, the HTTP/2 handshake) would otherwise be part
-                // of every client connection's task, idle ones included.
-                BackendProtocol::H2 => Box::pin(upstream_h2::attempt(
-                    f,
-                    &pool,
-                    request.head,
-                    client,
-                    patience,
-                    out,
-                ))
-                .await
-                .map_body(Body::H2),
-            };
+            let outcome =
+                try_once(f, &pool, tried.may_reuse(), &request, client, patience, out).await;
             let (failure, why) = match outcome {
                 Tried::Head(response, body) => {
                     return Attempts::Answered(Box::new(Answer {
@@ -379,24 +343,110 @@ pub(crate) async fn attempts(
                 Tried::ConnectFailed(e) => (connect_failure(e.fault(), f.replay), e.to_string()),
                 Tried::Failed(failure, why) => (failure, why),
             };
-            let step = tried.failed(&failure, patience.spent());
-            log_failure(upstream, addr, &failure, &why, step);
-            match step.next {
-                Next::ResendFresh => {
-                    // The keep-alive race, not the backend's failure: a retry only.
-                    f.stats.retried(upstream.shared_name(), 1);
-                }
-                Next::NextBackend { outcome } | Next::GiveUp { outcome } => {
-                    if !step.time_up {
-                        f.stats.failed(upstream.shared_name(), addr, failure.fault);
-                    }
-                    attempt.complete(outcome);
-                    break;
-                }
+            if !resend(f, tried, &mut attempt, &failure, &why, patience) {
+                break;
             }
         }
     }
     Attempts::NoAnswer(tried.last_fault())
+}
+
+/// Picks a backend for the next attempt, other than those `tried` (noted there); the request's
+/// `response_timeout` starts with its first pick. `Err`: how the attempts end instead, or
+/// `None` when no backend is left to pick.
+async fn pick_next(
+    f: &Forward<'_>,
+    tried: &mut balance::Attempts<SocketAddr>,
+    client: Option<&TcpStream>,
+    patience: &mut Patience,
+) -> Result<Attempt, Option<Attempts>> {
+    let upstream = f.upstream;
+    let settings = f.settings;
+    let attempt = match upstream
+        .pick(settings, f.affinity, tried.tried(), client, f.watch_client)
+        .await
+    {
+        Ok(attempt) => attempt,
+        Err(Unpicked::ClientGone) => return Err(Some(Attempts::ClientGone)),
+        Err(Unpicked::NoBackend) => return Err(None),
+        Err(why) => {
+            f.stats.unpicked(upstream.shared_name(), why);
+            return Err(Some(Attempts::NoRoom(why)));
+        }
+    };
+    if patience.until.is_none() {
+        patience.until = settings
+            .response_timeout
+            .map(|total| (crate::io::after(total), total));
+    }
+    if tried.picked(attempt.addr) == Picked::Retry {
+        f.stats.retried(upstream.shared_name(), 1);
+    }
+    Ok(attempt)
+}
+
+/// One try of the request on `pool`'s backend, in the backends' protocol (on an idle
+/// connection when `reuse` allows it).
+async fn try_once(
+    f: &Forward<'_>,
+    pool: &Arc<Connections>,
+    reuse: bool,
+    request: &Request<'_>,
+    client: Option<&TcpStream>,
+    patience: Patience,
+    out: &mut Vec<u8>,
+) -> Tried<Body> {
+    match f.settings.backend_protocol {
+        // Boxed, as the HTTP/2 attempt is: an allocation per attempt, against the connect's
+        // and the exchange's states in every client connection's task, idle ones included
+        // (measured in a debug build: 3336 bytes a task boxed, 4272 inline).
+        BackendProtocol::Http1 => {
+            Box::pin(try_http1(f, pool, reuse, request, client, patience, out)).await
+        }
+        // Boxed: its states (a connect, the HTTP/2 handshake) would otherwise be part of every
+        // client connection's task, idle ones included.
+        BackendProtocol::H2 => Box::pin(upstream_h2::attempt(
+            f,
+            pool,
+            request.head,
+            client,
+            patience,
+            out,
+        ))
+        .await
+        .map_body(Body::H2),
+    }
+}
+
+/// The current attempt failed as `failure` says (`why`, in words): what the attempt machine
+/// decides is logged and counted, and the attempt's ticket completed unless the request is
+/// resent on a fresh connection to the same backend. Returns whether to resend.
+fn resend(
+    f: &Forward<'_>,
+    tried: &mut balance::Attempts<SocketAddr>,
+    attempt: &mut Attempt,
+    failure: &AttemptFailure,
+    why: &str,
+    patience: Patience,
+) -> bool {
+    let upstream = f.upstream;
+    let step = tried.failed(failure, patience.spent());
+    log_failure(upstream, attempt.addr, failure, why, step);
+    match step.next {
+        Next::ResendFresh => {
+            // The keep-alive race, not the backend's failure: a retry only.
+            f.stats.retried(upstream.shared_name(), 1);
+            true
+        }
+        Next::NextBackend { outcome } | Next::GiveUp { outcome } => {
+            if !step.time_up {
+                f.stats
+                    .failed(upstream.shared_name(), attempt.addr, failure.fault);
+            }
+            attempt.complete(outcome);
+            false
+        }
+    }
 }
 
 /// How a failed connect is classified, whatever the protocol: nothing sent, nothing received,

@@ -126,22 +126,7 @@ pub(crate) async fn forward<S: ClientStream>(
     };
     let addr = attempt.addr;
     if response.status == 101 {
-        let Body::Http1 { conn, .. } = body else {
-            // An HTTP/2 response cannot be a 101; `upstream_h2` never passes one on.
-            attempt.complete(Outcome::Failure);
-            return Ending::NoAnswer(Some(Fault::InvalidResponse));
-        };
-        if !switches_to_an_offer(&scratch.head, &scratch.out) {
-            // RFC 9110 §15.2.2: a server switches only to a protocol the client offered.
-            // Anything else would make the client speak one protocol to a backend that speaks
-            // another: an invalid answer, the backend's.
-            tracing::warn!(upstream = %upstream.name(), backend = %addr, "101 to a protocol the client did not offer");
-            f.stats
-                .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
-            attempt.complete(Outcome::Failure);
-            return Ending::NoAnswer(Some(Fault::InvalidResponse));
-        }
-        return tunnel(f, client, conn, &scratch.out, attempt, agreed).await;
+        return upgrade(f, client, scratch, body, attempt, agreed).await;
     }
     let mut end = ClientEnd {
         stream: client,
@@ -150,18 +135,41 @@ pub(crate) async fn forward<S: ClientStream>(
         watch: f.watch_client,
         sent: 0,
     };
-    let status = response.status;
-    let relayed = match body {
+    let relayed = relay(
+        body,
+        &response,
+        &scratch.out,
+        &mut end,
+        &mut attempt,
+        patience,
+    )
+    .await;
+    // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
+    let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
+    ending(
+        upstream,
+        addr,
+        relayed,
+        &mut attempt,
+        response.status,
+        response.client_keep_alive,
+        body_bytes,
+    )
+}
+
+/// Relays the response whose head (rewritten for the client) is `head` and whose body comes
+/// from `body`; a backend connection that finished its body cleanly goes back to its pool.
+async fn relay<S: ClientStream>(
+    body: Body,
+    response: &FinalResponse,
+    head: &[u8],
+    end: &mut ClientEnd<'_, S>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    match body {
         Body::Http1 { mut conn, pool } => {
-            let relayed = exchange::relay(
-                &mut conn,
-                &response,
-                &scratch.out,
-                &mut end,
-                &mut attempt,
-                patience,
-            )
-            .await;
+            let relayed = exchange::relay(&mut conn, response, head, end, attempt, patience).await;
             if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
                 pool.put_idle(conn);
             }
@@ -170,12 +178,7 @@ pub(crate) async fn forward<S: ClientStream>(
         // Boxed, as the attempt is.
         Body::H2(mut body) => {
             let relayed = Box::pin(upstream_h2::relay(
-                &mut body,
-                &response,
-                &scratch.out,
-                &mut end,
-                &mut attempt,
-                patience,
+                &mut body, response, head, end, attempt, patience,
             ))
             .await;
             if relayed.is_ok() {
@@ -183,18 +186,37 @@ pub(crate) async fn forward<S: ClientStream>(
             }
             relayed
         }
+    }
+}
+
+/// The backend agreed to switch protocols (101, its head in `scratch.out`): the connection is
+/// tunnelled if the switch is to a protocol the client offered, else the answer is the
+/// backend's invalid one.
+async fn upgrade<S: ClientStream>(
+    f: &Forward<'_>,
+    client: &mut S,
+    scratch: &mut Scratch,
+    body: Body,
+    mut attempt: Attempt,
+    agreed: Duration,
+) -> Ending {
+    let (upstream, addr) = (f.upstream, attempt.addr);
+    let Body::Http1 { conn, .. } = body else {
+        // An HTTP/2 response cannot be a 101; `upstream_h2` never passes one on.
+        attempt.complete(Outcome::Failure);
+        return Ending::NoAnswer(Some(Fault::InvalidResponse));
     };
-    // The body's bytes that reached the client (nginx's `$body_bytes_sent`).
-    let body_bytes = end.sent.saturating_sub(scratch.out.len() as u64);
-    ending(
-        upstream,
-        addr,
-        relayed,
-        &mut attempt,
-        status,
-        response.client_keep_alive,
-        body_bytes,
-    )
+    if !switches_to_an_offer(&scratch.head, &scratch.out) {
+        // RFC 9110 §15.2.2: a server switches only to a protocol the client offered. Anything
+        // else would make the client speak one protocol to a backend that speaks another: an
+        // invalid answer, the backend's.
+        tracing::warn!(upstream = %upstream.name(), backend = %addr, "101 to a protocol the client did not offer");
+        f.stats
+            .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
+        attempt.complete(Outcome::Failure);
+        return Ending::NoAnswer(Some(Fault::InvalidResponse));
+    }
+    tunnel(f, client, conn, &scratch.out, attempt, agreed).await
 }
 
 /// How a relay of a response with `status` ended, its attempt completed by it.

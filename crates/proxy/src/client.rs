@@ -226,9 +226,12 @@ impl<S: ClientStream> ClientConn<S> {
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
                     let said = self.said(said_of_refused);
-                    self.refused(
-                        &reject,
-                        ClientProtocol::Unread,
+                    let answer = (reject.status, reject.text.len() as u64);
+                    let protocol = ClientProtocol::Unread;
+                    self.unforwarded(
+                        Fate::Refused,
+                        answer,
+                        protocol,
                         said.as_ref(),
                         Instant::now(),
                     );
@@ -243,22 +246,24 @@ impl<S: ClientStream> ClientConn<S> {
     }
 
     /// What the access log repeats of the request in the read buffer, if the log is on.
-    /// Counts and logs a request refused with our own `reject` before any backend.
-    fn refused(
+    /// Counts and logs a request that ended before any backend: refused with our own answer
+    /// (`Fate::Refused`), or its client gone in the middle of its body.
+    fn unforwarded(
         &self,
-        reject: &Reject,
+        fate: Fate,
+        (status, body_bytes): (u16, u64),
         protocol: ClientProtocol,
         said: Option<&Said>,
         started: Instant,
     ) {
         Record {
-            fate: Fate::Refused,
+            fate,
             protocol,
             client: self.peer.ip(),
             line: said.map(Said::line),
             started,
-            status: reject.status,
-            body_bytes: reject.text.len() as u64,
+            status,
+            body_bytes,
             backends: &[],
             upstream_time: None,
         }
@@ -350,41 +355,19 @@ impl<S: ClientStream> ClientConn<S> {
         let body = match self.read_body(&req).await {
             Ok(body) => body,
             Err(NoHead::Refuse(reject)) => {
-                self.refused(&reject, protocol, said.as_ref(), started);
+                let answer = (reject.status, reject.text.len() as u64);
+                self.unforwarded(Fate::Refused, answer, protocol, said.as_ref(), started);
                 return self.answer_and_close(reject).await;
             }
             Err(NoHead::Close) => {
                 // The client left in the middle of its body.
-                Record {
-                    fate: Fate::ClientGone,
-                    protocol,
-                    client: self.peer.ip(),
-                    line: said.as_ref().map(Said::line),
-                    started,
-                    status: CLIENT_CLOSED,
-                    body_bytes: 0,
-                    backends: &[],
-                    upstream_time: None,
-                }
-                .finish(&listener);
+                let gone = (CLIENT_CLOSED, 0);
+                self.unforwarded(Fate::ClientGone, gone, protocol, said.as_ref(), started);
                 return Next::Close;
             }
         };
 
-        // A client that sent its next request before this one was answered is pipelining:
-        // when it closes its side, it has said all it will say and still wants the answers,
-        // so it is not taken as gone.
-        self.pipelining |= match body {
-            Body::InBuffer(n) => self.inbuf.len() > n,
-            Body::None | Body::Decoded => !self.inbuf.is_empty(),
-        };
-        let stopping = *self.stop.borrow() || self.listener.is_retired();
-        let client = ClientSide {
-            http11: req.http11,
-            keep_alive: req.keep_alive && !stopping,
-            is_head: req.is_head,
-            upgrade: req.upgrade,
-        };
+        let client = self.client_side(&req, body);
         let body_data = match body {
             Body::None => None,
             Body::InBuffer(n) => Some(&self.inbuf.filled()[..n]),
@@ -419,20 +402,63 @@ impl<S: ClientStream> ClientConn<S> {
             _ => (!self.scratch.tried.tried().is_empty()).then(|| forwarding.elapsed()),
         };
 
+        self.request_done(body);
+        let tried = std::mem::take(&mut self.scratch.tried);
+        let (status, next, body_bytes) = self.conclude(ending, client).await;
+        Record {
+            fate: ending.fate(),
+            protocol,
+            client: self.peer.ip(),
+            line: said.as_ref().map(Said::line),
+            started,
+            status,
+            body_bytes,
+            backends: tried.tried(),
+            upstream_time,
+        }
+        .finish(&listener);
+        self.scratch.tried = tried;
+        next
+    }
+
+    /// What the answer must suit: the client's version, whether the connection is kept (not
+    /// when the worker or the listener is stopping), a HEAD, an upgrade. Notes whether the
+    /// client pipelines: one that sent its next request before this one was answered has, when
+    /// it closes its side, said all it will say and still wants the answers, so it is not taken
+    /// as gone.
+    fn client_side(&mut self, req: &RequestHead, body: Body) -> ClientSide {
+        self.pipelining |= match body {
+            Body::InBuffer(n) => self.inbuf.len() > n,
+            Body::None | Body::Decoded => !self.inbuf.is_empty(),
+        };
+        let stopping = *self.stop.borrow() || self.listener.is_retired();
+        ClientSide {
+            http11: req.http11,
+            keep_alive: req.keep_alive && !stopping,
+            is_head: req.is_head,
+            upgrade: req.upgrade,
+        }
+    }
+
+    /// The request's body is consumed from the read buffer, and buffers a large body grew
+    /// shrink back at once (past 32 KiB; smaller ones are kept for the next request, and
+    /// given back when the connection idles).
+    fn request_done(&mut self, body: Body) {
         if let Body::InBuffer(n) = body {
             self.inbuf.consume(n);
         }
-        // A large body grew the buffers: past 32 KiB they shrink back at once (smaller ones
-        // are kept for the next request, and given back when the connection idles).
         self.inbuf.shrink_to(4 * CLIENT_BUFFER);
         for buf in [&mut self.body, &mut self.scratch.dechunked] {
             if buf.capacity() > 8 * CLIENT_BUFFER {
                 *buf = Vec::new();
             }
         }
+    }
 
-        let tried = std::mem::take(&mut self.scratch.tried);
-        let (status, next, body_bytes) = match ending {
+    /// What forwarding's `ending` leaves to do on the connection (our own answer written, a
+    /// cut-short answer's reset armed): the status logged, what comes next, the body's bytes.
+    async fn conclude(&mut self, ending: Ending, client: ClientSide) -> (u16, Next, u64) {
+        match ending {
             Ending::Answered {
                 status,
                 keep_alive,
@@ -461,21 +487,7 @@ impl<S: ClientStream> ClientConn<S> {
             Ending::NoAnswer(fault) => self.own_answer(answers::no_answer(fault), client).await,
             Ending::NoRoom(why) => self.own_answer(answers::no_room(why), client).await,
             Ending::Refused(reject) => self.own_answer(reject, client).await,
-        };
-        Record {
-            fate: ending.fate(),
-            protocol,
-            client: self.peer.ip(),
-            line: said.as_ref().map(Said::line),
-            started,
-            status,
-            body_bytes,
-            backends: tried.tried(),
-            upstream_time,
         }
-        .finish(&listener);
-        self.scratch.tried = tried;
-        next
     }
 
     /// Waits, holding no buffers after [`IDLE_GRACE`], until the client sends something (or

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use balance::Outcome;
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
+use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderName, HeaderValue, Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -36,6 +36,7 @@ use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::Forward;
+use crate::upstream::Upstream;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
 
 /// What every stream of one connection shares.
@@ -116,6 +117,22 @@ impl Finished<'_> {
     }
 }
 
+/// What the access log says the client asked: the method and the target (a stream's `Referer`
+/// and `User-Agent` are not logged).
+fn said_of(request: &Request<RecvStream>) -> Said {
+    Said {
+        time: SystemTime::now(),
+        method: request.method().as_str().as_bytes().to_vec(),
+        target: request
+            .uri()
+            .path_and_query()
+            .map_or(&b"/"[..], |p| p.as_str().as_bytes())
+            .to_vec(),
+        referer: Vec::new(),
+        user_agent: Vec::new(),
+    }
+}
+
 /// Serves one stream to its end.
 pub(crate) async fn serve(
     ctx: Arc<StreamContext>,
@@ -125,17 +142,7 @@ pub(crate) async fn serve(
     let mut done = Finished {
         ctx: &ctx,
         started: Instant::now(),
-        said: Said {
-            time: SystemTime::now(),
-            method: request.method().as_str().as_bytes().to_vec(),
-            target: request
-                .uri()
-                .path_and_query()
-                .map_or(&b"/"[..], |p| p.as_str().as_bytes())
-                .to_vec(),
-            referer: Vec::new(),
-            user_agent: Vec::new(),
-        },
+        said: said_of(&request),
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
     // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
@@ -187,97 +194,113 @@ pub(crate) async fn serve(
             done.finish(503, 0, &[], None, Fate::Refused);
             Ended::Answered
         }
-        Ready::Backend {
-            answer,
-            head,
-            tried,
-            forwarding,
-            send_timeout,
-            trailers,
-        } => {
-            let forward::Answer {
-                response,
-                body,
-                mut attempt,
-                patience,
-                ..
-            } = *answer;
-            // A head with no body ends the stream itself; so does one that ended an HTTP/2
-            // backend's stream, as a gRPC "trailers-only" answer (`grpc-status` in the head)
-            // does, which its client reads as the end only with END_STREAM on it.
-            let head_ended = matches!(&body, forward::Body::H2(b) if b.ended());
-            let ending = head_ended || response.framing == http1::Framing::None;
-            let mut send = match respond.send_response(head, ending) {
-                Ok(send) => send,
-                Err(_) => {
-                    attempt.complete(Outcome::Cancelled);
-                    done.finish(
-                        CLIENT_CLOSED,
-                        0,
-                        &tried,
-                        Some(forwarding.elapsed()),
-                        Fate::ClientGone,
-                    );
-                    return Ended::Answered;
-                }
-            };
-            let mut end = StreamEnd {
-                send: &mut send,
-                send_timeout,
-                sent: 0,
-            };
-            let relayed = match body {
-                forward::Body::Http1 { mut conn, pool } => {
-                    let relayed =
-                        relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
-                    if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
-                        pool.put_idle(conn);
-                    }
-                    relayed
-                }
-                forward::Body::H2(_) if head_ended => {
-                    attempt.complete(Outcome::Success);
-                    Ok(())
-                }
-                forward::Body::H2(mut body) => {
-                    let relayed = relay::relay_h2(
-                        &mut body,
-                        &response,
-                        &mut end,
-                        &mut attempt,
-                        patience,
-                        trailers,
-                    )
-                    .await;
-                    if relayed.is_ok() {
-                        body.finish();
-                    }
-                    relayed
-                }
-            };
-            let body_bytes = end.sent;
+        Ready::Backend(from) => relay_answer(&ctx, &mut respond, &done, from).await,
+    }
+}
+
+/// Sends a backend's answer to the client: its head, then its body (and trailers) as they
+/// come; the stream reset if either side fails before the end.
+async fn relay_answer(
+    ctx: &StreamContext,
+    respond: &mut SendResponse<Bytes>,
+    done: &Finished<'_>,
+    from: FromBackend,
+) -> Ended {
+    let FromBackend {
+        answer,
+        head,
+        tried,
+        forwarding,
+        send_timeout,
+        trailers,
+    } = from;
+    let forward::Answer {
+        response,
+        body,
+        mut attempt,
+        patience,
+        ..
+    } = *answer;
+    // A head with no body ends the stream itself; so does one that ended an HTTP/2 backend's
+    // stream, as a gRPC "trailers-only" answer (`grpc-status` in the head) does, which its
+    // client reads as the end only with END_STREAM on it.
+    let head_ended = matches!(&body, forward::Body::H2(b) if b.ended());
+    let ending = head_ended || response.framing == http1::Framing::None;
+    let mut send = match respond.send_response(head, ending) {
+        Ok(send) => send,
+        Err(_) => {
+            attempt.complete(Outcome::Cancelled);
             let upstream_time = Some(forwarding.elapsed());
-            let upstream = &ctx.listener.ctx.upstream;
-            attempt.complete(Relay::end(&relayed).outcome());
-            let fate = match relayed {
-                Ok(()) => Fate::Answered,
-                Err(Relay::Backend { why, .. }) => {
-                    tracing::warn!(
-                        upstream = %upstream.name(),
-                        backend = %attempt.addr,
-                        error = %why,
-                        "the response ended in the middle of its body; resetting the HTTP/2 stream"
-                    );
-                    send.send_reset(Reason::INTERNAL_ERROR);
-                    Fate::CutShortByBackend
-                }
-                Err(Relay::Client) => {
-                    send.send_reset(Reason::CANCEL);
-                    Fate::CutShortByClient
-                }
-            };
-            done.finish(response.status, body_bytes, &tried, upstream_time, fate);
-            Ended::Answered
+            done.finish(CLIENT_CLOSED, 0, &tried, upstream_time, Fate::ClientGone);
+            return Ended::Answered;
+        }
+    };
+    let mut end = StreamEnd {
+        send: &mut send,
+        send_timeout,
+        sent: 0,
+    };
+    let relayed = match body {
+        forward::Body::Http1 { mut conn, pool } => {
+            let relayed =
+                relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
+            if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
+                pool.put_idle(conn);
+            }
+            relayed
+        }
+        forward::Body::H2(_) if head_ended => {
+            attempt.complete(Outcome::Success);
+            Ok(())
+        }
+        forward::Body::H2(mut body) => {
+            let relayed = relay::relay_h2(
+                &mut body,
+                &response,
+                &mut end,
+                &mut attempt,
+                patience,
+                trailers,
+            )
+            .await;
+            if relayed.is_ok() {
+                body.finish();
+            }
+            relayed
+        }
+    };
+    let body_bytes = end.sent;
+    let upstream_time = Some(forwarding.elapsed());
+    let upstream = &ctx.listener.ctx.upstream;
+    attempt.complete(Relay::end(&relayed).outcome());
+    let fate = cut_short(relayed, &mut send, upstream, attempt.addr);
+    done.finish(response.status, body_bytes, &tried, upstream_time, fate);
+    Ended::Answered
+}
+
+/// How a relay that came to `relayed` ends the stream: whole, or reset (`INTERNAL_ERROR` when
+/// the backend failed, so a cut body never looks complete; `CANCEL` when the client went).
+fn cut_short(
+    relayed: Result<(), Relay>,
+    send: &mut SendStream<Bytes>,
+    upstream: &Upstream,
+    backend: SocketAddr,
+) -> Fate {
+    match relayed {
+        Ok(()) => Fate::Answered,
+        Err(Relay::Backend { why, .. }) => {
+            tracing::warn!(
+                upstream = %upstream.name(),
+                %backend,
+                error = %why,
+                "the response ended in the middle of its body; resetting the HTTP/2 stream"
+            );
+            send.send_reset(Reason::INTERNAL_ERROR);
+            Fate::CutShortByBackend
+        }
+        Err(Relay::Client) => {
+            send.send_reset(Reason::CANCEL);
+            Fate::CutShortByClient
         }
     }
 }
@@ -298,15 +321,18 @@ enum Ready {
     /// may retry (RFC 9113 §8.7).
     NoRoom,
     /// A backend's head, as HTTP/2, with what its body needs.
-    Backend {
-        answer: Box<forward::Answer>,
-        head: Response<()>,
-        tried: Vec<SocketAddr>,
-        forwarding: Instant,
-        send_timeout: Duration,
-        /// Whether the backend's trailers are passed on.
-        trailers: bool,
-    },
+    Backend(FromBackend),
+}
+
+/// A backend's answer, its head made HTTP/2, ready to go to the client.
+struct FromBackend {
+    answer: Box<forward::Answer>,
+    head: Response<()>,
+    tried: Vec<SocketAddr>,
+    forwarding: Instant,
+    send_timeout: Duration,
+    /// Whether the backend's trailers are passed on.
+    trailers: bool,
 }
 
 impl Ready {
@@ -408,14 +434,14 @@ async fn proxy(
     let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
     match attempts {
         Attempts::Answered(answer) => match response_head(&out) {
-            Some(head) => Ready::Backend {
+            Some(head) => Ready::Backend(FromBackend {
                 answer,
                 head,
                 tried,
                 forwarding,
                 send_timeout: settings.send_timeout,
                 trailers: f.trailers,
-            },
+            }),
             None => {
                 // Fields HTTP/2 cannot carry: the backend's answer is not passed on.
                 let mut answer = answer;

@@ -431,59 +431,52 @@ async fn proxy(
     let mut machine = balance::Attempts::default();
     let attempts = forward::attempts(&f, &mut head, &mut out, &mut machine, None).await;
     let tried = machine.into_tried();
+    let relaying = (settings.send_timeout, f.trailers);
+    ready(attempts, &out, tried, forwarding, is_head, relaying)
+}
+
+/// What a stream's attempts came to, as the stream will answer it: the backend's answer if its
+/// head (`out`, HTTP/1.1) can be written as HTTP/2, else our own. `relaying`: the stream's
+/// `send_timeout`, and whether the backend's trailers are passed on.
+fn ready(
+    attempts: Attempts,
+    out: &[u8],
+    tried: Vec<SocketAddr>,
+    forwarding: Instant,
+    is_head: bool,
+    (send_timeout, trailers): (Duration, bool),
+) -> Ready {
     let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
+    let own = |reject, tried, fate| Ready::Own {
+        reject,
+        is_head,
+        tried,
+        upstream_time,
+        fate,
+    };
     match attempts {
-        Attempts::Answered(answer) => match response_head(&out) {
+        Attempts::Answered(answer) => match response_head(out) {
             Some(head) => Ready::Backend(FromBackend {
                 answer,
                 head,
                 tried,
                 forwarding,
-                send_timeout: settings.send_timeout,
-                trailers: f.trailers,
+                send_timeout,
+                trailers,
             }),
             None => {
                 // Fields HTTP/2 cannot carry: the backend's answer is not passed on.
                 let mut answer = answer;
                 answer.attempt.complete(Outcome::Failure);
-                Ready::Own {
-                    reject: answers::no_answer(Some(balance::Fault::InvalidResponse)),
-                    is_head,
-                    tried,
-                    upstream_time,
-                    fate: Fate::NoAnswer,
-                }
+                let invalid = answers::no_answer(Some(balance::Fault::InvalidResponse));
+                own(invalid, tried, Fate::NoAnswer)
             }
         },
         // Not watched (no client socket): `ClientGone` cannot come; taken as no answer.
-        Attempts::ClientGone => Ready::Own {
-            reject: answers::no_answer(None),
-            is_head,
-            tried,
-            upstream_time,
-            fate: Fate::NoAnswer,
-        },
-        Attempts::NoAnswer(fault) => Ready::Own {
-            reject: answers::no_answer(fault),
-            is_head,
-            tried,
-            upstream_time,
-            fate: Fate::NoAnswer,
-        },
-        Attempts::NoRoom(why) => Ready::Own {
-            reject: answers::no_room(why),
-            is_head,
-            tried,
-            upstream_time,
-            fate: Fate::Unpicked(why),
-        },
-        Attempts::Refused(reject) => Ready::Own {
-            reject,
-            is_head,
-            tried,
-            upstream_time,
-            fate: Fate::Refused,
-        },
+        Attempts::ClientGone => own(answers::no_answer(None), tried, Fate::NoAnswer),
+        Attempts::NoAnswer(fault) => own(answers::no_answer(fault), tried, Fate::NoAnswer),
+        Attempts::NoRoom(why) => own(answers::no_room(why), tried, Fate::Unpicked(why)),
+        Attempts::Refused(reject) => own(reject, tried, Fate::Refused),
     }
 }
 

@@ -39,9 +39,9 @@ use std::time::Duration;
 
 use balance::{AttemptFailure, Connection, Fault, RequestSent, ResponseReceived};
 use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::{Reason, RecvStream};
-use http::{HeaderName, HeaderValue};
+use h2::client::{ResponseFuture, SendRequest};
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderName, HeaderValue, Request, Response};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::either::Either;
@@ -264,79 +264,16 @@ pub(crate) async fn attempt(
         Ok(stream) => stream,
         Err(e) => return Tried::ConnectFailed(e),
     };
-    let (id, connection) = (stream.id, stream.connection);
-    let failed = |connection, request, response, fault, why: String| {
-        Tried::Failed(
-            AttemptFailure {
-                fault,
-                connection,
-                request,
-                response,
-                replay: f.replay,
-            },
-            why,
-        )
+    let on = OnStream {
+        pool,
+        id: stream.id,
+        connection: stream.connection,
+        replay: f.replay,
     };
-    // What an error says, and the connection forgotten if it is the connection's.
-    let failure = |e: &h2::Error, response| {
-        let (fault, sent, scope, why) = classify(e);
-        let connection = match scope {
-            Scope::Connection => {
-                pool.h2.forget(id);
-                connection
-            }
-            Scope::Refused => connection,
-            // A healthy connection, one stream failed: the backend's doing, not the race of
-            // a connection closing under a request.
-            Scope::Stream => Connection::Fresh,
-        };
-        failed(connection, sent, response, fault, why)
+    let (response, body) = match send(f, &on, stream.send, request).await {
+        Ok(sent) => sent,
+        Err(failed) => return failed,
     };
-    let not_sent = |e: h2::Error| {
-        pool.h2.forget(id);
-        failed(
-            connection,
-            RequestSent::Nothing,
-            ResponseReceived::Nothing,
-            Fault::Closed,
-            format!("HTTP/2 connection cannot take a stream: {e}"),
-        )
-    };
-    let mut send = match stream.send.ready().await {
-        Ok(send) => send,
-        Err(e) => return not_sent(e),
-    };
-    let (response, mut body) = match send.send_request(request, f.body.is_empty()) {
-        Ok(pair) => pair,
-        Err(e) => return not_sent(e),
-    };
-    // While the backend's concurrent streams are all taken, the stream waits in the `h2`
-    // crate's queue, not yet sent; the handle is ready again once it went out. That wait is
-    // for room, as a connect is: within connect_timeout. Given up, the stream is still sent
-    // once room comes, and reset at once: "partly sent" for the retry policy, so that only a
-    // safe request is sent again, and, the connection being a shared one, with no blame.
-    match timeout_at(after(settings.connect_timeout), send.ready()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return not_sent(e),
-        Err(_) => {
-            return failed(
-                connection,
-                RequestSent::Partly,
-                ResponseReceived::Nothing,
-                Fault::Closed,
-                format!(
-                    "no stream free on the HTTP/2 connection (the backend's concurrent-stream limit) within connect_timeout ({:?})",
-                    settings.connect_timeout
-                ),
-            );
-        }
-    }
-    if !f.body.is_empty() {
-        // Queued whole: the `h2` crate sends it as the stream's window allows.
-        if let Err(e) = body.send_data(Bytes::copy_from_slice(f.body), true) {
-            return failure(&e, ResponseReceived::Nothing);
-        }
-    }
     let gone = crate::io::watch(client, f.watch_client);
     let head = tokio::select! {
         biased;
@@ -345,14 +282,13 @@ pub(crate) async fn attempt(
     };
     let response = match head {
         Ok(Ok(response)) => response,
-        Ok(Err(e)) if e.is_library() => return failure(&e, ResponseReceived::Partly),
-        Ok(Err(e)) => return failure(&e, ResponseReceived::Nothing),
+        Ok(Err(e)) if e.is_library() => return on.failure(&e, ResponseReceived::Partly),
+        Ok(Err(e)) => return on.failure(&e, ResponseReceived::Nothing),
         Err(_) => {
             // A connection whose peer vanished answers nothing more: the next request opens
             // another rather than wait on it too (a slow answer costs a new connection).
-            pool.h2.forget(id);
-            return failed(
-                connection,
+            pool.h2.forget(on.id);
+            return on.failed(
                 RequestSent::Whole,
                 ResponseReceived::Nothing,
                 Fault::ReadTimeout,
@@ -360,6 +296,119 @@ pub(crate) async fn attempt(
             );
         }
     };
+    final_head(f, &on, response, body, out)
+}
+
+/// The stream an attempt is on, for classifying how it failed.
+struct OnStream<'a> {
+    pool: &'a Arc<Connections>,
+    /// Its connection's number, to forget the connection by if the failure is the
+    /// connection's.
+    id: u64,
+    connection: Connection,
+    replay: balance::Replay,
+}
+
+impl OnStream<'_> {
+    fn failed(
+        &self,
+        request: RequestSent,
+        response: ResponseReceived,
+        fault: Fault,
+        why: String,
+    ) -> Tried<H2Body> {
+        let failure = AttemptFailure {
+            fault,
+            connection: self.connection,
+            request,
+            response,
+            replay: self.replay,
+        };
+        Tried::Failed(failure, why)
+    }
+
+    /// What an error says, and the connection forgotten if it is the connection's.
+    fn failure(&self, e: &h2::Error, response: ResponseReceived) -> Tried<H2Body> {
+        let (fault, request, scope, why) = classify(e);
+        let connection = match scope {
+            Scope::Connection => {
+                self.pool.h2.forget(self.id);
+                self.connection
+            }
+            Scope::Refused => self.connection,
+            // A healthy connection, one stream failed: the backend's doing, not the race of a
+            // connection closing under a request.
+            Scope::Stream => Connection::Fresh,
+        };
+        OnStream {
+            connection,
+            ..*self
+        }
+        .failed(request, response, fault, why)
+    }
+
+    /// The connection could not take the stream at all: it is forgotten.
+    fn not_sent(&self, e: h2::Error) -> Tried<H2Body> {
+        self.pool.h2.forget(self.id);
+        self.failed(
+            RequestSent::Nothing,
+            ResponseReceived::Nothing,
+            Fault::Closed,
+            format!("HTTP/2 connection cannot take a stream: {e}"),
+        )
+    }
+}
+
+/// Sends `request` and the body of `f` on a new stream of `send`'s connection: the response
+/// to come and the stream's sending half, or how it failed.
+async fn send(
+    f: &Forward<'_>,
+    on: &OnStream<'_>,
+    send: SendRequest<Bytes>,
+    request: Request<()>,
+) -> Result<(ResponseFuture, SendStream<Bytes>), Tried<H2Body>> {
+    let connect_timeout = f.settings.connect_timeout;
+    let mut send = send.ready().await.map_err(|e| on.not_sent(e))?;
+    let (response, mut body) = send
+        .send_request(request, f.body.is_empty())
+        .map_err(|e| on.not_sent(e))?;
+    // While the backend's concurrent streams are all taken, the stream waits in the `h2`
+    // crate's queue, not yet sent; the handle is ready again once it went out. That wait is
+    // for room, as a connect is: within connect_timeout. Given up, the stream is still sent
+    // once room comes, and reset at once: "partly sent" for the retry policy, so that only a
+    // safe request is sent again, and, the connection being a shared one, with no blame.
+    match timeout_at(after(connect_timeout), send.ready()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(on.not_sent(e)),
+        Err(_) => {
+            return Err(on.failed(
+                RequestSent::Partly,
+                ResponseReceived::Nothing,
+                Fault::Closed,
+                format!(
+                    "no stream free on the HTTP/2 connection (the backend's concurrent-stream limit) within connect_timeout ({connect_timeout:?})"
+                ),
+            ));
+        }
+    }
+    if !f.body.is_empty() {
+        // Queued whole: the `h2` crate sends it as the stream's window allows.
+        if let Err(e) = body.send_data(Bytes::copy_from_slice(f.body), true) {
+            return Err(on.failure(&e, ResponseReceived::Nothing));
+        }
+    }
+    Ok((response, body))
+}
+
+/// The backend's response head, written as HTTP/1.1 and rewritten for the client into `out`
+/// by the shared rules: the head and its body, or an invalid answer.
+fn final_head(
+    f: &Forward<'_>,
+    on: &OnStream<'_>,
+    response: Response<RecvStream>,
+    body: SendStream<Bytes>,
+    out: &mut Vec<u8>,
+) -> Tried<H2Body> {
     let (parts, recv) = response.into_parts();
     let mut raw = Vec::with_capacity(256);
     write_response_head(&parts, recv.is_end_stream(), f.client.is_head, &mut raw);
@@ -371,15 +420,13 @@ pub(crate) async fn attempt(
                 _request: body,
             },
         ),
-        Ok(_) => failed(
-            connection,
+        Ok(_) => on.failed(
             RequestSent::Whole,
             ResponseReceived::Partly,
             Fault::InvalidResponse,
             "invalid response: an interim status as the HTTP/2 response".to_owned(),
         ),
-        Err(why) => failed(
-            connection,
+        Err(why) => on.failed(
             RequestSent::Whole,
             ResponseReceived::Partly,
             Fault::InvalidResponse,

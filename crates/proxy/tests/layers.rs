@@ -14,8 +14,8 @@
 //!
 //! A folder is one layer (the house style: "a file holds one idea; a folder one layer"): the
 //! crate's top-level files and folders must form layers, file references between them counted
-//! as the folder's. Inside a folder the files may lean on each other — `upstream/` splits one
-//! type's work by job across files that each need the type — and the test shows how they do.
+//! as the folder's; and inside each folder its own files must form layers too (`upstream/`
+//! splits one type's work by job across files, over the data in its `state.rs`).
 //!
 //! On success it prints the layers, the bottom first (each imports only from layers below it),
 //! a folder with its files' own order: `cargo test -p proxy --test layers -- --nocapture`.
@@ -39,10 +39,22 @@ fn the_proxy_s_files_and_folders_import_nothing_above_them() {
                 "the proxy's files and folders, layer by layer, the bottom first (each imports \
                  only from layers below; a folder's own files in parentheses, in their order):"
             );
+            let mut knotted = Vec::new();
             for (i, layer) in layers.iter().enumerate() {
                 let named: Vec<String> = layer.iter().map(|u| graph.describe(u)).collect();
                 println!("  {i:2}: {}", named.join(" "));
+                knotted.extend(
+                    named
+                        .into_iter()
+                        .filter(|d| d.contains("import each other")),
+                );
             }
+            // Inside a folder too: its files form layers of their own.
+            assert!(
+                knotted.is_empty(),
+                "a folder's files import each other; move what they share into a file below \
+                 them: {knotted:?}"
+            );
         }
         Err(cycles) => panic!(
             "files of the proxy import each other in a circle; move what they share below \

@@ -6,29 +6,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use balance::weights::LoadReport;
 use balance::{BackendId, Nanos, Pool};
-use tokio::time::Instant;
 
-use super::pick::State;
-use super::view::{AdminState, ChangeError, reports_set_weights};
-use super::workers::WorkerPools;
-use super::{Upstream, build_pool, configured_state, lock, pool_order};
+use super::state::{AdminState, Member, State, WorkerPools, configured_state, lock};
+use super::view::{ChangeError, reports_set_weights};
+use super::{Upstream, build_pool, pool_order};
 use crate::settings::UpstreamSettings;
-
-/// One backend of the pool in force, in pool order.
-#[derive(Debug, Clone)]
-pub(super) struct Member {
-    pub(super) addr: SocketAddr,
-    pub(super) state: AdminState,
-    /// The weight configured, or set through the admin API.
-    pub(super) static_weight: u32,
-    /// The latest load report and when it came.
-    pub(super) report: Option<(LoadReport, Instant)>,
-    /// The generation since which it has been a member without a break: tickets of older
-    /// generations are not its pool's to complete.
-    pub(super) since: u64,
-}
 
 /// What [`Upstream::reconfigure`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

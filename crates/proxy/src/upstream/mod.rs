@@ -13,6 +13,8 @@
 //!
 //! # Layout
 //!
+//! * [`state`]: the data the others work on (the pool in force, its members and waiting
+//!   requests, operator states, the workers' connections), importing none of them;
 //! * this file: [`Upstream`] itself — its settings, its name, its generation and the
 //!   watch that tells the control plane of changes;
 //! * [`pick`]: the pool in force with its generation, the pick that hands out an
@@ -27,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use balance::{Nanos, Pool};
@@ -39,16 +41,17 @@ use crate::settings::{HashKey, UpstreamSettings};
 mod membership;
 mod pick;
 mod queue;
+mod state;
 mod view;
 mod workers;
 
 pub use membership::{Keep, Reconfigured};
-pub(crate) use pick::{Attempt, Unpicked};
-pub use view::{AdminState, BackendSnapshot, ChangeError, MAX_WEIGHT};
-pub(crate) use workers::WorkerPools;
+pub(crate) use pick::Attempt;
+pub use state::AdminState;
+pub(crate) use state::{Unpicked, WorkerPools};
+pub use view::{BackendSnapshot, ChangeError, MAX_WEIGHT};
 
-use membership::Member;
-use pick::State;
+use state::{Member, State, configured_state, lock};
 
 #[derive(Debug)]
 pub struct Upstream {
@@ -69,12 +72,6 @@ pub struct Upstream {
     queued: AtomicUsize,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the state half-updated in a way
-    // that matters more than stopping the proxy would, so carry on with the data.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The backends of `settings` in pool order (primaries, then backups).
 fn pool_order(settings: &UpstreamSettings) -> Vec<&crate::BackendSettings> {
     let (backup, primary): (Vec<_>, Vec<_>) = settings.backends.iter().partition(|b| b.backup);
@@ -90,14 +87,6 @@ fn build_pool(settings: &UpstreamSettings) -> Pool {
 pub(crate) fn hashed_request_part(settings: &UpstreamSettings) -> Option<&HashKey> {
     let hashed = settings.algorithm.affinity() == Some(balance::Affinity::Key);
     (hashed && settings.hash_key != HashKey::ClientIp).then_some(&settings.hash_key)
-}
-
-fn configured_state(b: &crate::BackendSettings) -> AdminState {
-    if b.down {
-        AdminState::Disabled
-    } else {
-        AdminState::Up
-    }
 }
 
 impl Upstream {

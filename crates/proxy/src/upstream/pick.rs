@@ -1,76 +1,19 @@
 //! The pool in force and its generation: a pick hands out an [`Attempt`], whose ticket
 //! completes in the pool where its backend still is, however the upstream changed meanwhile.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use balance::queue::{self, Admission, Waiter as _};
-use balance::{BackendId, Outcome, Pool, Ticket};
+use balance::{Outcome, Ticket};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use super::membership::Member;
-use super::queue::Waiter;
-use super::{Upstream, lock};
+use super::Upstream;
+use super::state::{Unpicked, Waiter, excluded, lock};
 use crate::settings::UpstreamSettings;
-
-/// The pool in force and what goes with it, replaced whole when the backends or the algorithm
-/// change (a reload, the admin API).
-#[derive(Debug)]
-pub(super) struct State {
-    pub(super) generation: u64,
-    pub(super) pool: Pool,
-    pub(super) members: Vec<Member>,
-    /// Requests waiting for a backend below its `max_conns`, oldest first (survives a change
-    /// of generation: they wait for the upstream, not for one pool).
-    pub(super) waiting: VecDeque<Waiter>,
-}
-
-impl State {
-    pub(super) fn position(&self, addr: SocketAddr) -> Option<BackendId> {
-        position(&self.members, addr)
-    }
-}
-
-pub(super) fn position(members: &[Member], addr: SocketAddr) -> Option<BackendId> {
-    members
-        .iter()
-        .position(|m| m.addr == addr)
-        .map(|i| BackendId(i as u32))
-}
-
-/// The pool ids of the backends a request `tried` that are still members.
-pub(super) fn excluded(members: &[Member], tried: &[SocketAddr]) -> Vec<BackendId> {
-    tried.iter().filter_map(|&a| position(members, a)).collect()
-}
-
-/// Why a request got no backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unpicked {
-    /// None is healthy and in rotation (or every one was tried already).
-    NoBackend,
-    /// Every backend left is at its `max_conns` and the queue is full (or off).
-    QueueFull,
-    /// It waited `queue_timeout` in the queue.
-    QueueTimeout,
-    /// The client left while its request waited.
-    ClientGone,
-}
-
-impl Unpicked {
-    /// The reason in logs and metrics.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Unpicked::NoBackend => "no_backend",
-            Unpicked::QueueFull => "queue_full",
-            Unpicked::QueueTimeout => "queue_timeout",
-            Unpicked::ClientGone => "client_gone",
-        }
-    }
-}
 
 impl Upstream {
     /// A backend for a request, other than those it `tried`. When every backend left is at

@@ -3,40 +3,18 @@
 //! [`balance::queue`]'s rule, the simulator's too; this part keeps the waiters, wakes them
 //! through channels and gives back what a waiter that left was handed.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use balance::Outcome;
 use balance::queue;
-use balance::{Outcome, Ticket};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use super::pick::{Attempt, State, Unpicked, position};
-use super::{Upstream, lock};
-
-/// A request in the queue: what its pick needs, and where to hand the backend to.
-#[derive(Debug)]
-pub(super) struct Waiter {
-    pub(super) affinity: Option<Vec<u8>>,
-    pub(super) tried: Vec<SocketAddr>,
-    pub(super) to: oneshot::Sender<Handed>,
-}
-
-/// What a waiting request is handed: a ticket picked for it under the pool lock, or why
-/// there will be none.
-type Handed = Result<(u64, SocketAddr, Ticket), Unpicked>;
-
-impl queue::Waiter for Waiter {
-    fn left(&self) -> bool {
-        self.to.is_closed()
-    }
-
-    fn affinity(&self) -> Option<&[u8]> {
-        self.affinity.as_deref()
-    }
-}
+use super::Upstream;
+use super::pick::Attempt;
+use super::state::{Handed, State, Unpicked, lock, position};
 
 impl Upstream {
     /// Waits in the queue for a backend to be handed over (see [`Upstream::pick`]).
@@ -164,6 +142,8 @@ impl Drop for Wait<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
     use crate::BackendSettings;
     use crate::settings::UpstreamSettings;

@@ -9,45 +9,9 @@ use balance::BackendId;
 use balance::weights::LoadReport;
 use tokio::time::Instant;
 
-use super::{Upstream, lock};
+use super::Upstream;
+use super::state::{AdminState, lock};
 use crate::settings::UpstreamSettings;
-
-/// What an operator asked of a backend (the admin API's `state`; `down = true` in the
-/// configuration starts a backend `Disabled`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminState {
-    /// In rotation (when healthy).
-    Up,
-    /// No new requests; those in flight finish. Health checks go on.
-    Drain,
-    /// No new requests; those in flight finish; its idle connections are closed.
-    Disabled,
-}
-
-impl AdminState {
-    pub fn name(self) -> &'static str {
-        match self {
-            AdminState::Up => "up",
-            AdminState::Drain => "drain",
-            AdminState::Disabled => "disabled",
-        }
-    }
-}
-
-impl std::str::FromStr for AdminState {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<AdminState, String> {
-        match s {
-            "up" => Ok(AdminState::Up),
-            "drain" => Ok(AdminState::Drain),
-            "disabled" => Ok(AdminState::Disabled),
-            _ => Err(format!(
-                "{s:?}: a state is \"up\", \"drain\" or \"disabled\""
-            )),
-        }
-    }
-}
 
 /// Why an operator's change was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,44 +2,14 @@
 //! without a lock of the upstream's, and the upstream replaces the maps when its backends
 //! change, so a new backend has connections before any pick can choose it.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::{Upstream, lock};
+use super::Upstream;
+use super::state::{WorkerPools, lock};
 use crate::connections::Connections;
-
-/// One worker's connections to one upstream's backends, by address: replaced as a whole when
-/// the backends change, so the worker reads them without a lock of the upstream's.
-#[derive(Debug)]
-pub(crate) struct WorkerPools {
-    pub(super) by_addr: ArcSwap<HashMap<SocketAddr, Arc<Connections>>>,
-}
-
-impl WorkerPools {
-    /// This worker's connections to `addr`, if it is a backend of the upstream.
-    pub(crate) fn get(&self, addr: SocketAddr) -> Option<Arc<Connections>> {
-        self.by_addr.load().get(&addr).cloned()
-    }
-
-    /// Forgets `removed` backends' connections in each of `workers`: the idle ones close with
-    /// the map; those in use finish their request first (the attempt holds its own
-    /// reference).
-    pub(super) fn forget(workers: &[Arc<WorkerPools>], removed: &[SocketAddr]) {
-        for w in workers {
-            let mut map = (**w.by_addr.load()).clone();
-            map.retain(|addr, _| !removed.contains(addr));
-            w.by_addr.store(Arc::new(map));
-        }
-    }
-
-    /// Every backend's connections, for the reaper.
-    pub(crate) fn all(&self) -> Vec<Arc<Connections>> {
-        self.by_addr.load().values().cloned().collect()
-    }
-}
 
 impl Upstream {
     /// Gives every worker connections for each of `backends` it has none for yet (before any

@@ -298,95 +298,122 @@ pub(crate) async fn relay<S: ClientStream>(
             attempt.complete(Outcome::Success);
             client.send(head, &[]).await
         }
-        Framing::Length(n) => {
-            let first = conn.buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
-            let mut remaining = n - first as u64;
-            if remaining == 0 {
-                attempt.complete(Outcome::Success);
-            }
-            client.send(head, &conn.buf.filled()[..first]).await?;
-            conn.buf.consume(first);
-            while remaining > 0 {
-                read_backend(
-                    conn,
-                    watch(Some(client.stream.tcp()), client.watch),
-                    patience,
-                )
-                .await?;
-                let k = conn
-                    .buf
-                    .len()
-                    .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-                if k as u64 == remaining {
-                    attempt.complete(Outcome::Success);
-                }
-                client.send(&conn.buf.filled()[..k], &[]).await?;
-                conn.buf.consume(k);
-                remaining -= k as u64;
-            }
-            Ok(())
-        }
+        Framing::Length(n) => relay_length(conn, n, head, client, attempt, patience).await,
         Framing::Chunked => {
-            let mut chunked = Chunked::default();
-            let mut head = Some(head);
-            loop {
-                let used = if response.dechunk {
-                    client.dechunked.clear();
-                    let dechunked = &mut *client.dechunked;
-                    chunked.advance(conn.buf.filled(), |d| dechunked.extend_from_slice(d))
-                } else {
-                    chunked.advance(conn.buf.filled(), |_| {})
-                }
-                .map_err(|e| Relay::backend(e.to_string()))?;
-                if chunked.is_done() {
-                    attempt.complete(Outcome::Success);
-                }
-                let bytes: &[u8] = if response.dechunk {
-                    client.dechunked
-                } else {
-                    &conn.buf.filled()[..used]
-                };
-                let (a, b) = match head.take() {
-                    Some(h) => (h, bytes),
-                    None => (bytes, &[][..]),
-                };
-                // `ClientEnd::send` would borrow `dechunked` again: count what it would.
-                let n = (a.len() + b.len()) as u64;
-                send(client.stream, a, b, client.send_timeout)
-                    .await
-                    .map_err(|_| Relay::Client)?;
-                client.sent += n;
-                conn.buf.consume(used);
-                if chunked.is_done() {
-                    return Ok(());
-                }
-                read_backend(
-                    conn,
-                    watch(Some(client.stream.tcp()), client.watch),
-                    patience,
-                )
-                .await?;
-            }
+            let dechunk = response.dechunk;
+            relay_chunked(conn, dechunk, head, client, attempt, patience).await
         }
-        Framing::Close => {
-            client.send(head, conn.buf.filled()).await?;
-            loop {
-                conn.buf.consume(conn.buf.len());
-                if read_some(
-                    conn,
-                    watch(Some(client.stream.tcp()), client.watch),
-                    patience,
-                )
-                .await?
-                    == 0
-                {
-                    // The end of the stream is the end of this body.
-                    attempt.complete(Outcome::Success);
-                    return Ok(());
-                }
-                client.send(conn.buf.filled(), &[]).await?;
-            }
+        Framing::Close => relay_close(conn, head, client, attempt, patience).await,
+    }
+}
+
+/// A body of `n` bytes (`Content-Length`). The attempt completes as soon as its last byte is
+/// read, before it is written to the client: the backend's part is over.
+async fn relay_length<S: ClientStream>(
+    conn: &mut BackendConn,
+    n: u64,
+    head: &[u8],
+    client: &mut ClientEnd<'_, S>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    let first = conn.buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+    let mut remaining = n - first as u64;
+    if remaining == 0 {
+        attempt.complete(Outcome::Success);
+    }
+    client.send(head, &conn.buf.filled()[..first]).await?;
+    conn.buf.consume(first);
+    while remaining > 0 {
+        read_backend(
+            conn,
+            watch(Some(client.stream.tcp()), client.watch),
+            patience,
+        )
+        .await?;
+        let k = conn
+            .buf
+            .len()
+            .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+        if k as u64 == remaining {
+            attempt.complete(Outcome::Success);
         }
+        client.send(&conn.buf.filled()[..k], &[]).await?;
+        conn.buf.consume(k);
+        remaining -= k as u64;
+    }
+    Ok(())
+}
+
+/// A chunked body, relayed as it is or de-chunked (`dechunk`, for an HTTP/1.0 client).
+async fn relay_chunked<S: ClientStream>(
+    conn: &mut BackendConn,
+    dechunk: bool,
+    head: &[u8],
+    client: &mut ClientEnd<'_, S>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    let mut chunked = Chunked::default();
+    let mut head = Some(head);
+    loop {
+        let used = if dechunk {
+            client.dechunked.clear();
+            let dechunked = &mut *client.dechunked;
+            chunked.advance(conn.buf.filled(), |d| dechunked.extend_from_slice(d))
+        } else {
+            chunked.advance(conn.buf.filled(), |_| {})
+        }
+        .map_err(|e| Relay::backend(e.to_string()))?;
+        if chunked.is_done() {
+            attempt.complete(Outcome::Success);
+        }
+        let bytes: &[u8] = if dechunk {
+            client.dechunked
+        } else {
+            &conn.buf.filled()[..used]
+        };
+        let (a, b) = match head.take() {
+            Some(h) => (h, bytes),
+            None => (bytes, &[][..]),
+        };
+        // `ClientEnd::send` would borrow `dechunked` again: count what it would.
+        let n = (a.len() + b.len()) as u64;
+        send(client.stream, a, b, client.send_timeout)
+            .await
+            .map_err(|_| Relay::Client)?;
+        client.sent += n;
+        conn.buf.consume(used);
+        if chunked.is_done() {
+            return Ok(());
+        }
+        read_backend(
+            conn,
+            watch(Some(client.stream.tcp()), client.watch),
+            patience,
+        )
+        .await?;
+    }
+}
+
+/// A body delimited by the end of the connection.
+async fn relay_close<S: ClientStream>(
+    conn: &mut BackendConn,
+    head: &[u8],
+    client: &mut ClientEnd<'_, S>,
+    attempt: &mut Attempt,
+    patience: Patience,
+) -> Result<(), Relay> {
+    client.send(head, conn.buf.filled()).await?;
+    loop {
+        conn.buf.consume(conn.buf.len());
+        let gone = watch(Some(client.stream.tcp()), client.watch);
+        if read_some(conn, gone, patience).await? == 0 {
+            // The end of the stream is the end of this body.
+            attempt.complete(Outcome::Success);
+            return Ok(());
+        }
+        client.send(conn.buf.filled(), &[]).await?;
     }
 }
 

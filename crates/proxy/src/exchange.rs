@@ -128,22 +128,9 @@ pub(crate) async fn send_and_read_head(
                         if response.status == 101 && write_result.is_none() {
                             // A tunnel must not begin before the request has gone out whole:
                             // its bytes would be cut off by the new protocol's.
-                            match timeout_at(deadline, &mut write).await {
-                                Ok(Ok(())) => write_result = Some(Ok(())),
-                                Ok(Err(e)) => {
-                                    break (
-                                        Fault::Closed,
-                                        format!(
-                                            "connection failed before the upgrade request was written: {e}"
-                                        ),
-                                    );
-                                }
-                                Err(_) => {
-                                    break (
-                                        Fault::ReadTimeout,
-                                        patience.expired("the upgrade request's writing"),
-                                    );
-                                }
+                            match written_whole(write.as_mut(), deadline, patience).await {
+                                Ok(()) => write_result = Some(Ok(())),
+                                Err(failed) => break failed,
                             }
                         }
                         response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
@@ -205,8 +192,41 @@ pub(crate) async fn send_and_read_head(
         }
     };
     let (fault, why) = failed;
+    let written = written.load(Ordering::Relaxed);
+    Head::Failed(failure(req, connection, written, received, fault), why)
+}
+
+/// Waits (until `deadline`) for the rest of the request to be written: what failed, if it
+/// could not be.
+async fn written_whole(
+    write: std::pin::Pin<&mut impl std::future::Future<Output = std::io::Result<()>>>,
+    deadline: Instant,
+    patience: Patience,
+) -> Result<(), (Fault, String)> {
+    match timeout_at(deadline, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err((
+            Fault::Closed,
+            format!("connection failed before the upgrade request was written: {e}"),
+        )),
+        Err(_) => Err((
+            Fault::ReadTimeout,
+            patience.expired("the upgrade request's writing"),
+        )),
+    }
+}
+
+/// A failed exchange as the retry policy sees it: `written` bytes of the request went out,
+/// and some of the answer if `received`.
+fn failure(
+    req: &Request<'_>,
+    connection: balance::Connection,
+    written: usize,
+    received: bool,
+    fault: Fault,
+) -> AttemptFailure {
     let total = req.head.len() + req.body.len();
-    let request = match written.load(Ordering::Relaxed) {
+    let request = match written {
         0 => RequestSent::Nothing,
         n if n < total => RequestSent::Partly,
         _ => RequestSent::Whole,
@@ -216,16 +236,13 @@ pub(crate) async fn send_and_read_head(
     } else {
         ResponseReceived::Nothing
     };
-    Head::Failed(
-        AttemptFailure {
-            fault,
-            connection,
-            request,
-            response,
-            replay: req.replay,
-        },
-        why,
-    )
+    AttemptFailure {
+        fault,
+        connection,
+        request,
+        response,
+        replay: req.replay,
+    }
 }
 
 /// Why a relay stopped.

@@ -31,7 +31,7 @@
 //! the simulator pool ids.
 
 use crate::balancer::Outcome;
-use crate::retry::{self, Action, AttemptFailure, Blame, Connection, Decision, Fault};
+use crate::retry::{self, Action, AttemptFailure, Blame, Decision, Fault};
 
 /// One request's attempts so far.
 #[derive(Debug, Clone)]
@@ -255,14 +255,7 @@ impl<B: Copy> Attempts<B> {
     /// A connect-stage failure (nothing sent, nothing received, a fresh connection): the
     /// [`AttemptFailure`] every protocol reports for it.
     pub fn connect_failed(&mut self, fault: Fault, replay: retry::Replay, time_up: bool) -> Step {
-        let failure = AttemptFailure {
-            fault,
-            connection: Connection::Fresh,
-            request: retry::RequestSent::Nothing,
-            response: retry::ResponseReceived::Nothing,
-            replay,
-        };
-        self.failed(&failure, time_up)
+        self.failed(&AttemptFailure::connect(fault, replay), time_up)
     }
 
     /// The last failed attempt's fault (`None`: none failed, or none was picked).
@@ -280,7 +273,7 @@ impl<B: Copy> Attempts<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::{Replay, RequestSent, ResponseReceived};
+    use crate::retry::{Connection, Replay, RequestSent, ResponseReceived};
 
     fn closed(connection: Connection) -> AttemptFailure {
         AttemptFailure {

@@ -116,6 +116,20 @@ pub struct AttemptFailure {
     pub replay: Replay,
 }
 
+impl AttemptFailure {
+    /// A connection that could not be had (`fault`): nothing sent, nothing received, a fresh
+    /// connection, whatever the protocol.
+    pub fn connect(fault: Fault, replay: Replay) -> AttemptFailure {
+        AttemptFailure {
+            fault,
+            connection: Connection::Fresh,
+            request: RequestSent::Nothing,
+            response: ResponseReceived::Nothing,
+            replay,
+        }
+    }
+}
+
 /// What to do next with the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use balance::{AttemptFailure, Connection, Fault, Outcome, RequestSent};
-use balance::{Next, Picked, ResponseReceived, Step};
+use balance::{AttemptFailure, Fault, Outcome};
+use balance::{Next, Picked, Step};
 use tokio::net::TcpStream;
 
 use crate::answers;
@@ -362,7 +362,9 @@ pub(crate) async fn attempts(
                     attempt.complete(Outcome::Cancelled);
                     return Attempts::Refused(answers::UNCARRIED);
                 }
-                Tried::ConnectFailed(e) => (connect_failure(e.fault(), f.replay), e.to_string()),
+                Tried::ConnectFailed(e) => {
+                    (AttemptFailure::connect(e.fault(), f.replay), e.to_string())
+                }
                 Tried::Failed(failure, why) => (failure, why),
             };
             if !resend(f, tried, &mut attempt, &failure, &why, patience) {
@@ -468,18 +470,6 @@ fn resend(
             attempt.complete(outcome);
             false
         }
-    }
-}
-
-/// How a failed connect is classified, whatever the protocol: nothing sent, nothing received,
-/// a fresh connection.
-pub(crate) fn connect_failure(fault: Fault, replay: balance::Replay) -> AttemptFailure {
-    AttemptFailure {
-        fault,
-        connection: Connection::Fresh,
-        request: RequestSent::Nothing,
-        response: ResponseReceived::Nothing,
-        replay,
     }
 }
 

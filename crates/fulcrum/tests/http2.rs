@@ -594,6 +594,16 @@ async fn flood_once(addr: SocketAddr, stop: &AtomicBool) -> (u64, Option<h2::Err
     (opened, ended)
 }
 
+/// The number a log line gives for `name` (`name=123`).
+fn field(line: &str, name: &str) -> Option<u64> {
+    let at = line.find(&format!(" {name}="))? + name.len() + 2;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
 /// An attacker that lets each stream reach the backend before it resets it (so `h2`'s own
 /// count of streams reset before the server took them does not see it): batches of 50 slow
 /// requests, each reset once the backend has them all, until the server ends the connection.
@@ -676,7 +686,10 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
     let addr = fulcrum.addr_of("app");
 
     // The first flood connection alone: cut off with ENHANCE_YOUR_CALM after about
-    // http2_max_resets_per_second (100) resets, not after thousands.
+    // http2_max_resets_per_second (100) resets, not after thousands. The client's own count
+    // of streams it opened says nothing of that: on a busy machine it queues thousands in its
+    // socket before the server reads the first, and the server, cut off, never reads them.
+    // What bounds the server's work is how many streams it took, which it logs.
     let stop = AtomicBool::new(false);
     let (opened, ended) = flood_once(addr, &stop).await;
     let ended = ended.expect("the flood connection was ended by the server");
@@ -687,17 +700,18 @@ async fn a_rapid_reset_flood_is_cut_off_and_others_are_served_meanwhile() {
         ended.reason() == Some(Reason::ENHANCE_YOUR_CALM) || ended.is_io(),
         "{ended}"
     );
-    assert!(opened < 2_000, "cut off after {opened} streams");
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let taken = loop {
         let line = fulcrum.next_line(deadline);
         if !line.contains("fate=") {
             println!("fulcrum: {line}");
         }
         if line.contains("GOAWAY ENHANCE_YOUR_CALM") {
-            break;
+            break field(&line, "streams")
+                .expect("the GOAWAY line says how many streams were taken");
         }
-    }
+    };
+    assert!(taken < 1_000, "cut off after taking {taken} streams");
 
     // Latency without a flood and with one (an attacker reconnecting as soon as it is cut
     // off), in the same run, in turns, so that whatever else the machine does weighs on both.

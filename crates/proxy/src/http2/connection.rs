@@ -122,6 +122,8 @@ pub(crate) async fn serve<S>(
     let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
     let mut streams: JoinSet<Ended> = JoinSet::new();
     let mut resets = ResetRate::new(limits.max_resets_per_second);
+    // Streams taken (served as tasks) on this connection: the work a flood made us do.
+    let mut taken: u64 = 0;
     let mut ping = conn.ping_pong();
     let mut going_away = false;
     let mut calmed: Option<Instant> = None;
@@ -143,6 +145,7 @@ pub(crate) async fn serve<S>(
                     tracing::warn!(
                         %peer,
                         limit = limits.max_resets_per_second,
+                        streams = taken,
                         "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection with GOAWAY ENHANCE_YOUR_CALM"
                     );
                     conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
@@ -159,13 +162,14 @@ pub(crate) async fn serve<S>(
                         continue;
                     }
                     idle_since = None;
+                    taken += 1;
                     streams.spawn(stream::serve(Arc::clone(&ctx), request, respond));
                 }
                 Some(Err(e)) => {
                     if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
                         // h2's own bounds: streams reset before we took them, or too many
                         // streams we had to reset for the client's errors.
-                        tracing::warn!(%peer, error = %e, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
+                        tracing::warn!(%peer, error = %e, streams = taken, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
                     } else {
                         tracing::debug!(%peer, error = %e, "HTTP/2 connection failed");
                     }

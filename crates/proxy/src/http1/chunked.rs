@@ -123,53 +123,26 @@ impl Chunked {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
+            // One match on the state per byte: this loop is on every chunked body's path.
             match self.state {
-                Size { digits } => match (b as char).to_digit(16) {
-                    Some(d) => {
-                        if self.remaining > u64::MAX >> 4 {
-                            return Err(ChunkError::Overflow);
-                        }
-                        self.remaining = self.remaining << 4 | u64::from(d);
-                        self.state = Size {
-                            digits: digits.saturating_add(1),
-                        };
-                    }
-                    None if digits == 0 => return Err(ChunkError::Size),
-                    None => {
-                        self.meta = 1;
-                        self.after_size(b)?;
-                    }
-                },
+                Size { digits } => self.size_digit(b, digits)?,
                 // Only whitespace, then the extensions or the end of the line: `5 junk` is
                 // not a size line.
                 SizeSpace => {
-                    self.meta += 1;
-                    if self.meta > CHUNK_META_LIMIT {
-                        return Err(ChunkError::TooLong);
-                    }
+                    self.count_meta()?;
                     self.after_size(b)?;
                 }
                 Extension => match b {
                     b'\r' => self.state = SizeLf,
                     b'\n' => return Err(ChunkError::Size),
-                    _ => {
-                        self.meta += 1;
-                        if self.meta > CHUNK_META_LIMIT {
-                            return Err(ChunkError::TooLong);
-                        }
-                    }
+                    _ => self.count_meta()?,
                 },
-                SizeLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Size);
-                    }
-                    self.state = if self.remaining == 0 {
-                        self.meta = 0;
-                        TrailerStart
-                    } else {
-                        Data
-                    };
+                SizeLf if b != b'\n' => return Err(ChunkError::Size),
+                SizeLf if self.remaining == 0 => {
+                    self.meta = 0;
+                    self.state = TrailerStart;
                 }
+                SizeLf => self.state = Data,
                 Data => {
                     let take = (input.len() - i)
                         .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
@@ -181,53 +154,70 @@ impl Chunked {
                     }
                     continue;
                 }
-                DataCr => {
-                    if b != b'\r' {
-                        return Err(ChunkError::DataEnd);
-                    }
-                    self.state = DataLf;
-                }
-                DataLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::DataEnd);
-                    }
-                    self.state = Size { digits: 0 };
-                }
-                TrailerStart if b == b'\r' => self.state = FinalLf,
-                // A field line: `token ":" value` (no obs-fold, no empty name).
-                TrailerStart if is_tchar(b) => self.state = TrailerName,
-                TrailerStart => return Err(ChunkError::Trailer),
-                TrailerName | Trailer => {
-                    self.meta += 1;
-                    if self.meta > CHUNK_META_LIMIT {
-                        return Err(ChunkError::TooLong);
-                    }
-                    match (self.state, b) {
-                        (TrailerName, b':') => self.state = Trailer,
-                        (TrailerName, b) if is_tchar(b) => {}
-                        (Trailer, b'\r') => self.state = TrailerLf,
-                        (Trailer, b) if b == b'\t' || !b.is_ascii_control() => {}
-                        _ => return Err(ChunkError::Trailer),
-                    }
-                }
-                TrailerLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Size);
-                    }
-                    self.state = TrailerStart;
-                }
-                FinalLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Size);
-                    }
+                DataCr if b == b'\r' => self.state = DataLf,
+                DataLf if b == b'\n' => self.state = Size { digits: 0 },
+                DataCr | DataLf => return Err(ChunkError::DataEnd),
+                TrailerStart | TrailerName | Trailer => self.trailer_byte(b)?,
+                TrailerLf if b == b'\n' => self.state = TrailerStart,
+                FinalLf if b == b'\n' => {
                     self.state = Done;
                     return Ok(i + 1);
                 }
+                TrailerLf | FinalLf => return Err(ChunkError::Size),
                 Done => return Ok(i),
             }
             i += 1;
         }
         Ok(i)
+    }
+
+    /// Takes byte `b` of a chunk size, `digits` hex digits in.
+    fn size_digit(&mut self, b: u8, digits: u8) -> Result<(), ChunkError> {
+        match (b as char).to_digit(16) {
+            Some(d) => {
+                if self.remaining > u64::MAX >> 4 {
+                    return Err(ChunkError::Overflow);
+                }
+                self.remaining = self.remaining << 4 | u64::from(d);
+                self.state = ChunkState::Size {
+                    digits: digits.saturating_add(1),
+                };
+                Ok(())
+            }
+            None if digits == 0 => Err(ChunkError::Size),
+            None => {
+                self.meta = 1;
+                self.after_size(b)
+            }
+        }
+    }
+
+    /// Takes byte `b` of a trailer field line, or the CR of the blank line that ends the
+    /// body.
+    fn trailer_byte(&mut self, b: u8) -> Result<(), ChunkError> {
+        use ChunkState::*;
+        if self.state != TrailerStart {
+            self.count_meta()?;
+        }
+        self.state = match (self.state, b) {
+            (TrailerStart, b'\r') => FinalLf,
+            // A field line: `token ":" value` (no obs-fold, no empty name).
+            (TrailerStart | TrailerName, b) if is_tchar(b) => TrailerName,
+            (TrailerName, b':') => Trailer,
+            (Trailer, b'\r') => TrailerLf,
+            (Trailer, b) if b == b'\t' || !b.is_ascii_control() => Trailer,
+            _ => return Err(ChunkError::Trailer),
+        };
+        Ok(())
+    }
+
+    /// Counts one more byte of extensions or trailer, against [`CHUNK_META_LIMIT`].
+    fn count_meta(&mut self) -> Result<(), ChunkError> {
+        self.meta += 1;
+        if self.meta > CHUNK_META_LIMIT {
+            return Err(ChunkError::TooLong);
+        }
+        Ok(())
     }
 }
 

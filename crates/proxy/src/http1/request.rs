@@ -170,21 +170,9 @@ pub(crate) fn parse_request(
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS_LIMIT];
     let slots = &mut slots[..limits.max_headers.min(MAX_HEADERS_LIMIT)];
     let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, slots) {
-        Ok(httparse::Status::Complete(n)) if n <= limits.max_header_bytes => n,
-        Ok(httparse::Status::Complete(_)) => return Err(HEAD_TOO_LARGE),
-        Ok(httparse::Status::Partial) if buf.len() < limits.max_header_bytes => return Ok(None),
-        Ok(httparse::Status::Partial) => {
-            let line_done = buf.contains(&b'\n');
-            return Err(if line_done {
-                HEAD_TOO_LARGE
-            } else {
-                URI_TOO_LONG
-            });
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HEAD_TOO_LARGE),
-        Err(httparse::Error::Version) => return Err(version_error(buf)),
-        Err(_) => return Err(BAD_SYNTAX),
+    let parsed = req.parse_with_uninit_headers(buf, slots);
+    let Some(head_len) = head_length(parsed, buf, limits.max_header_bytes)? else {
+        return Ok(None);
     };
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(BAD_SYNTAX);
@@ -194,81 +182,43 @@ pub(crate) fn parse_request(
     if method == "TRACE" {
         return Err(TRACE);
     }
-
     let parsed_target = match Target::parse(method, target) {
         Ok(t) => t,
         Err(TargetError::Connect) => return Err(CONNECT),
         Err(TargetError::Invalid) => return Err(BAD_TARGET),
     };
-
-    let mut host: Option<&[u8]> = None;
-    let mut hosts = 0;
-    for value in values(headers, "host") {
-        hosts += 1;
-        host = Some(value);
-    }
-    let has_te = values(headers, "transfer-encoding").next().is_some();
-    let connection = connection_tokens(headers);
     let expect_continue =
         values(headers, "expect").any(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
-    let length = content_length(values(headers, "content-length")).map_err(|()| BAD_LENGTH)?;
-    let body = if has_te {
-        if !http11 {
-            return Err(BAD_CODING);
-        }
-        if length.is_some() {
-            return Err(LENGTH_AND_CHUNKED);
-        }
-        let te = values(headers, "transfer-encoding");
-        // RFC 9112 §6.3: a final coding other than chunked leaves the length unknown (400);
-        // §6.1: a coding the server does not understand gets 501.
-        match codings(te) {
-            Codings::Chunked => Framing::Chunked,
-            Codings::ChunkedAfterOthers => return Err(UNKNOWN_CODING),
-            Codings::NotChunkedLast | Codings::ChunkedNotLast => return Err(BAD_CODING),
-        }
-    } else {
-        length.map_or(Framing::None, Framing::Length)
-    };
-    if hosts > 1 {
-        return Err(TWO_HOSTS);
-    }
-    if let Some(h) = host
-        && !valid_host(h)
-    {
-        return Err(BAD_HOST);
-    }
+    let body = body_framing(headers, http11)?;
     // Absolute form: the target's authority wins over Host (RFC 9112 §3.2.2).
-    let host = parsed_target.authority().map(str::as_bytes).or(host);
+    let host = parsed_target
+        .authority()
+        .map(str::as_bytes)
+        .or(host(headers)?);
     if host.is_none() && http11 {
         return Err(NO_HOST);
     }
 
-    // The backend's head.
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    parsed_target.put_origin_form(out);
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    if let Some(host) = host {
-        put_header(out, "Host", host);
-    }
-    for h in headers {
-        let name = h.name;
-        if is_hop_by_hop(name)
-            || forwarding::is_replaced(name, client)
-            || name.eq_ignore_ascii_case("host")
-            || name.eq_ignore_ascii_case("content-length")
-            || name.eq_ignore_ascii_case("expect")
-            || (connection.present && named_by_connection(headers, name))
-        {
-            continue;
-        }
-        put_header(out, name, h.value);
-    }
+    let connection = connection_tokens(headers);
+    put_backend_head(
+        out,
+        method,
+        &parsed_target,
+        host,
+        headers,
+        connection.present,
+        client,
+    );
     let no_body = matches!(body, Framing::None | Framing::Length(0));
     let upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
     forwarding::put_forwarding(out, headers, client, host);
 
+    let value_of = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map_or(0..0, |h| bytes_in(buf, h.value))
+    };
     Ok(Some(RequestHead {
         head_len,
         http11,
@@ -281,26 +231,106 @@ pub(crate) fn parse_request(
         upgrade,
         method: range_in(buf, method),
         target: range_in(buf, target),
-        referer: headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("referer"))
-            .map_or(0..0, |h| bytes_in(buf, h.value)),
-        user_agent: headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("user-agent"))
-            .map_or(0..0, |h| bytes_in(buf, h.value)),
+        referer: value_of("referer"),
+        user_agent: value_of("user-agent"),
         key: match limits.key {
             None | Some(HashKey::ClientIp) => 0..0,
             Some(HashKey::Uri) => range_in(buf, parsed_target.as_sent()),
-            Some(HashKey::Header(name)) => headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case(name))
-                .map_or(0..0, |h| bytes_in(buf, h.value)),
+            Some(HashKey::Header(name)) => value_of(name),
             Some(HashKey::Cookie(name)) => {
                 cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
             }
         },
     }))
+}
+
+/// The length of the head httparse found, held to `max_header_bytes`; `None` while it is
+/// incomplete and may still fit.
+fn head_length(
+    parsed: httparse::Result<usize>,
+    buf: &[u8],
+    max_header_bytes: usize,
+) -> Result<Option<usize>, Reject> {
+    match parsed {
+        Ok(httparse::Status::Complete(n)) if n <= max_header_bytes => Ok(Some(n)),
+        Ok(httparse::Status::Complete(_)) => Err(HEAD_TOO_LARGE),
+        Ok(httparse::Status::Partial) if buf.len() < max_header_bytes => Ok(None),
+        // Over the limit and not done: a head too large, or a request line alone too long.
+        Ok(httparse::Status::Partial) if buf.contains(&b'\n') => Err(HEAD_TOO_LARGE),
+        Ok(httparse::Status::Partial) => Err(URI_TOO_LONG),
+        Err(httparse::Error::TooManyHeaders) => Err(HEAD_TOO_LARGE),
+        Err(httparse::Error::Version) => Err(version_error(buf)),
+        Err(_) => Err(BAD_SYNTAX),
+    }
+}
+
+/// How the request's body is framed, from `Content-Length` and `Transfer-Encoding` (RFC 9112
+/// §6.1, §6.3).
+fn body_framing(headers: &[httparse::Header<'_>], http11: bool) -> Result<Framing, Reject> {
+    let length = content_length(values(headers, "content-length")).map_err(|()| BAD_LENGTH)?;
+    if values(headers, "transfer-encoding").next().is_none() {
+        return Ok(length.map_or(Framing::None, Framing::Length));
+    }
+    if !http11 {
+        return Err(BAD_CODING);
+    }
+    if length.is_some() {
+        return Err(LENGTH_AND_CHUNKED);
+    }
+    // §6.3: a final coding other than chunked leaves the length unknown (400); §6.1: a coding
+    // the server does not understand gets 501.
+    match codings(values(headers, "transfer-encoding")) {
+        Codings::Chunked => Ok(Framing::Chunked),
+        Codings::ChunkedAfterOthers => Err(UNKNOWN_CODING),
+        Codings::NotChunkedLast | Codings::ChunkedNotLast => Err(BAD_CODING),
+    }
+}
+
+/// The request's one `Host` value, if it has one (RFC 9110 §7.2).
+fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<&'h [u8]>, Reject> {
+    let mut hosts = values(headers, "host");
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(TWO_HOSTS);
+    }
+    match host {
+        Some(h) if !valid_host(h) => Err(BAD_HOST),
+        _ => Ok(host),
+    }
+}
+
+/// Writes the request line in origin form and HTTP/1.1, one `Host`, and the client's headers
+/// less the hop-by-hop ones (those `Connection` names too, when it has any), the framing,
+/// `Expect` and the forwarding headers this proxy writes itself.
+fn put_backend_head(
+    out: &mut Vec<u8>,
+    method: &str,
+    target: &Target<'_>,
+    host: Option<&[u8]>,
+    headers: &[httparse::Header<'_>],
+    has_connection: bool,
+    client: &ClientAddr,
+) {
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    target.put_origin_form(out);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host {
+        put_header(out, "Host", host);
+    }
+    for h in headers {
+        let name = h.name;
+        if is_hop_by_hop(name)
+            || forwarding::is_replaced(name, client)
+            || name.eq_ignore_ascii_case("host")
+            || name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("expect")
+            || (has_connection && named_by_connection(headers, name))
+        {
+            continue;
+        }
+        put_header(out, name, h.value);
+    }
 }
 
 /// Writes `Upgrade` with the protocols the request offers that `allowed` names (compared by

@@ -85,48 +85,13 @@ pub(crate) fn parse_response(
         return Ok(Some(ResponseHead::Interim(head_len)));
     }
     let headers: &[httparse::Header<'_>] = res.headers;
-    let has_te = values(headers, "transfer-encoding").next().is_some();
-    let connection = connection_tokens(headers);
     let no_body = client.is_head || status == 204 || status == 304;
-    // Content-Length, unless Transfer-Encoding overrides it (RFC 9112 §6.3), is checked
-    // whatever the status: a response without a body still passes its length on (for HEAD, the
-    // length a GET would have had), and a client must not get two that disagree.
-    let length = if has_te {
-        None
-    } else {
-        content_length(values(headers, "content-length"))
-            .map_err(|()| "invalid or conflicting Content-Length")?
-    };
-    let mut other_codings = false;
-    let framing = if no_body {
-        Framing::None
-    } else if has_te {
-        match codings(values(headers, "transfer-encoding")) {
-            Codings::Chunked => Framing::Chunked,
-            // Other codings before chunked travel with the body, which stays encoded; an
-            // HTTP/1.0 client could not be told about them.
-            Codings::ChunkedAfterOthers if client.http11 => {
-                other_codings = true;
-                Framing::Chunked
-            }
-            Codings::ChunkedAfterOthers => {
-                return Err("transfer codings besides chunked, for an HTTP/1.0 client");
-            }
-            // Not chunked at the end: the body would run to the end of the connection, still
-            // coded, and the coding could not be passed on without the framing: refused, as
-            // recent nginx does.
-            Codings::NotChunkedLast => {
-                return Err("a transfer coding other than chunked, without chunked");
-            }
-            Codings::ChunkedNotLast => {
-                return Err("chunked applied twice or not last in Transfer-Encoding");
-            }
-        }
-    } else {
-        length.map_or(Framing::Close, Framing::Length)
-    };
+    let body = BodyFraming::of(headers, no_body, client.http11)?;
+    let framing = body.framing;
+    let connection = connection_tokens(headers);
     // Transfer-Encoding in an HTTP/1.0 response, or beside Content-Length, is faulty framing:
     // the connection is not reused (RFC 9112 §6.1, §6.3).
+    let has_te = values(headers, "transfer-encoding").next().is_some();
     let faulty_framing =
         has_te && (version == 0 || values(headers, "content-length").next().is_some());
     let backend_keep_alive = framing != Framing::Close
@@ -137,40 +102,8 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    put_decimal(out, u64::from(status));
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for h in headers {
-        let name = h.name;
-        // Framing is written below, from what was parsed.
-        if name.eq_ignore_ascii_case("content-length")
-            || is_hop_by_hop(name)
-            || (connection.present && named_by_connection(headers, name))
-        {
-            continue;
-        }
-        put_header(out, name, h.value);
-    }
-    match framing {
-        Framing::Length(n) => {
-            put_content_length(out, n);
-        }
-        Framing::None => {
-            if let Some(n) = length {
-                put_content_length(out, n);
-            }
-        }
-        Framing::Chunked if other_codings => {
-            out.extend_from_slice(b"Transfer-Encoding: ");
-            append_values(out, headers, "transfer-encoding");
-            out.truncate(out.len() - 2);
-            out.extend_from_slice(b"\r\n");
-        }
-        Framing::Chunked if !dechunk => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        _ => {}
-    }
+    put_status_and_headers(out, status, reason, headers, connection.present);
+    body.put(out, headers, dechunk);
     if !client_keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if !client.http11 {
@@ -185,6 +118,114 @@ pub(crate) fn parse_response(
         client_keep_alive,
         dechunk,
     })))
+}
+
+/// How a response's body is framed, as its head says.
+struct BodyFraming {
+    framing: Framing,
+    /// The `Content-Length` given, unless `Transfer-Encoding` overrides it.
+    length: Option<u64>,
+    /// Codings other than chunked come before it (and stay on the body).
+    other_codings: bool,
+}
+
+impl BodyFraming {
+    /// The framing of a response whose head has `headers`; `no_body` when the response has
+    /// none whatever its head says (to HEAD, 204, 304).
+    fn of(
+        headers: &[httparse::Header<'_>],
+        no_body: bool,
+        client_http11: bool,
+    ) -> Result<BodyFraming, &'static str> {
+        let has_te = values(headers, "transfer-encoding").next().is_some();
+        // Content-Length, unless Transfer-Encoding overrides it (RFC 9112 §6.3), is checked
+        // whatever the status: a response without a body still passes its length on (for
+        // HEAD, the length a GET would have had), and a client must not get two that disagree.
+        let length = if has_te {
+            None
+        } else {
+            content_length(values(headers, "content-length"))
+                .map_err(|()| "invalid or conflicting Content-Length")?
+        };
+        let (framing, other_codings) = if no_body {
+            (Framing::None, false)
+        } else if has_te {
+            match codings(values(headers, "transfer-encoding")) {
+                Codings::Chunked => (Framing::Chunked, false),
+                // Other codings before chunked travel with the body, which stays encoded; an
+                // HTTP/1.0 client could not be told about them.
+                Codings::ChunkedAfterOthers if client_http11 => (Framing::Chunked, true),
+                Codings::ChunkedAfterOthers => {
+                    return Err("transfer codings besides chunked, for an HTTP/1.0 client");
+                }
+                // Not chunked at the end: the body would run to the end of the connection,
+                // still coded, and the coding could not be passed on without the framing:
+                // refused, as recent nginx does.
+                Codings::NotChunkedLast => {
+                    return Err("a transfer coding other than chunked, without chunked");
+                }
+                Codings::ChunkedNotLast => {
+                    return Err("chunked applied twice or not last in Transfer-Encoding");
+                }
+            }
+        } else {
+            (length.map_or(Framing::Close, Framing::Length), false)
+        };
+        Ok(BodyFraming {
+            framing,
+            length,
+            other_codings,
+        })
+    }
+
+    /// Writes the framing headers the client gets: written from what was parsed, not copied.
+    fn put(&self, out: &mut Vec<u8>, headers: &[httparse::Header<'_>], dechunk: bool) {
+        match self.framing {
+            Framing::Length(n) => put_content_length(out, n),
+            Framing::None => {
+                if let Some(n) = self.length {
+                    put_content_length(out, n);
+                }
+            }
+            Framing::Chunked if self.other_codings => {
+                out.extend_from_slice(b"Transfer-Encoding: ");
+                append_values(out, headers, "transfer-encoding");
+                out.truncate(out.len() - 2);
+                out.extend_from_slice(b"\r\n");
+            }
+            Framing::Chunked if !dechunk => {
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Writes the status line, as HTTP/1.1, and the backend's headers less the hop-by-hop ones
+/// (those `Connection` names too, when it has any) and `Content-Length` (framing is written
+/// from what was parsed).
+fn put_status_and_headers(
+    out: &mut Vec<u8>,
+    status: u16,
+    reason: &str,
+    headers: &[httparse::Header<'_>],
+    has_connection: bool,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length")
+            || is_hop_by_hop(name)
+            || (has_connection && named_by_connection(headers, name))
+        {
+            continue;
+        }
+        put_header(out, name, h.value);
+    }
 }
 
 /// The head of a 101 for the client: the backend's headers less the hop-by-hop ones, its

@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use super::linger::{LINGER, Linger};
 use super::stream::{self, Ended, StreamContext};
 use crate::listener::WorkerListener;
+use crate::settings::Http2Settings;
 
 /// Flow-control window a stream starts with (`SETTINGS_INITIAL_WINDOW_SIZE`).
 const STREAM_WINDOW: u32 = 256 * 1024;
@@ -97,8 +98,90 @@ pub(crate) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = listener.ctx.settings.http2.unwrap_or_default();
+    let Some(mut conn) = handshake(io, peer, &listener, &limits).await else {
+        return;
+    };
+    let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
+    let mut streams: JoinSet<Ended> = JoinSet::new();
+    let mut watch = Watch::new(peer, &limits);
+    let mut ping = conn.ping_pong();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            // Finished streams first: a flood's resets are counted before more of it is taken.
+            Some(done) = streams.join_next(), if !streams.is_empty() => {
+                if matches!(done, Ok(Ended::CancelledByClient)) && watch.too_many_resets() {
+                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    streams.abort_all();
+                }
+                if streams.is_empty() {
+                    watch.idle_since = Some(Instant::now());
+                }
+            }
+            accepted = conn.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    if watch.calmed.is_none() {
+                        watch.idle_since = None;
+                        watch.taken += 1;
+                        streams.spawn(stream::serve(Arc::clone(&ctx), request, respond));
+                    }
+                }
+                Some(Err(e)) => {
+                    watch.failed(&e);
+                    break;
+                }
+                None => break,
+            },
+            pong = std::future::poll_fn(|cx| match ping.as_mut() {
+                Some(p) => p.poll_pong(cx),
+                None => std::task::Poll::Pending,
+            }), if watch.awaiting_pong.is_some() => {
+                if pong.is_err() {
+                    break;
+                }
+                watch.awaiting_pong = None;
+            }
+            _ = stop.changed(), if !watch.going_away => {
+                conn.graceful_shutdown();
+                watch.going_away = true;
+            }
+            _ = tick.tick() => {
+                let stopping = *stop.borrow() || listener.is_retired();
+                match watch.every_second(Instant::now(), stopping, !streams.is_empty()) {
+                    Tick::Close => break,
+                    Tick::GoAway => conn.graceful_shutdown(),
+                    Tick::Ping => {
+                        if let Some(p) = ping.as_mut()
+                            && p.send_ping(h2::Ping::opaque()).is_ok()
+                        {
+                            watch.awaiting_pong = Some(Instant::now());
+                        }
+                    }
+                    Tick::Nothing => {}
+                }
+            }
+        }
+    }
+    // Whatever is left cannot be answered any more: their tickets are cancelled as they drop.
+    streams.abort_all();
+    while streams.join_next().await.is_some() {}
+    drop(permit);
+}
+
+/// The `h2` server handshake over `io`, with our limits, within `client_header_timeout`.
+async fn handshake<S>(
+    io: S,
+    peer: SocketAddr,
+    listener: &WorkerListener,
+    limits: &Http2Settings,
+) -> Option<h2::server::Connection<Linger<S>, Bytes>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let settings = &listener.ctx.settings;
-    let limits = settings.http2.unwrap_or_default();
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(limits.max_concurrent_streams)
@@ -108,121 +191,124 @@ pub(crate) async fn serve<S>(
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
     let handshake = builder.handshake::<_, Bytes>(Linger::new(io));
-    let mut conn = match tokio::time::timeout(settings.client_header_timeout, handshake).await {
-        Ok(Ok(conn)) => conn,
+    match tokio::time::timeout(settings.client_header_timeout, handshake).await {
+        Ok(Ok(conn)) => Some(conn),
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
-            return;
+            None
         }
         Err(_) => {
             tracing::debug!(%peer, "HTTP/2 handshake timed out");
-            return;
-        }
-    };
-    let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
-    let mut streams: JoinSet<Ended> = JoinSet::new();
-    let mut resets = ResetRate::new(limits.max_resets_per_second);
-    // Streams taken (served as tasks) on this connection: the work a flood made us do.
-    let mut taken: u64 = 0;
-    let mut ping = conn.ping_pong();
-    let mut going_away = false;
-    let mut calmed: Option<Instant> = None;
-    let mut idle_since = Some(Instant::now());
-    let mut next_ping = Instant::now() + PING_INTERVAL;
-    // When the PING in flight was sent.
-    let mut awaiting_pong: Option<Instant> = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            // Finished streams first: a flood's resets are counted before more of it is taken.
-            Some(done) = streams.join_next(), if !streams.is_empty() => {
-                if matches!(done, Ok(Ended::CancelledByClient))
-                    && calmed.is_none()
-                    && resets.note(Instant::now())
-                {
-                    tracing::warn!(
-                        %peer,
-                        limit = limits.max_resets_per_second,
-                        streams = taken,
-                        "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection with GOAWAY ENHANCE_YOUR_CALM"
-                    );
-                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                    calmed = Some(Instant::now());
-                    streams.abort_all();
-                }
-                if streams.is_empty() {
-                    idle_since = Some(Instant::now());
-                }
-            }
-            accepted = conn.accept() => match accepted {
-                Some(Ok((request, respond))) => {
-                    if calmed.is_some() {
-                        continue;
-                    }
-                    idle_since = None;
-                    taken += 1;
-                    streams.spawn(stream::serve(Arc::clone(&ctx), request, respond));
-                }
-                Some(Err(e)) => {
-                    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
-                        // h2's own bounds: streams reset before we took them, or too many
-                        // streams we had to reset for the client's errors.
-                        tracing::warn!(%peer, error = %e, streams = taken, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
-                    } else {
-                        tracing::debug!(%peer, error = %e, "HTTP/2 connection failed");
-                    }
-                    break;
-                }
-                None => break,
-            },
-            pong = std::future::poll_fn(|cx| match ping.as_mut() {
-                Some(p) => p.poll_pong(cx),
-                None => std::task::Poll::Pending,
-            }), if awaiting_pong.is_some() => {
-                if pong.is_err() {
-                    break;
-                }
-                awaiting_pong = None;
-            }
-            _ = stop.changed(), if !going_away => {
-                conn.graceful_shutdown();
-                going_away = true;
-            }
-            _ = tick.tick() => {
-                let now = Instant::now();
-                if calmed.is_some_and(|t| now.duration_since(t) >= GOAWAY_FLUSH) {
-                    break;
-                }
-                if awaiting_pong.is_some_and(|t| now.duration_since(t) >= PING_TIMEOUT) {
-                    tracing::debug!(%peer, "HTTP/2 client did not answer a PING; closing");
-                    break;
-                }
-                let retired = listener.is_retired();
-                let idle = idle_since.is_some_and(|t| now.duration_since(t) >= limits.idle_timeout);
-                if !going_away && (*stop.borrow() || retired || idle) {
-                    if idle {
-                        tracing::debug!(%peer, "idle HTTP/2 connection closed");
-                    }
-                    conn.graceful_shutdown();
-                    going_away = true;
-                }
-                if awaiting_pong.is_none() && !streams.is_empty() && now >= next_ping {
-                    next_ping = now + PING_INTERVAL;
-                    if let Some(p) = ping.as_mut()
-                        && p.send_ping(h2::Ping::opaque()).is_ok()
-                    {
-                        awaiting_pong = Some(now);
-                    }
-                }
-            }
+            None
         }
     }
-    // Whatever is left cannot be answered any more: their tickets are cancelled as they drop.
-    streams.abort_all();
-    while streams.join_next().await.is_some() {}
-    drop(permit);
+}
+
+/// What a connection's loop keeps track of besides its streams: resets, idleness, the PING
+/// in flight, and whether it is going away.
+struct Watch {
+    peer: SocketAddr,
+    resets: ResetRate,
+    idle_timeout: Duration,
+    /// Streams taken (served as tasks) on this connection: the work a flood made us do.
+    taken: u64,
+    /// GOAWAY sent: no new streams.
+    going_away: bool,
+    /// When the connection was cut off for too many resets.
+    calmed: Option<Instant>,
+    /// Since when no stream has been open.
+    idle_since: Option<Instant>,
+    next_ping: Instant,
+    /// When the PING in flight was sent.
+    awaiting_pong: Option<Instant>,
+}
+
+/// What the once-a-second look at a connection decides.
+enum Tick {
+    Nothing,
+    /// Send GOAWAY: stopping, retired or idle.
+    GoAway,
+    /// Send a PING, to find a client that vanished.
+    Ping,
+    /// Close now: GOAWAY flushed after a cut-off, or a PING unanswered.
+    Close,
+}
+
+impl Watch {
+    fn new(peer: SocketAddr, limits: &Http2Settings) -> Watch {
+        let now = Instant::now();
+        Watch {
+            peer,
+            resets: ResetRate::new(limits.max_resets_per_second),
+            idle_timeout: limits.idle_timeout,
+            taken: 0,
+            going_away: false,
+            calmed: None,
+            idle_since: Some(now),
+            next_ping: now + PING_INTERVAL,
+            awaiting_pong: None,
+        }
+    }
+
+    /// Notes a stream the client cancelled before its answer; `true` when that is one too
+    /// many (once): the connection is to be cut off.
+    fn too_many_resets(&mut self) -> bool {
+        if self.calmed.is_some() || !self.resets.note(Instant::now()) {
+            return false;
+        }
+        tracing::warn!(
+            peer = %self.peer,
+            limit = self.resets.limit,
+            streams = self.taken,
+            "HTTP/2 client cancelled too many streams before their answer (rapid reset); closing the connection with GOAWAY ENHANCE_YOUR_CALM"
+        );
+        self.calmed = Some(Instant::now());
+        true
+    }
+
+    /// Says why the connection failed.
+    fn failed(&self, e: &h2::Error) {
+        if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
+            // h2's own bounds: streams reset before we took them, or too many streams we had
+            // to reset for the client's errors.
+            tracing::warn!(peer = %self.peer, error = %e, streams = self.taken, "HTTP/2 connection closed with GOAWAY ENHANCE_YOUR_CALM");
+        } else {
+            tracing::debug!(peer = %self.peer, error = %e, "HTTP/2 connection failed");
+        }
+    }
+
+    /// The once-a-second look: cut-off flushed, PING unanswered, time to go away (`stopping`:
+    /// the proxy stops or the listener was retired by a reload), or to ping.
+    fn every_second(&mut self, now: Instant, stopping: bool, streams_open: bool) -> Tick {
+        if self
+            .calmed
+            .is_some_and(|t| now.duration_since(t) >= GOAWAY_FLUSH)
+        {
+            return Tick::Close;
+        }
+        if self
+            .awaiting_pong
+            .is_some_and(|t| now.duration_since(t) >= PING_TIMEOUT)
+        {
+            tracing::debug!(peer = %self.peer, "HTTP/2 client did not answer a PING; closing");
+            return Tick::Close;
+        }
+        let idle = self
+            .idle_since
+            .is_some_and(|t| now.duration_since(t) >= self.idle_timeout);
+        if !self.going_away && (stopping || idle) {
+            if idle {
+                tracing::debug!(peer = %self.peer, "idle HTTP/2 connection closed");
+            }
+            self.going_away = true;
+            return Tick::GoAway;
+        }
+        if self.awaiting_pong.is_none() && streams_open && now >= self.next_ping {
+            self.next_ping = now + PING_INTERVAL;
+            return Tick::Ping;
+        }
+        Tick::Nothing
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use balance::{AttemptFailure, Fault, Outcome, Replay, RequestSent, ResponseRecei
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
+use crate::buffer::Buffer;
 use crate::connections::{BACKEND_BUFFER, BackendConn};
 use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
 use crate::io::{ClientStream, after, send, watch, write_two};
@@ -121,42 +122,23 @@ pub(crate) async fn send_and_read_head(
         let gone = watch(client, req.watch_client);
         tokio::pin!(gone);
         loop {
-            if !conn.buf.is_empty() {
-                received = true;
-                match http1::parse_response(conn.buf.filled(), req.client, out) {
-                    Ok(Some(ResponseHead::Final(mut response))) => {
-                        if response.status == 101 && write_result.is_none() {
-                            // A tunnel must not begin before the request has gone out whole:
-                            // its bytes would be cut off by the new protocol's.
-                            match written_whole(write.as_mut(), deadline, patience).await {
-                                Ok(()) => write_result = Some(Ok(())),
-                                Err(failed) => break failed,
-                            }
+            received |= !conn.buf.is_empty();
+            match final_head(&mut conn.buf, req.client, out, &mut interim) {
+                Ok(Some(mut response)) => {
+                    if response.status == 101 && write_result.is_none() {
+                        // A tunnel must not begin before the request has gone out whole: its
+                        // bytes would be cut off by the new protocol's.
+                        match written_whole(write.as_mut(), deadline, patience).await {
+                            Ok(()) => write_result = Some(Ok(())),
+                            Err(failed) => break failed,
                         }
-                        response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
-                        conn.buf.consume(response.head_len);
-                        return Head::Response(response);
                     }
-                    Ok(Some(ResponseHead::Interim(n))) => {
-                        conn.buf.consume(n);
-                        interim += 1;
-                        if interim > MAX_INTERIM {
-                            break (
-                                Fault::InvalidResponse,
-                                format!("more than {MAX_INTERIM} interim (1xx) responses"),
-                            );
-                        }
-                        continue;
-                    }
-                    Ok(None) if conn.buf.len() >= BACKEND_BUFFER => {
-                        break (
-                            Fault::InvalidResponse,
-                            "response head larger than 16 KiB".to_owned(),
-                        );
-                    }
-                    Ok(None) => {}
-                    Err(why) => break (Fault::InvalidResponse, format!("invalid response: {why}")),
+                    response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
+                    conn.buf.consume(response.head_len);
+                    return Head::Response(response);
                 }
+                Ok(None) => {}
+                Err(failed) => break failed,
             }
             tokio::select! {
                 biased;
@@ -194,6 +176,41 @@ pub(crate) async fn send_and_read_head(
     let (fault, why) = failed;
     let written = written.load(Ordering::Relaxed);
     Head::Failed(failure(req, connection, written, received, fault), why)
+}
+
+/// The final response head in what the backend has sent so far, rewritten for the client
+/// into `out` (and left in `buf`), once the interim (1xx) ones before it are skipped; `None`:
+/// read more. `interim` counts those skipped, against [`MAX_INTERIM`].
+fn final_head(
+    buf: &mut Buffer,
+    client: ClientSide,
+    out: &mut Vec<u8>,
+    interim: &mut u32,
+) -> Result<Option<FinalResponse>, (Fault, String)> {
+    while !buf.is_empty() {
+        match http1::parse_response(buf.filled(), client, out) {
+            Ok(Some(ResponseHead::Final(response))) => return Ok(Some(response)),
+            Ok(Some(ResponseHead::Interim(n))) => {
+                buf.consume(n);
+                *interim += 1;
+                if *interim > MAX_INTERIM {
+                    return Err((
+                        Fault::InvalidResponse,
+                        format!("more than {MAX_INTERIM} interim (1xx) responses"),
+                    ));
+                }
+            }
+            Ok(None) if buf.len() >= BACKEND_BUFFER => {
+                return Err((
+                    Fault::InvalidResponse,
+                    "response head larger than 16 KiB".to_owned(),
+                ));
+            }
+            Ok(None) => return Ok(None),
+            Err(why) => return Err((Fault::InvalidResponse, format!("invalid response: {why}"))),
+        }
+    }
+    Ok(None)
 }
 
 /// Waits (until `deadline`) for the rest of the request to be written: what failed, if it

@@ -976,6 +976,49 @@ struct AcceptLoop {
 }
 
 impl AcceptLoop {
+    /// A connection this worker accepted: kept here (and counted), or handed over to a less
+    /// loaded worker (`None`, as is a failed accept).
+    async fn take(
+        &self,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        addr: &str,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        let (stream, client) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) if is_transient(&e) => return None,
+            Err(e) => {
+                // Out of file descriptors or similar: back off instead of spinning.
+                tracing::error!(listen = %addr, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return None;
+            }
+        };
+        let to = self.spread.least_loaded(self.worker);
+        if to == self.worker {
+            self.spread.open[self.worker].fetch_add(1, Ordering::Relaxed);
+            Some((stream, client))
+        } else {
+            hand_over(&self.spread, to, self.worker, stream, client)
+        }
+    }
+
+    /// A connection another worker handed over (already counted here by it).
+    fn take_over(
+        &self,
+        std: std::net::TcpStream,
+        client: SocketAddr,
+        addr: &str,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        match TcpStream::from_std(std) {
+            Ok(stream) => Some((stream, client)),
+            Err(e) => {
+                self.spread.open[self.worker].fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(listen = %addr, error = %e, "cannot take a connection over");
+                None
+            }
+        }
+    }
+
     /// This worker's view of the listener's context in force: its connections to the
     /// upstream's backends are kept while the upstream is the same.
     fn worker_listener(&self, previous: Option<&WorkerListener>) -> Arc<WorkerListener> {
@@ -1000,6 +1043,23 @@ impl AcceptLoop {
     }
 }
 
+/// Waits for a stopped listener's open connections to finish, for at most `grace`; then
+/// closes those left.
+async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
+    if !connections.is_empty() {
+        tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
+    }
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
+        tracing::warn!(
+            listen = %addr,
+            grace = ?grace,
+            "connections still open after shutdown_timeout; closing them"
+        );
+        connections.abort_all();
+    }
+}
+
 async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) {
     let mut connections = JoinSet::new();
     let addr = a
@@ -1013,36 +1073,13 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
     let mut ctx = a.ctx.clone();
     loop {
         let (stream, client) = tokio::select! {
-            accepted = a.listener.accept() => {
-                let (stream, client) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) if is_transient(&e) => continue,
-                    Err(e) => {
-                        // Out of file descriptors or similar: back off instead of spinning.
-                        tracing::error!(listen = %addr, error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let to = a.spread.least_loaded(a.worker);
-                if to == a.worker {
-                    a.spread.open[a.worker].fetch_add(1, Ordering::Relaxed);
-                    (stream, client)
-                } else {
-                    match hand_over(&a.spread, to, a.worker, stream, client) {
-                        Some(kept) => kept,
-                        None => continue,
-                    }
-                }
+            accepted = a.listener.accept() => match a.take(accepted, &addr).await {
+                Some(kept) => kept,
+                None => continue,
             },
-            Some((std, client)) = a.inbox.recv() => match TcpStream::from_std(std) {
-                // Already counted by the worker that handed it over.
-                Ok(stream) => (stream, client),
-                Err(e) => {
-                    a.spread.open[a.worker].fetch_sub(1, Ordering::Relaxed);
-                    tracing::warn!(listen = %addr, error = %e, "cannot take a connection over");
-                    continue;
-                }
+            Some((std, client)) = a.inbox.recv() => match a.take_over(std, client, &addr) {
+                Some(taken) => taken,
+                None => continue,
             },
             changed = ctx.changed() => {
                 if changed.is_err() {
@@ -1086,18 +1123,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
     let listener = a.listener;
     drop(listener);
     close_unserved(&mut a.inbox, &a.spread.open[a.worker]);
-    if !connections.is_empty() {
-        tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
-    }
-    let drained = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!(
-            listen = %addr,
-            grace = ?grace,
-            "connections still open after shutdown_timeout; closing them"
-        );
-        connections.abort_all();
-    }
+    drain(connections, grace, &addr).await;
 }
 
 /// Serves one accepted connection as its listener says: after the PROXY protocol header that

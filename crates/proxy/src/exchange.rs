@@ -122,23 +122,25 @@ pub(crate) async fn send_and_read_head(
         let gone = watch(client, req.watch_client);
         tokio::pin!(gone);
         loop {
-            received |= !conn.buf.is_empty();
-            match final_head(&mut conn.buf, req.client, out, &mut interim) {
-                Ok(Some(mut response)) => {
-                    if response.status == 101 && write_result.is_none() {
-                        // A tunnel must not begin before the request has gone out whole: its
-                        // bytes would be cut off by the new protocol's.
-                        match written_whole(write.as_mut(), deadline, patience).await {
-                            Ok(()) => write_result = Some(Ok(())),
-                            Err(failed) => break failed,
+            if !conn.buf.is_empty() {
+                received = true;
+                match final_head(&mut conn.buf, req.client, out, &mut interim) {
+                    Ok(Some(mut response)) => {
+                        if response.status == 101 && write_result.is_none() {
+                            // A tunnel must not begin before the request has gone out whole: its
+                            // bytes would be cut off by the new protocol's.
+                            match written_whole(write.as_mut(), deadline, patience).await {
+                                Ok(()) => write_result = Some(Ok(())),
+                                Err(failed) => break failed,
+                            }
                         }
+                        response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
+                        conn.buf.consume(response.head_len);
+                        return Head::Response(response);
                     }
-                    response.backend_keep_alive &= matches!(write_result, Some(Ok(())));
-                    conn.buf.consume(response.head_len);
-                    return Head::Response(response);
+                    Ok(None) => {}
+                    Err(failed) => break failed,
                 }
-                Ok(None) => {}
-                Err(failed) => break failed,
             }
             tokio::select! {
                 biased;

@@ -86,12 +86,12 @@ pub(crate) fn parse_response(
     }
     let headers: &[httparse::Header<'_>] = res.headers;
     let no_body = client.is_head || status == 204 || status == 304;
-    let body = BodyFraming::of(headers, no_body, client.http11)?;
+    let has_te = values(headers, "transfer-encoding").next().is_some();
+    let body = BodyFraming::of(headers, has_te, no_body, client.http11)?;
     let framing = body.framing;
     let connection = connection_tokens(headers);
     // Transfer-Encoding in an HTTP/1.0 response, or beside Content-Length, is faulty framing:
     // the connection is not reused (RFC 9112 §6.1, §6.3).
-    let has_te = values(headers, "transfer-encoding").next().is_some();
     let faulty_framing =
         has_te && (version == 0 || values(headers, "content-length").next().is_some());
     let backend_keep_alive = framing != Framing::Close
@@ -130,14 +130,15 @@ struct BodyFraming {
 }
 
 impl BodyFraming {
-    /// The framing of a response whose head has `headers`; `no_body` when the response has
-    /// none whatever its head says (to HEAD, 204, 304).
+    /// The framing of a response whose head has `headers` (`has_te`: `Transfer-Encoding`
+    /// among them); `no_body` when the response has none whatever its head says (to HEAD,
+    /// 204, 304).
     fn of(
         headers: &[httparse::Header<'_>],
+        has_te: bool,
         no_body: bool,
         client_http11: bool,
     ) -> Result<BodyFraming, &'static str> {
-        let has_te = values(headers, "transfer-encoding").next().is_some();
         // Content-Length, unless Transfer-Encoding overrides it (RFC 9112 §6.3), is checked
         // whatever the status: a response without a body still passes its length on (for
         // HEAD, the length a GET would have had), and a client must not get two that disagree.

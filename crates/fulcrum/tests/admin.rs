@@ -355,6 +355,17 @@ fn changes_need_the_token_and_reading_does_not() {
     });
 }
 
+/// A call a web page can make: what it is, method, path, headers, body, and the status it
+/// must get.
+type PageCall<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    &'a str,
+    u16,
+);
+
 /// Issue 26, defect 3: a page of any site could change a loopback admin listener without a
 /// token — a "simple" cross-origin POST (text/plain or a form, no preflight), or DNS
 /// rebinding (its own name resolving to 127.0.0.1). Each such call is refused and changes
@@ -384,7 +395,7 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
         let text = ("content-type", "text/plain;charset=UTF-8");
         let form = ("content-type", "application/x-www-form-urlencoded");
         let json_type = ("content-type", "application/json");
-        let refused: Vec<(&str, &str, &str, Vec<(&str, &str)>, &str, u16)> = vec![
+        let refused: Vec<PageCall> = vec![
             (
                 "the issue's: another origin, a rebound name, text/plain",
                 "POST",

@@ -5,10 +5,11 @@
 //!   `{"state": "up" | "drain" | "disabled"}`.
 //! * `GET /metrics`: the Prometheus text exposition.
 //!
-//! Reading is open to whoever reaches the listener; every other method needs
-//! `Authorization: Bearer <token>` when a token is configured (401 otherwise, with
-//! `WWW-Authenticate: Bearer`). Errors are JSON objects `{"error": "..."}` that say what was
-//! wrong and what would be accepted.
+//! Every request first passes [`crate::guard`]: addressed to this listener (`Host`), not sent
+//! by another site's page (`Origin`, `Sec-Fetch-Site`), and for a change the token (401, with
+//! `WWW-Authenticate: Bearer`) and `Content-Type: application/json` (415). Reading is then
+//! open to whoever reaches the listener. Errors are JSON objects `{"error": "..."}` that say
+//! what was wrong and what would be accepted.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use serde_json::{Value, json};
 use proxy::metrics::{FAULTS, reason};
 use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 
+use crate::guard::{Access, Guard};
 use crate::{Balancing, View};
 
 /// The dashboard (`GET /`): one page, our own, that polls `/api/upstreams`.
@@ -48,13 +50,17 @@ const MAX_BODY: usize = 64 * 1024;
 /// What every connection of the admin listener shares.
 #[derive(Debug)]
 pub struct Shared {
-    token: Option<String>,
+    guard: Guard,
     view: View,
 }
 
 impl Shared {
-    pub fn new(token: Option<String>, view: View) -> Shared {
-        Shared { token, view }
+    /// The state of a listener bound to `bound`.
+    pub fn new(access: Access, bound: SocketAddr, view: View) -> Shared {
+        Shared {
+            guard: Guard::new(access, bound),
+            view,
+        }
     }
 }
 
@@ -66,6 +72,17 @@ fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes
     let headers = r.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // No other site may frame the dashboard (clickjacking its buttons) or have an answer
+    // read as another type.
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     r
 }
 
@@ -89,37 +106,20 @@ fn method_not_allowed(allow: &'static str) -> Answer {
     r
 }
 
-/// Whether the request carries the configured token (always, when none is configured).
-fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
-    let Some(token) = &shared.token else {
-        return true;
-    };
-    let Some(given) = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    constant_time_eq::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
-}
-
-/// One request to the admin listener.
-pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Answer {
+/// One request to the admin listener, which came in on a connection to `local`.
+pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) -> Answer {
+    if let Err((status, message)) = shared.guard.admit(&req, local) {
+        let mut r = error(status, message);
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        return r;
+    }
     let path = req.uri().path().to_owned();
     let segments = decoded_segments(&path);
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let reading = matches!(*req.method(), Method::GET | Method::HEAD);
-    if !reading && !authorized(shared, &req) {
-        let mut r = error(
-            StatusCode::UNAUTHORIZED,
-            "changes need `Authorization: Bearer <token>`, the token of [admin] token_file",
-        );
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return r;
-    }
     match segments.as_slice() {
         [""] => match reading {
             true => respond(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
@@ -227,7 +227,7 @@ async fn backend_resource(
 }
 
 /// A refused call: its status and what to say.
-type Refusal = (StatusCode, String);
+type Refusal = crate::guard::Refusal;
 
 fn refused((status, message): Refusal) -> Answer {
     error(status, message)

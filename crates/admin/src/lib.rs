@@ -8,7 +8,9 @@
 //!
 //! # Layout
 //!
-//! * [`api`]: routing, authorization, the JSON API.
+//! * [`guard`]: what a request must show first — addressed to this listener, not sent by
+//!   another site's page, and for a change the token and a JSON body.
+//! * [`api`]: routing and the JSON API.
 //! * [`metrics`]: the Prometheus exposition (text format 0.0.4), through the `prometheus`
 //!   crate's data model and text encoder.
 //!
@@ -16,6 +18,7 @@
 //! goes back to the file.
 
 pub mod api;
+pub mod guard;
 pub mod metrics;
 
 use std::convert::Infallible;
@@ -32,13 +35,14 @@ use tokio::net::TcpListener;
 
 use proxy::ProxyHandle;
 
+pub use guard::Access;
+
 /// What the admin listener is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub listen: SocketAddr,
-    /// The bearer token every mutating call must carry; `None`: none needed (a loopback
-    /// listener only: the configuration refuses anything else).
-    pub token: Option<String>,
+    /// Who may call: the token and the host names besides the listener's own.
+    pub access: Access,
 }
 
 /// How `POST /api/reload` hears how the reload went: what was done, or why nothing was.
@@ -95,9 +99,10 @@ impl Admin {
                 format!("admin listener: cannot listen on {}: {e}", settings.listen),
             )
         })?;
+        let bound = listener.local_addr()?;
         Ok(Admin {
             listener,
-            shared: Arc::new(api::Shared::new(settings.token, view)),
+            shared: Arc::new(api::Shared::new(settings.access, bound, view)),
         })
     }
 
@@ -105,13 +110,14 @@ impl Admin {
     /// one replaces, see `proxy::handover`).
     pub fn from_listener(
         listener: std::net::TcpListener,
-        token: Option<String>,
+        access: Access,
         view: View,
     ) -> std::io::Result<Admin> {
         listener.set_nonblocking(true)?;
+        let bound = listener.local_addr()?;
         Ok(Admin {
             listener: TcpListener::from_std(listener)?,
-            shared: Arc::new(api::Shared::new(token, view)),
+            shared: Arc::new(api::Shared::new(access, bound, view)),
         })
     }
 
@@ -139,10 +145,15 @@ impl Admin {
                 () = &mut stop => break,
             };
             let _ = stream.set_nodelay(true);
+            // The address this connection reached: what a `Host` naming the listener by
+            // address says, on a wildcard listener too.
+            let Ok(local) = stream.local_addr() else {
+                continue;
+            };
             let shared = Arc::clone(&self.shared);
             let service = service_fn(move |req| {
                 let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(api::handle(&shared, req).await) }
+                async move { Ok::<_, Infallible>(api::handle(&shared, local, req).await) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())

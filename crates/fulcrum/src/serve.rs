@@ -193,7 +193,11 @@ fn bind_admin(
         reload: Some(reloads),
         balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
     };
-    let admin = admin::Admin::from_listener(socket, settings.token, view)?;
+    let access = admin::Access {
+        token: settings.token,
+        allowed_hosts: settings.allowed_hosts,
+    };
+    let admin = admin::Admin::from_listener(socket, access, view)?;
     Ok((admin, handover))
 }
 

@@ -17,7 +17,9 @@ use common::{
     Running, TempFile, assert_promtool_accepts, backend_block, fulcrum, installed, steady_load,
 };
 
-/// `method path` on the admin listener, with `token` as a bearer token and `body` as JSON.
+/// `method path` on the admin listener, with `token` as a bearer token and `body` as JSON
+/// (every change says `Content-Type: application/json`, with a body or without, as the
+/// listener requires).
 async fn call(
     admin: SocketAddr,
     method: &str,
@@ -32,12 +34,45 @@ async fn call(
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
-    if !body.is_empty() {
+    if !matches!(method, "GET" | "HEAD") {
         req = req.header("content-type", "application/json");
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
     let reply = Client::new(admin).send(req).await.unwrap();
     (reply.status.as_u16(), reply.text())
+}
+
+/// `method path` on the admin listener with exactly `headers` (no Host unless given).
+async fn call_with(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut req = Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+    let reply = Client::new(admin).send(req).await.unwrap();
+    (reply.status.as_u16(), reply.text())
+}
+
+/// `request` (whole, as bytes) on its own connection: the status, 0 if none came.
+fn raw_status(admin: SocketAddr, request: &str) -> u16 {
+    use std::io::Read as _;
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    reply
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The message of an error answer (`{"error": "..."}`).
@@ -316,6 +351,295 @@ fn changes_need_the_token_and_reading_does_not() {
         let (status, body) = call(admin, "PATCH", &path, Some(token), drain).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(json(admin, &path).await["state"], "drain");
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+/// A call a web page can make: what it is, method, path, headers, body, and the status it
+/// must get.
+type PageCall<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    &'a str,
+    u16,
+);
+
+/// Issue 26, defect 3: a page of any site could change a loopback admin listener without a
+/// token — a "simple" cross-origin POST (text/plain or a form, no preflight), or DNS
+/// rebinding (its own name resolving to 127.0.0.1). Each such call is refused and changes
+/// nothing; the same calls as an operator's script or the dashboard make them still work.
+#[test]
+fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let c = Backend::start("c", loopback).await.unwrap();
+        let config = config(
+            "admin-browser.toml",
+            &[a.addr()],
+            "listen = \"127.0.0.1:0\"",
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let own = admin.to_string();
+        let rebound = format!("evil.example:{}", admin.port());
+        let own_origin = format!("http://{own}");
+        let add = format!(r#"{{"addr":"{}","weight":1000000}}"#, c.addr());
+        let backends = "/api/upstreams/web/backends";
+        let a_path = format!("{backends}/{}", a.addr());
+        let evil = ("origin", "http://evil.example");
+        let host = ("host", own.as_str());
+        let text = ("content-type", "text/plain;charset=UTF-8");
+        let form = ("content-type", "application/x-www-form-urlencoded");
+        let json_type = ("content-type", "application/json");
+        let refused: Vec<PageCall> = vec![
+            (
+                "the issue's: another origin, a rebound name, text/plain",
+                "POST",
+                backends,
+                vec![evil, ("host", rebound.as_str()), text],
+                add.as_str(),
+                403,
+            ),
+            (
+                "another origin, text/plain",
+                "POST",
+                backends,
+                vec![evil, host, text],
+                add.as_str(),
+                403,
+            ),
+            (
+                "another origin, even as JSON",
+                "POST",
+                backends,
+                vec![evil, host, json_type],
+                add.as_str(),
+                403,
+            ),
+            (
+                "Origin: null (a sandboxed frame)",
+                "POST",
+                backends,
+                vec![("origin", "null"), host, json_type],
+                add.as_str(),
+                403,
+            ),
+            (
+                "Sec-Fetch-Site: cross-site",
+                "POST",
+                backends,
+                vec![("sec-fetch-site", "cross-site"), host, json_type],
+                add.as_str(),
+                403,
+            ),
+            (
+                "a form",
+                "POST",
+                backends,
+                vec![host, form],
+                add.as_str(),
+                415,
+            ),
+            (
+                "text/plain without Origin",
+                "POST",
+                backends,
+                vec![host, text],
+                add.as_str(),
+                415,
+            ),
+            ("no type", "POST", backends, vec![host], add.as_str(), 415),
+            (
+                "a drain as text/plain",
+                "PATCH",
+                a_path.as_str(),
+                vec![host, text],
+                r#"{"state":"drain"}"#,
+                415,
+            ),
+            (
+                "a removal without a type",
+                "DELETE",
+                a_path.as_str(),
+                vec![host],
+                "",
+                415,
+            ),
+            (
+                "a reload from another origin",
+                "POST",
+                "/api/reload",
+                vec![evil, host],
+                "",
+                403,
+            ),
+            (
+                "a reload without a type",
+                "POST",
+                "/api/reload",
+                vec![host],
+                "",
+                415,
+            ),
+            (
+                "reading under a rebound name",
+                "GET",
+                "/api/upstreams",
+                vec![("host", rebound.as_str())],
+                "",
+                403,
+            ),
+            (
+                "metrics under a rebound name",
+                "GET",
+                "/metrics",
+                vec![("host", rebound.as_str())],
+                "",
+                403,
+            ),
+            (
+                "the dashboard under a rebound name",
+                "GET",
+                "/",
+                vec![("host", rebound.as_str())],
+                "",
+                403,
+            ),
+            (
+                "an unknown field",
+                "POST",
+                backends,
+                vec![host, json_type],
+                r#"{"addr":"127.0.0.1:1","weight":1,"pad":"="}"#,
+                400,
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (what, method, path, headers, body, want) in &refused {
+            let (got, text) = call_with(admin, method, path, headers, body).await;
+            if got != *want {
+                wrong.push(format!(
+                    "{what}: {method} {path} answered {got}, not {want}: {text}"
+                ));
+            } else if *want == 400 {
+                assert!(error_of(&text).contains("unknown field `pad`"), "{text}");
+            }
+        }
+        // Nothing changed: a alone, up.
+        let state = json(admin, "/api/upstreams/web").await;
+        let addrs: Vec<&str> = state["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["addr"].as_str().unwrap())
+            .collect();
+        assert!(
+            wrong.is_empty()
+                && addrs == [a.addr().to_string()]
+                && state["backends"][0]["state"] == "up",
+            "{} of {} calls a page can make were not refused:\n{}\nbackends after: {addrs:?}",
+            wrong.len(),
+            refused.len(),
+            wrong.join("\n")
+        );
+
+        // The operator's calls: a script (no Origin), the dashboard (its own origin).
+        let dashboard = [
+            host,
+            ("origin", own_origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+            ("content-type", "application/json; charset=utf-8"),
+        ];
+        let (status, body) = call_with(admin, "POST", backends, &dashboard, &add).await;
+        assert_eq!(status, 201, "{body}");
+        let c_path = format!("{backends}/{}", c.addr());
+        let localhost = format!("localhost:{}", admin.port());
+        let script = [("host", localhost.as_str()), json_type];
+        let (status, body) = call_with(admin, "PATCH", &c_path, &script, r#"{"weight":2}"#).await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = call_with(admin, "DELETE", &c_path, &script, "").await;
+        assert_eq!(status, 204, "{body}");
+        let (status, body) = call_with(admin, "POST", "/api/reload", &[host, json_type], "").await;
+        assert_eq!(status, 200, "{body}");
+        // A link from another site still opens the dashboard.
+        let link = [
+            host,
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "navigate"),
+        ];
+        assert_eq!(call_with(admin, "GET", "/", &link, "").await.0, 200);
+        assert_eq!(
+            call_with(admin, "GET", "/metrics", &[("host", "127.0.0.1")], "")
+                .await
+                .0,
+            200
+        );
+        // HTTP/1.0 without Host (no browser sends that) is served; HTTP/1.1 without it is not.
+        assert_eq!(raw_status(admin, "GET /api/health HTTP/1.0\r\n\r\n"), 200);
+        assert_eq!(
+            raw_status(
+                admin,
+                "GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n"
+            ),
+            400
+        );
+        assert!(fulcrum.terminate().success());
+    });
+}
+
+/// `allowed_hosts` names the listener may be reached by; the token is compared whole.
+#[test]
+fn allowed_hosts_are_served_and_the_token_is_compared_whole() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let token = "s3cret-token-of-32-characters-xx";
+        let token_file = TempFile::new("admin-hosts.token", &format!("{token}\n"));
+        let config = config(
+            "admin-hosts.toml",
+            &[a.addr()],
+            &format!(
+                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallowed_hosts = [\"Admin.Example\"]",
+                token_file.0.display()
+            ),
+        );
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let named = format!("admin.example:{}", admin.port());
+        let (status, _) = call_with(admin, "GET", "/api/upstreams", &[("host", named.as_str())], "").await;
+        assert_eq!(status, 200);
+        let (status, body) =
+            call_with(admin, "GET", "/api/upstreams", &[("host", "other.example")], "").await;
+        assert_eq!(status, 403, "{body}");
+        assert!(error_of(&body).contains("allowed_hosts"), "{body}");
+        let path = format!("/api/upstreams/web/backends/{}", a.addr());
+        let origin = format!("http://{named}");
+        let bearer = |t: &str| format!("Bearer {t}");
+        for wrong in ["", "s3cret", "s3cret-token-of-32-characters-x", "s3cret-token-of-32-characters-xxx"] {
+            let auth = bearer(wrong);
+            let headers = [
+                ("host", named.as_str()),
+                ("origin", origin.as_str()),
+                ("content-type", "application/json"),
+                ("authorization", auth.as_str()),
+            ];
+            let (status, body) = call_with(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#).await;
+            assert_eq!(status, 401, "{wrong:?}: {body}");
+        }
+        let auth = format!("bearer {token}");
+        let headers = [
+            ("host", named.as_str()),
+            ("origin", origin.as_str()),
+            ("content-type", "application/json"),
+            ("authorization", auth.as_str()),
+        ];
+        let (status, body) = call_with(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#).await;
+        assert_eq!(status, 200, "{body}");
         assert!(fulcrum.terminate().success());
     });
 }
@@ -605,6 +929,228 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
     });
 }
 
+/// Headless Chromium driven through the DevTools protocol (over its WebSocket), so a test can
+/// run script in a page as a user's browser would: the requests it sends carry the browser's
+/// own `Origin`, `Sec-Fetch-*` and preflights, which no test client imitates faithfully.
+struct Chromium {
+    child: std::process::Child,
+    /// The DevTools HTTP endpoint.
+    devtools: SocketAddr,
+    _profile: common::TempDir,
+}
+
+impl Chromium {
+    fn start() -> Chromium {
+        let profile = common::TempDir::new("admin", "chromium-cdp");
+        let child = Command::new("chromium")
+            // No sandbox: it needs user namespaces containers often lack; the pages are ours
+            // or the lab's, on loopback.
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .arg(format!("--user-data-dir={}", profile.path()))
+            .args([
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+            ])
+            .arg("about:blank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut chromium = Chromium {
+            child,
+            devtools: "127.0.0.1:0".parse().unwrap(),
+            _profile: profile,
+        };
+        // Chromium writes the port it took to DevToolsActivePort in the profile.
+        let file = std::path::Path::new(chromium._profile.path()).join("DevToolsActivePort");
+        let mut port = 0u16;
+        common::wait_until(Duration::from_secs(30), "chromium's DevTools port", || {
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            port = text
+                .lines()
+                .next()
+                .and_then(|l| l.parse().ok())
+                .ok_or_else(|| "not yet written".to_owned())?;
+            Ok(())
+        });
+        chromium.devtools.set_port(port);
+        chromium
+    }
+
+    /// A new tab at `url`, once loaded: the WebSocket of its DevTools session.
+    async fn open(&self, url: &str) -> Tab {
+        let req = Request::put(format!("/json/new?{url}"))
+            .header("host", self.devtools.to_string())
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let reply = Client::new(self.devtools).send(req).await.unwrap();
+        let target: Value =
+            serde_json::from_str(&reply.text()).unwrap_or_else(|e| panic!("{e}: {}", reply.text()));
+        let ws = target["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
+        let (ws, _) = tokio_tungstenite::connect_async(ws).await.unwrap();
+        let mut tab = Tab { ws, next: 0 };
+        let want = format!("{url} complete");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = tab
+                .evaluate("location.href + ' ' + document.readyState")
+                .await;
+            if now.as_ref().ok().and_then(|v| v.as_str()) == Some(want.as_str()) {
+                return tab;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{url} did not load: {now:?}"
+            );
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        // SIGTERM lets it take its helper processes down with it.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            // Poll interval of a loop bounded by `deadline`.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One tab's DevTools session.
+struct Tab {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    next: u64,
+}
+
+impl Tab {
+    /// `expression` run in the page (a promise awaited): its value, or what went wrong.
+    async fn evaluate(&mut self, expression: &str) -> Result<Value, String> {
+        use futures_util::{SinkExt as _, StreamExt as _};
+        use tokio_tungstenite::tungstenite::Message;
+        self.next += 1;
+        let id = self.next;
+        let call = serde_json::json!({
+            "id": id,
+            "method": "Runtime.evaluate",
+            "params": { "expression": expression, "awaitPromise": true, "returnByValue": true },
+        });
+        self.ws
+            .send(Message::text(call.to_string()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let answer = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(message) = self.ws.next().await {
+                let Ok(Message::Text(text)) = message else {
+                    continue;
+                };
+                let v: Value = serde_json::from_str(&text).unwrap_or_default();
+                if v["id"] == id {
+                    return Some(v);
+                }
+            }
+            None
+        })
+        .await
+        .map_err(|_| "no answer within 30 s".to_owned())?
+        .ok_or("the DevTools session closed")?;
+        if let Some(e) = answer
+            .get("error")
+            .or(answer["result"].get("exceptionDetails"))
+        {
+            return Err(e.to_string());
+        }
+        Ok(answer["result"]["result"]["value"].clone())
+    }
+}
+
+/// Issue 26, defect 3 in a real browser: a page of another origin (a lab backend's) posts a
+/// backend to the admin listener as a "simple" request (`no-cors`, `text/plain`) and as JSON
+/// (which needs a preflight); neither adds it. The dashboard's own change (its `change()`, as
+/// its drain button calls it) still passes, from its own origin.
+#[test]
+fn in_chromium_another_pages_posts_are_refused_and_the_dashboards_own_change_passes() {
+    if !installed("chromium", "--version") {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = Backend::start("a", loopback).await.unwrap();
+        let c = Backend::start("c", loopback).await.unwrap();
+        let config = config("admin-cdp.toml", &[a.addr()], "listen = \"127.0.0.1:0\"");
+        let mut fulcrum = Running::start(&config, 1);
+        let admin = fulcrum.admin.unwrap();
+        let chromium = tokio::task::block_in_place(Chromium::start);
+
+        // The attacker's page: another origin (the lab backend c serves it), the same machine.
+        let mut page = chromium.open(&format!("http://{}/", c.addr())).await;
+        let attack = format!(
+            r#"(async () => {{
+                const body = JSON.stringify({{addr: "{c}", weight: 1000000}});
+                const url = "http://{admin}/api/upstreams/web/backends";
+                const out = [];
+                try {{
+                    await fetch(url, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body}});
+                    out.push("simple POST sent");
+                }} catch (e) {{ out.push("simple POST failed: " + e); }}
+                try {{
+                    const r = await fetch(url, {{method: "POST", headers: {{"Content-Type": "application/json"}}, body}});
+                    out.push("JSON POST answered " + r.status);
+                }} catch (e) {{ out.push("JSON POST failed (preflight refused)"); }}
+                return out.join("; ");
+            }})()"#,
+            c = c.addr()
+        );
+        let sent = page.evaluate(&attack).await.unwrap();
+        let addrs: Vec<String> = json(admin, "/api/upstreams/web").await["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["addr"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            addrs,
+            [a.addr().to_string()],
+            "another origin's page added a backend ({sent})"
+        );
+        assert!(
+            sent.as_str().unwrap().contains("JSON POST failed"),
+            "{sent}"
+        );
+
+        // The dashboard, from its own origin, drains a through its own code.
+        let mut dashboard = chromium.open(&format!("http://{admin}/")).await;
+        let drain = format!(
+            r#"(async () => {{
+                let alerted = null;
+                window.alert = m => {{ alerted = String(m); }};
+                await change("web", "{a}", {{state: "drain"}});
+                return alerted || "ok";
+            }})()"#,
+            a = a.addr()
+        );
+        let result = dashboard.evaluate(&drain).await.unwrap();
+        assert_eq!(result, "ok");
+        let path = format!("/api/upstreams/web/backends/{}", a.addr());
+        assert_eq!(json(admin, &path).await["state"], "drain");
+        drop(chromium);
+        assert!(fulcrum.terminate().success());
+    });
+}
+
 /// `docs/openapi.json`, and the answers checked against it.
 struct OpenApi {
     doc: Value,
@@ -813,6 +1359,26 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
         let (status, text) = run("/api/reload", "post", "/api/reload", t, "").await;
         assert_eq!(status, 422);
         assert!(error_of(&text).contains("workers"), "{text}");
+        // A foreign Host, another origin, a change that is not JSON.
+        let foreign = [("host", "evil.example")];
+        let (status, text) = call_with(admin, "GET", "/api/upstreams", &foreign, "").await;
+        api.check("/api/upstreams", "get", status, &text);
+        assert_eq!(status, 403);
+        let own = admin.to_string();
+        let auth = format!("Bearer {token}");
+        let evil = [
+            ("host", own.as_str()),
+            ("origin", "http://evil.example"),
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let (status, text) = call_with(admin, "POST", "/api/reload", &evil, "").await;
+        api.check("/api/reload", "post", status, &text);
+        assert_eq!(status, 403);
+        let untyped = [("host", own.as_str()), ("authorization", auth.as_str())];
+        let (status, text) = call_with(admin, "POST", "/api/reload", &untyped, "").await;
+        api.check("/api/reload", "post", status, &text);
+        assert_eq!(status, 415);
         // Every operation the document lists was answered and checked.
         let missing: Vec<_> = api.operations().difference(&api.seen).cloned().collect();
         assert!(missing.is_empty(), "not exercised: {missing:?}");

@@ -1224,7 +1224,7 @@ algorithm = "round_robin"
 fn admin_get(fulcrum: &Running, path: &str) -> String {
     let mut c = Client::connect(fulcrum.admin.expect("an admin listener"));
     c.s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .unwrap();
     let a = c
@@ -1661,4 +1661,199 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
         median < IDLE_CLIENT_BYTES_LIMIT,
         "{median:.0} bytes of RSS per idle client (median of {first_waves:.0?})"
     );
+}
+
+// --- issue 26: admin ---
+// Defect 3: a loopback admin listener without a token could be changed by any web page — a
+// "simple" cross-origin POST (text/plain or a form: no CORS preflight) or DNS rebinding (a
+// name of the attacker's that resolves to 127.0.0.1). The reproductions of the issue, each
+// checked by what the API shows afterwards and where the proxy's requests go.
+
+/// `fulcrum run` with an admin listener (no token, loopback: the default setup) in front of
+/// `backend`; the process, the admin listener's address and the file (kept for reloads).
+fn adm26_start(backend: &Backend) -> (Running, SocketAddr, TempFile) {
+    let cfg = config(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"app\"\n\n\
+         [[upstream]]\nname = \"app\"\nalgorithm = \"round_robin\"\n  \
+         [[upstream.backend]]\n  addr = \"{}\"\n",
+        backend.addr
+    ));
+    let fulcrum = Running::start(&cfg, 1);
+    let admin = fulcrum.admin.expect("an admin listener");
+    (fulcrum, admin, cfg)
+}
+
+/// `method path` on the admin listener with exactly `headers` and `body`, on a connection of
+/// its own: the status and the body.
+fn adm26_call(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    let mut c = Client::connect(admin);
+    c.s.write_all(request.as_bytes()).unwrap();
+    let a = c
+        .answer(Instant::now() + Duration::from_secs(10))
+        .expect("the admin API answers");
+    (a.status, String::from_utf8_lossy(&a.body).into_owned())
+}
+
+/// The addresses of upstream "app"'s backends, as the admin API shows them.
+fn adm26_backends(admin: SocketAddr) -> Vec<String> {
+    let host = admin.to_string();
+    let (status, body) = adm26_call(
+        admin,
+        "GET",
+        "/api/upstreams/app",
+        &[("Host", host.as_str())],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["addr"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The issue's first reproduction: `Origin: http://evil.example`, `Host: evil.example:PORT`
+/// (DNS rebinding), `Content-Type: text/plain;charset=UTF-8`, a backend of the attacker's
+/// with weight 1000000. It was 201, and the next requests went to the attacker's backend.
+#[test]
+fn adm26_a_cross_origin_post_adds_no_backend() {
+    let ours = Backend::start();
+    let theirs = Backend::start();
+    let (mut fulcrum, admin, _cfg) = adm26_start(&ours);
+    let proxy = fulcrum.addr_of("app");
+    let own = admin.to_string();
+    let rebound = format!("evil.example:{}", admin.port());
+    let add = format!(r#"{{"addr":"{}","weight":1000000}}"#, theirs.addr);
+    let path = "/api/upstreams/app/backends";
+    let text = ("Content-Type", "text/plain;charset=UTF-8");
+    let evil = ("Origin", "http://evil.example");
+    let mut answers = Vec::new();
+    for headers in [
+        vec![evil, ("Host", rebound.as_str()), text],
+        vec![evil, ("Host", own.as_str()), text],
+        vec![
+            evil,
+            ("Host", own.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+    ] {
+        answers.push(adm26_call(admin, "POST", path, &headers, &add));
+    }
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    let backends = adm26_backends(admin);
+    // The proxy's next requests: on our backend alone.
+    for _ in 0..4 {
+        let mut c = Client::connect(proxy);
+        c.s.write_all(b"GET /after HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let a = c.answer(Instant::now() + Duration::from_secs(10)).unwrap();
+        assert_eq!(a.status, 200);
+    }
+    let (to_ours, to_theirs) = (ours.take().len(), theirs.take().len());
+    assert!(
+        statuses.iter().all(|s| [403, 415].contains(s))
+            && backends == [ours.addr.to_string()]
+            && (to_ours, to_theirs) == (4, 0),
+        "cross-origin POSTs answered {statuses:?} (want 403/415); backends after: {backends:?}; \
+         of the next 4 requests {to_ours} went to ours, {to_theirs} to the attacker's; {answers:?}"
+    );
+    // The same call as the operator's script makes it, or the dashboard from its own origin.
+    let origin = format!("http://{own}");
+    let json = [
+        ("Host", own.as_str()),
+        ("Origin", origin.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, body) = adm26_call(admin, "POST", path, &json, &add);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(adm26_backends(admin).len(), 2);
+    fulcrum.terminate();
+}
+
+/// The issue's form-encoded variant (`application/x-www-form-urlencoded`, what an HTML form
+/// sends), and a padded body with a field the call does not take.
+#[test]
+fn adm26_a_form_encoded_post_is_refused_415() {
+    let ours = Backend::start();
+    let theirs = Backend::start();
+    let (mut fulcrum, admin, _cfg) = adm26_start(&ours);
+    let own = admin.to_string();
+    let path = "/api/upstreams/app/backends";
+    let add = format!(r#"{{"addr":"{}","weight":1000000}}"#, theirs.addr);
+    let padded = format!(r#"{{"addr":"{}","weight":1000000,"pad":"="}}"#, theirs.addr);
+    let form = [
+        ("Host", own.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    let (status, body) = adm26_call(admin, "POST", path, &form, &add);
+    let backends = adm26_backends(admin);
+    assert!(
+        status == 415 && backends == [ours.addr.to_string()],
+        "a form-encoded POST answered {status} (want 415); backends after: {backends:?}; {body}"
+    );
+    assert!(body.contains("application/json"), "{body}");
+    // As JSON, the unknown field is named.
+    let json = [("Host", own.as_str()), ("Content-Type", "application/json")];
+    let (status, body) = adm26_call(admin, "POST", path, &json, &padded);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("unknown field `pad`"), "{body}");
+    assert_eq!(adm26_backends(admin), [ours.addr.to_string()]);
+    fulcrum.terminate();
+}
+
+/// DNS rebinding reads (`Host` a name of the attacker's) and a cross-origin `POST
+/// /api/reload` (it was 200); the same with our own Host and the JSON type still work.
+#[test]
+fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
+    let ours = Backend::start();
+    let (mut fulcrum, admin, _cfg) = adm26_start(&ours);
+    let own = admin.to_string();
+    let rebound = format!("evil.example:{}", admin.port());
+    let mut served = Vec::new();
+    for path in ["/", "/api/upstreams", "/metrics", "/api/health"] {
+        let (status, body) = adm26_call(admin, "GET", path, &[("Host", rebound.as_str())], "");
+        if status != 403 {
+            served.push(format!("GET {path} answered {status}"));
+        } else {
+            assert!(body.contains("allowed_hosts"), "{body}");
+        }
+    }
+    let reload = [
+        ("Host", own.as_str()),
+        ("Origin", "http://evil.example"),
+        ("Content-Type", "text/plain;charset=UTF-8"),
+    ];
+    let (status, body) = adm26_call(admin, "POST", "/api/reload", &reload, "");
+    if status != 403 {
+        served.push(format!(
+            "the cross-origin POST /api/reload answered {status}: {}",
+            body.trim()
+        ));
+    }
+    assert!(
+        served.is_empty(),
+        "under a foreign Host or origin: {served:?}"
+    );
+    for path in ["/", "/api/upstreams", "/metrics", "/api/health"] {
+        let (status, body) = adm26_call(admin, "GET", path, &[("Host", own.as_str())], "");
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let json = [("Host", own.as_str()), ("Content-Type", "application/json")];
+    let (status, body) = adm26_call(admin, "POST", "/api/reload", &json, "");
+    assert_eq!(status, 200, "{body}");
+    fulcrum.terminate();
 }

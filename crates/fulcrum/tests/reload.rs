@@ -32,7 +32,7 @@ fn config(algorithm: &str, backends: &[(SocketAddr, u32)]) -> String {
 }
 
 async fn upstream_state(admin: SocketAddr) -> Value {
-    let reply = Client::new(admin).get("/api/upstreams/web").await.unwrap();
+    let reply = common::admin_get(admin, "/api/upstreams/web").await;
     assert_eq!(reply.status, 200);
     serde_json::from_str(&reply.text()).unwrap()
 }
@@ -174,6 +174,7 @@ fn ten_reloads_under_steady_load_lose_no_request() {
             .method("POST")
             .uri("/api/reload")
             .header("host", admin.to_string())
+            .header("content-type", "application/json")
             .body(Full::new(Bytes::new()))
             .unwrap();
         let reply = Client::new(admin).send(req).await.unwrap();

@@ -554,7 +554,7 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
     scrape
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let (_, metrics) = get(&mut scrape, "admin", "/metrics");
+    let (_, metrics) = get(&mut scrape, "localhost", "/metrics");
     assert!(
         metrics.contains("fulcrum_tls_handshake_failures_total 3"),
         "{metrics}"

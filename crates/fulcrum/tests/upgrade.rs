@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lab::{Backend, Client};
+use lab::Backend;
 
 mod common;
 use common::{Running, TempDir, TempFile, backend_block, steady_load};
@@ -67,7 +67,7 @@ fn five_upgrades_under_load_lose_no_request_and_refuse_no_connection() {
             );
             current = next;
             // The new one answers, the admin API included.
-            let reply = Client::new(admin).get("/api/health").await.unwrap();
+            let reply = common::admin_get(admin, "/api/health").await;
             assert_eq!(reply.status, 200, "upgrade {upgrade}");
         }
         let outcomes = load.await.unwrap();

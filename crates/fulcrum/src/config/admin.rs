@@ -4,6 +4,11 @@
 //! Loopback by default. A `listen` anyone else can reach must have a `token_file`: without
 //! one, anybody who reaches the port could drain every backend. With a token, every mutating
 //! call needs `Authorization: Bearer <token>`, on any address.
+//!
+//! `allowed_hosts`: the names (or addresses) a request may be addressed to besides the
+//! listener's own address and `localhost` (the admin listener refuses any other `Host`,
+//! against DNS rebinding; see `admin::guard`). Names alone, without a port, as Django's
+//! `ALLOWED_HOSTS`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +21,7 @@ use super::table::{Section, Table};
 
 pub(super) const SECTION: Section = Section {
     title: "[admin]",
-    keys: &["listen", "token_file"],
+    keys: &["listen", "token_file", "allowed_hosts"],
     not_yet: &[],
 };
 
@@ -35,6 +40,8 @@ pub struct Admin {
     pub listen: SocketAddr,
     pub token_file: Option<PathBuf>,
     pub token: Option<String>,
+    /// Host names and addresses besides the listener's own, in lower case.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Reads `[admin]`; `None` when a problem was reported.
@@ -64,6 +71,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
         },
         None => None,
     };
+    let allowed_hosts = allowed_hosts(r, t)?;
     let addr = listen
         .as_ref()
         .map_or_else(|| DEFAULT_LISTEN.parse().ok(), |l| Some(*l.get_ref()))?;
@@ -82,7 +90,59 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
         listen: addr,
         token_file: token_file.map(|p| PathBuf::from(*p.get_ref())),
         token,
+        allowed_hosts,
     })
+}
+
+/// `allowed_hosts`, each checked; `None` when one was refused (reported).
+fn allowed_hosts(r: &mut Report<'_>, t: &Table<'_>) -> Option<Vec<String>> {
+    let mut hosts = Vec::new();
+    let mut refused = false;
+    let items = t.strings(
+        r,
+        "allowed_hosts",
+        ("a host name", "host names"),
+        "admin.example",
+    );
+    for (key, text) in items {
+        match allowed_host(text.get_ref()) {
+            Ok(host) => hosts.push(host),
+            Err(why) => {
+                r.error(text.span(), &key, why);
+                refused = true;
+            }
+        }
+    }
+    (!refused).then_some(hosts)
+}
+
+/// One name of `allowed_hosts`: a DNS name or an IP address, without scheme, port or
+/// wildcard; lower-cased, a trailing dot dropped.
+fn allowed_host(text: &str) -> Result<String, String> {
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(ip.to_string());
+    }
+    let fix = if text.contains("://") || text.contains('/') {
+        "write the name alone, without a scheme or path, such as \"admin.example\""
+    } else if text.contains('*') {
+        "wildcards are not taken: list each name"
+    } else if text.contains(':') {
+        "write the name without a port: a name of allowed_hosts is taken on any port"
+    } else {
+        "a host name is letters, digits, hyphens and dots, such as \"admin.example\""
+    };
+    let name = text.strip_suffix('.').unwrap_or(text);
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!("{text:?} is not a host name: {fix}"));
+    }
+    Ok(name.to_ascii_lowercase())
 }
 
 /// The token in `path`: its first line, trimmed.
@@ -106,4 +166,57 @@ fn read_token(path: &str) -> Result<String, String> {
         ));
     }
     Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+
+    fn with_admin(lines: &str) -> String {
+        format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:9900\"\n{lines}\n")
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_addresses_lower_cased() {
+        let c = ok(&with_admin(
+            r#"allowed_hosts = ["Admin.Example.", "fulcrum-1", "10.0.0.5", "[::1]"]"#,
+        ));
+        let admin = c.admin.unwrap();
+        assert_eq!(
+            admin.allowed_hosts,
+            ["admin.example", "fulcrum-1", "10.0.0.5", "::1"]
+        );
+        assert!(ok(&with_admin("")).admin.unwrap().allowed_hosts.is_empty());
+        assert!(
+            ok(&with_admin("allowed_hosts = []"))
+                .admin
+                .unwrap()
+                .allowed_hosts
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn allowed_hosts_refuses_schemes_ports_wildcards_and_other_forms() {
+        let e = refused(&with_admin(
+            r#"allowed_hosts = ["http://admin.example", "admin.example:9900", "*.example", "a b", 7, "-x.example"]"#,
+        ));
+        for want in [
+            "admin.allowed_hosts[0]: \"http://admin.example\" is not a host name: write the name alone, without a scheme or path",
+            "admin.allowed_hosts[1]: \"admin.example:9900\" is not a host name: write the name without a port",
+            "admin.allowed_hosts[2]: \"*.example\" is not a host name: wildcards are not taken",
+            "admin.allowed_hosts[3]: \"a b\" is not a host name: a host name is letters, digits, hyphens and dots",
+            "admin.allowed_hosts[4]: expected a host name such as \"admin.example\", not the number 7",
+            "admin.allowed_hosts[5]: \"-x.example\" is not a host name",
+        ] {
+            assert!(e.contains(want), "{want}\nnot in\n{e}");
+        }
+        let e = refused(&with_admin(r#"allowed_hosts = "admin.example""#));
+        assert!(
+            e.contains(
+                "admin.allowed_hosts: expected a list of host names such as [\"admin.example\"]"
+            ),
+            "{e}"
+        );
+    }
 }

@@ -348,13 +348,23 @@ pub fn in_flight(admin: SocketAddr, upstream: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `GET path` on the admin listener at `admin`, addressed to it (the listener serves no other
+/// `Host`).
+pub async fn admin_get(admin: SocketAddr, path: &str) -> lab::Reply {
+    let req = http::Request::get(path)
+        .header(http::header::HOST, admin.to_string())
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    lab::Client::new(admin).send(req).await.unwrap()
+}
+
 /// The backends of `upstream` as the admin listener at `admin` shows them
 /// (`GET /api/upstreams`), in configuration order.
 pub fn backends_of(admin: SocketAddr, upstream: &str) -> Vec<serde_json::Value> {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+    s.write_all(b"GET /api/upstreams HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();

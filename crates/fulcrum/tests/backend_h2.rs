@@ -1261,13 +1261,13 @@ async fn a_connection_that_stops_answering_is_left_after_one_read_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_finds_no_room_within_connect_timeout_is_not_blamed_on_the_backend() {
     let _serial = SERIAL.lock().await;
-    // One stream at a time, each answered after 1.5 s: a second request waits in the queue
-    // for a stream, not for the backend, and gives up after connect_timeout (twice: once more
-    // as for a connection closed under it) with no blame.
+    // One stream at a time, each answered after 1.5 s, and one connection allowed: a second
+    // request waits for a stream, not for the backend, and gives up after connect_timeout,
+    // our own limit: 503, no blame.
     let server = H2Server::start(Script::OneAtATime("s")).await;
     let (fulcrum, admin) = with_admin(
         "one-at-a-time",
-        "connect_timeout = \"300ms\"\nmax_fails = 1\nfail_timeout = \"30s\"",
+        "connect_timeout = \"300ms\"\nmax_fails = 1\nfail_timeout = \"30s\"\nh2_max_connections = 1",
         &[server.addr],
     );
     let addr = fulcrum.addr_of("h2");
@@ -1282,7 +1282,7 @@ async fn a_stream_that_finds_no_room_within_connect_timeout_is_not_blamed_on_the
     let started = Instant::now();
     let queued = get_once(addr, "/second").await;
     let waited = started.elapsed();
-    assert_eq!(queued.status, 502, "{}", queued.head);
+    assert_eq!(queued.status, 503, "{}", queued.head);
     assert!(
         waited < Duration::from_millis(1200),
         "given up after connect_timeout, not after the first answer: {waited:?}"
@@ -1290,6 +1290,34 @@ async fn a_stream_that_finds_no_room_within_connect_timeout_is_not_blamed_on_the
     let first = slow.await.unwrap();
     assert_eq!(first.status, 200, "{}", first.head);
     assert_eq!(blocking(|| available(admin, "h2")), [true], "not blamed");
+    assert_eq!(server.connections(), 1, "h2_max_connections = 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_at_its_stream_limit_gets_another_connection_up_to_h2_max_connections() {
+    let _serial = SERIAL.lock().await;
+    // One stream a connection, each answered after 1.5 s: four requests at once take four
+    // connections (the default h2_max_connections), a fifth waits for a stream.
+    let server = H2Server::start(Script::OneAtATime("s")).await;
+    let fulcrum = alone("stream-limit", &server, "connect_timeout = \"5s\"");
+    let addr = fulcrum.addr_of("h2");
+    let started = Instant::now();
+    let mut clients = JoinSet::new();
+    for i in 0..5 {
+        clients.spawn(async move { get_once(addr, &format!("/limit/{i}")).await });
+    }
+    let mut statuses = Vec::new();
+    while let Some(reply) = within("five answers", clients.join_next()).await {
+        statuses.push(reply.unwrap().status);
+    }
+    let took = started.elapsed();
+    assert_eq!(statuses, [200; 5]);
+    assert_eq!(server.connections(), 4, "four connections, the default most");
+    // Four answered together after 1.5 s, the fifth 1.5 s later on a freed stream.
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(5),
+        "five answers in {took:?}"
+    );
 }
 
 /// grpc-health (tools/grpc-health, grpc-go's health service as server and client):

@@ -1662,3 +1662,8 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
         "{median:.0} bytes of RSS per idle client (median of {first_waves:.0?})"
     );
 }
+
+// --- issue 26: h2 backends ---
+// The h2-backend attacks (two slow HTTP/2 readers against an h2 nginx; 2,000 streams cancelled
+// mid-response on the shared backend connection) need the real nginx h2c fixture and an HTTP/2
+// client, which live in tests/backend_h2.rs: see its tests prefixed `h2b_`.

@@ -353,7 +353,12 @@ impl H2Slot {
 
     /// Makes `shared` (just opened) one that later requests take, with one stream taken on it
     /// for `client`.
-    pub(crate) fn keep(&self, pool: &Arc<Connections>, shared: SharedH2, client: Option<u64>) -> H2Lease {
+    pub(crate) fn keep(
+        &self,
+        pool: &Arc<Connections>,
+        shared: SharedH2,
+        client: Option<u64>,
+    ) -> H2Lease {
         let id = shared.id;
         {
             let mut set = self.set();

@@ -165,7 +165,10 @@ async fn stream(
     loop {
         // Made before looking, so that a stream given back in between wakes it.
         let room = pool.h2.room();
-        let why = match pool.h2.take(pool, made_with, limits.client, limits.per_client) {
+        let why = match pool
+            .h2
+            .take(pool, made_with, limits.client, limits.per_client)
+        {
             H2Room::Stream(shared, lease) => return Ok(Stream::shared(shared, lease)),
             H2Room::Full { open } if open < limits.max_connections => {
                 match open_another(pool, deadline, tls, limits).await? {
@@ -204,7 +207,10 @@ async fn open_another(
         .await
         .map_err(|_| ConnectError::Timeout)?;
     let made_with = tls.map(|(tls, _)| tls);
-    match pool.h2.take(pool, made_with, limits.client, limits.per_client) {
+    match pool
+        .h2
+        .take(pool, made_with, limits.client, limits.per_client)
+    {
         // Opened by the request that held the lock before us, or a stream given back.
         H2Room::Stream(shared, lease) => Ok(Some(Stream::shared(shared, lease))),
         H2Room::Full { open: n } if n < limits.max_connections => {

@@ -1846,6 +1846,9 @@ struct H2bSlowReader {
     task: tokio::task::JoinHandle<()>,
     /// Response heads (HEADERS frames) received.
     heads: Arc<AtomicUsize>,
+    /// Of those, `200`s (the backend's answers): a header block that opens with `:status 200`
+    /// indexed from HPACK's static table (0x88).
+    ok_heads: Arc<AtomicUsize>,
 }
 
 impl H2bSlowReader {
@@ -1861,7 +1864,9 @@ impl H2bSlowReader {
         }
         write.lock().await.write_all(&hello).await.unwrap();
         let heads = Arc::new(AtomicUsize::new(0));
+        let ok_heads = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&heads);
+        let counted_ok = Arc::clone(&ok_heads);
         let answer = Arc::clone(&write);
         let reader = async move {
             let mut header = [0u8; 9];
@@ -1874,6 +1879,9 @@ impl H2bSlowReader {
                 let ack = match (header[3], header[4] & 1) {
                     (1, _) => {
                         counted.fetch_add(1, Ordering::SeqCst);
+                        if payload.first() == Some(&0x88) {
+                            counted_ok.fetch_add(1, Ordering::SeqCst);
+                        }
                         continue;
                     }
                     (4, 0) => h2b_frame(4, 1, 0, &[]),
@@ -1903,7 +1911,11 @@ impl H2bSlowReader {
                 () = granter => {}
             }
         });
-        H2bSlowReader { task, heads }
+        H2bSlowReader {
+            task,
+            heads,
+            ok_heads,
+        }
     }
 }
 
@@ -1986,9 +1998,14 @@ async fn h2b_two_slow_readers_do_not_cut_an_h2_backend_off_from_everyone() {
         rss_peak = rss_peak.max(h2b_rss_kib(pid));
     }
     let attack_lasted = attack_started.elapsed();
-    let heads: Vec<usize> = attackers
+    let heads: Vec<(usize, usize)> = attackers
         .iter()
-        .map(|a| a.heads.load(Ordering::SeqCst))
+        .map(|a| {
+            (
+                a.ok_heads.load(Ordering::SeqCst),
+                a.heads.load(Ordering::SeqCst),
+            )
+        })
         .collect();
     drop(attackers);
     let grown_mib = rss_peak.saturating_sub(rss_before) as f64 / 1024.0;
@@ -1999,7 +2016,7 @@ async fn h2b_two_slow_readers_do_not_cut_an_h2_backend_off_from_everyone() {
     let slowest = answers.iter().map(|a| a.1).max().unwrap();
     eprintln!(
         "slow readers for {attack_lasted:?}: ordinary requests {statuses:?}, slowest {slowest:?}; \
-         attackers' response heads {heads:?}; fulcrum RSS {} KiB before, peak {} KiB (+{grown_mib:.1} MiB)",
+         attackers' (200, all) response heads {heads:?}; fulcrum RSS {} KiB before, peak {} KiB (+{grown_mib:.1} MiB)",
         rss_before, rss_peak
     );
     assert_eq!(
@@ -2007,6 +2024,14 @@ async fn h2b_two_slow_readers_do_not_cut_an_h2_backend_off_from_everyone() {
         answers.len(),
         "every ordinary request answered 200 while the slow readers ran: {statuses:?}"
     );
+    // Each slow reader was answered by the backend on at most its share of a connection
+    // (half of nginx's 128); its other streams got our own answer.
+    for (ok, all) in &heads {
+        assert!(
+            *ok <= 64,
+            "a slow reader held {ok} backend streams of {all}"
+        );
+    }
     // Within connect_timeout, with a second's margin: none waited for a stream.
     assert!(
         slowest < Duration::from_secs(3),

@@ -95,6 +95,10 @@ const END_STREAM_GRACE: Duration = Duration::from_secs(1);
 /// trip.
 const SETTINGS_PATIENCE: Duration = Duration::from_millis(200);
 
+/// How often a request waiting for a stream looks again without being told (see
+/// [`stream`]).
+const ROOM_RECHECK: Duration = Duration::from_millis(100);
+
 /// Streams we reset (a client gone, a stream given up) that a connection remembers, for the
 /// `h2` crate's `reset_stream_duration` (1 s), so that the frames the backend sent before it
 /// saw the reset are recognised and dropped. The crate's default, 50, is less than one client
@@ -185,9 +189,14 @@ async fn stream(
                 limits.connect_timeout
             ),
         };
-        if timeout_at(deadline, room).await.is_err() {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(ConnectError::NoStream(why));
         }
+        // Told when a stream is given back or a connection comes; looked again now and then
+        // for room that comes untold (a backend's SETTINGS that came late, or raised its
+        // limit).
+        let _ = timeout_at(deadline.min(now + ROOM_RECHECK), room).await;
     }
 }
 

@@ -1857,3 +1857,8 @@ fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
     assert_eq!(status, 200, "{body}");
     fulcrum.terminate();
 }
+
+// --- issue 26: h2 backends ---
+// The h2-backend attacks (two slow HTTP/2 readers against an h2 nginx; 2,000 streams cancelled
+// mid-response on the shared backend connection) need the real nginx h2c fixture and an HTTP/2
+// client, which live in tests/backend_h2.rs: see its tests prefixed `h2b_`.

@@ -23,13 +23,14 @@
 //!   the request is in flight.
 //! * **Counted**: connections open (busy or idle) and idle, per backend and worker, for the
 //!   admin API and metrics to sum.
-//! * **The shared HTTP/2 connection** (`backend_protocol = "h2"`): one per backend and
-//!   worker, multiplexed, held in an [`H2Slot`] beside the HTTP/1.1 ones; `upstream_h2` opens,
-//!   drives and forgets it, and requests take it from here.
+//! * **The shared HTTP/2 connections** (`backend_protocol = "h2"`): up to
+//!   `h2_max_connections` per backend and worker, multiplexed, held in an [`H2Slot`] beside
+//!   the HTTP/1.1 ones, with the streams taken on each and by each client connection;
+//!   `upstream_h2` opens, drives and forgets them, and requests take streams from here.
 //! * **Connect errors are classified** ([`ConnectError::fault`]): running out of descriptors or
 //!   local ports is the proxy's problem, not the backend's.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,6 +109,10 @@ pub(crate) enum ConnectError {
     NoServerName(String),
     #[error("HTTP/2 handshake failed: {0}")]
     H2(h2::Error),
+    /// No stream free on the backend within `connect_timeout`, for a limit of our own
+    /// (`h2_max_connections`, `h2_max_streams_per_client`): nothing was sent.
+    #[error("{0}")]
+    NoStream(String),
 }
 
 impl ConnectError {
@@ -116,6 +121,9 @@ impl ConnectError {
         match self {
             ConnectError::Timeout => Fault::ConnectTimeout,
             ConnectError::Io(e) if is_local_shortage(e) => Fault::LocalResources,
+            // Our own limit, not the backend's doing: the next backend, no blame, and 503
+            // if none is left.
+            ConnectError::NoStream(_) => Fault::LocalResources,
             ConnectError::Io(_) | ConnectError::NoServerName(_) | ConnectError::H2(_) => {
                 Fault::ConnectFailed
             }
@@ -159,15 +167,69 @@ pub(crate) struct Connections {
     pub(crate) h2: H2Slot,
 }
 
-/// The HTTP/2 connection a worker's requests to one backend share (`backend_protocol = "h2"`,
-/// opened and driven by [`crate::upstream_h2`]), if one is open: kept beside the worker's
-/// HTTP/1.1 connections to the same backend, so that disabling the backend forgets both.
+/// The HTTP/2 connections a worker's requests to one backend share (`backend_protocol =
+/// "h2"`, opened and driven by [`crate::upstream_h2`]): kept beside the worker's HTTP/1.1
+/// connections to the same backend, so that disabling the backend forgets both.
+///
+/// * **A stream goes on the oldest connection with one free**: one whose streams in use are
+///   below the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`, as the `h2` crate reports it.
+///   Only when every open connection is at that limit is another opened, up to
+///   `h2_max_connections` (Envoy's HTTP/2 pool marks a connection at its concurrent-stream
+///   limit busy and opens a new one for a request that finds none ready; HAProxy takes a
+///   connection off its list of available ones when it has no stream left). Taking the
+///   oldest first leaves the extra connections unused once the load is gone, so they close
+///   after `keepalive_timeout`.
+/// * **One client connection holds at most its share**: the streams each HTTP/2 client
+///   connection holds here are counted, and past `h2_max_streams_per_client` (by default
+///   half the backend's limit) its next request waits for one of its own to end. A client
+///   that stops reading its answers so stalls at most half a connection; the others find
+///   room (HAProxy goes further under `http-reuse safe`: a busy HTTP/2 connection serves
+///   only the client session that opened it).
+/// * **Room is said**: a stream that ends, and a connection opened or forgotten, wake the
+///   requests waiting for room, which look again (within their `connect_timeout`).
 #[derive(Debug, Default)]
 pub(crate) struct H2Slot {
-    current: Mutex<Option<SharedH2>>,
+    set: Mutex<H2Set>,
+    /// Notified when room may have come.
+    room: tokio::sync::Notify,
     /// Held while a connection is being opened, so that requests arriving meanwhile wait for
     /// it instead of each opening their own.
     pub(crate) opening: tokio::sync::Mutex<()>,
+}
+
+/// What an [`H2Slot`] holds.
+#[derive(Debug, Default)]
+struct H2Set {
+    /// The connections requests may take, oldest first.
+    open: Vec<H2Entry>,
+    /// Streams held on this backend by each HTTP/2 client connection, by its number.
+    clients: HashMap<u64, usize>,
+}
+
+/// One connection and the streams taken on it and not yet given back.
+#[derive(Debug)]
+struct H2Entry {
+    shared: SharedH2,
+    streams: usize,
+}
+
+/// What the `h2` crate reports as the backend's concurrent-stream limit until the backend's
+/// first SETTINGS frame has been read (set as the connection's initial value): a value no
+/// SETTINGS can give (they say at most 2^32 - 1, or nothing, which the crate reports as
+/// `usize::MAX`).
+pub(crate) const H2_LIMIT_UNKNOWN: usize = usize::MAX - 1;
+
+impl H2Entry {
+    /// The backend's concurrent-stream limit, once its SETTINGS said it.
+    fn known_limit(&self) -> Option<usize> {
+        Some(self.shared.send.current_max_send_streams()).filter(|&l| l != H2_LIMIT_UNKNOWN)
+    }
+
+    /// The streams the connection may carry at once: before the backend's SETTINGS, only the
+    /// one of the request that opened it.
+    fn limit(&self) -> usize {
+        self.known_limit().unwrap_or(1)
+    }
 }
 
 /// A handle to a shared HTTP/2 connection.
@@ -200,49 +262,155 @@ impl SharedH2 {
         let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.used.store(ms, Ordering::Relaxed);
     }
+
+    fn made_with(&self, tls: Option<&Arc<BackendTls>>) -> bool {
+        match (&self.tls, tls) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// Numbers connections for [`H2Slot::forget`].
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What a request looking for a stream finds ([`H2Slot::take`]).
+#[derive(Debug)]
+pub(crate) enum H2Room {
+    /// A stream on this connection, held until the lease is dropped.
+    Stream(SharedH2, H2Lease),
+    /// The request's client connection holds `cap` streams to this backend already.
+    ClientAtCap { cap: usize },
+    /// Every one of the `open` connections is at the backend's limit.
+    Full { open: usize },
+}
+
+/// One stream taken on a shared connection, for a client connection (`None`: an HTTP/1.x
+/// one): given back when dropped, which wakes the requests waiting for room.
+#[derive(Debug)]
+pub(crate) struct H2Lease {
+    pool: Arc<Connections>,
+    id: u64,
+    client: Option<u64>,
+}
+
+impl Drop for H2Lease {
+    fn drop(&mut self) {
+        self.pool.h2.give_back(self.id, self.client);
+    }
+}
+
 impl H2Slot {
-    fn shared(&self) -> std::sync::MutexGuard<'_, Option<SharedH2>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    fn set(&self) -> std::sync::MutexGuard<'_, H2Set> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Makes `shared` the connection later requests take.
-    pub(crate) fn keep(&self, shared: SharedH2) {
-        *self.shared() = Some(shared);
+    /// A future that completes once room may have come: made before looking, so that room
+    /// given back in between is not missed.
+    pub(crate) fn room(&self) -> tokio::sync::futures::Notified<'_> {
+        self.room.notified()
     }
 
-    /// Forgets connection `id` if it is still the current one: later requests open another.
-    pub(crate) fn forget(&self, id: u64) {
-        let mut current = self.shared();
-        if current.as_ref().is_some_and(|s| s.id == id) {
-            *current = None;
+    /// A stream on the oldest connection made with `tls` that has one free, for `client`
+    /// (an HTTP/2 client connection's number) unless it holds `per_client` streams here
+    /// already (`None`: half the backend's limit). Connections made with other TLS settings
+    /// (before a reload) are left: they close once their streams are over.
+    pub(crate) fn take(
+        &self,
+        pool: &Arc<Connections>,
+        tls: Option<&Arc<BackendTls>>,
+        client: Option<u64>,
+        per_client: Option<usize>,
+    ) -> H2Room {
+        let mut set = self.set();
+        set.open.retain(|e| e.shared.made_with(tls));
+        if let Some(client) = client {
+            let limit = set.open.iter().filter_map(H2Entry::known_limit).max();
+            let cap = per_client.or_else(|| limit.map(|l| (l / 2).max(1)));
+            let held = set.clients.get(&client).copied().unwrap_or(0);
+            if let Some(cap) = cap.filter(|&cap| held >= cap) {
+                return H2Room::ClientAtCap { cap };
+            }
         }
-    }
-
-    /// Forgets the current connection, whichever it is (the backend was disabled): it closes
-    /// once its streams are over.
-    pub(crate) fn forget_any(&self) {
-        *self.shared() = None;
-    }
-
-    /// The current connection, if there is one made with `tls` (the upstream's TLS in force).
-    pub(crate) fn current(&self, tls: Option<&Arc<BackendTls>>) -> Option<SharedH2> {
-        let current = self.shared();
-        let shared = current.as_ref()?;
-        let same_tls = match (&shared.tls, tls) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
+        let open = set.open.len();
+        let Some(entry) = set.open.iter_mut().find(|e| e.streams < e.limit()) else {
+            return H2Room::Full { open };
         };
-        if !same_tls {
-            return None;
+        entry.streams += 1;
+        entry.shared.touch();
+        let shared = entry.shared.clone();
+        if let Some(client) = client {
+            *set.clients.entry(client).or_default() += 1;
         }
-        shared.touch();
-        Some(shared.clone())
+        let lease = H2Lease {
+            pool: Arc::clone(pool),
+            id: shared.id,
+            client,
+        };
+        H2Room::Stream(shared, lease)
+    }
+
+    /// Makes `shared` (just opened) one that later requests take, with one stream taken on it
+    /// for `client`.
+    pub(crate) fn keep(
+        &self,
+        pool: &Arc<Connections>,
+        shared: SharedH2,
+        client: Option<u64>,
+    ) -> H2Lease {
+        let id = shared.id;
+        {
+            let mut set = self.set();
+            set.open.push(H2Entry { shared, streams: 1 });
+            if let Some(client) = client {
+                *set.clients.entry(client).or_default() += 1;
+            }
+        }
+        self.room.notify_waiters();
+        H2Lease {
+            pool: Arc::clone(pool),
+            id,
+            client,
+        }
+    }
+
+    /// Wakes the requests waiting for room (a connection's limit became known).
+    pub(crate) fn room_came(&self) {
+        self.room.notify_waiters();
+    }
+
+    fn give_back(&self, id: u64, client: Option<u64>) {
+        {
+            let mut set = self.set();
+            if let Some(entry) = set.open.iter_mut().find(|e| e.shared.id == id) {
+                entry.streams = entry.streams.saturating_sub(1);
+            }
+            if let Some(client) = client
+                && let std::collections::hash_map::Entry::Occupied(mut held) =
+                    set.clients.entry(client)
+            {
+                *held.get_mut() -= 1;
+                if *held.get() == 0 {
+                    held.remove();
+                }
+            }
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Forgets connection `id` if it is still one requests take: they open another once the
+    /// rest are full. Its streams finish on it.
+    pub(crate) fn forget(&self, id: u64) {
+        self.set().open.retain(|e| e.shared.id != id);
+        self.room.notify_waiters();
+    }
+
+    /// Forgets every connection (the backend was disabled): each closes once its streams are
+    /// over.
+    pub(crate) fn forget_any(&self) {
+        self.set().open.clear();
+        self.room.notify_waiters();
     }
 }
 
@@ -477,6 +645,85 @@ mod tests {
         assert_eq!(pool.reap(), 2);
         assert_eq!(pool.counts(), (0, 0));
         assert!(pool.take_idle(false, None).is_none());
+    }
+
+    /// A connection to an in-memory HTTP/2 server that allows `max_streams` at once, once its
+    /// SETTINGS have been read.
+    async fn h2_connection(max_streams: u32) -> SharedH2 {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let mut conn = h2::server::Builder::new()
+                .max_concurrent_streams(max_streams)
+                .handshake::<_, Bytes>(server_io)
+                .await
+                .unwrap();
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        let (send, conn) = h2::client::Builder::new()
+            .initial_max_send_streams(H2_LIMIT_UNKNOWN)
+            .handshake::<_, Bytes>(client_io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let said = async {
+            while send.current_max_send_streams() != max_streams as usize {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), said)
+            .await
+            .expect("the server's SETTINGS");
+        SharedH2::new(send, None)
+    }
+
+    #[tokio::test]
+    async fn streams_fill_the_oldest_connection_and_a_client_holds_half_of_one() {
+        let pool = Arc::new(Connections::new(
+            "127.0.0.1:9".parse().unwrap(),
+            4,
+            Duration::from_secs(60),
+        ));
+        let take = |client: Option<u64>| pool.h2.take(&pool, None, client, None);
+        let first = h2_connection(4).await;
+        let first_id = first.id;
+        let _opener = pool.h2.keep(&pool, first, Some(1));
+        // Client 1 may hold half of 4.
+        let H2Room::Stream(on, second) = take(Some(1)) else {
+            panic!("a stream for client 1")
+        };
+        assert_eq!(on.id, first_id);
+        assert!(matches!(take(Some(1)), H2Room::ClientAtCap { cap: 2 }));
+        // Others fill the connection; HTTP/1.1 clients (None) are not counted.
+        let taken: Vec<H2Room> = vec![take(Some(2)), take(None)];
+        assert!(taken.iter().all(|r| matches!(r, H2Room::Stream(..))));
+        assert!(matches!(take(None), H2Room::Full { open: 1 }));
+        // A stream given back is room again, for its own client too.
+        drop(second);
+        let again = take(Some(1));
+        assert!(matches!(again, H2Room::Stream(..)));
+        // A second connection takes what the first cannot; a stream given back on the first
+        // makes it the one taken again (the oldest first).
+        let extra = h2_connection(4).await;
+        let extra_id = extra.id;
+        let _on_extra = pool.h2.keep(&pool, extra, None);
+        let H2Room::Stream(on, _third_a) = take(Some(3)) else {
+            panic!("room on the second connection")
+        };
+        assert_eq!(on.id, extra_id);
+        drop(taken);
+        let H2Room::Stream(on, _third_b) = take(Some(3)) else {
+            panic!("room on the first again")
+        };
+        assert_eq!(on.id, first_id);
+        // An explicit share overrides the derived one (client 3 holds 2).
+        assert!(matches!(
+            pool.h2.take(&pool, None, Some(3), Some(2)),
+            H2Room::ClientAtCap { cap: 2 }
+        ));
+        assert!(matches!(
+            pool.h2.take(&pool, None, Some(3), Some(3)),
+            H2Room::Stream(..)
+        ));
     }
 
     #[tokio::test]

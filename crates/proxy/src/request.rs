@@ -54,6 +54,11 @@ pub(crate) struct Forward<'a> {
     /// The client takes trailers (an HTTP/2 client's `te: trailers`): said to an HTTP/2
     /// backend, whose response trailers are then relayed.
     pub(crate) trailers: bool,
+    /// The HTTP/2 client connection the request came on, by number
+    /// ([`crate::upstream_h2::next_client_connection`]): the streams it holds on an HTTP/2
+    /// backend are counted against `h2_max_streams_per_client`. `None` for an HTTP/1.x
+    /// client, which holds one at most.
+    pub(crate) client_connection: Option<u64>,
 }
 
 impl<'a> Forward<'a> {
@@ -92,6 +97,7 @@ impl<'a> Forward<'a> {
             early: &[],
             idle_timeout: listener.ctx.settings.idle_timeout,
             trailers: false,
+            client_connection: None,
         }
     }
 

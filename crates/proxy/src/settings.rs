@@ -291,6 +291,15 @@ pub struct UpstreamSettings {
     pub tls: Option<std::sync::Arc<crate::upstream_tls::BackendTls>>,
     /// What the backends are spoken to in (`backend_protocol`).
     pub backend_protocol: BackendProtocol,
+    /// HTTP/2 connections each worker may open to one backend (`h2_max_connections`): a
+    /// stream goes on the oldest connection with one free, and another connection is opened
+    /// only when every open one is at the backend's concurrent-stream limit (Envoy's
+    /// connection pool; HAProxy opens another once a connection has no stream available).
+    pub h2_max_connections: usize,
+    /// Backend streams one HTTP/2 client connection may hold on one backend, per worker
+    /// (`h2_max_streams_per_client`); `None`: half the backend's concurrent-stream limit, so
+    /// that no one client connection can take every stream of a backend connection.
+    pub h2_max_streams_per_client: Option<usize>,
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -330,6 +339,10 @@ impl UpstreamSettings {
     pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
     pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(1);
     pub const DEFAULT_STALE_AFTER: u32 = 3;
+    /// Four connections of nginx's 128 streams each: 512 requests in flight from one worker
+    /// to one backend before any waits, and two client connections at their cap (half a
+    /// connection each) fill only one of them.
+    pub const DEFAULT_H2_MAX_CONNECTIONS: usize = 4;
     /// NGINX Plus's `queue ... timeout=` default.
     pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -403,6 +416,8 @@ impl UpstreamSettings {
             health_check: None,
             tls: None,
             backend_protocol: BackendProtocol::Http1,
+            h2_max_connections: Self::DEFAULT_H2_MAX_CONNECTIONS,
+            h2_max_streams_per_client: None,
         }
     }
 }

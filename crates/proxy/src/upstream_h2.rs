@@ -2,16 +2,29 @@
 //! h2 chosen by ALPN over TLS (`tls = true`; a backend that does not choose it fails the
 //! handshake, see [`crate::upstream_tls`]).
 //!
-//! * **One connection per backend and worker, multiplexed.** The first request opens it (as
-//!   any connection: `connect_timeout`, TLS), requests arriving meanwhile wait for it, later
-//!   ones open streams on it. A connection that fails, or that lets a request wait
-//!   `read_timeout`, is forgotten at once, so the next request opens a new one (one per GOAWAY,
-//!   however many requests it cut short); one is also forgotten once no request has taken it
-//!   for `keepalive_timeout`, and closes with GOAWAY when its streams are over. A PING every
-//!   30 s, unanswered within 20 s, closes a connection whose peer vanished. `keepalive = 0`
-//!   gives every request a connection of its own, as for HTTP/1.1. A stream the backend has no
-//!   room for (its concurrent-stream limit) waits in the `h2` crate's queue, within
-//!   `connect_timeout`.
+//! * **Shared connections, multiplexed, as few as the load needs.** A stream goes on the oldest
+//!   connection of the worker to the backend that has one free (below the backend's
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS`); when every one is at that limit another is opened, up
+//!   to `h2_max_connections` (4), as Envoy's HTTP/2 pool and HAProxy's list of connections
+//!   with streams available do ([`crate::connections::H2Slot`]). The first request opens one
+//!   (as any connection: `connect_timeout`, TLS), requests arriving meanwhile wait for it. A
+//!   connection that fails, or that lets a request wait `read_timeout`, is forgotten at once,
+//!   so the next request opens a new one (one per GOAWAY, however many requests it cut
+//!   short); one is also forgotten once no request has taken it for `keepalive_timeout`, and
+//!   closes with GOAWAY when its streams are over. A PING every 30 s, unanswered within
+//!   20 s, closes a connection whose peer vanished. `keepalive = 0` gives every request a
+//!   connection of its own, as for HTTP/1.1.
+//! * **No client takes them all.** The streams each HTTP/2 client connection holds on a
+//!   backend are counted; past `h2_max_streams_per_client` (half the backend's limit unless
+//!   set) its next request waits for one of its own to end. Every wait for room — the
+//!   client's share, or every connection allowed full — is within `connect_timeout`, and
+//!   given up it is our own limit: nothing was sent, the next backend is tried, no one is
+//!   blamed, and `503` if none is left.
+//! * **Cancelled streams do not cost the shared connection.** A stream we reset (its client
+//!   gone) is remembered long enough that the backend's frames already under way for it are
+//!   dropped quietly, and the `h2` crate's lifetime count of resets it had to send is off for
+//!   backend connections ([`RESETS_REMEMBERED`]), so many clients leaving at once never end
+//!   the connection the others share with `ENHANCE_YOUR_CALM`.
 //! * **The request** is the head the HTTP/1.1 path would send (forwarding headers, `Host`,
 //!   the hop-by-hop fields gone, [`crate::request::Forward::finish_head`]) as HTTP/2 fields:
 //!   `Host` becomes `:authority`, connection-specific fields are dropped (RFC 9113 §8.2.2),
@@ -34,7 +47,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use balance::{AttemptFailure, Connection, Fault, RequestSent, ResponseReceived};
@@ -46,7 +59,9 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::either::Either;
 
-use crate::connections::{ConnectError, Connections, OpenCount, SharedH2};
+use crate::connections::{
+    ConnectError, Connections, H2_LIMIT_UNKNOWN, H2Lease, H2Room, OpenCount, SharedH2,
+};
 use crate::exchange::{ClientEnd, Patience, Relay};
 use crate::http1::{self, FinalResponse, Framing, ResponseHead};
 use crate::io::{ClientStream, after};
@@ -74,6 +89,28 @@ const PING_PATIENCE: Duration = Duration::from_secs(20);
 /// [`H2Body::finish`]).
 const END_STREAM_GRACE: Duration = Duration::from_secs(1);
 
+/// How long a new connection's opener waits for the backend's first SETTINGS (its limit of
+/// concurrent streams) before its request goes out: until they come, the connection takes
+/// no other request, and they come with the backend's side of the handshake, within a round
+/// trip.
+const SETTINGS_PATIENCE: Duration = Duration::from_millis(200);
+
+/// How often a request waiting for a stream looks again without being told (see
+/// [`stream`]).
+const ROOM_RECHECK: Duration = Duration::from_millis(100);
+
+/// Streams we reset (a client gone, a stream given up) that a connection remembers, for the
+/// `h2` crate's `reset_stream_duration` (1 s), so that the frames the backend sent before it
+/// saw the reset are recognised and dropped. The crate's default, 50, is less than one client
+/// connection's streams: when a client with 128 streams open went away, the frames still
+/// coming on the streams past the 50th were taken as a protocol error of the backend's, each
+/// one answered with a reset of our own and counted against
+/// `max_local_error_reset_streams` (1024 a connection, for its whole life), whose end is a
+/// GOAWAY `ENHANCE_YOUR_CALM` that fails every stream on the shared connection. 1024 covers
+/// several clients going at once; each remembered stream costs a few hundred bytes for a
+/// second.
+const RESETS_REMEMBERED: usize = 1024;
+
 /// The largest response field section taken from a backend (RFC 9113 §6.5.2's
 /// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes a field).
 const MAX_RESPONSE_FIELDS: u32 = 64 * 1024;
@@ -84,41 +121,123 @@ struct Stream {
     send: SendRequest<Bytes>,
     id: u64,
     connection: Connection,
+    /// The stream's place on a shared connection (`None`: a connection of its own).
+    lease: Option<H2Lease>,
 }
 
-/// A connection to the backend of `pool`: the current one if there is one, else a new one
-/// (made the current one when connections are kept, `keepalive` > 0). A connection that
-/// failed was forgotten by the attempt that saw it fail, so a retry finds the one opened
-/// since, or opens it: however many requests a GOAWAY cut short, one new connection.
+impl Stream {
+    fn shared(shared: SharedH2, lease: H2Lease) -> Stream {
+        Stream {
+            send: shared.send,
+            id: shared.id,
+            connection: Connection::Reused,
+            lease: Some(lease),
+        }
+    }
+}
+
+/// What bounds the streams one request may take: the upstream's settings, and the client
+/// connection it came on.
+#[derive(Debug, Clone, Copy)]
+struct StreamLimits {
+    connect_timeout: Duration,
+    /// `h2_max_connections`.
+    max_connections: usize,
+    /// `h2_max_streams_per_client` (`None`: half the backend's limit).
+    per_client: Option<usize>,
+    /// The HTTP/2 client connection's number (`None`: an HTTP/1.x client).
+    client: Option<u64>,
+}
+
+/// A stream to the backend of `pool`, within `connect_timeout`: on the oldest shared
+/// connection with one free ([`crate::connections::H2Slot`]); when every one is at the
+/// backend's limit, on a new one, up to `h2_max_connections`; past that, or past the client
+/// connection's share, once a stream ends. A connection that failed was forgotten by the
+/// attempt that saw it fail, so a retry finds the one opened since, or opens it: however
+/// many requests a GOAWAY cut short, one new connection. With `keepalive = 0`, a connection
+/// of the request's own.
 async fn stream(
     pool: &Arc<Connections>,
-    connect_timeout: Duration,
+    limits: StreamLimits,
     tls: Option<(&Arc<BackendTls>, &str)>,
 ) -> Result<Stream, ConnectError> {
-    let reused = |shared: SharedH2| Stream {
-        send: shared.send,
-        id: shared.id,
-        connection: Connection::Reused,
-    };
-    let settings = tls.map(|(tls, _)| tls);
-    if let Some(shared) = pool.h2.current(settings) {
-        return Ok(reused(shared));
+    let deadline = Instant::now() + limits.connect_timeout;
+    if !pool.keeps_idle() {
+        return open(pool, deadline, tls, None).await;
     }
-    let deadline = Instant::now() + connect_timeout;
-    let _opening = if pool.keeps_idle() {
-        // Waiting for another request's connect is waiting for a connection: within this
-        // request's connect_timeout.
-        let opening = timeout_at(deadline, pool.h2.opening.lock())
-            .await
-            .map_err(|_| ConnectError::Timeout)?;
-        // Opened by the request that held the lock before us.
-        if let Some(shared) = pool.h2.current(settings) {
-            return Ok(reused(shared));
+    let made_with = tls.map(|(tls, _)| tls);
+    loop {
+        // Made before looking, so that a stream given back in between wakes it.
+        let room = pool.h2.room();
+        let why = match pool
+            .h2
+            .take(pool, made_with, limits.client, limits.per_client)
+        {
+            H2Room::Stream(shared, lease) => return Ok(Stream::shared(shared, lease)),
+            H2Room::Full { open } if open < limits.max_connections => {
+                match open_another(pool, deadline, tls, limits).await? {
+                    Some(stream) => return Ok(stream),
+                    None => continue,
+                }
+            }
+            H2Room::Full { open } => format!(
+                "no HTTP/2 stream free to the backend within connect_timeout ({:?}): its {open} connections (h2_max_connections) are all at its concurrent-stream limit",
+                limits.connect_timeout
+            ),
+            H2Room::ClientAtCap { cap } => format!(
+                "no HTTP/2 stream free to the backend within connect_timeout ({:?}): this client connection holds its {cap} (h2_max_streams_per_client, by default half the backend's concurrent-stream limit)",
+                limits.connect_timeout
+            ),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ConnectError::NoStream(why));
         }
-        Some(opening)
-    } else {
-        None
-    };
+        // Told when a stream is given back or a connection comes; looked again now and then
+        // for room that comes untold (a backend's SETTINGS that came late, or raised its
+        // limit).
+        let _ = timeout_at(deadline.min(now + ROOM_RECHECK), room).await;
+    }
+}
+
+/// Opens another shared connection to `pool`'s backend and takes a stream on it, one opening
+/// at a time: a request that waited for another's looks again first, and `None` says to
+/// look again from the start (the client's share is taken, or every connection allowed is
+/// open).
+async fn open_another(
+    pool: &Arc<Connections>,
+    deadline: Instant,
+    tls: Option<(&Arc<BackendTls>, &str)>,
+    limits: StreamLimits,
+) -> Result<Option<Stream>, ConnectError> {
+    // Waiting for another request's connect is waiting for a connection: within this
+    // request's connect_timeout.
+    let _opening = timeout_at(deadline, pool.h2.opening.lock())
+        .await
+        .map_err(|_| ConnectError::Timeout)?;
+    let made_with = tls.map(|(tls, _)| tls);
+    match pool
+        .h2
+        .take(pool, made_with, limits.client, limits.per_client)
+    {
+        // Opened by the request that held the lock before us, or a stream given back.
+        H2Room::Stream(shared, lease) => Ok(Some(Stream::shared(shared, lease))),
+        H2Room::Full { open: n } if n < limits.max_connections => {
+            open(pool, deadline, tls, limits.client).await.map(Some)
+        }
+        H2Room::Full { .. } | H2Room::ClientAtCap { .. } => Ok(None),
+    }
+}
+
+/// Opens a connection to `pool`'s backend by `deadline` and takes its first stream, for
+/// `client`. Kept for later requests when connections are kept (`keepalive` > 0), else the
+/// request's own, closed after it.
+async fn open(
+    pool: &Arc<Connections>,
+    deadline: Instant,
+    tls: Option<(&Arc<BackendTls>, &str)>,
+    client: Option<u64>,
+) -> Result<Stream, ConnectError> {
     let left = deadline.saturating_duration_since(Instant::now());
     let (io, open) = pool.connect_stream(left, tls).await?;
     let handshake = h2::client::Builder::new()
@@ -126,30 +245,56 @@ async fn stream(
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_header_list_size(MAX_RESPONSE_FIELDS)
+        .initial_max_send_streams(H2_LIMIT_UNKNOWN)
+        .max_concurrent_reset_streams(RESETS_REMEMBERED)
+        // The crate ends a connection after 1024 resets it had to send for the peer's
+        // protocol errors, a server's guard against clients that make it reset streams
+        // (CVE-2023-44487's kin). Here the peer is a configured backend, and what that count
+        // takes in is our own cancellations racing the backend's frames (a DATA frame for a
+        // stream past the remembered ones): counted over the connection's life, a proxy
+        // whose clients cancel would one day lose the connection every client shares, with
+        // every stream on it. A backend that does break the protocol still loses its
+        // connection at once for any connection-level error.
+        .max_local_error_reset_streams(None)
         .handshake::<BackendStream, Bytes>(io);
     let (send, connection) = match timeout_at(deadline, handshake).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => return Err(ConnectError::H2(e)),
         Err(_) => return Err(ConnectError::Timeout),
     };
-    let shared = SharedH2::new(send.clone(), settings.cloned());
+    let shared = SharedH2::new(send.clone(), tls.map(|(tls, _)| Arc::clone(tls)));
     let id = shared.id;
-    let kept = pool.keeps_idle().then(|| {
-        pool.h2.keep(shared.clone());
-        Arc::clone(pool)
-    });
+    let lease = pool
+        .keeps_idle()
+        .then(|| pool.h2.keep(pool, shared.clone(), client));
     let driven = Driven {
-        kept,
+        kept: lease.as_ref().map(|_| Arc::clone(pool)),
         addr: pool.addr(),
         _open: open,
         idle_timeout: pool.idle_timeout(),
     };
     tokio::spawn(drive(connection, driven, shared));
+    if lease.is_some() {
+        settings_said(&send, deadline).await;
+        pool.h2.room_came();
+    }
     Ok(Stream {
         send,
         id,
         connection: Connection::Fresh,
+        lease,
     })
+}
+
+/// Waits until the backend's first SETTINGS have been read on `send`'s connection (which its
+/// task drives), by `deadline` and for [`SETTINGS_PATIENCE`] at most. The `h2` crate says no
+/// more than the limit they carry, so this looks again every millisecond: a round trip on
+/// the networks backends are on.
+async fn settings_said(send: &SendRequest<Bytes>, deadline: Instant) {
+    let until = deadline.min(Instant::now() + SETTINGS_PATIENCE);
+    while send.current_max_send_streams() == H2_LIMIT_UNKNOWN && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// What the task driving a connection keeps.
@@ -260,10 +405,17 @@ pub(crate) async fn attempt(
             .headers_mut()
             .insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    let stream = match stream(pool, settings.connect_timeout, tls).await {
+    let limits = StreamLimits {
+        connect_timeout: settings.connect_timeout,
+        max_connections: settings.h2_max_connections,
+        per_client: settings.h2_max_streams_per_client,
+        client: f.client_connection,
+    };
+    let stream = match stream(pool, limits, tls).await {
         Ok(stream) => stream,
         Err(e) => return Tried::ConnectFailed(e),
     };
+    let lease = stream.lease;
     let on = OnStream {
         pool,
         id: stream.id,
@@ -296,7 +448,16 @@ pub(crate) async fn attempt(
             );
         }
     };
-    final_head(f, &on, response, body, out)
+    final_head(f, &on, (response, body, lease), out)
+}
+
+/// Numbers HTTP/2 client connections, whose backend streams are counted per backend against
+/// `h2_max_streams_per_client`.
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+/// A number for a new HTTP/2 client connection ([`Forward::client_connection`]).
+pub(crate) fn next_client_connection() -> u64 {
+    NEXT_CLIENT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The stream an attempt is on, for classifying how it failed.
@@ -405,8 +566,7 @@ async fn send(
 fn final_head(
     f: &Forward<'_>,
     on: &OnStream<'_>,
-    response: Response<RecvStream>,
-    body: SendStream<Bytes>,
+    (response, body, lease): (Response<RecvStream>, SendStream<Bytes>, Option<H2Lease>),
     out: &mut Vec<u8>,
 ) -> Tried<H2Body> {
     let (parts, recv) = response.into_parts();
@@ -418,6 +578,7 @@ fn final_head(
             H2Body {
                 recv,
                 _request: body,
+                lease,
             },
         ),
         Ok(_) => on.failed(
@@ -602,6 +763,8 @@ pub(crate) struct H2Body {
     recv: RecvStream,
     /// The request's side of the stream (its body may still be going out).
     _request: h2::SendStream<Bytes>,
+    /// The stream's place on a shared connection, given back with the stream.
+    lease: Option<H2Lease>,
 }
 
 impl H2Body {
@@ -651,9 +814,13 @@ impl H2Body {
         if self.recv.is_end_stream() {
             return;
         }
-        let mut recv = self.recv;
+        let H2Body {
+            mut recv, lease, ..
+        } = self;
         tokio::spawn(async move {
             let _ = tokio::time::timeout(END_STREAM_GRACE, recv.data()).await;
+            // Until then the stream still counts against the backend's limit.
+            drop(lease);
         });
     }
 

@@ -139,6 +139,10 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     if let Some(p) = u.backend_protocol {
         s.backend_protocol = p.into_inner();
     }
+    if let Some(n) = u.h2.max_connections {
+        s.h2_max_connections = n;
+    }
+    s.h2_max_streams_per_client = u.h2.max_streams_per_client;
     if let Some(seed) = u.seed {
         s.seed = seed;
     }

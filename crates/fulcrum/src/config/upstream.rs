@@ -55,6 +55,8 @@ pub(super) const SECTION: Section = Section {
         "tls_ca",
         "tls_server_name",
         "backend_protocol",
+        "h2_max_connections",
+        "h2_max_streams_per_client",
         "backend",
     ],
     not_yet: &[],
@@ -73,6 +75,15 @@ const MAX_QUEUE: i64 = 1_000_000;
 /// The most idle connections kept per backend and worker: each holds a descriptor, and a
 /// process rarely may hold more than a million (Linux's default `fs.nr_open` is 1048576).
 const MAX_KEEPALIVE: i64 = 1_000_000;
+
+/// The most HTTP/2 connections a worker may open to one backend: each is a descriptor here
+/// and a connection's buffers at the backend; a thousand connections of a hundred streams
+/// each is far past what any backend serves at once from one worker.
+const MAX_H2_CONNECTIONS: i64 = 1000;
+
+/// The most backend streams one HTTP/2 client connection may hold on one backend: the
+/// largest concurrent-stream limit HTTP/2 can express (RFC 9113 §6.5.2, 2^31 - 1).
+const MAX_H2_STREAMS_PER_CLIENT: i64 = (1 << 31) - 1;
 
 /// The most polls a report may be missed before it is stale: beyond this a dead reporter
 /// would steer its backend for too long.
@@ -110,6 +121,8 @@ pub(super) struct Upstream {
     pub tls: Option<std::sync::Arc<proxy::upstream_tls::BackendTls>>,
     /// `backend_protocol`, and where it is written (`None`: left out, HTTP/1.1).
     pub backend_protocol: Option<Spanned<proxy::BackendProtocol>>,
+    /// `h2_max_connections` and `h2_max_streams_per_client` (only with `"h2"`).
+    pub h2: H2Limits,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -128,6 +141,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         .section(r, "health_check", &health::SECTION)
         .and_then(|h| health::read(r, &h));
     let backend_protocol = backend_protocol(r, t);
+    let h2 = H2Limits::read(r, t, backend_protocol.as_ref().map(|p| *p.get_ref()));
     let tls = super::tls::upstream(
         r,
         t,
@@ -175,6 +189,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         health_check,
         tls,
         backend_protocol,
+        h2,
         seed,
         backends,
     })
@@ -263,6 +278,52 @@ impl Waiting {
                 ),
             ),
         }
+    }
+}
+
+/// How far one worker's HTTP/2 connections to a backend may grow, and how much of them one
+/// client connection may hold (`None`: the default, see `settings`). Only for
+/// `backend_protocol = "h2"`: an HTTP/1.1 upstream has one request a connection.
+#[derive(Debug, Default)]
+pub(super) struct H2Limits {
+    pub max_connections: Option<usize>,
+    pub max_streams_per_client: Option<usize>,
+}
+
+impl H2Limits {
+    fn read(
+        r: &mut Report<'_>,
+        t: &Table<'_>,
+        protocol: Option<proxy::BackendProtocol>,
+    ) -> H2Limits {
+        let limits = H2Limits {
+            max_connections: t.integer(
+                r,
+                "h2_max_connections",
+                1..=MAX_H2_CONNECTIONS,
+                " (HTTP/2 connections each worker may open to one backend)",
+            ),
+            max_streams_per_client: t.integer(
+                r,
+                "h2_max_streams_per_client",
+                1..=MAX_H2_STREAMS_PER_CLIENT,
+                " (leave it out for half the backend's concurrent-stream limit)",
+            ),
+        };
+        if protocol != Some(proxy::BackendProtocol::H2) {
+            for key in ["h2_max_connections", "h2_max_streams_per_client"] {
+                if t.span_of(key).is_some() {
+                    t.error(
+                        r,
+                        key,
+                        format!(
+                            "{key} applies only to HTTP/2 backends: add backend_protocol = \"h2\", or remove {key}"
+                        ),
+                    );
+                }
+            }
+        }
+        limits
     }
 }
 
@@ -485,6 +546,46 @@ mod tests {
                     && e.contains("listener[0].upstream"),
                 "{listener_key}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn h2_connection_limits() {
+        let with = |keys: &str| {
+            GOOD.replacen(
+                "algorithm = \"least_conn\"\n",
+                &format!("algorithm = \"least_conn\"\n{keys}\n"),
+                1,
+            )
+        };
+        let c = ok(&with("backend_protocol = \"h2\""));
+        assert_eq!(c.proxy.upstreams[0].h2_max_connections, 4);
+        assert_eq!(c.proxy.upstreams[0].h2_max_streams_per_client, None);
+        let c = ok(&with(
+            "backend_protocol = \"h2\"\nh2_max_connections = 2\nh2_max_streams_per_client = 10",
+        ));
+        assert_eq!(c.proxy.upstreams[0].h2_max_connections, 2);
+        assert_eq!(c.proxy.upstreams[0].h2_max_streams_per_client, Some(10));
+        for (keys, says) in [
+            (
+                "backend_protocol = \"h2\"\nh2_max_connections = 0",
+                "upstream[0].h2_max_connections: must be between 1 and 1000",
+            ),
+            (
+                "backend_protocol = \"h2\"\nh2_max_streams_per_client = 0",
+                "upstream[0].h2_max_streams_per_client: must be between 1 and 2147483647",
+            ),
+            (
+                "h2_max_connections = 2",
+                "h2_max_connections applies only to HTTP/2 backends: add backend_protocol = \"h2\"",
+            ),
+            (
+                "backend_protocol = \"http1\"\nh2_max_streams_per_client = 8",
+                "h2_max_streams_per_client applies only to HTTP/2 backends",
+            ),
+        ] {
+            let e = refused(&with(keys));
+            assert!(e.contains(says), "{keys}: {e}");
         }
     }
 

@@ -47,6 +47,8 @@ pub(crate) struct StreamContext {
     client_addr: ClientAddr,
     /// Bytes of request bodies the connection's streams may hold at once, one permit a byte.
     bodies: Arc<Semaphore>,
+    /// The connection's number, by which h2 backends count its streams.
+    number: u64,
 }
 
 /// What one connection's buffered request bodies may add up to, as a multiple of
@@ -72,6 +74,7 @@ impl StreamContext {
             listener,
             client_addr,
             bodies: Arc::new(Semaphore::new(budget as usize)),
+            number: crate::upstream_h2::next_client_connection(),
         }
     }
 }
@@ -408,6 +411,7 @@ async fn proxy(
     let f = Forward {
         // HTTP/2 allows `te` only as `trailers` (RFC 9113 §8.2.2), which gRPC requires.
         trailers: parts.headers.contains_key(http::header::TE),
+        client_connection: Some(ctx.number),
         ..Forward::new(
             listener,
             &upstream_settings,

@@ -1938,6 +1938,28 @@ fn dribble_h2_attack(addr: SocketAddr, other: SocketAddr, begun: &AtomicUsize) -
     }
 }
 
+/// The resident memory of `pid` now, and a thread sampling it every 50 ms until the flag is
+/// set, whose result is the largest sample (KiB).
+fn dribble_rss_sampler(
+    pid: u32,
+) -> (
+    u64,
+    std::thread::JoinHandle<u64>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0;
+        while !flag.load(Ordering::Relaxed) {
+            peak = peak.max(rss_kib(pid));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        peak
+    });
+    (rss_kib(pid), sampler, stop)
+}
+
 /// The reproduction of issue 26's second defect: one HTTP/2 connection, 20 streams of a 2 MB
 /// answer at window 0, then a byte of window per stream every 3 s, against `max_conns = 20`
 /// and `send_timeout = "5s"`. Before: every backend connection held for as long as the
@@ -1950,10 +1972,14 @@ fn dribble_h2_window_dribble_does_not_pin_backend_connections() {
     let cfg = dribble_config("", backend, 20);
     let mut fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
+    let (rss_before, sampler, sampling) = dribble_rss_sampler(fulcrum.child.id());
     let out = dribble_h2_attack(addr, addr, &begun);
+    sampling.store(true, Ordering::Relaxed);
+    let rss_peak = sampler.join().unwrap();
     println!(
         "dribble over HTTP/2, fulcrum: other client served {:?} after the heads ({} tries: {:?}); \
-         the dribbled streams: {:?}, {} body bytes received",
+         the dribbled streams: {:?}, {} body bytes received; RSS {rss_before} KiB before, \
+         {rss_peak} KiB at most during",
         out.served,
         out.statuses.len(),
         out.statuses,

@@ -1862,3 +1862,567 @@ fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
 // The h2-backend attacks (two slow HTTP/2 readers against an h2 nginx; 2,000 streams cancelled
 // mid-response on the shared backend connection) need the real nginx h2c fixture and an HTTP/2
 // client, which live in tests/backend_h2.rs: see its tests prefixed `h2b_`.
+
+// --- issue 26: dribble ---
+//
+// A client that takes a response a byte at a time (an HTTP/2 window opened a byte at a time:
+// the "data dribble" of CVE-2019-9511; or an HTTP/1.1 client reading slowly through a small
+// receive buffer) must not hold backend connections and `max_conns` places while it does: with
+// `max_conns = 20` and 20 such streams, another client is served within `send_timeout`.
+
+/// An HTTP/1.1 backend answering `/big` with `size` bytes and anything else with `ok`,
+/// keep-alive, a thread a connection; counts the `/big` answers it began.
+fn dribble_backend(size: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let begun = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&begun);
+    let big = Arc::new(vec![b'x'; size]);
+    // The threads end with the test process; every socket they hold is on loopback.
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let (big, begun) = (Arc::clone(&big), Arc::clone(&counted));
+            std::thread::spawn(move || dribble_serve(stream, &big, &begun));
+        }
+    });
+    (addr, begun)
+}
+
+fn dribble_serve(mut s: TcpStream, big: &[u8], begun: &AtomicUsize) {
+    let mut buf = Vec::new();
+    while let Some(end) = read_until_blank_line(&mut s, &mut buf) {
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end);
+        let body: &[u8] = if head.starts_with("GET /big") {
+            begun.fetch_add(1, Ordering::Relaxed);
+            big
+        } else {
+            b"ok"
+        };
+        let out = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        if s.write_all(out.as_bytes()).is_err() || s.write_all(body).is_err() {
+            return;
+        }
+    }
+}
+
+/// `workers = 1`, an `http2 = true` listener with `send_timeout = "5s"` and `listener_keys`,
+/// upstream "app" over `backend` with `max_conns`.
+fn dribble_config(listener_keys: &str, backend: SocketAddr, max_conns: u32) -> TempFile {
+    config(&format!(
+        "workers = 1\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"app\"\nhttp2 = true\n\
+         send_timeout = \"5s\"\n{listener_keys}\n\n\
+         [[upstream]]\nname = \"app\"\nalgorithm = \"round_robin\"\n  \
+         [[upstream.backend]]\n  addr = \"{backend}\"\n  max_conns = {max_conns}\n"
+    ))
+}
+
+/// An HTTP/2 frame.
+fn dribble_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(9 + payload.len());
+    f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// What the dribbling client saw of each stream: its status (`:status 200` is HPACK's indexed
+/// 0x88; anything else is kept as its first byte), body bytes, and when it was reset.
+#[derive(Debug, Default, Clone)]
+struct DribbleStream {
+    head: Option<u8>,
+    data: usize,
+    reset: Option<(u32, Instant)>,
+}
+
+/// One HTTP/2 connection opening `n` streams of `GET /big` with an initial window of 0: the
+/// frames it saw, kept up to date by a reader thread that acknowledges SETTINGS and PINGs.
+struct Dribbler {
+    writer: Arc<Mutex<TcpStream>>,
+    streams: Arc<Mutex<Vec<DribbleStream>>>,
+    n: u32,
+}
+
+impl Dribbler {
+    fn open(addr: SocketAddr, n: u32) -> Dribbler {
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+        out.extend(dribble_frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        let authority = addr.to_string();
+        for i in 0..n {
+            // :method GET, :scheme http, :path "/big" and :authority, literal not indexed.
+            let mut block = vec![0x82, 0x86, 0x04, 4];
+            block.extend_from_slice(b"/big");
+            block.extend_from_slice(&[0x01, authority.len() as u8]);
+            block.extend_from_slice(authority.as_bytes());
+            // END_STREAM | END_HEADERS.
+            out.extend(dribble_frame(0x1, 0x5, 2 * i + 1, &block));
+        }
+        (&tcp).write_all(&out).unwrap();
+        let dribbler = Dribbler {
+            writer: Arc::new(Mutex::new(tcp.try_clone().unwrap())),
+            streams: Arc::new(Mutex::new(vec![DribbleStream::default(); n as usize])),
+            n,
+        };
+        let (writer, streams) = (Arc::clone(&dribbler.writer), Arc::clone(&dribbler.streams));
+        std::thread::spawn(move || dribble_read(tcp, &writer, &streams));
+        dribbler
+    }
+
+    fn seen(&self) -> Vec<DribbleStream> {
+        self.streams.lock().unwrap().clone()
+    }
+
+    /// One byte of window for every stream not reset.
+    fn grant_a_byte(&self) {
+        let open: Vec<u32> = (0..self.n)
+            .filter(|&i| self.streams.lock().unwrap()[i as usize].reset.is_none())
+            .collect();
+        let mut out = Vec::new();
+        for i in open {
+            out.extend(dribble_frame(0x8, 0, 2 * i + 1, &1u32.to_be_bytes()));
+        }
+        let _ = self.writer.lock().unwrap().write_all(&out);
+    }
+}
+
+fn dribble_read(
+    mut tcp: TcpStream,
+    writer: &Mutex<TcpStream>,
+    streams: &Mutex<Vec<DribbleStream>>,
+) {
+    let mut head = [0u8; 9];
+    while tcp.read_exact(&mut head).is_ok() {
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let (kind, flags) = (head[3], head[4]);
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        if tcp.read_exact(&mut payload).is_err() {
+            return;
+        }
+        let reply = match (kind, flags & 1) {
+            (0x4, 0) => Some(dribble_frame(0x4, 1, 0, &[])),
+            (0x6, 0) => Some(dribble_frame(0x6, 1, 0, &payload)),
+            _ => None,
+        };
+        if let Some(reply) = reply {
+            let _ = writer.lock().unwrap().write_all(&reply);
+        }
+        let Some(stream) = (id % 2 == 1)
+            .then(|| (id as usize - 1) / 2)
+            .and_then(|i| streams.lock().unwrap().get(i).map(|_| i))
+        else {
+            continue;
+        };
+        let mut streams = streams.lock().unwrap();
+        let s = &mut streams[stream];
+        match kind {
+            // HEADERS, without padding or priority from fulcrum.
+            0x1 => s.head = s.head.or(payload.first().copied()),
+            0x0 => s.data += len,
+            0x3 if len == 4 => {
+                let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                s.reset = Some((code, Instant::now()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Asks `GET /small` on a fresh HTTP/1.1 connection every 250 ms until one gets 200 or
+/// `within` passes: the statuses seen (0: no answer in 10 s), and when the 200 came.
+fn dribble_other_client(addr: SocketAddr, within: Duration) -> (Vec<u16>, Option<Duration>) {
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    while started.elapsed() < within {
+        let status = TcpStream::connect(addr)
+            .and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                s.write_all(b"GET /small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+                let mut line = [0u8; 12];
+                s.read_exact(&mut line)?;
+                Ok(std::str::from_utf8(&line[9..12])
+                    .ok()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0))
+            })
+            .unwrap_or(0);
+        statuses.push(status);
+        if status == 200 {
+            return (statuses, Some(started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    (statuses, None)
+}
+
+/// What an HTTP/2 dribble came to: how another client fared, and the dribbled streams.
+#[derive(Debug)]
+struct DribbleOutcome {
+    /// The other client's statuses, one a try (0: no answer).
+    statuses: Vec<u16>,
+    /// When it got 200, counted from the dribbler's 20 heads.
+    served: Option<Duration>,
+    /// Each dribbled stream: `CODE@SECONDS` when it was reset, else `open`.
+    resets: Vec<String>,
+    /// Whether every dribbled stream was reset within 10 s of the heads.
+    all_reset_in_10s: bool,
+    /// Body bytes the dribbler received, all streams together.
+    received: usize,
+}
+
+/// Issue 26's second defect against the proxy at `addr`, whose backend counts its `/big`
+/// answers in `begun` (`other`: where the proxy takes HTTP/1.1): one HTTP/2 connection opens 20 streams of a 2 MB answer with an initial
+/// window of 0, then grants a byte of window per stream every 3 s (for 24 s at most), while
+/// another client asks for a small answer every 250 ms until it gets 200 (for 20 s at most).
+fn dribble_h2_attack(addr: SocketAddr, other: SocketAddr, begun: &AtomicUsize) -> DribbleOutcome {
+    let dribbler = Dribbler::open(addr, 20);
+    wait_until(Duration::from_secs(10), "20 heads at the dribbler", || {
+        let heads = dribbler.seen().iter().filter(|s| s.head.is_some()).count();
+        (heads == 20).then_some(()).ok_or(format!("{heads} heads"))
+    });
+    let heads_at = Instant::now();
+    assert!(
+        dribbler.seen().iter().all(|s| s.head == Some(0x88)),
+        "every stream answered 200: {:?}",
+        dribbler.seen()
+    );
+    assert_eq!(
+        begun.load(Ordering::Relaxed),
+        20,
+        "20 answers began at the backend"
+    );
+
+    // The dribble runs in a thread of its own while another client asks.
+    let streams = Arc::clone(&dribbler.streams);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dribbling = {
+        let (stop, dribbler) = (Arc::clone(&stop), dribbler);
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(24);
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(3));
+                dribbler.grant_a_byte();
+            }
+            dribbler
+        })
+    };
+    let (statuses, served) = dribble_other_client(other, Duration::from_secs(20));
+    // The dribble goes on until every stream was reset, or 12 s after the heads.
+    let all_reset = || streams.lock().unwrap().iter().all(|s| s.reset.is_some());
+    while !all_reset() && heads_at.elapsed() < Duration::from_secs(12) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = dribbling.join().unwrap().seen();
+    let in_10s = heads_at + Duration::from_secs(10);
+    DribbleOutcome {
+        statuses,
+        served,
+        resets: seen
+            .iter()
+            .map(|s| match s.reset {
+                Some((code, at)) => {
+                    format!("{code}@{:.1}s", at.duration_since(heads_at).as_secs_f64())
+                }
+                None => "open".to_owned(),
+            })
+            .collect(),
+        all_reset_in_10s: seen
+            .iter()
+            .all(|s| s.reset.is_some_and(|(_, at)| at < in_10s)),
+        received: seen.iter().map(|s| s.data).sum(),
+    }
+}
+
+/// The resident memory of `pid` now, and a thread sampling it every 50 ms until the flag is
+/// set, whose result is the largest sample (KiB).
+fn dribble_rss_sampler(
+    pid: u32,
+) -> (
+    u64,
+    std::thread::JoinHandle<u64>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0;
+        while !flag.load(Ordering::Relaxed) {
+            peak = peak.max(rss_kib(pid));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        peak
+    });
+    (rss_kib(pid), sampler, stop)
+}
+
+/// The reproduction of issue 26's second defect: one HTTP/2 connection, 20 streams of a 2 MB
+/// answer at window 0, then a byte of window per stream every 3 s, against `max_conns = 20`
+/// and `send_timeout = "5s"`. Before: every backend connection held for as long as the
+/// dribble lasted (22 s in the review), every other client 503. Now the streams are reset
+/// (`CANCEL`) once they have kept their backend waiting `HOLD_GRACE` (2 s), and another client
+/// gets 200 within `send_timeout`.
+#[test]
+fn dribble_h2_window_dribble_does_not_pin_backend_connections() {
+    let (backend, begun) = dribble_backend(2_000_000);
+    let cfg = dribble_config("", backend, 20);
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+    let (rss_before, sampler, sampling) = dribble_rss_sampler(fulcrum.child.id());
+    let out = dribble_h2_attack(addr, addr, &begun);
+    sampling.store(true, Ordering::Relaxed);
+    let rss_peak = sampler.join().unwrap();
+    println!(
+        "dribble over HTTP/2, fulcrum: other client served {:?} after the heads ({} tries: {:?}); \
+         the dribbled streams: {:?}, {} body bytes received; RSS {rss_before} KiB before, \
+         {rss_peak} KiB at most during",
+        out.served,
+        out.statuses.len(),
+        out.statuses,
+        out.resets,
+        out.received
+    );
+    // `send_timeout` (5 s) is the bound the issue sets; the streams are released after
+    // HOLD_GRACE (2 s), so 3 s of margin for a busy machine.
+    assert!(
+        out.served.is_some_and(|t| t < Duration::from_secs(5)),
+        "another client got {:?} while 20 streams dribbled",
+        out.statuses
+    );
+    assert!(
+        out.all_reset_in_10s,
+        "every dribbled stream reset within 10 s: {:?}",
+        out.resets
+    );
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    fulcrum.terminate();
+}
+
+/// A running nginx (Debian's, one process) proxying h2c with prior knowledge and HTTP/1.1 to
+/// `backend` (`max_conns=20`, `send_timeout 5s`, `proxy_buffering` on as by default); killed
+/// and its directory removed when dropped.
+struct DribbleNginx {
+    child: std::process::Child,
+    /// h2c with prior knowledge (nginx 1.22's `listen ... http2` takes nothing else).
+    addr: SocketAddr,
+    /// HTTP/1.1.
+    http1: SocketAddr,
+    _dir: common::TempDir,
+}
+
+impl DribbleNginx {
+    fn start(backend: SocketAddr) -> DribbleNginx {
+        // An address of its own (127.87.P.1), which no test server binding 127.0.0.1 takes.
+        let ip = Ipv4Addr::new(127, 87, (std::process::id() % 250) as u8, 1);
+        let addr = TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap();
+        let http1 = TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap();
+        let dir = common::TempDir::new("hardening", "dribble-nginx");
+        let d = dir.path();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\n\
+             pid {d}/nginx.pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n  \
+             client_body_temp_path {d}/client_body;\n  proxy_temp_path {d}/proxy;\n  \
+             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+             upstream app {{ server {backend} max_conns=20; keepalive 32; }}\n  \
+             server {{\n    listen {addr} http2;\n    listen {http1};\n    send_timeout 5s;\n    location / {{\n      \
+             proxy_pass http://app;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
+        );
+        let conf_path = dir.0.join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(&dir.0)
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-e")
+            .arg(dir.0.join("error.log"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx runs (Debian: apt-get install -y nginx)");
+        let nginx = DribbleNginx {
+            child,
+            addr,
+            http1,
+            _dir: dir,
+        };
+        wait_until(Duration::from_secs(5), "nginx accepting", || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        nginx
+    }
+}
+
+impl Drop for DribbleNginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same dribble against nginx 1.22, for docs/security.md: nginx buffers the answers (to
+/// its temporary files), frees the backend connections and serves the other client at once;
+/// it does not cut the dribbled streams.
+#[test]
+fn dribble_h2_window_dribble_against_nginx() {
+    if !common::installed("nginx", "-v") {
+        println!("nginx is not installed; skipped");
+        return;
+    }
+    let (backend, begun) = dribble_backend(2_000_000);
+    let nginx = DribbleNginx::start(backend);
+    let out = dribble_h2_attack(nginx.addr, nginx.http1, &begun);
+    println!(
+        "dribble over HTTP/2, nginx: other client served {:?} after the heads ({} tries: {:?}); \
+         the dribbled streams: {:?}, {} body bytes received",
+        out.served,
+        out.statuses.len(),
+        out.statuses,
+        out.resets,
+        out.received
+    );
+    assert!(
+        out.served.is_some_and(|t| t < Duration::from_secs(5)),
+        "nginx: another client got {:?}",
+        out.statuses
+    );
+    drop(nginx);
+}
+
+/// An HTTP/1.1 client of `GET /big` with a 4 KiB receive buffer reading 64 bytes every 5 ms
+/// (at most 12.8 kB/s: fast enough that every write of fulcrum's finishes within
+/// `send_timeout`, far below `send_min_rate`) until the connection ends, `stop` is set or
+/// 40 s pass: the bytes it read, and when it was cut off (`None`: it was not).
+fn dribble_slow_reader(
+    addr: SocketAddr,
+    stop: &std::sync::atomic::AtomicBool,
+) -> (usize, Option<Instant>) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut s: TcpStream = socket.into();
+    s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let until = Instant::now() + Duration::from_secs(40);
+    let mut read = 0;
+    let mut piece = [0u8; 64];
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        match s.read(&mut piece) {
+            Ok(0) | Err(_) => return (read, Some(Instant::now())),
+            Ok(n) => read += n,
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (read, None)
+}
+
+/// The same against HTTP/1.1: 5 clients reading a 32 MB answer 64 bytes every 5 ms through
+/// 4 KiB receive buffers, `max_conns = 5`. A 2 MB answer does not hold its backend at all here:
+/// the kernel takes up to 4 MiB of it into fulcrum's send buffer at once (`net.ipv4.tcp_wmem`)
+/// and the backend's part is over. A 32 MB one fills that buffer, and Linux wakes a blocked
+/// writer only once a good part of the buffer is free again, so a slow reader leaves a write
+/// blocked for longer than `send_timeout` and is cut then (before issue 26 as now: the
+/// HTTP/1.1 path never had the HTTP/2 defect), and another client is served.
+#[test]
+fn dribble_http1_slow_readers_free_their_backend_within_send_timeout() {
+    let (backend, begun) = dribble_backend(32_000_000);
+    let cfg = dribble_config("", backend, 5);
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let readers: Vec<_> = (0..5)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || dribble_slow_reader(addr, &stop))
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(10),
+        "5 answers begun at the backend",
+        || {
+            let n = begun.load(Ordering::Relaxed);
+            (n == 5).then_some(()).ok_or(format!("{n} begun"))
+        },
+    );
+    // Until the kernel's buffers between the backend and the clients are full.
+    std::thread::sleep(Duration::from_secs(1));
+    let (statuses, served) = dribble_other_client(addr, Duration::from_secs(25));
+    stop.store(true, Ordering::Relaxed);
+    let ended: Vec<(usize, Option<Instant>)> =
+        readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let cut: Vec<String> = ended
+        .iter()
+        .map(|(n, at)| match at {
+            Some(at) => format!("{n}B@{:.1}s", at.duration_since(started).as_secs_f64()),
+            None => format!("{n}B open"),
+        })
+        .collect();
+    println!(
+        "slow HTTP/1.1 readers: other client served {served:?} after it began asking ({} tries, \
+         first {:?}); the readers (from their start): {cut:?}",
+        statuses.len(),
+        &statuses[..statuses.len().min(5)]
+    );
+    // At about `send_timeout` (5 s) from the readers' start; 10 s from when it began asking
+    // leaves room for a busy machine.
+    assert!(
+        served.is_some_and(|t| t < Duration::from_secs(10)),
+        "another client got {statuses:?} while 5 clients read slowly"
+    );
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    fulcrum.terminate();
+}
+
+/// The dribble with an answer that fits the read-ahead (40 kB, 20 streams: 800 kB of the 1 MiB
+/// a connection may hold): the backend connections are freed as soon as the answers are read,
+/// so another client is served at once, and `send_min_rate` (500 B/s by default) cuts the
+/// dribbled streams at about `send_timeout` (5 s), a byte of window every 3 s notwithstanding.
+#[test]
+fn dribble_h2_small_answers_free_the_backend_and_send_min_rate_cuts_the_streams() {
+    let (backend, begun) = dribble_backend(40_000);
+    let cfg = dribble_config("", backend, 20);
+    let mut fulcrum = Running::start(&cfg, 1);
+    let addr = fulcrum.addr_of("app");
+    let out = dribble_h2_attack(addr, addr, &begun);
+    println!(
+        "dribble over HTTP/2, 40 kB answers, fulcrum: other client served {:?} after the heads \
+         ({} tries: {:?}); the dribbled streams: {:?}, {} body bytes received",
+        out.served,
+        out.statuses.len(),
+        out.statuses,
+        out.resets,
+        out.received
+    );
+    assert!(
+        out.served.is_some_and(|t| t < Duration::from_secs(2)),
+        "another client got {:?} while 20 streams dribbled",
+        out.statuses
+    );
+    assert!(
+        out.all_reset_in_10s,
+        "every dribbled stream cut within 10 s by send_min_rate: {:?}",
+        out.resets
+    );
+    assert!(
+        fulcrum.child.try_wait().unwrap().is_none(),
+        "fulcrum exited"
+    );
+    fulcrum.terminate();
+}

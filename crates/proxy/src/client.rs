@@ -30,7 +30,7 @@ use crate::answers::{
 use crate::buffer::Buffer;
 use crate::forward::{self, Ending, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
-use crate::io::{ClientStream, after, send};
+use crate::io::{ClientStream, Pace, after, send};
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::Forward;
@@ -82,42 +82,6 @@ pub(crate) async fn serve<S: ClientStream>(
         Next::KeepOpen | Next::Close => {}
     }
     drop(permit);
-}
-
-/// How long a request body may take: `client_body_timeout` between two reads (nginx's), and,
-/// with `client_body_min_rate`, a deadline for the whole body that starts at
-/// `client_body_timeout` and moves one second later for every `min_rate` bytes received
-/// (Apache's `mod_reqtimeout` `body=…,MinRate=…`): a body trickled a few bytes at a time is
-/// cut at about `client_body_timeout`, a real upload at least that fast runs to its end.
-struct Pace {
-    started: tokio::time::Instant,
-    between_reads: Duration,
-    min_rate: u64,
-    received: u64,
-}
-
-impl Pace {
-    fn new(settings: &ListenerSettings) -> Pace {
-        Pace {
-            started: tokio::time::Instant::now(),
-            between_reads: settings.client_body_timeout,
-            min_rate: settings.client_body_min_rate,
-            received: 0,
-        }
-    }
-
-    fn deadline(&self) -> tokio::time::Instant {
-        let next_read = after(self.between_reads);
-        if self.min_rate == 0 {
-            return next_read;
-        }
-        let earned = Duration::from_secs_f64(self.received as f64 / self.min_rate as f64);
-        let whole = self
-            .started
-            .checked_add(self.between_reads.saturating_add(earned))
-            .unwrap_or(next_read);
-        whole.min(next_read)
-    }
 }
 
 /// What the connection does after a request.
@@ -217,6 +181,13 @@ fn said_of_refused(raw: &[u8]) -> Said {
 impl<S: ClientStream> ClientConn<S> {
     fn settings(&self) -> &ListenerSettings {
         &self.listener.ctx.settings
+    }
+
+    /// How long a request body may take: `client_body_timeout` between two reads (nginx's),
+    /// and `client_body_min_rate` over the whole body ([`Pace`]).
+    fn body_pace(&self) -> Pace {
+        let s = self.settings();
+        Pace::new(s.client_body_timeout, s.client_body_min_rate)
     }
 
     async fn run(&mut self) -> Next {
@@ -548,7 +519,7 @@ impl<S: ClientStream> ClientConn<S> {
     async fn read_body(&mut self, req: &RequestHead) -> Result<Body, NoHead> {
         let max = self.settings().max_body_bytes;
         let mut continued = !req.expect_continue || !req.http11;
-        let mut pace = Pace::new(self.settings());
+        let mut pace = self.body_pace();
         match req.body {
             Framing::None | Framing::Close => Ok(Body::None),
             Framing::Length(n) => {
@@ -598,12 +569,12 @@ impl<S: ClientStream> ClientConn<S> {
                 .await
                 .map_err(|_| NoHead::Close)?;
             // The client's time starts when it is told to send.
-            *pace = Pace::new(self.settings());
+            *pace = self.body_pace();
         }
         match timeout_at(pace.deadline(), self.inbuf.read_from(&mut self.stream)).await {
             Ok(Ok(0)) => Err(NoHead::Refuse(INCOMPLETE_BODY)),
             Ok(Ok(n)) => {
-                pace.received += n as u64;
+                pace.count(n as u64);
                 Ok(())
             }
             Ok(Err(_)) => Err(NoHead::Close),

@@ -27,7 +27,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::buffer::Buffer;
 use crate::connections::{BACKEND_BUFFER, BackendConn};
 use crate::http1::{self, Chunked, ClientSide, FinalResponse, Framing, ResponseHead};
-use crate::io::{ClientStream, after, send, watch, write_two};
+use crate::io::{ClientStream, Pace, after, send_paced, watch, write_two};
 use crate::upstream::Attempt;
 use crate::upstream_tls::BackendIo as _;
 
@@ -299,7 +299,8 @@ impl Relay {
 #[derive(Debug)]
 pub(crate) struct ClientEnd<'a, S> {
     pub(crate) stream: &'a mut S,
-    pub(crate) send_timeout: Duration,
+    /// `send_timeout` between two writes, `send_min_rate` over the whole response.
+    pub(crate) pace: Pace,
     /// De-chunked response data, for HTTP/1.0 clients.
     pub(crate) dechunked: &'a mut Vec<u8>,
     /// See [`Request::watch_client`].
@@ -310,7 +311,7 @@ pub(crate) struct ClientEnd<'a, S> {
 
 impl<S: ClientStream> ClientEnd<'_, S> {
     pub(crate) async fn send(&mut self, a: &[u8], b: &[u8]) -> Result<(), Relay> {
-        send(self.stream, a, b, self.send_timeout)
+        send_paced(self.stream, a, b, &mut self.pace)
             .await
             .map_err(|_| Relay::Client)?;
         self.sent += (a.len() + b.len()) as u64;
@@ -415,7 +416,7 @@ async fn relay_chunked<S: ClientStream>(
         };
         // `ClientEnd::send` would borrow `dechunked` again: count what it would.
         let n = (a.len() + b.len()) as u64;
-        send(client.stream, a, b, client.send_timeout)
+        send_paced(client.stream, a, b, &mut client.pace)
             .await
             .map_err(|_| Relay::Client)?;
         client.sent += n;

@@ -130,7 +130,7 @@ pub(crate) async fn forward<S: ClientStream>(
     }
     let mut end = ClientEnd {
         stream: client,
-        send_timeout: f.send_timeout,
+        pace: crate::io::Pace::new(f.send_timeout, f.send_min_rate),
         dechunked: &mut scratch.dechunked,
         watch: f.watch_client,
         sent: 0,

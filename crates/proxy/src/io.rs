@@ -17,6 +17,90 @@ pub(crate) fn after(d: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
+/// How long a transfer that should keep a minimum pace may take: `between` from one piece to
+/// the next (nginx's `client_body_timeout` and `send_timeout`), and, with a `min_rate`, a
+/// deadline for the whole that starts at `between` and moves one second later for every
+/// `min_rate` bytes moved (Apache's `mod_reqtimeout` `MinRate`). A transfer trickled a few bytes
+/// at a time is cut at about `between` after it began, whatever each trickle resets; one at
+/// least that fast runs to its end. Request bodies (`client_body_min_rate`) and responses
+/// (`send_min_rate`) are held to it alike.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    started: Instant,
+    between: Duration,
+    min_rate: u64,
+    moved: u64,
+}
+
+impl Pace {
+    /// A transfer starting now; `min_rate` 0: only `between` is limited.
+    pub(crate) fn new(between: Duration, min_rate: u64) -> Pace {
+        Pace {
+            started: Instant::now(),
+            between,
+            min_rate,
+            moved: 0,
+        }
+    }
+
+    /// The time allowed from one piece to the next.
+    pub(crate) fn between(&self) -> Duration {
+        self.between
+    }
+
+    /// The bytes per second the whole must average (0: no minimum).
+    pub(crate) fn min_rate(&self) -> u64 {
+        self.min_rate
+    }
+
+    /// Counts `n` more bytes moved.
+    pub(crate) fn count(&mut self, n: u64) {
+        self.moved = self.moved.saturating_add(n);
+    }
+
+    /// When the next piece must have moved, waiting from now.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline_from(Instant::now())
+    }
+
+    /// When the next piece must have moved, waiting since `since` (the last progress): a few
+    /// integer operations, no system call.
+    pub(crate) fn deadline_from(&self, since: Instant) -> Instant {
+        let next = since
+            .checked_add(self.between)
+            .unwrap_or_else(|| after(self.between));
+        if self.min_rate == 0 {
+            return next;
+        }
+        // `moved / min_rate` seconds earned, without floating point (which could overflow a
+        // `Duration` and panic).
+        let secs = self.moved / self.min_rate;
+        let nanos = (u128::from(self.moved % self.min_rate) * 1_000_000_000
+            / u128::from(self.min_rate)) as u32;
+        let earned = Duration::new(secs, nanos);
+        self.started
+            .checked_add(self.between.saturating_add(earned))
+            .map_or(next, |whole| whole.min(next))
+    }
+}
+
+/// Writes `a` then `b` to the client within `pace` (nginx `send_timeout` between writes, and
+/// `send_min_rate` over the whole response), counting what went out in it.
+pub(crate) async fn send_paced<W: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut W,
+    a: &[u8],
+    b: &[u8],
+    pace: &mut Pace,
+) -> io::Result<()> {
+    let written = AtomicUsize::new(0);
+    let result = tokio::time::timeout_at(pace.deadline(), write_two(stream, a, b, &written)).await;
+    pace.count(written.load(Ordering::Relaxed) as u64);
+    match result {
+        Ok(written) => written,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
 /// Writes `a` then `b` to the client within `timeout` (nginx `send_timeout`: a client that
 /// stops reading does not hold its backend connection forever).
 pub(crate) async fn send<W: tokio::io::AsyncWrite + Unpin>(
@@ -155,5 +239,39 @@ pub(crate) async fn watch(client: Option<&TcpStream>, watched: bool) {
     match client {
         Some(client) if watched => client_gone(client).await,
         _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pace_gives_between_from_the_last_progress_and_min_rate_over_the_whole() {
+        let s = Duration::from_secs;
+        let mut pace = Pace::new(s(5), 500);
+        let t0 = pace.started;
+        assert_eq!(pace.deadline_from(t0), t0 + s(5));
+        // 1,000 bytes at 500 B/s earn 2 s: a byte now and then cannot push the end further.
+        pace.count(1000);
+        assert_eq!(pace.deadline_from(t0 + s(1)), t0 + s(6));
+        assert_eq!(pace.deadline_from(t0 + s(10)), t0 + s(7));
+        pace.count(250);
+        assert_eq!(
+            pace.deadline_from(t0 + s(10)),
+            t0 + s(7) + Duration::from_millis(500)
+        );
+        // No minimum: only the time between pieces.
+        let mut nginx = Pace::new(s(5), 0);
+        nginx.count(1);
+        assert_eq!(nginx.deadline_from(t0 + s(100)), t0 + s(105));
+        // Absurd counts and rates neither panic nor overflow.
+        let mut huge = Pace::new(s(5), 1);
+        huge.count(u64::MAX);
+        huge.count(1);
+        assert_eq!(huge.deadline_from(t0), t0 + s(5));
+        let mut fast = Pace::new(s(5), u64::MAX);
+        fast.count(u64::MAX - 1);
+        assert!(fast.deadline_from(t0) <= t0 + s(6));
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct Forward<'a> {
     /// [`crate::exchange::Request::watch_client`]); an HTTP/2 stream has no socket to watch.
     pub(crate) watch_client: bool,
     pub(crate) send_timeout: Duration,
+    /// See [`crate::settings::ListenerSettings::send_min_rate`].
+    pub(crate) send_min_rate: u64,
     /// For an upgrade request: what the client sent after it, the new protocol's first bytes.
     pub(crate) early: &'a [u8],
     /// How long an upgraded connection may carry nothing either way.
@@ -94,6 +96,7 @@ impl<'a> Forward<'a> {
             },
             watch_client: false,
             send_timeout: listener.ctx.settings.send_timeout,
+            send_min_rate: listener.ctx.settings.send_min_rate,
             early: &[],
             idle_timeout: listener.ctx.settings.idle_timeout,
             trailers: false,

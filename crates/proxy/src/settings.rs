@@ -45,6 +45,13 @@ pub struct ListenerSettings {
     /// Time allowed for each write to the client; a client that stops reading for longer is
     /// disconnected (nginx `send_timeout`).
     pub send_timeout: Duration,
+    /// Bytes per second a response must average on its way to the client, or the client is
+    /// cut off: the whole response has `send_timeout` plus a second per this many bytes sent
+    /// ([`crate::io::Pace`], as `client_body_min_rate` for request bodies). Against a client
+    /// that takes a byte at a time (an HTTP/2 window opened a byte at a time: CVE-2019-9511),
+    /// which `send_timeout` alone never cuts. 0: only the time between writes is limited
+    /// (nginx).
+    pub send_min_rate: u64,
     /// Bytes of the request head (request line and headers); larger heads get 431.
     pub max_header_bytes: usize,
     /// Header lines in a request; more get 431. At most [`crate::MAX_HEADERS_LIMIT`].
@@ -140,6 +147,8 @@ impl ListenerSettings {
     /// Apache's `mod_reqtimeout` default `MinRate` for bodies.
     pub const DEFAULT_CLIENT_BODY_MIN_RATE: u64 = 500;
     pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+    /// As `client_body_min_rate`: 500 B/s (4 kbit/s) is slower than any real link.
+    pub const DEFAULT_SEND_MIN_RATE: u64 = 500;
     pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
     pub const DEFAULT_MAX_HEADERS: usize = 100;
     pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
@@ -162,6 +171,7 @@ impl ListenerSettings {
             client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
             client_body_min_rate: Self::DEFAULT_CLIENT_BODY_MIN_RATE,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,
+            send_min_rate: Self::DEFAULT_SEND_MIN_RATE,
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
             max_headers: Self::DEFAULT_MAX_HEADERS,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,

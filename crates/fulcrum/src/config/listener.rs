@@ -26,6 +26,7 @@ pub(super) const SECTION: Section = Section {
         "client_body_timeout",
         "client_body_min_rate",
         "send_timeout",
+        "send_min_rate",
         "max_header_bytes",
         "max_headers",
         "max_body_bytes",
@@ -44,11 +45,12 @@ pub(super) const SECTION: Section = Section {
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 11] = [
+const HTTP_ONLY: [&str; 12] = [
     "upgrade",
     "client_body_timeout",
     "client_body_min_rate",
     "send_timeout",
+    "send_min_rate",
     "max_header_bytes",
     "max_headers",
     "max_body_bytes",
@@ -97,6 +99,7 @@ pub(super) struct Listener {
     pub client_body_timeout: Option<Duration>,
     pub client_body_min_rate: Option<u64>,
     pub send_timeout: Option<Duration>,
+    pub send_min_rate: Option<u64>,
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
     pub max_body_bytes: Option<u64>,
@@ -168,6 +171,7 @@ pub(super) fn read(
         client_body_timeout: limits.client_body_timeout,
         client_body_min_rate: limits.client_body_min_rate,
         send_timeout: limits.send_timeout,
+        send_min_rate: limits.send_min_rate,
         max_header_bytes: limits.max_header_bytes,
         max_headers: limits.max_headers,
         max_body_bytes: limits.max_body_bytes,
@@ -291,6 +295,7 @@ struct ClientLimits {
     client_body_timeout: Option<Duration>,
     client_body_min_rate: Option<u64>,
     send_timeout: Option<Duration>,
+    send_min_rate: Option<u64>,
     max_header_bytes: Option<usize>,
     max_headers: Option<usize>,
     max_body_bytes: Option<u64>,
@@ -322,6 +327,12 @@ impl ClientLimits {
                 Zero::Refused(
                     "any answer that does not fit the socket buffer at once would be cut",
                 ),
+            ),
+            send_min_rate: t.integer(
+                r,
+                "send_min_rate",
+                0..=1_000_000_000,
+                " (bytes per second; 0 limits only the time between writes)",
             ),
             max_header_bytes: t.integer(
                 r,

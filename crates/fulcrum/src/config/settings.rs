@@ -49,6 +49,9 @@ fn listener(l: Listener) -> ListenerSettings {
     if let Some(d) = l.send_timeout {
         s.send_timeout = d;
     }
+    if let Some(n) = l.send_min_rate {
+        s.send_min_rate = n;
+    }
     if let Some(n) = l.max_header_bytes {
         s.max_header_bytes = n;
     }

@@ -27,12 +27,13 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::relay::{self, StreamEnd};
+use super::relay::{self, AheadBudget, StreamEnd};
 use crate::affinity::AffinityKey;
 use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, TOO_LARGE};
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
+use crate::io::Pace;
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::Forward;
@@ -49,6 +50,8 @@ pub(crate) struct StreamContext {
     bodies: Arc<Semaphore>,
     /// The connection's number, by which h2 backends count its streams.
     number: u64,
+    /// Bytes of responses the connection's streams hold read ahead of the client.
+    ahead: AheadBudget,
 }
 
 /// What one connection's buffered request bodies may add up to, as a multiple of
@@ -75,6 +78,7 @@ impl StreamContext {
             client_addr,
             bodies: Arc::new(Semaphore::new(budget as usize)),
             number: crate::upstream_h2::next_client_connection(),
+            ahead: AheadBudget::default(),
         }
     }
 }
@@ -240,17 +244,14 @@ async fn relay_answer(
     };
     let mut end = StreamEnd {
         send: &mut send,
-        send_timeout,
+        pace: Pace::new(send_timeout, ctx.listener.ctx.settings.send_min_rate),
+        ahead: &ctx.ahead,
         sent: 0,
     };
     let relayed = match body {
-        forward::Body::Http1 { mut conn, pool } => {
-            let relayed =
-                relay::relay(&mut conn, &response, &mut end, &mut attempt, patience).await;
-            if relayed.is_ok() && response.backend_keep_alive && conn.buf.is_empty() {
-                pool.put_idle(conn);
-            }
-            relayed
+        // The connection goes back to its pool as soon as the backend's part is over.
+        forward::Body::Http1 { conn, pool } => {
+            relay::relay(conn, &pool, &response, &mut end, &mut attempt, patience).await
         }
         forward::Body::H2(_) if head_ended => {
             attempt.complete(Outcome::Success);

@@ -157,6 +157,17 @@ fn bytes_in(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
+/// `TRACE`: 405; in another case: 400 (`CONNECT` is the target's to refuse).
+fn check_trace(method: &str) -> Result<(), Reject> {
+    if method == "TRACE" {
+        Err(TRACE)
+    } else if method.eq_ignore_ascii_case("TRACE") {
+        Err(REFUSED_METHOD_CASE)
+    } else {
+        Ok(())
+    }
+}
+
 /// RFC 9110 §9.2.2.
 fn idempotent(method: &str) -> bool {
     matches!(
@@ -186,12 +197,7 @@ pub(crate) fn parse_request(
     };
     let http11 = version == 1;
     let headers: &[httparse::Header<'_>] = req.headers;
-    if method == "TRACE" {
-        return Err(TRACE);
-    }
-    if method.eq_ignore_ascii_case("TRACE") {
-        return Err(REFUSED_METHOD_CASE);
-    }
+    check_trace(method)?;
     let parsed_target = match Target::parse(method, target) {
         Ok(t) => t,
         Err(TargetError::Connect) => return Err(CONNECT),

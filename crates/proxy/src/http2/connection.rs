@@ -33,6 +33,7 @@
 //!   flight finish, then the connection closes; the server's `shutdown_timeout` bounds it.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::linger::{LINGER, Linger};
 use super::stream::{self, Ended, StreamContext};
@@ -109,11 +110,9 @@ pub(crate) async fn serve<S>(
     let Some(mut conn) = handshake(io, peer, &listener, &limits, head_by).await else {
         return;
     };
-    let first_head = tokio::time::sleep_until(head_by);
-    tokio::pin!(first_head);
     let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
     let mut streams: JoinSet<Ended> = JoinSet::new();
-    let mut watch = Watch::new(peer, &limits);
+    let mut watch = Watch::new(peer, &limits, head_by);
     let mut ping = conn.ping_pong();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -153,12 +152,9 @@ pub(crate) async fn serve<S>(
                 }
                 watch.awaiting_pong = None;
             }
-            // No stream yet, the time for a first request head gone: the slowloris of HTTP/2
-            // (a preface, SETTINGS or HEADERS dribbled, or nothing). GOAWAY, then close.
-            () = &mut first_head, if watch.taken == 0 && watch.calmed.is_none() => {
-                tracing::debug!(%peer, "HTTP/2 client sent no request within client_header_timeout; closing");
+            () = watch.first_head_by.as_mut(), if watch.awaits_first_request() => {
                 conn.abrupt_shutdown(Reason::NO_ERROR);
-                watch.calmed = Some(Instant::now());
+                watch.no_first_request();
             }
             _ = stop.changed(), if !watch.going_away => {
                 conn.graceful_shutdown();
@@ -239,6 +235,8 @@ struct Watch {
     next_ping: Instant,
     /// When the PING in flight was sent.
     awaiting_pong: Option<Instant>,
+    /// Ends when the first stream's head must have come.
+    first_head_by: Pin<Box<Sleep>>,
 }
 
 /// What the once-a-second look at a connection decides.
@@ -253,7 +251,7 @@ enum Tick {
 }
 
 impl Watch {
-    fn new(peer: SocketAddr, limits: &Http2Settings) -> Watch {
+    fn new(peer: SocketAddr, limits: &Http2Settings, head_by: Instant) -> Watch {
         let now = Instant::now();
         Watch {
             peer,
@@ -265,6 +263,7 @@ impl Watch {
             idle_since: Some(now),
             next_ping: now + PING_INTERVAL,
             awaiting_pong: None,
+            first_head_by: Box::pin(tokio::time::sleep_until(head_by)),
         }
     }
 
@@ -282,6 +281,19 @@ impl Watch {
         );
         self.calmed = Some(Instant::now());
         true
+    }
+
+    /// Whether no stream has been taken yet (nor the connection cut off).
+    fn awaits_first_request(&self) -> bool {
+        self.taken == 0 && self.calmed.is_none()
+    }
+
+    /// Notes that the time for a first request head ran out with no stream: the slowloris of
+    /// HTTP/2 (a preface, SETTINGS or HEADERS dribbled, or nothing). The connection is told
+    /// GOAWAY (`NO_ERROR`) and closed once that is flushed, as after too many resets.
+    fn no_first_request(&mut self) {
+        tracing::debug!(peer = %self.peer, "HTTP/2 client sent no request within client_header_timeout; closing");
+        self.calmed = Some(Instant::now());
     }
 
     /// Says why the connection failed.

@@ -1018,9 +1018,13 @@ fn check_h2_head(parts: &http::request::Parts, head: &[u8]) -> Result<(), String
         .filter(|h| h.name.eq_ignore_ascii_case("host"))
         .map(|h| h.value)
         .collect();
+    // A field value's leading and trailing spaces and tabs are not part of it (RFC 9110 §5.5).
     let expected = match parts.uri.authority() {
         Some(a) => Some(a.as_str().as_bytes()),
-        None => parts.headers.get(http::header::HOST).map(|v| v.as_bytes()),
+        None => parts
+            .headers
+            .get(http::header::HOST)
+            .map(|v| v.as_bytes().trim_ascii()),
     };
     match (&hosts[..], expected) {
         ([host], Some(e)) if host.eq_ignore_ascii_case(e) => {}

@@ -506,7 +506,8 @@ const HOST_CONFLICT: Reject = http1::reject(
 /// rewritten for the backend into `head` by the HTTP/1.1 request parser: what the backend
 /// gets of an HTTP/2 request, and the one place it is made (the fuzz target
 /// `h2_request_head` runs it too). A `CONNECT` becomes `CONNECT host:port`, which the parser
-/// refuses (405) as it does on HTTP/1.1.
+/// refuses (405) as it does on HTTP/1.1. A request other than `CONNECT` without `:path` is
+/// malformed (RFC 9113 §8.3.1), though the `h2` crate lets it through: 400, as nginx answers.
 pub(crate) fn backend_head(
     parts: &http::request::Parts,
     limits: Limits<'_>,
@@ -514,6 +515,12 @@ pub(crate) fn backend_head(
     raw: &mut Vec<u8>,
     head: &mut Vec<u8>,
 ) -> Result<http1::RequestHead, Reject> {
+    // (Without `:authority` the `h2` crate makes an empty URI, whose `path_and_query` shows
+    // `/`; its `path` is empty.)
+    let no_path = parts.uri.path_and_query().is_none() || parts.uri.path().is_empty();
+    if no_path && parts.method != http::Method::CONNECT {
+        return Err(MALFORMED);
+    }
     if let Some(authority) = parts.uri.authority() {
         let differs = |v: &HeaderValue| {
             !v.as_bytes()
@@ -790,6 +797,24 @@ mod tests {
             .unwrap();
         let head = backend(host_only).expect("no :authority: Host says it");
         assert!(head.contains("Host: b.test\r\n"), "{head}");
+    }
+
+    /// Found by the fuzz target h2_request_head: a GET without `:path` (which the `h2` crate
+    /// accepts) was written `GET / HTTP/1.1`; it is malformed.
+    #[test]
+    fn a_request_without_a_path_is_refused() {
+        let no_path = http::Uri::from_parts(http::uri::Parts::default()).unwrap();
+        assert_eq!(
+            no_path.path(),
+            "",
+            "the h2 crate's request without :path or :authority"
+        );
+        let request = Request::builder()
+            .uri(no_path)
+            .header("host", "a.test")
+            .body(())
+            .unwrap();
+        assert_eq!(backend(request), Err(400));
     }
 
     #[test]

@@ -30,10 +30,10 @@ use crate::answers::{
 use crate::buffer::Buffer;
 use crate::forward::{self, Ending, Scratch};
 use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
-use crate::io::{ClientStream, Pace, after, send};
+use crate::io::{ClientStream, after, send};
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
-use crate::request::Forward;
+use crate::request::{BodyPace, Forward};
 use crate::settings::ListenerSettings;
 
 /// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
@@ -52,13 +52,16 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Serves HTTP/1.1 on an established connection, plain or TLS (which HTTP a connection
 /// speaks is [`crate::dispatch`]'s to decide), until it closes, the proxy stops, or an error
-/// ends it.
+/// ends it. `head_by`: when the first request's head must be whole (`client_header_timeout`
+/// from the accept, the TLS handshake and the sniff counted in it); each later one gets
+/// `client_header_timeout` from when it is waited for.
 pub(crate) async fn serve<S: ClientStream>(
     stream: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
     stop: watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
+    head_by: Instant,
 ) {
     let mut client_addr = http1::ClientAddr::new(peer.ip(), &listener.ctx.settings.trusted_proxies);
     if listener.ctx.tls.is_some() {
@@ -75,6 +78,7 @@ pub(crate) async fn serve<S: ClientStream>(
         body: Vec::new(),
         key: AffinityKey::default(),
         pipelining: false,
+        first_head_by: Some(head_by),
     };
     match conn.run().await {
         Next::Linger => conn.linger().await,
@@ -133,6 +137,8 @@ struct ClientConn<S> {
     key: AffinityKey,
     /// The client has sent a request before the previous one was answered.
     pipelining: bool,
+    /// When the first request's head must be whole; taken by the first read of a head.
+    first_head_by: Option<Instant>,
 }
 
 /// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
@@ -181,13 +187,6 @@ fn said_of_refused(raw: &[u8]) -> Said {
 impl<S: ClientStream> ClientConn<S> {
     fn settings(&self) -> &ListenerSettings {
         &self.listener.ctx.settings
-    }
-
-    /// How long a request body may take: `client_body_timeout` between two reads (nginx's),
-    /// and `client_body_min_rate` over the whole body ([`Pace`]).
-    fn body_pace(&self) -> Pace {
-        let s = self.settings();
-        Pace::new(s.client_body_timeout, s.client_body_min_rate)
     }
 
     async fn run(&mut self) -> Next {
@@ -260,7 +259,10 @@ impl<S: ClientStream> ClientConn<S> {
             key: crate::upstream::hashed_request_part(&upstream_settings),
             upgrade: &listener.ctx.settings.upgrade,
         };
-        let deadline = after(self.settings().client_header_timeout);
+        let deadline = self
+            .first_head_by
+            .take()
+            .unwrap_or_else(|| after(self.settings().client_header_timeout));
         // Bytes already looked at for the blank line that ends a head: a client sending its
         // head a byte at a time costs one scan of it, not one parse per byte.
         let mut scanned = 0;
@@ -519,7 +521,7 @@ impl<S: ClientStream> ClientConn<S> {
     async fn read_body(&mut self, req: &RequestHead) -> Result<Body, NoHead> {
         let max = self.settings().max_body_bytes;
         let mut continued = !req.expect_continue || !req.http11;
-        let mut pace = self.body_pace();
+        let mut pace = BodyPace::new(self.settings());
         match req.body {
             Framing::None | Framing::Close => Ok(Body::None),
             Framing::Length(n) => {
@@ -561,7 +563,7 @@ impl<S: ClientStream> ClientConn<S> {
 
     /// Reads more of a request body within `pace`, first telling a client that waits for it
     /// to go on (`100 Continue`, once).
-    async fn more_body(&mut self, continued: &mut bool, pace: &mut Pace) -> Result<(), NoHead> {
+    async fn more_body(&mut self, continued: &mut bool, pace: &mut BodyPace) -> Result<(), NoHead> {
         if !*continued {
             *continued = true;
             let st = self.settings().send_timeout;
@@ -569,12 +571,12 @@ impl<S: ClientStream> ClientConn<S> {
                 .await
                 .map_err(|_| NoHead::Close)?;
             // The client's time starts when it is told to send.
-            *pace = self.body_pace();
+            *pace = BodyPace::new(self.settings());
         }
         match timeout_at(pace.deadline(), self.inbuf.read_from(&mut self.stream)).await {
             Ok(Ok(0)) => Err(NoHead::Refuse(INCOMPLETE_BODY)),
             Ok(Ok(n)) => {
-                pace.count(n as u64);
+                pace.received(n);
                 Ok(())
             }
             Ok(Err(_)) => Err(NoHead::Close),

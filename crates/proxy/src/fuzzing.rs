@@ -833,3 +833,263 @@ fn dechunk(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, String> {
         at += size + 2;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// An HTTP/2 request's fields, as the backend gets them (issue 26)
+// ---------------------------------------------------------------------------------------------
+
+/// The largest header block sent in one HEADERS frame (HTTP/2's initial maximum frame size).
+const H2_MAX_FRAME: usize = 16 * 1024;
+
+/// An HTTP/2 request made of arbitrary fields — pseudo-headers and others, any bytes in names
+/// and values — through what the proxy runs on it: the `h2` server (HPACK decoding, its checks
+/// of pseudo-headers, names and values) and the translation into the HTTP/1.1 head the backend
+/// gets (`http2::backend_head`, the HTTP/1.1 parser and rewriter behind it). When a head comes
+/// out, it must be one well-formed HTTP/1.1 request head and nothing more (no CR or LF let in
+/// to start another line), in origin form, not `CONNECT` or `TRACE` in any case, with one
+/// `Host`, which is `:authority` when there is one, and no hop-by-hop field.
+///
+/// The first byte picks the hash key and trusted proxies as in [`request_head`]; the rest is
+/// the fields, each `name length, name, value length, value` (a length past the end takes what
+/// is left), sent as HPACK literals in one HEADERS frame that ends the stream.
+pub fn h2_request_head(input: &[u8]) {
+    let Some((&choice, rest)) = input.split_first() else {
+        return;
+    };
+    let fields = h2_fields(rest);
+    let Some(parts) = h2_request_parts(&fields) else {
+        return;
+    };
+    let keys = [
+        None,
+        Some(HashKey::Header("x-user".into())),
+        Some(HashKey::Uri),
+    ];
+    let key = &keys[usize::from(choice) % keys.len()];
+    let trusted: Vec<ipnet::IpNet> = if choice & 0x10 != 0 {
+        vec!["127.0.0.0/8".parse().expect("a valid network")]
+    } else {
+        Vec::new()
+    };
+    let client = ClientAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &trusted);
+    let limits = Limits {
+        max_headers: 100,
+        max_header_bytes: 16 * 1024,
+        key: key.as_ref(),
+        upgrade: &[],
+    };
+    let (mut raw, mut head) = (Vec::new(), Vec::new());
+    if crate::http2::backend_head(&parts, limits, &client, &mut raw, &mut head).is_err() {
+        return;
+    }
+    http1::finish_request_head(&mut head, Some(0));
+    if let Err(why) = check_h2_head(&parts, &head) {
+        panic!(
+            "h2_request_head: {why}\n  fields: {fields:?}\n  backend head: b\"{}\"",
+            head.escape_ascii()
+        );
+    }
+}
+
+/// The fields an input stands for: `name length, name, value length, value`, repeated.
+fn h2_fields(mut rest: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let take = |rest: &mut &[u8]| -> Vec<u8> {
+        let Some((&n, after)) = rest.split_first() else {
+            return Vec::new();
+        };
+        let (taken, left) = after.split_at(usize::from(n).min(after.len()));
+        *rest = left;
+        taken.to_vec()
+    };
+    let mut fields = Vec::new();
+    while !rest.is_empty() {
+        let name = take(&mut rest);
+        let value = take(&mut rest);
+        fields.push((name, value));
+    }
+    fields
+}
+
+/// HPACK's integer with an `prefix`-bit prefix (RFC 7541 §5.1), the first byte's high bits
+/// `first`.
+fn hpack_int(out: &mut Vec<u8>, first: u8, prefix: u32, mut n: usize) {
+    let max = (1usize << prefix) - 1;
+    if n < max {
+        out.push(first | n as u8);
+        return;
+    }
+    out.push(first | max as u8);
+    n -= max;
+    while n >= 128 {
+        out.push((n % 128) as u8 | 0x80);
+        n /= 128;
+    }
+    out.push(n as u8);
+}
+
+/// The request the `h2` server makes of `fields` (literals without indexing, RFC 7541 §6.2.2,
+/// in one HEADERS frame with END_STREAM), or `None` when it refuses them.
+fn h2_request_parts(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<http::request::Parts> {
+    let mut block = Vec::new();
+    for (name, value) in fields {
+        block.push(0);
+        hpack_int(&mut block, 0, 7, name.len());
+        block.extend_from_slice(name);
+        hpack_int(&mut block, 0, 7, value.len());
+        block.extend_from_slice(value);
+    }
+    if block.len() > H2_MAX_FRAME {
+        return None;
+    }
+    let mut bytes = crate::http2::preface::PREFACE.to_vec();
+    // An empty SETTINGS frame, then HEADERS (END_STREAM | END_HEADERS) on stream 1.
+    bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let len = block.len() as u32;
+    bytes.extend_from_slice(&len.to_be_bytes()[1..]);
+    bytes.extend_from_slice(&[1, 0x5, 0, 0, 0, 1]);
+    bytes.extend_from_slice(&block);
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+    }
+    // Then a PING: its ACK says the server has read everything before it.
+    bytes.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0]);
+    bytes.extend_from_slice(b"fuzzping");
+    RUNTIME.with(|rt| {
+        rt.block_on(async {
+            use tokio::io::AsyncWriteExt as _;
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let (mut from_server, mut to_server) = tokio::io::split(client);
+            to_server.write_all(&bytes).await.ok()?;
+            let mut builder = h2::server::Builder::new();
+            builder.max_header_list_size(16 * 1024);
+            let mut conn = builder.handshake::<_, bytes::Bytes>(server).await.ok()?;
+            // The stream if the server takes it; nothing once the PING is answered without it
+            // (the server refused the fields, resetting the stream or the connection).
+            let accepted = tokio::select! {
+                biased;
+                accepted = conn.accept() => accepted,
+                () = ping_answered(&mut from_server) => None,
+            };
+            let (request, _respond) = accepted?.ok()?;
+            Some(request.into_parts().0)
+        })
+    })
+}
+
+/// Reads the server's frames until the ACK of a PING (or the end).
+async fn ping_answered(from_server: &mut (impl tokio::io::AsyncRead + Unpin)) {
+    use tokio::io::AsyncReadExt as _;
+    let mut head = [0u8; 9];
+    while from_server.read_exact(&mut head).await.is_ok() {
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        if from_server.read_exact(&mut payload).await.is_err() || (head[3] == 6 && head[4] & 1 == 1)
+        {
+            return;
+        }
+    }
+}
+
+/// What must hold of the head a backend gets for the request `parts`.
+fn check_h2_head(parts: &http::request::Parts, head: &[u8]) -> Result<(), String> {
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut parsed = httparse::Request::new(&mut slots);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+        other => return Err(format!("not one whole HTTP/1.1 head: {other:?}")),
+    }
+    let method = parsed.method.unwrap_or_default();
+    if method.eq_ignore_ascii_case("CONNECT") || method.eq_ignore_ascii_case("TRACE") {
+        return Err(format!("{method} reached the backend"));
+    }
+    let target = parsed.path.unwrap_or_default();
+    if !(target.starts_with('/') || (target == "*" && method == "OPTIONS")) {
+        return Err(format!("a target not in origin form: {target:?}"));
+    }
+    if parsed.version != Some(1) {
+        return Err("not HTTP/1.1".into());
+    }
+    let hosts: Vec<&[u8]> = parsed
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+        .map(|h| h.value)
+        .collect();
+    // A field value's leading and trailing spaces and tabs are not part of it (RFC 9110 §5.5).
+    let expected = match parts.uri.authority() {
+        Some(a) => Some(a.as_str().as_bytes()),
+        None => parts
+            .headers
+            .get(http::header::HOST)
+            .map(|v| v.as_bytes().trim_ascii()),
+    };
+    match (&hosts[..], expected) {
+        ([host], Some(e)) if host.eq_ignore_ascii_case(e) => {}
+        ([], None) => {}
+        _ => {
+            return Err(format!(
+                "Host {hosts:?} where the request said {expected:?}"
+            ));
+        }
+    }
+    let hop_by_hop = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+    ];
+    for h in parsed.headers.iter() {
+        if hop_by_hop.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            return Err(format!("hop-by-hop {} passed on", h.name));
+        }
+        if h.value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(format!("{} has CR, LF or NUL in its value", h.name));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod h2_tests {
+    use super::*;
+
+    fn input(fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut out = vec![0];
+        for (n, v) in fields {
+            out.push(n.len() as u8);
+            out.extend_from_slice(n.as_bytes());
+            out.push(v.len() as u8);
+            out.extend_from_slice(v.as_bytes());
+        }
+        out
+    }
+
+    /// The harness makes real requests of its input: an ordinary one comes through the `h2`
+    /// server, a CONNECT too (and is then refused by the translation), a malformed one not.
+    #[test]
+    fn fields_make_requests() {
+        let get = [
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":authority", "a.test"),
+            (":path", "/x"),
+        ];
+        let parts = h2_request_parts(&h2_fields(&input(&get)[1..])).expect("a request");
+        assert_eq!(parts.uri.path(), "/x");
+        let connect = [(":method", "CONNECT"), (":authority", "evil:443")];
+        let parts = h2_request_parts(&h2_fields(&input(&connect)[1..])).expect("a request");
+        assert_eq!(parts.method, http::Method::CONNECT);
+        let bad = [(":method", "GET"), (":path", "/")];
+        assert!(h2_request_parts(&h2_fields(&input(&bad)[1..])).is_none());
+        h2_request_head(&input(&get));
+        h2_request_head(&input(&connect));
+        let mut with_host = get.to_vec();
+        with_host.push(("host", "other.test"));
+        h2_request_head(&input(&with_host));
+    }
+}

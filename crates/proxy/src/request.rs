@@ -3,7 +3,8 @@
 //! request parser wrote for the backend, the body, what the client takes back), in one
 //! [`Forward`] built in one place ([`Forward::new`]) for HTTP/1.1 and HTTP/2 clients; the head
 //! finished for each attempt ([`Forward::finish_head`]); and what one try on one backend came
-//! to ([`Tried`]), whatever protocol the backend speaks.
+//! to ([`Tried`]), whatever protocol the backend speaks; and how long its body may take to
+//! come ([`BodyPace`]), the same for HTTP/1.1 and HTTP/2 clients.
 //!
 //! It sits below the attempt loop (`forward`) and the protocols that loop speaks to backends
 //! (`exchange` for HTTP/1.1, `upstream_h2` for HTTP/2), which all take it and none of which
@@ -17,9 +18,10 @@ use balance::{AttemptFailure, Replay};
 
 use crate::connections::ConnectError;
 use crate::http1::{self, ClientSide, FinalResponse, RequestHead};
+use crate::io::Pace;
 use crate::listener::WorkerListener;
 use crate::metrics::WorkerStats;
-use crate::settings::UpstreamSettings;
+use crate::settings::{ListenerSettings, UpstreamSettings};
 use crate::upstream::{Upstream, WorkerPools};
 
 /// Where a request goes and what it carries.
@@ -149,5 +151,34 @@ impl<B> Tried<B> {
             Tried::ClientGone => Tried::ClientGone,
             Tried::Refused(why) => Tried::Refused(why),
         }
+    }
+}
+
+/// How long a request body may take, for HTTP/1.1 and HTTP/2 clients alike:
+/// `client_body_timeout` between two reads (nginx's), and, with `client_body_min_rate`, a
+/// deadline for the whole body that starts at `client_body_timeout` and moves one second later
+/// for every `min_rate` bytes received (Apache's `mod_reqtimeout` `body=…,MinRate=…`): a body
+/// trickled a few bytes at a time is cut at about `client_body_timeout`, a real upload at least
+/// that fast runs to its end.
+#[derive(Debug)]
+pub(crate) struct BodyPace(Pace);
+
+impl BodyPace {
+    /// The pace of a body whose first byte is waited for from now.
+    pub(crate) fn new(settings: &ListenerSettings) -> BodyPace {
+        BodyPace(Pace::new(
+            settings.client_body_timeout,
+            settings.client_body_min_rate,
+        ))
+    }
+
+    /// Notes `n` more bytes of the body.
+    pub(crate) fn received(&mut self, n: usize) {
+        self.0.count(n as u64);
+    }
+
+    /// When the next read must have brought something (else: 408).
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        self.0.deadline()
     }
 }

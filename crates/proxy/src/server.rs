@@ -1136,6 +1136,10 @@ async fn serve(
     permit: OwnedSemaphorePermit,
 ) {
     let settings = &listener.ctx.settings;
+    // One clock for all a client must send before its first request is whole — the PROXY
+    // header, the TLS handshake, the HTTP/2 preface, the request head — started at the accept,
+    // as nginx starts `client_header_timeout`'s: each step gets what the others left.
+    let head_by = crate::io::after(settings.client_header_timeout);
     if settings.accept_proxy_protocol {
         if !settings
             .trusted_proxies
@@ -1145,7 +1149,8 @@ async fn serve(
             refused(settings.listen, client, "a peer not in trusted_proxies");
             return;
         }
-        match proxy_protocol::accept(&mut stream, client, settings.client_header_timeout).await {
+        let within = head_by.saturating_duration_since(tokio::time::Instant::now());
+        match proxy_protocol::accept(&mut stream, client, within).await {
             Ok(named) => client = named,
             Err(e) => {
                 refused(settings.listen, client, &e.to_string());
@@ -1154,7 +1159,7 @@ async fn serve(
         }
     }
     match settings.protocol {
-        Protocol::Http => dispatch::serve(stream, client, listener, stop, permit).await,
+        Protocol::Http => dispatch::serve(stream, client, listener, stop, permit, head_by).await,
         Protocol::Tcp => tcp::serve(stream, client, listener, permit).await,
     }
 }

@@ -12,9 +12,12 @@
 //!   `chunked` last: 400; a coding other than `chunked` before it: 501 (§6.1, §6.3);
 //! * `Host`: missing in HTTP/1.1, repeated, or not a valid `host[:port]`: 400 (RFC 9110 §7.2,
 //!   RFC 9112 §3.2);
-//! * `CONNECT`: 405 (this is a reverse proxy, not a tunnel); `TRACE`: 405, as nginx answers it
-//!   (a backend's echo would show the client what the proxy added, and cookies to a script:
-//!   cross-site tracing).
+//! * `CONNECT`: 405 whatever its target (this is a reverse proxy, not a tunnel); `TRACE`: 405,
+//!   as nginx answers it (a backend's echo would show the client what the proxy added, and
+//!   cookies to a script: cross-site tracing). Either in another case (`connect /`, `Trace /`):
+//!   400, as nginx answers every method with lower-case letters. Methods are case-sensitive
+//!   (RFC 9110 §9.1) and other unknown methods are passed on, but a backend that compares
+//!   methods without case would take these for the methods refused here.
 //!
 //! The head the backend gets is written as the checks pass: the request line in origin form and
 //! HTTP/1.1, one `Host`, the client's headers less the hop-by-hop ones (RFC 9110 §7.6.1),
@@ -79,6 +82,10 @@ const CONNECT: Reject = reject(
 const TRACE: Reject = reject(
     405,
     "405 Method Not Allowed: TRACE is not allowed through this proxy\n",
+);
+const REFUSED_METHOD_CASE: Reject = reject(
+    400,
+    "400 Bad Request: methods are case-sensitive; CONNECT and TRACE are refused in any case\n",
 );
 
 /// Limits on a request head.
@@ -150,6 +157,17 @@ fn bytes_in(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
+/// `TRACE`: 405; in another case: 400 (`CONNECT` is the target's to refuse).
+fn check_trace(method: &str) -> Result<(), Reject> {
+    if method == "TRACE" {
+        Err(TRACE)
+    } else if method.eq_ignore_ascii_case("TRACE") {
+        Err(REFUSED_METHOD_CASE)
+    } else {
+        Ok(())
+    }
+}
+
 /// RFC 9110 §9.2.2.
 fn idempotent(method: &str) -> bool {
     matches!(
@@ -179,12 +197,11 @@ pub(crate) fn parse_request(
     };
     let http11 = version == 1;
     let headers: &[httparse::Header<'_>] = req.headers;
-    if method == "TRACE" {
-        return Err(TRACE);
-    }
+    check_trace(method)?;
     let parsed_target = match Target::parse(method, target) {
         Ok(t) => t,
         Err(TargetError::Connect) => return Err(CONNECT),
+        Err(TargetError::ConnectInAnotherCase) => return Err(REFUSED_METHOD_CASE),
         Err(TargetError::Invalid) => return Err(BAD_TARGET),
     };
     let expect_continue =
@@ -532,6 +549,22 @@ mod tests {
         assert_eq!(status("GET / HTTP/1.10\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"), 405);
         assert_eq!(status("TRACE / HTTP/1.1\r\nHost: a\r\n\r\n"), 405);
+        // Issue 26: CONNECT in any form, and CONNECT or TRACE in another case.
+        for connect in [
+            "CONNECT / HTTP/1.1\r\nHost: evil:443\r\n\r\n",
+            "CONNECT /x HTTP/1.1\r\nHost: evil:443\r\n\r\n",
+            "CONNECT http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            "CONNECT / HTTP/1.0\r\n\r\n",
+        ] {
+            assert_eq!(status(connect), 405, "{connect:?}");
+        }
+        for other_case in [
+            "connect / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "Connect evil:443 HTTP/1.1\r\nHost: a\r\n\r\n",
+            "trace / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(status(other_case), 400, "{other_case:?}");
+        }
         assert_eq!(status("GET a/b HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
     }

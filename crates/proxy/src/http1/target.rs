@@ -19,19 +19,27 @@ pub(super) enum Target<'a> {
 /// Why a target is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TargetError {
-    /// `CONNECT host:port`: this is not a tunnel.
+    /// `CONNECT`, whatever its target (`host:port`, `/`, `http://…`): this is not a tunnel.
     Connect,
+    /// `connect`, `Connect`…: not CONNECT (methods are case-sensitive, RFC 9110 §9.1), but a
+    /// backend that compares methods without case would take it for one.
+    ConnectInAnotherCase,
     /// Neither origin form, `*` for `OPTIONS`, nor an `http`/`https` absolute form.
     Invalid,
 }
 
 impl<'a> Target<'a> {
-    /// The form of `target`, as sent with `method`.
+    /// The form of `target`, as sent with `method`. `CONNECT` is refused before its target is
+    /// looked at: a `CONNECT /` or `CONNECT http://…` passed on as an ordinary request would
+    /// ask the backend for a tunnel (and a 2xx to it with a `Content-Length` would be pooled
+    /// as a keep-alive connection).
     pub(super) fn parse(method: &str, target: &'a str) -> Result<Target<'a>, TargetError> {
-        if target.starts_with('/') || (target == "*" && method == "OPTIONS") {
-            Ok(Target::Origin(target))
-        } else if method == "CONNECT" {
+        if method == "CONNECT" {
             Err(TargetError::Connect)
+        } else if method.eq_ignore_ascii_case("CONNECT") {
+            Err(TargetError::ConnectInAnotherCase)
+        } else if target.starts_with('/') || (target == "*" && method == "OPTIONS") {
+            Ok(Target::Origin(target))
         } else {
             let (authority, rest) = split_absolute(target).ok_or(TargetError::Invalid)?;
             Ok(Target::Absolute { authority, rest })
@@ -158,6 +166,17 @@ mod tests {
         assert_eq!(origin_form("GET", "*"), Err(TargetError::Invalid));
         assert_eq!(origin_form("GET", "a/b"), Err(TargetError::Invalid));
         assert_eq!(origin_form("CONNECT", "a:443"), Err(TargetError::Connect));
+        // Issue 26: CONNECT with an origin or absolute target was passed on.
+        for target in ["/", "/x", "*", "http://a.test/", "a:443"] {
+            assert_eq!(origin_form("CONNECT", target), Err(TargetError::Connect));
+        }
+        for method in ["connect", "Connect", "cONNECT"] {
+            assert_eq!(
+                origin_form(method, "/"),
+                Err(TargetError::ConnectInAnotherCase)
+            );
+        }
+        assert_eq!(origin_form("CONNECTX", "/").unwrap(), "/");
         assert_eq!(origin_form("GET", "http://b.test:81/x?y").unwrap(), "/x?y");
         assert_eq!(origin_form("GET", "HTTPS://b.test").unwrap(), "/");
         // RFC 9110 §4.2.3: an empty path is "/", a query or not.

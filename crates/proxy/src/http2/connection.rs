@@ -22,6 +22,10 @@
 //!   GOAWAY.
 //! * Request bodies: what one connection's streams may hold at once is bounded (`stream`:
 //!   4 × `max_body_bytes`), a stream that does not fit is refused with `REFUSED_STREAM`.
+//! * The first request: the handshake and the first stream's head must have come by
+//!   `client_header_timeout` from the accept (the clock an HTTP/1.1 client's first head runs
+//!   on, which the TLS handshake or the preface sniff has already spent from): else GOAWAY
+//!   `NO_ERROR` and close. One clock, not one per step: the slowloris of HTTP/2.
 //! * Idle: no stream open for `idle_timeout` → GOAWAY, then close. A PING every
 //!   [`PING_INTERVAL`] while streams are open finds a client that vanished without a FIN; one
 //!   that does not answer within [`PING_TIMEOUT`] is closed.
@@ -29,6 +33,7 @@
 //!   flight finish, then the connection closes; the server's `shutdown_timeout` bounds it.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +42,7 @@ use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::linger::{LINGER, Linger};
 use super::stream::{self, Ended, StreamContext};
@@ -88,23 +93,26 @@ impl ResetRate {
 }
 
 /// Serves one HTTP/2 connection over `io` (h2c, or TLS that negotiated `h2`) until it closes.
-/// `io` must not have had its preface read.
+/// `io` must not have had its preface read. `head_by`: when the preface and the first
+/// stream's head must have come (`client_header_timeout` from the accept, as an HTTP/1.1
+/// client's first request head); a connection with no stream by then is closed.
 pub(crate) async fn serve<S>(
     io: S,
     peer: SocketAddr,
     listener: Arc<WorkerListener>,
     mut stop: watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
+    head_by: Instant,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = listener.ctx.settings.http2.unwrap_or_default();
-    let Some(mut conn) = handshake(io, peer, &listener, &limits).await else {
+    let Some(mut conn) = handshake(io, peer, &listener, &limits, head_by).await else {
         return;
     };
     let ctx = Arc::new(StreamContext::new(peer, Arc::clone(&listener)));
     let mut streams: JoinSet<Ended> = JoinSet::new();
-    let mut watch = Watch::new(peer, &limits);
+    let mut watch = Watch::new(peer, &limits, head_by);
     let mut ping = conn.ping_pong();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,6 +152,10 @@ pub(crate) async fn serve<S>(
                 }
                 watch.awaiting_pong = None;
             }
+            () = watch.first_head_by.as_mut(), if watch.awaits_first_request() => {
+                conn.abrupt_shutdown(Reason::NO_ERROR);
+                watch.no_first_request();
+            }
             _ = stop.changed(), if !watch.going_away => {
                 conn.graceful_shutdown();
                 watch.going_away = true;
@@ -171,12 +183,13 @@ pub(crate) async fn serve<S>(
     drop(permit);
 }
 
-/// The `h2` server handshake over `io`, with our limits, within `client_header_timeout`.
+/// The `h2` server handshake over `io`, with our limits, by `head_by`.
 async fn handshake<S>(
     io: S,
     peer: SocketAddr,
     listener: &WorkerListener,
     limits: &Http2Settings,
+    head_by: Instant,
 ) -> Option<h2::server::Connection<Linger<S>, Bytes>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -191,7 +204,7 @@ where
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
     let handshake = builder.handshake::<_, Bytes>(Linger::new(io));
-    match tokio::time::timeout(settings.client_header_timeout, handshake).await {
+    match tokio::time::timeout_at(head_by, handshake).await {
         Ok(Ok(conn)) => Some(conn),
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
@@ -214,13 +227,16 @@ struct Watch {
     taken: u64,
     /// GOAWAY sent: no new streams.
     going_away: bool,
-    /// When the connection was cut off for too many resets.
+    /// When the connection was cut off (GOAWAY with an error: too many resets; or no first
+    /// request in time).
     calmed: Option<Instant>,
     /// Since when no stream has been open.
     idle_since: Option<Instant>,
     next_ping: Instant,
     /// When the PING in flight was sent.
     awaiting_pong: Option<Instant>,
+    /// Ends when the first stream's head must have come.
+    first_head_by: Pin<Box<Sleep>>,
 }
 
 /// What the once-a-second look at a connection decides.
@@ -235,7 +251,7 @@ enum Tick {
 }
 
 impl Watch {
-    fn new(peer: SocketAddr, limits: &Http2Settings) -> Watch {
+    fn new(peer: SocketAddr, limits: &Http2Settings, head_by: Instant) -> Watch {
         let now = Instant::now();
         Watch {
             peer,
@@ -247,6 +263,7 @@ impl Watch {
             idle_since: Some(now),
             next_ping: now + PING_INTERVAL,
             awaiting_pong: None,
+            first_head_by: Box::pin(tokio::time::sleep_until(head_by)),
         }
     }
 
@@ -264,6 +281,19 @@ impl Watch {
         );
         self.calmed = Some(Instant::now());
         true
+    }
+
+    /// Whether no stream has been taken yet (nor the connection cut off).
+    fn awaits_first_request(&self) -> bool {
+        self.taken == 0 && self.calmed.is_none()
+    }
+
+    /// Notes that the time for a first request head ran out with no stream: the slowloris of
+    /// HTTP/2 (a preface, SETTINGS or HEADERS dribbled, or nothing). The connection is told
+    /// GOAWAY (`NO_ERROR`) and closed once that is flushed, as after too many resets.
+    fn no_first_request(&mut self) {
+        tracing::debug!(peer = %self.peer, "HTTP/2 client sent no request within client_header_timeout; closing");
+        self.calmed = Some(Instant::now());
     }
 
     /// Says why the connection failed.

@@ -34,3 +34,5 @@ mod relay;
 mod stream;
 
 pub(crate) use connection::serve;
+#[cfg(feature = "fuzzing")]
+pub(crate) use stream::backend_head;

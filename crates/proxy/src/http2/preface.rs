@@ -22,6 +22,7 @@ use std::time::Duration;
 use rustix::net::RecvFlags;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -71,25 +72,35 @@ fn decide(seen: &[u8], full: bool) -> Option<Sniffed> {
     })
 }
 
-/// Peeks at the start of `stream` until it says which protocol it speaks, for at most `wait`
-/// (the listener's `client_header_timeout`: an HTTP/1.1 client gets no longer for its head).
-pub(crate) async fn sniff(stream: &TcpStream, wait: Duration) -> Sniffed {
-    let deadline = crate::io::after(wait);
+/// Peeks at the start of `stream` until it says which protocol it speaks, until `deadline`
+/// (what is left of the listener's `client_header_timeout`, counted from the accept: the
+/// first request head gets only what the sniff leaves of it). At the deadline, a first line
+/// begun and not finished that cannot be the preface is HTTP/1.1's to answer (408, as on a
+/// listener without `http2`); nothing, or a part of the preface, is closed.
+pub(crate) async fn sniff(stream: &TcpStream, deadline: Instant) -> Sniffed {
     let mut buf = vec![0u8; LOOK];
+    // Bytes have come that are no part of the preface.
+    let mut http1_begun = false;
     loop {
         if tokio::time::timeout_at(deadline, stream.readable())
             .await
             .is_err()
         {
-            return Sniffed::Nothing;
+            return if http1_begun {
+                Sniffed::Http1
+            } else {
+                Sniffed::Nothing
+            };
         }
         let peeked = stream.try_io(Interest::READABLE, || {
             let (n, _) = rustix::net::recv(stream, &mut buf[..], RecvFlags::PEEK)
                 .map_err(io::Error::from)?;
-            match n {
-                0 => Ok(Sniffed::Nothing),
-                n => decide(&buf[..n], n == LOOK).ok_or_else(|| io::ErrorKind::WouldBlock.into()),
+            if n == 0 {
+                return Ok(Sniffed::Nothing);
             }
+            let seen = &buf[..n];
+            http1_begun = !PREFACE.starts_with(&seen[..n.min(PREFACE.len())]);
+            decide(seen, n == LOOK).ok_or_else(|| io::ErrorKind::WouldBlock.into())
         });
         match peeked {
             Ok(sniffed) => return sniffed,
@@ -154,7 +165,7 @@ mod tests {
     async fn a_preface_sent_in_pieces_is_found_and_left_unread() {
         let (mut client, server) = pair().await;
         let sniffing = tokio::spawn(async move {
-            let s = sniff(&server, Duration::from_secs(5)).await;
+            let s = sniff(&server, in_secs(5)).await;
             (s, server)
         });
         for piece in [&PREFACE[..3], &PREFACE[3..10], &PREFACE[10..]] {
@@ -176,17 +187,29 @@ mod tests {
     async fn http1_and_silence() {
         let (mut client, server) = pair().await;
         client.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
-        assert_eq!(sniff(&server, Duration::from_secs(5)).await, Sniffed::Http1);
+        assert_eq!(sniff(&server, in_secs(5)).await, Sniffed::Http1);
         let (_client, server) = pair().await;
-        assert_eq!(
-            sniff(&server, Duration::from_millis(50)).await,
-            Sniffed::Nothing
-        );
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert_eq!(sniff(&server, soon).await, Sniffed::Nothing);
         let (client, server) = pair().await;
         drop(client);
-        assert_eq!(
-            sniff(&server, Duration::from_secs(5)).await,
-            Sniffed::Nothing
-        );
+        assert_eq!(sniff(&server, in_secs(5)).await, Sniffed::Nothing);
+    }
+
+    fn in_secs(n: u64) -> Instant {
+        Instant::now() + Duration::from_secs(n)
+    }
+
+    /// Issue 26: a first line unfinished at the deadline is HTTP/1.1's (which answers 408);
+    /// a part of the preface is closed.
+    #[tokio::test]
+    async fn an_unfinished_first_line_at_the_deadline() {
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let (mut client, server) = pair().await;
+        client.write_all(b"GET / HT").await.unwrap();
+        assert_eq!(sniff(&server, soon()).await, Sniffed::Http1);
+        let (mut client, server) = pair().await;
+        client.write_all(&PREFACE[..20]).await.unwrap();
+        assert_eq!(sniff(&server, soon()).await, Sniffed::Nothing);
     }
 }

@@ -6,7 +6,8 @@
 //!    [`http1::parse_request`]: one set of rules, limits, hop-by-hop removal and forwarding
 //!    headers for both protocols, and the hash key found where the HTTP/1.1 path finds it.
 //! 2. The body is buffered whole, up to `max_body_bytes` (413 beyond), each DATA frame's
-//!    window given back as it is taken, within `client_body_timeout` between frames.
+//!    window given back as it is taken, at the HTTP/1.1 path's pace (`client_body_timeout`
+//!    between frames, `client_body_min_rate` over the body: 408).
 //! 3. The attempts (`forward`), the response head turned into HTTP/2 fields (connection-
 //!    specific fields dropped, RFC 9113 §8.2.2), the body relayed (`relay`).
 //! 4. One access log line (protocol `HTTP/2.0`) and the same counts as an HTTP/1.1 request.
@@ -36,7 +37,7 @@ use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
 use crate::io::Pace;
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
-use crate::request::Forward;
+use crate::request::{BodyPace, Forward};
 use crate::upstream::Upstream;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
 
@@ -364,7 +365,6 @@ async fn proxy(
 
     let (parts, mut body) = request.into_parts();
     let mut raw = Vec::new();
-    write_head(&parts, &mut raw);
     let limits = Limits {
         max_headers: settings.max_headers,
         max_header_bytes: settings.max_header_bytes,
@@ -373,9 +373,8 @@ async fn proxy(
         upgrade: &[],
     };
     let mut head = Vec::new();
-    let req = match http1::parse_request(&raw, limits, &ctx.client_addr, &mut head) {
-        Ok(Some(req)) => req,
-        Ok(None) => return Ready::refused(MALFORMED, is_head),
+    let req = match backend_head(&parts, limits, &ctx.client_addr, &mut raw, &mut head) {
+        Ok(req) => req,
         Err(reject) => return Ready::refused(reject, is_head),
     };
     done.said.referer = raw[req.referer.clone()].to_vec();
@@ -501,16 +500,68 @@ fn wants_continue(request: &Request<RecvStream>, max_body_bytes: u64) -> bool {
     expects && !request.body().is_end_stream() && announced.is_none_or(|n| n <= max_body_bytes)
 }
 
-/// Writes the HTTP/1.1 head a request with these fields would have had.
+/// A `Host` field that names another host than `:authority`: malformed (RFC 9113 §8.3.1),
+/// refused as nginx refuses any `Host` beside `:authority`.
+const HOST_CONFLICT: Reject = http1::reject(
+    400,
+    "400 Bad Request: the Host header differs from :authority\n",
+);
+
+/// The HTTP/1.1 head a stream's fields stand for (`raw`, [`write_head`]), checked and
+/// rewritten for the backend into `head` by the HTTP/1.1 request parser: what the backend
+/// gets of an HTTP/2 request, and the one place it is made (the fuzz target
+/// `h2_request_head` runs it too). A `CONNECT` becomes `CONNECT host:port`, which the parser
+/// refuses (405) as it does on HTTP/1.1. A request other than `CONNECT` without `:path` is
+/// malformed (RFC 9113 §8.3.1), though the `h2` crate lets it through: 400, as nginx answers.
+pub(crate) fn backend_head(
+    parts: &http::request::Parts,
+    limits: Limits<'_>,
+    client: &ClientAddr,
+    raw: &mut Vec<u8>,
+    head: &mut Vec<u8>,
+) -> Result<http1::RequestHead, Reject> {
+    // (Without `:authority` the `h2` crate makes an empty URI, whose `path_and_query` shows
+    // `/`; its `path` is empty.)
+    let no_path = parts.uri.path_and_query().is_none() || parts.uri.path().is_empty();
+    if no_path && parts.method != http::Method::CONNECT {
+        return Err(MALFORMED);
+    }
+    if let Some(authority) = parts.uri.authority() {
+        let differs = |v: &HeaderValue| {
+            !v.as_bytes()
+                .eq_ignore_ascii_case(authority.as_str().as_bytes())
+        };
+        if parts
+            .headers
+            .get_all(http::header::HOST)
+            .iter()
+            .any(differs)
+        {
+            return Err(HOST_CONFLICT);
+        }
+    }
+    write_head(parts, raw);
+    match http1::parse_request(raw, limits, client, head) {
+        Ok(Some(req)) => Ok(req),
+        Ok(None) => Err(MALFORMED),
+        Err(reject) => Err(reject),
+    }
+}
+
+/// Writes the HTTP/1.1 head a request with these fields would have had: the target is
+/// `:path`, or for `CONNECT` (which has none, RFC 9113 §8.5) `:authority`, the authority form
+/// it has in HTTP/1.1 (RFC 9112 §3.2.3).
 fn write_head(parts: &http::request::Parts, raw: &mut Vec<u8>) {
     raw.extend_from_slice(parts.method.as_str().as_bytes());
     raw.push(b' ');
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    raw.extend_from_slice(if target.is_empty() {
-        b"/"
-    } else {
-        target.as_bytes()
-    });
+    let target = match parts.uri.path_and_query() {
+        Some(p) if !p.as_str().is_empty() => p.as_str(),
+        _ if parts.method == http::Method::CONNECT => {
+            parts.uri.authority().map_or("/", |a| a.as_str())
+        }
+        _ => "/",
+    };
+    raw.extend_from_slice(target.as_bytes());
     raw.extend_from_slice(b" HTTP/1.1\r\n");
     let authority = parts.uri.authority();
     if let Some(authority) = authority {
@@ -576,18 +627,22 @@ fn read_body<'a>(
     if announced.is_some_and(|n| n > max) {
         return Err(TOO_LARGE);
     }
-    let between_reads = settings.client_body_timeout;
+    // The HTTP/1.1 path's pace: `client_body_timeout` between frames, and the whole body at
+    // `client_body_min_rate` at least.
+    let mut pace = BodyPace::new(settings);
     let room = Arc::clone(room);
     Ok(async move {
-        let mut data = Vec::with_capacity(announced.unwrap_or(0).min(64 * 1024) as usize);
+        // Grown as the data comes, not on the client's word.
+        let mut data = Vec::new();
         let mut held: Option<OwnedSemaphorePermit> = None;
         loop {
-            let next = match tokio::time::timeout(between_reads, body.data()).await {
+            let next = match tokio::time::timeout_at(pace.deadline(), body.data()).await {
                 Err(_) => return Err(BodyError::Refused(BODY_TIMEOUT)),
                 Ok(None) => return Ok(Buffered { data, _room: held }),
                 Ok(Some(Err(_))) => return Err(BodyError::Gone),
                 Ok(Some(Ok(chunk))) => chunk,
             };
+            pace.received(next.len());
             let _ = body.flow_control().release_capacity(next.len());
             if data.len() as u64 + next.len() as u64 > max {
                 return Err(BodyError::Refused(TOO_LARGE));
@@ -601,6 +656,11 @@ fn read_body<'a>(
             match held.as_mut() {
                 Some(held) => held.merge(permit),
                 None => held = Some(permit),
+            }
+            if data.capacity() - data.len() < next.len() {
+                // An eighth more than what came, not twice: a body held for long (sent in a
+                // burst, then dribbled) holds about its size, not up to double.
+                data.reserve_exact(next.len().max(data.len() / 8));
             }
             data.extend_from_slice(&next);
         }
@@ -682,6 +742,84 @@ mod tests {
             String::from_utf8(raw).unwrap(),
             "POST /a?b=1 HTTP/1.1\r\nhost: example.com:8080\r\nx-one: 1\r\ncookie: a=1; b=2\r\n\r\n"
         );
+    }
+
+    /// What `backend_head` makes of a request: the status it is refused with, or the head.
+    fn backend(request: Request<()>) -> Result<String, u16> {
+        let (parts, ()) = request.into_parts();
+        let limits = Limits {
+            max_headers: 100,
+            max_header_bytes: 16 * 1024,
+            key: None,
+            upgrade: &[],
+        };
+        let client = ClientAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), &[]);
+        let (mut raw, mut head) = (Vec::new(), Vec::new());
+        match backend_head(&parts, limits, &client, &mut raw, &mut head) {
+            Ok(_) => Ok(String::from_utf8(head).unwrap()),
+            Err(reject) => Err(reject.status),
+        }
+    }
+
+    /// Issue 26: an HTTP/2 CONNECT was written `CONNECT / HTTP/1.1` and passed on; a `Host`
+    /// unlike `:authority` was dropped without a word.
+    #[test]
+    fn connect_and_a_conflicting_host_are_refused() {
+        let connect = Request::builder()
+            .method("CONNECT")
+            .uri("evil:443")
+            .body(())
+            .unwrap();
+        assert_eq!(backend(connect), Err(405));
+        let other_case = Request::builder()
+            .method("connect")
+            .uri("http://a.test/")
+            .body(())
+            .unwrap();
+        assert_eq!(backend(other_case), Err(400));
+        let get = |host: &str| {
+            Request::builder()
+                .uri("http://a.test:8080/x")
+                .header("host", host)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(backend(get("evil.test")), Err(400));
+        assert_eq!(
+            backend(get("a.test")),
+            Err(400),
+            "another port is another host"
+        );
+        let head = backend(get("A.test:8080")).expect("the same host, another case");
+        assert!(
+            head.starts_with("GET /x HTTP/1.1\r\nHost: a.test:8080\r\n"),
+            "{head}"
+        );
+        let host_only = Request::builder()
+            .uri("/y")
+            .header("host", "b.test")
+            .body(())
+            .unwrap();
+        let head = backend(host_only).expect("no :authority: Host says it");
+        assert!(head.contains("Host: b.test\r\n"), "{head}");
+    }
+
+    /// Found by the fuzz target h2_request_head: a GET without `:path` (which the `h2` crate
+    /// accepts) was written `GET / HTTP/1.1`; it is malformed.
+    #[test]
+    fn a_request_without_a_path_is_refused() {
+        let no_path = http::Uri::from_parts(http::uri::Parts::default()).unwrap();
+        assert_eq!(
+            no_path.path(),
+            "",
+            "the h2 crate's request without :path or :authority"
+        );
+        let request = Request::builder()
+            .uri(no_path)
+            .header("host", "a.test")
+            .body(())
+            .unwrap();
+        assert_eq!(backend(request), Err(400));
     }
 
     #[test]

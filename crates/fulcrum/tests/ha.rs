@@ -255,8 +255,19 @@ fn a_keepalived_pair_moves_the_vip_when_the_master_s_fulcrum_dies() {
         report.iter().all(|r| r.3 < u64::MAX),
         "every event recovered: {report:?}"
     );
-    let planned = &report[4];
-    assert_eq!(planned.2, 0, "a planned switch loses nothing: {report:?}");
+    // Every hand-over of the VIP between two answering balancers — (d) and "it comes back"
+    // by preemption, (c) by the backup's raised priority — loses at most the one request in
+    // flight at that instant: the client's next packet for a connection made with the old
+    // master goes to the new one, which never saw it and resets it (or a SYN sent as the old
+    // master drops the address is retried after 1 s, past this client's limit). The client
+    // sends one request at a time, so one is the bound; more would be fulcrum's loss.
+    // Measured: 1 lost of 3,654 requests over 40 such switches (docs/high-availability.md).
+    for handover in [1, 3, 4] {
+        assert!(
+            report[handover].2 <= 1,
+            "a hand-over between two answering balancers loses at most the request in flight: {report:?}"
+        );
+    }
     // The switch happened: the backup holds the VIP, the master does not.
     assert!(moved, "the planned switch moved the VIP to the backup");
 }

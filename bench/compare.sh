@@ -98,19 +98,7 @@ if git status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | grep -q 
     REVISION="$REVISION with uncommitted changes"
 fi
 
-WORK=$(mktemp -d /tmp/fulcrum-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+work_dir fulcrum-bench
 
 # A copy, so that a rebuild in this checkout during the run does not swap the binary between
 # cases.
@@ -149,15 +137,6 @@ peak_rss_kib() {
     echo "$total"
 }
 
-wait_port() {
-    local port=$1 i
-    for i in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "error: nothing listens on 127.0.0.1:$port after 5 s" >&2
-    exit 1
-}
 
 # pin CPULIST: the taskset prefix for a command, or nothing.
 pin() {

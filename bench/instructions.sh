@@ -40,30 +40,9 @@ need nginx h2load valgrind
 [ -x target/release/fulcrum ] || cargo build --release --locked -p fulcrum
 REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 
-WORK=$(mktemp -d /tmp/fulcrum-instructions.XXXXXX)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+work_dir fulcrum-instructions
 cp target/release/fulcrum "$WORK/fulcrum"
 
-wait_port() {
-    local port=$1 i
-    for i in $(seq 1 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "error: nothing listens on 127.0.0.1:$port after 20 s" >&2
-    exit 1
-}
 
 {
     echo "worker_processes 1;"
@@ -82,7 +61,7 @@ wait_port() {
 } >"$WORK/nginx.conf"
 /usr/sbin/nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
 PIDS+=("$!")
-wait_port "$PORT_BACKEND"
+wait_port "$PORT_BACKEND" 20
 
 {
     echo "workers = 1"
@@ -107,7 +86,7 @@ instructions() {
         "$bin" run --config "$WORK/fulcrum.toml" 2>"$log" &
     pid=$!
     PIDS+=("$pid")
-    wait_port "$PORT_PROXY"
+    wait_port "$PORT_PROXY" 20
     if ! h2load --h1 -n "$requests" -c "$CONNS" "http://127.0.0.1:$PORT_PROXY/" >"$WORK/h2load.log" 2>&1 ||
         ! grep -q "$requests succeeded" "$WORK/h2load.log"; then
         echo "error: not every request succeeded through $bin:" >&2

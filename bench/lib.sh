@@ -28,3 +28,32 @@ need_file() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$2"
     fi
 }
+
+# wait_port PORT [SECONDS]: returns when something accepts on 127.0.0.1:PORT; exits the script
+# with an error after SECONDS (default 5).
+wait_port() {
+    local port=$1 seconds=${2:-5} i
+    for i in $(seq 1 $((seconds * 20))); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    echo "error: nothing listens on 127.0.0.1:$port after $seconds s" >&2
+    exit 1
+}
+
+# work_dir PREFIX: makes WORK, a fresh directory under /tmp, and PIDS, where the script adds
+# the PID of each process it starts. On exit (or Ctrl-C) each of those is stopped, by PID, and
+# waited for, and WORK is removed.
+work_dir() {
+    WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+    PIDS=()
+    trap clean_up EXIT
+    trap 'exit 130' INT TERM
+}
+
+clean_up() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}

@@ -101,16 +101,7 @@ for port in $PORT_BACKEND $PORT_NGINX $PORT_FULCRUM; do
     fi
 done
 
-WORK=$(mktemp -d /tmp/fulcrum-slow.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+work_dir fulcrum-slow
 
 # A copy, so that a rebuild during the run does not swap the binary between rounds.
 cp "$FULCRUM" "$WORK/fulcrum"
@@ -125,15 +116,6 @@ pin() {
     if [ -n "$1" ]; then echo "taskset -c $1"; fi
 }
 
-wait_port() {
-    local port=$1
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "error: nothing listens on 127.0.0.1:$port after 5 s" >&2
-    exit 1
-}
 
 nginx_temp_paths() {
     local dir=$1

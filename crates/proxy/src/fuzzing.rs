@@ -35,12 +35,7 @@ pub fn request_head(input: &[u8]) {
         Some(HashKey::Uri),
     ];
     let key = &keys[usize::from(choice) % keys.len()];
-    let trusted: Vec<ipnet::IpNet> = if choice & 0x10 != 0 {
-        vec!["127.0.0.0/8".parse().expect("a valid network")]
-    } else {
-        Vec::new()
-    };
-    let client = ClientAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &trusted);
+    let client = loopback_client(choice);
     let upgrade = ["websocket".to_owned()];
     let limits = Limits {
         max_headers: 100,
@@ -63,6 +58,17 @@ pub fn request_head(input: &[u8]) {
         http1::finish_request_head(&mut out, Some(buf.len() - head.head_len));
         assert!(out.ends_with(b"\r\n\r\n"));
     }
+}
+
+/// A client on loopback, whose forwarding headers are believed when bit 0x10 of `choice` is
+/// set (loopback is then a trusted proxy).
+fn loopback_client(choice: u8) -> ClientAddr {
+    let trusted: Vec<ipnet::IpNet> = if choice & 0x10 != 0 {
+        vec!["127.0.0.0/8".parse().expect("a valid network")]
+    } else {
+        Vec::new()
+    };
+    ClientAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &trusted)
 }
 
 /// A chunked body, fed in two pieces split where the first byte says (as bytes arrive).
@@ -866,12 +872,7 @@ pub fn h2_request_head(input: &[u8]) {
         Some(HashKey::Uri),
     ];
     let key = &keys[usize::from(choice) % keys.len()];
-    let trusted: Vec<ipnet::IpNet> = if choice & 0x10 != 0 {
-        vec!["127.0.0.0/8".parse().expect("a valid network")]
-    } else {
-        Vec::new()
-    };
-    let client = ClientAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), &trusted);
+    let client = loopback_client(choice);
     let limits = Limits {
         max_headers: 100,
         max_header_bytes: 16 * 1024,

@@ -87,6 +87,14 @@ fn config(name: &str, backends: &[SocketAddr], admin: &str) -> TempFile {
     )
 }
 
+/// Lab backends on loopback, one per name (each answers with its name).
+async fn backends<const N: usize>(names: [&str; N]) -> [Backend; N] {
+    let Ok(started) = common::backends(&names).await.try_into() else {
+        unreachable!("one backend per name");
+    };
+    started
+}
+
 /// The files a fulcrum of [`start`] reads, kept while it runs (a reload reads them again).
 struct Files {
     config: TempFile,
@@ -124,9 +132,7 @@ fn start(
 fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_no_more() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
         let (mut fulcrum, admin, _files) = start("admin-drain", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
 
@@ -273,8 +279,7 @@ fn sum_of(text: &str, name: &str) -> f64 {
 fn metrics_pass_promtool_and_count_every_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         // A port that refuses connections: its attempts fail and go to a.
         let held = common::HeldPort::refusing();
         let dead = held.addr;
@@ -334,8 +339,7 @@ fn metrics_pass_promtool_and_count_every_request() {
 fn changes_need_the_token_and_reading_does_not() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         let token = "s3cret-token-of-32-characters-xx";
         let token_text = format!("{token}\n");
         let (mut fulcrum, admin, _files) =
@@ -375,9 +379,7 @@ type PageCall<'a> = (
 fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
+        let [a, c] = backends(["a", "c"]).await;
         let (mut fulcrum, admin, _files) = start("admin-browser", &[a.addr()], None, &[]);
         let own = admin.to_string();
         let rebound = format!("evil.example:{}", admin.port());
@@ -589,8 +591,7 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
 fn allowed_hosts_are_served_and_the_token_is_compared_whole() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         let token = "s3cret-token-of-32-characters-xx";
         let token_text = format!("{token}\n");
         let hosts = ["allowed_hosts = [\"Admin.Example\"]"];
@@ -688,10 +689,7 @@ fn an_admin_listener_others_can_reach_needs_a_token_file() {
 fn backends_added_and_removed_under_load_lose_no_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
+        let [a, b, c] = backends(["a", "b", "c"]).await;
         let (mut fulcrum, admin, _files) =
             start("admin-membership", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
@@ -873,9 +871,7 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
         let (mut fulcrum, admin, _files) =
             start("admin-dashboard", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
@@ -1080,9 +1076,7 @@ fn in_chromium_another_pages_posts_are_refused_and_the_dashboards_own_change_pas
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
+        let [a, c] = backends(["a", "c"]).await;
         let (mut fulcrum, admin, _files) = start("admin-cdp", &[a.addr()], None, &[]);
         let chromium = tokio::task::block_in_place(Chromium::start);
 
@@ -1225,9 +1219,7 @@ impl OpenApi {
 fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
         let token = "openapi-token-of-32-characters-x";
         let (mut fulcrum, admin, files) = start("admin-openapi", &[a.addr()], Some(token), &[]);
         let mut api = OpenApi::load();
@@ -1444,9 +1436,7 @@ fn health_of(config: &TempFile) -> (Option<i32>, String, Duration) {
 fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
         let (mut fulcrum, admin, files) = start("admin-health", &[a.addr(), b.addr()], None, &[]);
         // The file says port 0: the check is pointed at the bound admin address.
         let bound = TempFile::new(

@@ -42,7 +42,10 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use common::{ChildGuard, Running, TempDir, TempFile, h2_frame, rss_kib, wait_until};
+use common::{
+    ChildGuard, LocalhostCert, Running, TempDir, TempFile, h2_frame, localhost_certificate,
+    rss_kib, wait_until,
+};
 
 /// The tests of this file one at a time: each starts fulcrum and one to three servers, and
 /// the machine has two cores.
@@ -80,13 +83,6 @@ enum Listen {
     TlsHttp1,
 }
 
-/// A certificate and its key on disk, for an nginx to serve.
-#[derive(Debug)]
-struct CertFiles {
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-}
-
 /// A running nginx (Debian's, one process: `master_process off`) answering every request with
 /// `NAME $server_protocol $connection $connection_requests`. Killed by its handle and its
 /// directory removed when dropped.
@@ -100,13 +96,13 @@ struct Nginx {
 static NGINX_STARTED: AtomicUsize = AtomicUsize::new(0);
 
 impl Nginx {
-    fn start(name: &str, listen: Listen, cert: Option<&CertFiles>) -> Nginx {
+    fn start(name: &str, listen: Listen, cert: Option<&LocalhostCert>) -> Nginx {
         Nginx::start_with(name, listen, cert, "")
     }
 
     /// As [`Nginx::start`], with `extra` (directives of the `server` block) before its
     /// `location /`.
-    fn start_with(name: &str, listen: Listen, cert: Option<&CertFiles>, extra: &str) -> Nginx {
+    fn start_with(name: &str, listen: Listen, cert: Option<&LocalhostCert>, extra: &str) -> Nginx {
         for _ in 0..5 {
             if let Some(nginx) = Nginx::try_start(name, listen, cert, extra) {
                 return nginx;
@@ -119,7 +115,7 @@ impl Nginx {
     fn try_start(
         name: &str,
         listen: Listen,
-        cert: Option<&CertFiles>,
+        cert: Option<&LocalhostCert>,
         extra: &str,
     ) -> Option<Nginx> {
         let n = NGINX_STARTED.fetch_add(1, Ordering::SeqCst);
@@ -242,31 +238,6 @@ impl NginxAnswer {
             connection_requests: words[3].parse().unwrap(),
         }
     }
-}
-
-/// A test certificate authority and a certificate for `localhost` it signed, written under
-/// `dir`: (the CA's PEM file, the site's files).
-fn localhost_certificate(dir: &Path) -> (std::path::PathBuf, CertFiles) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "fulcrum backend_h2 test CA");
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let site_params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let site_key = rcgen::KeyPair::generate().unwrap();
-    let site_cert = site_params.signed_by(&site_key, &issuer).unwrap();
-    let files = CertFiles {
-        cert: dir.join("localhost.pem"),
-        key: dir.join("localhost.key"),
-    };
-    let ca = dir.join("ca.pem");
-    std::fs::write(&ca, ca_cert.pem()).unwrap();
-    std::fs::write(&files.cert, site_cert.pem()).unwrap();
-    std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
-    (ca, files)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -914,7 +885,7 @@ struct TlsWithoutAlpn {
 }
 
 impl TlsWithoutAlpn {
-    async fn start(site: &CertFiles) -> TlsWithoutAlpn {
+    async fn start(site: &LocalhostCert) -> TlsWithoutAlpn {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let chain = vec![CertificateDer::from_pem_file(&site.cert).unwrap()];
@@ -968,7 +939,7 @@ impl Drop for TlsWithoutAlpn {
 async fn tls_backends_get_h2_by_alpn_and_one_that_does_not_select_it_fails_to_connect() {
     let _serial = SERIAL.lock().await;
     let certs = TempDir::new("backend_h2", "tls");
-    let (ca, site) = localhost_certificate(&certs.0);
+    let site = localhost_certificate(&certs.0);
     let with_h2 = blocking(|| Nginx::start("t0", Listen::TlsH2, Some(&site)));
     // Refuses a client that offers only `h2` (alert `no_application_protocol`).
     let without_h2 = blocking(|| Nginx::start("t1", Listen::TlsHttp1, Some(&site)));
@@ -976,7 +947,7 @@ async fn tls_backends_get_h2_by_alpn_and_one_that_does_not_select_it_fails_to_co
     let silent = TlsWithoutAlpn::start(&site).await;
     let tls = format!(
         "tls = true\ntls_ca = \"{}\"\ntls_server_name = \"localhost\"",
-        ca.display()
+        site.ca.display()
     );
     let conf = config(
         "tls",

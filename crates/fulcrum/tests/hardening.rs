@@ -2785,23 +2785,6 @@ fn slow_header_timeout_counts_from_the_accept_on_an_http2_listener() {
     assert!(backend.take().is_empty());
 }
 
-/// A CA and a certificate for `localhost` it signed, the latter written under `dir`: the
-/// CA's DER, and the certificate's and key's files.
-fn slow_tls_files(dir: &std::path::Path) -> (Vec<u8>, std::path::PathBuf, std::path::PathBuf) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let (cert_path, key_path) = (dir.join("site.pem"), dir.join("site.key"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (ca.der().to_vec(), cert_path, key_path)
-}
-
 /// A TLS client that connects, waits `wait` before its handshake, then sends a head a byte
 /// every 300 ms: when the connection was closed, from the connect (`None`: open after 9 s),
 /// and the status it got.
@@ -2865,19 +2848,19 @@ fn slow_tls_loris(
 #[test]
 fn slow_tls_handshake_and_head_share_client_header_timeout() {
     let dir = common::TempDir::new("hardening", "slow-tls");
-    let (ca, cert, key) = slow_tls_files(&dir.0);
+    let site = common::localhost_certificate(&dir.0);
     let backend = Backend::start();
     let cfg = app_config(
         &format!(
             "client_header_timeout = \"3s\"\n  [[listener.tls]]\n  cert = \"{}\"\n  key = \"{}\"",
-            cert.display(),
-            key.display()
+            site.cert.display(),
+            site.key.display()
         ),
         backend.addr,
     );
     let fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
-    let (at, status) = slow_tls_loris(addr, ca, Duration::from_millis(2700));
+    let (at, status) = slow_tls_loris(addr, site.ca_der, Duration::from_millis(2700));
     println!(
         "client_header_timeout 3 s, TLS handshake at 2.7 s then a slow head: closed at {at:?}, {status:?}"
     );

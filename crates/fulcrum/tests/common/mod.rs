@@ -477,3 +477,41 @@ pub fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     frame.extend_from_slice(payload);
     frame
 }
+
+/// A test certificate authority and a certificate for `localhost` it signed, as written by
+/// [`localhost_certificate`].
+pub struct LocalhostCert {
+    /// The CA's certificate, DER.
+    pub ca_der: Vec<u8>,
+    /// The CA's certificate, PEM (`ca.pem`).
+    pub ca: PathBuf,
+    /// The certificate for `localhost`, PEM (`localhost.pem`).
+    pub cert: PathBuf,
+    /// Its key, PEM (`localhost.key`).
+    pub key: PathBuf,
+}
+
+/// A fresh CA and a certificate for `localhost` it signed, their files written under `dir`.
+pub fn localhost_certificate(dir: &std::path::Path) -> LocalhostCert {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "fulcrum test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let site_params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let site_key = rcgen::KeyPair::generate().unwrap();
+    let site_cert = site_params.signed_by(&site_key, &issuer).unwrap();
+    let files = LocalhostCert {
+        ca_der: ca_cert.der().to_vec(),
+        ca: dir.join("ca.pem"),
+        cert: dir.join("localhost.pem"),
+        key: dir.join("localhost.key"),
+    };
+    std::fs::write(&files.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&files.cert, site_cert.pem()).unwrap();
+    std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
+    files
+}

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 mod common;
 use common::{
-    Running, TempFile, assert_promtool_accepts, backend_block, fulcrum, installed, steady_load,
+    Running, TempFile, admin_call, assert_promtool_accepts, backend_block, fulcrum, installed,
+    steady_load,
 };
 
 /// `method path` on the admin listener, with `token` as a bearer token and `body` as JSON
@@ -36,23 +37,6 @@ async fn call(
     }
     if !matches!(method, "GET" | "HEAD") {
         req = req.header("content-type", "application/json");
-    }
-    let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-    let reply = Client::new(admin).send(req).await.unwrap();
-    (reply.status.as_u16(), reply.text())
-}
-
-/// `method path` on the admin listener with exactly `headers` (no Host unless given).
-async fn call_with(
-    admin: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut req = Request::builder().method(method).uri(path);
-    for (name, value) in headers {
-        req = req.header(*name, *value);
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
     let reply = Client::new(admin).send(req).await.unwrap();
@@ -103,22 +87,53 @@ fn config(name: &str, backends: &[SocketAddr], admin: &str) -> TempFile {
     )
 }
 
+/// Lab backends on loopback, one per name (each answers with its name).
+async fn backends<const N: usize>(names: [&str; N]) -> [Backend; N] {
+    let Ok(started) = common::backends(&names).await.try_into() else {
+        unreachable!("one backend per name");
+    };
+    started
+}
+
+/// The files a fulcrum of [`start`] reads, kept while it runs (a reload reads them again).
+struct Files {
+    config: TempFile,
+    _token: Option<TempFile>,
+}
+
+/// `fulcrum run` with [`config`] `{name}.toml` for `backends`, its `[admin]` listening on a
+/// loopback port, with a `token_file` holding `token_text` when one is given, then the lines
+/// `more`: the process, the admin listener's address (as logged) and the files.
+fn start(
+    name: &str,
+    backends: &[SocketAddr],
+    token_text: Option<&str>,
+    more: &[&str],
+) -> (Running, SocketAddr, Files) {
+    let token = token_text.map(|text| TempFile::new(&format!("{name}.token"), text));
+    let mut lines = vec!["listen = \"127.0.0.1:0\"".to_owned()];
+    if let Some(file) = &token {
+        lines.push(format!("token_file = \"{}\"", file.0.display()));
+    }
+    lines.extend(more.iter().map(|l| (*l).to_owned()));
+    let config = config(&format!("{name}.toml"), backends, &lines.join("\n"));
+    let fulcrum = Running::start(&config, 1);
+    let admin = fulcrum
+        .admin
+        .expect("the admin listener's address is logged");
+    let files = Files {
+        config,
+        _token: token,
+    };
+    (fulcrum, admin, files)
+}
+
 #[test]
 fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_no_more() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
-        let config = config(
-            "admin-drain.toml",
-            &[a.addr(), b.addr()],
-            "listen = \"127.0.0.1:0\"",
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum
-            .admin
-            .expect("the admin listener's address is logged");
+        let [a, b] = backends(["a", "b"]).await;
+        let (mut fulcrum, admin, _files) = start("admin-drain", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
 
         let state = json(admin, "/api/upstreams").await;
@@ -264,8 +279,7 @@ fn sum_of(text: &str, name: &str) -> f64 {
 fn metrics_pass_promtool_and_count_every_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         // A port that refuses connections: its attempts fail and go to a.
         let held = common::HeldPort::refusing();
         let dead = held.addr;
@@ -325,20 +339,11 @@ fn metrics_pass_promtool_and_count_every_request() {
 fn changes_need_the_token_and_reading_does_not() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         let token = "s3cret-token-of-32-characters-xx";
-        let token_file = TempFile::new("admin.token", &format!("{token}\n"));
-        let config = config(
-            "admin-token.toml",
-            &[a.addr()],
-            &format!(
-                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
-                token_file.0.display()
-            ),
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let token_text = format!("{token}\n");
+        let (mut fulcrum, admin, _files) =
+            start("admin-token", &[a.addr()], Some(&token_text), &[]);
         let path = format!("/api/upstreams/web/backends/{}", a.addr());
         let drain = r#"{"state": "drain"}"#;
         for given in [None, Some("wrong"), Some("s3cret-token-of-32-characters-x")] {
@@ -374,16 +379,8 @@ type PageCall<'a> = (
 fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
-        let config = config(
-            "admin-browser.toml",
-            &[a.addr()],
-            "listen = \"127.0.0.1:0\"",
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let [a, c] = backends(["a", "c"]).await;
+        let (mut fulcrum, admin, _files) = start("admin-browser", &[a.addr()], None, &[]);
         let own = admin.to_string();
         let rebound = format!("evil.example:{}", admin.port());
         let own_origin = format!("http://{own}");
@@ -520,7 +517,7 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
         ];
         let mut wrong = Vec::new();
         for (what, method, path, headers, body, want) in &refused {
-            let (got, text) = call_with(admin, method, path, headers, body).await;
+            let (got, text) = admin_call(admin, method, path, headers, body);
             if got != *want {
                 wrong.push(format!(
                     "{what}: {method} {path} answered {got}, not {want}: {text}"
@@ -554,16 +551,16 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
             ("sec-fetch-site", "same-origin"),
             ("content-type", "application/json; charset=utf-8"),
         ];
-        let (status, body) = call_with(admin, "POST", backends, &dashboard, &add).await;
+        let (status, body) = admin_call(admin, "POST", backends, &dashboard, &add);
         assert_eq!(status, 201, "{body}");
         let c_path = format!("{backends}/{}", c.addr());
         let localhost = format!("localhost:{}", admin.port());
         let script = [("host", localhost.as_str()), json_type];
-        let (status, body) = call_with(admin, "PATCH", &c_path, &script, r#"{"weight":2}"#).await;
+        let (status, body) = admin_call(admin, "PATCH", &c_path, &script, r#"{"weight":2}"#);
         assert_eq!(status, 200, "{body}");
-        let (status, body) = call_with(admin, "DELETE", &c_path, &script, "").await;
+        let (status, body) = admin_call(admin, "DELETE", &c_path, &script, "");
         assert_eq!(status, 204, "{body}");
-        let (status, body) = call_with(admin, "POST", "/api/reload", &[host, json_type], "").await;
+        let (status, body) = admin_call(admin, "POST", "/api/reload", &[host, json_type], "");
         assert_eq!(status, 200, "{body}");
         // A link from another site still opens the dashboard.
         let link = [
@@ -571,11 +568,9 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
             ("sec-fetch-site", "cross-site"),
             ("sec-fetch-mode", "navigate"),
         ];
-        assert_eq!(call_with(admin, "GET", "/", &link, "").await.0, 200);
+        assert_eq!(admin_call(admin, "GET", "/", &link, "").0, 200);
         assert_eq!(
-            call_with(admin, "GET", "/metrics", &[("host", "127.0.0.1")], "")
-                .await
-                .0,
+            admin_call(admin, "GET", "/metrics", &[("host", "127.0.0.1")], "").0,
             200
         );
         // HTTP/1.0 without Host (no browser sends that) is served; HTTP/1.1 without it is not.
@@ -596,31 +591,39 @@ fn calls_a_web_page_can_make_are_refused_and_the_operators_still_work() {
 fn allowed_hosts_are_served_and_the_token_is_compared_whole() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
+        let [a] = backends(["a"]).await;
         let token = "s3cret-token-of-32-characters-xx";
-        let token_file = TempFile::new("admin-hosts.token", &format!("{token}\n"));
-        let config = config(
-            "admin-hosts.toml",
-            &[a.addr()],
-            &format!(
-                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallowed_hosts = [\"Admin.Example\"]",
-                token_file.0.display()
-            ),
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let token_text = format!("{token}\n");
+        let hosts = ["allowed_hosts = [\"Admin.Example\"]"];
+        let (mut fulcrum, admin, _files) =
+            start("admin-hosts", &[a.addr()], Some(&token_text), &hosts);
         let named = format!("admin.example:{}", admin.port());
-        let (status, _) = call_with(admin, "GET", "/api/upstreams", &[("host", named.as_str())], "").await;
+        let (status, _) = admin_call(
+            admin,
+            "GET",
+            "/api/upstreams",
+            &[("host", named.as_str())],
+            "",
+        );
         assert_eq!(status, 200);
-        let (status, body) =
-            call_with(admin, "GET", "/api/upstreams", &[("host", "other.example")], "").await;
+        let (status, body) = admin_call(
+            admin,
+            "GET",
+            "/api/upstreams",
+            &[("host", "other.example")],
+            "",
+        );
         assert_eq!(status, 403, "{body}");
         assert!(error_of(&body).contains("allowed_hosts"), "{body}");
         let path = format!("/api/upstreams/web/backends/{}", a.addr());
         let origin = format!("http://{named}");
         let bearer = |t: &str| format!("Bearer {t}");
-        for wrong in ["", "s3cret", "s3cret-token-of-32-characters-x", "s3cret-token-of-32-characters-xxx"] {
+        for wrong in [
+            "",
+            "s3cret",
+            "s3cret-token-of-32-characters-x",
+            "s3cret-token-of-32-characters-xxx",
+        ] {
             let auth = bearer(wrong);
             let headers = [
                 ("host", named.as_str()),
@@ -628,7 +631,8 @@ fn allowed_hosts_are_served_and_the_token_is_compared_whole() {
                 ("content-type", "application/json"),
                 ("authorization", auth.as_str()),
             ];
-            let (status, body) = call_with(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#).await;
+            let (status, body) =
+                admin_call(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#);
             assert_eq!(status, 401, "{wrong:?}: {body}");
         }
         let auth = format!("bearer {token}");
@@ -638,7 +642,7 @@ fn allowed_hosts_are_served_and_the_token_is_compared_whole() {
             ("content-type", "application/json"),
             ("authorization", auth.as_str()),
         ];
-        let (status, body) = call_with(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#).await;
+        let (status, body) = admin_call(admin, "PATCH", &path, &headers, r#"{"state":"drain"}"#);
         assert_eq!(status, 200, "{body}");
         assert!(fulcrum.terminate().success());
     });
@@ -685,17 +689,9 @@ fn an_admin_listener_others_can_reach_needs_a_token_file() {
 fn backends_added_and_removed_under_load_lose_no_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
-        let config = config(
-            "admin-membership.toml",
-            &[a.addr(), b.addr()],
-            "listen = \"127.0.0.1:0\"",
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let [a, b, c] = backends(["a", "b", "c"]).await;
+        let (mut fulcrum, admin, _files) =
+            start("admin-membership", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
         // 20 s at 100 requests a second, open loop, from 20 client addresses.
         let plan = steady_load(proxy, 100.0, 20, 20);
@@ -875,16 +871,9 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
-        let config = config(
-            "admin-dashboard.toml",
-            &[a.addr(), b.addr()],
-            "listen = \"127.0.0.1:0\"",
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
+        let (mut fulcrum, admin, _files) =
+            start("admin-dashboard", &[a.addr(), b.addr()], None, &[]);
         let proxy = fulcrum.addr_of("web");
         // Requests flow while the page is open, so its numbers change.
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -1087,12 +1076,8 @@ fn in_chromium_another_pages_posts_are_refused_and_the_dashboards_own_change_pas
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let c = Backend::start("c", loopback).await.unwrap();
-        let config = config("admin-cdp.toml", &[a.addr()], "listen = \"127.0.0.1:0\"");
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let [a, c] = backends(["a", "c"]).await;
+        let (mut fulcrum, admin, _files) = start("admin-cdp", &[a.addr()], None, &[]);
         let chromium = tokio::task::block_in_place(Chromium::start);
 
         // The attacker's page: another origin (the lab backend c serves it), the same machine.
@@ -1234,21 +1219,9 @@ impl OpenApi {
 fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
         let token = "openapi-token-of-32-characters-x";
-        let token_file = TempFile::new("openapi.token", token);
-        let config = config(
-            "admin-openapi.toml",
-            &[a.addr()],
-            &format!(
-                "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"",
-                token_file.0.display()
-            ),
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let (mut fulcrum, admin, files) = start("admin-openapi", &[a.addr()], Some(token), &[]);
         let mut api = OpenApi::load();
         let t = Some(token);
         let backend = "/api/upstreams/{upstream}/backends/{addr}";
@@ -1355,13 +1328,13 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
             run("/api/reload", "post", "/api/reload", None, "").await.0,
             401
         );
-        std::fs::write(&config.0, "workers = \"many\"\n").unwrap();
+        std::fs::write(&files.config.0, "workers = \"many\"\n").unwrap();
         let (status, text) = run("/api/reload", "post", "/api/reload", t, "").await;
         assert_eq!(status, 422);
         assert!(error_of(&text).contains("workers"), "{text}");
         // A foreign Host, another origin, a change that is not JSON.
         let foreign = [("host", "evil.example")];
-        let (status, text) = call_with(admin, "GET", "/api/upstreams", &foreign, "").await;
+        let (status, text) = admin_call(admin, "GET", "/api/upstreams", &foreign, "");
         api.check("/api/upstreams", "get", status, &text);
         assert_eq!(status, 403);
         let own = admin.to_string();
@@ -1372,11 +1345,11 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
             ("authorization", auth.as_str()),
             ("content-type", "application/json"),
         ];
-        let (status, text) = call_with(admin, "POST", "/api/reload", &evil, "").await;
+        let (status, text) = admin_call(admin, "POST", "/api/reload", &evil, "");
         api.check("/api/reload", "post", status, &text);
         assert_eq!(status, 403);
         let untyped = [("host", own.as_str()), ("authorization", auth.as_str())];
-        let (status, text) = call_with(admin, "POST", "/api/reload", &untyped, "").await;
+        let (status, text) = admin_call(admin, "POST", "/api/reload", &untyped, "");
         api.check("/api/reload", "post", status, &text);
         assert_eq!(status, 415);
         // Every operation the document lists was answered and checked.
@@ -1463,20 +1436,12 @@ fn health_of(config: &TempFile) -> (Option<i32>, String, Duration) {
 fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = Backend::start("a", loopback).await.unwrap();
-        let b = Backend::start("b", loopback).await.unwrap();
-        let config = config(
-            "admin-health.toml",
-            &[a.addr(), b.addr()],
-            "listen = \"127.0.0.1:0\"",
-        );
-        let mut fulcrum = Running::start(&config, 1);
-        let admin = fulcrum.admin.unwrap();
+        let [a, b] = backends(["a", "b"]).await;
+        let (mut fulcrum, admin, files) = start("admin-health", &[a.addr(), b.addr()], None, &[]);
         // The file says port 0: the check is pointed at the bound admin address.
         let bound = TempFile::new(
             "admin-health-bound.toml",
-            &std::fs::read_to_string(&config.0).unwrap().replace(
+            &std::fs::read_to_string(&files.config.0).unwrap().replace(
                 "[admin]\nlisten = \"127.0.0.1:0\"",
                 &format!("[admin]\nlisten = \"{admin}\""),
             ),
@@ -1520,7 +1485,7 @@ fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend()
         // No [admin] to ask: a usage error.
         let none = TempFile::new(
             "admin-health-none.toml",
-            &std::fs::read_to_string(&config.0)
+            &std::fs::read_to_string(&files.config.0)
                 .unwrap()
                 .replace("[admin]\nlisten = \"127.0.0.1:0\"\n", ""),
         );

@@ -30,7 +30,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -42,7 +42,10 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use common::{Running, TempDir, TempFile, wait_until};
+use common::{
+    ChildGuard, LocalhostCert, Running, TempDir, TempFile, h2_frame, localhost_certificate,
+    rss_kib, wait_until,
+};
 
 /// The tests of this file one at a time: each starts fulcrum and one to three servers, and
 /// the machine has two cores.
@@ -80,18 +83,11 @@ enum Listen {
     TlsHttp1,
 }
 
-/// A certificate and its key on disk, for an nginx to serve.
-#[derive(Debug)]
-struct CertFiles {
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-}
-
 /// A running nginx (Debian's, one process: `master_process off`) answering every request with
 /// `NAME $server_protocol $connection $connection_requests`. Killed by its handle and its
 /// directory removed when dropped.
 struct Nginx {
-    child: Option<Child>,
+    child: Option<ChildGuard>,
     addr: SocketAddr,
     dir: TempDir,
 }
@@ -100,13 +96,13 @@ struct Nginx {
 static NGINX_STARTED: AtomicUsize = AtomicUsize::new(0);
 
 impl Nginx {
-    fn start(name: &str, listen: Listen, cert: Option<&CertFiles>) -> Nginx {
+    fn start(name: &str, listen: Listen, cert: Option<&LocalhostCert>) -> Nginx {
         Nginx::start_with(name, listen, cert, "")
     }
 
     /// As [`Nginx::start`], with `extra` (directives of the `server` block) before its
     /// `location /`.
-    fn start_with(name: &str, listen: Listen, cert: Option<&CertFiles>, extra: &str) -> Nginx {
+    fn start_with(name: &str, listen: Listen, cert: Option<&LocalhostCert>, extra: &str) -> Nginx {
         for _ in 0..5 {
             if let Some(nginx) = Nginx::try_start(name, listen, cert, extra) {
                 return nginx;
@@ -119,7 +115,7 @@ impl Nginx {
     fn try_start(
         name: &str,
         listen: Listen,
-        cert: Option<&CertFiles>,
+        cert: Option<&LocalhostCert>,
         extra: &str,
     ) -> Option<Nginx> {
         let n = NGINX_STARTED.fetch_add(1, Ordering::SeqCst);
@@ -175,20 +171,7 @@ http {{
 }}
 "
         );
-        let conf_path = dir.0.join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new("nginx")
-            .arg("-p")
-            .arg(&dir.0)
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("-e")
-            .arg(dir.0.join("error.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx runs (Debian: apt-get install -y nginx)");
+        let child = common::spawn_nginx(&dir, &conf);
         let mut nginx = Nginx {
             child: Some(child),
             addr,
@@ -226,16 +209,7 @@ http {{
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        self.kill();
+        drop(self.child.take());
     }
 }
 
@@ -264,31 +238,6 @@ impl NginxAnswer {
             connection_requests: words[3].parse().unwrap(),
         }
     }
-}
-
-/// A test certificate authority and a certificate for `localhost` it signed, written under
-/// `dir`: (the CA's PEM file, the site's files).
-fn localhost_certificate(dir: &Path) -> (std::path::PathBuf, CertFiles) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "fulcrum backend_h2 test CA");
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let site_params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let site_key = rcgen::KeyPair::generate().unwrap();
-    let site_cert = site_params.signed_by(&site_key, &issuer).unwrap();
-    let files = CertFiles {
-        cert: dir.join("localhost.pem"),
-        key: dir.join("localhost.key"),
-    };
-    let ca = dir.join("ca.pem");
-    std::fs::write(&ca, ca_cert.pem()).unwrap();
-    std::fs::write(&files.cert, site_cert.pem()).unwrap();
-    std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
-    (ca, files)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -936,7 +885,7 @@ struct TlsWithoutAlpn {
 }
 
 impl TlsWithoutAlpn {
-    async fn start(site: &CertFiles) -> TlsWithoutAlpn {
+    async fn start(site: &LocalhostCert) -> TlsWithoutAlpn {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let chain = vec![CertificateDer::from_pem_file(&site.cert).unwrap()];
@@ -990,7 +939,7 @@ impl Drop for TlsWithoutAlpn {
 async fn tls_backends_get_h2_by_alpn_and_one_that_does_not_select_it_fails_to_connect() {
     let _serial = SERIAL.lock().await;
     let certs = TempDir::new("backend_h2", "tls");
-    let (ca, site) = localhost_certificate(&certs.0);
+    let site = localhost_certificate(&certs.0);
     let with_h2 = blocking(|| Nginx::start("t0", Listen::TlsH2, Some(&site)));
     // Refuses a client that offers only `h2` (alert `no_application_protocol`).
     let without_h2 = blocking(|| Nginx::start("t1", Listen::TlsHttp1, Some(&site)));
@@ -998,7 +947,7 @@ async fn tls_backends_get_h2_by_alpn_and_one_that_does_not_select_it_fails_to_co
     let silent = TlsWithoutAlpn::start(&site).await;
     let tls = format!(
         "tls = true\ntls_ca = \"{}\"\ntls_server_name = \"localhost\"",
-        ca.display()
+        site.ca.display()
     );
     let conf = config(
         "tls",
@@ -1343,41 +1292,36 @@ fn grpc_health() -> Option<std::path::PathBuf> {
     })
 }
 
-/// A running `grpc-health serve`, killed (by its PID) when dropped.
+/// A running `grpc-health serve`, killed when dropped.
 struct GrpcServer {
-    child: Child,
+    _child: ChildGuard,
     addr: SocketAddr,
 }
 
 impl GrpcServer {
     fn start(bin: &Path) -> GrpcServer {
         use std::io::BufRead as _;
-        let mut child = Command::new(bin)
-            .args(["serve", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = ChildGuard(
+            Command::new(bin)
+                .args(["serve", "127.0.0.1:0"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
         let mut line = String::new();
         let stdout = child.stdout.take().unwrap();
         // The server prints the address it bound, then serves.
         let read = std::io::BufReader::new(stdout).read_line(&mut line);
         let addr = match read.ok().and_then(|_| line.trim().parse().ok()) {
             Some(addr) => addr,
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("grpc-health serve printed no address: {line:?}");
-            }
+            // Killed as `child` is dropped.
+            None => panic!("grpc-health serve printed no address: {line:?}"),
         };
-        GrpcServer { child, addr }
-    }
-}
-
-impl Drop for GrpcServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        GrpcServer {
+            _child: child,
+            addr,
+        }
     }
 }
 
@@ -1811,18 +1755,6 @@ fn h2b_nginx(name: &str) -> (Nginx, TempDir) {
     (Nginx::start_with(name, Listen::H2c, None, &extra), files)
 }
 
-/// One HTTP/2 frame (RFC 9113 §4.1).
-fn h2b_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).unwrap();
-    let mut frame = Vec::with_capacity(9 + payload.len());
-    frame.extend_from_slice(&len.to_be_bytes()[1..]);
-    frame.push(kind);
-    frame.push(flags);
-    frame.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
 /// `GET path` on `stream` as one HEADERS frame that ends the stream (END_HEADERS |
 /// END_STREAM). HPACK without Huffman coding or the dynamic table (RFC 7541 §6.1, §6.2.2):
 /// `:method GET` and `:scheme http` indexed from the static table (2, 6), `:path` (4) and
@@ -1834,7 +1766,7 @@ fn h2b_get(stream: u32, path: &str) -> Vec<u8> {
         block.push(u8::try_from(value.len()).unwrap());
         block.extend_from_slice(value.as_bytes());
     }
-    h2b_frame(1, 0x4 | 0x1, stream, &block)
+    h2_frame(1, 0x4 | 0x1, stream, &block)
 }
 
 /// The issue's slow reader: an HTTP/2 client connection that says
@@ -1858,7 +1790,7 @@ impl H2bSlowReader {
         let write = Arc::new(tokio::sync::Mutex::new(write));
         let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         // SETTINGS_INITIAL_WINDOW_SIZE (0x4) = 0.
-        hello.extend(h2b_frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        hello.extend(h2_frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
         for i in 0..streams {
             hello.extend(h2b_get(1 + 2 * i, path));
         }
@@ -1884,8 +1816,8 @@ impl H2bSlowReader {
                         }
                         continue;
                     }
-                    (4, 0) => h2b_frame(4, 1, 0, &[]),
-                    (6, 0) => h2b_frame(6, 1, 0, &payload),
+                    (4, 0) => h2_frame(4, 1, 0, &[]),
+                    (6, 0) => h2_frame(6, 1, 0, &payload),
                     _ => continue,
                 };
                 if answer.lock().await.write_all(&ack).await.is_err() {
@@ -1896,7 +1828,7 @@ impl H2bSlowReader {
         let granter = async move {
             let mut updates = Vec::new();
             for i in 0..streams {
-                updates.extend(h2b_frame(8, 0, 1 + 2 * i, &1u32.to_be_bytes()));
+                updates.extend(h2_frame(8, 0, 1 + 2 * i, &1u32.to_be_bytes()));
             }
             loop {
                 tokio::time::sleep(every).await;
@@ -1925,16 +1857,6 @@ impl Drop for H2bSlowReader {
     }
 }
 
-/// The resident memory of process `pid`, in KiB (`VmRSS` of /proc/PID/status).
-fn h2b_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
-
 /// The issue's reproduction, shortened: two slow readers (window 0, 128 streams of a 4 MB file
 /// each, one byte of window per stream every 2 s) for 10 s, while an ordinary request is sent
 /// every 500 ms. Before: the 256 streams took the one shared connection's 128 and its queue,
@@ -1960,7 +1882,7 @@ async fn h2b_two_slow_readers_do_not_cut_an_h2_backend_off_from_everyone() {
     let pid = fulcrum.child.id();
     // Warmed up: the shared connection is open and the backend's SETTINGS are known.
     assert_eq!(get_once(addr, "/warm").await.status, 200);
-    let rss_before = h2b_rss_kib(pid);
+    let rss_before = rss_kib(pid);
 
     let every = Duration::from_secs(2);
     let attackers = [
@@ -1988,14 +1910,14 @@ async fn h2b_two_slow_readers_do_not_cut_an_h2_backend_off_from_everyone() {
             let reply = get_once(addr, &format!("/ordinary/{i}")).await;
             (reply.status, started.elapsed())
         });
-        rss_peak = rss_peak.max(h2b_rss_kib(pid));
+        rss_peak = rss_peak.max(rss_kib(pid));
         // The pace of the ordinary client: one request every 500 ms, for 10 s.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mut answers = Vec::new();
     while let Some(answer) = within("the ordinary requests", ordinary.join_next()).await {
         answers.push(answer.unwrap());
-        rss_peak = rss_peak.max(h2b_rss_kib(pid));
+        rss_peak = rss_peak.max(rss_kib(pid));
     }
     let attack_lasted = attack_started.elapsed();
     let heads: Vec<(usize, usize)> = attackers

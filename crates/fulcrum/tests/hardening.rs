@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Running, TempFile, wait_until};
+use common::{Running, TempFile, admin_call, h2_frame, rss_kib, wait_until};
 
 // ---------------------------------------------------------------------------------------------
 // A backend that records what reaches it and misbehaves on request
@@ -1401,16 +1401,6 @@ algorithm = "round_robin"
     );
 }
 
-/// The resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
-
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -1684,32 +1674,10 @@ fn adm26_start(backend: &Backend) -> (Running, SocketAddr, TempFile) {
     (fulcrum, admin, cfg)
 }
 
-/// `method path` on the admin listener with exactly `headers` and `body`, on a connection of
-/// its own: the status and the body.
-fn adm26_call(
-    admin: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    let mut c = Client::connect(admin);
-    c.s.write_all(request.as_bytes()).unwrap();
-    let a = c
-        .answer(Instant::now() + Duration::from_secs(10))
-        .expect("the admin API answers");
-    (a.status, String::from_utf8_lossy(&a.body).into_owned())
-}
-
 /// The addresses of upstream "app"'s backends, as the admin API shows them.
 fn adm26_backends(admin: SocketAddr) -> Vec<String> {
     let host = admin.to_string();
-    let (status, body) = adm26_call(
+    let (status, body) = admin_call(
         admin,
         "GET",
         "/api/upstreams/app",
@@ -1751,7 +1719,7 @@ fn adm26_a_cross_origin_post_adds_no_backend() {
             ("Content-Type", "application/json"),
         ],
     ] {
-        answers.push(adm26_call(admin, "POST", path, &headers, &add));
+        answers.push(admin_call(admin, "POST", path, &headers, &add));
     }
     let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
     let backends = adm26_backends(admin);
@@ -1778,7 +1746,7 @@ fn adm26_a_cross_origin_post_adds_no_backend() {
         ("Origin", origin.as_str()),
         ("Content-Type", "application/json"),
     ];
-    let (status, body) = adm26_call(admin, "POST", path, &json, &add);
+    let (status, body) = admin_call(admin, "POST", path, &json, &add);
     assert_eq!(status, 201, "{body}");
     assert_eq!(adm26_backends(admin).len(), 2);
     fulcrum.terminate();
@@ -1799,7 +1767,7 @@ fn adm26_a_form_encoded_post_is_refused_415() {
         ("Host", own.as_str()),
         ("Content-Type", "application/x-www-form-urlencoded"),
     ];
-    let (status, body) = adm26_call(admin, "POST", path, &form, &add);
+    let (status, body) = admin_call(admin, "POST", path, &form, &add);
     let backends = adm26_backends(admin);
     assert!(
         status == 415 && backends == [ours.addr.to_string()],
@@ -1808,7 +1776,7 @@ fn adm26_a_form_encoded_post_is_refused_415() {
     assert!(body.contains("application/json"), "{body}");
     // As JSON, the unknown field is named.
     let json = [("Host", own.as_str()), ("Content-Type", "application/json")];
-    let (status, body) = adm26_call(admin, "POST", path, &json, &padded);
+    let (status, body) = admin_call(admin, "POST", path, &json, &padded);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("unknown field `pad`"), "{body}");
     assert_eq!(adm26_backends(admin), [ours.addr.to_string()]);
@@ -1825,7 +1793,7 @@ fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
     let rebound = format!("evil.example:{}", admin.port());
     let mut served = Vec::new();
     for path in ["/", "/api/upstreams", "/metrics", "/api/health"] {
-        let (status, body) = adm26_call(admin, "GET", path, &[("Host", rebound.as_str())], "");
+        let (status, body) = admin_call(admin, "GET", path, &[("Host", rebound.as_str())], "");
         if status != 403 {
             served.push(format!("GET {path} answered {status}"));
         } else {
@@ -1837,7 +1805,7 @@ fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
         ("Origin", "http://evil.example"),
         ("Content-Type", "text/plain;charset=UTF-8"),
     ];
-    let (status, body) = adm26_call(admin, "POST", "/api/reload", &reload, "");
+    let (status, body) = admin_call(admin, "POST", "/api/reload", &reload, "");
     if status != 403 {
         served.push(format!(
             "the cross-origin POST /api/reload answered {status}: {}",
@@ -1849,11 +1817,11 @@ fn adm26_a_foreign_host_and_a_cross_origin_reload_are_refused() {
         "under a foreign Host or origin: {served:?}"
     );
     for path in ["/", "/api/upstreams", "/metrics", "/api/health"] {
-        let (status, body) = adm26_call(admin, "GET", path, &[("Host", own.as_str())], "");
+        let (status, body) = admin_call(admin, "GET", path, &[("Host", own.as_str())], "");
         assert_eq!(status, 200, "{path}: {body}");
     }
     let json = [("Host", own.as_str()), ("Content-Type", "application/json")];
-    let (status, body) = adm26_call(admin, "POST", "/api/reload", &json, "");
+    let (status, body) = admin_call(admin, "POST", "/api/reload", &json, "");
     assert_eq!(status, 200, "{body}");
     fulcrum.terminate();
 }
@@ -1917,14 +1885,39 @@ fn dribble_config(listener_keys: &str, backend: SocketAddr, max_conns: u32) -> T
     ))
 }
 
-/// An HTTP/2 frame.
-fn dribble_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(9 + payload.len());
-    f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-    f.extend_from_slice(&[kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
+/// A fulcrum of [`dribble_config`] (no more listener keys) in front of a [`dribble_backend`].
+struct DribbleFulcrum {
+    fulcrum: Running,
+    /// Its listener.
+    addr: SocketAddr,
+    /// The `/big` answers the backend began.
+    begun: Arc<AtomicUsize>,
+    _cfg: TempFile,
+}
+
+impl DribbleFulcrum {
+    /// With a backend answering `/big` with `size` bytes, `max_conns` to it.
+    fn start(size: usize, max_conns: u32) -> DribbleFulcrum {
+        let (backend, begun) = dribble_backend(size);
+        let cfg = dribble_config("", backend, max_conns);
+        let fulcrum = Running::start(&cfg, 1);
+        let addr = fulcrum.addr_of("app");
+        DribbleFulcrum {
+            fulcrum,
+            addr,
+            begun,
+            _cfg: cfg,
+        }
+    }
+
+    /// Asserts that fulcrum is still running, then stops it.
+    fn stop(mut self) {
+        assert!(
+            self.fulcrum.child.try_wait().unwrap().is_none(),
+            "fulcrum exited"
+        );
+        self.fulcrum.terminate();
+    }
 }
 
 /// What the dribbling client saw of each stream: its status (`:status 200` is HPACK's indexed
@@ -1950,7 +1943,7 @@ impl Dribbler {
         tcp.set_nodelay(true).unwrap();
         let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
-        out.extend(dribble_frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        out.extend(h2_frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
         let authority = addr.to_string();
         for i in 0..n {
             // :method GET, :scheme http, :path "/big" and :authority, literal not indexed.
@@ -1959,7 +1952,7 @@ impl Dribbler {
             block.extend_from_slice(&[0x01, authority.len() as u8]);
             block.extend_from_slice(authority.as_bytes());
             // END_STREAM | END_HEADERS.
-            out.extend(dribble_frame(0x1, 0x5, 2 * i + 1, &block));
+            out.extend(h2_frame(0x1, 0x5, 2 * i + 1, &block));
         }
         (&tcp).write_all(&out).unwrap();
         let dribbler = Dribbler {
@@ -1983,7 +1976,7 @@ impl Dribbler {
             .collect();
         let mut out = Vec::new();
         for i in open {
-            out.extend(dribble_frame(0x8, 0, 2 * i + 1, &1u32.to_be_bytes()));
+            out.extend(h2_frame(0x8, 0, 2 * i + 1, &1u32.to_be_bytes()));
         }
         let _ = self.writer.lock().unwrap().write_all(&out);
     }
@@ -2004,8 +1997,8 @@ fn dribble_read(
             return;
         }
         let reply = match (kind, flags & 1) {
-            (0x4, 0) => Some(dribble_frame(0x4, 1, 0, &[])),
-            (0x6, 0) => Some(dribble_frame(0x6, 1, 0, &payload)),
+            (0x4, 0) => Some(h2_frame(0x4, 1, 0, &[])),
+            (0x6, 0) => Some(h2_frame(0x6, 1, 0, &payload)),
             _ => None,
         };
         if let Some(reply) = reply {
@@ -2072,6 +2065,38 @@ struct DribbleOutcome {
     all_reset_in_10s: bool,
     /// Body bytes the dribbler received, all streams together.
     received: usize,
+}
+
+impl std::fmt::Display for DribbleOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "other client served {:?} after the heads ({} tries: {:?}); the dribbled streams: \
+             {:?}, {} body bytes received",
+            self.served,
+            self.statuses.len(),
+            self.statuses,
+            self.resets,
+            self.received
+        )
+    }
+}
+
+impl DribbleOutcome {
+    /// Asserts that the other client got 200 within `within` of the heads, and that every
+    /// dribbled stream was reset within 10 s (`how`: how the failure says it).
+    fn assert_served_and_all_reset(&self, within: Duration, how: &str) {
+        assert!(
+            self.served.is_some_and(|t| t < within),
+            "another client got {:?} while 20 streams dribbled",
+            self.statuses
+        );
+        assert!(
+            self.all_reset_in_10s,
+            "every dribbled stream {how}: {:?}",
+            self.resets
+        );
+    }
 }
 
 /// Issue 26's second defect against the proxy at `addr`, whose backend counts its `/big`
@@ -2168,48 +2193,26 @@ fn dribble_rss_sampler(
 /// gets 200 within `send_timeout`.
 #[test]
 fn dribble_h2_window_dribble_does_not_pin_backend_connections() {
-    let (backend, begun) = dribble_backend(2_000_000);
-    let cfg = dribble_config("", backend, 20);
-    let mut fulcrum = Running::start(&cfg, 1);
-    let addr = fulcrum.addr_of("app");
-    let (rss_before, sampler, sampling) = dribble_rss_sampler(fulcrum.child.id());
-    let out = dribble_h2_attack(addr, addr, &begun);
+    let f = DribbleFulcrum::start(2_000_000, 20);
+    let (rss_before, sampler, sampling) = dribble_rss_sampler(f.fulcrum.child.id());
+    let out = dribble_h2_attack(f.addr, f.addr, &f.begun);
     sampling.store(true, Ordering::Relaxed);
     let rss_peak = sampler.join().unwrap();
     println!(
-        "dribble over HTTP/2, fulcrum: other client served {:?} after the heads ({} tries: {:?}); \
-         the dribbled streams: {:?}, {} body bytes received; RSS {rss_before} KiB before, \
-         {rss_peak} KiB at most during",
-        out.served,
-        out.statuses.len(),
-        out.statuses,
-        out.resets,
-        out.received
+        "dribble over HTTP/2, fulcrum: {out}; RSS {rss_before} KiB before, {rss_peak} KiB at \
+         most during"
     );
     // `send_timeout` (5 s) is the bound the issue sets; the streams are released after
     // HOLD_GRACE (2 s), so 3 s of margin for a busy machine.
-    assert!(
-        out.served.is_some_and(|t| t < Duration::from_secs(5)),
-        "another client got {:?} while 20 streams dribbled",
-        out.statuses
-    );
-    assert!(
-        out.all_reset_in_10s,
-        "every dribbled stream reset within 10 s: {:?}",
-        out.resets
-    );
-    assert!(
-        fulcrum.child.try_wait().unwrap().is_none(),
-        "fulcrum exited"
-    );
-    fulcrum.terminate();
+    out.assert_served_and_all_reset(Duration::from_secs(5), "reset within 10 s");
+    f.stop();
 }
 
 /// A running nginx (Debian's, one process) proxying h2c with prior knowledge and HTTP/1.1 to
 /// `backend` (`max_conns=20`, `send_timeout 5s`, `proxy_buffering` on as by default); killed
 /// and its directory removed when dropped.
 struct DribbleNginx {
-    child: std::process::Child,
+    _child: common::ChildGuard,
     /// h2c with prior knowledge (nginx 1.22's `listen ... http2` takes nothing else).
     addr: SocketAddr,
     /// HTTP/1.1.
@@ -2235,22 +2238,8 @@ impl DribbleNginx {
              proxy_pass http://app;\n      proxy_http_version 1.1;\n      \
              proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
         );
-        let conf_path = dir.0.join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = std::process::Command::new("nginx")
-            .arg("-p")
-            .arg(&dir.0)
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("-e")
-            .arg(dir.0.join("error.log"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("nginx runs (Debian: apt-get install -y nginx)");
         let nginx = DribbleNginx {
-            child,
+            _child: common::spawn_nginx(&dir, &conf),
             addr,
             http1,
             _dir: dir,
@@ -2261,13 +2250,6 @@ impl DribbleNginx {
                 .map_err(|e| e.to_string())
         });
         nginx
-    }
-}
-
-impl Drop for DribbleNginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -2283,15 +2265,7 @@ fn dribble_h2_window_dribble_against_nginx() {
     let (backend, begun) = dribble_backend(2_000_000);
     let nginx = DribbleNginx::start(backend);
     let out = dribble_h2_attack(nginx.addr, nginx.http1, &begun);
-    println!(
-        "dribble over HTTP/2, nginx: other client served {:?} after the heads ({} tries: {:?}); \
-         the dribbled streams: {:?}, {} body bytes received",
-        out.served,
-        out.statuses.len(),
-        out.statuses,
-        out.resets,
-        out.received
-    );
+    println!("dribble over HTTP/2, nginx: {out}");
     assert!(
         out.served.is_some_and(|t| t < Duration::from_secs(5)),
         "nginx: another client got {:?}",
@@ -2337,10 +2311,8 @@ fn dribble_slow_reader(
 /// HTTP/1.1 path never had the HTTP/2 defect), and another client is served.
 #[test]
 fn dribble_http1_slow_readers_free_their_backend_within_send_timeout() {
-    let (backend, begun) = dribble_backend(32_000_000);
-    let cfg = dribble_config("", backend, 5);
-    let mut fulcrum = Running::start(&cfg, 1);
-    let addr = fulcrum.addr_of("app");
+    let f = DribbleFulcrum::start(32_000_000, 5);
+    let addr = f.addr;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Instant::now();
@@ -2354,7 +2326,7 @@ fn dribble_http1_slow_readers_free_their_backend_within_send_timeout() {
         Duration::from_secs(10),
         "5 answers begun at the backend",
         || {
-            let n = begun.load(Ordering::Relaxed);
+            let n = f.begun.load(Ordering::Relaxed);
             (n == 5).then_some(()).ok_or(format!("{n} begun"))
         },
     );
@@ -2383,11 +2355,7 @@ fn dribble_http1_slow_readers_free_their_backend_within_send_timeout() {
         served.is_some_and(|t| t < Duration::from_secs(10)),
         "another client got {statuses:?} while 5 clients read slowly"
     );
-    assert!(
-        fulcrum.child.try_wait().unwrap().is_none(),
-        "fulcrum exited"
-    );
-    fulcrum.terminate();
+    f.stop();
 }
 
 /// The dribble with an answer that fits the read-ahead (40 kB, 20 streams: 800 kB of the 1 MiB
@@ -2396,35 +2364,11 @@ fn dribble_http1_slow_readers_free_their_backend_within_send_timeout() {
 /// dribbled streams at about `send_timeout` (5 s), a byte of window every 3 s notwithstanding.
 #[test]
 fn dribble_h2_small_answers_free_the_backend_and_send_min_rate_cuts_the_streams() {
-    let (backend, begun) = dribble_backend(40_000);
-    let cfg = dribble_config("", backend, 20);
-    let mut fulcrum = Running::start(&cfg, 1);
-    let addr = fulcrum.addr_of("app");
-    let out = dribble_h2_attack(addr, addr, &begun);
-    println!(
-        "dribble over HTTP/2, 40 kB answers, fulcrum: other client served {:?} after the heads \
-         ({} tries: {:?}); the dribbled streams: {:?}, {} body bytes received",
-        out.served,
-        out.statuses.len(),
-        out.statuses,
-        out.resets,
-        out.received
-    );
-    assert!(
-        out.served.is_some_and(|t| t < Duration::from_secs(2)),
-        "another client got {:?} while 20 streams dribbled",
-        out.statuses
-    );
-    assert!(
-        out.all_reset_in_10s,
-        "every dribbled stream cut within 10 s by send_min_rate: {:?}",
-        out.resets
-    );
-    assert!(
-        fulcrum.child.try_wait().unwrap().is_none(),
-        "fulcrum exited"
-    );
-    fulcrum.terminate();
+    let f = DribbleFulcrum::start(40_000, 20);
+    let out = dribble_h2_attack(f.addr, f.addr, &f.begun);
+    println!("dribble over HTTP/2, 40 kB answers, fulcrum: {out}");
+    out.assert_served_and_all_reset(Duration::from_secs(2), "cut within 10 s by send_min_rate");
+    f.stop();
 }
 
 // --- issue 26: slow clients and CONNECT ---
@@ -2532,7 +2476,7 @@ async fn slow_h2_connect_statuses(addr: SocketAddr) -> Vec<(&'static str, String
 /// nginx (Debian's 1.22, one process) proxying to a backend on two listeners: HTTP/1.1 and h2c
 /// (`listen … http2`). Killed, and its directory removed, when dropped.
 struct SlowNginx {
-    child: std::process::Child,
+    child: common::ChildGuard,
     h1: SocketAddr,
     h2: SocketAddr,
     _dir: common::TempDir,
@@ -2561,20 +2505,7 @@ impl SlowNginx {
                  scgi_temp_path {d}/s;\n server {{\n  listen {h1};\n  listen {h2} http2;\n\
                  location / {{ proxy_pass http://{backend}; }}\n }}\n}}\n"
             );
-            let conf_path = dir.0.join("nginx.conf");
-            std::fs::write(&conf_path, conf).unwrap();
-            let child = std::process::Command::new("nginx")
-                .arg("-p")
-                .arg(&dir.0)
-                .arg("-c")
-                .arg(&conf_path)
-                .arg("-e")
-                .arg(dir.0.join("error.log"))
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
+            let child = common::spawn_nginx(&dir, &conf);
             let mut nginx = SlowNginx {
                 child,
                 h1,
@@ -2603,13 +2534,6 @@ impl SlowNginx {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
-    }
-}
-
-impl Drop for SlowNginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -2861,23 +2785,6 @@ fn slow_header_timeout_counts_from_the_accept_on_an_http2_listener() {
     assert!(backend.take().is_empty());
 }
 
-/// A CA and a certificate for `localhost` it signed, the latter written under `dir`: the
-/// CA's DER, and the certificate's and key's files.
-fn slow_tls_files(dir: &std::path::Path) -> (Vec<u8>, std::path::PathBuf, std::path::PathBuf) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let (cert_path, key_path) = (dir.join("site.pem"), dir.join("site.key"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (ca.der().to_vec(), cert_path, key_path)
-}
-
 /// A TLS client that connects, waits `wait` before its handshake, then sends a head a byte
 /// every 300 ms: when the connection was closed, from the connect (`None`: open after 9 s),
 /// and the status it got.
@@ -2941,19 +2848,19 @@ fn slow_tls_loris(
 #[test]
 fn slow_tls_handshake_and_head_share_client_header_timeout() {
     let dir = common::TempDir::new("hardening", "slow-tls");
-    let (ca, cert, key) = slow_tls_files(&dir.0);
+    let site = common::localhost_certificate(&dir.0);
     let backend = Backend::start();
     let cfg = app_config(
         &format!(
             "client_header_timeout = \"3s\"\n  [[listener.tls]]\n  cert = \"{}\"\n  key = \"{}\"",
-            cert.display(),
-            key.display()
+            site.cert.display(),
+            site.key.display()
         ),
         backend.addr,
     );
     let fulcrum = Running::start(&cfg, 1);
     let addr = fulcrum.addr_of("app");
-    let (at, status) = slow_tls_loris(addr, ca, Duration::from_millis(2700));
+    let (at, status) = slow_tls_loris(addr, site.ca_der, Duration::from_millis(2700));
     println!(
         "client_header_timeout 3 s, TLS handshake at 2.7 s then a slow head: closed at {at:?}, {status:?}"
     );

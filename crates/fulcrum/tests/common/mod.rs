@@ -378,3 +378,140 @@ pub fn backends_of(admin: SocketAddr, upstream: &str) -> Vec<serde_json::Value> 
         .unwrap_or_else(|| panic!("no upstream {upstream}: {v}"))
         .clone()
 }
+
+/// `method path` on the admin listener at `admin` with exactly `headers` (no Host unless
+/// given) and `body`, on a connection of its own: the status and the body.
+pub fn admin_call(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    let (head, body) = reply
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("the admin API answers: {reply:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {head}"));
+    (status, body.to_owned())
+}
+
+/// A child process, killed and waited for when dropped.
+pub struct ChildGuard(pub Child);
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Debian's nginx in the foreground with `conf` written to `dir`'s `nginx.conf`, `dir` its
+/// prefix and `dir`'s `error.log` its error log from the start; its output discarded.
+pub fn spawn_nginx(dir: &TempDir, conf: &str) -> ChildGuard {
+    let conf_path = dir.0.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new("nginx")
+        .arg("-p")
+        .arg(&dir.0)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(dir.0.join("error.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx runs (Debian: apt-get install -y nginx)");
+    ChildGuard(child)
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS` of /proc/PID/status).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+/// An HTTP/2 frame (RFC 9113 §4.1): `payload` as a frame of type `kind` with `flags` on
+/// `stream`.
+pub fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap();
+    let mut frame = Vec::with_capacity(9 + payload.len());
+    frame.extend_from_slice(&len.to_be_bytes()[1..]);
+    frame.push(kind);
+    frame.push(flags);
+    frame.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A test certificate authority and a certificate for `localhost` it signed, as written by
+/// [`localhost_certificate`].
+pub struct LocalhostCert {
+    /// The CA's certificate, DER.
+    pub ca_der: Vec<u8>,
+    /// The CA's certificate, PEM (`ca.pem`).
+    pub ca: PathBuf,
+    /// The certificate for `localhost`, PEM (`localhost.pem`).
+    pub cert: PathBuf,
+    /// Its key, PEM (`localhost.key`).
+    pub key: PathBuf,
+}
+
+/// A fresh CA and a certificate for `localhost` it signed, their files written under `dir`.
+pub fn localhost_certificate(dir: &std::path::Path) -> LocalhostCert {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "fulcrum test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let site_params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let site_key = rcgen::KeyPair::generate().unwrap();
+    let site_cert = site_params.signed_by(&site_key, &issuer).unwrap();
+    let files = LocalhostCert {
+        ca_der: ca_cert.der().to_vec(),
+        ca: dir.join("ca.pem"),
+        cert: dir.join("localhost.pem"),
+        key: dir.join("localhost.key"),
+    };
+    std::fs::write(&files.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&files.cert, site_cert.pem()).unwrap();
+    std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
+    files
+}

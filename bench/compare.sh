@@ -49,15 +49,10 @@
 # Every process it starts is stopped on exit, by PID.
 set -euo pipefail
 
-BASELINE=${BASELINE:-}
-if [ -n "$BASELINE" ]; then
-    # Resolved before the cd below, so a path relative to where it was run from still works.
-    if [ ! -x "$BASELINE" ] || [ -d "$BASELINE" ]; then
-        echo "error: BASELINE=$BASELINE is not an executable file" >&2
-        exit 1
-    fi
-    BASELINE=$(realpath "$BASELINE")
-fi
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+# Resolved before the cd below, so a path relative to where it was run from still works.
+resolve_baseline
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-4}     # seconds per measured run
@@ -73,8 +68,6 @@ PORT_NGINX=19182
 PORT_HAPROXY=19183
 PORT_BASELINE=19184
 
-# shellcheck source=bench/lib.sh
-source bench/lib.sh  # the working directory is the repository root (see the cd above)
 need nginx haproxy wrk openssl
 command -v h2load >/dev/null 2>&1 || need_file /usr/bin/h2load nghttp2-client
 need_file /usr/lib/nginx/modules/ngx_stream_module.so libnginx-mod-stream

@@ -19,17 +19,11 @@
 # Every process it starts is stopped on exit, by PID.
 set -euo pipefail
 
-BASELINE=${BASELINE:-}
-if [ -n "$BASELINE" ]; then
-    if [ ! -x "$BASELINE" ] || [ -d "$BASELINE" ]; then
-        echo "error: BASELINE=$BASELINE is not an executable file" >&2
-        exit 1
-    fi
-    BASELINE=$(realpath "$BASELINE")
-fi
-cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
-. bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+# Resolved before the cd below, so a path relative to where it was run from still works.
+resolve_baseline
+cd "$(dirname "$0")/.."
 
 N=${N:-20000}          # requests the difference is taken over
 CONNS=${CONNS:-64}     # client connections

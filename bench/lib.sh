@@ -29,6 +29,19 @@ need_file() {
     fi
 }
 
+# resolve_baseline: BASELINE (another fulcrum build to measure beside this checkout's), if set,
+# as an absolute path; exits with an error if it is not an executable file.
+resolve_baseline() {
+    BASELINE=${BASELINE:-}
+    if [ -n "$BASELINE" ]; then
+        if [ ! -x "$BASELINE" ] || [ -d "$BASELINE" ]; then
+            echo "error: BASELINE=$BASELINE is not an executable file" >&2
+            exit 1
+        fi
+        BASELINE=$(realpath "$BASELINE")
+    fi
+}
+
 # wait_port PORT [SECONDS]: returns when something accepts on 127.0.0.1:PORT; exits the script
 # with an error after SECONDS (default 5).
 wait_port() {

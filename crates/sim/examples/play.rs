@@ -21,7 +21,12 @@ fn main() -> Result<(), String> {
         .algorithms
         .iter()
         .filter_map(|a| {
-            let algorithm = a.algorithm.as_deref().unwrap_or(&a.name).parse::<Algorithm>().ok()?;
+            let algorithm = a
+                .algorithm
+                .as_deref()
+                .unwrap_or(&a.name)
+                .parse::<Algorithm>()
+                .ok()?;
             Some(Contender {
                 label: a.name.clone(),
                 policy: Policy {

@@ -155,7 +155,11 @@ impl<E> Events<E> {
             .buckets
             .iter()
             .enumerate()
-            .flat_map(|(i, b)| b.iter().enumerate().map(move |(j, e)| (i, j, (e.at, e.seq))))
+            .flat_map(|(i, b)| {
+                b.iter()
+                    .enumerate()
+                    .map(move |(j, e)| (i, j, (e.at, e.seq)))
+            })
             .min_by_key(|&(_, _, key)| key)?;
         self.slot = at.0 >> self.shift;
         Some((i, j))

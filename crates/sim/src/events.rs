@@ -1,73 +1,61 @@
 //! The event queue: events ordered by virtual time, ties by the order they were scheduled, so
 //! a run is exactly reproducible.
 //!
-//! A calendar queue (R. Brown, "Calendar queues: a fast O(1) priority queue implementation for
-//! the simulation event set problem", CACM 31(10), 1988). Time is cut into slots of
-//! `2^shift` ns; slot `s` lives in bucket `s mod buckets`, like the days of a year on a desk
-//! calendar. Each bucket is a short unsorted vector. The next event is found by walking the
-//! slots from a cursor: the first bucket with an event in the cursor's own slot (not a later
-//! year's) holds it, the earliest of them by key. With a slot about three events wide and
-//! about as many buckets as events, a pop steps over about one bucket and looks at two or three
-//! entries, and a push is a push at a vector's end — where a heap of a thousand events does
-//! some twenty compares and moves of its 32-byte entries.
+//! A 4-ary heap (shallower sifts than a binary heap's) of entries keyed by one `u128`: the
+//! time in the high half, the push's sequence number in the low half, so the key is unique and
+//! its order is (time, scheduling order). One 128-bit compare (two instructions) replaces the
+//! lexicographic compare of a (time, sequence) tuple, which was about a tenth of the
+//! simulator's instructions at 1,000 backends.
 //!
-//! The order is exact whatever the width and the number of buckets: the key is (time, the
-//! sequence number of the push), unique, and every bucket is kept sorted by it; width and size
-//! only change the speed. They are re-tuned (the queue rebuilt) when the number of events
-//! outgrows the buckets or falls far below, and when the last stretch of pops stepped over too
-//! many buckets or looked at too many entries per pop.
+//! Calendar queues (R. Brown, CACM 31(10), 1988) were tried, with vectors as buckets and with
+//! buckets inline in one array: they did fewer instructions but missed the cache more — a
+//! thousand events spread over a thousand buckets touch more lines than a 32 KiB heap whose
+//! upper levels stay in L1 — and were no faster (docs/performance.md, issue 27).
+
+use dary_heap::QuaternaryHeap;
 
 /// Virtual time in nanoseconds.
 pub type Time = u64;
 
-/// An event with its key.
+/// An event and its key, ordered so that the heap's greatest is the earliest.
 #[derive(Debug)]
 struct Entry<E> {
-    at: Time,
-    seq: u64,
+    /// `at << 64 | seq`.
+    key: u128,
     event: E,
+}
+
+impl<E> PartialEq for Entry<E> {
+    fn eq(&self, other: &Entry<E>) -> bool {
+        self.key == other.key
+    }
+}
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
+    fn partial_cmp(&self, other: &Entry<E>) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<E> Ord for Entry<E> {
+    fn cmp(&self, other: &Entry<E>) -> std::cmp::Ordering {
+        // Reversed: the max-heap's top is the smallest key.
+        other.key.cmp(&self.key)
+    }
 }
 
 /// Events of type `E` due at virtual times.
 #[derive(Debug)]
 pub struct Events<E> {
-    /// Bucket `i` holds the events whose slot (`at >> shift`) is `i` modulo the bucket count
-    /// (a power of two), in no order.
-    buckets: Vec<Vec<Entry<E>>>,
-    /// A slot is `2^shift` ns.
-    shift: u32,
-    /// The cursor: no event is due before this slot begins.
-    slot: u64,
-    len: usize,
-    /// Where the earliest event is (bucket, place), when known: a look at the next event
-    /// followed by pushes of later ones, or by the pop, need not search again.
-    head: Option<(usize, usize)>,
+    heap: QuaternaryHeap<Entry<E>>,
     /// Pushes so far: the next sequence number.
     scheduled: u64,
-    /// Since the last re-tune: pops, and the buckets stepped over plus the entries looked at
-    /// beyond one a bucket.
-    pops: u64,
-    work: u64,
 }
-
-/// The fewest buckets kept.
-const MIN_BUCKETS: usize = 16;
-/// The first slot width, before there are events to measure (1 ms).
-const FIRST_SHIFT: u32 = 20;
-/// How many events at the front the width is measured on.
-const SAMPLE: usize = 64;
 
 impl<E> Default for Events<E> {
     fn default() -> Events<E> {
         Events {
-            buckets: (0..MIN_BUCKETS).map(|_| Vec::new()).collect(),
-            shift: FIRST_SHIFT,
-            slot: 0,
-            len: 0,
-            head: None,
+            heap: QuaternaryHeap::new(),
             scheduled: 0,
-            pops: 0,
-            work: 0,
         }
     }
 }
@@ -75,139 +63,27 @@ impl<E> Default for Events<E> {
 impl<E> Events<E> {
     /// Schedules `event` at `at`.
     pub fn push(&mut self, at: Time, event: E) {
-        let seq = self.scheduled;
+        let key = u128::from(at) << 64 | u128::from(self.scheduled);
+        self.heap.push(Entry { key, event });
         self.scheduled += 1;
-        let slot = at >> self.shift;
-        // Earlier than the cursor (an event scheduled after a look at the next one, before a
-        // sooner event from elsewhere ran): the cursor comes back to it.
-        self.slot = self.slot.min(slot);
-        let mask = self.buckets.len() - 1;
-        let i = slot as usize & mask;
-        // The known earliest stays the earliest unless this one is due sooner (it is pushed
-        // last, so among events due at the same time it comes last).
-        if self.head.is_some_and(|(h, k)| at < self.buckets[h][k].at) {
-            self.head = Some((i, self.buckets[i].len()));
-        }
-        self.buckets[i].push(Entry { at, seq, event });
-        self.len += 1;
-        if self.len > 2 * self.buckets.len() {
-            self.rebuild(self.buckets.len() * 2);
-        }
     }
 
     /// The next event and its time: the earliest, the first scheduled among equals.
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let (i, j) = self.find()?;
-        self.head = None;
-        let e = self.buckets[i].swap_remove(j);
-        self.len -= 1;
-        self.pops += 1;
-        self.tune();
-        Some((e.at, e.event))
+        self.heap.pop().map(|e| ((e.key >> 64) as Time, e.event))
     }
 
-    /// When the next event is due (moves the cursor up to it).
-    pub fn next_time(&mut self) -> Option<Time> {
-        let (i, j) = self.find()?;
-        Some(self.buckets[i][j].at)
+    /// When the next event is due.
+    pub fn next_time(&self) -> Option<Time> {
+        self.heap.peek().map(|e| (e.key >> 64) as Time)
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.heap.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where the earliest event is (bucket, place), the cursor moved to its slot.
-    fn find(&mut self) -> Option<(usize, usize)> {
-        if self.head.is_some() || self.len == 0 {
-            return self.head;
-        }
-        self.head = self.search();
-        self.head
-    }
-
-    /// [`Events::find`] without the known answer.
-    fn search(&mut self) -> Option<(usize, usize)> {
-        let mask = self.buckets.len() - 1;
-        for _ in 0..self.buckets.len() {
-            let bucket = &self.buckets[self.slot as usize & mask];
-            // The earliest of the bucket's events due in this slot (the others are a later
-            // year's).
-            let mut best: Option<(usize, (Time, u64))> = None;
-            for (j, e) in bucket.iter().enumerate() {
-                let key = (e.at, e.seq);
-                if e.at >> self.shift == self.slot && best.is_none_or(|(_, b)| key < b) {
-                    best = Some((j, key));
-                }
-            }
-            self.work += bucket.len().saturating_sub(1) as u64;
-            if let Some((j, _)) = best {
-                return Some((self.slot as usize & mask, j));
-            }
-            self.slot = self.slot.wrapping_add(1);
-            self.work += 1;
-        }
-        // A whole year without an event: straight to the earliest.
-        let (i, j, at) = self
-            .buckets
-            .iter()
-            .enumerate()
-            .flat_map(|(i, b)| {
-                b.iter()
-                    .enumerate()
-                    .map(move |(j, e)| (i, j, (e.at, e.seq)))
-            })
-            .min_by_key(|&(_, _, key)| key)?;
-        self.slot = at.0 >> self.shift;
-        Some((i, j))
-    }
-
-    /// After a pop: fewer buckets when the events are far fewer; a new width when the stretch
-    /// since the last re-tune (at least as many pops as there are events, so rebuilding costs
-    /// O(log n) a pop) took more than a few steps and shifts per pop.
-    fn tune(&mut self) {
-        if self.buckets.len() > MIN_BUCKETS && self.len < self.buckets.len() / 4 {
-            return self.rebuild(self.buckets.len() / 2);
-        }
-        if self.pops >= (self.len as u64).max(1024) {
-            if self.work > 8 * self.pops {
-                self.rebuild(self.buckets.len());
-            }
-            self.pops = 0;
-            self.work = 0;
-        }
-    }
-
-    /// Spreads the events over `count` buckets with a width measured on the earliest ones:
-    /// about three of them per slot (Brown's rule).
-    fn rebuild(&mut self, count: usize) {
-        self.head = None;
-        let mut all: Vec<Entry<E>> = self.buckets.iter_mut().flat_map(|b| b.drain(..)).collect();
-        all.sort_unstable_by_key(|e| (e.at, e.seq));
-        let front = &all[..all.len().min(SAMPLE)];
-        let shift = match (front.first(), front.last()) {
-            (Some(a), Some(b)) if front.len() > 1 => {
-                let gap = (b.at - a.at) / (front.len() as u64 - 1);
-                let width = gap.saturating_mul(3).max(1);
-                63 - width.leading_zeros()
-            }
-            _ => self.shift,
-        };
-        // No event is due before the old cursor's slot began, nor before the earliest event.
-        let start = self.slot << self.shift;
-        self.slot = all.first().map_or(start, |e| e.at.max(start)) >> shift;
-        self.shift = shift;
-        self.buckets.resize_with(count, Vec::new);
-        self.buckets.truncate(count);
-        let mask = count - 1;
-        for e in all {
-            self.buckets[(e.at >> shift) as usize & mask].push(e);
-        }
-        self.pops = 0;
-        self.work = 0;
+        self.heap.is_empty()
     }
 }
 

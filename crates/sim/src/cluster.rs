@@ -107,33 +107,49 @@ enum Stage {
     Waiting,
 }
 
-#[derive(Debug)]
-struct Req {
+/// What the checks of events read of a request: kept apart from [`Req`] in a dense array
+/// (16 bytes a request, where a request takes two cache lines), so that a stale event, the
+/// deadline queue's look at its front and a slot's look at the next waiting job read a quarter
+/// of a line instead of pulling a request into the cache.
+#[derive(Debug, Clone, Copy)]
+struct Check {
     /// Which request this is (slab places are reused).
     serial: u64,
+    /// The current attempt's number (unique in the run).
+    attempt: u32,
+    stage: Stage,
+    live: bool,
+}
+
+/// A request in flight (slab places are reused).
+///
+/// Laid out by use (`repr(C)`, two cache lines of their own): the first line holds what its
+/// answer reads — its backend, balancer, status, ticket, times and user; the second what only
+/// its start and its failures read (the attempt machine, the cost, the client), written while
+/// the place is warm from the request that left it. An answer, thousands of requests after the
+/// start, then misses on one line instead of two.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct Req {
+    /// The current attempt's backend (plan index).
+    backend: u32,
+    balancer: u32,
+    /// The answer's status, once the backend has answered.
+    status: u16,
+    measured: bool,
+    /// `mixed`: the first half is done.
+    second_half: bool,
+    /// The attempt was sent on a connection kept alive from an earlier request.
+    reused: bool,
     intended: Time,
+    ticket: Option<Ticket>,
+    /// Closed loop: the user that sent it.
+    user: Option<u32>,
+    /// Its attempts: the proxy's own machine ([`balance::Attempts`]).
+    tried: Attempts<BackendId>,
     /// Its cost, ns at speed 1.
     work: u64,
     client: u32,
-    balancer: u32,
-    measured: bool,
-    /// Closed loop: the user that sent it.
-    user: Option<u32>,
-    /// The current attempt's number (unique in the run).
-    attempt: u32,
-    ticket: Option<Ticket>,
-    /// The current attempt's backend (plan index).
-    backend: u32,
-    /// Its attempts: the proxy's own machine ([`balance::Attempts`]).
-    tried: Attempts<BackendId>,
-    /// The attempt was sent on a connection kept alive from an earlier request.
-    reused: bool,
-    /// The answer's status, once the backend has answered.
-    status: u16,
-    stage: Stage,
-    /// `mixed`: the first half is done.
-    second_half: bool,
-    live: bool,
 }
 
 /// One balancer instance.
@@ -201,6 +217,8 @@ struct Sim<'a> {
     plan_of: Vec<usize>,
     balancers: Vec<Balancer>,
     reqs: Vec<Req>,
+    /// Each request's [`Check`] (the same index as `reqs`).
+    checks: Vec<Check>,
     free: Vec<u32>,
     serial: u64,
     attempts: u32,
@@ -234,7 +252,8 @@ struct Sim<'a> {
     steps: u64,
     step_every: Time,
     steps_per_sample: u64,
-    next: Option<Arrival>,
+    /// The next open-loop arrival, with its time in ns (converted once).
+    next: Option<(Time, Arrival)>,
     user_busy: Vec<bool>,
     /// Each server's last request before it dies (`die_after`).
     last: Vec<Option<Job>>,
@@ -332,6 +351,7 @@ impl<'a> Sim<'a> {
             plan_of: contender.plan_of.clone(),
             balancers,
             reqs: Vec::new(),
+            checks: Vec::new(),
             free: Vec::new(),
             serial: 0,
             attempts: 0,
@@ -405,7 +425,7 @@ impl Sim<'_> {
         loop {
             // Arrivals come from their own sorted stream, ahead of the queue's events at the
             // same time: one heap operation fewer per request.
-            let arrival = self.next.map(|a| ns(a.at));
+            let arrival = self.next.as_ref().map(|&(at, _)| at);
             let event = match (arrival, self.events.next_time()) {
                 (Some(a), next) if next.is_none_or(|t| a <= t) => {
                     self.now = a;
@@ -438,7 +458,7 @@ impl Sim<'_> {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Arrival => {
-                if let Some(a) = self.next.take() {
+                if let Some((_, a)) = self.next.take() {
                     self.schedule_arrival(self.sent + 1);
                     self.start_request(a.cost_ms, a.client, None);
                 }
@@ -472,7 +492,7 @@ impl Sim<'_> {
             Event::Die(k) => self.die(k),
             Event::Outage(k, out) => self.outage(k, out),
             Event::QueueTimeout(i, a) => {
-                if self.valid((i, a)) && self.reqs[i as usize].stage == Stage::Waiting {
+                if self.valid((i, a)) && self.checks[i as usize].stage == Stage::Waiting {
                     self.leave_queue(i);
                     self.finish(i, NO_ROOM, None);
                 }
@@ -481,8 +501,8 @@ impl Sim<'_> {
     }
 
     fn valid(&self, (i, a): Job) -> bool {
-        let r = &self.reqs[i as usize];
-        r.live && r.attempt == a
+        let c = &self.checks[i as usize];
+        c.live && c.attempt == a
     }
 
     fn traffic_over(&self) -> bool {
@@ -504,7 +524,11 @@ impl Sim<'_> {
         if self.total.is_some_and(|t| counted >= t) {
             return;
         }
-        self.next = self.arrivals.as_mut().and_then(Iterator::next);
+        self.next = self
+            .arrivals
+            .as_mut()
+            .and_then(Iterator::next)
+            .map(|a| (ns(a.at), a));
     }
 
     fn users(&mut self) {
@@ -556,31 +580,35 @@ impl Sim<'_> {
         let balancer = client % self.balancers.len() as u32;
         let work = (cost_ms.clamp(0.0, 3_600_000.0) * 1e6) as u64;
         let req = Req {
-            serial: self.serial,
             intended: self.now,
             work,
             client,
             balancer,
             measured,
             user,
-            attempt: 0,
             ticket: None,
             backend: 0,
             tried: Attempts::default(),
             reused: false,
             status: 0,
-            stage: Stage::Away,
             second_half: false,
+        };
+        let check = Check {
+            serial: self.serial,
+            attempt: 0,
+            stage: Stage::Away,
             live: true,
         };
         let i = match self.free.pop() {
             Some(i) => {
                 let tried = std::mem::take(&mut self.reqs[i as usize].tried);
                 self.reqs[i as usize] = Req { tried, ..req };
+                self.checks[i as usize] = check;
                 i
             }
             None => {
                 self.reqs.push(req);
+                self.checks.push(check);
                 self.reqs.len() as u32 - 1
             }
         };
@@ -627,15 +655,16 @@ impl Sim<'_> {
                 // A number of its own for the wait, so that its timeout cannot be taken for
                 // another's (slab places are reused, and a first attempt has none yet).
                 self.attempts = self.attempts.wrapping_add(1);
-                r.attempt = self.attempts;
+                let c = &mut self.checks[i as usize];
+                c.attempt = self.attempts;
                 b.waiting.push_back(Waiter {
                     req: i,
-                    attempt: r.attempt,
+                    attempt: c.attempt,
                     affinity,
                     tried: r.tried.tried().to_vec(),
                 });
-                r.stage = Stage::Waiting;
-                let e = Event::QueueTimeout(i, r.attempt);
+                c.stage = Stage::Waiting;
+                let e = Event::QueueTimeout(i, c.attempt);
                 self.events.push(self.now + self.queue_timeout, e);
             }
         }
@@ -651,9 +680,10 @@ impl Sim<'_> {
         r.ticket = Some(ticket);
         r.backend = plan as u32;
         self.attempts = self.attempts.wrapping_add(1);
-        r.attempt = self.attempts;
+        let c = &mut self.checks[i as usize];
+        c.attempt = self.attempts;
+        c.stage = Stage::Away;
         r.second_half = false;
-        r.stage = Stage::Away;
         r.reused = b.warm[plan] && r.tried.may_reuse();
         self.send(i);
     }
@@ -691,9 +721,9 @@ impl Sim<'_> {
 
     /// Request `i` stops waiting in its balancer's queue.
     fn leave_queue(&mut self, i: u32) {
-        let r = &mut self.reqs[i as usize];
-        r.stage = Stage::Away;
-        let (balancer, attempt) = (r.balancer, r.attempt);
+        let c = &mut self.checks[i as usize];
+        c.stage = Stage::Away;
+        let (balancer, attempt) = (self.reqs[i as usize].balancer, c.attempt);
         self.balancers[balancer as usize]
             .waiting
             .retain(|w| !(w.req == i && w.attempt == attempt));
@@ -706,42 +736,49 @@ impl Sim<'_> {
         if !self.servers[k].listening() {
             // Refused: learnt one round trip later.
             let at = self.now + 2 * self.delay;
-            let e = Event::Failed(i, r.attempt, Fault::ConnectFailed, Connection::Fresh);
+            let a = self.checks[i as usize].attempt;
+            let e = Event::Failed(i, a, Fault::ConnectFailed, Connection::Fresh);
             return self.events.push(at, e);
         }
         self.balancers[r.balancer as usize].warm[k] = true;
         if self.delay == 0 {
             self.deliver(i);
         } else {
+            let a = self.checks[i as usize].attempt;
             self.events
-                .push(self.now + self.delay, Event::Deliver(i, r.attempt));
+                .push(self.now + self.delay, Event::Deliver(i, a));
         }
     }
 
     fn deliver(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
-        let job = (i, r.attempt);
+        let c = &mut self.checks[i as usize];
+        let job = (i, c.attempt);
         let k = r.backend as usize;
         let s = &mut self.servers[k];
         if !s.listening() {
-            let e = Event::Failed(i, r.attempt, Fault::ConnectFailed, Connection::Fresh);
+            let e = Event::Failed(i, c.attempt, Fault::ConnectFailed, Connection::Fresh);
             return self.events.push(self.now + self.delay, e);
         }
         s.received += 1;
-        if s.stall_after.is_some_and(|n| s.received > n) {
+        // (A plain server has no fault knob: none of these can fire, and the knobs lie on
+        // another cache line.)
+        if !s.plain && s.stall_after.is_some_and(|n| s.received > n) {
             s.life = Life::Stalled;
         }
         if s.life == Life::Stalled {
-            r.stage = Stage::Stuck;
+            c.stage = Stage::Stuck;
             return;
         }
-        if s.die_after.is_some_and(|n| s.received >= n) && s.life == Life::Serving {
-            s.life = Life::Dying;
-            self.last[k] = Some(job);
-        }
-        if s.fail_rate > 0.0 && self.rng.random::<f64>() < s.fail_rate {
-            r.status = 500;
-            return self.reply(i);
+        if !s.plain {
+            if s.die_after.is_some_and(|n| s.received >= n) && s.life == Life::Serving {
+                s.life = Life::Dying;
+                self.last[k] = Some(job);
+            }
+            if s.fail_rate > 0.0 && self.rng.random::<f64>() < s.fail_rate {
+                r.status = 500;
+                return self.reply(i);
+            }
         }
         let on_slots = s.mode.uses_slots();
         let work = if s.mode == lab::backend::Mode::Mixed {
@@ -754,21 +791,21 @@ impl Sim<'_> {
     }
 
     fn admitted(&mut self, i: u32, k: usize, admitted: Admit) {
-        let r = &mut self.reqs[i as usize];
-        let job = (i, r.attempt);
+        let c = &mut self.checks[i as usize];
+        let job = (i, c.attempt);
         match admitted {
             Admit::Slot(end) => {
-                r.stage = Stage::Slot;
+                c.stage = Stage::Slot;
                 self.events.push(end, Event::SlotDone(k as u32, job));
             }
-            Admit::Queued => r.stage = Stage::Queued,
+            Admit::Queued => c.stage = Stage::Queued,
             Admit::Shared => {
-                r.stage = Stage::Shared;
+                c.stage = Stage::Shared;
                 self.rewake(k);
             }
             Admit::Refused => {
-                r.stage = Stage::Away;
-                r.status = 503;
+                c.stage = Stage::Away;
+                self.reqs[i as usize].status = 503;
                 self.reply(i);
             }
         }
@@ -785,7 +822,7 @@ impl Sim<'_> {
 
     fn slot_done(&mut self, k: u32, job: Job) {
         let (i, _) = job;
-        if !(self.valid(job) && self.reqs[i as usize].stage == Stage::Slot) {
+        if !(self.valid(job) && self.checks[i as usize].stage == Stage::Slot) {
             return;
         }
         self.start_next_on_slot(k as usize);
@@ -794,14 +831,13 @@ impl Sim<'_> {
 
     /// A slot of backend `k` is free: the next live job in its queue takes it.
     fn start_next_on_slot(&mut self, k: usize) {
-        let reqs = &self.reqs;
+        let checks = &self.checks;
         let live = |(i, a): Job| {
-            reqs[i as usize].live
-                && reqs[i as usize].attempt == a
-                && reqs[i as usize].stage == Stage::Queued
+            let c = &checks[i as usize];
+            c.live && c.attempt == a && c.stage == Stage::Queued
         };
         if let Some(((i, a), end)) = self.servers[k].free_slot(self.now, live) {
-            self.reqs[i as usize].stage = Stage::Slot;
+            self.checks[i as usize].stage = Stage::Slot;
             self.events.push(end, Event::SlotDone(k as u32, (i, a)));
         }
     }
@@ -827,19 +863,20 @@ impl Sim<'_> {
     /// Request `i`'s work (or its half) is done at its backend.
     fn served(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
+        let c = &mut self.checks[i as usize];
         let k = r.backend as usize;
         let s = &mut self.servers[k];
         if s.life == Life::Stalled {
-            r.stage = Stage::Stuck;
+            c.stage = Stage::Stuck;
             return;
         }
         if s.mode == lab::backend::Mode::Mixed && !r.second_half {
             r.second_half = true;
-            let job = (i, r.attempt);
+            let job = (i, c.attempt);
             let admitted = s.admit(self.now, job, r.work - r.work / 2, false);
             return self.admitted(i, k, admitted);
         }
-        r.stage = Stage::Away;
+        c.stage = Stage::Away;
         r.status = 200;
         self.reply(i);
     }
@@ -847,16 +884,15 @@ impl Sim<'_> {
     /// The backend answers request `i` (200, 500 or 503): the answer reaches the balancer
     /// after the delay. A dying backend's last answer starts its last words.
     fn reply(&mut self, i: u32) {
-        let r = &self.reqs[i as usize];
-        let k = r.backend as usize;
-        if self.last[k] == Some((i, r.attempt)) {
+        let k = self.reqs[i as usize].backend as usize;
+        let a = self.checks[i as usize].attempt;
+        if self.last[k] == Some((i, a)) {
             self.events
                 .push(self.now + LAST_WORDS, Event::Die(k as u32));
         }
         if self.delay == 0 {
             self.on_reply(i);
         } else {
-            let a = self.reqs[i as usize].attempt;
             self.events.push(self.now + self.delay, Event::Reply(i, a));
         }
     }
@@ -890,8 +926,9 @@ impl Sim<'_> {
             // was scheduled for the dropped one goes stale.
             r.reused = false;
             self.attempts = self.attempts.wrapping_add(1);
-            r.attempt = self.attempts;
-            r.stage = Stage::Away;
+            let c = &mut self.checks[i as usize];
+            c.attempt = self.attempts;
+            c.stage = Stage::Away;
             r.second_half = false;
             return self.send(i);
         }
@@ -928,13 +965,13 @@ impl Sim<'_> {
     fn release(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
         debug_assert!(r.ticket.is_none());
-        r.live = false;
+        self.checks[i as usize].live = false;
         let user = r.user;
         self.free.push(i);
         self.in_flight -= 1;
         // Answered requests leave the front of the deadline queue as they come.
         while let Some(&(_, j, serial)) = self.pending.front() {
-            let p = &self.reqs[j as usize];
+            let p = &self.checks[j as usize];
             if p.live && p.serial == serial {
                 break;
             }
@@ -949,8 +986,8 @@ impl Sim<'_> {
     fn deadlines(&mut self) {
         self.deadline_set = false;
         while let Some(&(at, i, serial)) = self.pending.front() {
-            let r = &self.reqs[i as usize];
-            if !(r.live && r.serial == serial) {
+            let c = &self.checks[i as usize];
+            if !(c.live && c.serial == serial) {
                 self.pending.pop_front();
                 continue;
             }
@@ -968,7 +1005,7 @@ impl Sim<'_> {
     /// backend connection, which frees what the request held there.
     fn expire(&mut self, i: u32) {
         let now = self.now;
-        if self.reqs[i as usize].stage == Stage::Waiting {
+        if self.checks[i as usize].stage == Stage::Waiting {
             self.leave_queue(i);
         }
         let balancer = self.reqs[i as usize].balancer;
@@ -976,9 +1013,10 @@ impl Sim<'_> {
             self.complete(balancer, ticket, Outcome::Cancelled);
         }
         let r = &mut self.reqs[i as usize];
+        let c = &mut self.checks[i as usize];
         let k = r.backend as usize;
-        let job = (i, r.attempt);
-        let stage = std::mem::replace(&mut r.stage, Stage::Away);
+        let job = (i, c.attempt);
+        let stage = std::mem::replace(&mut c.stage, Stage::Away);
         if r.measured {
             self.tally.record(&Request {
                 intended: Duration::from_nanos(r.intended),
@@ -1042,13 +1080,13 @@ impl Sim<'_> {
             b.warm[k] = false;
         }
         // Requests stuck at it or on the wire to it are not in its queues: find them too.
-        for (i, r) in self.reqs.iter().enumerate() {
-            if r.live
+        for (i, (r, c)) in self.reqs.iter().zip(&self.checks).enumerate() {
+            if c.live
                 && r.backend as usize == k
                 && r.ticket.is_some()
-                && matches!(r.stage, Stage::Slot | Stage::Stuck)
+                && matches!(c.stage, Stage::Slot | Stage::Stuck)
             {
-                dropped.push((i as u32, r.attempt));
+                dropped.push((i as u32, c.attempt));
             }
         }
         dropped.sort_unstable();
@@ -1060,8 +1098,8 @@ impl Sim<'_> {
                     .push(self.now + LAST_WORDS, Event::Die(k as u32));
             }
             if self.valid((i, a)) {
-                let r = &mut self.reqs[i as usize];
-                r.stage = Stage::Away;
+                let r = &self.reqs[i as usize];
+                self.checks[i as usize].stage = Stage::Away;
                 let connection = if r.reused {
                     Connection::Reused
                 } else {
@@ -1184,6 +1222,17 @@ mod tests {
     use super::*;
     use balance::{Algorithm, BackendSpec, Options};
 
+    #[test]
+    fn a_request_answer_reads_one_line_and_its_check_a_quarter() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<Req>(), 64);
+        // Everything an answer reads ends before the first line does.
+        assert!(offset_of!(Req, user) + size_of::<Option<u32>>() <= 64);
+        assert!(offset_of!(Req, ticket) + size_of::<Option<Ticket>>() <= 64);
+        assert_eq!(size_of::<Req>(), 128);
+        assert_eq!(size_of::<Check>(), 16);
+    }
+
     /// The case the proxy and the simulator once disagreed on: a resent request meets the
     /// keep-alive race again (an HTTP/2 backend's shared connection reports its connection
     /// as reused after the resend too; `tests/backend_h2.rs` pins the proxy's side). Both ask
@@ -1236,7 +1285,7 @@ name = "round_robin"
         );
         sim.on_failure(i, Fault::Closed, Connection::Reused);
         let r = &sim.reqs[i as usize];
-        assert!(r.live, "not given up");
+        assert!(sim.checks[i as usize].live, "not given up");
         assert_eq!(r.tried.tried().len(), 2, "the next backend has it");
         let first = &sim.balancers[0].pool.states()[0];
         assert_eq!(first.failures(), 0, "and the first backend is not blamed");

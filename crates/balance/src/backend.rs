@@ -178,6 +178,11 @@ impl BackendState {
         self.ramp
     }
 
+    /// When the failure window last (re)started (nginx `peer->checked`).
+    pub fn checked(&self) -> Nanos {
+        self.checked
+    }
+
     pub fn fails(&self) -> u32 {
         self.fails
     }

@@ -61,8 +61,7 @@ mod tracking;
 pub mod weights;
 
 pub use algorithm::{
-    Affinity, Algorithm, Implementation, Octets, OptionKey, Options, UnknownAlgorithm,
-    WeightSource,
+    Affinity, Algorithm, Implementation, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
 };
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};

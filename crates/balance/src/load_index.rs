@@ -7,11 +7,11 @@
 //! does). The walk from the cursor is two ranges, `[cursor, n)` then `[0, cursor)`: the best
 //! of the first wins unless the second's is strictly less loaded. A change of one backend's
 //! load or health is one leaf replayed to the root. The pool reports changes and the clock's
-//! own (a `fail_timeout` running out) are scheduled, as for [`crate::smooth_index`].
+//! own (a `fail_timeout` running out) are kept track of, as for [`crate::smooth_index`].
 
 use crate::backend::{BackendId, Backends};
 use crate::balancer::PickCtx;
-use crate::tracking::{Stale, Tracker, failure_ends};
+use crate::tracking::{Stale, Tracker, failure_window};
 
 const NONE: u32 = u32::MAX;
 
@@ -77,7 +77,7 @@ impl LoadIndex {
             self.num[i] = 0;
             self.den[i] = 0;
         }
-        self.tracker.schedule(i, failure_ends(backends, id));
+        self.tracker.read(i, failure_window(backends, id));
     }
 
     #[inline]

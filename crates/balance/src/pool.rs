@@ -108,7 +108,14 @@ impl Pool {
         backup: &[BackendSpec],
         seed: u64,
     ) -> Pool {
-        Pool::new_as(algorithm, options, primary, backup, seed, Implementation::Auto)
+        Pool::new_as(
+            algorithm,
+            options,
+            primary,
+            backup,
+            seed,
+            Implementation::Auto,
+        )
     }
 
     /// [`Pool::new`] with the given implementation of the algorithm (tests and benchmarks
@@ -166,6 +173,7 @@ impl Pool {
     /// changed. A backend that is new starts fresh; one marked up again by its new spec
     /// starts its slow start.
     pub fn carry_over(&mut self, old: &Pool, same: &[Option<BackendId>], now: Nanos) {
+        let mut marked_up = Vec::new();
         for (i, from) in same.iter().enumerate().take(self.states.len()) {
             let Some(from) = from.and_then(|id| old.states.get(id.index())) else {
                 continue;
@@ -194,7 +202,7 @@ impl Pool {
                 state.ramp_since = None;
             }
             if from.spec.down && !self.states[i].spec.down {
-                self.begin_slow_start(id, now);
+                marked_up.push(id);
             }
         }
         for tier in &mut self.tiers {
@@ -202,6 +210,10 @@ impl Pool {
                 .iter()
                 .map(|s| u64::from(s.in_flight))
                 .sum();
+        }
+        // After the in-flight sums: starting a slow start rebuilds the algorithms' tables.
+        for id in marked_up {
+            self.begin_slow_start(id, now);
         }
         self.rebuild(now);
     }

@@ -216,4 +216,3 @@ impl Balancer for DynamicWrr {
         self.weights.on_complete(id, c);
     }
 }
-

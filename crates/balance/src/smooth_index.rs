@@ -38,10 +38,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::algorithms::least_time::{rt_changes_at, shaped_rt_ms};
+use crate::algorithms::least_time::{rt_window, shaped_rt_ms};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Completion, Outcome, PickCtx};
-use crate::tracking::{Stale, Tracker, failure_ends};
+use crate::tracking::{Stale, Tracker, failure_window};
 
 /// No backend, no level.
 const NONE: u32 = u32::MAX;
@@ -221,7 +221,10 @@ impl SmoothIndex {
         let n = backends.len();
         self.materialize();
         let mut current = std::mem::take(&mut self.value);
-        let weight: Vec<i64> = backends.ids().map(|id| i64::from(backends.weight(id))).collect();
+        let weight: Vec<i64> = backends
+            .ids()
+            .map(|id| i64::from(backends.weight(id)))
+            .collect();
         if current.len() != n {
             current = vec![0; n];
             self.effective = weight.clone();
@@ -303,13 +306,13 @@ impl SmoothIndex {
         })
     }
 
-    /// When `id` must be looked at again without anyone changing it.
+    /// Records how long what was just read of `id` holds by the clock alone.
     fn schedule(&mut self, id: BackendId, backends: &Backends<'_>) {
-        let mut at = failure_ends(backends, id);
-        if self.score() == Score::Eta && at.is_none() && backends.is_eligible(id) {
-            at = rt_changes_at(backends, id, backends.now());
+        let mut window = failure_window(backends, id);
+        if self.score() == Score::Eta && backends.is_eligible(id) {
+            window = window.and(rt_window(backends, id, backends.now()));
         }
-        self.tracker.schedule(id.index(), at);
+        self.tracker.read(id.index(), window);
     }
 
     /// The level of `fraction`, made if there is none.
@@ -413,9 +416,12 @@ impl SmoothIndex {
             return a;
         }
         if a.level != b.level {
-            let (la, lb) = (&self.levels[a.level as usize], &self.levels[b.level as usize]);
-            let below = u128::from(la.num) * u128::from(lb.den)
-                < u128::from(lb.num) * u128::from(la.den);
+            let (la, lb) = (
+                &self.levels[a.level as usize],
+                &self.levels[b.level as usize],
+            );
+            let below =
+                u128::from(la.num) * u128::from(lb.den) < u128::from(lb.num) * u128::from(la.den);
             return if below { a } else { b };
         }
         let expires = a.expires.min(b.expires);

@@ -1,38 +1,62 @@
-//! Which backends an indexed algorithm must look at again before a pick: those whose live state
-//! the pool changed, and those whose eligibility or score changes with time alone.
+//! Which backends an indexed algorithm must read again before a pick: those whose live state
+//! the pool changed, and those whose eligibility or score the clock alone has changed.
 //!
 //! An algorithm that keeps an index over the backends (a tree keyed on their scores, see
-//! [`crate::smooth_index`]) cannot rescan every backend on every pick: that is the O(n) it
+//! [`crate::smooth_index`]) cannot read every backend on every pick: that is the O(n) it
 //! exists to avoid. So [`Pool`](crate::Pool) tells it which backends it changed
 //! ([`Balancer::on_change`](crate::Balancer::on_change)): in flight, health, a probe's
 //! window. What no one changes but the clock — a failed backend's `fail_timeout` running out,
-//! `least_time`'s response time halving while a backend stays idle — the algorithm schedules
-//! here as events at the time they happen, and gets them back on the first pick at or after
-//! that time.
+//! `least_time`'s response time halving while a backend stays idle — is a function of `now`
+//! that steps at known times; with each read the algorithm records the window of time in
+//! which what it read stays true, and a pick at a time outside a backend's window reads that
+//! backend again. Windows have two ends because `now` need not grow from pick to pick: the
+//! proxy's workers read the clock before they take the pool's lock.
 //!
-//! Two cases fall back to looking at every backend, which is always exact: a view that no pool
-//! keeps the books for ([`Backends::is_tracked`](crate::Backends) is false: an algorithm
-//! driven by hand, as the unit tests do), and a clock that went backwards.
+//! A view that no pool keeps the books for ([`Backends::is_tracked`] false: an algorithm driven
+//! by hand, as the unit tests do) has every backend read again, which is always exact.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::backend::{Backends, Nanos};
+use crate::backend::{BackendId, Backends};
 
-/// No event scheduled.
+/// No bound: a window that never closes on that side.
 const NEVER: u64 = u64::MAX;
+
+/// The times `[from, until)` between which what an algorithm read of a backend stays true
+/// whatever the clock says (in nanoseconds; `until` [`NEVER`] for no end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) from: u64,
+    pub(crate) until: u64,
+}
+
+impl Window {
+    pub(crate) const ALWAYS: Window = Window {
+        from: 0,
+        until: NEVER,
+    };
+
+    /// Both windows at once.
+    pub(crate) fn and(self, other: Window) -> Window {
+        Window {
+            from: self.from.max(other.from),
+            until: self.until.min(other.until),
+        }
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Tracker {
     /// Backends changed since the last pick, each once.
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
-    /// (time, backend), earliest first; an entry whose time is no longer the backend's
-    /// `next_event` is stale and skipped.
-    events: BinaryHeap<Reverse<(u64, u32)>>,
-    next_event: Vec<u64>,
-    /// The `now` of the last pick; `None` until the first, and after a reset.
-    last_now: Option<Nanos>,
+    /// Each backend's window as last read.
+    windows: Vec<Window>,
+    /// (end of window, backend), earliest first, and (start of window, backend), latest
+    /// first; an entry that is no longer the backend's window is stale and skipped.
+    ends: BinaryHeap<Reverse<(u64, u32)>>,
+    starts: BinaryHeap<(u64, u32)>,
 }
 
 /// What must be looked at again before a pick.
@@ -45,15 +69,15 @@ pub(crate) enum Stale {
 }
 
 impl Tracker {
-    /// Forgets everything, for `n` backends (after a rebuild, which looks at every backend).
+    /// Forgets everything, for `n` backends (a rebuild, which reads every backend).
     pub(crate) fn reset(&mut self, n: usize) {
         self.dirty.clear();
         self.is_dirty.clear();
         self.is_dirty.resize(n, false);
-        self.events.clear();
-        self.next_event.clear();
-        self.next_event.resize(n, NEVER);
-        self.last_now = None;
+        self.windows.clear();
+        self.windows.resize(n, Window::ALWAYS);
+        self.ends.clear();
+        self.starts.clear();
     }
 
     /// The pool changed backend `i`'s live state.
@@ -67,59 +91,73 @@ impl Tracker {
         }
     }
 
-    /// Backend `i` must be looked at again at `at` (replacing any earlier schedule for it).
+    /// What was just read of backend `i` holds within `window`.
     #[inline]
-    pub(crate) fn schedule(&mut self, i: usize, at: Option<Nanos>) {
-        let at = at.map_or(NEVER, |t| t.0);
-        let Some(slot) = self.next_event.get_mut(i) else {
+    pub(crate) fn read(&mut self, i: usize, window: Window) {
+        let Some(slot) = self.windows.get_mut(i) else {
             return;
         };
-        if *slot == at {
+        if *slot == window {
             return;
         }
-        *slot = at;
-        if at != NEVER {
-            self.events.push(Reverse((at, i as u32)));
-            if self.events.len() > 4 * self.next_event.len() + 64 {
-                self.compact();
-            }
+        *slot = window;
+        if window.until != NEVER {
+            self.ends.push(Reverse((window.until, i as u32)));
+        }
+        if window.from != 0 {
+            self.starts.push((window.from, i as u32));
+        }
+        if self.ends.len() + self.starts.len() > 4 * self.windows.len() + 64 {
+            self.compact();
         }
     }
 
-    /// Drops the stale entries of the event queue, so it stays O(n) however often schedules
-    /// are replaced.
+    /// Drops the stale entries of the queues, so they stay O(n) however often windows are
+    /// replaced.
     fn compact(&mut self) {
-        self.events = self
-            .next_event
-            .iter()
-            .enumerate()
-            .filter(|&(_, &t)| t != NEVER)
-            .map(|(i, &t)| Reverse((t, i as u32)))
+        let live = || self.windows.iter().enumerate();
+        self.ends = live()
+            .filter(|(_, w)| w.until != NEVER)
+            .map(|(i, w)| Reverse((w.until, i as u32)))
+            .collect();
+        self.starts = live()
+            .filter(|(_, w)| w.from != 0)
+            .map(|(i, w)| (w.from, i as u32))
             .collect();
     }
 
     /// What changed before a pick at `backends.now()`: [`Stale::All`], or [`Stale::Some`] with
-    /// the backends to look at again appended to `out` (each may appear twice).
+    /// the backends to read again appended to `out` (each may appear twice): those the pool
+    /// changed, and those read at a time whose window does not hold `now` (the clock moved
+    /// past its end, or — picks on several threads read the clock before taking the lock —
+    /// back before its start).
     pub(crate) fn take(&mut self, backends: &Backends<'_>, out: &mut Vec<u32>) -> Stale {
-        let now = backends.now();
-        let went_back = self.last_now.is_some_and(|last| now < last);
-        if !backends.is_tracked() || went_back || self.is_dirty.len() != backends.len() {
+        if !backends.is_tracked() || self.is_dirty.len() != backends.len() {
             self.reset(backends.len());
-            self.last_now = Some(now);
             return Stale::All;
         }
-        self.last_now = Some(now);
+        let now = backends.now().0;
         for &i in &self.dirty {
             self.is_dirty[i as usize] = false;
         }
         out.append(&mut self.dirty);
-        while let Some(&Reverse((at, i))) = self.events.peek() {
-            if at > now.0 {
+        while let Some(&Reverse((until, i))) = self.ends.peek() {
+            if until > now {
                 break;
             }
-            self.events.pop();
-            if self.next_event[i as usize] == at {
-                self.next_event[i as usize] = NEVER;
+            self.ends.pop();
+            if self.windows[i as usize].until == until {
+                self.windows[i as usize] = Window::ALWAYS;
+                out.push(i);
+            }
+        }
+        while let Some(&(from, i)) = self.starts.peek() {
+            if from <= now {
+                break;
+            }
+            self.starts.pop();
+            if self.windows[i as usize].from == from {
+                self.windows[i as usize] = Window::ALWAYS;
                 out.push(i);
             }
         }
@@ -127,12 +165,29 @@ impl Tracker {
     }
 }
 
-/// When backend `id`'s passive-health verdict changes by itself: the end of its
-/// `fail_timeout`, if it is out for failures now.
+/// The window in which backend `id`'s passive-health verdict stays as it is at `now`: out
+/// until its `fail_timeout` has passed since `checked`, then back (until the pool changes it).
 #[inline]
-pub(crate) fn failure_ends(backends: &Backends<'_>, id: crate::BackendId) -> Option<Nanos> {
+pub(crate) fn failure_window(backends: &Backends<'_>, id: BackendId) -> Window {
     let state = backends.state(id);
-    state
-        .is_failed(backends.now())
-        .then(|| Nanos(state.checked.0.saturating_add(state.spec.fail_timeout.0).saturating_add(1)))
+    if state.spec.max_fails == 0 || state.fails < state.spec.max_fails {
+        return Window::ALWAYS;
+    }
+    // `is_failed` holds while `now − checked ≤ fail_timeout` (and before `checked`).
+    let back = state
+        .checked
+        .0
+        .saturating_add(state.spec.fail_timeout.0)
+        .saturating_add(1);
+    if backends.now().0 < back {
+        Window {
+            from: 0,
+            until: back,
+        }
+    } else {
+        Window {
+            from: back,
+            until: NEVER,
+        }
+    }
 }

@@ -37,16 +37,6 @@ impl DynamicWrr {
         }
     }
 
-    /// Every backend's `current` (tests).
-    #[cfg(test)]
-    pub(crate) fn current(&self) -> Vec<i64> {
-        if self.imp.indexed {
-            self.imp.index.current()
-        } else {
-            self.imp.linear.weights.current().to_vec()
-        }
-    }
-
     /// Every backend's effective weight (tests).
     #[cfg(test)]
     pub(crate) fn effective(&self) -> Vec<i64> {

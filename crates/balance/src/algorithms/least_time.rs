@@ -27,6 +27,7 @@ use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::reference;
 use crate::smooth_index::{Score, SmoothIndex};
+use crate::tracking::Window;
 
 /// Response times above this many milliseconds all count as this (nginx's cap).
 const RT_CAP_MS: u64 = 5000;
@@ -86,21 +87,34 @@ pub(crate) fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -
     }
 }
 
-/// When [`shaped_rt_ms`] of `id` may next change by the clock alone: when its idle time
-/// reaches the next multiple of `fail_timeout + 1` seconds and its `rt` is halved once more;
-/// `None` once further halving changes nothing (`rt` is already 0).
-pub(crate) fn rt_changes_at(backends: &Backends<'_>, id: BackendId, now: Nanos) -> Option<Nanos> {
+/// The window in which [`shaped_rt_ms`] of `id` stays as it is at `now` by the clock alone:
+/// the whole seconds of idle time over which its `rt` is halved the same number of times
+/// (`[k, k + 1)` multiples of `fail_timeout + 1` seconds after `checked`), open-ended once
+/// further halving changes nothing (`rt` is already 0).
+pub(crate) fn rt_window(backends: &Backends<'_>, id: BackendId, now: Nanos) -> Window {
     let rt = backends
         .latency(id)
         .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
     let state = backends.state(id);
     let step = state.spec().fail_timeout.0 / NANOS_PER_SEC + 1;
-    let shift = now.since(state.checked).0 / NANOS_PER_SEC / step;
-    if shift >= u64::from(u64::BITS) || rt >> shift == 0 {
-        return None;
-    }
-    let after = (shift + 1).checked_mul(step)?.checked_mul(NANOS_PER_SEC)?;
-    state.checked.0.checked_add(after).map(Nanos)
+    let Some(span) = step.checked_mul(NANOS_PER_SEC) else {
+        return Window::ALWAYS;
+    };
+    let shift = now.since(state.checked).0 / span;
+    let from = if shift == 0 {
+        0
+    } else {
+        state.checked.0.saturating_add(shift * span)
+    };
+    let until = if shift >= u64::from(u64::BITS) || rt >> shift == 0 {
+        u64::MAX
+    } else {
+        state
+            .checked
+            .0
+            .saturating_add((shift + 1).saturating_mul(span))
+    };
+    Window { from, until }
 }
 
 impl Balancer for LeastTime {

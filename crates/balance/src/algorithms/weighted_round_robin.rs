@@ -38,16 +38,6 @@ impl WeightedRoundRobin {
             self.imp.linear.weights.current().to_vec()
         }
     }
-
-    /// Every backend's effective weight (tests).
-    #[cfg(test)]
-    pub(crate) fn effective(&self) -> Vec<i64> {
-        if self.imp.indexed {
-            self.imp.index.effective()
-        } else {
-            self.imp.linear.weights.effective().to_vec()
-        }
-    }
 }
 
 impl Balancer for WeightedRoundRobin {

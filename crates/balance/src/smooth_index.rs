@@ -62,20 +62,35 @@ pub(crate) enum Score {
 }
 
 /// A node of the tournament: the lowest level in its subtree, the leader among that level's
-/// backends that are lines (`NONE` if all of them climb), and the round of that level at
-/// which the leader may change.
+/// backends that are lines (`NONE` if all of them climb) with a copy of its line (so that
+/// comparing two nodes reads the two nodes and nothing else: at 10,000 backends the tree does
+/// not stay in cache, and each read elsewhere is a miss), and the round of that level at which
+/// the leader may change.
 #[derive(Debug, Clone, Copy)]
 struct Node {
+    /// The leader's `b` and `s` in `b + s · x`.
+    b: i64,
+    s: i64,
+    expires: u64,
     level: u32,
     leader: u32,
-    expires: u64,
 }
 
 const EMPTY: Node = Node {
+    b: 0,
+    s: 0,
+    expires: NEVER,
     level: NONE,
     leader: NONE,
-    expires: NEVER,
 };
+
+impl Node {
+    /// The leader's line at round `x`.
+    #[inline]
+    fn at(&self, x: u64) -> i64 {
+        line_at(self.b, self.s, x)
+    }
+}
 
 /// One load level: a reduced fraction and its own count of rounds played.
 #[derive(Debug, Clone, Default)]
@@ -87,7 +102,7 @@ struct Level {
     /// Usable backends at this level.
     members: u32,
     /// The sum of the shares of its members that are lines.
-    line_share: i128,
+    line_share: i64,
     /// Its members that climb.
     climbing: Vec<u32>,
 }
@@ -119,7 +134,7 @@ pub(crate) struct SmoothIndex {
     max_fails: Vec<u32>,
     effective: Vec<i64>,
     /// A backend's `current` if it is not a line in a level; else `b` in `b + s · rounds`.
-    value: Vec<i128>,
+    value: Vec<i64>,
     /// Its level, `NONE` if it is not usable now.
     level_of: Vec<u32>,
     /// Whether `value` is a line (a usable backend at its full effective weight).
@@ -149,6 +164,14 @@ impl Clone for LevelHasher {
     fn clone(&self) -> LevelHasher {
         LevelHasher(self.0)
     }
+}
+
+/// `b + s · x` in wrapping arithmetic. The values compared are `current`s, which the linear
+/// code holds in `i64` too; a line's `b` (`current − s · rounds`) may leave that range after
+/// many rounds, but arithmetic modulo 2⁶⁴ still gives every `current` exactly.
+#[inline]
+fn line_at(b: i64, s: i64, x: u64) -> i64 {
+    b.wrapping_add(s.wrapping_mul(x as i64))
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -186,12 +209,12 @@ impl SmoothIndex {
 
     /// Backend `i`'s line evaluated at round `x` of its level.
     #[inline]
-    fn at(&self, i: usize, x: u64) -> i128 {
-        self.value[i] + i128::from(self.share(i)) * i128::from(x)
+    fn at(&self, i: usize, x: u64) -> i64 {
+        line_at(self.value[i], self.share(i), x)
     }
 
     /// Backend `i`'s `current`, as the linear code would hold it.
-    fn current_of(&self, i: usize) -> i128 {
+    fn current_of(&self, i: usize) -> i64 {
         if self.line[i] {
             self.at(i, self.levels[self.level_of[i] as usize].rounds)
         } else {
@@ -203,7 +226,7 @@ impl SmoothIndex {
     #[cfg(test)]
     pub(crate) fn current(&self) -> Vec<i64> {
         (0..self.value.len())
-            .map(|i| self.current_of(i) as i64)
+            .map(|i| self.current_of(i))
             .collect()
     }
 
@@ -368,8 +391,8 @@ impl SmoothIndex {
         let l = self.level_of[i] as usize;
         if self.effective[i] == self.weight[i] {
             let s = self.share(i);
-            self.value[i] -= i128::from(s) * i128::from(self.levels[l].rounds);
-            self.levels[l].line_share += i128::from(s);
+            self.value[i] = line_at(self.value[i], s.wrapping_neg(), self.levels[l].rounds);
+            self.levels[l].line_share += s;
             self.line[i] = true;
         } else {
             self.climb_at[i] = self.levels[l].climbing.len() as u32;
@@ -382,8 +405,8 @@ impl SmoothIndex {
         let l = self.level_of[i] as usize;
         if self.line[i] {
             let s = self.share(i);
-            self.value[i] += i128::from(s) * i128::from(self.levels[l].rounds);
-            self.levels[l].line_share -= i128::from(s);
+            self.value[i] = line_at(self.value[i], s, self.levels[l].rounds);
+            self.levels[l].line_share -= s;
             self.line[i] = false;
         } else {
             let at = self.climb_at[i] as usize;
@@ -397,10 +420,18 @@ impl SmoothIndex {
 
     #[inline]
     fn leaf(&self, i: usize) -> Node {
+        if !self.line[i] {
+            return Node {
+                level: self.level_of[i],
+                ..EMPTY
+            };
+        }
         Node {
-            level: self.level_of[i],
-            leader: if self.line[i] { i as u32 } else { NONE },
+            b: self.value[i],
+            s: self.share(i),
             expires: NEVER,
+            level: self.level_of[i],
+            leader: i as u32,
         }
     }
 
@@ -416,12 +447,9 @@ impl SmoothIndex {
             return a;
         }
         if a.level != b.level {
-            let (la, lb) = (
-                &self.levels[a.level as usize],
-                &self.levels[b.level as usize],
-            );
-            let below =
-                u128::from(la.num) * u128::from(lb.den) < u128::from(lb.num) * u128::from(la.den);
+            let (la, lb) = (&self.levels[a.level as usize], &self.levels[b.level as usize]);
+            let below = u128::from(la.num) * u128::from(lb.den)
+                < u128::from(lb.num) * u128::from(la.den);
             return if below { a } else { b };
         }
         let expires = a.expires.min(b.expires);
@@ -432,45 +460,47 @@ impl SmoothIndex {
             return Node { expires, ..a };
         }
         let x = self.levels[a.level as usize].rounds + 1;
-        let (ia, ib) = (a.leader as usize, b.leader as usize);
-        let (va, vb) = (self.at(ia, x), self.at(ib, x));
+        let (va, vb) = (a.at(x), b.at(x));
         // `a` holds the lower indices: it wins ties, and overtakes on reaching `b`; `b` must
         // pass `a`.
-        let (leader, gap, gain, needs_pass) = if va >= vb {
-            (a.leader, va - vb, self.share(ib) - self.share(ia), true)
+        let (mut node, gap, gain, needs_pass) = if va >= vb {
+            (a, va.abs_diff(vb), b.s - a.s, true)
         } else {
-            (b.leader, vb - va, self.share(ia) - self.share(ib), false)
+            (b, vb.abs_diff(va), a.s - b.s, false)
         };
-        let mut expires = expires;
+        node.expires = expires;
         if gain > 0 {
-            let gain = i128::from(gain);
+            let gain = gain as u64;
             let rounds = if needs_pass {
                 gap / gain + 1
             } else {
-                (gap + gain - 1) / gain
+                gap.div_ceil(gain)
             };
-            let at = i128::from(x).saturating_add(rounds);
-            expires = expires.min(u64::try_from(at).unwrap_or(NEVER));
+            node.expires = expires.min(x.saturating_add(rounds));
         }
-        Node {
-            level: a.level,
-            leader,
-            expires,
-        }
+        node
+    }
+
+    /// Whether node `v` must be brought up to its level's next round.
+    #[inline]
+    fn expired(&self, v: usize) -> bool {
+        let node = &self.tree[v];
+        v < self.size
+            && node.level != NONE
+            && node.expires <= self.levels[node.level as usize].rounds + 1
     }
 
     /// Brings node `v`'s subtree up to its level's next round, revisiting only the nodes
     /// whose certificate ran out.
     fn refresh(&mut self, v: usize) {
-        let node = self.tree[v];
-        if v >= self.size || node.level == NONE {
+        if !self.expired(v) {
             return;
         }
-        if node.expires > self.levels[node.level as usize].rounds + 1 {
-            return;
+        for child in [2 * v, 2 * v + 1] {
+            if self.expired(child) {
+                self.refresh(child);
+            }
         }
-        self.refresh(2 * v);
-        self.refresh(2 * v + 1);
         self.tree[v] = self.combine(self.tree[2 * v], self.tree[2 * v + 1]);
     }
 
@@ -479,9 +509,12 @@ impl SmoothIndex {
         let mut v = self.size + i;
         self.tree[v] = self.leaf(i);
         while v > 1 {
+            // The sibling may hold a certificate that ran out at this round; the child on the
+            // path was just made.
+            if self.expired(v ^ 1) {
+                self.refresh(v ^ 1);
+            }
             v /= 2;
-            self.refresh(2 * v);
-            self.refresh(2 * v + 1);
             self.tree[v] = self.combine(self.tree[2 * v], self.tree[2 * v + 1]);
         }
     }
@@ -576,14 +609,14 @@ impl SmoothIndex {
         let l = root.level as usize;
         let x = self.levels[l].rounds + 1;
         let mut total = self.levels[l].line_share;
-        let mut best: Option<(i128, u32)> =
-            (root.leader != NONE).then(|| (self.at(root.leader as usize, x), root.leader));
+        let mut best: Option<(i64, u32)> =
+            (root.leader != NONE).then(|| (root.at(x), root.leader));
         let mut settled = std::mem::take(&mut self.settled);
         for k in 0..self.levels[l].climbing.len() {
             let i = self.levels[l].climbing[k] as usize;
             let s = self.share(i);
-            self.value[i] += i128::from(s);
-            total += i128::from(s);
+            self.value[i] += s;
+            total += s;
             if self.effective[i] < self.weight[i] {
                 self.effective[i] += 1;
             }
@@ -599,7 +632,7 @@ impl SmoothIndex {
         // A level with members has a line or a climber, so there is a best.
         let winner = best.map_or(root.leader, |(_, w)| w);
         let w = winner as usize;
-        self.value[w] -= total;
+        self.value[w] = self.value[w].wrapping_sub(total);
         if self.line[w] {
             self.update(w);
         }

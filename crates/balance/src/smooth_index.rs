@@ -440,17 +440,20 @@ impl SmoothIndex {
     /// that may change.
     #[inline]
     fn combine(&self, a: Node, b: Node) -> Node {
-        if a.level == NONE {
-            return b;
-        }
-        if b.level == NONE {
-            return a;
-        }
         if a.level != b.level {
+            if a.level == NONE {
+                return b;
+            }
+            if b.level == NONE {
+                return a;
+            }
             let (la, lb) = (&self.levels[a.level as usize], &self.levels[b.level as usize]);
             let below = u128::from(la.num) * u128::from(lb.den)
                 < u128::from(lb.num) * u128::from(la.den);
             return if below { a } else { b };
+        }
+        if a.level == NONE {
+            return a;
         }
         let expires = a.expires.min(b.expires);
         if a.leader == NONE {
@@ -507,15 +510,23 @@ impl SmoothIndex {
     /// Replays leaf `i` up to the root.
     fn update(&mut self, i: usize) {
         let mut v = self.size + i;
-        self.tree[v] = self.leaf(i);
+        let mut node = self.leaf(i);
+        self.tree[v] = node;
         while v > 1 {
             // The sibling may hold a certificate that ran out at this round; the child on the
             // path was just made.
-            if self.expired(v ^ 1) {
-                self.refresh(v ^ 1);
+            let sibling = v ^ 1;
+            if self.expired(sibling) {
+                self.refresh(sibling);
             }
+            let other = self.tree[sibling];
+            node = if v & 1 == 0 {
+                self.combine(node, other)
+            } else {
+                self.combine(other, node)
+            };
             v /= 2;
-            self.tree[v] = self.combine(self.tree[2 * v], self.tree[2 * v + 1]);
+            self.tree[v] = node;
         }
     }
 

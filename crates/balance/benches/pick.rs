@@ -14,9 +14,7 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use balance::{
-    Affinity, Algorithm, BackendSpec, Implementation, Nanos, Options, Outcome, Pool,
-};
+use balance::{Affinity, Algorithm, BackendSpec, Implementation, Nanos, Options, Outcome, Pool};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 const SIZES: [usize; 4] = [3, 100, 1_000, 10_000];

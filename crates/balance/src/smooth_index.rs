@@ -49,9 +49,10 @@ const NONE: u32 = u32::MAX;
 const NEVER: u64 = u64::MAX;
 
 /// How backends are ranked before the smooth round, and who plays it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Score {
     /// Every usable backend plays every round (the weighted round robins).
+    #[default]
     Flat,
     /// The fewest requests in flight per unit of share; the round only among the tied
     /// (`least_conn`, `dwlc`).
@@ -128,7 +129,7 @@ impl Hasher for LevelHasher {
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SmoothIndex {
-    score: Option<Score>,
+    score: Score,
     weight: Vec<i64>,
     ramp: Vec<i64>,
     max_fails: Vec<u32>,
@@ -193,13 +194,9 @@ fn reduced(num: u64, den: u64) -> (u64, u64) {
 impl SmoothIndex {
     pub(crate) fn new(score: Score) -> SmoothIndex {
         SmoothIndex {
-            score: Some(score),
+            score,
             ..SmoothIndex::default()
         }
-    }
-
-    fn score(&self) -> Score {
-        self.score.unwrap_or(Score::Flat)
     }
 
     #[inline]
@@ -225,9 +222,7 @@ impl SmoothIndex {
     /// Every backend's `current`, as [`SmoothWeights`](crate::smooth::SmoothWeights) holds it.
     #[cfg(test)]
     pub(crate) fn current(&self) -> Vec<i64> {
-        (0..self.value.len())
-            .map(|i| self.current_of(i))
-            .collect()
+        (0..self.value.len()).map(|i| self.current_of(i)).collect()
     }
 
     #[cfg(test)]
@@ -318,7 +313,7 @@ impl SmoothIndex {
         if !backends.is_eligible(id) {
             return None;
         }
-        Some(match self.score() {
+        Some(match self.score {
             Score::Flat => (0, 1),
             Score::Conns => reduced(u64::from(backends.in_flight(id)), backends.share(id)),
             Score::Eta => {
@@ -332,7 +327,7 @@ impl SmoothIndex {
     /// Records how long what was just read of `id` holds by the clock alone.
     fn schedule(&mut self, id: BackendId, backends: &Backends<'_>) {
         let mut window = failure_window(backends, id);
-        if self.score() == Score::Eta && backends.is_eligible(id) {
+        if self.score == Score::Eta && backends.is_eligible(id) {
             window = window.and(rt_window(backends, id, backends.now()));
         }
         self.tracker.read(id.index(), window);
@@ -447,9 +442,12 @@ impl SmoothIndex {
             if b.level == NONE {
                 return a;
             }
-            let (la, lb) = (&self.levels[a.level as usize], &self.levels[b.level as usize]);
-            let below = u128::from(la.num) * u128::from(lb.den)
-                < u128::from(lb.num) * u128::from(la.den);
+            let (la, lb) = (
+                &self.levels[a.level as usize],
+                &self.levels[b.level as usize],
+            );
+            let below =
+                u128::from(la.num) * u128::from(lb.den) < u128::from(lb.num) * u128::from(la.den);
             return if below { a } else { b };
         }
         if a.level == NONE {
@@ -603,7 +601,7 @@ impl SmoothIndex {
             return None;
         }
         let l = root.level as usize;
-        if self.score() != Score::Flat && self.levels[l].members == 1 {
+        if self.score != Score::Flat && self.levels[l].members == 1 {
             // The least loaded alone: no round (nginx plays it only among tied peers).
             let only = if root.leader != NONE {
                 root.leader
@@ -620,8 +618,7 @@ impl SmoothIndex {
         let l = root.level as usize;
         let x = self.levels[l].rounds + 1;
         let mut total = self.levels[l].line_share;
-        let mut best: Option<(i64, u32)> =
-            (root.leader != NONE).then(|| (root.at(x), root.leader));
+        let mut best: Option<(i64, u32)> = (root.leader != NONE).then(|| (root.at(x), root.leader));
         let mut settled = std::mem::take(&mut self.settled);
         for k in 0..self.levels[l].climbing.len() {
             let i = self.levels[l].climbing[k] as usize;

@@ -6,11 +6,28 @@
 
 use crate::algorithm::Implementation;
 
-/// From this many backends on, a tier is picked from by its index. Measured with the `pick`
-/// benchmark (docs/performance.md): below it the scan wins. Unit tests run the index at every
-/// size, so the tests written for the algorithms exercise it; the equality tests compare it
-/// with the scan.
-pub(crate) const INDEX_FROM: usize = if cfg!(test) { 0 } else { 32 };
+/// From how many backends on a tier is picked from by its index, per family. Measured with the
+/// `pick` benchmark's `pick-impl` rows (docs/performance.md, "O(log n) picks"): the smooth
+/// round robins' scan is a few instructions a backend and wins up to about 32 backends (123
+/// against 133 ns there, 253 against 145 ns at 64); the least-loaded scans cost more a backend
+/// and lose from about 16 on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Family {
+    SmoothRoundRobin,
+    LeastLoaded,
+}
+
+impl Family {
+    /// Unit tests run the index at every size, so the tests written for the algorithms
+    /// exercise it; the equality tests compare it with the scan.
+    fn index_from(self) -> usize {
+        match self {
+            _ if cfg!(test) => 0,
+            Family::SmoothRoundRobin => 40,
+            Family::LeastLoaded => 16,
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Dual<L, I> {
@@ -23,9 +40,13 @@ pub(crate) struct Dual<L, I> {
 }
 
 impl<L: Default, I> Dual<L, I> {
-    pub(crate) fn new(implementation: Implementation, fresh: fn() -> I) -> Dual<L, I> {
+    pub(crate) fn new(
+        implementation: Implementation,
+        family: Family,
+        fresh: fn() -> I,
+    ) -> Dual<L, I> {
         let index_from = match implementation {
-            Implementation::Auto => INDEX_FROM,
+            Implementation::Auto => family.index_from(),
             Implementation::Indexed => 0,
             Implementation::Reference => usize::MAX,
         };

@@ -11,7 +11,7 @@
 //! model's weights are on a scale of hundreds and change every few seconds.
 
 use crate::algorithm::Implementation;
-use crate::algorithms::dual::Dual;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::reference;
@@ -33,7 +33,9 @@ impl Default for DynamicWrr {
 impl DynamicWrr {
     pub(crate) fn new(implementation: Implementation) -> DynamicWrr {
         DynamicWrr {
-            imp: Dual::new(implementation, || SmoothIndex::new(Score::Flat)),
+            imp: Dual::new(implementation, Family::SmoothRoundRobin, || {
+                SmoothIndex::new(Score::Flat)
+            }),
         }
     }
 

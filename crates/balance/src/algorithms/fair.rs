@@ -8,7 +8,7 @@
 //! has been busy) are left out; see docs/algorithms.md.
 
 use crate::algorithm::Implementation;
-use crate::algorithms::dual::Dual;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, PickCtx};
 use crate::load_index::LoadIndex;
@@ -33,7 +33,7 @@ impl Default for Fair {
 impl Fair {
     pub(crate) fn new(implementation: Implementation) -> Fair {
         Fair {
-            imp: Dual::new(implementation, LoadIndex::default),
+            imp: Dual::new(implementation, Family::LeastLoaded, LoadIndex::default),
             next: 0,
         }
     }

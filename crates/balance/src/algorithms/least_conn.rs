@@ -4,7 +4,7 @@
 //! chooses among them, so equal backends under equal load still share requests by weight.
 
 use crate::algorithm::Implementation;
-use crate::algorithms::dual::Dual;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::reference;
@@ -26,7 +26,9 @@ impl Default for LeastConn {
 impl LeastConn {
     pub(crate) fn new(implementation: Implementation) -> LeastConn {
         LeastConn {
-            imp: Dual::new(implementation, || SmoothIndex::new(Score::Conns)),
+            imp: Dual::new(implementation, Family::LeastLoaded, || {
+                SmoothIndex::new(Score::Conns)
+            }),
         }
     }
 

@@ -22,7 +22,7 @@
 //! start applies.
 
 use crate::algorithm::Implementation;
-use crate::algorithms::dual::Dual;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::reference;
@@ -55,7 +55,9 @@ impl Default for LeastTime {
 impl LeastTime {
     pub(crate) fn new(implementation: Implementation) -> LeastTime {
         LeastTime {
-            imp: Dual::new(implementation, || SmoothIndex::new(Score::Eta)),
+            imp: Dual::new(implementation, Family::LeastLoaded, || {
+                SmoothIndex::new(Score::Eta)
+            }),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! `a a b a c a a`.
 
 use crate::algorithm::Implementation;
-use crate::algorithms::dual::Dual;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
 use crate::reference;
@@ -25,7 +25,9 @@ impl Default for WeightedRoundRobin {
 impl WeightedRoundRobin {
     pub(crate) fn new(implementation: Implementation) -> WeightedRoundRobin {
         WeightedRoundRobin {
-            imp: Dual::new(implementation, || SmoothIndex::new(Score::Flat)),
+            imp: Dual::new(implementation, Family::SmoothRoundRobin, || {
+                SmoothIndex::new(Score::Flat)
+            }),
         }
     }
 

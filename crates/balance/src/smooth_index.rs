@@ -110,7 +110,7 @@ struct Level {
 
 /// A multiplicative hash for level keys: the map is looked up on every change of a backend's
 /// load, and SipHash's resistance to chosen keys buys nothing for numbers the pool computes.
-#[derive(Default)]
+#[derive(Debug, Default, Clone)]
 struct LevelHasher(u64);
 
 impl Hasher for LevelHasher {
@@ -153,18 +153,6 @@ pub(crate) struct SmoothIndex {
     scratch: Vec<u32>,
     excluded: Vec<u32>,
     settled: Vec<u32>,
-}
-
-impl std::fmt::Debug for LevelHasher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LevelHasher")
-    }
-}
-
-impl Clone for LevelHasher {
-    fn clone(&self) -> LevelHasher {
-        LevelHasher(self.0)
-    }
 }
 
 /// `b + s · x` in wrapping arithmetic. The values compared are `current`s, which the linear
@@ -248,8 +236,8 @@ impl SmoothIndex {
             self.effective = weight.clone();
         } else {
             if at_once {
-                for i in 0..n {
-                    self.effective[i] = (self.effective[i] + weight[i] - self.weight[i]).max(0);
+                for ((e, &new), &old) in self.effective.iter_mut().zip(&weight).zip(&self.weight) {
+                    *e = (*e + new - old).max(0);
                 }
             }
             if self.weight != weight {
@@ -610,11 +598,12 @@ impl SmoothIndex {
             };
             return Some(BackendId(only));
         }
-        Some(BackendId(self.round(root)))
+        self.round(root).map(BackendId)
     }
 
-    /// Plays one smooth round among the backends at `root`'s level; returns the winner.
-    fn round(&mut self, root: Node) -> u32 {
+    /// Plays one smooth round among the backends at `root`'s level; returns the winner (a
+    /// level with members always has one: a line or a climber).
+    fn round(&mut self, root: Node) -> Option<u32> {
         let l = root.level as usize;
         let x = self.levels[l].rounds + 1;
         let mut total = self.levels[l].line_share;
@@ -637,8 +626,7 @@ impl SmoothIndex {
             }
         }
         self.levels[l].rounds = x;
-        // A level with members has a line or a climber, so there is a best.
-        let winner = best.map_or(root.leader, |(_, w)| w);
+        let (_, winner) = best?;
         let w = winner as usize;
         self.value[w] = self.value[w].wrapping_sub(total);
         if self.line[w] {
@@ -655,7 +643,7 @@ impl SmoothIndex {
         }
         settled.clear();
         self.settled = settled;
-        winner
+        Some(winner)
     }
 
     /// nginx lowers a failed backend's effective weight by `weight / max_fails`.

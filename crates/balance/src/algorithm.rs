@@ -196,6 +196,19 @@ impl fmt::Display for OptionKey {
     }
 }
 
+/// Which code an algorithm picks with, where it has two: the linear scan it always had (kept
+/// in `reference`), or the O(log n) index. [`Auto`](Implementation::Auto), what fulcrum runs,
+/// takes the index from a tier size on where it is the faster; the others are for the tests
+/// and the benchmark that compare the two. The picks are the same whichever runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Implementation {
+    #[default]
+    Auto,
+    Indexed,
+    Reference,
+}
+
 /// Where the weights an algorithm balances by come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightSource {
@@ -462,22 +475,35 @@ impl Algorithm {
     /// A fresh instance with the given options. `seed` feeds the algorithms that draw random
     /// numbers, so two runs with the same seed make the same choices.
     pub fn build(self, options: &Options, seed: u64) -> Box<dyn Balancer> {
+        self.build_as(options, seed, Implementation::Auto)
+    }
+
+    /// [`build`](Algorithm::build) with the given implementation, for the algorithms that
+    /// have two (the others ignore it).
+    #[doc(hidden)]
+    pub fn build_as(
+        self,
+        options: &Options,
+        seed: u64,
+        implementation: Implementation,
+    ) -> Box<dyn Balancer> {
+        let imp = implementation;
         match self {
             Algorithm::RoundRobin => Box::new(algorithms::RoundRobin::default()),
-            Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::default()),
+            Algorithm::WeightedRoundRobin => Box::new(algorithms::WeightedRoundRobin::new(imp)),
             Algorithm::Random => Box::new(algorithms::Random::new(seed)),
             Algorithm::ChainedRoundRobin => Box::new(algorithms::ChainedRoundRobin::default()),
-            Algorithm::LeastConn => Box::new(algorithms::LeastConn::default()),
-            Algorithm::Fair => Box::new(algorithms::Fair::default()),
+            Algorithm::LeastConn => Box::new(algorithms::LeastConn::new(imp)),
+            Algorithm::Fair => Box::new(algorithms::Fair::new(imp)),
             Algorithm::RandomTwo => Box::new(algorithms::RandomTwo::new(seed)),
             Algorithm::IpHash => Box::new(algorithms::IpHash::default()),
-            Algorithm::DynamicWrr => Box::new(algorithms::DynamicWrr::default()),
-            Algorithm::Dwlc => Box::new(algorithms::Dwlc::default()),
-            Algorithm::CapacityWeighted => Box::new(algorithms::CapacityWeighted::default()),
+            Algorithm::DynamicWrr => Box::new(algorithms::DynamicWrr::new(imp)),
+            Algorithm::Dwlc => Box::new(algorithms::Dwlc::new(imp)),
+            Algorithm::CapacityWeighted => Box::new(algorithms::CapacityWeighted::new(imp)),
             // The same smooth WRR, weighted by A58's model (weights::utilization).
-            Algorithm::UtilizationWrr => Box::new(algorithms::DynamicWrr::default()),
+            Algorithm::UtilizationWrr => Box::new(algorithms::DynamicWrr::new(imp)),
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
-            Algorithm::LeastTime => Box::new(algorithms::LeastTime::default()),
+            Algorithm::LeastTime => Box::new(algorithms::LeastTime::new(imp)),
             Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
             Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
             Algorithm::Hash => Box::new(algorithms::Hash::new(options.consistent)),

@@ -4,6 +4,7 @@
 mod bounded_load;
 mod capacity_weighted;
 mod chained_round_robin;
+mod dual;
 mod dwlc;
 mod dynamic_wrr;
 mod fair;
@@ -11,7 +12,7 @@ mod hash;
 mod ip_hash;
 mod latency;
 mod least_conn;
-mod least_time;
+pub(crate) mod least_time;
 mod maglev;
 mod new_hash;
 mod p2c_ewma;

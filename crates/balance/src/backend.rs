@@ -178,6 +178,11 @@ impl BackendState {
         self.ramp
     }
 
+    /// When the failure window last (re)started (nginx `peer->checked`).
+    pub fn checked(&self) -> Nanos {
+        self.checked
+    }
+
     pub fn fails(&self) -> u32 {
         self.fails
     }
@@ -235,6 +240,10 @@ pub struct Backends<'a> {
     now: Nanos,
     /// The sum of the backends' in-flight counts.
     in_flight: u64,
+    /// Whether a [`Pool`](crate::Pool) keeps the books for these backends and tells the
+    /// algorithm of every change ([`Balancer::on_change`](crate::Balancer::on_change)), so an
+    /// indexed algorithm may look at only the backends that changed.
+    tracked: bool,
 }
 
 impl<'a> Backends<'a> {
@@ -242,10 +251,14 @@ impl<'a> Backends<'a> {
     /// that sum as it goes, uses [`with_in_flight`](Self::with_in_flight).
     pub fn new(states: &'a [BackendState], now: Nanos) -> Backends<'a> {
         let in_flight = states.iter().map(|s| u64::from(s.in_flight)).sum();
-        Backends::with_in_flight(states, now, in_flight)
+        Backends {
+            tracked: false,
+            ..Backends::with_in_flight(states, now, in_flight)
+        }
     }
 
-    /// A view whose total in flight is already known.
+    /// A view whose total in flight is already known, of a pool that reports every change of
+    /// these backends' state to the algorithm ([`Backends::is_tracked`]).
     pub(crate) fn with_in_flight(
         states: &'a [BackendState],
         now: Nanos,
@@ -259,7 +272,17 @@ impl<'a> Backends<'a> {
             states,
             now,
             in_flight,
+            tracked: true,
         }
+    }
+
+    /// Whether every change to these backends' state since the algorithm last saw them was
+    /// reported to it through [`Balancer::on_change`](crate::Balancer::on_change) (true for
+    /// the views a [`Pool`](crate::Pool) hands out). When false, an algorithm that keeps an
+    /// index must look at every backend again.
+    #[inline]
+    pub fn is_tracked(&self) -> bool {
+        self.tracked
     }
 
     /// Requests in flight on all these backends together, in O(1).

@@ -66,4 +66,9 @@ pub trait Balancer: Send + fmt::Debug {
 
     /// A request this algorithm routed to `id` completed.
     fn on_complete(&mut self, _id: BackendId, _c: &Completion) {}
+
+    /// The pool changed `id`'s live state (in flight, passive health, marked down or up)
+    /// outside a [`rebuild`](Balancer::rebuild). An algorithm that keeps an index over the
+    /// backends looks at `id` again before its next pick; the others need not listen.
+    fn on_change(&mut self, _id: BackendId) {}
 }

@@ -32,6 +32,10 @@
 //! * [`ring`]: nginx's ketama ring, shared by `hash consistent` and `bounded_load`.
 //! * [`smooth`]: nginx's smooth weighted round robin state, shared by the algorithms that use it
 //!   to choose or to break ties.
+//! * `smooth_index`, `load_index`, `tracking`: the O(log n) indexes behind the smooth round
+//!   robins, the least-loaded algorithms and `fair` on large tiers (a kinetic tournament over
+//!   load levels, a segment tree), and how they learn which backends changed; `reference`
+//!   keeps the linear code they are tested against (docs/performance.md, issue 27).
 //! * [`weights`]: the weight models, pure functions from backend load reports to the weights
 //!   `dynamic_wrr`, `dwlc`, `capacity_weighted` and `utilization_wrr` balance by (seeds 001,
 //!   003, 000 and gRFC A58; which algorithm has which model is [`Algorithm::weight_model`]).
@@ -43,16 +47,21 @@ pub mod algorithms;
 pub mod attempt;
 pub mod backend;
 pub mod balancer;
+mod load_index;
 pub mod policy;
 pub mod pool;
 pub mod queue;
+#[doc(hidden)]
+pub mod reference;
 pub mod retry;
 pub mod ring;
 pub mod smooth;
+mod smooth_index;
+mod tracking;
 pub mod weights;
 
 pub use algorithm::{
-    Affinity, Algorithm, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
+    Affinity, Algorithm, Implementation, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
 };
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};

@@ -25,7 +25,7 @@
 //! aggression 1 and `min_weight_percent` 10), re-evaluated on picks while any backend ramps.
 //! Backends present from the start do not ramp: all of them would, to no effect.
 
-use crate::algorithm::{Algorithm, Options};
+use crate::algorithm::{Algorithm, Implementation, Options};
 use crate::backend::{
     BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos, RAMP_FULL,
 };
@@ -108,6 +108,27 @@ impl Pool {
         backup: &[BackendSpec],
         seed: u64,
     ) -> Pool {
+        Pool::new_as(
+            algorithm,
+            options,
+            primary,
+            backup,
+            seed,
+            Implementation::Auto,
+        )
+    }
+
+    /// [`Pool::new`] with the given implementation of the algorithm (tests and benchmarks
+    /// compare the index with the linear scan).
+    #[doc(hidden)]
+    pub fn new_as(
+        algorithm: Algorithm,
+        options: &Options,
+        primary: &[BackendSpec],
+        backup: &[BackendSpec],
+        seed: u64,
+        implementation: Implementation,
+    ) -> Pool {
         let states: Vec<BackendState> = primary
             .iter()
             .chain(backup)
@@ -117,14 +138,14 @@ impl Pool {
         let mut tiers = vec![Tier {
             offset: 0,
             len: primary.len(),
-            balancer: algorithm.build(options, seed),
+            balancer: algorithm.build_as(options, seed, implementation),
             in_flight: 0,
         }];
         if !backup.is_empty() {
             tiers.push(Tier {
                 offset: primary.len(),
                 len: backup.len(),
-                balancer: algorithm.build(options, seed ^ 0x9e37_79b9_7f4a_7c15),
+                balancer: algorithm.build_as(options, seed ^ 0x9e37_79b9_7f4a_7c15, implementation),
                 in_flight: 0,
             });
         }
@@ -152,6 +173,7 @@ impl Pool {
     /// changed. A backend that is new starts fresh; one marked up again by its new spec
     /// starts its slow start.
     pub fn carry_over(&mut self, old: &Pool, same: &[Option<BackendId>], now: Nanos) {
+        let mut marked_up = Vec::new();
         for (i, from) in same.iter().enumerate().take(self.states.len()) {
             let Some(from) = from.and_then(|id| old.states.get(id.index())) else {
                 continue;
@@ -180,7 +202,7 @@ impl Pool {
                 state.ramp_since = None;
             }
             if from.spec.down && !self.states[i].spec.down {
-                self.begin_slow_start(id, now);
+                marked_up.push(id);
             }
         }
         for tier in &mut self.tiers {
@@ -188,6 +210,10 @@ impl Pool {
                 .iter()
                 .map(|s| u64::from(s.in_flight))
                 .sum();
+        }
+        // After the in-flight sums: starting a slow start rebuilds the algorithms' tables.
+        for id in marked_up {
+            self.begin_slow_start(id, now);
         }
         self.rebuild(now);
     }
@@ -243,6 +269,7 @@ impl Pool {
     /// slow start, if the pool has it.
     pub fn set_down(&mut self, id: BackendId, down: bool, now: Nanos) {
         let was_down = std::mem::replace(&mut self.states[id.index()].spec.down, down);
+        self.changed(id);
         if was_down && !down {
             self.begin_slow_start(id, now);
         }
@@ -264,6 +291,15 @@ impl Pool {
         }
         self.rebuild(now);
         true
+    }
+
+    /// Tells `id`'s algorithm that its live state changed (see [`Balancer::on_change`]).
+    fn changed(&mut self, id: BackendId) {
+        let backup = id.index() >= self.tiers[0].len;
+        let tier = &mut self.tiers[usize::from(backup)];
+        if let Some(local) = tier.local(id) {
+            tier.balancer.on_change(local);
+        }
     }
 
     /// How long `id`'s slow start lasts: its own `slow_start`, else the pool's; `None` if it
@@ -353,6 +389,7 @@ impl Pool {
                 if now.since(state.checked) > state.spec.fail_timeout {
                     state.checked = now;
                 }
+                tier.balancer.on_change(local);
                 return Some(Ticket {
                     backend: BackendId((tier.offset + local.index()) as u32),
                     picked: now,
@@ -370,6 +407,9 @@ impl Pool {
             let primaries = self.tiers[0].len;
             for state in &mut self.states[..primaries] {
                 state.fails = 0;
+            }
+            for i in 0..primaries {
+                self.tiers[0].balancer.on_change(BackendId(i as u32));
             }
         }
         None
@@ -445,6 +485,7 @@ impl Pool {
             latency,
             now,
         };
+        tier.balancer.on_change(local);
         tier.balancer.on_complete(local, &completion);
     }
 }

@@ -7,7 +7,7 @@
 //! weights change; it gives no selection rule of its own, so the weights are used as nginx's
 //! WRR uses weights (the paper's Algorithm 1). Until the control plane sets model weights
 //! ([`Pool::set_weights`](crate::Pool::set_weights)), the configured weights are used. A
-//! changed weight takes effect at once ([`SmoothWeights::rebuild_at_once`]), since the model's
+//! changed weight takes effect at once ([`SmoothWeights::rebuild_at_once`](crate::smooth::SmoothWeights::rebuild_at_once)), since the model's
 //! weights are per mille of the cluster.
 
 /// The same balancer as [`DynamicWrr`](crate::algorithms::DynamicWrr) — smooth WRR applying

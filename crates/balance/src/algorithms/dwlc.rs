@@ -10,6 +10,7 @@
 //! the tied. Until the control plane sets model weights
 //! ([`Pool::set_weights`](crate::Pool::set_weights)), the configured weights are used.
 
+use crate::algorithm::Implementation;
 use crate::algorithms::LeastConn;
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
@@ -17,6 +18,14 @@ use crate::balancer::{Balancer, Completion, PickCtx};
 #[derive(Debug, Default)]
 pub struct Dwlc {
     least_conn: LeastConn,
+}
+
+impl Dwlc {
+    pub(crate) fn new(implementation: Implementation) -> Dwlc {
+        Dwlc {
+            least_conn: LeastConn::new(implementation),
+        }
+    }
 }
 
 impl Balancer for Dwlc {
@@ -33,6 +42,10 @@ impl Balancer for Dwlc {
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
         self.least_conn.on_complete(id, c);
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        self.least_conn.on_change(id);
     }
 }
 

@@ -7,29 +7,78 @@
 //!
 //! Until the model has set weights, the configured ones are used, so the algorithm behaves as
 //! `weighted_round_robin`. One difference from it: a changed weight takes effect at once
-//! ([`SmoothWeights::rebuild_at_once`]) instead of climbing one unit per pick, since the
+//! ([`SmoothWeights::rebuild_at_once`](crate::smooth::SmoothWeights::rebuild_at_once)) instead of climbing one unit per pick, since the
 //! model's weights are on a scale of hundreds and change every few seconds.
 
+use crate::algorithm::Implementation;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
-use crate::smooth::SmoothWeights;
+use crate::reference;
+use crate::smooth_index::{Score, SmoothIndex};
 
-#[derive(Debug, Default)]
+/// `dynamic_wrr` (and `capacity_weighted`, `utilization_wrr`): the linear round on small tiers, [`SmoothIndex`] on large ones (see
+/// [`crate::algorithms::dual`]); the same picks either way.
+#[derive(Debug)]
 pub struct DynamicWrr {
-    weights: SmoothWeights,
+    imp: Dual<reference::DynamicWrr, SmoothIndex>,
+}
+
+impl Default for DynamicWrr {
+    fn default() -> DynamicWrr {
+        DynamicWrr::new(Implementation::Auto)
+    }
+}
+
+impl DynamicWrr {
+    pub(crate) fn new(implementation: Implementation) -> DynamicWrr {
+        DynamicWrr {
+            imp: Dual::new(implementation, Family::SmoothRoundRobin, || {
+                SmoothIndex::new(Score::Flat)
+            }),
+        }
+    }
+
+    /// Every backend's effective weight (tests).
+    #[cfg(test)]
+    pub(crate) fn effective(&self) -> Vec<i64> {
+        if self.imp.indexed {
+            self.imp.index.effective()
+        } else {
+            self.imp.linear.weights.effective().to_vec()
+        }
+    }
 }
 
 impl Balancer for DynamicWrr {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.weights.rebuild_at_once(backends);
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends, true);
+        } else {
+            self.imp.linear.rebuild(backends);
+        }
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        self.weights.pick_usable(ctx, backends)
+        if self.imp.indexed {
+            self.imp.index.pick(ctx, backends)
+        } else {
+            self.imp.linear.pick(ctx, backends)
+        }
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.weights.on_complete(id, c);
+        if self.imp.indexed {
+            self.imp.index.on_complete(id, c);
+        } else {
+            self.imp.linear.on_complete(id, c);
+        }
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        if self.imp.indexed {
+            self.imp.index.on_change(id);
+        }
     }
 }
 
@@ -109,13 +158,13 @@ mod tests {
         let a = h.pick().unwrap();
         assert_eq!(a, BackendId(0));
         h.complete(a, crate::Outcome::Failure);
-        assert_eq!(h.balancer.weights.effective(), [2, 4]);
+        assert_eq!(h.balancer.effective(), [2, 4]);
         // Raised to 8: effective 2 + (8 − 4) = 6, the deficit of 2 kept.
         set_weights(&mut h, &[8, 4]);
-        assert_eq!(h.balancer.weights.effective(), [6, 4]);
+        assert_eq!(h.balancer.effective(), [6, 4]);
         // Lowered to 1: 6 + (1 − 8) < 0, so 0; b lowered to 3: 4 − 1 = 3.
         set_weights(&mut h, &[1, 3]);
-        assert_eq!(h.balancer.weights.effective(), [0, 3]);
+        assert_eq!(h.balancer.effective(), [0, 3]);
     }
 
     #[test]

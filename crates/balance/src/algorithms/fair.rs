@@ -7,43 +7,61 @@
 //! of smooth weighted round robin. The module's further heuristics (scoring how long a backend
 //! has been busy) are left out; see docs/algorithms.md.
 
-use std::cmp::Ordering;
-
+use crate::algorithm::Implementation;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, PickCtx};
+use crate::load_index::LoadIndex;
+use crate::reference;
 
-#[derive(Debug, Default)]
+/// `fair`: the linear walk on small tiers, [`LoadIndex`] on large ones (see
+/// [`crate::algorithms::dual`]); the same picks either way.
+#[derive(Debug)]
 pub struct Fair {
-    /// Where the round robin among tied backends starts next.
+    imp: Dual<reference::Fair, LoadIndex>,
+    /// Where the round robin among tied backends starts next (for the index; the walk keeps
+    /// its own).
     next: usize,
 }
 
+impl Default for Fair {
+    fn default() -> Fair {
+        Fair::new(Implementation::Auto)
+    }
+}
+
+impl Fair {
+    pub(crate) fn new(implementation: Implementation) -> Fair {
+        Fair {
+            imp: Dual::new(implementation, Family::LeastLoaded, LoadIndex::default),
+            next: 0,
+        }
+    }
+}
+
 impl Balancer for Fair {
-    fn rebuild(&mut self, _backends: &Backends<'_>) {
+    fn rebuild(&mut self, backends: &Backends<'_>) {
         self.next = 0;
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends);
+        } else {
+            self.imp.linear.rebuild(backends);
+        }
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        let n = backends.len();
-        let cmp = |a: BackendId, b: BackendId| {
-            let la = u128::from(backends.in_flight(a)) * u128::from(backends.share(b));
-            let lb = u128::from(backends.in_flight(b)) * u128::from(backends.share(a));
-            la.cmp(&lb)
-        };
-        // Walk from the cursor, so the first of the least loaded is the next in turn.
-        let mut best: Option<BackendId> = None;
-        for k in 0..n {
-            let id = BackendId(((self.next + k) % n) as u32);
-            if !ctx.usable(id, backends) {
-                continue;
-            }
-            if best.is_none_or(|b| cmp(id, b) == Ordering::Less) {
-                best = Some(id);
-            }
+        if !self.imp.indexed {
+            return self.imp.linear.pick(ctx, backends);
         }
-        let best = best?;
-        self.next = (best.index() + 1) % n;
+        let best = self.imp.index.pick(ctx, backends, self.next)?;
+        self.next = (best.index() + 1) % backends.len();
         Some(best)
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        if self.imp.indexed {
+            self.imp.index.on_change(id);
+        }
     }
 }
 

@@ -3,60 +3,76 @@
 //! weight_a` so there is no division. When several backends tie, smooth weighted round robin
 //! chooses among them, so equal backends under equal load still share requests by weight.
 
+use crate::algorithm::Implementation;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
-use crate::smooth::SmoothWeights;
+use crate::reference;
+use crate::smooth_index::{Score, SmoothIndex};
 
-#[derive(Debug, Default)]
+/// `least_conn`: the linear scan on small tiers, [`SmoothIndex`] over load levels on large
+/// ones (see [`crate::algorithms::dual`]); the same picks either way.
+#[derive(Debug)]
 pub struct LeastConn {
-    tie_break: SmoothWeights,
+    imp: Dual<reference::LeastConn, SmoothIndex>,
+}
+
+impl Default for LeastConn {
+    fn default() -> LeastConn {
+        LeastConn::new(Implementation::Auto)
+    }
 }
 
 impl LeastConn {
+    pub(crate) fn new(implementation: Implementation) -> LeastConn {
+        LeastConn {
+            imp: Dual::new(implementation, Family::LeastLoaded, || {
+                SmoothIndex::new(Score::Conns)
+            }),
+        }
+    }
+
     /// As [`Balancer::rebuild`], but a changed weight takes effect at once in the tie-break
-    /// (see [`SmoothWeights::rebuild_at_once`]): for weights a load model rewrites.
+    /// (see [`SmoothWeights::rebuild_at_once`](crate::smooth::SmoothWeights::rebuild_at_once)):
+    /// for weights a load model rewrites.
     pub fn rebuild_at_once(&mut self, backends: &Backends<'_>) {
-        self.tie_break.rebuild_at_once(backends);
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends, true);
+        } else {
+            self.imp.linear.rebuild_at_once(backends);
+        }
     }
 }
 
 impl Balancer for LeastConn {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.tie_break.rebuild(backends);
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends, false);
+        } else {
+            self.imp.linear.rebuild(backends);
+        }
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        // Load of `a` compared with `b`, as conns/weight cross-multiplied.
-        let cmp = |a: BackendId, b: BackendId| {
-            let la = u128::from(backends.in_flight(a)) * u128::from(backends.share(b));
-            let lb = u128::from(backends.in_flight(b)) * u128::from(backends.share(a));
-            la.cmp(&lb)
-        };
-        let mut best: Option<BackendId> = None;
-        let mut tied = false;
-        for id in backends.ids().filter(|&id| ctx.usable(id, backends)) {
-            match best.map(|b| cmp(id, b)) {
-                None | Some(std::cmp::Ordering::Less) => {
-                    best = Some(id);
-                    tied = false;
-                }
-                Some(std::cmp::Ordering::Equal) => tied = true,
-                Some(std::cmp::Ordering::Greater) => {}
-            }
+        if self.imp.indexed {
+            self.imp.index.pick(ctx, backends)
+        } else {
+            self.imp.linear.pick(ctx, backends)
         }
-        let best = best?;
-        if !tied {
-            return Some(best);
-        }
-        self.tie_break.pick(
-            (best.0..backends.len() as u32)
-                .map(BackendId)
-                .filter(|&id| ctx.usable(id, backends) && cmp(id, best).is_eq()),
-        )
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.tie_break.on_complete(id, c);
+        if self.imp.indexed {
+            self.imp.index.on_complete(id, c);
+        } else {
+            self.imp.linear.on_complete(id, c);
+        }
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        if self.imp.indexed {
+            self.imp.index.on_change(id);
+        }
     }
 }
 

@@ -21,9 +21,13 @@
 //! exactly the tied backends, as `least_conn` does. Weights are [`Backends::share`], so slow
 //! start applies.
 
+use crate::algorithm::Implementation;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends, Nanos};
 use crate::balancer::{Balancer, Completion, PickCtx};
-use crate::smooth::SmoothWeights;
+use crate::reference;
+use crate::smooth_index::{Score, SmoothIndex};
+use crate::tracking::Window;
 
 /// Response times above this many milliseconds all count as this (nginx's cap).
 const RT_CAP_MS: u64 = 5000;
@@ -33,14 +37,34 @@ const RT_BUCKET_MS: u64 = 20;
 const NANOS_PER_MS: u64 = 1_000_000;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-#[derive(Debug, Default)]
+/// `least_time`: the linear scan on small tiers, [`SmoothIndex`] over `eta` levels on large
+/// ones (see [`crate::algorithms::dual`]); the same picks either way. The clock alone changes
+/// a backend's shaped `rt` (halved while idle): the index schedules those moments
+/// ([`rt_changes_at`]) and looks at the backend again then.
+#[derive(Debug)]
 pub struct LeastTime {
-    tie_break: SmoothWeights,
+    imp: Dual<reference::LeastTime, SmoothIndex>,
+}
+
+impl Default for LeastTime {
+    fn default() -> LeastTime {
+        LeastTime::new(Implementation::Auto)
+    }
+}
+
+impl LeastTime {
+    pub(crate) fn new(implementation: Implementation) -> LeastTime {
+        LeastTime {
+            imp: Dual::new(implementation, Family::LeastLoaded, || {
+                SmoothIndex::new(Score::Eta)
+            }),
+        }
+    }
 }
 
 /// The response time nginx balances by, in milliseconds, shaped as
 /// `ngx_http_upstream_least_time_eta` does (see the module doc).
-fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -> u64 {
+pub(crate) fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -> u64 {
     // nginx keeps whole milliseconds; the Pool keeps nanoseconds: round to the nearest.
     let mut rt = backends
         .latency(id)
@@ -65,46 +89,65 @@ fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -> u64 {
     }
 }
 
+/// The window in which [`shaped_rt_ms`] of `id` stays as it is at `now` by the clock alone:
+/// the whole seconds of idle time over which its `rt` is halved the same number of times
+/// (`[k, k + 1)` multiples of `fail_timeout + 1` seconds after `checked`), open-ended once
+/// further halving changes nothing (`rt` is already 0).
+pub(crate) fn rt_window(backends: &Backends<'_>, id: BackendId, now: Nanos) -> Window {
+    let rt = backends
+        .latency(id)
+        .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
+    let state = backends.state(id);
+    let step = state.spec().fail_timeout.0 / NANOS_PER_SEC + 1;
+    let Some(span) = step.checked_mul(NANOS_PER_SEC) else {
+        return Window::ALWAYS;
+    };
+    let shift = now.since(state.checked).0 / span;
+    let from = if shift == 0 {
+        0
+    } else {
+        state.checked.0.saturating_add(shift * span)
+    };
+    let until = if shift >= u64::from(u64::BITS) || rt >> shift == 0 {
+        u64::MAX
+    } else {
+        state
+            .checked
+            .0
+            .saturating_add((shift + 1).saturating_mul(span))
+    };
+    Window { from, until }
+}
+
 impl Balancer for LeastTime {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.tie_break.rebuild(backends);
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends, false);
+        } else {
+            self.imp.linear.rebuild(backends);
+        }
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        let eta = |id: BackendId| {
-            u128::from(shaped_rt_ms(backends, id, ctx.now))
-                * (1 + u128::from(backends.in_flight(id)))
-        };
-        // `eta_a / share_a` against `eta_b / share_b`, cross-multiplied.
-        let cmp = |a: BackendId, eta_a: u128, b: BackendId, eta_b: u128| {
-            (eta_a * u128::from(backends.share(b))).cmp(&(eta_b * u128::from(backends.share(a))))
-        };
-        let mut best: Option<(BackendId, u128)> = None;
-        let mut tied = false;
-        for id in backends.ids().filter(|&id| ctx.usable(id, backends)) {
-            let e = eta(id);
-            match best.map(|(b, eb)| cmp(id, e, b, eb)) {
-                None | Some(std::cmp::Ordering::Less) => {
-                    best = Some((id, e));
-                    tied = false;
-                }
-                Some(std::cmp::Ordering::Equal) => tied = true,
-                Some(std::cmp::Ordering::Greater) => {}
-            }
+        if self.imp.indexed {
+            self.imp.index.pick(ctx, backends)
+        } else {
+            self.imp.linear.pick(ctx, backends)
         }
-        let (best, best_eta) = best?;
-        if !tied {
-            return Some(best);
-        }
-        self.tie_break.pick(
-            (best.0..backends.len() as u32)
-                .map(BackendId)
-                .filter(|&id| ctx.usable(id, backends) && cmp(id, eta(id), best, best_eta).is_eq()),
-        )
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.tie_break.on_complete(id, c);
+        if self.imp.indexed {
+            self.imp.index.on_complete(id, c);
+        } else {
+            self.imp.linear.on_complete(id, c);
+        }
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        if self.imp.indexed {
+            self.imp.index.on_change(id);
+        }
     }
 }
 

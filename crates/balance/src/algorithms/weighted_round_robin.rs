@@ -2,26 +2,75 @@
 //! gets its weight's share of requests, spread out rather than in bursts: weights 5, 1, 1 give
 //! `a a b a c a a`.
 
+use crate::algorithm::Implementation;
+use crate::algorithms::dual::{Dual, Family};
 use crate::backend::{BackendId, Backends};
 use crate::balancer::{Balancer, Completion, PickCtx};
-use crate::smooth::SmoothWeights;
+use crate::reference;
+use crate::smooth_index::{Score, SmoothIndex};
 
-#[derive(Debug, Default)]
+/// `weighted_round_robin`: the linear round on small tiers, [`SmoothIndex`] on large ones (see
+/// [`crate::algorithms::dual`]); the same picks either way.
+#[derive(Debug)]
 pub struct WeightedRoundRobin {
-    weights: SmoothWeights,
+    imp: Dual<reference::WeightedRoundRobin, SmoothIndex>,
+}
+
+impl Default for WeightedRoundRobin {
+    fn default() -> WeightedRoundRobin {
+        WeightedRoundRobin::new(Implementation::Auto)
+    }
+}
+
+impl WeightedRoundRobin {
+    pub(crate) fn new(implementation: Implementation) -> WeightedRoundRobin {
+        WeightedRoundRobin {
+            imp: Dual::new(implementation, Family::SmoothRoundRobin, || {
+                SmoothIndex::new(Score::Flat)
+            }),
+        }
+    }
+
+    /// Every backend's `current` (tests).
+    #[cfg(test)]
+    pub(crate) fn current(&self) -> Vec<i64> {
+        if self.imp.indexed {
+            self.imp.index.current()
+        } else {
+            self.imp.linear.weights.current().to_vec()
+        }
+    }
 }
 
 impl Balancer for WeightedRoundRobin {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        self.weights.rebuild(backends);
+        if self.imp.prepare(backends.len()) {
+            self.imp.index.rebuild(backends, false);
+        } else {
+            self.imp.linear.rebuild(backends);
+        }
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        self.weights.pick_usable(ctx, backends)
+        if self.imp.indexed {
+            self.imp.index.pick(ctx, backends)
+        } else {
+            self.imp.linear.pick(ctx, backends)
+        }
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.weights.on_complete(id, c);
+        if self.imp.indexed {
+            self.imp.index.on_complete(id, c);
+        } else {
+            self.imp.linear.on_complete(id, c);
+        }
+    }
+
+    fn on_change(&mut self, id: BackendId) {
+        if self.imp.indexed {
+            self.imp.index.on_change(id);
+        }
     }
 }
 
@@ -55,7 +104,7 @@ mod tests {
         ];
         for row in expected {
             h.picks(1);
-            let current = h.balancer.weights.current();
+            let current = h.balancer.current();
             assert!(current.iter().all(|c| c % i64::from(crate::RAMP_FULL) == 0));
             let nginx: Vec<i64> = current.iter().map(|c| c / 1024).collect();
             assert_eq!(nginx, row);

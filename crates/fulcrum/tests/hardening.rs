@@ -1517,8 +1517,9 @@ fn idle_wave(fulcrum: &Running, n: usize, before: (u64, usize), label: &str) -> 
     }
     let built = started.elapsed();
     // The grace (1 s, the proxy's IDLE_GRACE) is fulcrum's own timer, with nothing to see
-    // from outside when it fires: every client has been idle past it here.
-    std::thread::sleep(Duration::from_millis(1500));
+    // from outside when it fires: every client has been idle well past it here, even with the
+    // worker's timers late on a loaded machine.
+    std::thread::sleep(Duration::from_millis(3000));
     let (rss, fds) = (rss_kib(pid), open_fds(pid));
     println!(
         "{label}: {n} idle keep-alive clients in {:.1} s: RSS {rss_before} KiB -> {rss} KiB ({:.0} bytes per client), descriptors {fds_before} -> {fds}",
@@ -1611,7 +1612,7 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
             idle_ask(&mut Client::connect(addr));
         }
         let before = (rss_kib(pid), open_fds(pid));
-        let waves = if sample == 1 { 3 } else { 1 };
+        let waves = if sample == 1 { 4 } else { 1 };
         let held: Vec<u64> = (1..=waves)
             .map(|wave| {
                 idle_wave(
@@ -1626,12 +1627,14 @@ fn ten_thousand_idle_keep_alive_clients_cost_little_and_leave_nothing_behind() {
         if waves > 1 {
             // The allocator keeps what was freed for reuse, so resident memory does not fall
             // when clients leave; it must not grow either. Paced waves differ by at most 1.2%
-            // (about 69 MiB held); a leak of 200 bytes per client (2.6% a wave at 9,500
-            // clients) passes 4% by the third.
+            // on a quiet machine (about 69 MiB held), but beside a busy suite a third wave once
+            // held 6.4% more than the first (70.8, 72.1, 75.3 MiB; alone the same tree gave
+            // 72.5, 72.9, 72.9). So 8%, over four waves: a leak of 200 bytes per client (2.6% a
+            // wave at 9,500 clients) passes 8% by the fourth.
             assert!(
                 held[1..]
                     .iter()
-                    .all(|&rss| rss <= held[0] + held[0] * 4 / 100),
+                    .all(|&rss| rss <= held[0] + held[0] * 8 / 100),
                 "later waves took more memory than the first ({held:?} KiB): something is kept"
             );
         }

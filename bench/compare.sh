@@ -156,23 +156,23 @@ perf_start() {
     [ -n "$PERF_EVENTS" ] && [ "$1" != - ] || return 0
     perf stat -x, -e "$PERF_EVENTS" -p "$(family "$1" | paste -sd,)" -o "$WORK/perf.out" &
     PERF_PID=$!
-    PIDS+=("$PERF_PID")
     # perf attaches to each thread before it counts; what it misses of an idle proxy is little.
+    # Not in PIDS: it ends by itself when the proxy does.
     sleep 0.2
 }
 
-# perf_stop: "syscalls instructions" counted since perf_start ("- -" for what was not).
+# perf_stop: COUNTED, "syscalls instructions" counted since perf_start ("-" for what was
+# not). Not in a subshell: perf is this shell's child, to be waited for (it writes its counts
+# as it exits).
 perf_stop() {
-    if [ -z "$PERF_PID" ]; then
-        echo "- -"
-        return 0
-    fi
+    COUNTED="- -"
+    [ -n "$PERF_PID" ] || return 0
     kill -INT "$PERF_PID" 2>/dev/null || true
     wait "$PERF_PID" 2>/dev/null || true
-    awk -F, '
+    COUNTED=$(awk -F, '
         $3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ { sys = $1 }
         $3 == "instructions:u" && $1 ~ /^[0-9]+$/ { ins = $1 }
-        END { print (sys == "" ? "-" : sys), (ins == "" ? "-" : ins) }' "$WORK/perf.out"
+        END { print (sys == "" ? "-" : sys), (ins == "" ? "-" : ins) }' "$WORK/perf.out")
 }
 
 # Peak resident memory (VmHWM) of a process and its children, in KiB.
@@ -390,7 +390,7 @@ url() {
 # measure CASE WORKERS CONNS NAME REP PORT PID WRK_CPUS WRK_THREADS
 measure() {
     local case=$1 workers=$2 conns=$3 name=$4 rep=$5 port=$6 pid=$7 cpus=$8 threads=$9
-    local before after out rps p50 p99 requests errors counted
+    local before after out rps p50 p99 requests errors
     before="0 0" after="0 0"
     perf_start "$pid"
     if [ "$pid" != - ]; then before=$(cpu_ticks "$pid"); fi
@@ -398,7 +398,7 @@ measure() {
         # h2load: 10 streams at once on each connection; it reports no percentiles (0 below).
         out=$($(pin "$cpus") h2load -t"$threads" -c"$conns" -m10 -D"$DURATION" "http://127.0.0.1:$port/" 2>&1)
         if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
-        counted=$(perf_stop)
+        perf_stop
         rps=$(awk '/^finished in/ { gsub(",", ""); print $4 }' <<<"$out")
         p50=0 p99=0
         requests=$(awk '/^requests:/ { print $2 }' <<<"$out")
@@ -406,7 +406,7 @@ measure() {
     else
         out=$($(pin "$cpus") wrk "${WRK_ARGS[@]}" -t"$threads" -c"$conns" -d"${DURATION}s" --latency "$(url "$case" "$port")")
         if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
-        counted=$(perf_stop)
+        perf_stop
         rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
         p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
         p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
@@ -423,7 +423,7 @@ measure() {
     rss=0
     if [ "$pid" != - ]; then rss=$(peak_rss_kib "$pid"); fi
     local syscalls instructions
-    read -r syscalls instructions <<<"$counted"
+    read -r syscalls instructions <<<"$COUNTED"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$case" "$workers" "$conns" "$name" "$rep" "$rps" "$p50" "$p99" "$cpu_s" "$rss" "$requests" \
         "$user_s" "$sys_s" "$syscalls" "$instructions" >>"$RAW"

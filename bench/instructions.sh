@@ -30,8 +30,8 @@
 # compare.sh's to measure, this is what explains it.
 #
 # PROFILE=DIR: callgrind instead of cachegrind, and its output of the larger run kept as
-# DIR/callgrind.<proxy>.<mode> (`callgrind_annotate --inclusive=yes` reads it); the counts then
-# include callgrind's own overhead-free instruction count, the same figure.
+# DIR/callgrind.<proxy>.<mode> (`callgrind_annotate --inclusive=yes`, `--tree=caller` read it);
+# the instructions it counts are the same as cachegrind's.
 #
 # Every process it starts is stopped on exit, by PID.
 set -euo pipefail

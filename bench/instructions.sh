@@ -24,7 +24,8 @@
 #              request is one backend request; a request wrk abandons when its time is up was
 #              still proxied, and is counted), and the difference of the two totals over the
 #              difference of the two counts is the cost of one request and its connection.
-# The count is the same to within 0.1% from run to run (keepalive; close within 0.5%).
+# From run to run (two runs, N=8000): fulcrum's keepalive count repeats to within 0.1%; the
+# close mode's, and nginx's and HAProxy's, to within about 3%.
 # What it does not see: time spent waiting (syscalls' own cost in the kernel, cache misses,
 # contention): a build can execute fewer instructions and still be slower; req/s is
 # compare.sh's to measure, this is what explains it.

@@ -7,11 +7,12 @@
 #   N=20000 CONNS=64 BASELINE=... bench/instructions.sh
 #   PROXIES="fulcrum nginx haproxy" MODES="keepalive close" bench/instructions.sh   # the default
 #   PROFILE=/tmp/cg PROXIES=fulcrum MODES=close bench/instructions.sh   # callgrind profiles
+#   ALGORITHM=least_conn bench/instructions.sh   # or ip_hash (nginx ip_hash, HAProxy source)
 #
 # The same set-up for every proxy: one worker (nginx: `master_process off`, so one process;
-# HAProxy: `nbthread 1`; fulcrum: `workers = 1`), round robin over 3 nginx backends (a small
-# 200), keep-alive to the backends, X-Forwarded-For added, access log off (compare.sh's
-# round_robin and close cases).
+# HAProxy: `nbthread 1`; fulcrum: `workers = 1`), ALGORITHM (round_robin by default) over 3
+# nginx backends (a small 200), keep-alive to the backends, X-Forwarded-For added, access log
+# off (compare.sh's round_robin, least_conn, ip_hash and close cases).
 #
 # MODES:
 #   keepalive  h2load sends N/4 and then, in a second run, 5N/4 HTTP/1.1 requests over CONNS
@@ -59,6 +60,16 @@ CONNS=${CONNS:-64}                  # keepalive: client connections
 CLOSE_SECONDS=${CLOSE_SECONDS:-3}   # close: the shorter run's length
 CLOSE_CONNS=${CLOSE_CONNS:-8}       # close: client connections at once
 PROXIES=${PROXIES:-"fulcrum nginx haproxy"}
+ALGORITHM=${ALGORITHM:-round_robin}   # round_robin, least_conn or ip_hash
+case $ALGORITHM in
+    round_robin) NGINX_BALANCE="" HAPROXY_BALANCE=roundrobin ;;
+    least_conn) NGINX_BALANCE="least_conn;" HAPROXY_BALANCE=leastconn ;;
+    ip_hash) NGINX_BALANCE="ip_hash;" HAPROXY_BALANCE=source ;;
+    *)
+        echo "error: ALGORITHM=$ALGORITHM: round_robin, least_conn or ip_hash" >&2
+        exit 1
+        ;;
+esac
 MODES=${MODES:-"keepalive close"}
 PORT_BACKEND=${PORT_BACKEND:-19401}   # 3 ports from here
 PORT_PROXY=${PORT_PROXY:-19410}
@@ -106,7 +117,7 @@ wait_port "$PORT_BACKEND" 20
     echo "upstream = \"b\""
     echo "[[upstream]]"
     echo "name = \"b\""
-    echo "algorithm = \"round_robin\""
+    echo "algorithm = \"$ALGORITHM\""
     echo "keepalive = 1024"
     for i in 0 1 2; do
         echo "[[upstream.backend]]"
@@ -123,7 +134,7 @@ mkdir -p "$WORK/proxy-nginx/logs"
     echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
     echo "  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;"
     echo "  uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
-    echo "  upstream b {"
+    echo "  upstream b { $NGINX_BALANCE"
     for i in 0 1 2; do echo "    server 127.0.0.1:$((PORT_BACKEND + i));"; done
     echo "    keepalive 1024; keepalive_requests 1000000; }"
     echo "  server { listen 127.0.0.1:$PORT_PROXY; location / {"
@@ -148,7 +159,7 @@ mkdir -p "$WORK/proxy-nginx/logs"
     echo "  bind 127.0.0.1:$PORT_PROXY"
     echo "  default_backend b"
     echo "backend b"
-    echo "  balance roundrobin"
+    echo "  balance $HAPROXY_BALANCE"
     echo "  http-reuse always"
     for i in 0 1 2; do echo "  server s$i 127.0.0.1:$((PORT_BACKEND + i)) maxconn 4000"; done
 } >"$WORK/haproxy.cfg"
@@ -223,7 +234,7 @@ per_request() {
 names=()
 for proxy in $PROXIES; do names+=("$proxy"); done
 [ -z "$BASELINE" ] || names+=(baseline)
-echo "instructions per request, round robin, 1 worker; keepalive: $CONNS connections, over $N requests;"
+echo "instructions per request, $ALGORITHM, 1 worker; keepalive: $CONNS connections, over $N requests;"
 echo "close: a connection per request, $CLOSE_CONNS at once; fulcrum at $REVISION"
 echo
 echo "| mode | proxy | instructions/request | requests |"

@@ -39,6 +39,10 @@
 #     wrk speaks HTTP/1.1 to the proxies; fulcrum's `backend_protocol = "h2"`, nginx's
 #     `grpc_pass` (its one module that speaks HTTP/2 upstream; it carries plain requests too)
 #     and HAProxy's `proto h2` on its servers;
+#   * counts, during each measured run, the system calls of each proxy's processes and threads
+#     (perf stat on the tracepoint raw_syscalls:sys_enter; SYSCALLS=0 turns it off) and, where
+#     the CPU's counters can be read, its user-space instructions; splits its CPU time into
+#     user and system (/proc/<pid>/stat); all per request in the table;
 #   * prints one table of medians, and writes it to bench/results/<date>-<host>.md
 #     (<date>-<host>-baseline.md with BASELINE, so it does not replace a run without one).
 #
@@ -107,17 +111,61 @@ family() {
     pgrep -P "$1" 2>/dev/null || true
 }
 
-# CPU time (user + system) of a process and its children, in clock ticks.
+# CPU time of a process and its children, in clock ticks: "user system".
 cpu_ticks() {
-    local total=0 pid
+    local user=0 system=0 pid
     for pid in $(family "$1"); do
         # Fields after the command name, which is in parentheses: utime is the 12th, stime the 13th.
         local rest fields
         rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
         read -ra fields <<<"$rest"
-        total=$((total + fields[11] + fields[12]))
+        user=$((user + fields[11]))
+        system=$((system + fields[12]))
     done
-    echo "$total"
+    echo "$user $system"
+}
+
+# What perf counts over each measured run, per proxy (all its processes and threads): system
+# calls (the tracepoint raw_syscalls:sys_enter, which virtual machines without hardware
+# counters still have) and, where the CPU's counters are available, user-space instructions.
+# SYSCALLS=0 turns it off (the counting costs the proxies a little on every system call).
+SYSCALLS=${SYSCALLS:-1}
+PERF_EVENTS=""
+if [ "$SYSCALLS" != 0 ] && command -v perf >/dev/null 2>&1; then
+    if perf stat -x, -e raw_syscalls:sys_enter -- true 2>/dev/null; then
+        PERF_EVENTS=raw_syscalls:sys_enter
+        if perf stat -x, -e instructions:u -- true 2>&1 >/dev/null | grep -q '^[0-9]'; then
+            PERF_EVENTS="$PERF_EVENTS,instructions:u"
+        fi
+    fi
+fi
+[ -n "$PERF_EVENTS" ] || [ "$SYSCALLS" = 0 ] ||
+    echo "note: perf cannot count system calls here (install linux-perf, run as root); those columns stay empty" >&2
+
+# perf_start PID: starts counting PERF_EVENTS on PID and its children (PERF_PID; nothing
+# without PERF_EVENTS or for the backends alone, PID -).
+perf_start() {
+    PERF_PID=""
+    [ -n "$PERF_EVENTS" ] && [ "$1" != - ] || return 0
+    perf stat -x, -e "$PERF_EVENTS" -p "$(family "$1" | paste -sd,)" -o "$WORK/perf.out" &
+    PERF_PID=$!
+    # perf attaches to each thread before it counts; what it misses of an idle proxy is little.
+    # Not in PIDS: it ends by itself when the proxy does.
+    sleep 0.2
+}
+
+# perf_stop: COUNTED, "syscalls instructions" counted since perf_start ("-" for what was
+# not). Not in a subshell: perf is this shell's child, to be waited for (it writes its counts
+# as it exits).
+perf_stop() {
+    COUNTED="- -"
+    [ -n "$PERF_PID" ] || return 0
+    kill -INT "$PERF_PID" 2>/dev/null || true
+    wait "$PERF_PID" 2>/dev/null || true
+    COUNTED=$(awk -F, '
+        $3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ { sys = $1 }
+        $3 == "instructions:u" && $1 ~ /^[0-9]+$/ { ins = $1 }
+        END { print (sys == "" ? "-" : sys), (ins == "" ? "-" : ins) }' "$WORK/perf.out")
 }
 
 # Peak resident memory (VmHWM) of a process and its children, in KiB.
@@ -312,7 +360,9 @@ start_haproxy() {
 }
 
 declare -A PROXY_PID PROXY_PORT=([fulcrum]=$PORT_FULCRUM [nginx]=$PORT_NGINX [haproxy]=$PORT_HAPROXY [baseline]=$PORT_BASELINE)
-RAW=$WORK/raw.tsv   # case workers conns proxy rep rps p50_us p99_us cpu_s rss_kib requests
+# case workers conns proxy rep rps p50_us p99_us cpu_s rss_kib requests user_s sys_s syscalls
+# instructions (the last two "-" where perf did not count them)
+RAW=$WORK/raw.tsv
 
 # Latency as wrk prints it (e.g. 812.00us, 1.20ms, 2.01s) in microseconds.
 to_us() {
@@ -334,12 +384,14 @@ url() {
 measure() {
     local case=$1 workers=$2 conns=$3 name=$4 rep=$5 port=$6 pid=$7 cpus=$8 threads=$9
     local before after out rps p50 p99 requests errors
-    before=0 after=0
+    before="0 0" after="0 0"
+    perf_start "$pid"
     if [ "$pid" != - ]; then before=$(cpu_ticks "$pid"); fi
     if [ "$case" = h2 ]; then
         # h2load: 10 streams at once on each connection; it reports no percentiles (0 below).
         out=$($(pin "$cpus") h2load -t"$threads" -c"$conns" -m10 -D"$DURATION" "http://127.0.0.1:$port/" 2>&1)
         if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
+        perf_stop
         rps=$(awk '/^finished in/ { gsub(",", ""); print $4 }' <<<"$out")
         p50=0 p99=0
         requests=$(awk '/^requests:/ { print $2 }' <<<"$out")
@@ -347,6 +399,7 @@ measure() {
     else
         out=$($(pin "$cpus") wrk "${WRK_ARGS[@]}" -t"$threads" -c"$conns" -d"${DURATION}s" --latency "$(url "$case" "$port")")
         if [ "$pid" != - ]; then after=$(cpu_ticks "$pid"); fi
+        perf_stop
         rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
         p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
         p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
@@ -356,12 +409,17 @@ measure() {
     if [ -n "$errors" ]; then
         echo "warning: $name ($case, $workers workers, $conns conns): $errors" >&2
     fi
-    local cpu_s rss
-    cpu_s=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
+    local cpu_s user_s sys_s rss
+    read -r user_s sys_s cpu_s < <(awk -v b="$before" -v a="$after" -v hz="$CLK_TCK" 'BEGIN {
+        split(b, x, " "); split(a, y, " ")
+        printf "%.3f %.3f %.2f\n", (y[1] - x[1]) / hz, (y[2] - x[2]) / hz, (y[1] + y[2] - x[1] - x[2]) / hz }')
     rss=0
     if [ "$pid" != - ]; then rss=$(peak_rss_kib "$pid"); fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$case" "$workers" "$conns" "$name" "$rep" "$rps" "$p50" "$p99" "$cpu_s" "$rss" "$requests" >>"$RAW"
+    local syscalls instructions
+    read -r syscalls instructions <<<"$COUNTED"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$case" "$workers" "$conns" "$name" "$rep" "$rps" "$p50" "$p99" "$cpu_s" "$rss" "$requests" \
+        "$user_s" "$sys_s" "$syscalls" "$instructions" >>"$RAW"
     printf '  %-8s %-10s w=%s c=%-3s rep %s: %9.0f req/s  p99 %7.0f us  cpu %5.2f s\n' \
         "$case" "$name" "$workers" "$conns" "$rep" "$rps" "$p99" "$cpu_s" >&2
 }
@@ -473,13 +531,19 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
     echo "* cpu µs/req: the proxy's user+system CPU time over the requests it served (lower is better)."
     echo "  peak RSS: VmHWM summed over the proxy's processes (nginx: master and workers)."
     if wanted h2; then echo "* h2: h2load reports no percentiles; its rows show 0 for p50 and p99."; fi
+    echo "* user / sys µs/req: the same CPU time split (user space, kernel), each the median over the"
+    echo "  repetitions of the run's time over its requests. syscalls/req: system calls the proxy's"
+    echo "  processes and threads entered during the run (perf, raw_syscalls:sys_enter), over its"
+    echo "  requests. instr/req: user-space instructions (perf, instructions:u) where the CPU's counters"
+    echo "  can be read (\"–\" here otherwise: bench/instructions.sh counts them under valgrind)."
     echo
+    columns="| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | user µs/req | sys µs/req | syscalls/req | instr/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s |"
     if [ -n "$BASELINE" ]; then
-        echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s | ×baseline req/s |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "$columns ×baseline req/s |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     else
-        echo "| case | workers | conns | proxy | req/s | p50 µs | p99 µs | CPU s | cpu µs/req | peak RSS MiB | ×nginx req/s | ×HAProxy req/s |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "$columns"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     fi
     awk -F'\t' -v baseline="${BASELINE:+1}" '
         function median(key,    n, i, j, t, a) {
@@ -492,11 +556,19 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
             if (!(row in seen)) { seen[row] = 1; order[++rows] = row }
             for (f = 6; f <= 11; f++) vals[row, f] = vals[row, f] " " $f
             if ($10 + 0 > peak[row]) peak[row] = $10 + 0
+            # Per request, run by run: user and system µs, system calls, instructions.
+            if ($11 + 0 > 0) {
+                if ($12 != "") vals[row, 12] = vals[row, 12] " " $12 * 1e6 / $11
+                if ($13 != "") vals[row, 13] = vals[row, 13] " " $13 * 1e6 / $11
+                if ($14 ~ /^[0-9]+$/) vals[row, 14] = vals[row, 14] " " $14 / $11
+                if ($15 ~ /^[0-9]+$/) vals[row, 15] = vals[row, 15] " " $15 / $11
+            }
         }
         END {
             for (r = 1; r <= rows; r++) {
                 row = order[r]
                 for (f = 6; f <= 11; f++) med[row, f] = median(row SUBSEP f)
+                for (f = 12; f <= 15; f++) med[row, f] = vals[row, f] == "" ? "" : median(row SUBSEP f)
             }
             for (r = 1; r <= rows; r++) {
                 row = order[r]; split(row, k, SUBSEP)
@@ -510,15 +582,20 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
                 }
                 if (k[4] == "fulcrum" && baseline) xb = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "baseline", 6])
                 cpu = med[row, 9]; per = med[row, 11] > 0 && k[4] != "direct" ? sprintf("%.2f", cpu * 1e6 / med[row, 11]) : "–"
-                printf "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s |%s\n",
+                direct = k[4] == "direct"
+                user = direct || med[row, 12] == "" ? "–" : sprintf("%.2f", med[row, 12])
+                sys = direct || med[row, 13] == "" ? "–" : sprintf("%.2f", med[row, 13])
+                calls = direct || med[row, 14] == "" ? "–" : sprintf("%.2f", med[row, 14])
+                ins = direct || med[row, 15] == "" ? "–" : sprintf("%.0f", med[row, 15])
+                printf "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |%s\n",
                     k[1], k[2], k[3], k[4], med[row, 6], med[row, 7], med[row, 8],
-                    k[4] == "direct" ? "–" : sprintf("%.2f", cpu), per,
-                    k[4] == "direct" ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh,
+                    direct ? "–" : sprintf("%.2f", cpu), per, user, sys, calls, ins,
+                    direct ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh,
                     baseline ? " " xb " |" : ""
             }
         }' "$RAW"
     echo
-    echo "Finished in $(( $(date +%s) - STARTED )) s. Raw runs (case, workers, conns, proxy, rep, req/s, p50 µs, p99 µs, CPU s, peak RSS KiB, requests):"
+    echo "Finished in $(( $(date +%s) - STARTED )) s. Raw runs (case, workers, conns, proxy, rep, req/s, p50 µs, p99 µs, CPU s, peak RSS KiB, requests, user s, system s, system calls, instructions):"
     echo
     echo '```'
     cat "$RAW"

@@ -11,7 +11,6 @@
 //! open to whoever reaches the listener. Errors are JSON objects `{"error": "..."}` that say
 //! what was wrong and what would be accepted.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -487,7 +486,7 @@ fn change_error(e: ChangeError) -> Answer {
 }
 
 /// Failed attempts by backend and reason, summed over the workers.
-type Errors = HashMap<SocketAddr, [u64; proxy::metrics::FAULTS.len()]>;
+type Errors = proxy::metrics::CountMap<SocketAddr, [u64; proxy::metrics::FAULTS.len()]>;
 
 fn errors(view: &View, u: &Upstream) -> Errors {
     view.proxy

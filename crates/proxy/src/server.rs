@@ -1103,10 +1103,14 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
         // which finish on their own, so waiting for one can never wait on another worker.
         // Meanwhile this worker's accepts and hand-overs wait; the counts steer new
         // connections elsewhere.
-        let permit = tokio::select! {
-            permit = Arc::clone(&a.limit).acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = stop.changed() => break,
-            _ = retire.changed() => break,
+        // Most often one is free at once: taken without the select's futures (issue 27).
+        let permit = match Arc::clone(&a.limit).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => tokio::select! {
+                permit = Arc::clone(&a.limit).acquire_owned() => permit.expect("the semaphore is never closed"),
+                _ = stop.changed() => break,
+                _ = retire.changed() => break,
+            },
         };
         let _ = stream.set_nodelay(true);
         while connections.try_join_next().is_some() {}

@@ -30,8 +30,8 @@ use std::ops::Range;
 use super::forwarding::{self, ClientAddr};
 use super::target::{Target, TargetError, valid_host};
 use super::{
-    Codings, Framing, Reject, codings, connection_tokens, content_length, is_hop_by_hop,
-    named_by_connection, put_content_length, put_header, reject, values,
+    Codings, ConnectionTokens, Framing, Reject, codings, connection_tokens, content_length,
+    is_hop_by_hop, put_content_length, put_header, reject, values,
 };
 use crate::settings::HashKey;
 
@@ -223,7 +223,7 @@ pub(crate) fn parse_request(
         &parsed_target,
         host,
         headers,
-        connection.present,
+        &connection,
         client,
     );
     let no_body = matches!(body, Framing::None | Framing::Length(0));
@@ -325,7 +325,7 @@ fn put_backend_head(
     target: &Target<'_>,
     host: Option<&[u8]>,
     headers: &[httparse::Header<'_>],
-    has_connection: bool,
+    connection: &ConnectionTokens<'_>,
     client: &ClientAddr,
 ) {
     out.extend_from_slice(method.as_bytes());
@@ -342,7 +342,7 @@ fn put_backend_head(
             || name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
-            || (has_connection && named_by_connection(headers, name))
+            || (connection.present && connection.names(headers, name))
         {
             continue;
         }

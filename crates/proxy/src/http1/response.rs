@@ -14,8 +14,9 @@
 use std::mem::MaybeUninit;
 
 use super::{
-    Codings, Framing, Reject, append_values, codings, connection_tokens, content_length,
-    is_hop_by_hop, named_by_connection, put_content_length, put_decimal, put_header, values,
+    Codings, ConnectionTokens, Framing, Reject, append_values, codings, connection_tokens,
+    content_length, is_hop_by_hop, named_by_connection, put_content_length, put_decimal,
+    put_header, values,
 };
 
 /// What the client asked of the response's connection.
@@ -102,7 +103,7 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    put_status_and_headers(out, status, reason, headers, connection.present);
+    put_status_and_headers(out, status, reason, headers, &connection);
     body.put(out, headers, dechunk);
     if !client_keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -204,13 +205,13 @@ impl BodyFraming {
 
 /// Writes the status line, as HTTP/1.1, and the backend's headers less the hop-by-hop ones
 /// (those `Connection` names too, when it has any) and `Content-Length` (framing is written
-/// from what was parsed).
+/// from what was parsed). `connection`: what the `Connection` headers among `headers` say.
 fn put_status_and_headers(
     out: &mut Vec<u8>,
     status: u16,
     reason: &str,
     headers: &[httparse::Header<'_>],
-    has_connection: bool,
+    connection: &ConnectionTokens<'_>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(status));
@@ -221,7 +222,7 @@ fn put_status_and_headers(
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length")
             || is_hop_by_hop(name)
-            || (has_connection && named_by_connection(headers, name))
+            || (connection.present && connection.names(headers, name))
         {
             continue;
         }

@@ -5,7 +5,7 @@
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
 #   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash close
-#                                        # tcp tls tls_handshake h2 h2_backend)
+#                                        # tcp tls tls_handshake h2 h2_backend backends_10k)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -64,9 +64,24 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
-CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend"}   # which cases run (all by default)
+CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend backends_10k"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
+# The backends' addresses in the proxies' configurations: one per port, or (backends_10k)
+# 10,000 addresses of 127.0.0.0/8, all loopback, answered by one nginx on a wildcard address.
+BACKENDS=()
+KEEPALIVE=1024   # fulcrum's idle connections kept per backend
+set_backends() {
+    BACKENDS=()
+    local port i
+    if [ "$1" = backends_10k ]; then
+        for i in $(seq 0 9999); do BACKENDS+=("127.0.$((1 + i / 250)).$((1 + i % 250)):${BACKEND_PORTS[0]}"); done
+        KEEPALIVE=4
+    else
+        for port in "${BACKEND_PORTS[@]}"; do BACKENDS+=("127.0.0.1:$port"); done
+        KEEPALIVE=1024
+    fi
+}
 PORT_FULCRUM=19181
 PORT_NGINX=19182
 PORT_HAPROXY=19183
@@ -192,21 +207,29 @@ start_backends() {
     mkdir -p "$dir/logs"
     {
         echo "worker_processes $procs; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
-        echo "events { worker_connections 8192; }"
+        echo "worker_rlimit_nofile $(ulimit -Hn);"
+        echo "events { worker_connections $((${#BACKENDS[@]} > 3 ? 3 * ${#BACKENDS[@]} / 2 : 8192)); }"
         echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
         echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
         echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
         for port in "${BACKEND_PORTS[@]}"; do
+            # backends_10k: every address of 127.0.0.0/8 on the first port (the wildcard).
+            local addr=127.0.0.1:$port
+            if [ "${#BACKENDS[@]}" -gt 3 ]; then addr=$port; fi
             # The \n is for nginx (the body's newline), not for echo.
             # shellcheck disable=SC2028
-            echo "  server { listen 127.0.0.1:$port$listen; location / { return 200 \"backend $port\\n\"; } }"
+            echo "  server { listen $addr$listen; location / { return 200 \"backend $port\\n\"; } }"
+            if [ "${#BACKENDS[@]}" -gt 3 ]; then break; fi
         done
         echo "}"
     } >"$dir/nginx.conf"
     $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
     BACKENDS_PID=$!
     PIDS+=("$BACKENDS_PID")
-    for port in "${BACKEND_PORTS[@]}"; do wait_port "$port"; done
+    for port in "${BACKEND_PORTS[@]}"; do
+        wait_port "$port"
+        if [ "${#BACKENDS[@]}" -gt 3 ]; then break; fi
+    done
 }
 
 stop() {
@@ -239,10 +262,10 @@ start_fulcrum() {
         echo "name = \"b\""
         [ "$2" = h2_backend ] && echo "backend_protocol = \"h2\""
         echo "algorithm = \"$alg\""
-        echo "keepalive = 1024"
-        for port in "${BACKEND_PORTS[@]}"; do
+        echo "keepalive = $KEEPALIVE"
+        for addr in "${BACKENDS[@]}"; do
             echo "[[upstream.backend]]"
-            echo "addr = \"127.0.0.1:$port\""
+            echo "addr = \"$addr\""
         done
     } >"$conf"
     # A configuration the build refuses (a protocol it does not have) is said, not waited for.
@@ -285,7 +308,7 @@ start_nginx() {
             echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
             echo "events { worker_connections 8192; }"
             echo "stream { upstream b {"
-            for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
+            for addr in "${BACKENDS[@]}"; do echo "    server $addr;"; done
             echo "  }"
             echo "  server { listen 127.0.0.1:$PORT_NGINX; proxy_pass b; } }"
         } >"$dir/nginx.conf"
@@ -297,7 +320,7 @@ start_nginx() {
             echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
             echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
             echo "  upstream b { $balance"
-            for port in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$port;"; done
+            for addr in "${BACKENDS[@]}"; do echo "    server $addr;"; done
             echo "    keepalive 1024; keepalive_requests 1000000; }"
             echo "  server { listen 127.0.0.1:$PORT_NGINX$(nginx_listen "$alg"); location / {"
             if [ "$alg" = h2_backend ]; then
@@ -348,9 +371,9 @@ start_haproxy() {
         echo "backend b"
         echo "  balance $balance"
         [ "$alg" = tcp ] || echo "  http-reuse always"
-        for port in "${BACKEND_PORTS[@]}"; do
+        for addr in "${BACKENDS[@]}"; do
             i=$((i + 1))
-            echo "  server s$i 127.0.0.1:$port maxconn 4000$([ "$alg" = h2_backend ] && echo " proto h2")"
+            echo "  server s$i $addr maxconn 4000$([ "$alg" = h2_backend ] && echo " proto h2")"
         done
     } >"$conf"
     $(pin "$cpus") haproxy -f "$conf" -db 2>"$WORK/haproxy.log" &
@@ -436,6 +459,7 @@ run_case() {
     # A new connection, and so a TLS handshake, for every request; wrk keeps each
     # connection's session, so the handshakes after the first resume it.
     if [ "$case" = tls_handshake ] || [ "$case" = close ]; then WRK_ARGS=(-H "Connection: close"); fi
+    set_backends "$case"
     start_backends "$client_cpus" "$([ "$case" = h2_backend ] && echo " http2")"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
     start_nginx "$workers" "$alg" "$proxy_cpus"
@@ -512,6 +536,9 @@ if wanted tls || wanted tls_handshake; then
 fi
 if wanted h2; then run_case h2 h2 1 64; fi
 if wanted h2_backend; then run_case h2_backend h2_backend 1 64; fi
+# least_conn over 10,000 backends (keepalive 4 each for fulcrum): the pick's cost and the
+# connections' spread at scale, against the 3-backend least_conn case above.
+if wanted backends_10k; then run_case backends_10k least_conn 1 64; fi
 
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results

@@ -21,17 +21,8 @@ const SIZES: [usize; 4] = [3, 100, 1_000, 10_000];
 const KEYS: usize = 4096;
 /// Sizes at which the two implementations are compared.
 const IMPL_SIZES: [usize; 9] = [3, 8, 16, 32, 64, 100, 1_000, 3_000, 10_000];
-/// The algorithms that have an O(log n) index beside their linear code.
-const INDEXED: [Algorithm; 8] = [
-    Algorithm::WeightedRoundRobin,
-    Algorithm::LeastConn,
-    Algorithm::Fair,
-    Algorithm::LeastTime,
-    Algorithm::DynamicWrr,
-    Algorithm::Dwlc,
-    Algorithm::CapacityWeighted,
-    Algorithm::UtilizationWrr,
-];
+/// The algorithms that have an index.
+const INDEXED: [Algorithm; 8] = Implementation::INDEXED;
 
 fn pool(algorithm: Algorithm, options: &Options, n: usize) -> Pool {
     pool_as(algorithm, options, n, Implementation::Auto)

@@ -209,6 +209,21 @@ pub enum Implementation {
     Reference,
 }
 
+impl Implementation {
+    /// The algorithms that have both codes (an O(log n) index beside their linear scan); the
+    /// others pick the same way whatever is asked.
+    pub const INDEXED: [Algorithm; 8] = [
+        Algorithm::WeightedRoundRobin,
+        Algorithm::LeastConn,
+        Algorithm::Fair,
+        Algorithm::LeastTime,
+        Algorithm::DynamicWrr,
+        Algorithm::Dwlc,
+        Algorithm::CapacityWeighted,
+        Algorithm::UtilizationWrr,
+    ];
+}
+
 /// Where the weights an algorithm balances by come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightSource {

@@ -5,7 +5,8 @@
 //! [`Implementation::Reference`](crate::algorithm::Implementation::Reference).
 //!
 //! Each type is the algorithm of the same name in [`crate::algorithms`], at the commit before
-//! issue 27 (`de05824`): a linear scan over the backends per pick.
+//! issue 27 (`de05824`): a linear scan over the backends per pick. `dwlc` has none of its own:
+//! it is `least_conn` over weights a model rewrites, so its reference is [`LeastConn`]'s.
 
 use std::cmp::Ordering;
 
@@ -150,29 +151,6 @@ impl Balancer for LeastTime {
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
         self.tie_break.on_complete(id, c);
-    }
-}
-
-/// `dwlc`: `least_conn` over a load model's weights, applied at once.
-#[derive(Debug, Default)]
-pub struct Dwlc {
-    least_conn: LeastConn,
-}
-
-impl Balancer for Dwlc {
-    fn rebuild(&mut self, backends: &Backends<'_>) {
-        // The model rewrites weights by tens at a time (seed 003: W = 100 − L): they apply at
-        // once rather than climbing one unit per pick, which took the first hundred picks
-        // after a change to reach 40, 80, 10 from 1, 1, 1.
-        self.least_conn.rebuild_at_once(backends);
-    }
-
-    fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        self.least_conn.pick(ctx, backends)
-    }
-
-    fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        self.least_conn.on_complete(id, c);
     }
 }
 

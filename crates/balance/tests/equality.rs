@@ -23,16 +23,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
 
 /// The algorithms that have an index.
-const INDEXED: [Algorithm; 8] = [
-    Algorithm::WeightedRoundRobin,
-    Algorithm::LeastConn,
-    Algorithm::Fair,
-    Algorithm::LeastTime,
-    Algorithm::DynamicWrr,
-    Algorithm::Dwlc,
-    Algorithm::CapacityWeighted,
-    Algorithm::UtilizationWrr,
-];
+const INDEXED: [Algorithm; 8] = Implementation::INDEXED;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;

@@ -5,6 +5,9 @@
 //! same picks, so the choice is one of speed only.
 
 use crate::algorithm::Implementation;
+use crate::backend::{BackendId, Backends};
+use crate::balancer::{Balancer, Completion, PickCtx};
+use crate::smooth_index::SmoothIndex;
 
 /// From how many backends on a tier is picked from by its index, per family. Measured with the
 /// `pick` benchmark's `pick-impl` rows (docs/performance.md, "O(log n) picks"): the smooth
@@ -72,5 +75,44 @@ impl<L: Default, I> Dual<L, I> {
             self.indexed = indexed;
         }
         indexed
+    }
+}
+
+/// The [`Balancer`] calls of an algorithm whose index is a [`SmoothIndex`], sent to the
+/// implementation in use: the one place that chooses between the two.
+impl<L: Balancer + Default> Dual<L, SmoothIndex> {
+    /// Rebuilds the implementation `backends` call for; `at_once`: the index takes a changed
+    /// weight at once in its round (weights a load model rewrites), as the linear code of such
+    /// an algorithm does in its own `rebuild`.
+    pub(crate) fn rebuild(&mut self, backends: &Backends<'_>, at_once: bool) {
+        if self.prepare(backends.len()) {
+            self.index.rebuild(backends, at_once);
+        } else {
+            self.linear.rebuild(backends);
+        }
+    }
+
+    pub(crate) fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
+        if self.indexed {
+            self.index.pick(ctx, backends)
+        } else {
+            self.linear.pick(ctx, backends)
+        }
+    }
+
+    pub(crate) fn on_complete(&mut self, id: BackendId, c: &Completion) {
+        if self.indexed {
+            self.index.on_complete(id, c);
+        } else {
+            self.linear.on_complete(id, c);
+        }
+    }
+
+    /// Only the index keeps state a backend's change must reach; the linear code reads the
+    /// backends afresh at every pick.
+    pub(crate) fn on_change(&mut self, id: BackendId) {
+        if self.indexed {
+            self.index.on_change(id);
+        }
     }
 }

@@ -44,33 +44,19 @@ impl WeightedRoundRobin {
 
 impl Balancer for WeightedRoundRobin {
     fn rebuild(&mut self, backends: &Backends<'_>) {
-        if self.imp.prepare(backends.len()) {
-            self.imp.index.rebuild(backends, false);
-        } else {
-            self.imp.linear.rebuild(backends);
-        }
+        self.imp.rebuild(backends, false);
     }
 
     fn pick(&mut self, ctx: &PickCtx<'_>, backends: &Backends<'_>) -> Option<BackendId> {
-        if self.imp.indexed {
-            self.imp.index.pick(ctx, backends)
-        } else {
-            self.imp.linear.pick(ctx, backends)
-        }
+        self.imp.pick(ctx, backends)
     }
 
     fn on_complete(&mut self, id: BackendId, c: &Completion) {
-        if self.imp.indexed {
-            self.imp.index.on_complete(id, c);
-        } else {
-            self.imp.linear.on_complete(id, c);
-        }
+        self.imp.on_complete(id, c);
     }
 
     fn on_change(&mut self, id: BackendId) {
-        if self.imp.indexed {
-            self.imp.index.on_change(id);
-        }
+        self.imp.on_change(id);
     }
 }
 

@@ -55,6 +55,8 @@ set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+# shellcheck source=bench/proxies.sh
+. "$(dirname "$0")/proxies.sh"
 # Resolved before the cd below, so a path relative to where it was run from still works.
 resolve_baseline
 cd "$(dirname "$0")/.."
@@ -201,28 +203,11 @@ pin() {
 
 # start_backends CPUS [LISTEN]: LISTEN is added to each `listen` (" http2": h2c only).
 start_backends() {
-    local cpus=$1 listen=${2:-} dir=$WORK/backends procs=2
+    local cpus=$1 listen=${2:-} dir=$WORK/backends procs=2 port
     # Pinned to one CPU (beside wrk), one worker process is the fastest backend.
     [ -n "$cpus" ] && procs=1
     mkdir -p "$dir/logs"
-    {
-        echo "worker_processes $procs; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
-        echo "worker_rlimit_nofile $(ulimit -Hn);"
-        echo "events { worker_connections $((${#BACKENDS[@]} > 3 ? 3 * ${#BACKENDS[@]} / 2 : 8192)); }"
-        echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
-        echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
-        echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
-        for port in "${BACKEND_PORTS[@]}"; do
-            # backends_10k: every address of 127.0.0.0/8 on the first port (the wildcard).
-            local addr=127.0.0.1:$port
-            if [ "${#BACKENDS[@]}" -gt 3 ]; then addr=$port; fi
-            # The \n is for nginx (the body's newline), not for echo.
-            # shellcheck disable=SC2028
-            echo "  server { listen $addr$listen; location / { return 200 \"backend $port\\n\"; } }"
-            if [ "${#BACKENDS[@]}" -gt 3 ]; then break; fi
-        done
-        echo "}"
-    } >"$dir/nginx.conf"
+    backends_config "$dir" "$procs" "$listen" >"$dir/nginx.conf"
     $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
     BACKENDS_PID=$!
     PIDS+=("$BACKENDS_PID")
@@ -241,33 +226,8 @@ stop() {
 # The same configuration for this checkout's build and for BASELINE; only the port differs.
 start_fulcrum() {
     local workers=$1 alg=$2 cpus=$3 name=${4:-fulcrum} bin=${5:-$FULCRUM} listen=${6:-$PORT_FULCRUM}
-    local conf=$WORK/$name.toml port
-    {
-        echo "workers = $workers"
-        echo "access_log = false"
-        echo "[[listener]]"
-        echo "listen = \"127.0.0.1:$listen\""
-        echo "upstream = \"b\""
-        case $alg in
-            tcp) echo "protocol = \"tcp\"" ;;
-            h2) echo "http2 = true" ;;
-            tls)
-                echo "[[listener.tls]]"
-                echo "cert = \"$WORK/cert.pem\""
-                echo "key = \"$WORK/key.pem\""
-                ;;
-        esac
-        case $alg in tcp | h2 | tls | h2_backend) alg=round_robin ;; esac
-        echo "[[upstream]]"
-        echo "name = \"b\""
-        [ "$2" = h2_backend ] && echo "backend_protocol = \"h2\""
-        echo "algorithm = \"$alg\""
-        echo "keepalive = $KEEPALIVE"
-        for addr in "${BACKENDS[@]}"; do
-            echo "[[upstream.backend]]"
-            echo "addr = \"$addr\""
-        done
-    } >"$conf"
+    local conf=$WORK/$name.toml
+    fulcrum_config "$alg" "$workers" "$listen" "$KEEPALIVE" >"$conf"
     # A configuration the build refuses (a protocol it does not have) is said, not waited for.
     if ! "$bin" check --config "$conf" >"$WORK/$name.check" 2>&1; then
         if [ "$name" = fulcrum ]; then
@@ -283,56 +243,11 @@ start_fulcrum() {
     wait_port "$listen"
 }
 
-# nginx_listen ALGORITHM: what nginx's `listen` adds for TLS (with the session cache nginx
-# lacks by default; tickets are on by default) or HTTP/2 with prior knowledge.
-nginx_listen() {
-    case $1 in
-        # The versions fulcrum and HAProxy speak: Debian's nginx 1.22 leaves TLS 1.3 out by
-        # default, and a TLS 1.2 handshake is not the same work as a 1.3 one.
-        tls) echo " ssl; ssl_protocols TLSv1.2 TLSv1.3; ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_session_cache shared:SSL:10m" ;;
-        h2) echo " http2" ;;
-    esac
-}
-
 # start_nginx WORKERS ALGORITHM CPUS
 start_nginx() {
-    local workers=$1 alg=$2 cpus=$3 dir=$WORK/nginx balance=""
+    local workers=$1 alg=$2 cpus=$3 dir=$WORK/nginx
     mkdir -p "$dir/logs"
-    case $alg in
-        least_conn) balance="least_conn;" ;;
-        ip_hash) balance="ip_hash;" ;;
-    esac
-    if [ "$alg" = tcp ]; then
-        {
-            echo "load_module /usr/lib/nginx/modules/ngx_stream_module.so;"
-            echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
-            echo "events { worker_connections 8192; }"
-            echo "stream { upstream b {"
-            for addr in "${BACKENDS[@]}"; do echo "    server $addr;"; done
-            echo "  }"
-            echo "  server { listen 127.0.0.1:$PORT_NGINX; proxy_pass b; } }"
-        } >"$dir/nginx.conf"
-    else
-        {
-            echo "worker_processes $workers; pid $dir/nginx.pid; error_log $dir/logs/error.log warn;"
-            echo "events { worker_connections 8192; }"
-            echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
-            echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
-            echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
-            echo "  upstream b { $balance"
-            for addr in "${BACKENDS[@]}"; do echo "    server $addr;"; done
-            echo "    keepalive 1024; keepalive_requests 1000000; }"
-            echo "  server { listen 127.0.0.1:$PORT_NGINX$(nginx_listen "$alg"); location / {"
-            if [ "$alg" = h2_backend ]; then
-                echo "    grpc_pass grpc://b;"
-                echo "    grpc_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
-            else
-                echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
-                echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
-            fi
-            echo "}"
-        } >"$dir/nginx.conf"
-    fi
+    nginx_config "$alg" "$workers" "$PORT_NGINX" "$dir" >"$dir/nginx.conf"
     $(pin "$cpus") nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
     PROXY_PID[nginx]=$!
     PIDS+=("$!")
@@ -341,41 +256,8 @@ start_nginx() {
 
 # start_haproxy WORKERS ALGORITHM CPUS
 start_haproxy() {
-    local workers=$1 alg=$2 cpus=$3 conf=$WORK/haproxy.cfg balance=roundrobin i=0
-    case $alg in
-        least_conn) balance=leastconn ;;
-        ip_hash) balance=source ;;
-    esac
-    {
-        echo "global"
-        echo "  nbthread $workers"
-        echo "  maxconn 8000"
-        echo "defaults"
-        if [ "$alg" = tcp ]; then
-            echo "  mode tcp"
-        else
-            echo "  mode http"
-            echo "  option http-keep-alive"
-            echo "  option forwardfor"
-        fi
-        echo "  timeout connect 5s"
-        echo "  timeout client 60s"
-        echo "  timeout server 60s"
-        echo "frontend f"
-        case $alg in
-            tls) echo "  bind 127.0.0.1:$PORT_HAPROXY ssl crt $WORK/combined.pem" ;;
-            h2) echo "  bind 127.0.0.1:$PORT_HAPROXY proto h2" ;;
-            *) echo "  bind 127.0.0.1:$PORT_HAPROXY" ;;
-        esac
-        echo "  default_backend b"
-        echo "backend b"
-        echo "  balance $balance"
-        [ "$alg" = tcp ] || echo "  http-reuse always"
-        for addr in "${BACKENDS[@]}"; do
-            i=$((i + 1))
-            echo "  server s$i $addr maxconn 4000$([ "$alg" = h2_backend ] && echo " proto h2")"
-        done
-    } >"$conf"
+    local workers=$1 alg=$2 cpus=$3 conf=$WORK/haproxy.cfg
+    haproxy_config "$alg" "$workers" "$PORT_HAPROXY" >"$conf"
     $(pin "$cpus") haproxy -f "$conf" -db 2>"$WORK/haproxy.log" &
     PROXY_PID[haproxy]=$!
     PIDS+=("$!")
@@ -525,12 +407,8 @@ if wanted tcp; then
     done
 fi
 if wanted tls || wanted tls_handshake; then
-    # One self-signed ECDSA P-256 certificate for all three; HAProxy wants it and its key in
-    # one file.
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
-        -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
-    cat "$WORK/cert.pem" "$WORK/key.pem" >"$WORK/combined.pem"
+    # One self-signed certificate for all three.
+    make_certificate
     if wanted tls; then run_case tls tls 1 64; fi
     if wanted tls_handshake; then run_case tls_handshake tls 1 64; fi
 fi

@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
 # Instructions each proxy executes per proxied request, counted by valgrind (cachegrind, no
-# cache simulation): a figure that does not move with the machine's load, unlike req/s. For a
-# change on the request path, measured against the build before it:
+# cache simulation): a figure that does not move with the machine's load, unlike req/s. The
+# same cases as bench/compare.sh, the proxies configured by the same functions
+# (bench/proxies.sh), at 1 worker. For a change on the request path, measured against the
+# build before it:
 #
-#   BASELINE=/tmp/fulcrum-old bench/instructions.sh
-#   N=20000 CONNS=64 BASELINE=... bench/instructions.sh
-#   PROXIES="fulcrum nginx haproxy" MODES="keepalive close" bench/instructions.sh   # the default
-#   PROFILE=/tmp/cg PROXIES=fulcrum MODES=close bench/instructions.sh   # callgrind profiles
-#   ALGORITHM=least_conn bench/instructions.sh   # or ip_hash (nginx ip_hash, HAProxy source)
+#   bench/instructions.sh                           # every case; fulcrum, nginx, HAProxy
+#   BASELINE=/tmp/fulcrum-old bench/instructions.sh  # and an older build of fulcrum
+#   CASES="round_robin close" bench/instructions.sh  # some cases (round_robin least_conn
+#                                    # ip_hash close tcp tls tls_handshake h2 h2_backend
+#                                    # backends_10k)
+#   N=20000 CONNS=64 PROXIES="fulcrum nginx" bench/instructions.sh
+#   PROFILE=/tmp/cg PROXIES=fulcrum CASES=close bench/instructions.sh   # callgrind profiles
 #
-# The same set-up for every proxy: one worker (nginx: `master_process off`, so one process;
-# HAProxy: `nbthread 1`; fulcrum: `workers = 1`), ALGORITHM (round_robin by default) over 3
-# nginx backends (a small 200), keep-alive to the backends, X-Forwarded-For added, access log
-# off (compare.sh's round_robin, least_conn, ip_hash and close cases).
+# One worker each (nginx: `master_process off`, so one process; HAProxy: `nbthread 1`;
+# fulcrum: `workers = 1`), over compare.sh's backends (one nginx answering a small 200).
 #
-# MODES:
-#   keepalive  h2load sends N/4 and then, in a second run, 5N/4 HTTP/1.1 requests over CONNS
-#              keep-alive connections, each run under cachegrind from the proxy's start to its
-#              stop; the difference of the two totals over N is the cost of one request,
-#              start-up, warm-up and shutdown cancelled out.
-#   close      a new client connection for every request (wrk -H 'Connection: close', CLOSE_CONNS
-#              connections), for CLOSE_SECONDS and then 5 × CLOSE_SECONDS; the requests are
-#              counted exactly where they arrive, in the backends' access log (each proxied
-#              request is one backend request; a request wrk abandons when its time is up was
-#              still proxied, and is counted), and the difference of the two totals over the
-#              difference of the two counts is the cost of one request and its connection.
-# From run to run (two runs, N=8000): fulcrum's keepalive count repeats to within 0.1%; the
-# close mode's, and nginx's and HAProxy's, to within about 3%.
+# Two kinds of case:
+#   requests   every case but close and tls_handshake: h2load sends N/4 and then, in a second
+#              run, 5N/4 requests over CONNS keep-alive connections (HTTP/1.1, or HTTP/2 with
+#              10 streams at once for h2; over TLS for tls), each run under cachegrind from the
+#              proxy's start to its stop; the difference of the two totals over N is the cost
+#              of one request, start-up, warm-up, shutdown and the connections' set-up (TLS
+#              handshakes included) cancelled out.
+#   seconds    close and tls_handshake: a new client connection for every request (wrk -H
+#              'Connection: close', CLOSE_CONNS connections; over TLS for tls_handshake, where
+#              wrk resumes its sessions), for CLOSE_SECONDS and then 5 × CLOSE_SECONDS; the
+#              requests are counted exactly where they arrive, in the backends' access log
+#              (each proxied request is one backend request; a request wrk abandons when its
+#              time is up was still proxied, and is counted), and the difference of the two
+#              totals over the difference of the two counts is the cost of one request and its
+#              connection.
+# From run to run (two runs, N=8000): fulcrum's keep-alive count repeats to within 0.1%; the
+# close case's, and nginx's and HAProxy's, to within about 3%.
 # What it does not see: time spent waiting (syscalls' own cost in the kernel, cache misses,
 # contention): a build can execute fewer instructions and still be slower; req/s is
 # compare.sh's to measure, this is what explains it.
 #
 # PROFILE=DIR: callgrind instead of cachegrind, and its output of the larger run kept as
-# DIR/callgrind.<proxy>.<mode> (`callgrind_annotate --inclusive=yes`, `--tree=caller` read it);
+# DIR/callgrind.<proxy>.<case> (`callgrind_annotate --inclusive=yes`, `--tree=caller` read it);
 # the instructions it counts are the same as cachegrind's.
 #
 # Every process it starts is stopped on exit, by PID.
@@ -40,6 +46,8 @@ set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+# shellcheck source=bench/proxies.sh
+. "$(dirname "$0")/proxies.sh"
 # Resolved before the cd below, so a path relative to where it was run from still works.
 resolve_baseline
 PROFILE=${PROFILE:-}
@@ -49,27 +57,27 @@ if [ -n "$PROFILE" ]; then
 fi
 cd "$(dirname "$0")/.."
 
-N=${N:-20000}                       # keepalive: requests the difference is taken over
-CONNS=${CONNS:-64}                  # keepalive: client connections
-CLOSE_SECONDS=${CLOSE_SECONDS:-3}   # close: the shorter run's length
-CLOSE_CONNS=${CLOSE_CONNS:-8}       # close: client connections at once
+N=${N:-20000}                       # requests cases: requests the difference is taken over
+CONNS=${CONNS:-64}                  # requests cases: client connections
+CLOSE_SECONDS=${CLOSE_SECONDS:-3}   # seconds cases: the shorter run's length
+CLOSE_CONNS=${CLOSE_CONNS:-8}       # seconds cases: client connections at once
 PROXIES=${PROXIES:-"fulcrum nginx haproxy"}
-ALGORITHM=${ALGORITHM:-round_robin}   # round_robin, least_conn or ip_hash
-case $ALGORITHM in
-    round_robin) NGINX_BALANCE="" HAPROXY_BALANCE=roundrobin ;;
-    least_conn) NGINX_BALANCE="least_conn;" HAPROXY_BALANCE=leastconn ;;
-    ip_hash) NGINX_BALANCE="ip_hash;" HAPROXY_BALANCE=source ;;
-    *)
-        echo "error: ALGORITHM=$ALGORITHM: round_robin, least_conn or ip_hash" >&2
+ALL_CASES="round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend backends_10k"
+CASES=${CASES:-$ALL_CASES}
+for case in $CASES; do
+    if [[ " $ALL_CASES " != *" $case "* ]]; then
+        echo "error: CASES: unknown case $case; the cases are: $ALL_CASES" >&2
         exit 1
-        ;;
-esac
-MODES=${MODES:-"keepalive close"}
+    fi
+done
 PORT_BACKEND=${PORT_BACKEND:-19401}   # 3 ports from here
 PORT_PROXY=${PORT_PROXY:-19410}
+BACKEND_PORTS=("$PORT_BACKEND" $((PORT_BACKEND + 1)) $((PORT_BACKEND + 2)))
 
-need nginx h2load valgrind wrk haproxy
+need nginx h2load valgrind wrk haproxy openssl
+need_file /usr/lib/nginx/modules/ngx_stream_module.so libnginx-mod-stream
 export PATH="$PATH:/usr/sbin"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 [ -x target/release/fulcrum ] || cargo build --release --locked -p fulcrum
 REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 if git status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | grep -q .; then
@@ -78,131 +86,104 @@ fi
 
 work_dir fulcrum-instructions
 cp target/release/fulcrum "$WORK/fulcrum"
+make_certificate
 BACKEND_LOG=$WORK/backend-access.log
+BACKENDS_PID=""
 
-# The backends log every request they answer: that is how the close mode counts.
-{
-    echo "worker_processes 1;"
-    echo "daemon off;"
-    echo "pid $WORK/nginx.pid;"
-    echo "error_log $WORK/nginx-error.log;"
-    echo "events { worker_connections 4096; }"
-    echo "http {"
-    echo "  log_format n '.';"
-    echo "  access_log $BACKEND_LOG n;"
-    echo "  keepalive_requests 1000000;"
-    echo "  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;"
-    echo "  uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
-    for i in 0 1 2; do
-        port=$((PORT_BACKEND + i))
-        echo "  server { listen 127.0.0.1:$port; location / { return 200 \"backend $port\\n\"; } }"
-    done
-    echo "}"
-} >"$WORK/nginx.conf"
-nginx -c "$WORK/nginx.conf" -p "$WORK" -e "$WORK/nginx-error.log" &
-PIDS+=("$!")
-wait_port "$PORT_BACKEND" 20
-
-{
-    echo "workers = 1"
-    echo "access_log = false"
-    echo "[[listener]]"
-    echo "listen = \"127.0.0.1:$PORT_PROXY\""
-    echo "upstream = \"b\""
-    echo "[[upstream]]"
-    echo "name = \"b\""
-    echo "algorithm = \"$ALGORITHM\""
-    echo "keepalive = 1024"
-    for i in 0 1 2; do
-        echo "[[upstream.backend]]"
-        echo "addr = \"127.0.0.1:$((PORT_BACKEND + i))\""
-    done
-} >"$WORK/fulcrum.toml"
-
-# compare.sh's nginx proxy, as one process (no master) so that valgrind follows all of it.
-mkdir -p "$WORK/proxy-nginx/logs"
-{
-    echo "worker_processes 1; master_process off; daemon off;"
-    echo "pid $WORK/proxy-nginx/nginx.pid; error_log $WORK/proxy-nginx/logs/error.log warn;"
-    echo "events { worker_connections 4096; }"
-    echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
-    echo "  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;"
-    echo "  uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
-    echo "  upstream b { $NGINX_BALANCE"
-    for i in 0 1 2; do echo "    server 127.0.0.1:$((PORT_BACKEND + i));"; done
-    echo "    keepalive 1024; keepalive_requests 1000000; }"
-    echo "  server { listen 127.0.0.1:$PORT_PROXY; location / {"
-    echo "    proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\";"
-    echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
-    echo "}"
-} >"$WORK/proxy-nginx/nginx.conf"
-
-# compare.sh's HAProxy.
-{
-    echo "global"
-    echo "  nbthread 1"
-    echo "  maxconn 8000"
-    echo "defaults"
-    echo "  mode http"
-    echo "  option http-keep-alive"
-    echo "  option forwardfor"
-    echo "  timeout connect 5s"
-    echo "  timeout client 60s"
-    echo "  timeout server 60s"
-    echo "frontend f"
-    echo "  bind 127.0.0.1:$PORT_PROXY"
-    echo "  default_backend b"
-    echo "backend b"
-    echo "  balance $HAPROXY_BALANCE"
-    echo "  http-reuse always"
-    for i in 0 1 2; do echo "  server s$i 127.0.0.1:$((PORT_BACKEND + i)) maxconn 4000"; done
-} >"$WORK/haproxy.cfg"
-
-# command PROXY: how to start PROXY in the foreground (fulcrum, baseline, nginx, haproxy).
-command_of() {
+# algorithm_of CASE: what the proxies balance with, or the protocol case they are set up for.
+algorithm_of() {
     case $1 in
-        fulcrum) echo "$WORK/fulcrum run --config $WORK/fulcrum.toml" ;;
-        baseline) echo "$BASELINE run --config $WORK/fulcrum.toml" ;;
-        nginx) echo "nginx -c $WORK/proxy-nginx/nginx.conf -p $WORK/proxy-nginx" ;;
-        haproxy) echo "haproxy -f $WORK/haproxy.cfg -db" ;;
+        close) echo round_robin ;;
+        tls_handshake) echo tls ;;
+        backends_10k) echo least_conn ;;
+        *) echo "$1" ;;
     esac
 }
 
-# load MODE SIZE: the client's part of one run (SIZE: requests for keepalive, seconds for close).
-load() {
-    local mode=$1 size=$2
-    if [ "$mode" = keepalive ]; then
-        if ! h2load --h1 -n "$size" -c "$CONNS" "http://127.0.0.1:$PORT_PROXY/" >"$WORK/load.log" 2>&1 ||
-            ! grep -q "$size succeeded" "$WORK/load.log"; then
-            echo "error: not every request succeeded:" >&2
-            cat "$WORK/load.log" >&2
-            exit 1
-        fi
+# start_case CASE: the backends for CASE (each request a line in BACKEND_LOG), and every
+# proxy's configuration in WORK.
+start_case() {
+    local case=$1 alg i
+    alg=$(algorithm_of "$case")
+    BACKENDS=()
+    if [ "$case" = backends_10k ]; then
+        # compare.sh's backends_10k: 10,000 addresses of 127.0.0.0/8, one wildcard listener.
+        for i in $(seq 0 9999); do BACKENDS+=("127.0.$((1 + i / 250)).$((1 + i % 250)):$PORT_BACKEND"); done
     else
-        wrk -t1 -c"$CLOSE_CONNS" -d"${size}s" -H 'Connection: close' \
-            "http://127.0.0.1:$PORT_PROXY/" >"$WORK/load.log" 2>&1
+        for i in "${BACKEND_PORTS[@]}"; do BACKENDS+=("127.0.0.1:$i"); done
+    fi
+    if [ -n "$BACKENDS_PID" ]; then
+        kill "$BACKENDS_PID" 2>/dev/null || true
+        wait "$BACKENDS_PID" 2>/dev/null || true
+    fi
+    mkdir -p "$WORK/backends/logs" "$WORK/proxy-nginx/logs"
+    backends_config "$WORK/backends" 1 "$([ "$case" = h2_backend ] && echo " http2")" "$BACKEND_LOG" \
+        >"$WORK/backends/nginx.conf"
+    nginx -c "$WORK/backends/nginx.conf" -p "$WORK/backends" -g 'daemon off;' &
+    BACKENDS_PID=$!
+    PIDS+=("$BACKENDS_PID")
+    wait_port "$PORT_BACKEND" 20
+    local keepalive=1024
+    [ "$case" != backends_10k ] || keepalive=4
+    fulcrum_config "$alg" 1 "$PORT_PROXY" "$keepalive" >"$WORK/fulcrum.toml"
+    nginx_config "$alg" 1 "$PORT_PROXY" "$WORK/proxy-nginx" one >"$WORK/proxy-nginx/nginx.conf"
+    haproxy_config "$alg" 1 "$PORT_PROXY" >"$WORK/haproxy.cfg"
+}
+
+# command_of PROXY: COMMAND, how to start PROXY in the foreground (fulcrum, baseline, nginx,
+# haproxy).
+command_of() {
+    case $1 in
+        fulcrum) COMMAND=("$WORK/fulcrum" run --config "$WORK/fulcrum.toml") ;;
+        baseline) COMMAND=("$BASELINE" run --config "$WORK/fulcrum.toml") ;;
+        nginx) COMMAND=(nginx -c "$WORK/proxy-nginx/nginx.conf" -p "$WORK/proxy-nginx" -g 'daemon off;') ;;
+        haproxy) COMMAND=(haproxy -f "$WORK/haproxy.cfg" -db) ;;
+    esac
+}
+
+# by_seconds CASE: whether CASE is measured over time, a connection per request.
+by_seconds() {
+    [ "$1" = close ] || [ "$1" = tls_handshake ]
+}
+
+# load CASE SIZE: the client's part of one run (SIZE: requests, or seconds for by_seconds).
+load() {
+    local case=$1 size=$2 scheme=http
+    case $case in tls | tls_handshake) scheme=https ;; esac
+    local url=$scheme://127.0.0.1:$PORT_PROXY/
+    if by_seconds "$case"; then
+        wrk -t1 -c"$CLOSE_CONNS" -d"${size}s" -H 'Connection: close' "$url" >"$WORK/load.log" 2>&1
         if grep -q 'Non-2xx' "$WORK/load.log"; then
-            echo "error: a request failed:" >&2
+            echo "error: $case: a request failed:" >&2
             cat "$WORK/load.log" >&2
             exit 1
         fi
+        return
+    fi
+    local protocol=(--h1)
+    [ "$case" != h2 ] || protocol=(-m10)
+    if ! h2load "${protocol[@]}" -n "$size" -c "$CONNS" "$url" >"$WORK/load.log" 2>&1 ||
+        ! grep -q "$size succeeded" "$WORK/load.log"; then
+        echo "error: $case: not every request succeeded:" >&2
+        cat "$WORK/load.log" >&2
+        exit 1
     fi
 }
 
-# instructions PROXY MODE SIZE [KEEP]: "instructions requests", the instructions PROXY executed
+# instructions PROXY CASE SIZE [KEEP]: "instructions requests", the instructions PROXY executed
 # from start to stop over one run, and the requests the backends saw. KEEP: where to keep
 # callgrind's output (with PROFILE).
 instructions() {
-    local proxy=$1 mode=$2 size=$3 keep=${4:-/dev/null} log=$WORK/valgrind.log pid before after
+    local proxy=$1 case=$2 size=$3 keep=${4:-/dev/null} log=$WORK/valgrind.log pid before after
     local tool=(--tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null)
     [ -z "$PROFILE" ] || tool=(--tool=callgrind "--callgrind-out-file=$keep")
-    # shellcheck disable=SC2046
-    valgrind "${tool[@]}" $(command_of "$proxy") 2>"$log" &
+    command_of "$proxy"
+    valgrind "${tool[@]}" "${COMMAND[@]}" 2>"$log" &
     pid=$!
     PIDS+=("$pid")
-    wait_port "$PORT_PROXY" 30
+    wait_port "$PORT_PROXY" 60
     before=$(wc -l <"$BACKEND_LOG")
-    load "$mode" "$size"
+    load "$case" "$size"
     kill -TERM "$pid"
     wait "$pid" || true
     after=$(wc -l <"$BACKEND_LOG")
@@ -210,43 +191,44 @@ instructions() {
     awk -v r=$((after - before)) '/I +refs:|Collected :/ { gsub(",", "", $NF); print $NF, r }' "$log"
 }
 
-# per_request PROXY MODE: instructions per request, from two runs.
+# per_request PROXY CASE: "instructions-per-request requests", from two runs.
 per_request() {
-    local proxy=$1 mode=$2 small large keep=/dev/null
-    [ -z "$PROFILE" ] || keep=$PROFILE/callgrind.$proxy.$mode
-    if [ "$mode" = keepalive ]; then
-        read -r i1 _ <<<"$(instructions "$proxy" "$mode" $((N / 4)))"
-        read -r i2 _ <<<"$(instructions "$proxy" "$mode" $((N / 4 + N)) "$keep")"
-        echo "$(((i2 - i1) / N)) $N"
-    else
-        read -r i1 r1 <<<"$(instructions "$proxy" "$mode" "$CLOSE_SECONDS")"
-        read -r i2 r2 <<<"$(instructions "$proxy" "$mode" $((5 * CLOSE_SECONDS)) "$keep")"
+    local proxy=$1 case=$2 keep=/dev/null i1 i2 r1 r2
+    [ -z "$PROFILE" ] || keep=$PROFILE/callgrind.$proxy.$case
+    if by_seconds "$case"; then
+        read -r i1 r1 <<<"$(instructions "$proxy" "$case" "$CLOSE_SECONDS")"
+        read -r i2 r2 <<<"$(instructions "$proxy" "$case" $((5 * CLOSE_SECONDS)) "$keep")"
         echo "$(((i2 - i1) / (r2 - r1))) $((r2 - r1))"
+    else
+        read -r i1 _ <<<"$(instructions "$proxy" "$case" $((N / 4)))"
+        read -r i2 _ <<<"$(instructions "$proxy" "$case" $((N / 4 + N)) "$keep")"
+        echo "$(((i2 - i1) / N)) $N"
     fi
 }
 
 names=()
 for proxy in $PROXIES; do names+=("$proxy"); done
 [ -z "$BASELINE" ] || names+=(baseline)
-echo "instructions per request, $ALGORITHM, 1 worker; keepalive: $CONNS connections, over $N requests;"
-echo "close: a connection per request, $CLOSE_CONNS at once; fulcrum at $REVISION"
+echo "instructions per request, 1 worker; requests cases: $CONNS connections, over $N requests;"
+echo "close and tls_handshake: a connection per request, $CLOSE_CONNS at once; fulcrum at $REVISION"
 echo
-echo "| mode | proxy | instructions/request | requests |"
+echo "| case | proxy | instructions/request | requests |"
 echo "|---|---|---|---|"
 declare -A result
-for mode in $MODES; do
+for case in $CASES; do
+    start_case "$case"
     for proxy in "${names[@]}"; do
-        read -r per count <<<"$(per_request "$proxy" "$mode")"
-        result[$proxy.$mode]=$per
-        echo "| $mode | $proxy | $per | $count |"
+        read -r per count <<<"$(per_request "$proxy" "$case")"
+        result[$proxy.$case]=$per
+        echo "| $case | $proxy | $per | $count |"
     done
 done
 echo
-for mode in $MODES; do
+for case in $CASES; do
     for proxy in "${names[@]}"; do
         [ "$proxy" != fulcrum ] || continue
-        [ -n "${result[fulcrum.$mode]:-}" ] || continue
-        awk -v h="${result[fulcrum.$mode]}" -v b="${result[$proxy.$mode]}" -v p="$proxy" -v m="$mode" \
-            'BEGIN { printf "%s: fulcrum / %s: %.3f\n", m, p, h / b }'
+        [ -n "${result[fulcrum.$case]:-}" ] || continue
+        awk -v h="${result[fulcrum.$case]}" -v b="${result[$proxy.$case]}" -v p="$proxy" -v c="$case" \
+            'BEGIN { printf "%s: fulcrum / %s: %.3f\n", c, p, h / b }'
     done
 done

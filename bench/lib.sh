@@ -45,8 +45,8 @@ resolve_baseline() {
 # wait_port PORT [SECONDS]: returns when something accepts on 127.0.0.1:PORT; exits the script
 # with an error after SECONDS (default 5).
 wait_port() {
-    local port=$1 seconds=${2:-5} i
-    for i in $(seq 1 $((seconds * 20))); do
+    local port=$1 seconds=${2:-5}
+    for _ in $(seq 1 $((seconds * 20))); do
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
         sleep 0.05
     done

@@ -42,6 +42,7 @@ pub fn request_head(input: &[u8]) {
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
         upgrade: &upgrade,
+        routes: None,
     };
     let mut out = Vec::new();
     if let Ok(Some(head)) = http1::parse_request(buf, limits, &client, &mut out) {
@@ -878,6 +879,7 @@ pub fn h2_request_head(input: &[u8]) {
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
         upgrade: &[],
+        routes: None,
     };
     let (mut raw, mut head) = (Vec::new(), Vec::new());
     if crate::http2::backend_head(&parts, limits, &client, &mut raw, &mut head).is_err() {

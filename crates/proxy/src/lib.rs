@@ -97,6 +97,7 @@ pub mod metrics;
 mod proxy_protocol;
 mod record;
 mod request;
+mod route;
 pub mod server;
 pub mod settings;
 mod tcp;

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::access_log::AccessLog;
+use crate::http1::Routed;
 use crate::metrics::WorkerStats;
+use crate::route::Routes;
 use crate::settings::ListenerSettings;
 use crate::tls::ServerTls;
 use crate::upstream::{Upstream, WorkerPools};
@@ -19,7 +21,12 @@ use crate::upstream::{Upstream, WorkerPools};
 #[derive(Debug)]
 pub(crate) struct ListenerContext {
     pub(crate) settings: ListenerSettings,
-    pub(crate) upstream: Arc<Upstream>,
+    /// The upstreams its requests may go to: the listener's own first (`upstream`, when it has
+    /// one: `has_default`), then those its routes name, each once, in the order first named.
+    pub(crate) upstreams: Vec<Arc<Upstream>>,
+    pub(crate) has_default: bool,
+    /// Its `[[listener.route]]`, compiled; `None` without any.
+    pub(crate) routes: Option<Routes>,
     pub(crate) access_log: Option<AccessLog>,
     /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
     /// certificates replaces it without retiring open connections.
@@ -35,7 +42,35 @@ impl ListenerContext {
             (None, None) => true,
             _ => false,
         };
-        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
+        self.same_upstreams(other) && self.settings == other.settings && same_log
+    }
+
+    /// Whether `self` and `other` send requests to the very same upstreams, in the same order.
+    pub(crate) fn same_upstreams(&self, other: &ListenerContext) -> bool {
+        self.upstreams.len() == other.upstreams.len()
+            && self
+                .upstreams
+                .iter()
+                .zip(&other.upstreams)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
+    /// The listener's own upstream, if it has one.
+    pub(crate) fn default_upstream(&self) -> Option<&Arc<Upstream>> {
+        self.upstreams.first().filter(|_| self.has_default)
+    }
+
+    /// The index in `upstreams` of the upstream a request `routed` so goes to; `None` when it
+    /// is answered here.
+    pub(crate) fn upstream_for(&self, routed: &Routed) -> Option<usize> {
+        match routed {
+            Routed::Default => self.has_default.then_some(0),
+            Routed::Upstream { route } => match self.routes.as_ref()?.get(*route)?.action {
+                crate::route::Action::Upstream { upstream, .. } => Some(upstream),
+                _ => None,
+            },
+            Routed::Answer { .. } => None,
+        }
     }
 }
 
@@ -44,7 +79,8 @@ impl ListenerContext {
 #[derive(Debug)]
 pub(crate) struct WorkerListener {
     pub(crate) ctx: Arc<ListenerContext>,
-    pub(crate) connections: Arc<WorkerPools>,
+    /// The worker's connections to each of `ctx.upstreams`, in the same order.
+    pub(crate) connections: Vec<Arc<WorkerPools>>,
     /// This worker's counts.
     pub(crate) stats: Arc<WorkerStats>,
     /// A reload changed the listener: its connections finish the request they are on, say

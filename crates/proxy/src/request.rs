@@ -68,12 +68,13 @@ pub(crate) struct Forward<'a> {
 impl<'a> Forward<'a> {
     /// A request of `listener` whose head `req` the parser wrote for the backend (its first
     /// `head_len` bytes), with `body` (`None`: the request has none) and what its `client`
-    /// takes back, to the upstream whose `settings` were in force when it was read. What only
-    /// one protocol has is left to it: the HTTP/1.1 path sets `watch_client` and `early`, the
-    /// HTTP/2 path `trailers`.
+    /// takes back, to the listener's upstream number `upstream` (its index in the context's
+    /// list), whose `settings` were in force when it was read. What only one protocol has is
+    /// left to it: the HTTP/1.1 path sets `watch_client` and `early`, the HTTP/2 path
+    /// `trailers`.
     pub(crate) fn new(
         listener: &'a WorkerListener,
-        settings: &'a UpstreamSettings,
+        (upstream, settings): (usize, &'a UpstreamSettings),
         req: &RequestHead,
         head_len: usize,
         affinity: Option<&'a [u8]>,
@@ -81,9 +82,9 @@ impl<'a> Forward<'a> {
         client: ClientSide,
     ) -> Forward<'a> {
         Forward {
-            upstream: &listener.ctx.upstream,
+            upstream: &listener.ctx.upstreams[upstream],
             settings,
-            connections: &listener.connections,
+            connections: &listener.connections[upstream],
             stats: &listener.stats,
             affinity,
             head_len,

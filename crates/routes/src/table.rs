@@ -22,7 +22,7 @@ pub enum PathMatch {
 
 /// One route's conditions, as the configuration gives them (syntax already checked by the
 /// caller: methods upper case, header names lower case).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spec {
     /// nginx `server_name` forms: `example.com`, `*.example.com`, `www.example.*`,
     /// `.example.com` (the name and all its subdomains), `~regex`. Empty: any host.

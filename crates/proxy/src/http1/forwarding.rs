@@ -83,6 +83,11 @@ impl ClientAddr {
     pub(crate) fn set_https(&mut self) {
         self.proto = "https";
     }
+
+    /// The scheme the client used with us: `http`, or `https` on a TLS listener.
+    pub(crate) fn scheme(&self) -> &'static str {
+        self.proto
+    }
 }
 
 /// An address's text, formatted once and held inline: a connection's `ClientAddr` allocates

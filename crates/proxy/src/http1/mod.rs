@@ -29,14 +29,17 @@ mod chunked;
 mod forwarding;
 mod request;
 mod response;
+mod routing;
 mod target;
 
 pub(crate) use chunked::Chunked;
 pub(crate) use forwarding::ClientAddr;
 pub use request::MAX_HEADERS_LIMIT;
 pub(crate) use request::{Limits, RequestHead, finish_request_head, parse_request};
+pub(crate) use routing::Routed;
 pub(crate) use response::{
-    ClientSide, FinalResponse, ResponseHead, local_response, parse_response,
+    ClientSide, FinalResponse, LocalAnswer, ResponseHead, local_answer, local_response,
+    parse_response,
 };
 
 /// How the length of a message body is known (RFC 9112 §6.3).

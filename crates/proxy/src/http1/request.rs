@@ -28,11 +28,13 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::forwarding::{self, ClientAddr};
+use super::routing::{self, Asked, Routed};
 use super::target::{Target, TargetError, valid_host};
 use super::{
     Codings, ConnectionTokens, Framing, Reject, codings, connection_tokens, content_length,
     is_hop_by_hop, put_content_length, put_header, reject, values,
 };
+use crate::route::Routes;
 use crate::settings::HashKey;
 
 /// Upper bound of `max_headers`: header slots live on the stack while a head is parsed.
@@ -98,6 +100,9 @@ pub(crate) struct Limits<'a> {
     /// Protocols a request may upgrade its connection to (`Upgrade`, RFC 9110 §7.8), lower
     /// case: the listener's `upgrade`. Empty: `Upgrade` is removed like any hop-by-hop header.
     pub(crate) upgrade: &'a [String],
+    /// The listener's routes, and whether it has an upstream of its own for the requests none
+    /// takes (`key` is that upstream's); `None`: no routes, every request goes to it.
+    pub(crate) routes: Option<(&'a Routes, bool)>,
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -126,9 +131,12 @@ pub(crate) struct RequestHead {
     /// Where the `Referer` and `User-Agent` values are (for the access log); empty if absent.
     pub(crate) referer: Range<usize>,
     pub(crate) user_agent: Range<usize>,
-    /// Where the hash key asked for in [`Limits::key`] is in the input; empty when the request
-    /// has no such header or cookie.
+    /// Where the hash key asked for in [`Limits::key`] (or by the route's upstream) is in the
+    /// input; empty when the request has no such header or cookie.
     pub(crate) key: Range<usize>,
+    /// Where it goes: the listener's upstream, a route's, or our own answer (then nothing was
+    /// written for a backend).
+    pub(crate) routed: Routed,
 }
 
 /// The status for a request line httparse refused as to its version: 505 if the line is
@@ -216,19 +224,35 @@ pub(crate) fn parse_request(
         return Err(NO_HOST);
     }
 
+    let decision = match limits.routes {
+        None => None,
+        Some((routes, has_default)) => {
+            let asked = Asked {
+                method,
+                target: &parsed_target,
+                host,
+                headers,
+                scheme: client.scheme(),
+            };
+            Some(routing::route(routes, has_default, &asked, out)?)
+        }
+    };
+    let (routed, key, target_written) = match decision {
+        None => (Routed::Default, limits.key, false),
+        Some(d) if d.routed == Routed::Default => (Routed::Default, limits.key, false),
+        Some(d) => (d.routed, d.key, d.target_written),
+    };
+
     let connection = connection_tokens(headers);
-    put_backend_head(
-        out,
-        method,
-        &parsed_target,
-        host,
-        headers,
-        &connection,
-        client,
-    );
     let no_body = matches!(body, Framing::None | Framing::Length(0));
-    let upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
-    forwarding::put_forwarding(out, headers, client, host);
+    let mut upgrade = false;
+    // A request answered here gets no backend head (the buffer holds a redirect's `Location`).
+    if !matches!(routed, Routed::Answer { .. }) {
+        let line = (!target_written).then_some((method, &parsed_target));
+        put_backend_head(out, line, host, headers, &connection, client);
+        upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
+        forwarding::put_forwarding(out, headers, client, host);
+    }
 
     let value_of = |name: &str| {
         headers
@@ -250,7 +274,7 @@ pub(crate) fn parse_request(
         target: range_in(buf, target),
         referer: value_of("referer"),
         user_agent: value_of("user-agent"),
-        key: match limits.key {
+        key: match key {
             None | Some(HashKey::ClientIp) => 0..0,
             Some(HashKey::Uri) => range_in(buf, parsed_target.as_sent()),
             Some(HashKey::Header(name)) => value_of(name),
@@ -258,6 +282,7 @@ pub(crate) fn parse_request(
                 cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
             }
         },
+        routed,
     }))
 }
 
@@ -316,21 +341,23 @@ fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<&'h [u8]>, Reject
     }
 }
 
-/// Writes the request line in origin form and HTTP/1.1, one `Host`, and the client's headers
-/// less the hop-by-hop ones (those `Connection` names too, when it has any), the framing,
-/// `Expect` and the forwarding headers this proxy writes itself.
+/// Writes the request line in origin form and HTTP/1.1 (`line`: its method and target, unless a
+/// route already wrote them, rewritten), one `Host`, and the client's headers less the
+/// hop-by-hop ones (those `Connection` names too, when it has any), the framing, `Expect` and
+/// the forwarding headers this proxy writes itself.
 fn put_backend_head(
     out: &mut Vec<u8>,
-    method: &str,
-    target: &Target<'_>,
+    line: Option<(&str, &Target<'_>)>,
     host: Option<&[u8]>,
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
     client: &ClientAddr,
 ) {
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    target.put_origin_form(out);
+    if let Some((method, target)) = line {
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        target.put_origin_form(out);
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if let Some(host) = host {
         put_header(out, "Host", host);
@@ -420,6 +447,7 @@ mod tests {
         max_header_bytes: 16 * 1024,
         key: None,
         upgrade: &[],
+        routes: None,
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
@@ -499,6 +527,7 @@ mod tests {
             max_header_bytes: 20,
             key: None,
             upgrade: &[],
+            routes: None,
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -522,6 +551,7 @@ mod tests {
             max_header_bytes: 1024,
             key: None,
             upgrade: &[],
+            routes: None,
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
@@ -672,6 +702,7 @@ mod tests {
         let allowed = ["websocket".to_owned()];
         let limits = Limits {
             upgrade: &allowed,
+            routes: None,
             ..LIMITS
         };
         let parse = |raw: &str, limits: Limits<'_>| {

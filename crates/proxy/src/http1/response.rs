@@ -267,13 +267,44 @@ fn switching(
 
 /// Our own short answer. An HTTP/1.0 client kept alive is told so.
 pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSide) {
+    let answer = LocalAnswer {
+        status: reject.status,
+        content_type: b"text/plain; charset=utf-8",
+        location: None,
+        body: reject.text.as_bytes(),
+    };
+    local_answer(out, &answer, client);
+}
+
+/// An answer of our own: a refusal, or what a route answers itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalAnswer<'a> {
+    pub(crate) status: u16,
+    pub(crate) content_type: &'a [u8],
+    /// A redirect's target.
+    pub(crate) location: Option<&'a [u8]>,
+    pub(crate) body: &'a [u8],
+}
+
+/// Writes `answer` into `out` (cleared first), as [`local_response`] does.
+pub(crate) fn local_answer(out: &mut Vec<u8>, answer: &LocalAnswer<'_>, client: ClientSide) {
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
-    put_decimal(out, u64::from(reject.status));
+    put_decimal(out, u64::from(answer.status));
     out.push(b' ');
-    out.extend_from_slice(reason(reject.status).as_bytes());
-    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
-    put_content_length(out, reject.text.len() as u64);
+    out.extend_from_slice(reason(answer.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !answer.content_type.is_empty() {
+        put_header(out, "Content-Type", answer.content_type);
+    }
+    if let Some(location) = answer.location {
+        put_header(out, "Location", location);
+    }
+    // 204 and 304 have no body and say no length (RFC 9110 §8.6, §15.4.5).
+    let bodiless = matches!(answer.status, 204 | 304);
+    if !bodiless {
+        put_content_length(out, answer.body.len() as u64);
+    }
     if !client.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if !client.http11 {
@@ -282,15 +313,28 @@ pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSi
     out.extend_from_slice(b"\r\n");
     // The answer to HEAD has no body (RFC 9110 §9.3.2): on a kept-alive connection the
     // client would take one for the start of the next response.
-    if !client.is_head {
-        out.extend_from_slice(reject.text.as_bytes());
+    if !client.is_head && !bodiless {
+        out.extend_from_slice(answer.body);
     }
 }
 
 /// The reason phrase of a status we answer with ourselves (RFC 9110 §15).
 fn reason(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        410 => "Gone",
+        429 => "Too Many Requests",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",

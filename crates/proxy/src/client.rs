@@ -549,7 +549,8 @@ impl<S: ClientStream> ClientConn<S> {
     async fn own_answer(&mut self, reject: Reject, client: ClientSide) -> (u16, Next, u64) {
         let client = self.keeping(client);
         http1::local_response(&mut self.scratch.out, reject, client);
-        self.send_out(reject.status, reject.text.len(), client).await
+        self.send_out(reject.status, reject.text.len(), client)
+            .await
     }
 
     /// `client`, its connection kept only if the worker and the listener go on.

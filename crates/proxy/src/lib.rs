@@ -111,7 +111,8 @@ pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, Http2Settings, ListenerSettings,
-    LoadSource, Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
+    LoadSource, Protocol, ProxyProtocol, ProxySettings, Redirect, RouteAction, RouteSettings,
+    UpstreamSettings,
 };
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,

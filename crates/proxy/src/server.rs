@@ -38,9 +38,9 @@ use crate::access_log::{AccessLog, AccessLogSettings, Destination};
 use crate::handover::{self, Inherited};
 use crate::listener::{ListenerContext, WorkerListener};
 use crate::metrics::{Metrics, WorkerStats};
+use crate::route::Routes;
 use crate::settings::{ListenerSettings, Protocol, ProxySettings};
 use crate::tls::{Resumption, ServerTls, TlsSetupError};
-use crate::route::Routes;
 use crate::upstream::Keep;
 use crate::upstream::{Upstream, WorkerPools, hashed_request_part};
 use crate::{dispatch, proxy_protocol, tcp};
@@ -816,7 +816,8 @@ impl Live {
         let mut bound = bound.into_iter();
         let mut listeners = Vec::new();
         let mut added = Vec::new();
-        for (((l, matched), tls), served) in settings.into_iter().zip(matches).zip(tls).zip(served) {
+        for (((l, matched), tls), served) in settings.into_iter().zip(matches).zip(tls).zip(served)
+        {
             match (matched.and_then(|i| old_entries[i].take()), served) {
                 (Some(mut entry), Some(served)) => {
                     let context = ListenerContext {
@@ -1093,7 +1094,11 @@ impl AcceptLoop {
             .map(|upstream| {
                 // An upstream the listener already sent to keeps its connections.
                 let kept = previous.and_then(|p| {
-                    let i = p.ctx.upstreams.iter().position(|u| Arc::ptr_eq(u, upstream))?;
+                    let i = p
+                        .ctx
+                        .upstreams
+                        .iter()
+                        .position(|u| Arc::ptr_eq(u, upstream))?;
                     p.connections.get(i).cloned()
                 });
                 kept.unwrap_or_else(|| {

@@ -36,6 +36,7 @@ mod file;
 mod health;
 mod listener;
 mod report;
+mod route;
 mod settings;
 mod table;
 mod tls;

@@ -36,11 +36,11 @@ pub(crate) use chunked::Chunked;
 pub(crate) use forwarding::ClientAddr;
 pub use request::MAX_HEADERS_LIMIT;
 pub(crate) use request::{Limits, RequestHead, finish_request_head, parse_request};
-pub(crate) use routing::Routed;
 pub(crate) use response::{
     ClientSide, FinalResponse, LocalAnswer, ResponseHead, local_answer, local_response,
     parse_response,
 };
+pub(crate) use routing::Routed;
 
 /// How the length of a message body is known (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

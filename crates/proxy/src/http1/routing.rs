@@ -248,7 +248,10 @@ mod tests {
 
     #[test]
     fn a_host_s_port_is_split_off() {
-        assert_eq!(split_port(b"a.test:8080"), (&b"a.test"[..], Some(&b"8080"[..])));
+        assert_eq!(
+            split_port(b"a.test:8080"),
+            (&b"a.test"[..], Some(&b"8080"[..]))
+        );
         assert_eq!(split_port(b"a.test"), (&b"a.test"[..], None));
         assert_eq!(split_port(b"[::1]"), (&b"[::1]"[..], None));
         assert_eq!(split_port(b"[::1]:81"), (&b"[::1]"[..], Some(&b"81"[..])));

@@ -207,7 +207,8 @@ pub(crate) async fn serve(
             Ended::Answered
         }
         Ready::Returned { routed, location } => {
-            let (status, bytes) = returned(&ctx, &mut respond, &routed, &location, is_head_of(&done));
+            let (status, bytes) =
+                returned(&ctx, &mut respond, &routed, &location, is_head_of(&done));
             done.finish(status, bytes, &[], None, Fate::Returned);
             Ended::Answered
         }
@@ -244,9 +245,12 @@ fn returned(
         _ => None,
     };
     let (status, content_type, body, location) = match route {
-        Some((status, Action::Respond {
-            body, content_type, ..
-        })) => (status, content_type.as_bytes(), body.as_bytes(), None),
+        Some((
+            status,
+            Action::Respond {
+                body, content_type, ..
+            },
+        )) => (status, content_type.as_bytes(), body.as_bytes(), None),
         Some((status, _)) => {
             let at = match routed {
                 Routed::Answer { location: at, .. } => at.clone(),
@@ -256,7 +260,10 @@ fn returned(
         }
         None => {
             let sent = own_answer(respond, NOT_FOUND, is_head).is_ok() && !is_head;
-            return (NOT_FOUND.status, if sent { NOT_FOUND.text.len() as u64 } else { 0 });
+            return (
+                NOT_FOUND.status,
+                if sent { NOT_FOUND.text.len() as u64 } else { 0 },
+            );
         }
     };
     let mut response = Response::new(());

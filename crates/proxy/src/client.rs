@@ -255,6 +255,7 @@ impl<S: ClientStream> ClientConn<S> {
             backends: &[],
             upstream_time: None,
             upstream: self.listener.ctx.default_upstream().map(|_| 0),
+            route: None,
         }
         .finish(&self.listener);
     }
@@ -382,6 +383,7 @@ impl<S: ClientStream> ClientConn<S> {
                 backends: &[],
                 upstream_time: None,
                 upstream: None,
+                route: req.routed.route(),
             }
             .finish(&listener);
             return next;
@@ -434,6 +436,7 @@ impl<S: ClientStream> ClientConn<S> {
             backends: tried.tried(),
             upstream_time,
             upstream: Some(upstream),
+            route: req.routed.route(),
         }
         .finish(&listener);
         self.scratch.tried = tried;

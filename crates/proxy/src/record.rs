@@ -172,6 +172,9 @@ pub(crate) struct Record<'a> {
     /// The listener's upstream it went to (an index into its context's list); `None` for a
     /// request a route answered itself, or none took.
     pub(crate) upstream: Option<usize>,
+    /// The route that took it (an index into the listener's routes), if the listener has
+    /// routes and one did.
+    pub(crate) route: Option<usize>,
 }
 
 impl Record<'_> {
@@ -207,6 +210,10 @@ impl Record<'_> {
             upstream_time: self.upstream_time,
             backends: self.backends,
             upstream: upstream.map_or("-", |u| u.name()),
+            route: self
+                .route
+                .and_then(|i| listener.ctx.routes.as_ref()?.get(i))
+                .map(|r| &*r.name),
             fate: self.fate.name(),
         });
     }
@@ -266,6 +273,7 @@ mod tests {
             backends: &[],
             upstream_time,
             upstream: Some(0),
+            route: None,
         };
         let took = Duration::from_secs(3600);
         let agreed = Some(Duration::from_millis(2));

@@ -124,9 +124,4 @@ impl Routes {
     pub(crate) fn get(&self, i: usize) -> Option<&Route> {
         self.routes.get(i)
     }
-
-    /// Every route, in file order.
-    pub(crate) fn all(&self) -> &[Route] {
-        &self.routes
-    }
 }

@@ -227,6 +227,7 @@ impl Session<'_> {
             backends: self.tried.tried(),
             upstream_time: self.connect_time,
             upstream: Some(0),
+            route: None,
         }
         .finish(self.listener);
     }

@@ -58,6 +58,17 @@ pub(super) struct Asked<'a, 'h> {
 
 struct FieldsOf<'a, 'h>(&'a [httparse::Header<'h>]);
 
+impl Routed {
+    /// The route that took the request, if one did.
+    pub(crate) fn route(&self) -> Option<usize> {
+        match self {
+            Routed::Default => None,
+            Routed::Upstream { route } => Some(*route),
+            Routed::Answer { route, .. } => *route,
+        }
+    }
+}
+
 impl routes::Headers for FieldsOf<'_, '_> {
     fn has(&self, name: &str, value: &[u8]) -> bool {
         self.0

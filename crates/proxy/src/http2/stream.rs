@@ -100,6 +100,8 @@ struct Finished<'a> {
     said: Said,
     /// The listener's upstream the request goes to (an index into its list), once known.
     upstream: Option<usize>,
+    /// The route that took it, once known.
+    route: Option<usize>,
 }
 
 impl Finished<'_> {
@@ -123,6 +125,7 @@ impl Finished<'_> {
             backends: tried,
             upstream_time,
             upstream: self.upstream,
+            route: self.route,
         }
         .finish(&self.ctx.listener);
     }
@@ -155,6 +158,7 @@ pub(crate) async fn serve(
         started: Instant::now(),
         said: said_of(&request),
         upstream: ctx.listener.ctx.default_upstream().map(|_| 0),
+        route: None,
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
     // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
@@ -472,6 +476,7 @@ async fn proxy(
         Err(reject) => return Ready::refused(reject, is_head),
     };
     done.upstream = listener.ctx.upstream_for(&req.routed);
+    done.route = req.routed.route();
     let Some(upstream) = done.upstream else {
         // Answered here: the body, if any, is not read (the stream is reset after the answer).
         return Ready::Returned {

@@ -415,7 +415,7 @@ impl Proxy {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         for l in self.live.registry().listeners.iter() {
-            tracing::info!(listen = %l.bound, upstreams = %names_of(&l.ctx.borrow()), "listening");
+            tracing::info!(listen = %l.bound, upstream = %names_of(&l.ctx.borrow()), "listening");
         }
         let workers = self.live.workers;
         // Deal the descriptors out: worker i gets descriptor i of every listener.
@@ -836,7 +836,7 @@ impl Live {
                 _ => {
                     let (listener, entry) = bound.next().expect("bound in prepare, in order");
                     done.new_listeners.push(entry.bound);
-                    tracing::info!(listen = %entry.bound, upstreams = %names_of(&listener.ctx.borrow()), "listening");
+                    tracing::info!(listen = %entry.bound, upstream = %names_of(&listener.ctx.borrow()), "listening");
                     added.push(listener);
                     listeners.push(entry);
                 }

@@ -1,0 +1,322 @@
+//! Routes (`[[listener.route]]`) against a running `fulcrum run`: requests sent by host and
+//! path to the upstream their route names, a redirect (HTTP to HTTPS as nginx's `return 301
+//! https://$host$request_uri`), a fixed answer, 404 when no route takes a request, the path a
+//! backend gets with `strip_prefix` and `rewrite_prefix`, and paths that try to climb out of
+//! a prefix (`/api/../admin`, `%2e%2e`) matched on their normalised form.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use common::{Running, TempFile};
+
+/// A backend that answers every request with `X-Backend: <name>` and, as its body, the
+/// request line it got; one thread, connection by connection, until the test ends.
+fn echo_backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || serve_echo(stream, name));
+        }
+    });
+    addr
+}
+
+fn serve_echo(stream: TcpStream, name: &str) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        // The rest of the head (no bodies in these tests).
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                break;
+            }
+        }
+        let body = line.trim_end();
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nX-Backend: {name}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if out.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// What came back for one request: status, headers (lower-case names) and body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `GET target` with `Host: host` on a new connection (closed after the answer).
+fn get(to: SocketAddr, host: &str, target: &str) -> Answer {
+    request(to, "GET", host, target)
+}
+
+fn request(to: SocketAddr, method: &str, host: &str, target: &str) -> Answer {
+    let mut s = TcpStream::connect(to).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {text:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+fn site(api: SocketAddr, web: SocketAddr, with_default: bool) -> String {
+    let default = if with_default {
+        "upstream = \"web\"\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"workers = 1
+access_log = false
+
+[[listener]]
+listen = "127.0.0.1:0"
+{default}
+  [[listener.route]]
+  name = "to-https"
+  host = ["old.example.com"]
+  redirect = {{ status = 301, scheme = "https" }}
+
+  [[listener.route]]
+  name = "health"
+  path_exact = "/healthz"
+  respond = {{ status = 200, body = "ok\n", content_type = "text/plain" }}
+
+  [[listener.route]]
+  name = "api"
+  path = "/api/"
+  upstream = "api"
+
+  [[listener.route]]
+  name = "v1"
+  path = "/v1/"
+  upstream = "api"
+  rewrite_prefix = "/api/v1/"
+
+  [[listener.route]]
+  name = "static"
+  path = "/static/"
+  upstream = "web"
+  strip_prefix = true
+
+  [[listener.route]]
+  name = "images"
+  path_regex_nocase = "\\.(png|jpg)$"
+  upstream = "api"
+
+[[upstream]]
+name = "api"
+  [[upstream.backend]]
+  addr = "{api}"
+
+[[upstream]]
+name = "web"
+  [[upstream.backend]]
+  addr = "{web}"
+"#
+    )
+}
+
+#[test]
+fn requests_go_where_their_route_says() {
+    let (api, web) = (echo_backend("api"), echo_backend("web"));
+    let config = TempFile::new("routes.toml", &site(api, web, true));
+    let fulcrum = Running::start(&config, 1);
+    let at = fulcrum.listening[0].1;
+
+    let a = get(at, "a.example.com", "/api/users?id=1");
+    assert_eq!(
+        (a.status, a.header("x-backend")),
+        (200, Some("api")),
+        "{a:?}"
+    );
+    assert_eq!(a.body, "GET /api/users?id=1 HTTP/1.1", "passed on as sent");
+    let a = get(at, "a.example.com", "/other");
+    assert_eq!(
+        a.header("x-backend"),
+        Some("web"),
+        "no route: the listener's upstream"
+    );
+
+    // nginx's `return 301 https://$host$request_uri`, for one host only.
+    let a = get(at, "old.example.com", "/a?b=1");
+    assert_eq!(a.status, 301, "{a:?}");
+    assert_eq!(a.header("location"), Some("https://old.example.com/a?b=1"));
+    let a = get(at, "old.example.com:8080", "/a");
+    assert_eq!(
+        a.header("location"),
+        Some("https://old.example.com/a"),
+        "the port of another scheme is not kept"
+    );
+
+    let a = get(at, "a.example.com", "/healthz");
+    assert_eq!((a.status, a.body.as_str()), (200, "ok\n"));
+    assert_eq!(a.header("content-type"), Some("text/plain"));
+    let a = request(at, "HEAD", "a.example.com", "/healthz");
+    assert_eq!((a.status, a.body.as_str()), (200, ""), "no body for HEAD");
+    let a = get(at, "a.example.com", "/healthz/x");
+    assert_eq!(a.header("x-backend"), Some("web"), "path_exact is exact");
+
+    // The prefix replaced, the rest of the normalised path kept, the query passed on.
+    let a = get(at, "a.example.com", "/v1/users?x=2");
+    assert_eq!(a.body, "GET /api/v1/users?x=2 HTTP/1.1");
+    let a = get(at, "a.example.com", "/static/css/site.css");
+    assert_eq!(
+        (a.header("x-backend"), a.body.as_str()),
+        (Some("web"), "GET /css/site.css HTTP/1.1")
+    );
+
+    // A case-insensitive regex beats the prefix /api/ (nginx: regexes after a prefix that is
+    // not `^~`).
+    let a = get(at, "a.example.com", "/api/logo.PNG");
+    assert_eq!(a.header("x-backend"), Some("api"));
+    let a = get(at, "a.example.com", "/logo.JPG");
+    assert_eq!(a.header("x-backend"), Some("api"));
+}
+
+#[test]
+fn a_path_that_climbs_out_of_a_prefix_is_matched_where_it_lands() {
+    let (api, web) = (echo_backend("api"), echo_backend("web"));
+    let config = TempFile::new("routes-paths.toml", &site(api, web, true));
+    let fulcrum = Running::start(&config, 1);
+    let at = fulcrum.listening[0].1;
+    for target in [
+        "/api/../admin",
+        "/api/%2e%2e/admin",
+        "/api/%2E%2E/admin",
+        "/api/./../admin",
+    ] {
+        let a = get(at, "a.example.com", target);
+        assert_eq!(
+            a.header("x-backend"),
+            Some("web"),
+            "{target} is /admin, which the api route does not take: {a:?}"
+        );
+    }
+    // Merged slashes and decoded unreserved characters still name the prefix.
+    for target in ["//api/x", "/%61pi/x", "/api//x"] {
+        let a = get(at, "a.example.com", target);
+        assert_eq!(a.header("x-backend"), Some("api"), "{target}: {a:?}");
+    }
+    let a = get(at, "a.example.com", "/API/x");
+    assert_eq!(
+        a.header("x-backend"),
+        Some("web"),
+        "prefixes are case-sensitive"
+    );
+    let a = get(at, "a.example.com", "/../etc/passwd");
+    assert_eq!(a.status, 400, "above the root: {a:?}");
+}
+
+#[test]
+fn without_an_upstream_of_its_own_a_listener_answers_404_to_what_no_route_takes() {
+    let (api, web) = (echo_backend("api"), echo_backend("web"));
+    let config = TempFile::new("routes-404.toml", &site(api, web, false));
+    let fulcrum = Running::start(&config, 1);
+    let at = fulcrum.listening[0].1;
+    assert_eq!(get(at, "a.example.com", "/other").status, 404);
+    assert_eq!(
+        get(at, "a.example.com", "/api/x").header("x-backend"),
+        Some("api")
+    );
+    // nginx's auto-redirect: `/api` for a proxied `location /api/` is sent to `/api/`.
+    let a = get(at, "a.example.com", "/api?q=1");
+    assert_eq!(a.status, 301, "{a:?}");
+    assert_eq!(a.header("location"), Some("http://a.example.com/api/?q=1"));
+}
+
+#[test]
+fn check_refuses_routes_that_cannot_work() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n  path_regex = \"x\"\n  upstream = \"web\"\n",
+            "one path condition",
+        ),
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n",
+            "needs one action",
+        ),
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n  upstream = \"web\"\n  respond = { status = 200 }\n",
+            "does one thing",
+        ),
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n  upstream = \"nope\"\n",
+            "no upstream is named \"nope\"",
+        ),
+        (
+            "  [[listener.route]]\n  path_regex = \"(?=x)\"\n  upstream = \"web\"\n",
+            "does not compile",
+        ),
+        (
+            "  [[listener.route]]\n  path_regex = \"x\"\n  upstream = \"web\"\n  strip_prefix = true\n",
+            "strip_prefix replaces",
+        ),
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n  redirect = { status = 200 }\n",
+            "must be between 301 and 308",
+        ),
+        (
+            "  [[listener.route]]\n  path = \"/a/\"\n  upstream = \"web\"\n  [[listener.route]]\n  path = \"/a/\"\n  upstream = \"web\"\n",
+            "no request can reach this route",
+        ),
+    ];
+    for (routes, expected) in cases {
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n{routes}\n[[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9\"\n"
+        );
+        let config = TempFile::new("routes-check.toml", &text);
+        let out = common::fulcrum()
+            .args(["check", "--config"])
+            .arg(&config.0)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "refused: {routes}");
+        assert!(stderr.contains(expected), "{expected:?} in: {stderr}");
+    }
+}

@@ -567,10 +567,10 @@ mod tests {
     fn keys_of_later_work_are_not_yet_supported() {
         let e = refused(&GOOD.replacen(
             "upstream = \"web\"\n",
-            "upstream = \"web\"\nroute = true\n",
+            "upstream = \"web\"\nrequest_id = true\n",
             1,
         ));
-        assert!(e.contains("`route` is not supported yet"), "{e}");
+        assert!(e.contains("`request_id` is not supported yet"), "{e}");
     }
 
     const KEYS: &[&str] = &[

@@ -320,3 +320,66 @@ fn check_refuses_routes_that_cannot_work() {
         assert!(stderr.contains(expected), "{expected:?} in: {stderr}");
     }
 }
+
+/// One HTTP/2 stream (h2c with prior knowledge) with `:authority` `host`: status, `x-backend`,
+/// `location` and body.
+async fn h2_get(
+    send: &h2::client::SendRequest<bytes::Bytes>,
+    host: &str,
+    path: &str,
+) -> (u16, Option<String>, Option<String>, String) {
+    let request = http::Request::builder()
+        .uri(format!("http://{host}{path}"))
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await.unwrap();
+    let (response, _) = send.send_request(request, true).unwrap();
+    let response = response.await.unwrap();
+    let (parts, mut recv) = response.into_parts();
+    let mut body = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.unwrap();
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    (
+        parts.status.as_u16(),
+        header("x-backend"),
+        header("location"),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn http2_streams_are_routed_as_http1_requests_are() {
+    let (api, web) = (echo_backend("api"), echo_backend("web"));
+    let text = site(api, web, true).replace(
+        "listen = \"127.0.0.1:0\"\n",
+        "listen = \"127.0.0.1:0\"\nhttp2 = true\n",
+    );
+    let config = TempFile::new("routes-h2.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let tcp = tokio::net::TcpStream::connect(fulcrum.listening[0].1)
+        .await
+        .unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let (status, backend, _, body) = h2_get(&send, "a.example.com", "/static/x.css").await;
+    assert_eq!((status, backend.as_deref()), (200, Some("web")));
+    assert_eq!(body, "GET /x.css HTTP/1.1", "strip_prefix over HTTP/2 too");
+    let (_, backend, _, _) = h2_get(&send, "a.example.com", "/api/x").await;
+    assert_eq!(backend.as_deref(), Some("api"));
+    let (status, _, location, _) = h2_get(&send, "old.example.com", "/a?b=1").await;
+    assert_eq!(status, 301);
+    assert_eq!(location.as_deref(), Some("https://old.example.com/a?b=1"));
+    let (status, _, _, body) = h2_get(&send, "a.example.com", "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (_, backend, _, _) = h2_get(&send, "a.example.com", "/api/%2e%2e/admin").await;
+    assert_eq!(backend.as_deref(), Some("web"));
+}

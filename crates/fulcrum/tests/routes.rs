@@ -383,3 +383,35 @@ async fn http2_streams_are_routed_as_http1_requests_are() {
     let (_, backend, _, _) = h2_get(&send, "a.example.com", "/api/%2e%2e/admin").await;
     assert_eq!(backend.as_deref(), Some("web"));
 }
+
+#[test]
+fn the_admin_api_lists_each_listener_s_routes() {
+    let (api, web) = (echo_backend("api"), echo_backend("web"));
+    let text = format!(
+        "{}\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        site(api, web, false)
+    );
+    let config = TempFile::new("routes-admin.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let admin = fulcrum
+        .admin
+        .expect("the admin listener's address is logged");
+    let a = get(admin, &admin.to_string(), "/api/listeners");
+    assert_eq!(a.status, 200, "{a:?}");
+    let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+    let listener = &v["listeners"][0];
+    assert_eq!(listener["upstream"], serde_json::Value::Null);
+    let routes = listener["routes"].as_array().unwrap();
+    let names: Vec<&str> = routes.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["to-https", "health", "api", "v1", "static", "images"]
+    );
+    assert_eq!(routes[0]["host"][0], "old.example.com");
+    assert_eq!(routes[0]["action"]["redirect"]["scheme"], "https");
+    assert_eq!(routes[1]["path"]["exact"], "/healthz");
+    assert_eq!(routes[2]["path"]["prefix"], "/api/");
+    assert_eq!(routes[3]["action"]["rewrite_prefix"], "/api/v1/");
+    assert_eq!(routes[4]["action"]["rewrite_prefix"], "/");
+    assert_eq!(routes[5]["path"]["nocase"], true);
+}

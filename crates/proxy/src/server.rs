@@ -617,6 +617,17 @@ impl ProxyHandle {
             .collect()
     }
 
+    /// Each listener's bound address and its settings in force (its upstream and routes among
+    /// them), in configuration order: what the admin API lists.
+    pub fn listener_settings(&self) -> Vec<(SocketAddr, ListenerSettings)> {
+        self.live
+            .registry()
+            .listeners
+            .iter()
+            .map(|l| (l.bound, l.ctx.borrow().settings.clone()))
+            .collect()
+    }
+
     /// Reopens the access log's file (SIGUSR1, after logrotate moved it).
     pub fn reopen_logs(&self) {
         if let Some(log) = &self.live.registry().access_log {

@@ -15,6 +15,7 @@
 //!   longest prefix). Extra conditions (`methods`, `headers`, `query`) narrow the candidates;
 //!   among equals, file order wins.
 
+mod host;
 mod normalize;
 mod table;
 

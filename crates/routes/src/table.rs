@@ -750,3 +750,44 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    struct Some_;
+    impl Headers for Some_ {
+        fn has(&self, name: &str, value: &[u8]) -> bool {
+            name.len() == value.len()
+        }
+    }
+
+    proptest! {
+        /// Whatever bytes come as host, path, method and query, `select` answers (it never
+        /// panics), and a path it gets is one `normalize` made.
+        #[test]
+        fn select_takes_any_bytes(
+            host in proptest::collection::vec(any::<u8>(), 0..40),
+            raw in proptest::collection::vec(any::<u8>(), 0..60),
+            query in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let specs = [
+                Spec { hosts: vec!["*.a.test".into(), "b.*".into(), "~^c".into()], path: PathMatch::Prefix { prefix: "/x/".into(), wins: true }, auto_redirect: true, ..Spec::default() },
+                Spec { path: PathMatch::Regex { pattern: "y$".into(), nocase: true }, methods: vec!["GET".into()], query: vec![("k".into(), "v".into())], ..Spec::default() },
+                Spec { path: PathMatch::Exact("/".into()), headers: vec![("ab".into(), "cd".into())], ..Spec::default() },
+            ];
+            let table = Table::build(&specs).unwrap();
+            let mut path = Vec::new();
+            if crate::normalize(&raw, &mut path).is_ok() {
+                let _ = table.select(&Request { host: &host, path: &path, method: b"GET", query: &query, headers: &Some_ });
+                // No escapes left and no dot segments: normalising again changes nothing.
+                if !path.contains(&b'%') && !path.contains(&b'#') && path.first() == Some(&b'/') {
+                    let mut again = Vec::new();
+                    prop_assert!(crate::normalize(&path, &mut again).is_ok());
+                    prop_assert_eq!(again, path);
+                }
+            }
+        }
+    }
+}

@@ -25,9 +25,10 @@
 //! among candidates otherwise equal (the same exact path, the same prefix), file order wins.
 //! Prefixes are matched byte for byte (case-sensitive, as nginx on Linux).
 
-use std::collections::HashMap;
-
 use regex::{Regex, RegexBuilder};
+
+/// The tables' maps (foldhash: see Cargo.toml).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use crate::host::{self, MAX_HOST, Name};
 
@@ -214,10 +215,10 @@ impl Table {
         let mut errors = Vec::new();
         let mut table = Table {
             specs: specs.to_vec(),
-            exact: HashMap::new(),
-            head: HashMap::new(),
-            head_self: HashMap::new(),
-            tail: HashMap::new(),
+            exact: HashMap::default(),
+            head: HashMap::default(),
+            head_self: HashMap::default(),
+            tail: HashMap::default(),
             regexes: Vec::new(),
             any: None,
             sets: Vec::new(),
@@ -242,7 +243,7 @@ impl Table {
                 }
             }
         }
-        let mut regex_of = HashMap::new();
+        let mut regex_of = HashMap::default();
         for (i, spec) in specs.iter().enumerate() {
             if let PathMatch::Regex { pattern, nocase } = &spec.path {
                 match compile(pattern, *nocase) {

@@ -415,3 +415,113 @@ fn the_admin_api_lists_each_listener_s_routes() {
     assert_eq!(routes[4]["action"]["rewrite_prefix"], "/");
     assert_eq!(routes[5]["path"]["nocase"], true);
 }
+
+/// The routes of one version of the reload test: every path to upstream `ua` (even versions)
+/// or `ub` (odd), and a fixed answer that names the version.
+fn versioned(k: usize, a: SocketAddr, b: SocketAddr) -> String {
+    let to = if k % 2 == 0 { "ua" } else { "ub" };
+    format!(
+        r#"workers = 2
+access_log = false
+
+[[listener]]
+listen = "127.0.0.1:0"
+
+  [[listener.route]]
+  name = "v{k}"
+  path = "/"
+  upstream = "{to}"
+
+  [[listener.route]]
+  path_exact = "/version"
+  respond = {{ status = 200, body = "{k}" }}
+
+[[upstream]]
+name = "ua"
+  [[upstream.backend]]
+  addr = "{a}"
+
+[[upstream]]
+name = "ub"
+  [[upstream.backend]]
+  addr = "{b}"
+"#
+    )
+}
+
+/// Issue 28: the routes changed ten times under 200 requests a second for 20 s, and every
+/// request answered by the route in force while it was in flight.
+#[test]
+fn routes_changed_under_load_route_each_request_by_the_routes_in_force() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let backends = common::backends(&["a", "b"]).await;
+        let (a, b) = (backends[0].addr(), backends[1].addr());
+        let file = TempFile::new("routes-reload.toml", &versioned(0, a, b));
+        let fulcrum = Running::start(&file, 1);
+        let proxy = fulcrum.listening[0].1;
+        let plan = common::steady_load(proxy, 200.0, 20, 40);
+        let sent = plan.trace.len();
+        let start = std::time::Instant::now();
+        let load = tokio::spawn(async move { lab::load::run(&plan).await });
+        // (when the HUP was sent, when the reload was done), from `start`, for version k + 1.
+        let mut reloads = Vec::new();
+        for k in 1..=10 {
+            tokio::time::sleep(Duration::from_millis(1800)).await;
+            std::fs::write(&file.0, versioned(k, a, b)).unwrap();
+            let hup = start.elapsed();
+            fulcrum.hangup();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let line = fulcrum.next_line(deadline);
+                assert!(!line.contains("reload refused"), "{line}");
+                if line.contains("configuration reloaded") {
+                    break;
+                }
+            }
+            reloads.push((hup, start.elapsed()));
+        }
+        let outcomes = load.await.unwrap();
+        common::assert_all_answered(&outcomes, sent);
+        // The version in force over [from, to] (offsets from `start`), if one was.
+        let version_over = |from: Duration, to: Duration| -> Option<usize> {
+            let mut version = 0;
+            for (k, &(hup, done)) in reloads.iter().enumerate() {
+                if to < hup {
+                    break;
+                }
+                if from < done {
+                    // In flight across reload k + 1: either version may answer.
+                    return None;
+                }
+                version = k + 1;
+            }
+            Some(version)
+        };
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for o in &outcomes {
+            let Some(ended) = o.ended else { continue };
+            // The load's clock starts a little after `start`: 100 ms either side.
+            let margin = Duration::from_millis(100);
+            let Some(k) = version_over(o.started.saturating_sub(margin), ended + margin) else {
+                continue;
+            };
+            checked += 1;
+            let want = if k % 2 == 0 { "a" } else { "b" };
+            if o.backend.as_deref() != Some(want) {
+                wrong.push((o.started, o.backend.clone(), k));
+            }
+        }
+        assert!(
+            checked > sent * 3 / 4,
+            "most requests fall between reloads: {checked} of {sent}"
+        );
+        assert!(
+            wrong.is_empty(),
+            "{} of {checked} requests were not answered by the routes in force: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    });
+}

@@ -270,19 +270,6 @@ impl<S: ClientStream> ClientConn<S> {
 
     /// The next request head.
     async fn read_head(&mut self) -> Result<RequestHead, NoHead> {
-        // The listener's context outlives this borrow of the connection.
-        let listener = Arc::clone(&self.listener);
-        let ctx = &listener.ctx;
-        let default_settings = ctx.default_upstream().map(|u| u.settings());
-        let limits = Limits {
-            max_headers: self.settings().max_headers,
-            max_header_bytes: self.settings().max_header_bytes,
-            key: default_settings
-                .as_deref()
-                .and_then(crate::upstream::hashed_request_part),
-            upgrade: &ctx.settings.upgrade,
-            routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
-        };
         let deadline = self
             .first_head_by
             .take()
@@ -293,14 +280,11 @@ impl<S: ClientStream> ClientConn<S> {
         let mut read_any = false;
         loop {
             let filled = self.inbuf.filled();
-            let complete = head_may_be_complete(filled, scanned, limits.max_header_bytes);
+            let max_header_bytes = self.settings().max_header_bytes;
+            let complete = head_may_be_complete(filled, scanned, max_header_bytes);
             scanned = filled.len();
             if complete {
-                self.scratch.ready();
-                let head = &mut self.scratch.head;
-                head.clear();
-                let client = &self.client_addr;
-                match http1::parse_request(self.inbuf.filled(), limits, client, head) {
+                match self.parse_head() {
                     Ok(Some(req)) => {
                         // The whole head was here before this request began to be read: it
                         // came while the previous one was being answered.
@@ -331,6 +315,30 @@ impl<S: ClientStream> ClientConn<S> {
                 Err(_) => return Err(NoHead::Close),
             }
         }
+    }
+
+    /// Parses the head in the read buffer (`None`: not complete yet) with the listener in
+    /// force: after a reload, a request on a connection opened before it is routed by the new
+    /// configuration.
+    fn parse_head(&mut self) -> Result<Option<RequestHead>, Reject> {
+        if self.listener.is_retired() {
+            self.listener = self.listener.latest();
+        }
+        let ctx = &self.listener.ctx;
+        let default_settings = ctx.default_upstream().map(|u| u.settings());
+        let limits = Limits {
+            max_headers: ctx.settings.max_headers,
+            max_header_bytes: ctx.settings.max_header_bytes,
+            key: default_settings
+                .as_deref()
+                .and_then(crate::upstream::hashed_request_part),
+            upgrade: &ctx.settings.upgrade,
+            routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
+        };
+        self.scratch.ready();
+        let head = &mut self.scratch.head;
+        head.clear();
+        http1::parse_request(self.inbuf.filled(), limits, &self.client_addr, head)
     }
 
     /// Proxies one request.

@@ -86,11 +86,24 @@ pub(crate) struct WorkerListener {
     /// A reload changed the listener: its connections finish the request they are on, say
     /// `Connection: close`, and their clients reconnect to the new configuration.
     pub(crate) retired: AtomicBool,
+    /// What replaced it, once retired: an idle connection that gets a new request serves it
+    /// with the configuration in force then (its routes, its upstreams), not the one it was
+    /// opened under.
+    pub(crate) successor: std::sync::OnceLock<Arc<WorkerListener>>,
 }
 
 impl WorkerListener {
     /// Whether a reload retired the listener: its connections say `Connection: close`.
     pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// The listener in force now: this one, or (after reloads) the last of its successors.
+    pub(crate) fn latest(self: &Arc<Self>) -> Arc<WorkerListener> {
+        let mut at = Arc::clone(self);
+        while let Some(next) = at.successor.get() {
+            at = Arc::clone(next);
+        }
+        at
     }
 }

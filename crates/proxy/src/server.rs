@@ -1127,6 +1127,7 @@ impl AcceptLoop {
             connections,
             stats: Arc::clone(&self.stats),
             retired: AtomicBool::new(false),
+            successor: std::sync::OnceLock::new(),
         })
     }
 }
@@ -1177,10 +1178,12 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                 // A reload changed the listener: new connections get the new context; open
                 // ones finish their request and close, unless only the certificates changed
                 // (their sessions are established: they go on).
-                if !a.ctx.borrow().same_but_tls(&current.ctx) {
-                    current.retired.store(true, Ordering::Relaxed);
+                let next = a.worker_listener(Some(&current));
+                if !next.ctx.same_but_tls(&current.ctx) {
+                    let _ = current.successor.set(Arc::clone(&next));
+                    current.retired.store(true, Ordering::Release);
                 }
-                current = a.worker_listener(Some(&current));
+                current = next;
                 continue;
             },
             _ = stop.changed() => break,

@@ -27,6 +27,23 @@ enum State {
     DotDot,
 }
 
+/// Whether `path` is already in normal form, so [`normalize`] would return it as it is: no
+/// escape, no `#`, no `//`, no `/.` (a `.` or `..` segment, or a segment that only starts with
+/// a dot: looked at by [`normalize`] rather than here). nginx too parses a "complex" URI only
+/// when the request line has one of these.
+pub fn is_normal(path: &[u8]) -> bool {
+    let mut after_slash = false;
+    for &b in path {
+        match b {
+            b'%' | b'#' => return false,
+            b'/' | b'.' if after_slash => return false,
+            _ => {}
+        }
+        after_slash = b == b'/';
+    }
+    true
+}
+
 /// Writes into `out` (cleared first) the path `target` (the request-target's path, without
 /// the query) as nginx's `ngx_http_parse_complex_uri` makes it with its defaults.
 pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), Invalid> {
@@ -191,6 +208,20 @@ mod tests {
             let got = n(path).unwrap_or_else(|_| "-".to_owned());
             assert_eq!(got, want, "{path}");
         }
+    }
+
+    #[test]
+    fn a_path_said_normal_is_what_normalize_makes_of_it() {
+        for path in ["/", "/a/b", "/a.b/c", "/a/b.", "/x-y_z~!$&'()*+,;=:@"] {
+            assert!(is_normal(path.as_bytes()), "{path}");
+            assert_eq!(n(path).unwrap(), path);
+        }
+        for path in ["//a", "/a/./b", "/.x", "/a/..", "/%61", "/a#b", "/a/"] {
+            let said = is_normal(path.as_bytes());
+            // A path said normal must come out of normalize unchanged.
+            assert!(!said || n(path).unwrap() == path, "{path}");
+        }
+        assert!(!is_normal(b"/a/./b") && !is_normal(b"/%2e") && !is_normal(b"//"));
     }
 
     #[test]

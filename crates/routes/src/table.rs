@@ -25,7 +25,7 @@
 //! among candidates otherwise equal (the same exact path, the same prefix), file order wins.
 //! Prefixes are matched byte for byte (case-sensitive, as nginx on Linux).
 
-use regex::{Regex, RegexBuilder};
+use regex::bytes::{Regex, RegexBuilder};
 
 /// The tables' maps (foldhash: see Cargo.toml).
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -358,10 +358,9 @@ impl Table {
             }
             end = dot;
         }
-        let text = std::str::from_utf8(name).ok()?;
         self.regexes
             .iter()
-            .find(|(re, _)| re.is_match(text))
+            .find(|(re, _)| re.is_match(name))
             .map(|&(_, set)| set)
     }
 
@@ -417,14 +416,12 @@ impl Table {
                 return Selected::Route(r as usize);
             }
         }
-        if let Ok(text) = std::str::from_utf8(path) {
-            if let Some(&(_, r)) = locations
-                .regexes
-                .iter()
-                .find(|(re, r)| fits(*r) && re.is_match(text))
-            {
-                return Selected::Route(r as usize);
-            }
+        if let Some(&(_, r)) = locations
+            .regexes
+            .iter()
+            .find(|(re, r)| fits(*r) && re.is_match(path))
+        {
+            return Selected::Route(r as usize);
         }
         match best {
             Some((_, r)) => Selected::Route(r as usize),
@@ -782,6 +779,10 @@ mod properties {
             let mut path = Vec::new();
             if crate::normalize(&raw, &mut path).is_ok() {
                 let _ = table.select(&Request { host: &host, path: &path, method: b"GET", query: &query, headers: &Some_ });
+                // A path said normal is what normalize makes of it.
+                if crate::is_normal(&raw) {
+                    prop_assert_eq!(&path, &raw);
+                }
                 // No escapes left and no dot segments: normalising again changes nothing.
                 if !path.contains(&b'%') && !path.contains(&b'#') && path.first() == Some(&b'/') {
                     let mut again = Vec::new();

@@ -97,8 +97,15 @@ pub(super) fn route<'r>(
         Some((path, query)) => (path, query),
         None => (sent, ""),
     };
-    PATH.with_borrow_mut(|normalised| {
-        routes::normalize(path.as_bytes(), normalised).map_err(|_| BAD_PATH)?;
+    PATH.with_borrow_mut(|buffer| {
+        // Most paths are normal already: used as they are, without a copy (nginx too parses
+        // only a "complex" URI).
+        let normalised: &[u8] = if routes::is_normal(path.as_bytes()) {
+            path.as_bytes()
+        } else {
+            routes::normalize(path.as_bytes(), buffer).map_err(|_| BAD_PATH)?;
+            buffer
+        };
         let request = routes::Request {
             host: asked.host.unwrap_or_default(),
             path: normalised,
@@ -127,7 +134,7 @@ pub(super) fn route<'r>(
             routes::Selected::None => return Ok(answer(None, 404, 0..0)),
             routes::Selected::AddSlash(i) => {
                 // nginx's answer to `/p` for a `location /p/` that proxies: 301 to `/p/`.
-                let mut path = normalised.clone();
+                let mut path = normalised.to_vec();
                 path.push(b'/');
                 let location = put_location(out, asked, None, None, None, Some(&path), query);
                 return Ok(answer(Some(i), 301, location));

@@ -525,3 +525,199 @@ fn routes_changed_under_load_route_each_request_by_the_routes_in_force() {
         );
     });
 }
+
+/// A backend whose answer's body is the whole request head it got, with `Server: echo` and an
+/// `X-Request-Id` of its own among its fields.
+fn head_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line);
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nServer: echo\r\nX-Request-Id: the-backend-s\r\nX-Backend: head\r\nContent-Length: {}\r\n\r\n{head}",
+                        head.len()
+                    );
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `GET target` with `Host: host` and `extra` header lines, sent from `from` (a loopback
+/// address of the test's choosing).
+fn get_from(from: &str, to: SocketAddr, host: &str, target: &str, extra: &str) -> Answer {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&local.into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {text:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// Issue 28: header rules and the request id — HSTS added and `Server` removed on every
+/// answer, the route's fields on its requests and answers with nginx's variables, and an
+/// `X-Request-Id` the same in the backend's request, the client's answer and the access log.
+#[test]
+fn header_rules_and_the_request_id_reach_the_backend_the_client_and_the_log() {
+    let backend = head_backend();
+    let log = common::TempDir::new("routes", "header-rules");
+    let log_file = format!("{}/access.log", log.path());
+    let text = format!(
+        r#"workers = 1
+access_log = "{log_file}"
+
+[[listener]]
+listen = "127.0.0.1:0"
+upstream = "b"
+request_id = true
+trusted_proxies = ["127.0.0.2"]
+response_headers = {{ set = {{ "Strict-Transport-Security" = "max-age=63072000" }}, remove = ["Server"] }}
+
+  [[listener.route]]
+  name = "to-https"
+  host = ["old.example.com"]
+  redirect = {{ status = 301, scheme = "https" }}
+
+  [[listener.route]]
+  name = "api"
+  path = "/api/"
+  upstream = "b"
+  request_headers = {{ set = {{ "X-Env" = "prod", "X-Seen" = "$host $uri $args $scheme" }}, add = {{ "X-Via-Route" = "$route" }}, remove = ["X-Debug"] }}
+  response_headers = {{ add = {{ "X-Upstream" = "$upstream_addr", "X-Id" = "id=$request_id" }} }}
+
+[[upstream]]
+name = "b"
+  [[upstream.backend]]
+  addr = "{backend}"
+"#
+    );
+    let config = TempFile::new("routes-headers.toml", &text);
+    let fulcrum = Running::start(&config, 1);
+    let at = fulcrum.listening[0].1;
+
+    let a = get_from(
+        "127.0.0.1",
+        at,
+        "API.example.com:8080",
+        "/api/%61/../x?k=v",
+        "X-Debug: 1\r\nX-Env: dev\r\nX-Request-Id: from-an-untrusted-client\r\n",
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let id = a.header("x-request-id").expect("an id").to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    let sent: Vec<&str> = a.body.lines().collect();
+    assert!(
+        sent.contains(&format!("X-Request-Id: {id}").as_str()),
+        "{sent:?}"
+    );
+    assert!(!a.body.contains("from-an-untrusted-client"), "{sent:?}");
+    assert!(
+        sent.contains(&"X-Env: prod") && !a.body.contains("X-Env: dev"),
+        "{sent:?}"
+    );
+    assert!(!a.body.contains("X-Debug"), "{sent:?}");
+    assert!(
+        sent.contains(&"X-Seen: api.example.com /api/x k=v http"),
+        "{sent:?}"
+    );
+    assert!(sent.contains(&"X-Via-Route: api"), "{sent:?}");
+    assert_eq!(
+        a.header("strict-transport-security"),
+        Some("max-age=63072000")
+    );
+    assert_eq!(a.header("server"), None, "Server removed: {a:?}");
+    assert_eq!(a.header("x-upstream"), Some(backend.to_string().as_str()));
+    assert_eq!(a.header("x-id"), Some(format!("id={id}").as_str()));
+    assert_eq!(
+        a.headers
+            .iter()
+            .filter(|(n, _)| n == "x-request-id")
+            .count(),
+        1,
+        "the backend's own id is replaced: {a:?}"
+    );
+
+    // From a trusted proxy, its id is kept.
+    let a = get_from("127.0.0.2", at, "a.test", "/", "X-Request-Id: abc-123\r\n");
+    assert_eq!(a.header("x-request-id"), Some("abc-123"));
+    assert!(
+        a.body.contains("X-Request-Id: abc-123\r\n") || a.body.contains("X-Request-Id: abc-123\n"),
+        "{a:?}"
+    );
+
+    // The access log has each id.
+    common::wait_until(
+        Duration::from_secs(10),
+        "the access log has the ids",
+        || {
+            let text = std::fs::read_to_string(&log_file).unwrap_or_default();
+            let logged = text.contains(&format!("route=api request_id={id}"))
+                && text.contains("request_id=abc-123");
+            if logged { Ok(()) } else { Err(text) }
+        },
+    );
+
+    // curl, as an operator checks a redirect: 301 to https, the query kept, HSTS on it too.
+    let out = std::process::Command::new("curl")
+        .args(["-sI", "--resolve"])
+        .arg(format!("old.example.com:{}:127.0.0.1", at.port()))
+        .arg(format!("http://old.example.com:{}/a?b=1", at.port()))
+        .output()
+        .expect("curl runs");
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 301"), "{head}");
+    assert!(
+        head.contains("\r\nlocation: https://old.example.com/a?b=1\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nstrict-transport-security: max-age=63072000\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nx-request-id: "), "{head}");
+}

@@ -87,6 +87,8 @@ pub(crate) struct Entry<'a> {
     pub upstream: &'a str,
     /// The route that took the request, on a listener with routes.
     pub route: Option<&'a str>,
+    /// The request's id, on a listener with `request_id = true`.
+    pub request_id: Option<&'a [u8]>,
     pub fate: &'a str,
 }
 
@@ -268,6 +270,10 @@ fn combined(out: &mut String, e: &Entry<'_>) {
     if let Some(route) = e.route {
         let _ = write!(out, " route={route}");
     }
+    if let Some(id) = e.request_id {
+        out.push_str(" request_id=");
+        out.push_str(&String::from_utf8_lossy(id));
+    }
 }
 
 fn json(out: &mut String, e: &Entry<'_>) {
@@ -288,6 +294,7 @@ fn json(out: &mut String, e: &Entry<'_>) {
         "backends": e.backends.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
         "upstream": e.upstream,
         "route": e.route,
+        "request_id": e.request_id.map(|id| String::from_utf8_lossy(id).into_owned()),
         "fate": e.fate,
     });
     out.push_str(&value.to_string());
@@ -313,6 +320,7 @@ mod tests {
             backends,
             upstream: "web",
             route: None,
+            request_id: None,
             fate: "answered",
         }
     }

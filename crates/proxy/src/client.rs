@@ -256,6 +256,7 @@ impl<S: ClientStream> ClientConn<S> {
             upstream_time: None,
             upstream: self.listener.ctx.default_upstream().map(|_| 0),
             route: None,
+            request_id: None,
         }
         .finish(&self.listener);
     }
@@ -334,6 +335,7 @@ impl<S: ClientStream> ClientConn<S> {
                 .and_then(crate::upstream::hashed_request_part),
             upgrade: &ctx.settings.upgrade,
             routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
+            edits: ctx.edits(),
         };
         self.scratch.ready();
         let head = &mut self.scratch.head;
@@ -379,7 +381,7 @@ impl<S: ClientStream> ClientConn<S> {
         let (Some(upstream), Some(upstream_settings)) = (upstream, upstream_settings) else {
             // A route answers it itself (or none took it): the body read is dropped.
             self.request_done(body);
-            let (status, next, body_bytes) = self.returned(&req.routed, client).await;
+            let (status, next, body_bytes) = self.returned(&req, client).await;
             Record {
                 fate: Fate::Returned,
                 protocol,
@@ -392,6 +394,7 @@ impl<S: ClientStream> ClientConn<S> {
                 upstream_time: None,
                 upstream: None,
                 route: req.routed.route(),
+                request_id: req.request_id(),
             }
             .finish(&listener);
             return next;
@@ -445,6 +448,7 @@ impl<S: ClientStream> ClientConn<S> {
             upstream_time,
             upstream: Some(upstream),
             route: req.routed.route(),
+            request_id: req.request_id(),
         }
         .finish(&listener);
         self.scratch.tried = tried;
@@ -588,7 +592,8 @@ impl<S: ClientStream> ClientConn<S> {
 
     /// Writes the answer a route gives itself (a redirect, a fixed answer; 404 when no route
     /// took the request), its `Location` in the head buffer where the parser put it.
-    async fn returned(&mut self, routed: &Routed, client: ClientSide) -> (u16, Next, u64) {
+    async fn returned(&mut self, req: &RequestHead, client: ClientSide) -> (u16, Next, u64) {
+        let routed = &req.routed;
         let listener = Arc::clone(&self.listener);
         let Routed::Answer {
             route,
@@ -603,6 +608,7 @@ impl<S: ClientStream> ClientConn<S> {
             content_type: b"",
             location: None,
             body: b"",
+            edit: None,
         };
         let route = route.and_then(|i| listener.ctx.routes.as_ref()?.get(i));
         match route.map(|r| &r.action) {
@@ -615,6 +621,12 @@ impl<S: ClientStream> ClientConn<S> {
             }
             Some(_) => answer.location = self.scratch.head.get(location.clone()),
         }
+        answer.edit = req.response_edit.as_ref().map(|edit| http1::AnswerEdit {
+            edit,
+            listener: &listener.ctx.settings.response_headers,
+            route: route.map(|r| &r.response_headers),
+            upstream: None,
+        });
         let client = self.keeping(client);
         http1::local_answer(&mut self.scratch.out, &answer, client);
         let (status, body) = (answer.status, answer.body.len());

@@ -88,6 +88,7 @@ mod forward;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod handover;
+pub mod header_rules;
 mod http1;
 mod http2;
 mod io;

@@ -55,6 +55,21 @@ impl ListenerContext {
                 .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
+    /// The listener's header rules and request id, for the parser: `None` when neither it nor
+    /// any of its routes has any (nothing to do for them on the request path).
+    pub(crate) fn edits(&self) -> Option<crate::http1::Edits<'_>> {
+        let s = &self.settings;
+        let any = s.request_id
+            || !s.request_headers.is_empty()
+            || !s.response_headers.is_empty()
+            || self.routes.as_ref().is_some_and(|r| r.any_rules());
+        any.then_some(crate::http1::Edits {
+            request: &s.request_headers,
+            response: &s.response_headers,
+            request_id: s.request_id,
+        })
+    }
+
     /// The listener's own upstream, if it has one.
     pub(crate) fn default_upstream(&self) -> Option<&Arc<Upstream>> {
         self.upstreams.first().filter(|_| self.has_default)

@@ -175,6 +175,8 @@ pub(crate) struct Record<'a> {
     /// The route that took it (an index into the listener's routes), if the listener has
     /// routes and one did.
     pub(crate) route: Option<usize>,
+    /// Its request id, on a listener with `request_id = true`.
+    pub(crate) request_id: Option<&'a [u8]>,
 }
 
 impl Record<'_> {
@@ -214,6 +216,7 @@ impl Record<'_> {
                 .route
                 .and_then(|i| listener.ctx.routes.as_ref()?.get(i))
                 .map(|r| &*r.name),
+            request_id: self.request_id,
             fate: self.fate.name(),
         });
     }
@@ -274,6 +277,7 @@ mod tests {
             upstream_time,
             upstream: Some(0),
             route: None,
+            request_id: None,
         };
         let took = Duration::from_secs(3600);
         let agreed = Some(Duration::from_millis(2));

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::header_rules::HeaderRules;
 use crate::settings::{HashKey, Redirect, RouteAction, RouteSettings};
 
 /// The compiled routes of one listener.
@@ -19,6 +20,8 @@ pub(crate) struct Routes {
 pub(crate) struct Route {
     pub(crate) name: Arc<str>,
     pub(crate) action: Action,
+    pub(crate) request_headers: HeaderRules,
+    pub(crate) response_headers: HeaderRules,
 }
 
 /// What a route does with the requests it takes.
@@ -104,6 +107,8 @@ impl Routes {
             built.push(Route {
                 name: r.name.as_str().into(),
                 action,
+                request_headers: r.request_headers.clone(),
+                response_headers: r.response_headers.clone(),
             });
         }
         Ok(Routes {
@@ -118,6 +123,13 @@ impl Routes {
         request: &routes::Request<'_, H>,
     ) -> routes::Selected {
         self.table.select(request)
+    }
+
+    /// Whether any route has header rules.
+    pub(crate) fn any_rules(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| !r.request_headers.is_empty() || !r.response_headers.is_empty())
     }
 
     /// Route number `i` (as [`Routes::select`] gave it).

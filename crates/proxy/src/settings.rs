@@ -90,6 +90,13 @@ pub struct ListenerSettings {
     /// TLS termination (`[[listener.tls]]`): empty for plain HTTP; else the certificate
     /// entries, the first the default for clients without SNI or with a name none matches.
     pub tls: Vec<crate::tls::CertificateFiles>,
+    /// Fields set, added and removed on every request to a backend, and on every answer
+    /// ([`crate::header_rules`]); a route's rules apply after these.
+    pub request_headers: crate::header_rules::HeaderRules,
+    pub response_headers: crate::header_rules::HeaderRules,
+    /// `X-Request-Id`: kept from a peer in `trusted_proxies`, else made (32 hex digits), and
+    /// sent to the backend, returned to the client and written in the access log.
+    pub request_id: bool,
 }
 
 /// One `[[listener.route]]`: the requests it takes (`spec`, matched with nginx's precedence by
@@ -100,6 +107,9 @@ pub struct RouteSettings {
     pub name: String,
     pub spec: routes::Spec,
     pub action: RouteAction,
+    /// Fields set, added and removed on its requests and answers, after the listener's.
+    pub request_headers: crate::header_rules::HeaderRules,
+    pub response_headers: crate::header_rules::HeaderRules,
 }
 
 /// What a route does with a request: exactly one thing.
@@ -236,6 +246,9 @@ impl ListenerSettings {
             upgrade: Vec::new(),
             http2: None,
             tls: Vec::new(),
+            request_headers: Default::default(),
+            response_headers: Default::default(),
+            request_id: false,
         }
     }
 }

@@ -228,6 +228,7 @@ impl Session<'_> {
             upstream_time: self.connect_time,
             upstream: Some(0),
             route: None,
+            request_id: None,
         }
         .finish(self.listener);
     }

@@ -41,13 +41,19 @@ pub(super) const SECTION: Section = Section {
         "http2_idle_timeout",
         "tls",
         "route",
+        "request_id",
+        "request_headers",
+        "response_headers",
     ],
-    not_yet: &["request_id", "request_headers", "response_headers"],
+    not_yet: &[],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 12] = [
+const HTTP_ONLY: [&str; 15] = [
     "upgrade",
+    "request_headers",
+    "response_headers",
+    "request_id",
     "client_body_timeout",
     "client_body_min_rate",
     "send_timeout",
@@ -97,6 +103,9 @@ pub(super) struct Listener {
     pub upstream: Option<String>,
     /// `[[listener.route]]`, checked.
     pub routes: Vec<proxy::RouteSettings>,
+    pub request_headers: proxy::header_rules::HeaderRules,
+    pub response_headers: proxy::header_rules::HeaderRules,
+    pub request_id: bool,
     /// `None` in this and the following: the default (see `settings`).
     pub max_connections: Option<usize>,
     pub client_header_timeout: Option<Duration>,
@@ -152,6 +161,9 @@ pub(super) fn read(
     let has_routes = !t.no_items("route");
     let upstream = read_upstream(r, t, upstreams, has_routes);
     let routes = super::route::read(r, t, upstreams);
+    let request_headers = super::header_rules::read(r, t, "request_headers");
+    let response_headers = super::header_rules::read(r, t, "response_headers");
+    let request_id = t.flag(r, "request_id").unwrap_or(false);
     let upstream_at = (
         t.span_of("upstream").unwrap_or_else(|| t.span()),
         t.key("upstream"),
@@ -195,6 +207,9 @@ pub(super) fn read(
         listen: listen?,
         upstream: upstream?,
         routes,
+        request_headers,
+        response_headers,
+        request_id,
         max_connections: limits.max_connections,
         client_header_timeout: limits.client_header_timeout,
         client_body_timeout: limits.client_body_timeout,

@@ -33,6 +33,7 @@ mod backend;
 pub mod balancing;
 mod duration;
 mod file;
+mod header_rules;
 mod health;
 mod listener;
 mod report;

@@ -35,8 +35,10 @@ pub(super) const SECTION: Section = Section {
         "rewrite_prefix",
         "redirect",
         "respond",
+        "request_headers",
+        "response_headers",
     ],
-    not_yet: &["request_headers", "response_headers"],
+    not_yet: &[],
 };
 
 const REDIRECT: Section = Section {
@@ -174,6 +176,8 @@ fn read_one(
     let headers = pairs(r, t, "headers", true);
     let query = pairs(r, t, "query", false);
     let action = action(r, t, &path, upstreams);
+    let request_headers = super::header_rules::read(r, t, "request_headers");
+    let response_headers = super::header_rules::read(r, t, "response_headers");
     let auto_redirect = matches!(action, Some(RouteAction::Upstream { .. }))
         && match &path {
             PathMatch::Prefix { prefix, .. } => prefix.ends_with('/') && prefix.len() > 1,
@@ -195,6 +199,8 @@ fn read_one(
                 auto_redirect,
             },
             action: action?,
+            request_headers,
+            response_headers,
         },
         span: t.span(),
         key: t.key("name"),

@@ -26,6 +26,7 @@
 //! * `chunked`: the incremental decoder of the chunked transfer coding (RFC 9112 §7.1).
 
 mod chunked;
+mod edit;
 mod forwarding;
 mod request;
 mod response;
@@ -33,6 +34,7 @@ mod routing;
 mod target;
 
 pub(crate) use chunked::Chunked;
+pub(crate) use edit::{AnswerEdit, Edits, ResponseEdit};
 pub(crate) use forwarding::ClientAddr;
 pub use request::MAX_HEADERS_LIMIT;
 pub(crate) use request::{Limits, RequestHead, finish_request_head, parse_request};

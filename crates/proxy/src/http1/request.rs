@@ -27,6 +27,7 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
+use super::edit::{self, Edits, ResponseEdit};
 use super::forwarding::{self, ClientAddr};
 use super::routing::{self, Asked, Routed};
 use super::target::{Target, TargetError, valid_host};
@@ -34,7 +35,7 @@ use super::{
     Codings, ConnectionTokens, Framing, Reject, codings, connection_tokens, content_length,
     is_hop_by_hop, put_content_length, put_header, reject, values,
 };
-use crate::route::Routes;
+use crate::route::{Route, Routes};
 use crate::settings::HashKey;
 
 /// Upper bound of `max_headers`: header slots live on the stack while a head is parsed.
@@ -103,6 +104,9 @@ pub(crate) struct Limits<'a> {
     /// The listener's routes, and whether it has an upstream of its own for the requests none
     /// takes (`key` is that upstream's); `None`: no routes, every request goes to it.
     pub(crate) routes: Option<(&'a Routes, bool)>,
+    /// The listener's header rules and request id; `None` when neither it nor any of its
+    /// routes has any.
+    pub(crate) edits: Option<Edits<'a>>,
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -137,6 +141,19 @@ pub(crate) struct RequestHead {
     /// Where it goes: the listener's upstream, a route's, or our own answer (then nothing was
     /// written for a backend).
     pub(crate) routed: Routed,
+    /// What its answer gets of the header rules, and its request id (with `Limits::edits`).
+    pub(crate) response_edit: Option<ResponseEdit>,
+}
+
+impl RequestHead {
+    /// Its request id, on a listener with `request_id = true`.
+    pub(crate) fn request_id(&self) -> Option<&[u8]> {
+        self.response_edit
+            .as_ref()?
+            .id
+            .as_ref()
+            .map(|id| id.as_bytes())
+    }
 }
 
 /// The status for a request line httparse refused as to its version: 505 if the line is
@@ -243,16 +260,35 @@ pub(crate) fn parse_request(
         Some(d) => (d.routed, d.key, d.target_written),
     };
 
+    let route = routed
+        .route()
+        .and_then(|i| limits.routes.and_then(|(r, _)| r.get(i)));
+    let edit = limits.edits.map(|edits| {
+        let values = edit::Values {
+            client,
+            host,
+            target: &parsed_target,
+            route,
+            id: edits.request_id.then(|| edit::request_id(headers, client)),
+        };
+        (edits, values)
+    });
+
     let connection = connection_tokens(headers);
     let no_body = matches!(body, Framing::None | Framing::Length(0));
     let mut upgrade = false;
     // A request answered here gets no backend head (the buffer holds a redirect's `Location`).
     if !matches!(routed, Routed::Answer { .. }) {
         let line = (!target_written).then_some((method, &parsed_target));
-        put_backend_head(out, line, host, headers, &connection, client);
+        let hide = edit.as_ref().map(|(edits, _)| (edits, route));
+        put_backend_head(out, line, host, headers, &connection, client, hide);
         upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
         forwarding::put_forwarding(out, headers, client, host);
+        if let Some((edits, values)) = &edit {
+            edit::put_request(out, edits, values);
+        }
     }
+    let response_edit = edit.map(|(edits, values)| edit::response(&edits, &values, routed.route()));
 
     let value_of = |name: &str| {
         headers
@@ -283,6 +319,7 @@ pub(crate) fn parse_request(
             }
         },
         routed,
+        response_edit,
     }))
 }
 
@@ -352,6 +389,7 @@ fn put_backend_head(
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
     client: &ClientAddr,
+    hide: Option<(&Edits<'_>, Option<&Route>)>,
 ) {
     if let Some((method, target)) = line {
         out.extend_from_slice(method.as_bytes());
@@ -370,6 +408,7 @@ fn put_backend_head(
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
             || (connection.present && connection.names(headers, name))
+            || hide.is_some_and(|(edits, route)| edit::hides_request(edits, route, name))
         {
             continue;
         }
@@ -448,6 +487,7 @@ mod tests {
         key: None,
         upgrade: &[],
         routes: None,
+        edits: None,
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
@@ -528,6 +568,7 @@ mod tests {
             key: None,
             upgrade: &[],
             routes: None,
+            edits: None,
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -552,6 +593,7 @@ mod tests {
             key: None,
             upgrade: &[],
             routes: None,
+            edits: None,
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
@@ -703,6 +745,7 @@ mod tests {
         let limits = Limits {
             upgrade: &allowed,
             routes: None,
+            edits: None,
             ..LIMITS
         };
         let parse = |raw: &str, limits: Limits<'_>| {

@@ -13,6 +13,7 @@
 
 use std::mem::MaybeUninit;
 
+use super::edit::AnswerEdit;
 use super::{
     Codings, ConnectionTokens, Framing, Reject, append_values, codings, connection_tokens,
     content_length, is_hop_by_hop, named_by_connection, put_content_length, put_decimal,
@@ -63,6 +64,7 @@ pub(crate) fn parse_response(
     buf: &[u8],
     client: ClientSide,
     out: &mut Vec<u8>,
+    edit: Option<AnswerEdit<'_>>,
 ) -> Result<Option<ResponseHead>, &'static str> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
@@ -103,7 +105,7 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    put_status_and_headers(out, status, reason, headers, &connection);
+    put_status_and_headers(out, status, reason, headers, &connection, edit.as_ref());
     body.put(out, headers, dechunk);
     if !client_keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -212,6 +214,7 @@ fn put_status_and_headers(
     reason: &str,
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
+    edit: Option<&AnswerEdit<'_>>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(status));
@@ -223,10 +226,14 @@ fn put_status_and_headers(
         if name.eq_ignore_ascii_case("content-length")
             || is_hop_by_hop(name)
             || (connection.present && connection.names(headers, name))
+            || edit.is_some_and(|e| e.hides(name))
         {
             continue;
         }
         put_header(out, name, h.value);
+    }
+    if let Some(edit) = edit {
+        edit.put(out);
     }
 }
 
@@ -272,6 +279,7 @@ pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSi
         content_type: b"text/plain; charset=utf-8",
         location: None,
         body: reject.text.as_bytes(),
+        edit: None,
     };
     local_answer(out, &answer, client);
 }
@@ -284,6 +292,8 @@ pub(crate) struct LocalAnswer<'a> {
     /// A redirect's target.
     pub(crate) location: Option<&'a [u8]>,
     pub(crate) body: &'a [u8],
+    /// The fields the request's header rules and id give its answer (a route's own answer).
+    pub(crate) edit: Option<AnswerEdit<'a>>,
 }
 
 /// Writes `answer` into `out` (cleared first), as [`local_response`] does.
@@ -299,6 +309,9 @@ pub(crate) fn local_answer(out: &mut Vec<u8>, answer: &LocalAnswer<'_>, client: 
     }
     if let Some(location) = answer.location {
         put_header(out, "Location", location);
+    }
+    if let Some(edit) = &answer.edit {
+        edit.put(out);
     }
     // 204 and 304 have no body and say no length (RFC 9110 §8.6, §15.4.5).
     let bodiless = matches!(answer.status, 204 | 304);
@@ -356,7 +369,7 @@ mod tests {
 
     fn response(raw: &str, client: ClientSide) -> Result<(FinalResponse, String), &'static str> {
         let mut out = Vec::new();
-        match parse_response(raw.as_bytes(), client, &mut out)?.expect("complete") {
+        match parse_response(raw.as_bytes(), client, &mut out, None)?.expect("complete") {
             ResponseHead::Final(f) => Ok((f, String::from_utf8(out).unwrap())),
             ResponseHead::Interim(n) => panic!("interim {n}"),
         }
@@ -430,7 +443,8 @@ mod tests {
             parse_response(
                 b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n",
                 KEEP11,
-                &mut out
+                &mut out,
+                None
             ),
             Ok(Some(ResponseHead::Interim(25)))
         ));

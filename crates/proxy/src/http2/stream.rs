@@ -102,6 +102,8 @@ struct Finished<'a> {
     upstream: Option<usize>,
     /// The route that took it, once known.
     route: Option<usize>,
+    /// Its request id, once known.
+    request_id: Option<crate::header_rules::RequestId>,
 }
 
 impl Finished<'_> {
@@ -126,6 +128,7 @@ impl Finished<'_> {
             upstream_time,
             upstream: self.upstream,
             route: self.route,
+            request_id: self.request_id.as_ref().map(|id| id.as_bytes()),
         }
         .finish(&self.ctx.listener);
     }
@@ -159,6 +162,7 @@ pub(crate) async fn serve(
         said: said_of(&request),
         upstream: ctx.listener.ctx.default_upstream().map(|_| 0),
         route: None,
+        request_id: None,
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
     // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
@@ -210,9 +214,13 @@ pub(crate) async fn serve(
             done.finish(503, 0, &[], None, Fate::Refused);
             Ended::Answered
         }
-        Ready::Returned { routed, location } => {
-            let (status, bytes) =
-                returned(&ctx, &mut respond, &routed, &location, is_head_of(&done));
+        Ready::Returned {
+            routed,
+            location,
+            edit,
+        } => {
+            let answer = (&routed, &location[..], edit.as_ref());
+            let (status, bytes) = returned(&ctx, &mut respond, answer, is_head_of(&done));
             done.finish(status, bytes, &[], None, Fate::Returned);
             Ended::Answered
         }
@@ -230,8 +238,7 @@ fn is_head_of(done: &Finished<'_>) -> bool {
 fn returned(
     ctx: &StreamContext,
     respond: &mut SendResponse<Bytes>,
-    routed: &Routed,
-    location: &[u8],
+    (routed, location, edit): (&Routed, &[u8], Option<&http1::ResponseEdit>),
     is_head: bool,
 ) -> (u16, u64) {
     let route = match routed {
@@ -282,6 +289,22 @@ fn returned(
     }
     if let Some(v) = location.and_then(|l| HeaderValue::from_bytes(l).ok()) {
         fields.insert(http::header::LOCATION, v);
+    }
+    if let Some(edit) = edit {
+        let listener = &ctx.listener.ctx;
+        let route = routed
+            .route()
+            .and_then(|i| listener.routes.as_ref()?.get(i))
+            .map(|r| &r.response_headers);
+        let mut lines = Vec::new();
+        http1::AnswerEdit {
+            edit,
+            listener: &listener.settings.response_headers,
+            route,
+            upstream: None,
+        }
+        .put(&mut lines);
+        append_lines(fields, &lines);
     }
     let bodiless = is_head || body.is_empty() || matches!(status, 204 | 304);
     if !matches!(status, 204 | 304) {
@@ -421,7 +444,11 @@ enum Ready {
     Backend(FromBackend),
     /// Answered by a route itself, or 404 (`routed` says which; a redirect's `Location` is
     /// `location`).
-    Returned { routed: Routed, location: Vec<u8> },
+    Returned {
+        routed: Routed,
+        location: Vec<u8>,
+        edit: Option<http1::ResponseEdit>,
+    },
 }
 
 /// A backend's answer, its head made HTTP/2, ready to go to the client.
@@ -469,6 +496,7 @@ async fn proxy(
         // HTTP/2 has no connection upgrades (RFC 9113 §8.6).
         upgrade: &[],
         routes: (listener.ctx.routes.as_ref()).map(|r| (r, listener.ctx.has_default)),
+        edits: listener.ctx.edits(),
     };
     let mut head = Vec::new();
     let req = match backend_head(&parts, limits, &ctx.client_addr, &mut raw, &mut head) {
@@ -477,11 +505,13 @@ async fn proxy(
     };
     done.upstream = listener.ctx.upstream_for(&req.routed);
     done.route = req.routed.route();
+    done.request_id = req.response_edit.as_ref().and_then(|e| e.id);
     let Some(upstream) = done.upstream else {
         // Answered here: the body, if any, is not read (the stream is reset after the answer).
         return Ready::Returned {
             routed: req.routed,
             location: head,
+            edit: req.response_edit,
         };
     };
     let upstream_settings = listener.ctx.upstreams[upstream].settings();
@@ -801,6 +831,24 @@ fn response_head(out: &[u8]) -> Option<Response<()>> {
     Some(response)
 }
 
+/// Appends `Name: value\r\n` lines (the header rules' fields) to `fields`; a line that is not a
+/// valid field is left out.
+fn append_lines(fields: &mut http::HeaderMap, lines: &[u8]) {
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&name.to_ascii_lowercase()),
+            HeaderValue::from_bytes(value),
+        ) {
+            fields.append(name, value);
+        }
+    }
+}
+
 /// Sends our own answer; `Err` if the stream is gone.
 fn own_answer(
     respond: &mut SendResponse<Bytes>,
@@ -861,6 +909,7 @@ mod tests {
             key: None,
             upgrade: &[],
             routes: None,
+            edits: None,
         };
         let client = ClientAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), &[]);
         let (mut raw, mut head) = (Vec::new(), Vec::new());

@@ -1095,6 +1095,19 @@ impl AcceptLoop {
         }
     }
 
+    /// After a reload changed the listener: the worker's view of the new context. Connections
+    /// opened under `current` finish their request and close, and one that gets another
+    /// request serves it under the new one ([`WorkerListener::latest`]), unless only the
+    /// certificates changed (their sessions are established: they go on).
+    fn take_reload(&self, current: Arc<WorkerListener>) -> Arc<WorkerListener> {
+        let next = self.worker_listener(Some(&current));
+        if !next.ctx.same_but_tls(&current.ctx) {
+            let _ = current.successor.set(Arc::clone(&next));
+            current.retired.store(true, Ordering::Release);
+        }
+        next
+    }
+
     /// This worker's view of the listener's context in force: its connections to the
     /// upstream's backends are kept while the upstream is the same.
     fn worker_listener(&self, previous: Option<&WorkerListener>) -> Arc<WorkerListener> {
@@ -1175,20 +1188,18 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                     // The listener left the configuration (its retirement follows).
                     break;
                 }
-                // A reload changed the listener: new connections get the new context; open
-                // ones finish their request and close, unless only the certificates changed
-                // (their sessions are established: they go on).
-                let next = a.worker_listener(Some(&current));
-                if !next.ctx.same_but_tls(&current.ctx) {
-                    let _ = current.successor.set(Arc::clone(&next));
-                    current.retired.store(true, Ordering::Release);
-                }
-                current = next;
+                current = a.take_reload(current);
                 continue;
             },
             _ = stop.changed() => break,
             _ = retire.changed() => break,
         };
+        // A connection accepted after a reload was done is served by the new configuration,
+        // even when the accept and the change were ready together (the select takes either).
+        if matches!(ctx.has_changed(), Ok(true)) {
+            let _ = ctx.borrow_and_update();
+            current = a.take_reload(current);
+        }
         // The permit (max_connections) is taken by the worker that will serve the
         // connection, after it has one: permits are held only by connections being served,
         // which finish on their own, so waiting for one can never wait on another worker.

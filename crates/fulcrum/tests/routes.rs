@@ -414,6 +414,22 @@ fn the_admin_api_lists_each_listener_s_routes() {
     assert_eq!(routes[3]["action"]["rewrite_prefix"], "/api/v1/");
     assert_eq!(routes[4]["action"]["rewrite_prefix"], "/");
     assert_eq!(routes[5]["path"]["nocase"], true);
+
+    // /metrics counts each route's answers.
+    let at = fulcrum.listening[0].1;
+    assert_eq!(get(at, "a.example.com", "/healthz").status, 200);
+    assert_eq!(get(at, "a.example.com", "/healthz").status, 200);
+    assert_eq!(get(at, "a.example.com", "/api/x").status, 200);
+    assert_eq!(get(at, "old.example.com", "/").status, 301);
+    let metrics = get(admin, &admin.to_string(), "/metrics").body;
+    for series in [
+        "fulcrum_route_requests_total{listener=\"127.0.0.1:0\",route=\"health\",code=\"2xx\"} 2",
+        "fulcrum_route_requests_total{listener=\"127.0.0.1:0\",route=\"api\",code=\"2xx\"} 1",
+        "fulcrum_route_requests_total{listener=\"127.0.0.1:0\",route=\"to-https\",code=\"3xx\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} in:\n{metrics}");
+    }
+    common::assert_promtool_accepts(&metrics);
 }
 
 /// The routes of one version of the reload test: every path to upstream `ua` (even versions)

@@ -195,6 +195,12 @@ impl Record<'_> {
                 .stats
                 .answered(upstream.shared_name(), by, self.status, self.measured(took));
         }
+        let routes = listener.ctx.routes.as_ref();
+        if let Some((routes, route)) = routes.and_then(|r| Some((r, r.get(self.route?)?))) {
+            listener
+                .stats
+                .routed(&routes.listener, &route.name, self.status);
+        }
         let (Some(line), Some(log)) = (&self.line, &listener.ctx.access_log) else {
             return;
         };
@@ -212,10 +218,7 @@ impl Record<'_> {
             upstream_time: self.upstream_time,
             backends: self.backends,
             upstream: upstream.map_or("-", |u| u.name()),
-            route: self
-                .route
-                .and_then(|i| listener.ctx.routes.as_ref()?.get(i))
-                .map(|r| &*r.name),
+            route: self.route.and_then(|i| routes?.get(i)).map(|r| &*r.name),
             request_id: self.request_id,
             fate: self.fate.name(),
         });

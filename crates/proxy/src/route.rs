@@ -13,6 +13,8 @@ use crate::settings::{HashKey, Redirect, RouteAction, RouteSettings};
 pub(crate) struct Routes {
     table: routes::Table,
     routes: Vec<Route>,
+    /// The listener's configured address, the `listener` label of its routes' counts.
+    pub(crate) listener: Arc<str>,
 }
 
 /// One route, ready for requests.
@@ -64,6 +66,7 @@ impl Routes {
     /// Compiles `settings`; `upstream_of` gives a name's index in the listener's upstreams
     /// and its `hash_key` for the algorithms that read one.
     pub(crate) fn build(
+        listener: std::net::SocketAddr,
         settings: &[RouteSettings],
         upstream_of: impl Fn(&str) -> Option<(usize, Option<HashKey>)>,
     ) -> Result<Routes, RoutesError> {
@@ -114,6 +117,7 @@ impl Routes {
         Ok(Routes {
             table,
             routes: built,
+            listener: listener.to_string().into(),
         })
     }
 

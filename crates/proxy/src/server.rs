@@ -532,7 +532,7 @@ fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartEr
             }
         }
     }
-    let routes = Routes::build(&l.routes, |name| {
+    let routes = Routes::build(l.listen, &l.routes, |name| {
         let i = upstreams.iter().position(|u| u.name() == name)?;
         Some((i, hashed_request_part(&upstreams[i].settings()).cloned()))
     })

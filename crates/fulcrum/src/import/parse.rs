@@ -231,8 +231,11 @@ fn block(
             Token::Close => {
                 if !words.is_empty() {
                     return Err(err(
-                        *line,
-                        format!("\"{}\" is not ended by \";\"", words[0]),
+                        first_line,
+                        format!(
+                            "\"{}\" is not ended by \";\" (a \"}}\" follows on line {line})",
+                            words[0]
+                        ),
                     ));
                 }
                 if !inner {

@@ -11,7 +11,8 @@
 //! * runs of `/` are merged into one;
 //! * a `.` segment is dropped, and a `..` segment takes the one before it away; one that would
 //!   climb above the root is refused (400);
-//! * `#` ends the path (a fragment; clients do not send one).
+//! * `?` (the query) or `#` (a fragment; clients do not send one) ends the path: a caller may
+//!   pass the whole target.
 //!
 //! The caller passes the path alone (the target up to its `?`), which starts with `/`.
 
@@ -28,14 +29,14 @@ enum State {
 }
 
 /// Whether `path` is already in normal form, so [`normalize`] would return it as it is: no
-/// escape, no `#`, no `//`, no `/.` (a `.` or `..` segment, or a segment that only starts with
+/// escape, no `?` or `#`, no `//`, no `/.` (a `.` or `..` segment, or a segment that only starts with
 /// a dot: looked at by [`normalize`] rather than here). nginx too parses a "complex" URI only
 /// when the request line has one of these.
 pub fn is_normal(path: &[u8]) -> bool {
     let mut after_slash = false;
     for &b in path {
         match b {
-            b'%' | b'#' => return false,
+            b'%' | b'#' | b'?' => return false,
             b'/' | b'.' if after_slash => return false,
             _ => {}
         }
@@ -51,7 +52,8 @@ pub fn normalize(target: &[u8], out: &mut Vec<u8>) -> Result<(), Invalid> {
     let mut state = State::Usual;
     let mut bytes = target.iter().copied();
     while let Some(b) = bytes.next() {
-        if b == b'#' {
+        // The query, or a fragment: the path ends (nginx's parser stops at either).
+        if b == b'#' || b == b'?' {
             break;
         }
         if b != b'%' {
@@ -178,6 +180,8 @@ mod tests {
             ("/a.b/c", "/a.b/c"),
             ("/api/../admin", "/admin"),
             ("/a/b#frag", "/a/b"),
+            ("/a/b?x=/../y", "/a/b"),
+            ("/a/.?x", "/a/"),
         ];
         for (path, want) in cases {
             let got = n(path).unwrap_or_else(|_| "-".to_owned());

@@ -5,7 +5,8 @@
 #   DURATION=2 REPS=3 bench/compare.sh   # a quicker look
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
 #   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash close
-#                                        # tcp tls tls_handshake h2 h2_backend backends_10k)
+#                                        # routes routes_off tcp tls tls_handshake h2 h2_backend
+#                                        # backends_10k)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -27,7 +28,11 @@
 #     C A B, ...), then the same against one backend directly (the ceiling);
 #   * runs least_conn and a hash algorithm (client address) the same way, at 1 worker, and
 #     `close`, round robin with a new connection for every request (`Connection: close`): what
-#     accepting and closing a connection costs;
+#     accepting and closing a connection costs; and `routes`, round robin behind 50 routes
+#     (10 hosts, exact, prefix, `^~` and regex paths: fulcrum's `[[listener.route]]`, nginx's
+#     `server`s and `location`s, HAProxy's `use_backend` rules), wrk's requests spread over
+#     them by a Lua script, and `routes_off`, the same requests to the proxies without routes:
+#     what choosing the route costs;
 #   * runs TCP (L4) mode the same way, at 1 and 2 workers: fulcrum's `protocol = "tcp"`, nginx's
 #     `stream` module and HAProxy's `mode tcp`, round robin over the same backends; wrk's
 #     keep-alive HTTP requests go through the byte relay, so req/s measures the relay;
@@ -66,7 +71,7 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
-CASES=${CASES:-"round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend backends_10k"}   # which cases run (all by default)
+CASES=${CASES:-"round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
 # The backends' addresses in the proxies' configurations: one per port, or (backends_10k)
@@ -341,6 +346,12 @@ run_case() {
     # A new connection, and so a TLS handshake, for every request; wrk keeps each
     # connection's session, so the handshakes after the first resume it.
     if [ "$case" = tls_handshake ] || [ "$case" = close ]; then WRK_ARGS=(-H "Connection: close"); fi
+    # The routes case's requests, spread over its 50 routes (each with its Host); routes_off
+    # sends the same requests to the proxies configured without routes.
+    if [ "$case" = routes ] || [ "$case" = routes_off ]; then
+        routes_lua >"$WORK/routes.lua"
+        WRK_ARGS=(-s "$WORK/routes.lua")
+    fi
     set_backends "$case"
     start_backends "$client_cpus" "$([ "$case" = h2_backend ] && echo " http2")"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
@@ -401,6 +412,10 @@ fi
 if wanted least_conn; then run_case least_conn least_conn 1 64; fi
 if wanted ip_hash; then run_case ip_hash ip_hash 1 64; fi
 if wanted close; then run_case close round_robin 1 64; fi
+# Round robin behind 50 routes (10 hosts; exact, prefix, `^~` and regex paths), against the
+# round_robin case above: what choosing the route costs.
+if wanted routes; then run_case routes routes 1 64; fi
+if wanted routes_off; then run_case routes_off round_robin 1 64; fi
 if wanted tcp; then
     for workers in $WORKERS; do
         run_case tcp tcp "$workers" 64

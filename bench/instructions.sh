@@ -8,8 +8,8 @@
 #   bench/instructions.sh                           # every case; fulcrum, nginx, HAProxy
 #   BASELINE=/tmp/fulcrum-old bench/instructions.sh  # and an older build of fulcrum
 #   CASES="round_robin close" bench/instructions.sh  # some cases (round_robin least_conn
-#                                    # ip_hash close tcp tls tls_handshake h2 h2_backend
-#                                    # backends_10k)
+#                                    # ip_hash close routes routes_off tcp tls
+#                                    # tls_handshake h2 h2_backend backends_10k)
 #   N=20000 CONNS=64 PROXIES="fulcrum nginx" bench/instructions.sh
 #   PROFILE=/tmp/cg PROXIES=fulcrum CASES=close bench/instructions.sh   # callgrind profiles
 #
@@ -25,7 +25,10 @@
 #              handshakes included) cancelled out.
 #   seconds    close and tls_handshake: a new client connection for every request (wrk -H
 #              'Connection: close', CLOSE_CONNS connections; over TLS for tls_handshake, where
-#              wrk resumes its sessions), for CLOSE_SECONDS and then 5 × CLOSE_SECONDS; the
+#              wrk resumes its sessions), and routes and routes_off (wrk's keep-alive requests
+#              spread over the 50 routes by its Lua script, CONNS connections, to the proxies
+#              with the routes and without; h2load sends one Host only),
+#              for CLOSE_SECONDS and then 5 × CLOSE_SECONDS; the
 #              requests are counted exactly where they arrive, in the backends' access log
 #              (each proxied request is one backend request; a request wrk abandons when its
 #              time is up was still proxied, and is counted), and the difference of the two
@@ -62,7 +65,7 @@ CONNS=${CONNS:-64}                  # requests cases: client connections
 CLOSE_SECONDS=${CLOSE_SECONDS:-3}   # seconds cases: the shorter run's length
 CLOSE_CONNS=${CLOSE_CONNS:-8}       # seconds cases: client connections at once
 PROXIES=${PROXIES:-"fulcrum nginx haproxy"}
-ALL_CASES="round_robin least_conn ip_hash close tcp tls tls_handshake h2 h2_backend backends_10k"
+ALL_CASES="round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k"
 CASES=${CASES:-$ALL_CASES}
 for case in $CASES; do
     if [[ " $ALL_CASES " != *" $case "* ]]; then
@@ -94,6 +97,8 @@ BACKENDS_PID=""
 algorithm_of() {
     case $1 in
         close) echo round_robin ;;
+        routes) echo routes ;;
+        routes_off) echo round_robin ;;
         tls_handshake) echo tls ;;
         backends_10k) echo least_conn ;;
         *) echo "$1" ;;
@@ -141,9 +146,11 @@ command_of() {
     esac
 }
 
-# by_seconds CASE: whether CASE is measured over time, a connection per request.
+# by_seconds CASE: whether CASE is measured over time (wrk), its requests counted by the
+# backends: a connection per request, or (routes) requests with many hosts, which h2load's
+# single authority cannot send.
 by_seconds() {
-    [ "$1" = close ] || [ "$1" = tls_handshake ]
+    [ "$1" = close ] || [ "$1" = tls_handshake ] || [ "$1" = routes ] || [ "$1" = routes_off ]
 }
 
 # load CASE SIZE: the client's part of one run (SIZE: requests, or seconds for by_seconds).
@@ -151,6 +158,16 @@ load() {
     local case=$1 size=$2 scheme=http
     case $case in tls | tls_handshake) scheme=https ;; esac
     local url=$scheme://127.0.0.1:$PORT_PROXY/
+    if [ "$case" = routes ] || [ "$case" = routes_off ]; then
+        routes_lua >"$WORK/routes.lua"
+        wrk -t1 -c"$CONNS" -d"${size}s" -s "$WORK/routes.lua" "$url" >"$WORK/load.log" 2>&1
+        if grep -q 'Non-2xx' "$WORK/load.log"; then
+            echo "warning: $case: a request failed; no count for this proxy:" >&2
+            grep -E 'Non-2xx|requests in' "$WORK/load.log" >&2
+            return 1
+        fi
+        return
+    fi
     if by_seconds "$case"; then
         wrk -t1 -c"$CLOSE_CONNS" -d"${size}s" -H 'Connection: close' "$url" >"$WORK/load.log" 2>&1
         if grep -q 'Non-2xx' "$WORK/load.log"; then

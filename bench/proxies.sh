@@ -13,7 +13,51 @@
 #
 # ALGORITHM, in all of them: round_robin, least_conn or ip_hash (HTTP/1.1 to the backends), or
 # a protocol case with round robin: tcp (L4), tls (TLS termination), h2 (HTTP/2 with prior
-# knowledge from the client) or h2_backend (HTTP/2 to the backends, HTTP/1.1 from the client).
+# knowledge from the client) or h2_backend (HTTP/2 to the backends, HTTP/1.1 from the client),
+# or routes (round robin behind the 50 routes of `route_list`: nginx `server`s and
+# `location`s, HAProxy `use_backend` rules, fulcrum `[[listener.route]]`s).
+
+# route_list: the routes case's 50 routes, one "HOST KIND PATH" line each (KIND: exact,
+# prefix, wins for `^~`, regex), and the requests it sends spread over them ("request HOST
+# PATH" lines, one a route). 10 hosts; each has an exact path and three prefixes; five have a
+# regex and five another prefix.
+route_list() {
+    local i
+    for i in 0 1 2 3 4 5 6 7 8 9; do
+        local host=h$i.example.com
+        echo "$host exact /status"
+        echo "$host prefix /api/"
+        echo "$host prefix /app/"
+        echo "$host wins /static/"
+        if [ "$i" -lt 5 ]; then
+            echo "$host regex \\.(png|jpg|css)\$"
+        else
+            echo "$host prefix /v2/"
+        fi
+        echo "request $host /status"
+        echo "request $host /api/users/42?page=2"
+        echo "request $host /app/settings"
+        echo "request $host /static/site.css"
+        if [ "$i" -lt 5 ]; then
+            echo "request $host /img/logo.png"
+        else
+            echo "request $host /v2/orders"
+        fi
+    done
+}
+
+# routes_lua: a wrk script that sends route_list's requests in turn, each with its Host.
+routes_lua() {
+    echo "local requests = {}"
+    echo "local n = 0"
+    echo "init = function(args)"
+    route_list | awk '$1 == "request" { printf "  table.insert(requests, wrk.format(\"GET\", \"%s\", { Host = \"%s\" }))\n", $3, $2 }'
+    echo "end"
+    echo "request = function()"
+    echo "  n = n % #requests + 1"
+    echo "  return requests[n]"
+    echo "end"
+}
 
 # make_certificate: a self-signed ECDSA P-256 certificate for 127.0.0.1 and localhost in WORK
 # (cert.pem, key.pem), and both in combined.pem, the one file HAProxy wants.
@@ -70,10 +114,24 @@ fulcrum_config() {
             echo "key = \"$WORK/key.pem\""
             ;;
     esac
+    if [ "$alg" = routes ]; then
+        route_list | while read -r host kind path; do
+            [ "$host" != request ] || continue
+            echo "[[listener.route]]"
+            echo "host = [\"$host\"]"
+            case $kind in
+                exact) echo "path_exact = \"$path\"" ;;
+                prefix) echo "path = \"$path\"" ;;
+                wins) printf 'path = "%s"\nprefix_wins = true\n' "$path" ;;
+                regex) echo "path_regex = '$path'" ;;
+            esac
+            echo "upstream = \"b\""
+        done
+    fi
     echo "[[upstream]]"
     echo "name = \"b\""
     [ "$alg" = h2_backend ] && echo "backend_protocol = \"h2\""
-    case $alg in tcp | h2 | tls | h2_backend) alg=round_robin ;; esac
+    case $alg in tcp | h2 | tls | h2_backend | routes) alg=round_robin ;; esac
     echo "algorithm = \"$alg\""
     echo "keepalive = $keepalive"
     for addr in "${BACKENDS[@]}"; do
@@ -117,6 +175,11 @@ nginx_config() {
         tls) listen=" ssl; ssl_protocols TLSv1.2 TLSv1.3; ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_session_cache shared:SSL:10m" ;;
         h2) listen=" http2" ;;
     esac
+    if [ "$alg" = routes ]; then
+        nginx_routes "$port"
+        echo "}"
+        return
+    fi
     echo "  server { listen 127.0.0.1:$port$listen; location / {"
     if [ "$alg" = h2_backend ]; then
         # nginx's one module that speaks HTTP/2 to a backend; it carries plain requests too.
@@ -127,6 +190,47 @@ nginx_config() {
         echo "    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
     fi
     echo "}"
+}
+
+# nginx_routes PORT: the routes case's servers (a default one first, for what no route takes),
+# each location passing to upstream b as the other cases' `location /` does.
+nginx_routes() {
+    local port=$1 host kind path current=""
+    echo "  proxy_http_version 1.1; proxy_set_header Connection \"\";"
+    echo "  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;"
+    echo "  server { listen 127.0.0.1:$port; location / { proxy_pass http://b; } }"
+    while read -r host kind path; do
+        [ "$host" != request ] || continue
+        if [ "$host" != "$current" ]; then
+            [ -z "$current" ] || echo "  }"
+            echo "  server { listen 127.0.0.1:$port; server_name $host;"
+            current=$host
+        fi
+        case $kind in
+            exact) echo "    location = $path { proxy_pass http://b; }" ;;
+            prefix) echo "    location $path { proxy_pass http://b; }" ;;
+            wins) echo "    location ^~ $path { proxy_pass http://b; }" ;;
+            regex) echo "    location ~ $path { proxy_pass http://b; }" ;;
+        esac
+    done < <(route_list)
+    echo "  }"
+}
+
+# haproxy_routes: the routes case's rules, in nginx's order of precedence for each host (exact
+# paths, then the `^~` prefix, then the regex, then the other prefixes; HAProxy takes the
+# first rule that matches, and every rule names backend b).
+haproxy_routes() {
+    local host kind path
+    while read -r host kind path; do
+        [ "$host" != request ] || continue
+        local cond
+        case $kind in
+            exact) cond="path $path" ;;
+            prefix | wins) cond="path_beg $path" ;;
+            regex) cond="path_reg '$path'" ;;
+        esac
+        echo "  use_backend b if { hdr(host) -i $host } { $cond }"
+    done < <(route_list | awk '$1 != "request" { o = ($2 == "exact" ? 0 : $2 == "wins" ? 1 : $2 == "regex" ? 2 : 3); print o, $0 }' | sort -s -n -k1,1 | cut -d" " -f2-)
 }
 
 # haproxy_config ALGORITHM WORKERS PORT: HAProxy (`nbthread WORKERS`), keep-alive both sides,
@@ -157,6 +261,7 @@ haproxy_config() {
         h2) echo "  bind 127.0.0.1:$port proto h2" ;;
         *) echo "  bind 127.0.0.1:$port" ;;
     esac
+    [ "$alg" != routes ] || haproxy_routes
     echo "  default_backend b"
     echo "backend b"
     echo "  balance $balance"

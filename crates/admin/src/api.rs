@@ -141,6 +141,10 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
             true => json_answer(StatusCode::OK, &upstreams(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
         },
+        ["api", "listeners"] => match reading {
+            true => json_answer(StatusCode::OK, &listeners(&shared.view)),
+            false => method_not_allowed("GET, HEAD"),
+        },
         ["api", "health"] => match reading {
             true => json_answer(StatusCode::OK, &health(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
@@ -168,7 +172,7 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
         _ => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/reload, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
+                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/reload, /api/listeners, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
     }
@@ -510,6 +514,65 @@ fn health(view: &View) -> Value {
                 "backends": backends.len(),
             })
         }).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /api/listeners`: each listener, its upstream and its routes in force, in file order.
+fn listeners(view: &View) -> Value {
+    let all = view.proxy.listener_settings();
+    json!({
+        "listeners": all.iter().map(|(bound, l)| json!({
+            "listen": bound.to_string(),
+            "protocol": match l.protocol {
+                proxy::Protocol::Http => "http",
+                proxy::Protocol::Tcp => "tcp",
+            },
+            "upstream": l.upstream,
+            "routes": l.routes.iter().map(route).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// One route as `GET /api/listeners` shows it: its conditions as the configuration writes
+/// them, and its action.
+fn route(r: &proxy::RouteSettings) -> Value {
+    let spec = &r.spec;
+    let path = match &spec.path {
+        routes::PathMatch::Any => Value::Null,
+        routes::PathMatch::Prefix { prefix, wins } => {
+            json!({"prefix": prefix, "prefix_wins": wins})
+        }
+        routes::PathMatch::Exact(p) => json!({"exact": p}),
+        routes::PathMatch::Regex { pattern, nocase } => {
+            json!({"regex": pattern, "nocase": nocase})
+        }
+    };
+    let pairs = |p: &[(String, String)]| {
+        p.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let action = match &r.action {
+        proxy::RouteAction::Upstream { upstream, rewrite } => {
+            json!({"upstream": upstream, "rewrite_prefix": rewrite})
+        }
+        proxy::RouteAction::Redirect(d) => json!({"redirect": {
+            "status": d.status, "scheme": d.scheme, "host": d.host, "port": d.port, "path": d.path,
+        }}),
+        proxy::RouteAction::Respond {
+            status,
+            content_type,
+            ..
+        } => json!({"respond": {"status": status, "content_type": content_type}}),
+    };
+    json!({
+        "name": r.name,
+        "host": spec.hosts,
+        "path": path,
+        "methods": spec.methods,
+        "headers": pairs(&spec.headers),
+        "query": pairs(&spec.query),
+        "action": action,
     })
 }
 

@@ -91,6 +91,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     let upstreams = view.proxy.upstreams();
     let mut all = upstream_families(&totals, &upstreams);
     all.extend(backend_families(&upstreams));
+    all.push(route_family(view));
     all.extend(client_families(view));
     all.into_iter()
         // An empty family is not written at all (its HELP alone would be a lint error).
@@ -328,6 +329,30 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
 }
 
 /// The client side: connections being served per listener, and failed TLS handshakes.
+/// Answers by listener, route and status class, on listeners with routes.
+fn route_family(view: &View) -> MetricFamily {
+    let mut totals: Vec<_> = view.proxy.metrics().route_totals().into_iter().collect();
+    totals.sort();
+    let mut series = Vec::new();
+    for ((listener, route), classes) in totals {
+        for (class, &n) in CODE_CLASSES.iter().zip(&classes) {
+            if n > 0 {
+                let l = vec![
+                    ("listener", listener.to_string()),
+                    ("route", route.to_string()),
+                    ("code", (*class).to_owned()),
+                ];
+                series.push((l, n));
+            }
+        }
+    }
+    counters(
+        "fulcrum_route_requests_total",
+        "Requests answered, by the listener (as configured), the route that took them ([[listener.route]] name) and the status class.",
+        series,
+    )
+}
+
 fn client_families(view: &View) -> [MetricFamily; 2] {
     let clients = view
         .proxy

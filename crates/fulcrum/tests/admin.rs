@@ -1240,6 +1240,10 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
             run("/api/health", "get", "/api/health", None, "").await.0,
             200
         );
+        let (status, listeners) = run("/api/listeners", "get", "/api/listeners", None, "").await;
+        assert_eq!(status, 200);
+        let listeners: Value = serde_json::from_str(&listeners).unwrap();
+        assert_eq!(listeners["listeners"][0]["upstream"], "web", "{listeners}");
         assert_eq!(
             run("/api/upstreams", "get", "/api/upstreams", None, "")
                 .await

@@ -85,6 +85,10 @@ pub(crate) struct Entry<'a> {
     pub upstream_time: Option<Duration>,
     pub backends: &'a [SocketAddr],
     pub upstream: &'a str,
+    /// The route that took the request, on a listener with routes.
+    pub route: Option<&'a str>,
+    /// The request's id, on a listener with `request_id = true`.
+    pub request_id: Option<&'a [u8]>,
     pub fate: &'a str,
 }
 
@@ -263,6 +267,13 @@ fn combined(out: &mut String, e: &Entry<'_>) {
         out.push('-');
     }
     let _ = write!(out, "\" upstream={} fate={}", e.upstream, e.fate);
+    if let Some(route) = e.route {
+        let _ = write!(out, " route={route}");
+    }
+    if let Some(id) = e.request_id {
+        out.push_str(" request_id=");
+        out.push_str(&String::from_utf8_lossy(id));
+    }
 }
 
 fn json(out: &mut String, e: &Entry<'_>) {
@@ -282,6 +293,8 @@ fn json(out: &mut String, e: &Entry<'_>) {
         "upstream_time": e.upstream_time.map(|d| d.as_secs_f64()),
         "backends": e.backends.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
         "upstream": e.upstream,
+        "route": e.route,
+        "request_id": e.request_id.map(|id| String::from_utf8_lossy(id).into_owned()),
         "fate": e.fate,
     });
     out.push_str(&value.to_string());
@@ -306,6 +319,8 @@ mod tests {
             upstream_time: Some(Duration::from_micros(2500)),
             backends,
             upstream: "web",
+            route: None,
+            request_id: None,
             fate: "answered",
         }
     }
@@ -326,6 +341,15 @@ mod tests {
         combined(&mut line, &refused);
         assert!(line.contains(" \"-\" 200 5 "), "{line}");
         assert!(line.contains("urt=- ua=\"-\""), "{line}");
+        // On a listener with routes, the route's name comes last.
+        let mut routed = entry(&[]);
+        routed.route = Some("api");
+        let mut line = String::new();
+        combined(&mut line, &routed);
+        assert!(
+            line.ends_with(" upstream=web fate=answered route=api"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -343,6 +367,7 @@ mod tests {
         assert_eq!(v["referer"], serde_json::Value::Null);
         assert_eq!(v["backends"][1], "127.0.0.1:9002");
         assert_eq!(v["upstream_time"], 0.0025);
+        assert_eq!(v["route"], serde_json::Value::Null);
         assert!(!line.contains('\n'));
     }
 

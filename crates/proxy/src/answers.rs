@@ -35,6 +35,10 @@ pub(crate) const INCOMPLETE_BODY: Reject =
 pub(crate) const BAD_CHUNKED: Reject =
     reject(400, "400 Bad Request: invalid chunked request body\n");
 /// An HTTP/2 stream whose fields do not make a request head.
+/// No route takes the request and the listener has no upstream of its own (nginx's 404 for a
+/// URI no location matches).
+pub(crate) const NOT_FOUND: Reject = reject(404, "404 Not Found: no route takes this request\n");
+
 pub(crate) const MALFORMED: Reject = reject(400, "400 Bad Request: malformed request\n");
 /// A request that HTTP/2 backends cannot be sent (its head cannot be written as HTTP/2 fields).
 pub(crate) const UNCARRIED: Reject = reject(

@@ -25,15 +25,19 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::affinity::AffinityKey;
 use crate::answers::{
-    self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, TOO_LARGE,
+    self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, NOT_FOUND,
+    TOO_LARGE,
 };
 use crate::buffer::Buffer;
 use crate::forward::{self, Ending, Scratch};
-use crate::http1::{self, Chunked, ClientSide, Framing, Limits, Reject, RequestHead};
+use crate::http1::{
+    self, Chunked, ClientSide, Framing, Limits, LocalAnswer, Reject, RequestHead, Routed,
+};
 use crate::io::{ClientStream, after, send};
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::{BodyPace, Forward};
+use crate::route::Action;
 use crate::settings::ListenerSettings;
 
 /// Initial read buffer of a client connection (nginx's `client_header_buffer_size` is 1 KiB);
@@ -250,6 +254,9 @@ impl<S: ClientStream> ClientConn<S> {
             body_bytes,
             backends: &[],
             upstream_time: None,
+            upstream: self.listener.ctx.default_upstream().map(|_| 0),
+            route: None,
+            request_id: None,
         }
         .finish(&self.listener);
     }
@@ -264,15 +271,6 @@ impl<S: ClientStream> ClientConn<S> {
 
     /// The next request head.
     async fn read_head(&mut self) -> Result<RequestHead, NoHead> {
-        let upstream_settings = self.listener.ctx.upstream.settings();
-        // The listener's context outlives this borrow of the connection.
-        let listener = Arc::clone(&self.listener);
-        let limits = Limits {
-            max_headers: self.settings().max_headers,
-            max_header_bytes: self.settings().max_header_bytes,
-            key: crate::upstream::hashed_request_part(&upstream_settings),
-            upgrade: &listener.ctx.settings.upgrade,
-        };
         let deadline = self
             .first_head_by
             .take()
@@ -283,14 +281,11 @@ impl<S: ClientStream> ClientConn<S> {
         let mut read_any = false;
         loop {
             let filled = self.inbuf.filled();
-            let complete = head_may_be_complete(filled, scanned, limits.max_header_bytes);
+            let max_header_bytes = self.settings().max_header_bytes;
+            let complete = head_may_be_complete(filled, scanned, max_header_bytes);
             scanned = filled.len();
             if complete {
-                self.scratch.ready();
-                let head = &mut self.scratch.head;
-                head.clear();
-                let client = &self.client_addr;
-                match http1::parse_request(self.inbuf.filled(), limits, client, head) {
+                match self.parse_head() {
                     Ok(Some(req)) => {
                         // The whole head was here before this request began to be read: it
                         // came while the previous one was being answered.
@@ -323,6 +318,31 @@ impl<S: ClientStream> ClientConn<S> {
         }
     }
 
+    /// Parses the head in the read buffer (`None`: not complete yet) with the listener in
+    /// force: after a reload, a request on a connection opened before it is routed by the new
+    /// configuration.
+    fn parse_head(&mut self) -> Result<Option<RequestHead>, Reject> {
+        if self.listener.is_retired() {
+            self.listener = self.listener.latest();
+        }
+        let ctx = &self.listener.ctx;
+        let default_settings = ctx.default_upstream().map(|u| u.settings());
+        let limits = Limits {
+            max_headers: ctx.settings.max_headers,
+            max_header_bytes: ctx.settings.max_header_bytes,
+            key: default_settings
+                .as_deref()
+                .and_then(crate::upstream::hashed_request_part),
+            upgrade: &ctx.settings.upgrade,
+            routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
+            edits: ctx.edits(),
+        };
+        self.scratch.ready();
+        let head = &mut self.scratch.head;
+        head.clear();
+        http1::parse_request(self.inbuf.filled(), limits, &self.client_addr, head)
+    }
+
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
@@ -334,10 +354,12 @@ impl<S: ClientStream> ClientConn<S> {
         };
         // The listener's context outlives the borrows of the connection below.
         let listener = Arc::clone(&self.listener);
-        let upstream_settings = listener.ctx.upstream.settings();
-        let hashed = &self.inbuf.filled()[req.key.clone()];
-        self.key
-            .take(&upstream_settings, self.peer.ip(), Some(hashed));
+        let upstream = listener.ctx.upstream_for(&req.routed);
+        let upstream_settings = upstream.map(|i| listener.ctx.upstreams[i].settings());
+        if let Some(settings) = &upstream_settings {
+            let hashed = &self.inbuf.filled()[req.key.clone()];
+            self.key.take(settings, self.peer.ip(), Some(hashed));
+        }
         self.inbuf.consume(req.head_len);
 
         let body = match self.read_body(&req).await {
@@ -356,6 +378,27 @@ impl<S: ClientStream> ClientConn<S> {
         };
 
         let client = self.client_side(&req, body);
+        let (Some(upstream), Some(upstream_settings)) = (upstream, upstream_settings) else {
+            // A route answers it itself (or none took it): the body read is dropped.
+            self.request_done(body);
+            let (status, next, body_bytes) = self.returned(&req, client).await;
+            Record {
+                fate: Fate::Returned,
+                protocol,
+                client: self.peer.ip(),
+                line: said.as_ref().map(Said::line),
+                started,
+                status,
+                body_bytes,
+                backends: &[],
+                upstream_time: None,
+                upstream: None,
+                route: req.routed.route(),
+                request_id: req.request_id(),
+            }
+            .finish(&listener);
+            return next;
+        };
         let body_data = match body {
             Body::None => None,
             Body::InBuffer(n) => Some(&self.inbuf.filled()[..n]),
@@ -374,7 +417,7 @@ impl<S: ClientStream> ClientConn<S> {
             // `trailers` stays false: chunked trailers to HTTP/1.1 clients are not relayed.
             ..Forward::new(
                 &listener,
-                &upstream_settings,
+                (upstream, &upstream_settings),
                 &req,
                 head_len,
                 self.key.get(),
@@ -403,6 +446,9 @@ impl<S: ClientStream> ClientConn<S> {
             body_bytes,
             backends: tried.tried(),
             upstream_time,
+            upstream: Some(upstream),
+            route: req.routed.route(),
+            request_id: req.request_id(),
         }
         .finish(&listener);
         self.scratch.tried = tried;
@@ -516,20 +562,75 @@ impl<S: ClientStream> ClientConn<S> {
     /// Our own answer in place of a backend's (the request was read whole), keeping the
     /// connection if the client may: the status, what comes next, the body's bytes.
     async fn own_answer(&mut self, reject: Reject, client: ClientSide) -> (u16, Next, u64) {
+        let client = self.keeping(client);
+        http1::local_response(&mut self.scratch.out, reject, client);
+        self.send_out(reject.status, reject.text.len(), client)
+            .await
+    }
+
+    /// `client`, its connection kept only if the worker and the listener go on.
+    fn keeping(&self, client: ClientSide) -> ClientSide {
         let keep_alive = client.keep_alive && !*self.stop.borrow() && !self.listener.is_retired();
-        let client = ClientSide {
+        ClientSide {
             keep_alive,
             ..client
-        };
-        http1::local_response(&mut self.scratch.out, reject, client);
+        }
+    }
+
+    /// Sends our own answer, written in `scratch.out`: its `status`, what comes next, and the
+    /// bytes of its body sent (`body` long, none for HEAD).
+    async fn send_out(&mut self, status: u16, body: usize, client: ClientSide) -> (u16, Next, u64) {
         let st = self.settings().send_timeout;
         let next = match send(&mut self.stream, &self.scratch.out, &[], st).await {
-            Ok(()) if keep_alive => Next::KeepOpen,
+            Ok(()) if client.keep_alive => Next::KeepOpen,
             Ok(()) => Next::Answered,
             Err(_) => Next::Close,
         };
-        let body = if client.is_head { 0 } else { reject.text.len() };
-        (reject.status, next, body as u64)
+        let body = if client.is_head { 0 } else { body };
+        (status, next, body as u64)
+    }
+
+    /// Writes the answer a route gives itself (a redirect, a fixed answer; 404 when no route
+    /// took the request), its `Location` in the head buffer where the parser put it.
+    async fn returned(&mut self, req: &RequestHead, client: ClientSide) -> (u16, Next, u64) {
+        let routed = &req.routed;
+        let listener = Arc::clone(&self.listener);
+        let Routed::Answer {
+            route,
+            status,
+            location,
+        } = routed
+        else {
+            return self.own_answer(NOT_FOUND, client).await;
+        };
+        let mut answer = LocalAnswer {
+            status: *status,
+            content_type: b"",
+            location: None,
+            body: b"",
+            edit: None,
+        };
+        let route = route.and_then(|i| listener.ctx.routes.as_ref()?.get(i));
+        match route.map(|r| &r.action) {
+            None => return self.own_answer(NOT_FOUND, client).await,
+            Some(Action::Respond {
+                body, content_type, ..
+            }) => {
+                answer.body = body.as_bytes();
+                answer.content_type = content_type.as_bytes();
+            }
+            Some(_) => answer.location = self.scratch.head.get(location.clone()),
+        }
+        answer.edit = req.response_edit.as_ref().map(|edit| http1::AnswerEdit {
+            edit,
+            listener: &listener.ctx.settings.response_headers,
+            route: route.map(|r| &r.response_headers),
+            upstream: None,
+        });
+        let client = self.keeping(client);
+        http1::local_answer(&mut self.scratch.out, &answer, client);
+        let (status, body) = (answer.status, answer.body.len());
+        self.send_out(status, body, client).await
     }
 
     /// Reads the request body.

@@ -43,6 +43,8 @@ pub(crate) struct Request<'a> {
     /// Whether a client that closes its side is taken as gone (not when it has already sent
     /// its next request: it still wants the answers).
     pub(crate) watch_client: bool,
+    /// What the answer's head gets of the header rules and the request id.
+    pub(crate) edit: Option<http1::AnswerEdit<'a>>,
 }
 
 /// How the first half of an exchange ended.
@@ -124,7 +126,7 @@ pub(crate) async fn send_and_read_head(
         loop {
             if !conn.buf.is_empty() {
                 received = true;
-                match final_head(&mut conn.buf, req.client, out, &mut interim) {
+                match final_head(&mut conn.buf, (req.client, req.edit), out, &mut interim) {
                     Ok(Some(mut response)) => {
                         if response.status == 101 && write_result.is_none() {
                             // A tunnel must not begin before the request has gone out whole: its
@@ -185,12 +187,12 @@ pub(crate) async fn send_and_read_head(
 /// read more. `interim` counts those skipped, against [`MAX_INTERIM`].
 fn final_head(
     buf: &mut Buffer,
-    client: ClientSide,
+    (client, edit): (ClientSide, Option<http1::AnswerEdit<'_>>),
     out: &mut Vec<u8>,
     interim: &mut u32,
 ) -> Result<Option<FinalResponse>, (Fault, String)> {
     while !buf.is_empty() {
-        match http1::parse_response(buf.filled(), client, out) {
+        match http1::parse_response(buf.filled(), client, out, edit) {
             Ok(Some(ResponseHead::Final(response))) => return Ok(Some(response)),
             Ok(Some(ResponseHead::Interim(n))) => {
                 buf.consume(n);

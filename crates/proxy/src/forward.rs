@@ -354,6 +354,7 @@ pub(crate) async fn attempts(
             client: f.client,
             replay: f.replay,
             watch_client: f.watch_client,
+            edit: f.answer_edit(addr),
         };
         let began = tokio::time::Instant::now();
         loop {

@@ -42,6 +42,8 @@ pub fn request_head(input: &[u8]) {
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
         upgrade: &upgrade,
+        routes: None,
+        edits: None,
     };
     let mut out = Vec::new();
     if let Ok(Some(head)) = http1::parse_request(buf, limits, &client, &mut out) {
@@ -108,7 +110,7 @@ pub fn response_head(input: &[u8]) {
         upgrade: kind & 8 != 0,
     };
     let mut out = Vec::new();
-    match http1::parse_response(buf, client, &mut out) {
+    match http1::parse_response(buf, client, &mut out, None) {
         Ok(Some(http1::ResponseHead::Final(head))) => {
             assert!(head.head_len <= buf.len());
             assert!(out.ends_with(b"\r\n\r\n"));
@@ -878,6 +880,8 @@ pub fn h2_request_head(input: &[u8]) {
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
         upgrade: &[],
+        routes: None,
+        edits: None,
     };
     let (mut raw, mut head) = (Vec::new(), Vec::new());
     if crate::http2::backend_head(&parts, limits, &client, &mut raw, &mut head).is_err() {

@@ -88,6 +88,7 @@ mod forward;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod handover;
+pub mod header_rules;
 mod http1;
 mod http2;
 mod io;
@@ -97,6 +98,7 @@ pub mod metrics;
 mod proxy_protocol;
 mod record;
 mod request;
+mod route;
 pub mod server;
 pub mod settings;
 mod tcp;
@@ -110,7 +112,8 @@ pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, Http2Settings, ListenerSettings,
-    LoadSource, Protocol, ProxyProtocol, ProxySettings, UpstreamSettings,
+    LoadSource, Protocol, ProxyProtocol, ProxySettings, Redirect, RouteAction, RouteSettings,
+    UpstreamSettings,
 };
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,

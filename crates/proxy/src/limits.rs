@@ -31,14 +31,22 @@ fn fixed_need(settings: &ProxySettings) -> u64 {
     let mut needed = RESERVE + PER_WORKER * workers;
     for listener in &settings.listeners {
         needed += workers;
-        if let Some(upstream) = settings
+        // Each upstream the listener sends to (its own and its routes'), once.
+        let mut names: Vec<&str> = listener.upstream.iter().map(String::as_str).collect();
+        for route in &listener.routes {
+            if let crate::settings::RouteAction::Upstream { upstream, .. } = &route.action {
+                if !names.contains(&upstream.as_str()) {
+                    names.push(upstream);
+                }
+            }
+        }
+        let idle: u64 = settings
             .upstreams
             .iter()
-            .find(|u| u.name == listener.upstream)
-        {
-            let idle = workers * upstream.keepalive as u64 * upstream.backends.len() as u64;
-            needed += idle.min(listener.connection_limit() as u64);
-        }
+            .filter(|u| names.contains(&u.name.as_str()))
+            .map(|u| workers * u.keepalive as u64 * u.backends.len() as u64)
+            .sum();
+        needed += idle.min(listener.connection_limit() as u64);
     }
     needed
 }

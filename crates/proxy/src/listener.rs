@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::access_log::AccessLog;
+use crate::http1::Routed;
 use crate::metrics::WorkerStats;
+use crate::route::Routes;
 use crate::settings::ListenerSettings;
 use crate::tls::ServerTls;
 use crate::upstream::{Upstream, WorkerPools};
@@ -19,7 +21,12 @@ use crate::upstream::{Upstream, WorkerPools};
 #[derive(Debug)]
 pub(crate) struct ListenerContext {
     pub(crate) settings: ListenerSettings,
-    pub(crate) upstream: Arc<Upstream>,
+    /// The upstreams its requests may go to: the listener's own first (`upstream`, when it has
+    /// one: `has_default`), then those its routes name, each once, in the order first named.
+    pub(crate) upstreams: Vec<Arc<Upstream>>,
+    pub(crate) has_default: bool,
+    /// Its `[[listener.route]]`, compiled; `None` without any.
+    pub(crate) routes: Option<Routes>,
     pub(crate) access_log: Option<AccessLog>,
     /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
     /// certificates replaces it without retiring open connections.
@@ -35,7 +42,50 @@ impl ListenerContext {
             (None, None) => true,
             _ => false,
         };
-        Arc::ptr_eq(&self.upstream, &other.upstream) && self.settings == other.settings && same_log
+        self.same_upstreams(other) && self.settings == other.settings && same_log
+    }
+
+    /// Whether `self` and `other` send requests to the very same upstreams, in the same order.
+    pub(crate) fn same_upstreams(&self, other: &ListenerContext) -> bool {
+        self.upstreams.len() == other.upstreams.len()
+            && self
+                .upstreams
+                .iter()
+                .zip(&other.upstreams)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
+    /// The listener's header rules and request id, for the parser: `None` when neither it nor
+    /// any of its routes has any (nothing to do for them on the request path).
+    pub(crate) fn edits(&self) -> Option<crate::http1::Edits<'_>> {
+        let s = &self.settings;
+        let any = s.request_id
+            || !s.request_headers.is_empty()
+            || !s.response_headers.is_empty()
+            || self.routes.as_ref().is_some_and(|r| r.any_rules());
+        any.then_some(crate::http1::Edits {
+            request: &s.request_headers,
+            response: &s.response_headers,
+            request_id: s.request_id,
+        })
+    }
+
+    /// The listener's own upstream, if it has one.
+    pub(crate) fn default_upstream(&self) -> Option<&Arc<Upstream>> {
+        self.upstreams.first().filter(|_| self.has_default)
+    }
+
+    /// The index in `upstreams` of the upstream a request `routed` so goes to; `None` when it
+    /// is answered here.
+    pub(crate) fn upstream_for(&self, routed: &Routed) -> Option<usize> {
+        match routed {
+            Routed::Default => self.has_default.then_some(0),
+            Routed::Upstream { route } => match self.routes.as_ref()?.get(*route)?.action {
+                crate::route::Action::Upstream { upstream, .. } => Some(upstream),
+                _ => None,
+            },
+            Routed::Answer { .. } => None,
+        }
     }
 }
 
@@ -44,17 +94,31 @@ impl ListenerContext {
 #[derive(Debug)]
 pub(crate) struct WorkerListener {
     pub(crate) ctx: Arc<ListenerContext>,
-    pub(crate) connections: Arc<WorkerPools>,
+    /// The worker's connections to each of `ctx.upstreams`, in the same order.
+    pub(crate) connections: Vec<Arc<WorkerPools>>,
     /// This worker's counts.
     pub(crate) stats: Arc<WorkerStats>,
     /// A reload changed the listener: its connections finish the request they are on, say
     /// `Connection: close`, and their clients reconnect to the new configuration.
     pub(crate) retired: AtomicBool,
+    /// What replaced it, once retired: an idle connection that gets a new request serves it
+    /// with the configuration in force then (its routes, its upstreams), not the one it was
+    /// opened under.
+    pub(crate) successor: std::sync::OnceLock<Arc<WorkerListener>>,
 }
 
 impl WorkerListener {
     /// Whether a reload retired the listener: its connections say `Connection: close`.
     pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// The listener in force now: this one, or (after reloads) the last of its successors.
+    pub(crate) fn latest(self: &Arc<Self>) -> Arc<WorkerListener> {
+        let mut at = Arc::clone(self);
+        while let Some(next) = at.successor.get() {
+            at = Arc::clone(next);
+        }
+        at
     }
 }

@@ -137,10 +137,15 @@ impl UpstreamCounts {
     }
 }
 
+/// A route's counts' key: the listener (as configured) and the route's name.
+pub type RouteKey = (Arc<str>, Arc<str>);
+
 /// One worker's counts, by upstream name.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     counts: Mutex<CountMap<Arc<str>, UpstreamCounts>>,
+    /// Answers by (listener, route) and status class, on listeners with routes.
+    routes: Mutex<CountMap<RouteKey, [u64; 5]>>,
     /// TLS handshakes that failed or timed out (no upstream is known yet).
     tls_handshake_failures: std::sync::atomic::AtomicU64,
 }
@@ -172,6 +177,14 @@ impl WorkerStats {
             c.responses.entry(backend).or_default()[class] += 1;
             c.durations.record(took);
         });
+    }
+
+    /// A request that route `route` of `listener` took was answered with `status`.
+    pub(crate) fn routed(&self, listener: &Arc<str>, route: &Arc<str>, status: u16) {
+        let class = usize::from((status / 100).clamp(1, 5)) - 1;
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (Arc::clone(listener), Arc::clone(route));
+        routes.entry(key).or_default()[class] += 1;
     }
 
     /// An attempt on `backend` failed with `fault`.
@@ -233,6 +246,27 @@ impl Metrics {
                     .load(std::sync::atomic::Ordering::Relaxed)
             })
             .sum()
+    }
+
+    /// Answers by (listener, route) and status class (index into [`CODE_CLASSES`]), every
+    /// worker's summed.
+    pub fn route_totals(&self) -> HashMap<RouteKey, [u64; 5]> {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut totals: HashMap<RouteKey, [u64; 5]> = HashMap::new();
+        for w in workers {
+            let routes = w.routes.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, classes) in routes.iter() {
+                let mine = totals.entry(key.clone()).or_default();
+                for (a, b) in mine.iter_mut().zip(classes) {
+                    *a += b;
+                }
+            }
+        }
+        totals
     }
 
     /// The counts of every worker, summed, by upstream name.

@@ -44,6 +44,9 @@ pub(crate) enum Fate {
     ClientReset,
     /// A TCP session still open when the proxy stopped.
     Shutdown,
+    /// Answered by a route itself (a redirect, a fixed answer; nginx's `return`), or 404
+    /// because no route took the request.
+    Returned,
 }
 
 impl Fate {
@@ -62,6 +65,7 @@ impl Fate {
             Fate::BackendReset => "backend_reset",
             Fate::ClientReset => "client_reset",
             Fate::Shutdown => "shutdown",
+            Fate::Returned => "returned",
         }
     }
 
@@ -77,7 +81,11 @@ impl Fate {
             | Fate::BackendReset
             | Fate::ClientReset
             | Fate::Shutdown => true,
-            Fate::ClientGone | Fate::NoAnswer | Fate::Refused | Fate::Unpicked(_) => false,
+            Fate::ClientGone
+            | Fate::NoAnswer
+            | Fate::Refused
+            | Fate::Unpicked(_)
+            | Fate::Returned => false,
         }
     }
 }
@@ -161,22 +169,38 @@ pub(crate) struct Record<'a> {
     /// Time spent on backends (`None`: none was tried); of a tunnel, until the backend agreed
     /// to it, and of a TCP session, to connect.
     pub(crate) upstream_time: Option<Duration>,
+    /// The listener's upstream it went to (an index into its context's list); `None` for a
+    /// request a route answered itself, or none took.
+    pub(crate) upstream: Option<usize>,
+    /// The route that took it (an index into the listener's routes), if the listener has
+    /// routes and one did.
+    pub(crate) route: Option<usize>,
+    /// Its request id, on a listener with `request_id = true`.
+    pub(crate) request_id: Option<&'a [u8]>,
 }
 
 impl Record<'_> {
     /// Counts the request in `listener`'s worker counts and, with the access log on, writes
     /// its line: the one place either happens.
     pub(crate) fn finish(&self, listener: &WorkerListener) {
-        let upstream = &listener.ctx.upstream;
+        let upstream = self.upstream.and_then(|i| listener.ctx.upstreams.get(i));
         let took = self.started.elapsed();
         let by = if self.fate.answered_by_backend() {
             self.backends.last().copied()
         } else {
             None
         };
-        listener
-            .stats
-            .answered(upstream.shared_name(), by, self.status, self.measured(took));
+        if let Some(upstream) = upstream {
+            listener
+                .stats
+                .answered(upstream.shared_name(), by, self.status, self.measured(took));
+        }
+        let routes = listener.ctx.routes.as_ref();
+        if let Some((routes, route)) = routes.and_then(|r| Some((r, r.get(self.route?)?))) {
+            listener
+                .stats
+                .routed(&routes.listener, &route.name, self.status);
+        }
         let (Some(line), Some(log)) = (&self.line, &listener.ctx.access_log) else {
             return;
         };
@@ -193,7 +217,9 @@ impl Record<'_> {
             request_time: took,
             upstream_time: self.upstream_time,
             backends: self.backends,
-            upstream: upstream.name(),
+            upstream: upstream.map_or("-", |u| u.name()),
+            route: self.route.and_then(|i| routes?.get(i)).map(|r| &*r.name),
+            request_id: self.request_id,
             fate: self.fate.name(),
         });
     }
@@ -233,6 +259,7 @@ mod tests {
             (Fate::BackendReset, "backend_reset"),
             (Fate::ClientReset, "client_reset"),
             (Fate::Shutdown, "shutdown"),
+            (Fate::Returned, "returned"),
         ];
         for (fate, name) in all {
             assert_eq!(fate.name(), name);
@@ -251,6 +278,9 @@ mod tests {
             body_bytes: 0,
             backends: &[],
             upstream_time,
+            upstream: Some(0),
+            route: None,
+            request_id: None,
         };
         let took = Duration::from_secs(3600);
         let agreed = Some(Duration::from_millis(2));

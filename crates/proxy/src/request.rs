@@ -58,6 +58,13 @@ pub(crate) struct Forward<'a> {
     /// The client takes trailers (an HTTP/2 client's `te: trailers`): said to an HTTP/2
     /// backend, whose response trailers are then relayed.
     pub(crate) trailers: bool,
+    /// What the answer gets of the header rules and the request id: the request's expanded
+    /// fields, the listener's response rules, the route's (`None`: no rules, no id).
+    pub(crate) edit: Option<(
+        &'a http1::ResponseEdit,
+        &'a crate::header_rules::HeaderRules,
+        Option<&'a crate::header_rules::HeaderRules>,
+    )>,
     /// The HTTP/2 client connection the request came on, by number
     /// ([`crate::upstream_h2::next_client_connection`]): the streams it holds on an HTTP/2
     /// backend are counted against `h2_max_streams_per_client`. `None` for an HTTP/1.x
@@ -68,22 +75,23 @@ pub(crate) struct Forward<'a> {
 impl<'a> Forward<'a> {
     /// A request of `listener` whose head `req` the parser wrote for the backend (its first
     /// `head_len` bytes), with `body` (`None`: the request has none) and what its `client`
-    /// takes back, to the upstream whose `settings` were in force when it was read. What only
-    /// one protocol has is left to it: the HTTP/1.1 path sets `watch_client` and `early`, the
-    /// HTTP/2 path `trailers`.
+    /// takes back, to the listener's upstream number `upstream` (its index in the context's
+    /// list), whose `settings` were in force when it was read. What only one protocol has is
+    /// left to it: the HTTP/1.1 path sets `watch_client` and `early`, the HTTP/2 path
+    /// `trailers`.
     pub(crate) fn new(
         listener: &'a WorkerListener,
-        settings: &'a UpstreamSettings,
-        req: &RequestHead,
+        (upstream, settings): (usize, &'a UpstreamSettings),
+        req: &'a RequestHead,
         head_len: usize,
         affinity: Option<&'a [u8]>,
         body: Option<&'a [u8]>,
         client: ClientSide,
     ) -> Forward<'a> {
         Forward {
-            upstream: &listener.ctx.upstream,
+            upstream: &listener.ctx.upstreams[upstream],
             settings,
-            connections: &listener.connections,
+            connections: &listener.connections[upstream],
             stats: &listener.stats,
             affinity,
             head_len,
@@ -102,8 +110,26 @@ impl<'a> Forward<'a> {
             early: &[],
             idle_timeout: listener.ctx.settings.idle_timeout,
             trailers: false,
+            edit: req.response_edit.as_ref().map(|e| {
+                let ctx = &listener.ctx;
+                let route = e
+                    .route
+                    .and_then(|i| ctx.routes.as_ref()?.get(i))
+                    .map(|r| &r.response_headers);
+                (e, &ctx.settings.response_headers, route)
+            }),
             client_connection: None,
         }
+    }
+
+    /// What writing `upstream`'s answer needs of the request's edits.
+    pub(crate) fn answer_edit(&self, upstream: SocketAddr) -> Option<http1::AnswerEdit<'a>> {
+        self.edit.map(|(edit, listener, route)| http1::AnswerEdit {
+            edit,
+            listener,
+            route,
+            upstream: Some(upstream),
+        })
     }
 
     /// Ends the request head for one attempt: a `Host` naming the backend when the client

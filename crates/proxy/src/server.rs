@@ -38,10 +38,11 @@ use crate::access_log::{AccessLog, AccessLogSettings, Destination};
 use crate::handover::{self, Inherited};
 use crate::listener::{ListenerContext, WorkerListener};
 use crate::metrics::{Metrics, WorkerStats};
+use crate::route::Routes;
 use crate::settings::{ListenerSettings, Protocol, ProxySettings};
 use crate::tls::{Resumption, ServerTls, TlsSetupError};
 use crate::upstream::Keep;
-use crate::upstream::{Upstream, WorkerPools};
+use crate::upstream::{Upstream, WorkerPools, hashed_request_part};
 use crate::{dispatch, proxy_protocol, tcp};
 
 /// A proxy that cannot start, with what to do about it.
@@ -74,6 +75,8 @@ pub enum StartError {
         listen: SocketAddr,
         upstream: String,
     },
+    #[error("listener {listen}: its routes cannot be built: {why}")]
+    Routes { listen: SocketAddr, why: String },
 }
 
 /// Backlog of pending connections per socket (nginx uses 511 on Linux).
@@ -228,7 +231,7 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 /// from `inherited`); the listener and what a reload keeps of it.
 fn bind_listener(
     settings: ListenerSettings,
-    upstream: Arc<Upstream>,
+    served: Served,
     access_log: Option<AccessLog>,
     workers: usize,
     inherited: &mut Inherited,
@@ -263,7 +266,9 @@ fn bind_listener(
     let limit = Arc::new(Semaphore::new(permits));
     let (ctx_tx, ctx_rx) = watch::channel(Arc::new(ListenerContext {
         settings,
-        upstream,
+        upstreams: served.upstreams,
+        has_default: served.has_default,
+        routes: served.routes,
         access_log,
         tls,
     }));
@@ -359,13 +364,9 @@ impl Proxy {
         let mut initial = Vec::new();
         let mut live = Vec::new();
         for l in settings.listeners {
-            let upstream =
-                find(&upstreams, &l.upstream).ok_or_else(|| StartError::UnknownUpstream {
-                    listen: l.listen,
-                    upstream: l.upstream.clone(),
-                })?;
+            let served = served(&l, &upstreams)?;
             let (listener, entry) =
-                bind_listener(l, upstream, access_log.clone(), workers, inherited)?;
+                bind_listener(l, served, access_log.clone(), workers, inherited)?;
             initial.push(listener);
             live.push(entry);
         }
@@ -414,7 +415,7 @@ impl Proxy {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         for l in self.live.registry().listeners.iter() {
-            tracing::info!(listen = %l.bound, upstream = %l.ctx.borrow().upstream.name(), "listening");
+            tracing::info!(listen = %l.bound, upstream = %names_of(&l.ctx.borrow()), "listening");
         }
         let workers = self.live.workers;
         // Deal the descriptors out: worker i gets descriptor i of every listener.
@@ -482,6 +483,68 @@ fn open_access_log(settings: Option<&AccessLogSettings>) -> Result<Option<Access
 
 fn find(upstreams: &[Arc<Upstream>], name: &str) -> Option<Arc<Upstream>> {
     upstreams.iter().find(|u| u.name() == name).cloned()
+}
+
+/// The names of the upstreams a listener sends to, for its log lines.
+fn names_of(ctx: &ListenerContext) -> String {
+    let names: Vec<&str> = ctx.upstreams.iter().map(|u| u.name()).collect();
+    names.join(",")
+}
+
+/// What a listener's requests may go to: the upstreams (its own first, then those its routes
+/// name) and its routes, compiled.
+#[derive(Debug)]
+struct Served {
+    upstreams: Vec<Arc<Upstream>>,
+    has_default: bool,
+    routes: Option<Routes>,
+}
+
+/// The upstreams and routes of listener `l`, found among `all`.
+fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartError> {
+    let unknown = |upstream: &str| StartError::UnknownUpstream {
+        listen: l.listen,
+        upstream: upstream.to_owned(),
+    };
+    let mut upstreams = Vec::new();
+    if let Some(name) = &l.upstream {
+        upstreams.push(find(all, name).ok_or_else(|| unknown(name))?);
+    }
+    let has_default = !upstreams.is_empty();
+    if l.routes.is_empty() {
+        return if has_default {
+            Ok(Served {
+                upstreams,
+                has_default,
+                routes: None,
+            })
+        } else {
+            Err(StartError::Routes {
+                listen: l.listen,
+                why: "no upstream and no routes: name an upstream".to_owned(),
+            })
+        };
+    }
+    for r in &l.routes {
+        if let crate::settings::RouteAction::Upstream { upstream, .. } = &r.action {
+            if !upstreams.iter().any(|u| u.name() == upstream) {
+                upstreams.push(find(all, upstream).ok_or_else(|| unknown(upstream))?);
+            }
+        }
+    }
+    let routes = Routes::build(l.listen, &l.routes, |name| {
+        let i = upstreams.iter().position(|u| u.name() == name)?;
+        Some((i, hashed_request_part(&upstreams[i].settings()).cloned()))
+    })
+    .map_err(|e| StartError::Routes {
+        listen: l.listen,
+        why: format!("{e:?}"),
+    })?;
+    Ok(Served {
+        upstreams,
+        has_default,
+        routes: Some(routes),
+    })
 }
 
 impl Live {
@@ -554,6 +617,17 @@ impl ProxyHandle {
             .collect()
     }
 
+    /// Each listener's bound address and its settings in force (its upstream and routes among
+    /// them), in configuration order: what the admin API lists.
+    pub fn listener_settings(&self) -> Vec<(SocketAddr, ListenerSettings)> {
+        self.live
+            .registry()
+            .listeners
+            .iter()
+            .map(|l| (l.bound, l.ctx.borrow().settings.clone()))
+            .collect()
+    }
+
     /// Reopens the access log's file (SIGUSR1, after logrotate moved it).
     pub fn reopen_logs(&self) {
         if let Some(log) = &self.live.registry().access_log {
@@ -607,6 +681,9 @@ impl ProxyHandle {
 /// bound. Applying it cannot fail.
 struct Prepared {
     listeners: Vec<ListenerSettings>,
+    /// For each of `listeners` that continues one, its upstreams and routes (`None` for those
+    /// bound anew: theirs went into their context).
+    served: Vec<Option<Served>>,
     /// For each of `listeners`, the running listener it continues (same configured address).
     matches: Vec<Option<usize>>,
     /// For each of `listeners` that continues one, its certificates read again.
@@ -668,14 +745,11 @@ impl Live {
         };
         let matches = match_listeners(&old_listeners, &settings.listeners);
         let upstreams = upstream_set(&settings.upstreams, &old_upstreams, done);
-        for l in &settings.listeners {
-            if find(&upstreams, &l.upstream).is_none() {
-                return Err(StartError::UnknownUpstream {
-                    listen: l.listen,
-                    upstream: l.upstream.clone(),
-                });
-            }
-        }
+        let mut served = settings
+            .listeners
+            .iter()
+            .map(|l| served(l, &upstreams).map(Some))
+            .collect::<Result<Vec<_>, _>>()?;
         // Certificates of the listeners that stay are read again (a renewed certificate is in
         // force after the reload); one that cannot be read stops the reload before anything
         // changes, and the old ones go on being served.
@@ -693,18 +767,16 @@ impl Live {
         }
         // Bind the new listeners before anything changes.
         let mut bound = Vec::new();
-        for (l, matched) in settings.listeners.iter().zip(&matches) {
+        for ((l, matched), served) in settings.listeners.iter().zip(&matches).zip(&mut served) {
             if matched.is_some() {
                 continue;
             }
-            let upstream =
-                find(&upstreams, &l.upstream).ok_or_else(|| StartError::UnknownUpstream {
-                    listen: l.listen,
-                    upstream: l.upstream.clone(),
-                })?;
+            let Some(served) = served.take() else {
+                continue;
+            };
             bound.push(bind_listener(
                 l.clone(),
-                upstream,
+                served,
                 access_log.clone(),
                 self.workers,
                 &mut Inherited::default(),
@@ -712,6 +784,7 @@ impl Live {
         }
         Ok(Prepared {
             listeners: settings.listeners,
+            served,
             matches,
             tls,
             bound,
@@ -726,6 +799,7 @@ impl Live {
     fn apply(&self, prepared: Prepared, done: &mut Reloaded) {
         let Prepared {
             listeners: settings,
+            served,
             matches,
             tls,
             bound,
@@ -753,13 +827,15 @@ impl Live {
         let mut bound = bound.into_iter();
         let mut listeners = Vec::new();
         let mut added = Vec::new();
-        for ((l, matched), tls) in settings.into_iter().zip(matches).zip(tls) {
-            let upstream = find(&upstreams, &l.upstream).expect("checked in prepare");
-            match matched.and_then(|i| old_entries[i].take()) {
-                Some(mut entry) => {
+        for (((l, matched), tls), served) in settings.into_iter().zip(matches).zip(tls).zip(served)
+        {
+            match (matched.and_then(|i| old_entries[i].take()), served) {
+                (Some(mut entry), Some(served)) => {
                     let context = ListenerContext {
                         settings: l,
-                        upstream,
+                        upstreams: served.upstreams,
+                        has_default: served.has_default,
+                        routes: served.routes,
                         access_log: access_log.clone(),
                         tls,
                     };
@@ -768,10 +844,10 @@ impl Live {
                     }
                     listeners.push(entry);
                 }
-                None => {
+                _ => {
                     let (listener, entry) = bound.next().expect("bound in prepare, in order");
                     done.new_listeners.push(entry.bound);
-                    tracing::info!(listen = %entry.bound, upstream = %upstream.name(), "listening");
+                    tracing::info!(listen = %entry.bound, upstream = %names_of(&listener.ctx.borrow()), "listening");
                     added.push(listener);
                     listeners.push(entry);
                 }
@@ -1019,26 +1095,52 @@ impl AcceptLoop {
         }
     }
 
+    /// After a reload changed the listener: the worker's view of the new context. Connections
+    /// opened under `current` finish their request and close, and one that gets another
+    /// request serves it under the new one ([`WorkerListener::latest`]), unless only the
+    /// certificates changed (their sessions are established: they go on).
+    fn take_reload(&self, current: Arc<WorkerListener>) -> Arc<WorkerListener> {
+        let next = self.worker_listener(Some(&current));
+        if !next.ctx.same_but_tls(&current.ctx) {
+            let _ = current.successor.set(Arc::clone(&next));
+            current.retired.store(true, Ordering::Release);
+        }
+        next
+    }
+
     /// This worker's view of the listener's context in force: its connections to the
     /// upstream's backends are kept while the upstream is the same.
     fn worker_listener(&self, previous: Option<&WorkerListener>) -> Arc<WorkerListener> {
         let ctx = self.ctx.borrow().clone();
-        let connections = match previous {
-            Some(p) if Arc::ptr_eq(&p.ctx.upstream, &ctx.upstream) => Arc::clone(&p.connections),
-            _ => {
-                let c = ctx.upstream.worker_connections();
-                self.reaped
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((Arc::clone(&c), ctx.upstream.settings().keepalive_timeout));
-                c
-            }
-        };
+        let connections = ctx
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                // An upstream the listener already sent to keeps its connections.
+                let kept = previous.and_then(|p| {
+                    let i = p
+                        .ctx
+                        .upstreams
+                        .iter()
+                        .position(|u| Arc::ptr_eq(u, upstream))?;
+                    p.connections.get(i).cloned()
+                });
+                kept.unwrap_or_else(|| {
+                    let c = upstream.worker_connections();
+                    self.reaped
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((Arc::clone(&c), upstream.settings().keepalive_timeout));
+                    c
+                })
+            })
+            .collect();
         Arc::new(WorkerListener {
             ctx,
             connections,
             stats: Arc::clone(&self.stats),
             retired: AtomicBool::new(false),
+            successor: std::sync::OnceLock::new(),
         })
     }
 }
@@ -1086,18 +1188,18 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
                     // The listener left the configuration (its retirement follows).
                     break;
                 }
-                // A reload changed the listener: new connections get the new context; open
-                // ones finish their request and close, unless only the certificates changed
-                // (their sessions are established: they go on).
-                if !a.ctx.borrow().same_but_tls(&current.ctx) {
-                    current.retired.store(true, Ordering::Relaxed);
-                }
-                current = a.worker_listener(Some(&current));
+                current = a.take_reload(current);
                 continue;
             },
             _ = stop.changed() => break,
             _ = retire.changed() => break,
         };
+        // A connection accepted after a reload was done is served by the new configuration,
+        // even when the accept and the change were ready together (the select takes either).
+        if matches!(ctx.has_changed(), Ok(true)) {
+            let _ = ctx.borrow_and_update();
+            current = a.take_reload(current);
+        }
         // The permit (max_connections) is taken by the worker that will serve the
         // connection, after it has one: permits are held only by connections being served,
         // which finish on their own, so waiting for one can never wait on another worker.

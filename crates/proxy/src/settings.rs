@@ -26,8 +26,12 @@ pub struct ProxySettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListenerSettings {
     pub listen: SocketAddr,
-    /// Name of the upstream requests go to.
-    pub upstream: String,
+    /// Name of the upstream requests go to: every request without `routes`, and those no
+    /// route takes with them. `None` (only with routes): those get 404.
+    pub upstream: Option<String>,
+    /// `[[listener.route]]`, in file order: which requests go where, by host and path
+    /// ([`RouteSettings`]). Empty: every request goes to `upstream`.
+    pub routes: Vec<RouteSettings>,
     /// Client connections served at once; further clients wait in the kernel's accept queue
     /// (like HAProxy's `maxconn`). `None`: as many as the open-files limit allows, at most
     /// [`Self::DEFAULT_MAX_CONNECTIONS`] (see [`crate::limits::fit_to_limit`]).
@@ -86,6 +90,64 @@ pub struct ListenerSettings {
     /// TLS termination (`[[listener.tls]]`): empty for plain HTTP; else the certificate
     /// entries, the first the default for clients without SNI or with a name none matches.
     pub tls: Vec<crate::tls::CertificateFiles>,
+    /// Fields set, added and removed on every request to a backend, and on every answer
+    /// ([`crate::header_rules`]); a route's rules apply after these.
+    pub request_headers: crate::header_rules::HeaderRules,
+    pub response_headers: crate::header_rules::HeaderRules,
+    /// `X-Request-Id`: kept from a peer in `trusted_proxies`, else made (32 hex digits), and
+    /// sent to the backend, returned to the client and written in the access log.
+    pub request_id: bool,
+}
+
+/// One `[[listener.route]]`: the requests it takes (`spec`, matched with nginx's precedence by
+/// the [`routes`] crate) and what is done with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSettings {
+    /// In the access log, the metrics and the admin API; `route<N>` (from 1) unless given.
+    pub name: String,
+    pub spec: routes::Spec,
+    pub action: RouteAction,
+    /// Fields set, added and removed on its requests and answers, after the listener's.
+    pub request_headers: crate::header_rules::HeaderRules,
+    pub response_headers: crate::header_rules::HeaderRules,
+}
+
+/// What a route does with a request: exactly one thing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteAction {
+    /// Passed to this upstream. `rewrite`: the part of the normalised path the route's prefix
+    /// matched is replaced by this (`"/"` for `strip_prefix`), and the backend gets the
+    /// result, as nginx's `proxy_pass http://u/x/` in `location /p/` sends `/x/...` for
+    /// `/p/...`; `None`: the request's target as sent (nginx's `proxy_pass http://u`).
+    Upstream {
+        upstream: String,
+        rewrite: Option<String>,
+    },
+    /// Answered with a redirect ([`Redirect`]).
+    Redirect(Redirect),
+    /// Answered with this status and body.
+    Respond {
+        status: u16,
+        body: String,
+        content_type: String,
+    },
+}
+
+/// A redirect: `Location` is the request's own URL with the parts given here replaced
+/// (nginx's `return 301 https://$host$request_uri` is `scheme = "https"` alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// 301, 302, 303, 307 or 308.
+    pub status: u16,
+    /// `None`: the request's (`http`, or `https` on a TLS listener).
+    pub scheme: Option<String>,
+    /// `None`: the request's host (its `Host` without the port).
+    pub host: Option<String>,
+    /// `None`: the port of the request's `Host`, if it named one and neither `scheme` nor
+    /// `host` is given; otherwise none (the scheme's default).
+    pub port: Option<u16>,
+    /// The path and query; `None`: the request's target as sent (nginx's `$request_uri`).
+    pub path: Option<String>,
 }
 
 /// HTTP/2 on a listener (`http2 = true`) and the limits its connections are held to.
@@ -165,7 +227,8 @@ impl ListenerSettings {
     pub fn new(listen: SocketAddr, upstream: impl Into<String>) -> ListenerSettings {
         ListenerSettings {
             listen,
-            upstream: upstream.into(),
+            upstream: Some(upstream.into()),
+            routes: Vec::new(),
             max_connections: None,
             client_header_timeout: Self::DEFAULT_CLIENT_HEADER_TIMEOUT,
             client_body_timeout: Self::DEFAULT_CLIENT_BODY_TIMEOUT,
@@ -183,6 +246,9 @@ impl ListenerSettings {
             upgrade: Vec::new(),
             http2: None,
             tls: Vec::new(),
+            request_headers: Default::default(),
+            response_headers: Default::default(),
+            request_id: false,
         }
     }
 }

@@ -82,11 +82,11 @@ pub(crate) async fn serve(
                 RelayEnd::Closed => Fate::Answered,
                 RelayEnd::Idle => Fate::IdleTimeout,
                 RelayEnd::BackendFailed(e) => {
-                    tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the backend side failed");
+                    tracing::debug!(upstream = %attempt.upstream_name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the backend side failed");
                     Fate::BackendReset
                 }
                 RelayEnd::ClientFailed(e) => {
-                    tracing::debug!(upstream = %listener.ctx.upstream.name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the client side failed");
+                    tracing::debug!(upstream = %attempt.upstream_name(), backend = %attempt.addr, client = %peer, error = %e, "TCP session: the client side failed");
                     Fate::ClientReset
                 }
             }
@@ -128,7 +128,13 @@ async fn connect(
     listener: &WorkerListener,
     tried: &mut Attempts<SocketAddr>,
 ) -> Result<(BackendConn, Attempt, Duration), Unpicked> {
-    let upstream = &listener.ctx.upstream;
+    // A TCP listener has an upstream of its own and no routes (the configuration says so).
+    let (Some(upstream), Some(pools)) = (
+        listener.ctx.default_upstream(),
+        listener.connections.first(),
+    ) else {
+        return Err(Unpicked::NoBackend);
+    };
     let settings = upstream.settings();
     // No request head: the client address, whatever `hash_key` says (`check` allows only
     // `client_ip` on an upstream a TCP listener uses).
@@ -159,8 +165,7 @@ async fn connect(
         }
         // Opened through the worker's connections to the backend, so the admin API counts it;
         // never kept idle afterwards.
-        let pool = listener
-            .connections
+        let pool = pools
             .get(addr)
             .unwrap_or_else(|| Arc::new(Connections::new(addr, 0, settings.keepalive_timeout)));
         let began = Instant::now();
@@ -221,6 +226,9 @@ impl Session<'_> {
             body_bytes: self.moved.to_client.load(Ordering::Relaxed),
             backends: self.tried.tried(),
             upstream_time: self.connect_time,
+            upstream: Some(0),
+            route: None,
+            request_id: None,
         }
         .finish(self.listener);
     }

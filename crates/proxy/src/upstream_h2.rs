@@ -572,7 +572,7 @@ fn final_head(
     let (parts, recv) = response.into_parts();
     let mut raw = Vec::with_capacity(256);
     write_response_head(&parts, recv.is_end_stream(), f.client.is_head, &mut raw);
-    match http1::parse_response(&raw, f.client, out) {
+    match http1::parse_response(&raw, f.client, out, f.answer_edit(on.pool.addr())) {
         Ok(Some(ResponseHead::Final(response))) if response.status != 101 => Tried::Head(
             response,
             H2Body {

@@ -226,7 +226,10 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
         .iter()
         .filter(|l| l.protocol == proxy::Protocol::Tcp)
     {
-        let Some(u) = upstreams.iter().find(|u| *u.name.get_ref() == l.upstream) else {
+        let Some(name) = &l.upstream else {
+            continue;
+        };
+        let Some(u) = upstreams.iter().find(|u| u.name.get_ref() == name) else {
             continue;
         };
         let b = &u.balancing;
@@ -237,8 +240,8 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
                 l.upstream_at.0.clone(),
                 &l.upstream_at.1,
                 format!(
-                    "upstream \"{}\" hashes hash_key = \"{}\", which a TCP connection does not have: give it hash_key = \"client_ip\", or give this listener an upstream of its own",
-                    l.upstream, b.hash_key
+                    "upstream \"{name}\" hashes hash_key = \"{}\", which a TCP connection does not have: give it hash_key = \"client_ip\", or give this listener an upstream of its own",
+                    b.hash_key
                 ),
             );
         }
@@ -247,8 +250,7 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
                 l.upstream_at.0.clone(),
                 &l.upstream_at.1,
                 format!(
-                    "upstream \"{}\" has tls = true, which TCP listeners do not support yet (TLS to backends is built for HTTP): give this listener an upstream without tls",
-                    l.upstream
+                    "upstream \"{name}\" has tls = true, which TCP listeners do not support yet (TLS to backends is built for HTTP): give this listener an upstream without tls"
                 ),
             );
         }
@@ -259,8 +261,11 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
 /// to give it, and an HTTP/1.1 upgrade (WebSocket) cannot be carried over HTTP/2 (RFC 9113
 /// §8.6; RFC 8441's extended CONNECT is not built).
 fn h2_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstream]) {
-    for l in listeners {
-        let Some(u) = upstreams.iter().find(|u| *u.name.get_ref() == l.upstream) else {
+    for (l, name) in listeners
+        .iter()
+        .flat_map(|l| l.upstream_names().map(move |n| (l, n)))
+    {
+        let Some(u) = upstreams.iter().find(|u| *u.name.get_ref() == name) else {
             continue;
         };
         let Some(protocol) = &u.backend_protocol else {
@@ -281,8 +286,7 @@ fn h2_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstrea
             l.upstream_at.0.clone(),
             &l.upstream_at.1,
             format!(
-                "upstream \"{}\" has backend_protocol = \"h2\" (line {line}), but {why}: give this listener an upstream with backend_protocol = \"http1\"",
-                l.upstream
+                "upstream \"{name}\" has backend_protocol = \"h2\" (line {line}), but {why}: give this listener an upstream with backend_protocol = \"http1\""
             ),
         );
     }

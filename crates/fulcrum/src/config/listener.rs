@@ -40,13 +40,20 @@ pub(super) const SECTION: Section = Section {
         "http2_max_resets_per_second",
         "http2_idle_timeout",
         "tls",
+        "route",
+        "request_id",
+        "request_headers",
+        "response_headers",
     ],
-    not_yet: &["route"],
+    not_yet: &[],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 12] = [
+const HTTP_ONLY: [&str; 15] = [
     "upgrade",
+    "request_headers",
+    "response_headers",
+    "request_id",
     "client_body_timeout",
     "client_body_min_rate",
     "send_timeout",
@@ -92,7 +99,13 @@ const MAX_BODY_BYTES: i64 = 1 << 30;
 #[derive(Debug)]
 pub(super) struct Listener {
     pub listen: Spanned<SocketAddr>,
-    pub upstream: String,
+    /// `None` only with routes: the requests none takes get 404.
+    pub upstream: Option<String>,
+    /// `[[listener.route]]`, checked.
+    pub routes: Vec<proxy::RouteSettings>,
+    pub request_headers: proxy::header_rules::HeaderRules,
+    pub response_headers: proxy::header_rules::HeaderRules,
+    pub request_id: bool,
     /// `None` in this and the following: the default (see `settings`).
     pub max_connections: Option<usize>,
     pub client_header_timeout: Option<Duration>,
@@ -119,6 +132,21 @@ pub(super) struct Listener {
     pub tls: Vec<proxy::tls::CertificateFiles>,
 }
 
+impl Listener {
+    /// The upstreams it sends to: its own, then each its routes name, once each.
+    pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
+        let mut names: Vec<&str> = self.upstream.iter().map(String::as_str).collect();
+        for r in &self.routes {
+            if let proxy::RouteAction::Upstream { upstream, .. } = &r.action
+                && !names.contains(&upstream.as_str())
+            {
+                names.push(upstream);
+            }
+        }
+        names.into_iter()
+    }
+}
+
 /// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
 /// some upstream's name could not be read: then any name may be right). `None` when the
 /// listener's address or upstream is missing or wrong (the rest is still checked). Keys are
@@ -130,7 +158,12 @@ pub(super) fn read(
     upstreams: Option<&[&str]>,
 ) -> Option<Listener> {
     let listen = read_listen(r, t);
-    let upstream = read_upstream(r, t, upstreams);
+    let has_routes = !t.no_items("route");
+    let upstream = read_upstream(r, t, upstreams, has_routes);
+    let routes = super::route::read(r, t, upstreams);
+    let request_headers = super::header_rules::read(r, t, "request_headers");
+    let response_headers = super::header_rules::read(r, t, "response_headers");
+    let request_id = t.flag(r, "request_id").unwrap_or(false);
     let upstream_at = (
         t.span_of("upstream").unwrap_or_else(|| t.span()),
         t.key("upstream"),
@@ -156,6 +189,13 @@ pub(super) fn read(
         );
     }
     let tls = super::tls::read(r, t);
+    if protocol == Protocol::Tcp && has_routes {
+        t.error(
+            r,
+            "route",
+            "a TCP listener relays connections, which have no host or path to route by: remove its routes, or use protocol = \"http\"",
+        );
+    }
     if protocol == Protocol::Tcp && t.span_of("tls").is_some() {
         t.error(
             r,
@@ -166,6 +206,10 @@ pub(super) fn read(
     Some(Listener {
         listen: listen?,
         upstream: upstream?,
+        routes,
+        request_headers,
+        response_headers,
+        request_id,
         max_connections: limits.max_connections,
         client_header_timeout: limits.client_header_timeout,
         client_body_timeout: limits.client_body_timeout,
@@ -200,11 +244,22 @@ fn read_listen(r: &mut Report<'_>, t: &Table<'_>) -> Option<Spanned<SocketAddr>>
 }
 
 /// `upstream`: required, and one of `upstreams` when they are known.
-fn read_upstream(r: &mut Report<'_>, t: &Table<'_>, upstreams: Option<&[&str]>) -> Option<String> {
+/// `upstream`: where the listener's requests go (those no route takes, with routes). Required
+/// without routes; `Some(None)` when absent beside routes (their requests get 404); `None`
+/// when wrong (reported).
+fn read_upstream(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    upstreams: Option<&[&str]>,
+    has_routes: bool,
+) -> Option<Option<String>> {
+    if has_routes && t.span_of("upstream").is_none() {
+        return Some(None);
+    }
     let upstream = t.required_text(r, "upstream", "an upstream name", "web");
     upstream.and_then(|u| {
         let Some(upstreams) = upstreams.filter(|names| !names.contains(u.get_ref())) else {
-            return Some(u.get_ref().to_string());
+            return Some(Some(u.get_ref().to_string()));
         };
         let defined = if upstreams.is_empty() {
             "none".to_owned()

@@ -75,6 +75,11 @@ impl<'a> Report<'a> {
         }
     }
 
+    /// How many problems have been reported so far (to tell whether a part added any).
+    pub(super) fn error_count(&self) -> usize {
+        self.problems.len()
+    }
+
     /// A problem at `span` (a byte range of the file) with `key`, the key path as the user
     /// would write it (`upstream[0].backend[1].weight`; empty for a TOML syntax error).
     pub(super) fn error(&mut self, span: Range<usize>, key: &str, message: impl fmt::Display) {

@@ -35,7 +35,12 @@ pub(super) fn proxy(file: File) -> ProxySettings {
 }
 
 fn listener(l: Listener) -> ListenerSettings {
-    let mut s = ListenerSettings::new(l.listen.into_inner(), l.upstream);
+    let mut s = ListenerSettings::new(l.listen.into_inner(), "");
+    s.upstream = l.upstream;
+    s.routes = l.routes;
+    s.request_headers = l.request_headers;
+    s.response_headers = l.response_headers;
+    s.request_id = l.request_id;
     s.max_connections = l.max_connections;
     if let Some(d) = l.client_header_timeout {
         s.client_header_timeout = d;

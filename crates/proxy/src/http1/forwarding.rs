@@ -83,6 +83,21 @@ impl ClientAddr {
     pub(crate) fn set_https(&mut self) {
         self.proto = "https";
     }
+
+    /// The scheme the client used with us: `http`, or `https` on a TLS listener.
+    pub(crate) fn scheme(&self) -> &'static str {
+        self.proto
+    }
+
+    /// Whether the peer is one of the listener's trusted proxies.
+    pub(crate) fn is_trusted(&self) -> bool {
+        self.trusted.is_some()
+    }
+
+    /// The peer's address as text (`$remote_addr`).
+    pub(crate) fn ip_text(&self) -> &[u8] {
+        self.ip.as_bytes()
+    }
 }
 
 /// An address's text, formatted once and held inline: a connection's `ClientAddr` allocates

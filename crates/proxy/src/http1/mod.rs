@@ -26,18 +26,23 @@
 //! * `chunked`: the incremental decoder of the chunked transfer coding (RFC 9112 §7.1).
 
 mod chunked;
+mod edit;
 mod forwarding;
 mod request;
 mod response;
+mod routing;
 mod target;
 
 pub(crate) use chunked::Chunked;
+pub(crate) use edit::{AnswerEdit, Edits, ResponseEdit};
 pub(crate) use forwarding::ClientAddr;
 pub use request::MAX_HEADERS_LIMIT;
 pub(crate) use request::{Limits, RequestHead, finish_request_head, parse_request};
 pub(crate) use response::{
-    ClientSide, FinalResponse, ResponseHead, local_response, parse_response,
+    ClientSide, FinalResponse, LocalAnswer, ResponseHead, local_answer, local_response,
+    parse_response,
 };
+pub(crate) use routing::Routed;
 
 /// How the length of a message body is known (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,12 +27,15 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
+use super::edit::{self, Edits, ResponseEdit};
 use super::forwarding::{self, ClientAddr};
+use super::routing::{self, Asked, Routed};
 use super::target::{Target, TargetError, valid_host};
 use super::{
     Codings, ConnectionTokens, Framing, Reject, codings, connection_tokens, content_length,
     is_hop_by_hop, put_content_length, put_header, reject, values,
 };
+use crate::route::{Route, Routes};
 use crate::settings::HashKey;
 
 /// Upper bound of `max_headers`: header slots live on the stack while a head is parsed.
@@ -98,6 +101,12 @@ pub(crate) struct Limits<'a> {
     /// Protocols a request may upgrade its connection to (`Upgrade`, RFC 9110 §7.8), lower
     /// case: the listener's `upgrade`. Empty: `Upgrade` is removed like any hop-by-hop header.
     pub(crate) upgrade: &'a [String],
+    /// The listener's routes, and whether it has an upstream of its own for the requests none
+    /// takes (`key` is that upstream's); `None`: no routes, every request goes to it.
+    pub(crate) routes: Option<(&'a Routes, bool)>,
+    /// The listener's header rules and request id; `None` when neither it nor any of its
+    /// routes has any.
+    pub(crate) edits: Option<Edits<'a>>,
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -126,9 +135,25 @@ pub(crate) struct RequestHead {
     /// Where the `Referer` and `User-Agent` values are (for the access log); empty if absent.
     pub(crate) referer: Range<usize>,
     pub(crate) user_agent: Range<usize>,
-    /// Where the hash key asked for in [`Limits::key`] is in the input; empty when the request
-    /// has no such header or cookie.
+    /// Where the hash key asked for in [`Limits::key`] (or by the route's upstream) is in the
+    /// input; empty when the request has no such header or cookie.
     pub(crate) key: Range<usize>,
+    /// Where it goes: the listener's upstream, a route's, or our own answer (then nothing was
+    /// written for a backend).
+    pub(crate) routed: Routed,
+    /// What its answer gets of the header rules, and its request id (with `Limits::edits`).
+    pub(crate) response_edit: Option<ResponseEdit>,
+}
+
+impl RequestHead {
+    /// Its request id, on a listener with `request_id = true`.
+    pub(crate) fn request_id(&self) -> Option<&[u8]> {
+        self.response_edit
+            .as_ref()?
+            .id
+            .as_ref()
+            .map(|id| id.as_bytes())
+    }
 }
 
 /// The status for a request line httparse refused as to its version: 505 if the line is
@@ -216,19 +241,54 @@ pub(crate) fn parse_request(
         return Err(NO_HOST);
     }
 
+    let decision = match limits.routes {
+        None => None,
+        Some((routes, has_default)) => {
+            let asked = Asked {
+                method,
+                target: &parsed_target,
+                host,
+                headers,
+                scheme: client.scheme(),
+            };
+            Some(routing::route(routes, has_default, &asked, out)?)
+        }
+    };
+    let (routed, key, target_written) = match decision {
+        None => (Routed::Default, limits.key, false),
+        Some(d) if d.routed == Routed::Default => (Routed::Default, limits.key, false),
+        Some(d) => (d.routed, d.key, d.target_written),
+    };
+
+    let route = routed
+        .route()
+        .and_then(|i| limits.routes.and_then(|(r, _)| r.get(i)));
+    let edit = limits.edits.map(|edits| {
+        let values = edit::Values {
+            client,
+            host,
+            target: &parsed_target,
+            route,
+            id: edits.request_id.then(|| edit::request_id(headers, client)),
+        };
+        (edits, values)
+    });
+
     let connection = connection_tokens(headers);
-    put_backend_head(
-        out,
-        method,
-        &parsed_target,
-        host,
-        headers,
-        &connection,
-        client,
-    );
     let no_body = matches!(body, Framing::None | Framing::Length(0));
-    let upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
-    forwarding::put_forwarding(out, headers, client, host);
+    let mut upgrade = false;
+    // A request answered here gets no backend head (the buffer holds a redirect's `Location`).
+    if !matches!(routed, Routed::Answer { .. }) {
+        let line = (!target_written).then_some((method, &parsed_target));
+        let hide = edit.as_ref().map(|(edits, _)| (edits, route));
+        put_backend_head(out, line, host, headers, &connection, client, hide);
+        upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
+        forwarding::put_forwarding(out, headers, client, host);
+        if let Some((edits, values)) = &edit {
+            edit::put_request(out, edits, values);
+        }
+    }
+    let response_edit = edit.map(|(edits, values)| edit::response(&edits, &values, routed.route()));
 
     let value_of = |name: &str| {
         headers
@@ -250,7 +310,7 @@ pub(crate) fn parse_request(
         target: range_in(buf, target),
         referer: value_of("referer"),
         user_agent: value_of("user-agent"),
-        key: match limits.key {
+        key: match key {
             None | Some(HashKey::ClientIp) => 0..0,
             Some(HashKey::Uri) => range_in(buf, parsed_target.as_sent()),
             Some(HashKey::Header(name)) => value_of(name),
@@ -258,6 +318,8 @@ pub(crate) fn parse_request(
                 cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
             }
         },
+        routed,
+        response_edit,
     }))
 }
 
@@ -316,21 +378,24 @@ fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<&'h [u8]>, Reject
     }
 }
 
-/// Writes the request line in origin form and HTTP/1.1, one `Host`, and the client's headers
-/// less the hop-by-hop ones (those `Connection` names too, when it has any), the framing,
-/// `Expect` and the forwarding headers this proxy writes itself.
+/// Writes the request line in origin form and HTTP/1.1 (`line`: its method and target, unless a
+/// route already wrote them, rewritten), one `Host`, and the client's headers less the
+/// hop-by-hop ones (those `Connection` names too, when it has any), the framing, `Expect` and
+/// the forwarding headers this proxy writes itself.
 fn put_backend_head(
     out: &mut Vec<u8>,
-    method: &str,
-    target: &Target<'_>,
+    line: Option<(&str, &Target<'_>)>,
     host: Option<&[u8]>,
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
     client: &ClientAddr,
+    hide: Option<(&Edits<'_>, Option<&Route>)>,
 ) {
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    target.put_origin_form(out);
+    if let Some((method, target)) = line {
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        target.put_origin_form(out);
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if let Some(host) = host {
         put_header(out, "Host", host);
@@ -343,6 +408,7 @@ fn put_backend_head(
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
             || (connection.present && connection.names(headers, name))
+            || hide.is_some_and(|(edits, route)| edit::hides_request(edits, route, name))
         {
             continue;
         }
@@ -420,6 +486,8 @@ mod tests {
         max_header_bytes: 16 * 1024,
         key: None,
         upgrade: &[],
+        routes: None,
+        edits: None,
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
@@ -499,6 +567,8 @@ mod tests {
             max_header_bytes: 20,
             key: None,
             upgrade: &[],
+            routes: None,
+            edits: None,
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -522,6 +592,8 @@ mod tests {
             max_header_bytes: 1024,
             key: None,
             upgrade: &[],
+            routes: None,
+            edits: None,
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
@@ -672,6 +744,8 @@ mod tests {
         let allowed = ["websocket".to_owned()];
         let limits = Limits {
             upgrade: &allowed,
+            routes: None,
+            edits: None,
             ..LIMITS
         };
         let parse = |raw: &str, limits: Limits<'_>| {

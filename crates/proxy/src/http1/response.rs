@@ -13,6 +13,7 @@
 
 use std::mem::MaybeUninit;
 
+use super::edit::AnswerEdit;
 use super::{
     Codings, ConnectionTokens, Framing, Reject, append_values, codings, connection_tokens,
     content_length, is_hop_by_hop, named_by_connection, put_content_length, put_decimal,
@@ -63,6 +64,7 @@ pub(crate) fn parse_response(
     buf: &[u8],
     client: ClientSide,
     out: &mut Vec<u8>,
+    edit: Option<AnswerEdit<'_>>,
 ) -> Result<Option<ResponseHead>, &'static str> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
@@ -103,7 +105,7 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    put_status_and_headers(out, status, reason, headers, &connection);
+    put_status_and_headers(out, status, reason, headers, &connection, edit.as_ref());
     body.put(out, headers, dechunk);
     if !client_keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -212,6 +214,7 @@ fn put_status_and_headers(
     reason: &str,
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
+    edit: Option<&AnswerEdit<'_>>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(status));
@@ -223,10 +226,14 @@ fn put_status_and_headers(
         if name.eq_ignore_ascii_case("content-length")
             || is_hop_by_hop(name)
             || (connection.present && connection.names(headers, name))
+            || edit.is_some_and(|e| e.hides(name))
         {
             continue;
         }
         put_header(out, name, h.value);
+    }
+    if let Some(edit) = edit {
+        edit.put(out);
     }
 }
 
@@ -267,13 +274,50 @@ fn switching(
 
 /// Our own short answer. An HTTP/1.0 client kept alive is told so.
 pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSide) {
+    let answer = LocalAnswer {
+        status: reject.status,
+        content_type: b"text/plain; charset=utf-8",
+        location: None,
+        body: reject.text.as_bytes(),
+        edit: None,
+    };
+    local_answer(out, &answer, client);
+}
+
+/// An answer of our own: a refusal, or what a route answers itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalAnswer<'a> {
+    pub(crate) status: u16,
+    pub(crate) content_type: &'a [u8],
+    /// A redirect's target.
+    pub(crate) location: Option<&'a [u8]>,
+    pub(crate) body: &'a [u8],
+    /// The fields the request's header rules and id give its answer (a route's own answer).
+    pub(crate) edit: Option<AnswerEdit<'a>>,
+}
+
+/// Writes `answer` into `out` (cleared first), as [`local_response`] does.
+pub(crate) fn local_answer(out: &mut Vec<u8>, answer: &LocalAnswer<'_>, client: ClientSide) {
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
-    put_decimal(out, u64::from(reject.status));
+    put_decimal(out, u64::from(answer.status));
     out.push(b' ');
-    out.extend_from_slice(reason(reject.status).as_bytes());
-    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
-    put_content_length(out, reject.text.len() as u64);
+    out.extend_from_slice(reason(answer.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !answer.content_type.is_empty() {
+        put_header(out, "Content-Type", answer.content_type);
+    }
+    if let Some(location) = answer.location {
+        put_header(out, "Location", location);
+    }
+    if let Some(edit) = &answer.edit {
+        edit.put(out);
+    }
+    // 204 and 304 have no body and say no length (RFC 9110 §8.6, §15.4.5).
+    let bodiless = matches!(answer.status, 204 | 304);
+    if !bodiless {
+        put_content_length(out, answer.body.len() as u64);
+    }
     if !client.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if !client.http11 {
@@ -282,15 +326,28 @@ pub(crate) fn local_response(out: &mut Vec<u8>, reject: Reject, client: ClientSi
     out.extend_from_slice(b"\r\n");
     // The answer to HEAD has no body (RFC 9110 §9.3.2): on a kept-alive connection the
     // client would take one for the start of the next response.
-    if !client.is_head {
-        out.extend_from_slice(reject.text.as_bytes());
+    if !client.is_head && !bodiless {
+        out.extend_from_slice(answer.body);
     }
 }
 
 /// The reason phrase of a status we answer with ourselves (RFC 9110 §15).
 fn reason(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        410 => "Gone",
+        429 => "Too Many Requests",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
@@ -312,7 +369,7 @@ mod tests {
 
     fn response(raw: &str, client: ClientSide) -> Result<(FinalResponse, String), &'static str> {
         let mut out = Vec::new();
-        match parse_response(raw.as_bytes(), client, &mut out)?.expect("complete") {
+        match parse_response(raw.as_bytes(), client, &mut out, None)?.expect("complete") {
             ResponseHead::Final(f) => Ok((f, String::from_utf8(out).unwrap())),
             ResponseHead::Interim(n) => panic!("interim {n}"),
         }
@@ -386,7 +443,8 @@ mod tests {
             parse_response(
                 b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n",
                 KEEP11,
-                &mut out
+                &mut out,
+                None
             ),
             Ok(Some(ResponseHead::Interim(25)))
         ));

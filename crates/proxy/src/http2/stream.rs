@@ -30,15 +30,15 @@ use tokio::time::Instant;
 
 use super::relay::{self, AheadBudget, StreamEnd};
 use crate::affinity::AffinityKey;
-use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, TOO_LARGE};
+use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, NOT_FOUND, TOO_LARGE};
 use crate::exchange::Relay;
 use crate::forward::{self, Attempts};
-use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject};
+use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject, Routed};
 use crate::io::Pace;
 use crate::listener::WorkerListener;
 use crate::record::{ClientProtocol, Fate, Record, Said};
 use crate::request::{BodyPace, Forward};
-use crate::upstream::Upstream;
+use crate::route::Action;
 use crate::upstream_h2::CONNECTION_SPECIFIC;
 
 /// What every stream of one connection shares.
@@ -98,6 +98,12 @@ struct Finished<'a> {
     ctx: &'a StreamContext,
     started: Instant,
     said: Said,
+    /// The listener's upstream the request goes to (an index into its list), once known.
+    upstream: Option<usize>,
+    /// The route that took it, once known.
+    route: Option<usize>,
+    /// Its request id, once known.
+    request_id: Option<crate::header_rules::RequestId>,
 }
 
 impl Finished<'_> {
@@ -120,6 +126,9 @@ impl Finished<'_> {
             body_bytes,
             backends: tried,
             upstream_time,
+            upstream: self.upstream,
+            route: self.route,
+            request_id: self.request_id.as_ref().map(|id| id.as_bytes()),
         }
         .finish(&self.ctx.listener);
     }
@@ -151,6 +160,9 @@ pub(crate) async fn serve(
         ctx: &ctx,
         started: Instant::now(),
         said: said_of(&request),
+        upstream: ctx.listener.ctx.default_upstream().map(|_| 0),
+        route: None,
+        request_id: None,
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
     // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
@@ -202,7 +214,111 @@ pub(crate) async fn serve(
             done.finish(503, 0, &[], None, Fate::Refused);
             Ended::Answered
         }
+        Ready::Returned {
+            routed,
+            location,
+            edit,
+        } => {
+            let answer = (&routed, &location[..], edit.as_ref());
+            let (status, bytes) = returned(&ctx, &mut respond, answer, is_head_of(&done));
+            done.finish(status, bytes, &[], None, Fate::Returned);
+            Ended::Answered
+        }
         Ready::Backend(from) => relay_answer(&ctx, &mut respond, &done, from).await,
+    }
+}
+
+/// Whether the stream's request is a HEAD (its answer has no body).
+fn is_head_of(done: &Finished<'_>) -> bool {
+    done.said.method == b"HEAD"
+}
+
+/// Sends the answer a route gives itself (a redirect, a fixed answer; 404 when no route took
+/// the request): its status and the body's bytes sent.
+fn returned(
+    ctx: &StreamContext,
+    respond: &mut SendResponse<Bytes>,
+    (routed, location, edit): (&Routed, &[u8], Option<&http1::ResponseEdit>),
+    is_head: bool,
+) -> (u16, u64) {
+    let route = match routed {
+        Routed::Answer {
+            route: Some(i),
+            status,
+            ..
+        } => ctx
+            .listener
+            .ctx
+            .routes
+            .as_ref()
+            .and_then(|r| r.get(*i))
+            .map(|r| (*status, &r.action)),
+        _ => None,
+    };
+    let (status, content_type, body, location) = match route {
+        Some((
+            status,
+            Action::Respond {
+                body, content_type, ..
+            },
+        )) => (status, content_type.as_bytes(), body.as_bytes(), None),
+        Some((status, _)) => {
+            let at = match routed {
+                Routed::Answer { location: at, .. } => at.clone(),
+                _ => 0..0,
+            };
+            (status, &b""[..], &b""[..], location.get(at))
+        }
+        None => {
+            let sent = own_answer(respond, NOT_FOUND, is_head).is_ok() && !is_head;
+            return (
+                NOT_FOUND.status,
+                if sent { NOT_FOUND.text.len() as u64 } else { 0 },
+            );
+        }
+    };
+    let mut response = Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::NOT_FOUND);
+    let fields = response.headers_mut();
+    if let Some(v) = (!content_type.is_empty())
+        .then(|| HeaderValue::from_bytes(content_type).ok())
+        .flatten()
+    {
+        fields.insert(http::header::CONTENT_TYPE, v);
+    }
+    if let Some(v) = location.and_then(|l| HeaderValue::from_bytes(l).ok()) {
+        fields.insert(http::header::LOCATION, v);
+    }
+    if let Some(edit) = edit {
+        let listener = &ctx.listener.ctx;
+        let route = routed
+            .route()
+            .and_then(|i| listener.routes.as_ref()?.get(i))
+            .map(|r| &r.response_headers);
+        let mut lines = Vec::new();
+        http1::AnswerEdit {
+            edit,
+            listener: &listener.settings.response_headers,
+            route,
+            upstream: None,
+        }
+        .put(&mut lines);
+        append_lines(fields, &lines);
+    }
+    let bodiless = is_head || body.is_empty() || matches!(status, 204 | 304);
+    if !matches!(status, 204 | 304) {
+        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    let Ok(mut send) = respond.send_response(response, bodiless) else {
+        return (status, 0);
+    };
+    if bodiless {
+        return (status, 0);
+    }
+    match send.send_data(Bytes::copy_from_slice(body), true) {
+        Ok(()) => (status, body.len() as u64),
+        Err(_) => (status, 0),
     }
 }
 
@@ -276,9 +392,8 @@ async fn relay_answer(
     };
     let body_bytes = end.sent;
     let upstream_time = Some(forwarding.elapsed());
-    let upstream = &ctx.listener.ctx.upstream;
     attempt.complete(Relay::end(&relayed).outcome());
-    let fate = cut_short(relayed, &mut send, upstream, attempt.addr);
+    let fate = cut_short(relayed, &mut send, &attempt);
     done.finish(response.status, body_bytes, &tried, upstream_time, fate);
     Ended::Answered
 }
@@ -288,14 +403,14 @@ async fn relay_answer(
 fn cut_short(
     relayed: Result<(), Relay>,
     send: &mut SendStream<Bytes>,
-    upstream: &Upstream,
-    backend: SocketAddr,
+    attempt: &crate::upstream::Attempt,
 ) -> Fate {
+    let backend = attempt.addr;
     match relayed {
         Ok(()) => Fate::Answered,
         Err(Relay::Backend { why, .. }) => {
             tracing::warn!(
-                upstream = %upstream.name(),
+                upstream = %attempt.upstream_name(),
                 %backend,
                 error = %why,
                 "the response ended in the middle of its body; resetting the HTTP/2 stream"
@@ -327,6 +442,13 @@ enum Ready {
     NoRoom,
     /// A backend's head, as HTTP/2, with what its body needs.
     Backend(FromBackend),
+    /// Answered by a route itself, or 404 (`routed` says which; a redirect's `Location` is
+    /// `location`).
+    Returned {
+        routed: Routed,
+        location: Vec<u8>,
+        edit: Option<http1::ResponseEdit>,
+    },
 }
 
 /// A backend's answer, its head made HTTP/2, ready to go to the client.
@@ -360,7 +482,7 @@ async fn proxy(
 ) -> Ready {
     let listener = &ctx.listener;
     let settings = &listener.ctx.settings;
-    let upstream_settings = listener.ctx.upstream.settings();
+    let default_settings = listener.ctx.default_upstream().map(|u| u.settings());
     let is_head = request.method() == http::Method::HEAD;
 
     let (parts, mut body) = request.into_parts();
@@ -368,15 +490,31 @@ async fn proxy(
     let limits = Limits {
         max_headers: settings.max_headers,
         max_header_bytes: settings.max_header_bytes,
-        key: crate::upstream::hashed_request_part(&upstream_settings),
+        key: default_settings
+            .as_deref()
+            .and_then(crate::upstream::hashed_request_part),
         // HTTP/2 has no connection upgrades (RFC 9113 §8.6).
         upgrade: &[],
+        routes: (listener.ctx.routes.as_ref()).map(|r| (r, listener.ctx.has_default)),
+        edits: listener.ctx.edits(),
     };
     let mut head = Vec::new();
     let req = match backend_head(&parts, limits, &ctx.client_addr, &mut raw, &mut head) {
         Ok(req) => req,
         Err(reject) => return Ready::refused(reject, is_head),
     };
+    done.upstream = listener.ctx.upstream_for(&req.routed);
+    done.route = req.routed.route();
+    done.request_id = req.response_edit.as_ref().and_then(|e| e.id);
+    let Some(upstream) = done.upstream else {
+        // Answered here: the body, if any, is not read (the stream is reset after the answer).
+        return Ready::Returned {
+            routed: req.routed,
+            location: head,
+            edit: req.response_edit,
+        };
+    };
+    let upstream_settings = listener.ctx.upstreams[upstream].settings();
     done.said.referer = raw[req.referer.clone()].to_vec();
     done.said.user_agent = raw[req.user_agent.clone()].to_vec();
 
@@ -414,7 +552,7 @@ async fn proxy(
         client_connection: Some(ctx.number),
         ..Forward::new(
             listener,
-            &upstream_settings,
+            (upstream, &upstream_settings),
             &req,
             head.len(),
             key.get(),
@@ -693,6 +831,24 @@ fn response_head(out: &[u8]) -> Option<Response<()>> {
     Some(response)
 }
 
+/// Appends `Name: value\r\n` lines (the header rules' fields) to `fields`; a line that is not a
+/// valid field is left out.
+fn append_lines(fields: &mut http::HeaderMap, lines: &[u8]) {
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&name.to_ascii_lowercase()),
+            HeaderValue::from_bytes(value),
+        ) {
+            fields.append(name, value);
+        }
+    }
+}
+
 /// Sends our own answer; `Err` if the stream is gone.
 fn own_answer(
     respond: &mut SendResponse<Bytes>,
@@ -752,6 +908,8 @@ mod tests {
             max_header_bytes: 16 * 1024,
             key: None,
             upgrade: &[],
+            routes: None,
+            edits: None,
         };
         let client = ClientAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), &[]);
         let (mut raw, mut head) = (Vec::new(), Vec::new());

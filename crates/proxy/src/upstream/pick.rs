@@ -153,6 +153,11 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
+    /// The name of the upstream the backend was picked from.
+    pub(crate) fn upstream_name(&self) -> &str {
+        self.upstream.name()
+    }
+
     pub(crate) fn complete(&mut self, outcome: Outcome) {
         if let Some(ticket) = self.ticket.take() {
             self.upstream

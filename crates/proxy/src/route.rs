@@ -1,0 +1,143 @@
+//! A listener's routes as the request path uses them: the [`routes`] crate's table (which
+//! route takes a request, by nginx's precedence), and each route's action with its upstream
+//! found in the listener's list of upstreams. Built once per (re)load; a reload swaps the
+//! listener's whole context, these with it.
+
+use std::sync::Arc;
+
+use crate::header_rules::HeaderRules;
+use crate::settings::{HashKey, Redirect, RouteAction, RouteSettings};
+
+/// The compiled routes of one listener.
+#[derive(Debug)]
+pub(crate) struct Routes {
+    table: routes::Table,
+    routes: Vec<Route>,
+    /// The listener's configured address, the `listener` label of its routes' counts.
+    pub(crate) listener: Arc<str>,
+}
+
+/// One route, ready for requests.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub(crate) name: Arc<str>,
+    pub(crate) action: Action,
+    pub(crate) request_headers: HeaderRules,
+    pub(crate) response_headers: HeaderRules,
+}
+
+/// What a route does with the requests it takes.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Passed to the listener's upstream number `upstream` (an index into its list), hashed by
+    /// `key` (that upstream's `hash_key`, for the algorithms that read one), with the path
+    /// rewritten if `rewrite` says so.
+    Upstream {
+        upstream: usize,
+        key: Option<HashKey>,
+        rewrite: Option<Rewrite>,
+    },
+    Redirect(Redirect),
+    Respond {
+        status: u16,
+        body: Box<str>,
+        content_type: Box<str>,
+    },
+}
+
+/// The matched prefix of the normalised path (its first `prefix` bytes) replaced by `with`.
+#[derive(Debug)]
+pub(crate) struct Rewrite {
+    pub(crate) prefix: usize,
+    pub(crate) with: Box<str>,
+}
+
+/// Why a listener's routes could not be built (the configuration check refuses all of these
+/// first; this is what a caller that skipped it gets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RoutesError {
+    /// The routes crate refused them (a regex, a host, a shadowed route).
+    Table(Vec<routes::BuildError>),
+    /// A route names an upstream the configuration does not have.
+    UnknownUpstream { route: String, upstream: String },
+}
+
+impl Routes {
+    /// Compiles `settings`; `upstream_of` gives a name's index in the listener's upstreams
+    /// and its `hash_key` for the algorithms that read one.
+    pub(crate) fn build(
+        listener: std::net::SocketAddr,
+        settings: &[RouteSettings],
+        upstream_of: impl Fn(&str) -> Option<(usize, Option<HashKey>)>,
+    ) -> Result<Routes, RoutesError> {
+        let specs: Vec<routes::Spec> = settings.iter().map(|r| r.spec.clone()).collect();
+        let table = routes::Table::build(&specs).map_err(RoutesError::Table)?;
+        let mut built = Vec::with_capacity(settings.len());
+        for r in settings {
+            let action = match &r.action {
+                RouteAction::Upstream { upstream, rewrite } => {
+                    let Some((index, key)) = upstream_of(upstream) else {
+                        return Err(RoutesError::UnknownUpstream {
+                            route: r.name.clone(),
+                            upstream: upstream.clone(),
+                        });
+                    };
+                    let rewrite = rewrite.as_ref().map(|with| Rewrite {
+                        prefix: match &r.spec.path {
+                            routes::PathMatch::Prefix { prefix, .. } => prefix.len(),
+                            routes::PathMatch::Exact(path) => path.len(),
+                            routes::PathMatch::Any | routes::PathMatch::Regex { .. } => 0,
+                        },
+                        with: with.as_str().into(),
+                    });
+                    Action::Upstream {
+                        upstream: index,
+                        key,
+                        rewrite,
+                    }
+                }
+                RouteAction::Redirect(redirect) => Action::Redirect(redirect.clone()),
+                RouteAction::Respond {
+                    status,
+                    body,
+                    content_type,
+                } => Action::Respond {
+                    status: *status,
+                    body: body.as_str().into(),
+                    content_type: content_type.as_str().into(),
+                },
+            };
+            built.push(Route {
+                name: r.name.as_str().into(),
+                action,
+                request_headers: r.request_headers.clone(),
+                response_headers: r.response_headers.clone(),
+            });
+        }
+        Ok(Routes {
+            table,
+            routes: built,
+            listener: listener.to_string().into(),
+        })
+    }
+
+    /// The route that takes `request`.
+    pub(crate) fn select<H: routes::Headers + ?Sized>(
+        &self,
+        request: &routes::Request<'_, H>,
+    ) -> routes::Selected {
+        self.table.select(request)
+    }
+
+    /// Whether any route has header rules.
+    pub(crate) fn any_rules(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| !r.request_headers.is_empty() || !r.response_headers.is_empty())
+    }
+
+    /// Route number `i` (as [`Routes::select`] gave it).
+    pub(crate) fn get(&self, i: usize) -> Option<&Route> {
+        self.routes.get(i)
+    }
+}

@@ -1,0 +1,159 @@
+//! The request's host as nginx takes it (`ngx_http_validate_host`,
+//! src/http/ngx_http_request.c), and server names in nginx's forms.
+
+/// The longest host name kept in the stack buffer; a longer one (DNS allows 253) is refused.
+pub(crate) const MAX_HOST: usize = 255;
+
+/// `raw` (a `Host` value, `:authority`, or an absolute target's authority) as nginx matches
+/// server names against it, written into `buf`: the port left out, one trailing dot dropped,
+/// lower case. `None` when nginx refuses it (400): `..`, `/`, a control byte or space, an empty
+/// name, or (here) one longer than [`MAX_HOST`].
+pub(crate) fn validate<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST]) -> Option<&'b [u8]> {
+    let mut name_len = raw.len();
+    let mut last_dot: Option<usize> = None;
+    let mut literal = false;
+    let mut in_port = false;
+    for (i, &b) in raw.iter().enumerate() {
+        match b {
+            b'.' => {
+                if i > 0 && last_dot == Some(i - 1) {
+                    return None;
+                }
+                last_dot = Some(i);
+            }
+            b':' if !in_port && !literal => {
+                name_len = i;
+                in_port = true;
+            }
+            b'[' if i == 0 => literal = true,
+            b']' if literal && !in_port => {
+                name_len = i + 1;
+                literal = false;
+                in_port = true;
+            }
+            b'/' => return None,
+            _ if b <= b' ' || b == 0x7f => return None,
+            _ => {}
+        }
+    }
+    if last_dot.is_some_and(|d| name_len > 0 && d == name_len - 1) {
+        name_len -= 1;
+    }
+    if name_len == 0 || name_len > MAX_HOST {
+        return None;
+    }
+    let name = &raw[..name_len];
+    for (slot, &b) in buf.iter_mut().zip(name) {
+        *slot = b.to_ascii_lowercase();
+    }
+    Some(&buf[..name_len])
+}
+
+/// A server name in one of nginx's forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Name {
+    /// `example.com`.
+    Exact(String),
+    /// `*.example.com` (`strict`: subdomains only) or `.example.com` (the name too): the
+    /// suffix kept with its dot, `.example.com`.
+    Head { suffix: String, strict: bool },
+    /// `www.example.*`: the prefix kept with its dot, `www.example.`.
+    Tail(String),
+    /// `~regex`: the pattern.
+    Regex(String),
+}
+
+/// Parses `name` (lower-cased by the caller, except a regex); `Err` says why nginx would not
+/// take it.
+pub(crate) fn parse(name: &str) -> Result<Name, String> {
+    if let Some(pattern) = name.strip_prefix('~') {
+        return Ok(Name::Regex(pattern.to_owned()));
+    }
+    let name = name.to_ascii_lowercase();
+    if name.is_empty() {
+        return Err("an empty host name".to_owned());
+    }
+    if name.bytes().any(|b| b <= b' ' || b == 0x7f || b == b'/') {
+        return Err(format!("\"{name}\" is not a host name"));
+    }
+    let stars = name.matches('*').count();
+    if let Some(rest) = name.strip_prefix("*.") {
+        if stars == 1 && !rest.is_empty() {
+            return Ok(Name::Head {
+                suffix: format!(".{rest}"),
+                strict: true,
+            });
+        }
+    } else if let Some(rest) = name.strip_suffix(".*") {
+        if stars == 1 && !rest.is_empty() {
+            return Ok(Name::Tail(format!("{rest}.")));
+        }
+    } else if stars == 0 {
+        return Ok(match name.strip_prefix('.') {
+            Some(rest) if !rest.is_empty() => Name::Head {
+                suffix: name.clone(),
+                strict: false,
+            },
+            _ => Name::Exact(name),
+        });
+    }
+    Err(format!(
+        "\"{name}\": a wildcard is `*.` at the start or `.*` at the end of a name, as nginx's server_name takes it (for anything else, a regex: \"~...\")"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(raw: &str) -> Option<String> {
+        let mut buf = [0; MAX_HOST];
+        validate(raw.as_bytes(), &mut buf).map(|n| String::from_utf8_lossy(n).into_owned())
+    }
+
+    #[test]
+    fn hosts_as_nginx_takes_them() {
+        assert_eq!(v("Example.COM").as_deref(), Some("example.com"));
+        assert_eq!(v("example.com:8080").as_deref(), Some("example.com"));
+        assert_eq!(v("example.com.").as_deref(), Some("example.com"));
+        assert_eq!(v("example.com.:80").as_deref(), Some("example.com"));
+        assert_eq!(v("[::1]:8080").as_deref(), Some("[::1]"));
+        assert_eq!(v("127.0.0.1").as_deref(), Some("127.0.0.1"));
+        assert_eq!(v("a..b"), None);
+        assert_eq!(v("a/b"), None);
+        assert_eq!(v(""), None);
+        assert_eq!(v(":80"), None);
+        assert_eq!(v("a b"), None);
+    }
+
+    #[test]
+    fn server_name_forms() {
+        assert_eq!(
+            parse("A.example.com"),
+            Ok(Name::Exact("a.example.com".into()))
+        );
+        assert_eq!(
+            parse("*.example.com"),
+            Ok(Name::Head {
+                suffix: ".example.com".into(),
+                strict: true
+            })
+        );
+        assert_eq!(
+            parse(".example.com"),
+            Ok(Name::Head {
+                suffix: ".example.com".into(),
+                strict: false
+            })
+        );
+        assert_eq!(
+            parse("www.example.*"),
+            Ok(Name::Tail("www.example.".into()))
+        );
+        assert_eq!(parse("~^v\\d+$"), Ok(Name::Regex("^v\\d+$".into())));
+        assert!(parse("www.*.com").is_err());
+        assert!(parse("*").is_err());
+        assert!(parse("*.").is_err());
+        assert!(parse("").is_err());
+    }
+}

@@ -82,6 +82,11 @@ fn request(to: SocketAddr, method: &str, host: &str, target: &str) -> Answer {
         "{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
+    read_answer(&mut s)
+}
+
+/// Reads an answer to its end (the connection closes after it).
+fn read_answer(s: &mut TcpStream) -> Answer {
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -593,25 +598,7 @@ fn get_from(from: &str, to: SocketAddr, host: &str, target: &str, extra: &str) -
         "GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
     )
     .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("a status line: {text:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+    read_answer(&mut s)
 }
 
 /// Issue 28: header rules and the request id — HSTS added and `Server` removed on every

@@ -89,6 +89,16 @@ pub(crate) fn parse(name: &str) -> Result<Name, String> {
             return Ok(Name::Tail(format!("{rest}.")));
         }
     } else if stars == 0 {
+        // A name no request's host can ever be (nginx refuses such hosts, or takes the port
+        // and a trailing dot off before matching).
+        let never = name.contains("..")
+            || name.contains(':') && !name.starts_with('[')
+            || (name.ends_with('.') && name.len() > 1);
+        if never {
+            return Err(format!(
+                "\"{name}\" can never match: a request's host has no `..`, and its port and trailing dot are taken off before matching"
+            ));
+        }
         return Ok(match name.strip_prefix('.') {
             Some(rest) if !rest.is_empty() => Name::Head {
                 suffix: name.clone(),

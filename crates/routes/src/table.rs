@@ -127,6 +127,27 @@ pub enum BuildErrorKind {
     Shadowed { by: usize },
 }
 
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "route {}: ", self.route)?;
+        match &self.kind {
+            BuildErrorKind::Regex {
+                message, position, ..
+            } => match position {
+                Some(at) => write!(f, "the regex does not compile (at byte {at}): {message}"),
+                None => write!(f, "the regex does not compile: {message}"),
+            },
+            BuildErrorKind::Host { why, .. } => f.write_str(why),
+            BuildErrorKind::Shadowed { by } => write!(
+                f,
+                "no request can reach it: route {by} comes first with the same conditions"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
 /// A listener's routes, compiled.
 #[derive(Debug)]
 pub struct Table {
@@ -168,9 +189,9 @@ struct Node {
     children: Vec<(u8, u32)>,
     /// Routes whose prefix ends here, in file order.
     routes: Vec<u32>,
-    /// Routes that auto-redirect the path without their final `/` (prefix or exact), in file
-    /// order: only on nodes reached by a `/`.
-    redirects: Vec<u32>,
+    /// Routes whose `path_exact` is this node's name, in file order: with `routes`, nginx's
+    /// exact and inclusive locations of one tree node, for the auto-redirect.
+    exact: Vec<u32>,
 }
 
 impl Default for Trie {
@@ -402,8 +423,20 @@ impl Table {
         let full_prefix = best.is_some_and(|(d, _)| d == path.len());
         if whole && !full_prefix {
             if let Some(slash) = at.and_then(|n| trie.child(n, b'/')) {
-                if let Some(&r) = trie.nodes[slash].redirects.iter().find(|&&r| fits(r)) {
-                    return Selected::AddSlash(r as usize);
+                // nginx's node for the name: its exact location's configuration if it has one,
+                // and a redirect if either its exact or its inclusive location asks for one
+                // (here: the first route of each kind whose conditions hold).
+                let node = &trie.nodes[slash];
+                let exact = node.exact.iter().copied().find(|&r| fits(r));
+                let inclusive = node.routes.iter().copied().find(|&r| fits(r));
+                let redirects = |r: Option<u32>| {
+                    r.and_then(|r| self.specs.get(r as usize))
+                        .is_some_and(|s| s.auto_redirect)
+                };
+                if redirects(exact) || redirects(inclusive) {
+                    if let Some(r) = exact.or(inclusive) {
+                        return Selected::AddSlash(r as usize);
+                    }
                 }
             }
         }
@@ -447,17 +480,14 @@ fn locations(specs: &[Spec], routes: &[u32], regex_of: &HashMap<usize, Regex>) -
         match &spec.path {
             PathMatch::Exact(path) => {
                 l.exact.entry(path.as_bytes().into()).or_default().push(r);
-                if spec.auto_redirect {
+                if path.ends_with('/') {
                     let node = l.trie.node(path.as_bytes());
-                    l.trie.nodes[node].redirects.push(r);
+                    l.trie.nodes[node].exact.push(r);
                 }
             }
             PathMatch::Prefix { prefix, .. } => {
                 let node = l.trie.node(prefix.as_bytes());
                 l.trie.nodes[node].routes.push(r);
-                if spec.auto_redirect {
-                    l.trie.nodes[node].redirects.push(r);
-                }
             }
             PathMatch::Any => l.trie.nodes[0].routes.push(r),
             PathMatch::Regex { .. } => {
@@ -477,11 +507,14 @@ fn compile(pattern: &str, nocase: bool) -> Result<Regex, (String, Option<usize>)
         .case_insensitive(nocase)
         .build()
         .map_err(|e| {
-            let message = e.to_string();
-            (
-                message.lines().last().unwrap_or_default().trim().to_owned(),
-                position_of(pattern),
-            )
+            let text = e.to_string();
+            let mut message = text.lines().last().unwrap_or_default().trim().to_owned();
+            if message.contains("look-around") || message.contains("backreferences") {
+                message.push_str(
+                    " (look-around and backreferences are PCRE features nginx has; the regex crate, which runs in linear time, has not)",
+                );
+            }
+            (message, position_of(pattern))
         })
 }
 
@@ -506,38 +539,53 @@ fn conditions_hold<H: Headers + ?Sized>(spec: &Spec, request: &Request<'_, H>) -
             .all(|(key, value)| first_arg(request.query, key.as_bytes()) == Some(value.as_bytes()))
 }
 
-/// The value of the query's first parameter named `key` (nginx's `$arg_key`), as sent.
+/// The value of the query's first parameter named `key` (nginx's `$arg_key`: the name compared
+/// without case, the value as sent).
 fn first_arg<'q>(query: &'q [u8], key: &[u8]) -> Option<&'q [u8]> {
     query.split(|&b| b == b'&').find_map(|pair| {
         let (k, v) = match pair.iter().position(|&b| b == b'=') {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
             None => (pair, &b""[..]),
         };
-        (k == key).then_some(v)
+        k.eq_ignore_ascii_case(key).then_some(v)
     })
 }
 
-/// Reports each route an earlier one makes unreachable: the same host names and path, and
-/// conditions no narrower than the later route's (every request the later takes, the earlier
-/// takes first).
+/// Reports each route earlier ones make unreachable: for every host name it lists (or, without
+/// any, among the routes without `host`), an earlier route with that name, the same path and
+/// conditions no narrower than its own takes every request it would (the first of those is
+/// named).
 fn shadowed(specs: &[Spec], errors: &mut Vec<BuildError>) {
-    let sorted = |v: &[String]| {
-        let mut v: Vec<String> = v.iter().map(|s| s.to_ascii_lowercase()).collect();
-        v.sort();
-        v.dedup();
-        v
+    let names =
+        |s: &Spec| -> Vec<String> { s.hosts.iter().map(|h| h.to_ascii_lowercase()).collect() };
+    let covers = |earlier: &Spec, later: &Spec| {
+        same_path(&earlier.path, &later.path)
+            && (earlier.methods.is_empty()
+                || (!later.methods.is_empty()
+                    && later.methods.iter().all(|m| earlier.methods.contains(m))))
+            && earlier.headers.iter().all(|h| later.headers.contains(h))
+            && earlier.query.iter().all(|q| later.query.contains(q))
     };
     for (j, later) in specs.iter().enumerate() {
-        let hosts = sorted(&later.hosts);
-        let by = specs[..j].iter().position(|earlier| {
-            sorted(&earlier.hosts) == hosts
-                && same_path(&earlier.path, &later.path)
-                && (earlier.methods.is_empty()
-                    || (!later.methods.is_empty()
-                        && later.methods.iter().all(|m| earlier.methods.contains(m))))
-                && earlier.headers.iter().all(|h| later.headers.contains(h))
-                && earlier.query.iter().all(|q| later.query.contains(q))
-        });
+        let later_names = names(later);
+        let cover_of = |name: Option<&String>| {
+            specs[..j].iter().position(|earlier| {
+                let listed = match name {
+                    Some(n) => names(earlier).contains(n),
+                    None => earlier.hosts.is_empty(),
+                };
+                listed && covers(earlier, later)
+            })
+        };
+        let by = if later_names.is_empty() {
+            cover_of(None)
+        } else {
+            later_names
+                .iter()
+                .map(|n| cover_of(Some(n)))
+                .collect::<Option<Vec<usize>>>()
+                .and_then(|bys| bys.first().copied())
+        };
         if let Some(by) = by {
             errors.push(BuildError {
                 route: j,

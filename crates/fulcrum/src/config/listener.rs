@@ -256,26 +256,35 @@ fn read_upstream(
     if has_routes && t.span_of("upstream").is_none() {
         return Some(None);
     }
-    let upstream = t.required_text(r, "upstream", "an upstream name", "web");
-    upstream.and_then(|u| {
-        let Some(upstreams) = upstreams.filter(|names| !names.contains(u.get_ref())) else {
-            return Some(Some(u.get_ref().to_string()));
-        };
-        let defined = if upstreams.is_empty() {
-            "none".to_owned()
-        } else {
-            upstreams.join(", ")
-        };
-        r.error(
-            u.span(),
-            &t.key("upstream"),
-            format!(
-                "no upstream is named \"{}\"; defined: {defined}",
-                u.get_ref()
-            ),
-        );
-        None
-    })
+    let upstream = t.required_text(r, "upstream", "an upstream name", "web")?;
+    defined_upstream(r, t, &upstream, upstreams).then(|| Some(upstream.get_ref().to_string()))
+}
+
+/// Whether `upstream` (the value of `t`'s `upstream`) is one of `upstreams` (`None`: any name
+/// may be right); reports it when it is not.
+pub(super) fn defined_upstream(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    upstream: &Spanned<&str>,
+    upstreams: Option<&[&str]>,
+) -> bool {
+    let Some(names) = upstreams.filter(|names| !names.contains(upstream.get_ref())) else {
+        return true;
+    };
+    let defined = if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    };
+    r.error(
+        upstream.span(),
+        &t.key("upstream"),
+        format!(
+            "no upstream is named \"{}\"; defined: {defined}",
+            upstream.get_ref()
+        ),
+    );
+    false
 }
 
 /// `protocol`: `"http"` (the default) or `"tcp"`.

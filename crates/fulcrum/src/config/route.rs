@@ -398,20 +398,7 @@ fn action(
     match given[0] {
         "upstream" => {
             let u = t.text(r, "upstream", "an upstream name", "web")?;
-            if let Some(names) = upstreams.filter(|n| !n.contains(u.get_ref())) {
-                let defined = if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                };
-                r.error(
-                    u.span(),
-                    &t.key("upstream"),
-                    format!(
-                        "no upstream is named \"{}\"; defined: {defined}",
-                        u.get_ref()
-                    ),
-                );
+            if !super::listener::defined_upstream(r, t, &u, upstreams) {
                 return None;
             }
             Some(RouteAction::Upstream {

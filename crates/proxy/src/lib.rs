@@ -62,7 +62,13 @@
 //!   part: `request` (the RFC 9112 rules, hop-by-hop headers of RFC 9110 §7.6.1 removed),
 //!   `target` (request-target forms, `Host`), `forwarding` (`X-Forwarded-For`, `Forwarded` of
 //!   RFC 7239, `X-Real-IP`, `X-Forwarded-Proto`, `X-Forwarded-Host`: replaced, or believed
-//!   from `trusted_proxies`), `response`, `chunked` (the decoder).
+//!   from `trusted_proxies`), `response`, `chunked` (the decoder), `routing` (which route
+//!   takes a request, decided as its head is parsed: the route's upstream, its path rewrite,
+//!   a redirect's `Location`), `edit` (header rules and the request id applied to the head,
+//!   and what the answer gets).
+//! * `route`: a listener's routes compiled for the request path (the [`routes`] crate's table
+//!   and each route's action, its upstream found in the listener's list). [`header_rules`]:
+//!   the rules' types, nginx's variables, request ids.
 //! * `proxy_protocol`: HAProxy's PROXY protocol header, sent to backends in TCP mode and
 //!   accepted from trusted load balancers in front.
 //! * [`settings`]: what the proxy is told to do, already validated (the binary turns the TOML

@@ -79,10 +79,11 @@ pub fn translate(conf: &[Directive]) -> Translation {
         });
     }
     let toml = emit(&ctx);
-    Translation {
-        toml,
-        notes: ctx.notes.0,
-    }
+    // A directive inherited by several locations is reported once.
+    let mut seen = std::collections::HashSet::new();
+    let mut notes = ctx.notes.0;
+    notes.retain(|n| seen.insert((n.at.clone(), n.directive.clone(), n.why.clone())));
+    Translation { toml, notes }
 }
 
 /// The `http` block: its upstreams first (a `proxy_pass` may name one defined further down),

@@ -478,14 +478,26 @@ fn action_return(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &
 fn redirect(d: &Directive, code: u16, url: &str, notes: &mut Notes) -> String {
     let mut parts = vec![format!("status = {code}")];
     let path = match split_url(url) {
-        None => Some(url),
+        None => Some(url.to_owned()),
         Some(u) => {
+            // `https://$host$request_uri`: the authority ends where the path variable starts.
+            let (authority, path) = match u.authority.find("$request_uri") {
+                Some(i) => (
+                    u.authority.get(..i).unwrap_or_default(),
+                    Some(format!(
+                        "{}{}",
+                        u.authority.get(i..).unwrap_or_default(),
+                        u.path.unwrap_or_default()
+                    )),
+                ),
+                None => (u.authority, u.path.map(str::to_owned)),
+            };
             if u.scheme != "$scheme" {
                 parts.push(format!("scheme = {}", quote(u.scheme)));
             }
-            let (host, port) = match u.authority.rsplit_once(':') {
+            let (host, port) = match authority.rsplit_once(':') {
                 Some((h, p)) if p.parse::<u16>().is_ok() => (h, Some(p)),
-                _ => (u.authority, None),
+                _ => (authority, None),
             };
             if host != "$host" && host != "$http_host" && host != "$server_name" {
                 if host.contains('$') {
@@ -497,10 +509,10 @@ fn redirect(d: &Directive, code: u16, url: &str, notes: &mut Notes) -> String {
             if let Some(p) = port {
                 parts.push(format!("port = {p}"));
             }
-            u.path
+            path
         }
     };
-    match path {
+    match path.as_deref() {
         None | Some("$request_uri") => {}
         Some(p) if p.contains('$') => notes.behaviour(
             d,

@@ -370,7 +370,18 @@ fn api_static_and_websocket_paths() {
         toml.contains("retries = 2") && toml.contains("connect_timeout = \"2s\""),
         "{toml}"
     );
-    for listed in ["expires: ", "root: ", "client_max_body_size: ", "map: "] {
+    assert!(
+        toml.contains("max_body_bytes = 10485760")
+            && toml.contains("client_body_timeout = \"30s\""),
+        "{toml}"
+    );
+    // The location's own limit cannot be expressed: listed.
+    for listed in [
+        "expires: ",
+        "root: ",
+        "client_max_body_size: max_body_bytes = 52428800",
+        "map: ",
+    ] {
         assert!(err.contains(listed), "{listed} not listed:\n{err}");
     }
 }

@@ -10,7 +10,7 @@ use super::notes::Notes;
 use super::parse::Directive;
 use super::translate::Ctx;
 use super::upstream;
-use super::values::{duration_ms, duration_toml, quote, split_url, variables};
+use super::values::{duration_ms, duration_toml, quote, size_bytes, split_url, variables};
 
 /// The directives one level hands down to the levels inside it.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +21,8 @@ pub struct Level {
     own_add_headers: bool,
     /// Upstream keys from `proxy_*_timeout` and `proxy_next_upstream*`: key → (value, where).
     upstream_keys: BTreeMap<&'static str, (String, String)>,
+    /// Listener keys from `client_*` and `send_timeout`: key → (value, where).
+    listener_keys: BTreeMap<&'static str, (String, String)>,
     default_type: Option<String>,
 }
 
@@ -64,14 +66,48 @@ impl Level {
                 None => notes.behaviour(d, "not a number"),
             },
             "proxy_next_upstream_timeout" => notes.behaviour(d, "fulcrum has no retry deadline; response_timeout bounds the whole response"),
-            "client_max_body_size" | "keepalive_timeout" | "client_header_timeout"
-            | "client_body_timeout" | "send_timeout" => notes.behaviour(
+            "client_max_body_size" => self.body_size(d, notes),
+            "client_header_timeout" | "client_body_timeout" | "send_timeout" => {
+                let key = match d.name.as_str() {
+                    "client_header_timeout" => "client_header_timeout",
+                    "client_body_timeout" => "client_body_timeout",
+                    _ => "send_timeout",
+                };
+                match d.args.first().and_then(|a| duration_ms(a)) {
+                    Some(ms) if ms > 0 => {
+                        self.listener_keys.insert(key, (format!("\"{}\"", duration_toml(ms)), d.at()));
+                    }
+                    _ => notes.behaviour(d, "not a duration fulcrum accepts (0 or unreadable)"),
+                }
+            }
+            "keepalive_timeout" => notes.cosmetic(
                 d,
-                "listener setting not translated by this version: set max_body_bytes / client_header_timeout / client_body_timeout / send_timeout by hand",
+                "fulcrum closes an idle client connection after client_header_timeout (and an idle HTTP/2 one after http2_idle_timeout)",
             ),
             _ => return false,
         }
         true
+    }
+
+    /// `client_max_body_size` as `max_body_bytes` (fulcrum holds bodies in memory: 1 GiB at
+    /// most, and no "unlimited").
+    fn body_size(&mut self, d: &Directive, notes: &mut Notes) {
+        match d.args.first().and_then(|a| size_bytes(a)) {
+            Some(0) => notes.behaviour(d, "0 (no limit): fulcrum has a limit, max_body_bytes (1 MiB by default, 1 GiB at most)"),
+            Some(n) if n > 1 << 30 => {
+                notes.behaviour(d, "above fulcrum's largest max_body_bytes, 1 GiB: that is written");
+                self.listener_keys.insert("max_body_bytes", ((1u64 << 30).to_string(), d.at()));
+            }
+            Some(n) => {
+                self.listener_keys.insert("max_body_bytes", (n.to_string(), d.at()));
+            }
+            None => notes.behaviour(d, "not a size"),
+        }
+    }
+
+    /// The listener keys set at this level or above: key → (value, where).
+    pub fn listener_keys(&self) -> &BTreeMap<&'static str, (String, String)> {
+        &self.listener_keys
     }
 
     fn timeout(&mut self, d: &Directive, key: &'static str, notes: &mut Notes) {
@@ -94,6 +130,15 @@ impl Level {
                 .insert("retry_non_idempotent", ("true".into(), d.at()));
         }
         notes.cosmetic(d, "fulcrum retries on connect errors and timeouts (architecture.md's retry table), not by status");
+    }
+}
+
+/// The nginx directive a listener key comes from.
+pub fn nginx_name(key: &str) -> &str {
+    if key == "max_body_bytes" {
+        "client_max_body_size"
+    } else {
+        key
     }
 }
 
@@ -210,6 +255,16 @@ fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Rout
                 .behaviour(i, "nested locations are not translated"),
             _ if level.take(i, &mut ctx.notes) => {}
             _ => ctx.notes.unhandled(i),
+        }
+    }
+    for (key, (value, at)) in level.listener_keys() {
+        if server.listener_keys().get(key).map(|(v, _)| v) != Some(value) {
+            ctx.notes.0.push(super::notes::Note {
+                at: at.clone(),
+                directive: nginx_name(key).to_owned(),
+                why: format!("{key} = {value} in a location: fulcrum sets it per listener (the server's value applies)"),
+                cosmetic: false,
+            });
         }
     }
     let mut lines = vec![matcher];

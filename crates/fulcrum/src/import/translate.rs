@@ -30,6 +30,16 @@ pub struct Ctx {
     pub upstreams: BTreeMap<String, Upstream>,
     pub upstream_order: Vec<String>,
     listeners: Vec<Listener>,
+    /// The main file's directory, which relative file names are taken from (nginx takes them
+    /// from its prefix, the main file's directory in the usual layouts).
+    root: std::path::PathBuf,
+}
+
+impl Ctx {
+    /// `name` as a path from the main file's directory, so the TOML may be written anywhere.
+    fn full_path(&self, name: &str) -> String {
+        self.root.join(name).display().to_string()
+    }
 }
 
 /// One distinct `listen` address and the servers on it, in file order.
@@ -38,6 +48,7 @@ struct Listener {
     addr: String,
     comment: String,
     servers: Vec<Server>,
+    keys: BTreeMap<&'static str, (String, String)>,
     default: Option<usize>,
     ssl: bool,
     http2: bool,
@@ -47,6 +58,8 @@ struct Listener {
 #[derive(Debug, Clone)]
 struct Server {
     names: Vec<String>,
+    /// Listener keys from this server's level (and the http block's): key → (value, where).
+    listener_keys: BTreeMap<&'static str, (String, String)>,
     routes: Vec<Route>,
     certs: Vec<(String, String, String)>,
     upgrade: bool,
@@ -54,7 +67,13 @@ struct Server {
 
 /// Translates a parsed configuration (includes expanded).
 pub fn translate(conf: &[Directive]) -> Translation {
-    let mut ctx = Ctx::default();
+    let mut ctx = Ctx {
+        root: conf
+            .first()
+            .and_then(|d| d.file.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default(),
+        ..Ctx::default()
+    };
     let mut saw_http = false;
     for d in conf {
         match d.name.as_str() {
@@ -141,8 +160,8 @@ fn server(d: &Directive, http_level: &Level, ctx: &mut Ctx) {
             }
             "server_name" => names.extend(i.args.iter().cloned()),
             "http2" => http2 = i.args.first().map(String::as_str) == Some("on"),
-            "ssl_certificate" => certs.0 = i.args.first().map(|c| (c.clone(), i.at())),
-            "ssl_certificate_key" => certs.1 = i.args.first().cloned(),
+            "ssl_certificate" => certs.0 = i.args.first().map(|c| (ctx.full_path(c), i.at())),
+            "ssl_certificate_key" => certs.1 = i.args.first().map(|k| ctx.full_path(k)),
             "location" | "return" | "if" | "rewrite" => {}
             _ if level.take(i, &mut ctx.notes) => {}
             _ => ctx.notes.unhandled(i),
@@ -167,6 +186,7 @@ fn server(d: &Directive, http_level: &Level, ctx: &mut Ctx) {
     };
     let srv = Server {
         names,
+        listener_keys: level.listener_keys().clone(),
         routes,
         certs: cert_list,
         upgrade,
@@ -222,6 +242,7 @@ fn add_to_listener(
                 addr: addr.clone(),
                 comment: format!("{} listen {}", l.at(), l.args.join(" ")),
                 servers: Vec::new(),
+                keys: BTreeMap::new(),
                 default: None,
                 ssl: false,
                 http2: false,
@@ -232,6 +253,20 @@ fn add_to_listener(
     let Some(listener) = ctx.listeners.get_mut(i) else {
         return;
     };
+    for (key, (value, at)) in &srv.listener_keys {
+        match listener.keys.get(key) {
+            Some((v, first)) if v != value => ctx.notes.0.push(Note {
+                at: at.clone(),
+                directive: super::location::nginx_name(key).to_owned(),
+                why: format!("{key} = {value} here, {v} at {first}, for servers on one address: fulcrum sets it per listener (the first is kept)"),
+                cosmetic: false,
+            }),
+            Some(_) => {}
+            None => {
+                listener.keys.insert(key, (value.clone(), at.clone()));
+            }
+        }
+    }
     listener.servers.push(srv.clone());
     if default && listener.default.is_none() {
         listener.default = Some(listener.servers.len() - 1);
@@ -266,6 +301,9 @@ fn emit_listener(l: &Listener, out: &mut String) {
     ));
     if l.http2 {
         out.push_str("http2 = true\n");
+    }
+    for (key, (value, at)) in &l.keys {
+        out.push_str(&format!("{key} = {value}  # {at}\n"));
     }
     if l.servers.iter().any(|s| s.upgrade) {
         out.push_str("upgrade = [\"websocket\"]\n");

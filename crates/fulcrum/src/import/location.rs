@@ -215,20 +215,20 @@ pub fn server_routes(d: &Directive, level: &Level, ctx: &mut Ctx) -> Vec<Route> 
     routes
 }
 
-/// `location [= | ^~ | ~ | ~*] PATH { ... }` as a route.
-fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Route> {
+/// A location's modifier and the route's path condition (TOML), or `None` (reported) for a
+/// named location or one fulcrum cannot match.
+fn matcher<'a>(loc: &'a Directive, notes: &mut Notes) -> Option<(&'a str, String)> {
     let (modifier, path) = match loc.args.as_slice() {
         [path] => ("", path.as_str()),
         [m, path] => (m.as_str(), path.as_str()),
         _ => {
-            ctx.notes
-                .behaviour(loc, "a location takes a path and at most one modifier");
+            notes.behaviour(loc, "a location takes a path and at most one modifier");
             return None;
         }
     };
     let matcher = match modifier {
         "" if path.starts_with('@') => {
-            ctx.notes.cosmetic(
+            notes.cosmetic(
                 loc,
                 "named locations are reached only by error_page/try_files, not translated",
             );
@@ -240,11 +240,16 @@ fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Rout
         "~" => format!("path_regex = {}", quote(path)),
         "~*" => format!("path_regex_nocase = {}", quote(path)),
         _ => {
-            ctx.notes
-                .behaviour(loc, format!("unknown location modifier {modifier}"));
+            notes.behaviour(loc, format!("unknown location modifier {modifier}"));
             return None;
         }
     };
+    Some((modifier, matcher))
+}
+
+/// `location [= | ^~ | ~ | ~*] PATH { ... }` as a route.
+fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Route> {
+    let (modifier, matcher) = matcher(loc, &mut ctx.notes)?;
     let mut level = server.child();
     let mut action: Option<&Directive> = None;
     for i in loc.block.iter().flatten() {

@@ -578,7 +578,12 @@ fn redirect(d: &Directive, code: u16, url: &str, notes: &mut Notes) -> String {
             d,
             "a path with variables: fulcrum keeps the request's path and query",
         ),
-        Some(p) => parts.push(format!("path = {}", quote(p))),
+        Some(p) => {
+            if !p.contains('?') {
+                notes.behaviour(d, "fulcrum keeps the request's query after a redirect path without one; nginx drops it");
+            }
+            parts.push(format!("path = {}", quote(p)));
+        }
     }
     format!("redirect = {{ {} }}", parts.join(", "))
 }

@@ -51,6 +51,10 @@ pub enum Command {
     /// backends, many balancer instances, late load reports); writes results.csv, results.md
     /// and report.html as `lab run` does.
     Sim(SimArgs),
+    /// Translate an nginx configuration into fulcrum's: the TOML on stdout (or --out), every
+    /// directive not translated on stderr; exit 0 if all of those are cosmetic, 1 if one
+    /// changes behaviour, 2 if the file cannot be read. See docs/import.md.
+    Import(ImportArgs),
     /// The lab: emulated backends, load generation, and (later) scenarios and reports.
     Lab {
         #[command(subcommand)]
@@ -78,6 +82,16 @@ pub struct CheckArgs {
     /// The configuration file to check.
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
+}
+
+/// `fulcrum import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The nginx configuration (its includes are read from its directory).
+    pub file: PathBuf,
+    /// Where the TOML goes (default: stdout).
+    #[arg(long, value_name = "OUT")]
+    pub out: Option<PathBuf>,
 }
 
 /// `fulcrum health`.

@@ -4,6 +4,7 @@
 //! share their shape:
 //!
 //! * [`check`]: `fulcrum check`, a configuration file checked as `run` would read it;
+//! * [`import`]: `fulcrum import`, an nginx configuration translated;
 //! * [`health`]: `fulcrum health`, a running fulcrum asked whether it serves;
 //! * [`agent`]: `fulcrum agent`, the backend-side load reporter;
 //! * [`play`]: `fulcrum demo`, `fulcrum sim` and `fulcrum lab run`, a scenario played on
@@ -17,6 +18,7 @@ pub mod agent;
 pub mod check;
 pub mod hash_distribution;
 pub mod health;
+pub mod import;
 pub mod lab_backend;
 pub mod lab_load;
 pub mod play;

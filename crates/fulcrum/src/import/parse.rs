@@ -325,7 +325,7 @@ fn tokenize(text: &str, file: &Rc<PathBuf>) -> Result<Vec<(Token, usize)>, Parse
                         continue;
                     }
                     if c == b'\\' && i + 1 < bytes.len() {
-                        word.push(bytes[i + 1]);
+                        unescape(bytes[i + 1], &mut word);
                         i += 2;
                         continue;
                     }
@@ -343,6 +343,22 @@ fn tokenize(text: &str, file: &Rc<PathBuf>) -> Result<Vec<(Token, usize)>, Parse
     Ok(out)
 }
 
+/// `\` followed by `next`, in a quoted or an unquoted word alike (the copy loop at the end of
+/// `ngx_conf_read_token`): `\"`, `\'`, `\\` are the character, `\n`, `\r`, `\t` the control
+/// characters, and before anything else the `\` is kept (`\.` in a regex stays `\.`).
+fn unescape(next: u8, word: &mut Vec<u8>) {
+    match next {
+        b'"' | b'\'' | b'\\' => word.push(next),
+        b'n' => word.push(b'\n'),
+        b'r' => word.push(b'\r'),
+        b't' => word.push(b'\t'),
+        _ => {
+            word.push(b'\\');
+            word.push(next);
+        }
+    }
+}
+
 /// The quoted word starting at `i` (its quote): the text, the index after the closing quote,
 /// and the newlines inside.
 fn quoted(bytes: &[u8], i: usize) -> Option<(String, usize, usize)> {
@@ -356,19 +372,7 @@ fn quoted(bytes: &[u8], i: usize) -> Option<(String, usize, usize)> {
             return Some((String::from_utf8_lossy(&word).into_owned(), j + 1, lines));
         }
         if c == b'\\' && j + 1 < bytes.len() {
-            let next = bytes[j + 1];
-            // nginx keeps `\` before other characters; `\"`, `\'`, `\\` are the character, and
-            // `\n`, `\r`, `\t` the control characters.
-            match next {
-                b'"' | b'\'' | b'\\' => word.push(next),
-                b'n' => word.push(b'\n'),
-                b'r' => word.push(b'\r'),
-                b't' => word.push(b'\t'),
-                _ => {
-                    word.push(b'\\');
-                    word.push(next);
-                }
-            }
+            unescape(bytes[j + 1], &mut word);
             j += 2;
             continue;
         }
@@ -404,7 +408,7 @@ mod tests {
         let server = &http.block.as_ref().unwrap()[0];
         let inner = server.block.as_ref().unwrap();
         assert_eq!(inner[0].args, ["80"]);
-        assert_eq!(inner[1].args, ["a b", "c;d", "e;f"]);
+        assert_eq!(inner[1].args, ["a b", "c;d", "e\\;f"]);
         assert_eq!(inner[2].args, ["200", "ok\n"]);
         assert_eq!(
             (inner[2].line, inner[3].args.clone()),

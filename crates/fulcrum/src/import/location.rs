@@ -1,0 +1,589 @@
+//! `server` and `location` blocks as `[[listener.route]]` tables: the match (location
+//! modifiers), the action (`proxy_pass`, `return`) and the header rules in force there, with
+//! nginx's inheritance (a level that has any `proxy_set_header`, or any `add_header`, inherits
+//! none of that directive from above: ngx_http_proxy_merge_loc_conf,
+//! ngx_http_headers_merge_conf).
+
+use std::collections::BTreeMap;
+
+use super::notes::Notes;
+use super::parse::Directive;
+use super::translate::Ctx;
+use super::upstream;
+use super::values::{duration_ms, duration_toml, quote, size_bytes, split_url, variables};
+
+/// The directives one level hands down to the levels inside it.
+#[derive(Debug, Clone, Default)]
+pub struct Level {
+    set_headers: Vec<Directive>,
+    own_set_headers: bool,
+    add_headers: Vec<Directive>,
+    own_add_headers: bool,
+    /// Upstream keys from `proxy_*_timeout` and `proxy_next_upstream*`: key → (value, where).
+    upstream_keys: BTreeMap<&'static str, (String, String)>,
+    /// Listener keys from `client_*` and `send_timeout`: key → (value, where).
+    listener_keys: BTreeMap<&'static str, (String, String)>,
+    default_type: Option<String>,
+}
+
+impl Level {
+    /// The level inside this one, before its own directives.
+    pub fn child(&self) -> Level {
+        Level {
+            own_set_headers: false,
+            own_add_headers: false,
+            ..self.clone()
+        }
+    }
+
+    /// Takes `d` if it is one a level hands down; `false` if it is not one of those.
+    pub fn take(&mut self, d: &Directive, notes: &mut Notes) -> bool {
+        match d.name.as_str() {
+            "proxy_set_header" => {
+                if !self.own_set_headers {
+                    self.set_headers.clear();
+                    self.own_set_headers = true;
+                }
+                self.set_headers.push(d.clone());
+            }
+            "add_header" => {
+                if !self.own_add_headers {
+                    self.add_headers.clear();
+                    self.own_add_headers = true;
+                }
+                self.add_headers.push(d.clone());
+            }
+            "default_type" => self.default_type = d.args.first().cloned(),
+            "proxy_connect_timeout" => self.timeout(d, "connect_timeout", notes),
+            "proxy_read_timeout" => self.timeout(d, "read_timeout", notes),
+            "proxy_send_timeout" => notes.cosmetic(d, "fulcrum's read_timeout also bounds writing the request"),
+            "proxy_next_upstream" => self.next_upstream(d, notes),
+            "proxy_next_upstream_tries" => match d.args.first().and_then(|n| n.parse::<u64>().ok()) {
+                Some(0) => {}
+                Some(n) => {
+                    self.upstream_keys.insert("retries", ((n - 1).min(100).to_string(), d.at()));
+                }
+                None => notes.behaviour(d, "not a number"),
+            },
+            "proxy_next_upstream_timeout" => notes.behaviour(d, "fulcrum has no retry deadline; response_timeout bounds the whole response"),
+            "client_max_body_size" => self.body_size(d, notes),
+            "client_header_timeout" | "client_body_timeout" | "send_timeout" => {
+                let key = match d.name.as_str() {
+                    "client_header_timeout" => "client_header_timeout",
+                    "client_body_timeout" => "client_body_timeout",
+                    _ => "send_timeout",
+                };
+                match d.args.first().and_then(|a| duration_ms(a)) {
+                    Some(ms) if ms > 0 => {
+                        self.listener_keys.insert(key, (format!("\"{}\"", duration_toml(ms)), d.at()));
+                    }
+                    _ => notes.behaviour(d, "not a duration fulcrum accepts (0 or unreadable)"),
+                }
+            }
+            "keepalive_timeout" => notes.cosmetic(
+                d,
+                "fulcrum closes an idle client connection after client_header_timeout (and an idle HTTP/2 one after http2_idle_timeout)",
+            ),
+            _ => return false,
+        }
+        true
+    }
+
+    /// `client_max_body_size` as `max_body_bytes` (fulcrum holds bodies in memory: 1 GiB at
+    /// most, and no "unlimited").
+    fn body_size(&mut self, d: &Directive, notes: &mut Notes) {
+        match d.args.first().and_then(|a| size_bytes(a)) {
+            Some(0) => notes.behaviour(d, "0 (no limit): fulcrum has a limit, max_body_bytes (1 MiB by default, 1 GiB at most)"),
+            Some(n) if n > 1 << 30 => {
+                notes.behaviour(d, "above fulcrum's largest max_body_bytes, 1 GiB: that is written");
+                self.listener_keys.insert("max_body_bytes", ((1u64 << 30).to_string(), d.at()));
+            }
+            Some(n) => {
+                self.listener_keys.insert("max_body_bytes", (n.to_string(), d.at()));
+            }
+            None => notes.behaviour(d, "not a size"),
+        }
+    }
+
+    /// The listener keys set at this level or above: key → (value, where).
+    pub fn listener_keys(&self) -> &BTreeMap<&'static str, (String, String)> {
+        &self.listener_keys
+    }
+
+    fn timeout(&mut self, d: &Directive, key: &'static str, notes: &mut Notes) {
+        match d.args.first().and_then(|a| duration_ms(a)) {
+            Some(ms) if ms > 0 => {
+                self.upstream_keys
+                    .insert(key, (format!("\"{}\"", duration_toml(ms)), d.at()));
+            }
+            _ => notes.behaviour(d, "not a duration fulcrum accepts (0 or unreadable)"),
+        }
+    }
+
+    fn next_upstream(&mut self, d: &Directive, notes: &mut Notes) {
+        if d.args.iter().any(|a| a == "off") {
+            self.upstream_keys.insert("retries", ("0".into(), d.at()));
+            return;
+        }
+        if d.args.iter().any(|a| a == "non_idempotent") {
+            self.upstream_keys
+                .insert("retry_non_idempotent", ("true".into(), d.at()));
+        }
+        notes.cosmetic(d, "fulcrum retries on connect errors and timeouts (architecture.md's retry table), not by status");
+    }
+}
+
+/// The nginx directive a listener key comes from.
+pub fn nginx_name(key: &str) -> &str {
+    if key == "max_body_bytes" {
+        "client_max_body_size"
+    } else {
+        key
+    }
+}
+
+/// One route being written: its source, its label (` /api/`), and its keys.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub label: String,
+    comment: String,
+    lines: Vec<String>,
+    pub upgrade: bool,
+}
+
+impl Route {
+    /// The TOML of this route, named `name`, with `hosts` (none: any host).
+    pub fn toml(&self, name: &str, hosts: Option<&[String]>, _n: usize) -> String {
+        let mut out = format!(
+            "\n[[listener.route]]\n# {}\nname = {}\n",
+            self.comment,
+            quote(name)
+        );
+        if let Some(hosts) = hosts {
+            let list: Vec<String> = hosts.iter().map(|h| quote(h)).collect();
+            out.push_str(&format!("host = [{}]\n", list.join(", ")));
+        }
+        for l in &self.lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The routes of server block `d`: a server-level `return` answers everything; otherwise one
+/// route per location, or a 404 for every request when there is none (as nginx's
+/// static-file handler answers with no files under the default root).
+pub fn server_routes(d: &Directive, level: &Level, ctx: &mut Ctx) -> Vec<Route> {
+    let inner = d.block.as_deref().unwrap_or_default();
+    for i in inner {
+        if i.name == "if" || i.name == "rewrite" {
+            ctx.notes
+                .behaviour(i, "rewrite-module logic is not translated: review by hand");
+        }
+    }
+    if let Some(ret) = inner.iter().find(|i| i.name == "return") {
+        for loc in inner.iter().filter(|i| i.name == "location") {
+            ctx.notes.cosmetic(
+                loc,
+                "never reached in nginx: the server's return answers first",
+            );
+        }
+        let mut lines = Vec::new();
+        action_return(ret, level, &mut lines, &mut ctx.notes);
+        response_headers(level, &mut lines, &mut ctx.notes);
+        return vec![Route {
+            label: String::new(),
+            comment: format!("{} return {}", ret.at(), ret.args.join(" ")),
+            lines,
+            upgrade: false,
+        }];
+    }
+    let mut routes: Vec<Route> = inner
+        .iter()
+        .filter(|i| i.name == "location")
+        .filter_map(|loc| location_route(loc, level, ctx))
+        .collect();
+    if routes.is_empty() && !inner.iter().any(|i| i.name == "location") {
+        routes.push(Route {
+            label: String::new(),
+            comment: format!("{} server without a location: nginx answers 404", d.at()),
+            lines: vec!["respond = { status = 404 }".into()],
+            upgrade: false,
+        });
+    }
+    routes
+}
+
+/// A location's modifier and the route's path condition (TOML), or `None` (reported) for a
+/// named location or one fulcrum cannot match.
+fn matcher<'a>(loc: &'a Directive, notes: &mut Notes) -> Option<(&'a str, String)> {
+    let (modifier, path) = match loc.args.as_slice() {
+        [path] => ("", path.as_str()),
+        [m, path] => (m.as_str(), path.as_str()),
+        _ => {
+            notes.behaviour(loc, "a location takes a path and at most one modifier");
+            return None;
+        }
+    };
+    let matcher = match modifier {
+        "" if path.starts_with('@') => {
+            notes.cosmetic(
+                loc,
+                "named locations are reached only by error_page/try_files, not translated",
+            );
+            return None;
+        }
+        "" => format!("path = {}", quote(path)),
+        "=" => format!("path_exact = {}", quote(path)),
+        "^~" => format!("path = {}\nprefix_wins = true", quote(path)),
+        "~" => format!("path_regex = {}", quote(path)),
+        "~*" => format!("path_regex_nocase = {}", quote(path)),
+        _ => {
+            notes.behaviour(loc, format!("unknown location modifier {modifier}"));
+            return None;
+        }
+    };
+    Some((modifier, matcher))
+}
+
+/// `location [= | ^~ | ~ | ~*] PATH { ... }` as a route.
+fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Route> {
+    let (modifier, matcher) = matcher(loc, &mut ctx.notes)?;
+    let mut level = server.child();
+    let mut action: Option<&Directive> = None;
+    for i in loc.block.iter().flatten() {
+        match i.name.as_str() {
+            "proxy_pass" | "return" if action.is_none() => action = Some(i),
+            "location" => ctx
+                .notes
+                .behaviour(i, "nested locations are not translated"),
+            _ if level.take(i, &mut ctx.notes) => {}
+            _ => ctx.notes.unhandled(i),
+        }
+    }
+    for (key, (value, at)) in level.listener_keys() {
+        if server.listener_keys().get(key).map(|(v, _)| v) != Some(value) {
+            ctx.notes.0.push(super::notes::Note {
+                at: at.clone(),
+                directive: nginx_name(key).to_owned(),
+                why: format!("{key} = {value} in a location: fulcrum sets it per listener (the server's value applies)"),
+                cosmetic: false,
+            });
+        }
+    }
+    let mut lines = vec![matcher];
+    let mut upgrade = false;
+    match action {
+        Some(a) if a.name == "proxy_pass" => {
+            upgrade = proxy_pass(a, modifier, &level, &mut lines, ctx);
+        }
+        Some(a) => {
+            action_return(a, &level, &mut lines, &mut ctx.notes);
+        }
+        None => {
+            ctx.notes.behaviour(
+                loc,
+                format!("no proxy_pass or return: nginx serves files here, fulcrum serves none (this route goes to upstream \"{FILES}\", a placeholder at {FILES_ADDR}: run a file server there)"),
+            );
+            if !ctx.upstreams.contains_key(FILES) {
+                ctx.upstream_order.push(FILES.to_owned());
+                ctx.upstreams.insert(
+                    FILES.to_owned(),
+                    upstream::files_placeholder(FILES, FILES_ADDR, &loc.at()),
+                );
+            }
+            lines.push(format!("upstream = {}", quote(FILES)));
+        }
+    }
+    response_headers(&level, &mut lines, &mut ctx.notes);
+    Some(Route {
+        label: format!(" {}", loc.args.join(" ")),
+        comment: format!("{} location {}", loc.at(), loc.args.join(" ")),
+        lines,
+        upgrade,
+    })
+}
+
+/// `proxy_pass URL`: the upstream (an `upstream` block's, or one made for the address), the
+/// URI part as `strip_prefix`/`rewrite_prefix`, the request headers and the upstream's
+/// timeouts. Returns whether the location passes websocket upgrades.
+fn proxy_pass(
+    d: &Directive,
+    modifier: &str,
+    level: &Level,
+    lines: &mut Vec<String>,
+    ctx: &mut Ctx,
+) -> bool {
+    let url = d.args.first().map(String::as_str).unwrap_or_default();
+    let Some(parts) = split_url(url)
+        .filter(|u| !url.contains('$') && (u.scheme == "http" || u.scheme == "https"))
+    else {
+        ctx.notes.behaviour(d, "only proxy_pass http(s)://NAME[/URI] without variables is translated (this route answers 502)");
+        lines.push("respond = { status = 502 }".into());
+        return false;
+    };
+    let name = parts.authority.to_owned();
+    if !ctx.upstreams.contains_key(&name) {
+        let up = upstream::synthesised(&name, parts.scheme == "https", &d.at());
+        ctx.upstream_order.push(name.clone());
+        ctx.upstreams.insert(name.clone(), up);
+    }
+    lines.push(format!("upstream = {}", quote(&name)));
+    match (parts.path, modifier) {
+        (None, _) => {}
+        (Some(_), "~" | "~*") => ctx.notes.behaviour(
+            d,
+            "a URI in proxy_pass inside a regex location: nginx refuses this configuration",
+        ),
+        (Some(_), "=") => ctx.notes.behaviour(
+            d,
+            "a URI in proxy_pass of an exact location: fulcrum passes the path unchanged",
+        ),
+        (Some("/"), _) => lines.push("strip_prefix = true".into()),
+        (Some(uri), _) => lines.push(format!("rewrite_prefix = {}", quote(uri))),
+    }
+    if let Some(up) = ctx.upstreams.get_mut(&name) {
+        for (key, (value, at)) in &level.upstream_keys {
+            match up.from_locations.iter().find(|(k, _, _)| k == key) {
+                Some((_, v, first)) if v != value => ctx.notes.behaviour(
+                    d,
+                    format!("{key} = {value} ({at}) differs from {v} ({first}) for the same upstream: fulcrum has one value per upstream (the first is kept)"),
+                ),
+                Some(_) => {}
+                None => up.from_locations.push(((*key).to_owned(), value.clone(), at.clone())),
+            }
+        }
+    }
+    // nginx sends Host: $proxy_host unless told otherwise (ngx_http_proxy_headers).
+    let proxy_host = name.strip_suffix(":80").unwrap_or(&name).to_owned();
+    request_headers(level, &proxy_host, lines, &mut ctx.notes)
+}
+
+/// The upstream that locations serving files are sent to, and its placeholder backend.
+const FILES: &str = "files";
+const FILES_ADDR: &str = "127.0.0.1:8000";
+
+/// The variables fulcrum's header values may hold (docs/configuration.md).
+const VARIABLES: &[&str] = &[
+    "remote_addr",
+    "host",
+    "scheme",
+    "request_uri",
+    "uri",
+    "args",
+    "request_id",
+    "route",
+    "upstream_addr",
+];
+
+/// Fields fulcrum writes itself, refused in header rules.
+const OWN_FIELDS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+/// A header value fulcrum can write, or why not.
+fn value(v: &str, proxy_host: &str) -> Result<String, String> {
+    let v = v
+        .replace("$proxy_host", proxy_host)
+        .replace("${proxy_host}", proxy_host);
+    match variables(&v)
+        .into_iter()
+        .find(|x| !VARIABLES.contains(&x.as_str()))
+    {
+        Some(x) => Err(format!("${x} is not a variable fulcrum knows")),
+        None => Ok(v),
+    }
+}
+
+/// The `proxy_set_header`s in force as `request_headers`, `Host` included. Returns whether
+/// they are the websocket recipe (`Upgrade $http_upgrade`).
+fn request_headers(
+    level: &Level,
+    proxy_host: &str,
+    lines: &mut Vec<String>,
+    notes: &mut Notes,
+) -> bool {
+    let (mut set, mut remove, mut upgrade, mut host) = (Vec::new(), Vec::new(), false, false);
+    for d in &level.set_headers {
+        let [name, v] = d.args.as_slice() else {
+            notes.behaviour(d, "proxy_set_header takes a name and a value");
+            continue;
+        };
+        let lower = name.to_ascii_lowercase();
+        host |= lower == "host";
+        if lower == "upgrade" && v == "$http_upgrade" {
+            upgrade = true;
+        } else if lower == "x-forwarded-for" && v == "$proxy_add_x_forwarded_for" {
+            notes.cosmetic(
+                d,
+                "fulcrum writes X-Forwarded-For itself (appending only to trusted_proxies' lists)",
+            );
+        } else if OWN_FIELDS.contains(&lower.as_str()) {
+            notes.cosmetic(
+                d,
+                "fulcrum writes this field itself (upgrade = [\"websocket\"] for websockets)",
+            );
+        } else if v.is_empty() {
+            remove.push(quote(name));
+        } else {
+            match value(&v.replace("$http_host", "$host"), proxy_host) {
+                Ok(v) => set.push(format!("{} = {}", quote(name), quote(&v))),
+                Err(why) => notes.behaviour(d, format!("{why}: this header is not sent")),
+            }
+        }
+    }
+    if !host {
+        set.insert(0, format!("\"Host\" = {}", quote(proxy_host)));
+    }
+    let mut parts = Vec::new();
+    if !set.is_empty() {
+        parts.push(format!("set = {{ {} }}", set.join(", ")));
+    }
+    if !remove.is_empty() {
+        parts.push(format!("remove = [{}]", remove.join(", ")));
+    }
+    if !parts.is_empty() {
+        lines.push(format!("request_headers = {{ {} }}", parts.join(", ")));
+    }
+    upgrade
+}
+
+/// The `add_header`s in force as `response_headers.add`.
+fn response_headers(level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
+    let mut add = Vec::new();
+    for d in &level.add_headers {
+        let (name, v, always) = match d.args.as_slice() {
+            [n, v] => (n, v, false),
+            [n, v, a] if a == "always" => (n, v, true),
+            _ => {
+                notes.behaviour(d, "add_header takes a name, a value and maybe `always`");
+                continue;
+            }
+        };
+        match value(v, "") {
+            Ok(v) if !v.is_empty() => add.push(format!("{} = {}", quote(name), quote(&v))),
+            Ok(_) => {}
+            Err(why) => {
+                notes.behaviour(d, format!("{why}: this header is not sent"));
+                continue;
+            }
+        }
+        if !always {
+            notes.cosmetic(
+                d,
+                "nginx adds it to 2xx/3xx answers only; fulcrum to every answer of the route",
+            );
+        }
+    }
+    if !add.is_empty() {
+        lines.push(format!(
+            "response_headers = {{ add = {{ {} }} }}",
+            add.join(", ")
+        ));
+    }
+}
+
+/// `return CODE [TEXT|URL]` or `return URL` as `redirect` or `respond`.
+fn action_return(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
+    let (code, rest) = match d.args.as_slice() {
+        [url] if url.parse::<u16>().is_err() => (302, Some(url.as_str())),
+        [code] => (code.parse::<u16>().unwrap_or(0), None),
+        [code, rest] => (code.parse::<u16>().unwrap_or(0), Some(rest.as_str())),
+        _ => (0, None),
+    };
+    if code == 0 {
+        notes.behaviour(
+            d,
+            "return takes a code and a text or URL (this route answers 500)",
+        );
+        lines.push("respond = { status = 500 }".into());
+        return;
+    }
+    if matches!(code, 301 | 302 | 303 | 307 | 308) {
+        if let Some(url) = rest {
+            lines.push(redirect(d, code, url, notes));
+            return;
+        }
+    }
+    if code == 444 || !(200..=599).contains(&code) {
+        notes.behaviour(
+            d,
+            format!("status {code} (444 closes the connection in nginx): fulcrum answers 403"),
+        );
+        lines.push("respond = { status = 403 }".into());
+        return;
+    }
+    let body = rest.unwrap_or_default();
+    if body.contains('$') {
+        notes.behaviour(d, "variables in a returned text are written as they are");
+    }
+    let ct = level.default_type.as_deref().unwrap_or("text/plain");
+    lines.push(format!(
+        "respond = {{ status = {code}, body = {}, content_type = {} }}",
+        quote(body),
+        quote(ct)
+    ));
+}
+
+/// `return 301 URL` as `redirect = { ... }`: `$scheme`, `$host` and `$request_uri` mean "as
+/// the request had it", which is what a part left out of `redirect` means.
+fn redirect(d: &Directive, code: u16, url: &str, notes: &mut Notes) -> String {
+    let mut parts = vec![format!("status = {code}")];
+    let path = match split_url(url) {
+        None => Some(url.to_owned()),
+        Some(u) => {
+            // `https://$host$request_uri`: the authority ends where the path variable starts.
+            let (authority, path) = match u.authority.find("$request_uri") {
+                Some(i) => (
+                    u.authority.get(..i).unwrap_or_default(),
+                    Some(format!(
+                        "{}{}",
+                        u.authority.get(i..).unwrap_or_default(),
+                        u.path.unwrap_or_default()
+                    )),
+                ),
+                None => (u.authority, u.path.map(str::to_owned)),
+            };
+            if u.scheme != "$scheme" {
+                parts.push(format!("scheme = {}", quote(u.scheme)));
+            }
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) if p.parse::<u16>().is_ok() => (h, Some(p)),
+                _ => (authority, None),
+            };
+            if host != "$host" && host != "$http_host" && host != "$server_name" {
+                if host.contains('$') {
+                    notes.behaviour(d, "a host with variables: fulcrum keeps the request's host");
+                } else {
+                    parts.push(format!("host = {}", quote(host)));
+                }
+            }
+            if let Some(p) = port {
+                parts.push(format!("port = {p}"));
+            }
+            path
+        }
+    };
+    match path.as_deref() {
+        None | Some("$request_uri") => {}
+        Some(p) if p.contains('$') => notes.behaviour(
+            d,
+            "a path with variables: fulcrum keeps the request's path and query",
+        ),
+        Some(p) => {
+            if !p.contains('?') {
+                notes.behaviour(d, "fulcrum keeps the request's query after a redirect path without one; nginx drops it");
+            }
+            parts.push(format!("path = {}", quote(p)));
+        }
+    }
+    format!("redirect = {{ {} }}", parts.join(", "))
+}

@@ -6,8 +6,8 @@
 //! * [`config`]: the TOML configuration, its checks and error messages, turned into
 //!   [`proxy::ProxySettings`].
 //! * [`demo`]: `fulcrum demo`, a short lab comparison of five algorithms.
-//! * [`import`]: `fulcrum import`, an nginx configuration translated (work in progress: its
-//!   parser).
+//! * [`import`]: `fulcrum import`, an nginx configuration translated into this one
+//!   (docs/import.md).
 //! * [`lab_run`]: `fulcrum lab run` (and the demo): a scenario played, stopped cleanly when
 //!   interrupted, its results written.
 //! * [`sim_run`]: `fulcrum sim`: a scenario simulated, its contenders resolved by the

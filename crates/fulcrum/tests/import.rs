@@ -477,13 +477,18 @@ fn echo_backend(name: &'static str) -> std::net::SocketAddr {
 /// `GET target` with `Host: host`: status, `X-Backend`, `Location`, and the body when a
 /// backend answered (nginx's and fulcrum's own error pages differ, and are not compared).
 fn answer(to: std::net::SocketAddr, host: &str, target: &str) -> String {
+    ask(to, "GET", host, target)
+}
+
+/// As [`answer`], with `method`.
+fn ask(to: std::net::SocketAddr, method: &str, host: &str, target: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(to).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     write!(
         s,
-        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -514,8 +519,19 @@ fn answer(to: std::net::SocketAddr, host: &str, target: &str) -> String {
     } else {
         ""
     };
-    // nginx writes its listen port into a relative redirect, fulcrum the Host's (none here).
-    let location = location.map(|l| l.replace(&format!(":{}", to.port()), ""));
+    // nginx writes its listen port into a relative redirect, fulcrum the Host's: the port of
+    // an absolute Location is not compared.
+    let location = location.map(|l| match l.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = match authority.rsplit_once(':') {
+                Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+                _ => authority,
+            };
+            format!("{scheme}://{host}{tail}")
+        }
+        None => l,
+    });
     format!("{status} backend={backend:?} location={location:?} {body}")
 }
 
@@ -598,6 +614,151 @@ http {{
         }
     }
     drop(nginx);
+    assert!(
+        differ.is_empty(),
+        "{} of {asked} differ:\n{}\n{toml}",
+        differ.len(),
+        differ.join("\n")
+    );
+}
+
+/// The site of the large differential test: 4 servers, 14 locations of every kind, proxies,
+/// a redirect and a fixed answer.
+fn site(
+    listen: &str,
+    a: std::net::SocketAddr,
+    b: std::net::SocketAddr,
+    c: std::net::SocketAddr,
+) -> String {
+    format!(
+        r#"events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    upstream a {{ server {a}; }}
+    upstream b {{ server {b}; }}
+    upstream c {{ server {c}; }}
+    server {{
+        listen {listen} default_server;
+        location / {{ proxy_pass http://a; }}
+        location = /exact {{ proxy_pass http://b; }}
+        location /api/ {{ proxy_pass http://b; }}
+        location ^~ /static/ {{ proxy_pass http://c; }}
+        location ~ \.php$ {{ proxy_pass http://c; }}
+        location ~* \.(png|jpg)$ {{ proxy_pass http://b; }}
+    }}
+    server {{
+        listen {listen};
+        server_name www.example.com example.com;
+        location / {{ proxy_pass http://b; }}
+        location /app/ {{ proxy_pass http://c/; }}
+        location = /old {{ return 301 https://$host$request_uri; }}
+    }}
+    server {{
+        listen {listen};
+        server_name *.example.com;
+        location / {{ proxy_pass http://c; }}
+        location ~ ^/v[0-9]+/ {{ proxy_pass http://a; }}
+    }}
+    server {{
+        listen {listen};
+        server_name ~^api[0-9]*\.example\.org$;
+        location / {{ proxy_pass http://a; }}
+        location /gone/ {{ return 410; }}
+        location ^~ /b/ {{ proxy_pass http://b; }}
+    }}
+}}
+"#
+    )
+}
+
+/// Issue 28's first showing, at scale: the site above served by a real nginx and by fulcrum on
+/// its translation, 2,100 generated requests (10 hosts × 30 paths, unnormalised and
+/// percent-encoded ones among them, × 7 methods), each answered alike: the same backend and
+/// path it got, or the same status and `Location`.
+#[test]
+fn nginx_and_fulcrum_answer_2100_requests_alike() {
+    let (a, b, c) = (echo_backend("a"), echo_backend("b"), echo_backend("c"));
+    let dir = TempDir::new("import", "nginx-large");
+    let port = common::HeldPort::for_server();
+    let nginx_addr: std::net::SocketAddr = format!("127.0.0.1:{}", port.port()).parse().unwrap();
+    let conf = site(&nginx_addr.to_string(), a, b, c);
+    let nginx = common::spawn_nginx(&dir, &conf);
+    drop(port);
+    let parsed = parse::parse_file(&dir.0.join("nginx.conf")).unwrap();
+    let t = translate::translate(&parsed);
+    let toml = format!("workers = 1\naccess_log = false\n{}", t.toml)
+        .replace(&nginx_addr.to_string(), "127.0.0.1:0");
+    let config = common::TempFile::new("import-diff-large.toml", &toml);
+    let running = common::Running::start(&config, 1);
+    let fulcrum_addr = running.listening[0].1;
+    common::wait_until(std::time::Duration::from_secs(10), "nginx answers", || {
+        std::net::TcpStream::connect(nginx_addr)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let hosts = [
+        "unknown.test",
+        "www.example.com",
+        "EXAMPLE.com",
+        "example.com:8080",
+        "a.example.com",
+        "x.y.example.com",
+        "api.example.org",
+        "api7.example.org",
+        "example.org",
+        "www.example.com.",
+    ];
+    let paths = [
+        "/",
+        "/exact",
+        "/exact/",
+        "/api",
+        "/api/",
+        "/api/x",
+        "/API/x",
+        "/static/a.php",
+        "/x.php",
+        "/x.PNG",
+        "/img/a.jpg",
+        "/app",
+        "/app/",
+        "/app/1",
+        "/old",
+        "/old?x=1",
+        "/v1/a",
+        "/v12/b",
+        "/gone/",
+        "/gone/x",
+        "/b/x.php",
+        "/b",
+        "//api/x",
+        "/api/../static/x.php",
+        "/api/%2e%2e/exact",
+        "/%61pp/",
+        "/a/./b/../c",
+        "/static/../x.png",
+        "/q?x=/api/",
+        "/api/x?y=1",
+    ];
+    let methods = ["GET", "HEAD", "POST", "DELETE", "PUT", "OPTIONS", "PATCH"];
+    let (mut asked, mut differ) = (0, Vec::new());
+    for host in hosts {
+        for path in paths {
+            for method in methods {
+                asked += 1;
+                let (n, f) = (
+                    ask(nginx_addr, method, host, path),
+                    ask(fulcrum_addr, method, host, path),
+                );
+                if n != f {
+                    differ.push(format!("{method} {host}{path}: nginx {n} | fulcrum {f}"));
+                }
+            }
+        }
+    }
+    drop(nginx);
+    println!("{asked} requests, {} answered differently", differ.len());
+    assert!(asked >= 2000, "{asked}");
     assert!(
         differ.is_empty(),
         "{} of {asked} differ:\n{}\n{toml}",

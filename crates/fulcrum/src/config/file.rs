@@ -77,7 +77,14 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
             "no [[listener]]: add one, e.g. listen = \"127.0.0.1:8080\" and upstream = \"web\"",
         );
     }
-    if top.no_items("upstream") {
+    // A file whose listeners only redirect or answer themselves (routes without upstreams)
+    // needs none; any listener read without routes has an upstream, reported if missing.
+    let routes_only = !listeners.read.is_empty()
+        && listeners
+            .read
+            .iter()
+            .all(|l| l.upstream.is_none() && !l.routes.is_empty());
+    if top.no_items("upstream") && !routes_only {
         r.error_in_file(
             "upstream",
             "no [[upstream]]: add one with at least one [[upstream.backend]]",

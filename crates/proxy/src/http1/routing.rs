@@ -193,9 +193,10 @@ fn redirect(out: &mut Vec<u8>, asked: &Asked<'_, '_>, r: &Redirect, query: &str)
 }
 
 /// Writes `scheme://host[:port]path` into `out`, each part the request's own unless given:
-/// the scheme the client used; the host of its `Host` (with the `Host`'s port, unless the
-/// scheme or host changes or a port is given); the target as sent (path and query) unless a
-/// path is given (then the path, and the request's query after it when the path has none).
+/// the scheme the client used; the host of its `Host` as nginx's `$host` is (lower case, no
+/// trailing dot), with the `Host`'s port unless the scheme or host changes or a port is
+/// given; the target as sent (path and query) unless a path is given (then the path, and the
+/// request's query after it when the path has none).
 fn put_location(
     out: &mut Vec<u8>,
     asked: &Asked<'_, '_>,
@@ -212,7 +213,11 @@ fn put_location(
     let (name, sent_port) = split_port(sent_host);
     match host {
         Some(host) => out.extend_from_slice(host.as_bytes()),
-        None => out.extend_from_slice(name),
+        // nginx's `$host`: the name in lower case, without a trailing dot.
+        None => {
+            let name = name.strip_suffix(b".").unwrap_or(name);
+            out.extend(name.iter().map(u8::to_ascii_lowercase));
+        }
     }
     if let Some(port) = port {
         out.push(b':');

@@ -503,11 +503,13 @@ fn ask(to: std::net::SocketAddr, method: &str, host: &str, target: &str) -> Stri
         .to_owned();
     let mut backend = None;
     let mut location = None;
+    let mut site = None;
     for l in lines {
         if let Some((n, v)) = l.split_once(':') {
             match n.trim().to_ascii_lowercase().as_str() {
                 "x-backend" => backend = Some(v.trim().to_owned()),
                 "location" => location = Some(v.trim().to_owned()),
+                "x-site" => site = Some(v.trim().to_owned()),
                 _ => {}
             }
         }
@@ -532,7 +534,7 @@ fn ask(to: std::net::SocketAddr, method: &str, host: &str, target: &str) -> Stri
         }
         None => l,
     });
-    format!("{status} backend={backend:?} location={location:?} {body}")
+    format!("{status} backend={backend:?} location={location:?} site={site:?} {body}")
 }
 
 /// The imported configuration sends each request where nginx sends it: one configuration
@@ -623,7 +625,7 @@ http {{
 }
 
 /// The site of the large differential test: 4 servers, 14 locations of every kind, proxies,
-/// a redirect and a fixed answer.
+/// a redirect, a fixed answer, and `add_header` at a server's level and a location's.
 fn site(
     listen: &str,
     a: std::net::SocketAddr,
@@ -649,6 +651,7 @@ http {{
     server {{
         listen {listen};
         server_name www.example.com example.com;
+        add_header X-Site www always;
         location / {{ proxy_pass http://b; }}
         location /app/ {{ proxy_pass http://c/; }}
         location = /old {{ return 301 https://$host$request_uri; }}
@@ -662,7 +665,7 @@ http {{
     server {{
         listen {listen};
         server_name ~^api[0-9]*\.example\.org$;
-        location / {{ proxy_pass http://a; }}
+        location / {{ proxy_pass http://a; add_header X-Site api always; }}
         location /gone/ {{ return 410; }}
         location ^~ /b/ {{ proxy_pass http://b; }}
     }}

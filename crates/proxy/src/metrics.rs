@@ -140,12 +140,18 @@ impl UpstreamCounts {
 /// A route's counts' key: the listener (as configured) and the route's name.
 pub type RouteKey = (Arc<str>, Arc<str>);
 
+/// The one string a route's counts are kept under: the listener, a NUL, the name (a NUL is in
+/// neither).
+pub(crate) fn route_key(listener: &str, route: &str) -> String {
+    format!("{listener}\0{route}")
+}
+
 /// One worker's counts, by upstream name.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     counts: Mutex<CountMap<Arc<str>, UpstreamCounts>>,
     /// Answers by (listener, route) and status class, on listeners with routes.
-    routes: Mutex<CountMap<RouteKey, [u64; 5]>>,
+    routes: Mutex<CountMap<Arc<str>, [u64; 5]>>,
     /// TLS handshakes that failed or timed out (no upstream is known yet).
     tls_handshake_failures: std::sync::atomic::AtomicU64,
 }
@@ -180,11 +186,14 @@ impl WorkerStats {
     }
 
     /// A request that route `route` of `listener` took was answered with `status`.
-    pub(crate) fn routed(&self, listener: &Arc<str>, route: &Arc<str>, status: u16) {
+    /// (`key`: [`route_key`]; looked up without a copy, made once per route.)
+    pub(crate) fn routed(&self, key: &Arc<str>, status: u16) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (Arc::clone(listener), Arc::clone(route));
-        routes.entry(key).or_default()[class] += 1;
+        match routes.get_mut(&**key) {
+            Some(counts) => counts[class] += 1,
+            None => routes.entry(Arc::clone(key)).or_default()[class] += 1,
+        }
     }
 
     /// An attempt on `backend` failed with `fault`.
@@ -260,7 +269,8 @@ impl Metrics {
         for w in workers {
             let routes = w.routes.lock().unwrap_or_else(|p| p.into_inner());
             for (key, classes) in routes.iter() {
-                let mine = totals.entry(key.clone()).or_default();
+                let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
+                let mine = totals.entry((listener.into(), route.into())).or_default();
                 for (a, b) in mine.iter_mut().zip(classes) {
                     *a += b;
                 }

@@ -196,10 +196,8 @@ impl Record<'_> {
                 .answered(upstream.shared_name(), by, self.status, self.measured(took));
         }
         let routes = listener.ctx.routes.as_ref();
-        if let Some((routes, route)) = routes.and_then(|r| Some((r, r.get(self.route?)?))) {
-            listener
-                .stats
-                .routed(&routes.listener, &route.name, self.status);
+        if let Some(route) = routes.and_then(|r| r.get(self.route?)) {
+            listener.stats.routed(&route.metric_key, self.status);
         }
         let (Some(line), Some(log)) = (&self.line, &listener.ctx.access_log) else {
             return;

@@ -13,14 +13,17 @@ use crate::settings::{HashKey, Redirect, RouteAction, RouteSettings};
 pub(crate) struct Routes {
     table: routes::Table,
     routes: Vec<Route>,
-    /// The listener's configured address, the `listener` label of its routes' counts.
-    pub(crate) listener: Arc<str>,
+    /// Whether any route has header rules (asked on every request: kept, not counted).
+    any_rules: bool,
 }
 
 /// One route, ready for requests.
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) name: Arc<str>,
+    /// Its counts' key: the listener's configured address and its name
+    /// ([`crate::metrics::route_key`]).
+    pub(crate) metric_key: Arc<str>,
     pub(crate) action: Action,
     pub(crate) request_headers: HeaderRules,
     pub(crate) response_headers: HeaderRules,
@@ -109,15 +112,19 @@ impl Routes {
             };
             built.push(Route {
                 name: r.name.as_str().into(),
+                metric_key: crate::metrics::route_key(&listener.to_string(), &r.name).into(),
                 action,
                 request_headers: r.request_headers.clone(),
                 response_headers: r.response_headers.clone(),
             });
         }
+        let any_rules = built
+            .iter()
+            .any(|r| !r.request_headers.is_empty() || !r.response_headers.is_empty());
         Ok(Routes {
             table,
             routes: built,
-            listener: listener.to_string().into(),
+            any_rules,
         })
     }
 
@@ -131,9 +138,7 @@ impl Routes {
 
     /// Whether any route has header rules.
     pub(crate) fn any_rules(&self) -> bool {
-        self.routes
-            .iter()
-            .any(|r| !r.request_headers.is_empty() || !r.response_headers.is_empty())
+        self.any_rules
     }
 
     /// Route number `i` (as [`Routes::select`] gave it).

@@ -364,31 +364,6 @@ fn proxy_pass(
 const FILES: &str = "files";
 const FILES_ADDR: &str = "127.0.0.1:8000";
 
-/// The variables fulcrum's header values may hold (docs/configuration.md).
-const VARIABLES: &[&str] = &[
-    "remote_addr",
-    "host",
-    "scheme",
-    "request_uri",
-    "uri",
-    "args",
-    "request_id",
-    "route",
-    "upstream_addr",
-];
-
-/// Fields fulcrum writes itself, refused in header rules.
-const OWN_FIELDS: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-];
-
 /// A header value fulcrum can write, or why not.
 fn value(v: &str, proxy_host: &str) -> Result<String, String> {
     let v = v
@@ -396,7 +371,7 @@ fn value(v: &str, proxy_host: &str) -> Result<String, String> {
         .replace("${proxy_host}", proxy_host);
     match variables(&v)
         .into_iter()
-        .find(|x| !VARIABLES.contains(&x.as_str()))
+        .find(|x| !proxy::header_rules::VARS.iter().any(|(name, _)| name == x))
     {
         Some(x) => Err(format!("${x} is not a variable fulcrum knows")),
         None => Ok(v),
@@ -426,7 +401,7 @@ fn request_headers(
                 d,
                 "fulcrum writes X-Forwarded-For itself (appending only to trusted_proxies' lists)",
             );
-        } else if OWN_FIELDS.contains(&lower.as_str()) {
+        } else if proxy::header_rules::UNTOUCHABLE.contains(&lower.as_str()) {
             notes.cosmetic(
                 d,
                 "fulcrum writes this field itself (upgrade = [\"websocket\"] for websockets)",

@@ -441,6 +441,16 @@ fn nginx_accepts_the_realistic_configurations() {
     }
 }
 
+/// `conf` as a test's nginx runs it: one process in the foreground (so that the test's guard,
+/// which kills it by its PID, stops all of it), its pid file in `dir`. Without these lines
+/// nginx daemonised and outlived the test.
+fn in_foreground(dir: &TempDir, conf: &str) -> String {
+    format!(
+        "daemon off;\nmaster_process off;\npid {}/nginx.pid;\n{conf}",
+        dir.path()
+    )
+}
+
 /// A backend answering every request with `X-Backend: NAME` and the request line it got as
 /// its body, connection by connection, until the test ends.
 fn echo_backend(name: &'static str) -> std::net::SocketAddr {
@@ -569,7 +579,7 @@ http {{
 "#,
         p = port.port()
     );
-    let nginx = common::spawn_nginx(&dir, &conf);
+    let nginx = common::spawn_nginx(&dir, &in_foreground(&dir, &conf));
     let nginx_addr: std::net::SocketAddr = format!("127.0.0.1:{}", port.port()).parse().unwrap();
     drop(port);
     let main = dir.0.join("nginx.conf");
@@ -685,7 +695,7 @@ fn nginx_and_fulcrum_answer_2100_requests_alike() {
     let port = common::HeldPort::for_server();
     let nginx_addr: std::net::SocketAddr = format!("127.0.0.1:{}", port.port()).parse().unwrap();
     let conf = site(&nginx_addr.to_string(), a, b, c);
-    let nginx = common::spawn_nginx(&dir, &conf);
+    let nginx = common::spawn_nginx(&dir, &in_foreground(&dir, &conf));
     drop(port);
     let parsed = parse::parse_file(&dir.0.join("nginx.conf")).unwrap();
     let t = translate::translate(&parsed);

@@ -488,6 +488,8 @@ fn routes_changed_under_load_route_each_request_by_the_routes_in_force() {
         // (when the HUP was sent, when the reload was done), from `start`, for version k + 1.
         let mut reloads = Vec::new();
         for k in 1..=10 {
+            // The schedule of the reloads, spread over the 20 s of load (not a wait for
+            // something to happen: each reload is waited for by its log line below).
             tokio::time::sleep(Duration::from_millis(1800)).await;
             std::fs::write(&file.0, versioned(k, a, b)).unwrap();
             let hup = start.elapsed();

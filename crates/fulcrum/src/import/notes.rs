@@ -74,6 +74,8 @@ const COSMETIC: &[&str] = &[
     "worker_rlimit_nofile",
     "worker_cpu_affinity",
     "pid",
+    "daemon",
+    "master_process",
     "events",
     "use",
     "multi_accept",

@@ -7,9 +7,9 @@
 //! ([`Metrics::totals`]). Counts only grow; a backend removed at runtime keeps its series
 //! until the process restarts, as Prometheus counters must not go back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use balance::Fault;
@@ -44,6 +44,11 @@ pub fn reason(fault: Fault) -> &'static str {
         Fault::InvalidResponse => "invalid_response",
         Fault::TlsHandshake => "tls_handshake",
     }
+}
+
+/// The index of `status`'s class in [`CODE_CLASSES`] (below 100 is `1xx`, above 599 `5xx`).
+fn status_class(status: u16) -> usize {
+    usize::from((status / 100).clamp(1, 5)) - 1
 }
 
 fn fault_index(fault: Fault) -> usize {
@@ -141,59 +146,102 @@ impl UpstreamCounts {
 pub type RouteKey = (Arc<str>, Arc<str>);
 
 /// The one string a route's counts are kept under: the listener, a NUL, the name (a NUL is in
-/// neither).
-pub(crate) fn route_key(listener: &str, route: &str) -> String {
-    format!("{listener}\0{route}")
+/// neither). Interned: every build of a route with the same listener and name (one at each
+/// reload) gets the same `Arc`, and a worker finds the route's counts by that `Arc`'s address
+/// rather than by hashing and comparing the text (issue 28: the text cost about 130
+/// instructions a request), with one entry per route however often it is reloaded. The
+/// interned keys are the names configured since start, as the counts' series are.
+pub(crate) fn route_key(listener: &str, route: &str) -> Arc<str> {
+    static KEYS: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
+    let key = format!("{listener}\0{route}");
+    let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = keys.get(key.as_str()) {
+        return Arc::clone(known);
+    }
+    let key: Arc<str> = key.into();
+    keys.insert(Arc::clone(&key));
+    key
+}
+
+/// A route's answers by status class, under its key ([`route_key`]).
+#[derive(Debug)]
+struct RouteCounts {
+    key: Arc<str>,
+    classes: [u64; 5],
 }
 
 /// One worker's counts, by upstream name.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
-    counts: Mutex<CountMap<Arc<str>, UpstreamCounts>>,
-    /// Answers by (listener, route) and status class, on listeners with routes.
-    routes: Mutex<CountMap<Arc<str>, [u64; 5]>>,
+    counts: Mutex<Counts>,
     /// TLS handshakes that failed or timed out (no upstream is known yet).
     tls_handshake_failures: std::sync::atomic::AtomicU64,
 }
 
+/// What a worker counts under its one lock.
+#[derive(Debug, Default)]
+struct Counts {
+    upstreams: CountMap<Arc<str>, UpstreamCounts>,
+    /// Answers by route (the address of its interned key) and status class, on listeners
+    /// with routes.
+    routes: CountMap<usize, RouteCounts>,
+}
+
+impl Counts {
+    fn route(&mut self, key: &Arc<str>, class: usize) {
+        let counts = self
+            .routes
+            .entry(Arc::as_ptr(key).cast::<u8>() as usize)
+            .or_insert_with(|| RouteCounts {
+                key: Arc::clone(key),
+                classes: [0; 5],
+            });
+        counts.classes[class] += 1;
+    }
+}
+
 impl WorkerStats {
-    fn lock(&self) -> MutexGuard<'_, CountMap<Arc<str>, UpstreamCounts>> {
+    fn lock(&self) -> MutexGuard<'_, Counts> {
         // Counts are plain numbers: a panic elsewhere cannot leave them inconsistent.
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn with(&self, upstream: &Arc<str>, f: impl FnOnce(&mut UpstreamCounts)) {
         let mut counts = self.lock();
-        match counts.get_mut(upstream) {
+        match counts.upstreams.get_mut(upstream) {
             Some(c) => f(c),
-            None => f(counts.entry(Arc::clone(upstream)).or_default()),
+            None => f(counts.upstreams.entry(Arc::clone(upstream)).or_default()),
         }
     }
 
-    /// A request answered with `status` (by `backend`, or by fulcrum itself) after `took`.
+    /// A request answered with `status` (by `backend`, or by fulcrum itself) after `took`;
+    /// `route`: the counts' key ([`route_key`]) of the route that took it, if one did.
     pub(crate) fn answered(
         &self,
         upstream: &Arc<str>,
         backend: Option<SocketAddr>,
         status: u16,
         took: Duration,
+        route: Option<&Arc<str>>,
     ) {
-        let class = usize::from((status / 100).clamp(1, 5)) - 1;
-        self.with(upstream, |c| {
-            c.responses.entry(backend).or_default()[class] += 1;
-            c.durations.record(took);
-        });
+        let class = status_class(status);
+        let mut counts = self.lock();
+        if let Some(route) = route {
+            counts.route(route, class);
+        }
+        // Looked up by reference first: `entry` would clone the name's `Arc` every time.
+        let c = match counts.upstreams.get_mut(upstream) {
+            Some(c) => c,
+            None => counts.upstreams.entry(Arc::clone(upstream)).or_default(),
+        };
+        c.responses.entry(backend).or_default()[class] += 1;
+        c.durations.record(took);
     }
 
-    /// A request that route `route` of `listener` took was answered with `status`.
-    /// (`key`: [`route_key`]; looked up without a copy, made once per route.)
+    /// A request that the route with counts' key `key` ([`route_key`]) took was answered
+    /// with `status` by fulcrum itself, no upstream involved (a redirect, a fixed answer).
     pub(crate) fn routed(&self, key: &Arc<str>, status: u16) {
-        let class = usize::from((status / 100).clamp(1, 5)) - 1;
-        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        match routes.get_mut(&**key) {
-            Some(counts) => counts[class] += 1,
-            None => routes.entry(Arc::clone(key)).or_default()[class] += 1,
-        }
+        self.lock().route(key, status_class(status));
     }
 
     /// An attempt on `backend` failed with `fault`.
@@ -267,8 +315,8 @@ impl Metrics {
             .clone();
         let mut totals: HashMap<RouteKey, [u64; 5]> = HashMap::new();
         for w in workers {
-            let routes = w.routes.lock().unwrap_or_else(|p| p.into_inner());
-            for (key, classes) in routes.iter() {
+            let counts = w.lock();
+            for RouteCounts { key, classes } in counts.routes.values() {
                 let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
                 let mine = totals.entry((listener.into(), route.into())).or_default();
                 for (a, b) in mine.iter_mut().zip(classes) {
@@ -288,7 +336,7 @@ impl Metrics {
             .clone();
         let mut totals: HashMap<Arc<str>, UpstreamCounts> = HashMap::new();
         for w in workers {
-            for (name, counts) in w.lock().iter() {
+            for (name, counts) in w.lock().upstreams.iter() {
                 totals.entry(Arc::clone(name)).or_default().add(counts);
             }
         }
@@ -301,14 +349,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_route_s_counts_stay_one_series_across_builds() {
+        let m = Metrics::default();
+        let (a, b) = (m.worker(), m.worker());
+        // As two reloads build the route: the same key, by address too.
+        let (first, again) = (
+            route_key("127.0.0.1:80", "api"),
+            route_key("127.0.0.1:80", "api"),
+        );
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = route_key("127.0.0.1:81", "api");
+        let web: Arc<str> = Arc::from("web");
+        a.answered(&web, None, 200, Duration::from_millis(1), Some(&first));
+        a.routed(&again, 503);
+        b.routed(&again, 204);
+        b.routed(&other, 404);
+        let totals = m.route_totals();
+        assert_eq!(totals.len(), 2);
+        assert_eq!(m.totals()[&web].requests(), 1);
+        assert_eq!(
+            totals[&(Arc::from("127.0.0.1:80"), Arc::from("api"))],
+            [0, 2, 0, 0, 1]
+        );
+        assert_eq!(
+            totals[&(Arc::from("127.0.0.1:81"), Arc::from("api"))],
+            [0, 0, 0, 1, 0]
+        );
+    }
+
+    #[test]
     fn workers_are_summed_by_upstream_backend_and_class() {
         let m = Metrics::default();
         let (a, b) = (m.worker(), m.worker());
         let web: Arc<str> = Arc::from("web");
         let x: SocketAddr = "127.0.0.1:9001".parse().unwrap();
-        a.answered(&web, Some(x), 200, Duration::from_millis(3));
-        b.answered(&web, Some(x), 204, Duration::from_millis(30));
-        b.answered(&web, None, 502, Duration::from_secs(20));
+        a.answered(&web, Some(x), 200, Duration::from_millis(3), None);
+        b.answered(&web, Some(x), 204, Duration::from_millis(30), None);
+        b.answered(&web, None, 502, Duration::from_secs(20), None);
         a.failed(&web, x, Fault::ConnectFailed);
         b.failed(&web, x, Fault::ConnectFailed);
         a.retried(&web, 2);

@@ -190,14 +190,22 @@ impl Record<'_> {
         } else {
             None
         };
-        if let Some(upstream) = upstream {
-            listener
-                .stats
-                .answered(upstream.shared_name(), by, self.status, self.measured(took));
-        }
         let routes = listener.ctx.routes.as_ref();
-        if let Some(route) = routes.and_then(|r| r.get(self.route?)) {
-            listener.stats.routed(&route.metric_key, self.status);
+        let route = self.route.and_then(|i| routes?.get(i));
+        let route_key = route.map(|r| &r.metric_key);
+        match upstream {
+            Some(upstream) => listener.stats.answered(
+                upstream.shared_name(),
+                by,
+                self.status,
+                self.measured(took),
+                route_key,
+            ),
+            None => {
+                if let Some(key) = route_key {
+                    listener.stats.routed(key, self.status);
+                }
+            }
         }
         let (Some(line), Some(log)) = (&self.line, &listener.ctx.access_log) else {
             return;
@@ -216,7 +224,7 @@ impl Record<'_> {
             upstream_time: self.upstream_time,
             backends: self.backends,
             upstream: upstream.map_or("-", |u| u.name()),
-            route: self.route.and_then(|i| routes?.get(i)).map(|r| &*r.name),
+            route: route.map(|r| &*r.name),
             request_id: self.request_id,
             fate: self.fate.name(),
         });

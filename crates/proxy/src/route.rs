@@ -112,7 +112,7 @@ impl Routes {
             };
             built.push(Route {
                 name: r.name.as_str().into(),
-                metric_key: crate::metrics::route_key(&listener.to_string(), &r.name).into(),
+                metric_key: crate::metrics::route_key(&listener.to_string(), &r.name),
                 action,
                 request_headers: r.request_headers.clone(),
                 response_headers: r.response_headers.clone(),

@@ -4,49 +4,70 @@
 /// The longest host name kept in the stack buffer; a longer one (DNS allows 253) is refused.
 pub(crate) const MAX_HOST: usize = 255;
 
+/// What [`validate`] does with each byte of a host (nginx's `ngx_http_validate_host` cases).
+const PLAIN: u8 = 0;
+const UPPER: u8 = 1;
+const DOT: u8 = 2;
+const COLON: u8 = 3;
+const OPEN: u8 = 4;
+const CLOSE: u8 = 5;
+/// `/`, a control byte, space, DEL: the host is refused.
+const BAD: u8 = 6;
+
+const CLASS: [u8; 256] = {
+    let mut class = [PLAIN; 256];
+    let mut b = 0;
+    while b < 256 {
+        class[b] = match b as u8 {
+            b'A'..=b'Z' => UPPER,
+            b'.' => DOT,
+            b':' => COLON,
+            b'[' => OPEN,
+            b']' => CLOSE,
+            b'/' | 0..=b' ' | 0x7f => BAD,
+            _ => PLAIN,
+        };
+        b += 1;
+    }
+    class
+};
+
 /// `raw` (a `Host` value, `:authority`, or an absolute target's authority) as nginx matches
-/// server names against it, written into `buf`: the port left out, one trailing dot dropped,
-/// lower case. `None` when nginx refuses it (400): `..`, `/`, a control byte or space, an empty
-/// name, or (here) one longer than [`MAX_HOST`].
-pub(crate) fn validate<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST]) -> Option<&'b [u8]> {
-    let mut name_len = raw.len();
-    let mut last_dot: Option<usize> = None;
+/// server names against it: the length of its name (the port left out, one trailing dot
+/// dropped), and whether the name has upper-case letters (nginx matches it in lower case).
+/// `None` when nginx refuses it (400): `..`, `/`, a control byte or space in the name, an
+/// empty name, or (here) one longer than [`MAX_HOST`]. As nginx, only the name is looked at:
+/// it ends at the first `:` (after `]` for an IP literal).
+pub(crate) fn validate(raw: &[u8]) -> Option<(usize, bool)> {
+    let mut len = raw.len();
+    let mut upper = false;
     let mut literal = false;
-    let mut in_port = false;
     for (i, &b) in raw.iter().enumerate() {
-        match b {
-            b'.' => {
-                if i > 0 && last_dot == Some(i - 1) {
-                    return None;
-                }
-                last_dot = Some(i);
+        let class = CLASS[usize::from(b)];
+        if class == PLAIN {
+            continue;
+        }
+        match class {
+            UPPER => upper = true,
+            DOT if i > 0 && raw[i - 1] == b'.' => return None,
+            DOT => {}
+            COLON if !literal => {
+                len = i;
+                break;
             }
-            b':' if !in_port && !literal => {
-                name_len = i;
-                in_port = true;
+            OPEN if i == 0 => literal = true,
+            CLOSE if literal => {
+                len = i + 1;
+                break;
             }
-            b'[' if i == 0 => literal = true,
-            b']' if literal && !in_port => {
-                name_len = i + 1;
-                literal = false;
-                in_port = true;
-            }
-            b'/' => return None,
-            _ if b <= b' ' || b == 0x7f => return None,
-            _ => {}
+            COLON | OPEN | CLOSE => {}
+            _ => return None,
         }
     }
-    if last_dot.is_some_and(|d| name_len > 0 && d == name_len - 1) {
-        name_len -= 1;
+    if len > 0 && raw[len - 1] == b'.' {
+        len -= 1;
     }
-    if name_len == 0 || name_len > MAX_HOST {
-        return None;
-    }
-    let name = &raw[..name_len];
-    for (slot, &b) in buf.iter_mut().zip(name) {
-        *slot = b.to_ascii_lowercase();
-    }
-    Some(&buf[..name_len])
+    (len > 0 && len <= MAX_HOST).then_some((len, upper))
 }
 
 /// A server name in one of nginx's forms.
@@ -117,8 +138,7 @@ mod tests {
     use super::*;
 
     fn v(raw: &str) -> Option<String> {
-        let mut buf = [0; MAX_HOST];
-        validate(raw.as_bytes(), &mut buf).map(|n| String::from_utf8_lossy(n).into_owned())
+        validate(raw.as_bytes()).map(|(len, _)| raw[..len].to_ascii_lowercase())
     }
 
     #[test]

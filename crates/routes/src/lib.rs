@@ -19,5 +19,5 @@ mod host;
 mod normalize;
 mod table;
 
-pub use normalize::{Invalid, is_normal, normalize};
+pub use normalize::{Invalid, is_normal, normalize, split_target};
 pub use table::{BuildError, BuildErrorKind, Headers, PathMatch, Request, Selected, Spec, Table};

@@ -33,16 +33,44 @@ enum State {
 /// a dot: looked at by [`normalize`] rather than here). nginx too parses a "complex" URI only
 /// when the request line has one of these.
 pub fn is_normal(path: &[u8]) -> bool {
-    let mut after_slash = false;
-    for &b in path {
-        match b {
-            b'%' | b'#' | b'?' => return false,
-            b'/' | b'.' if after_slash => return false,
-            _ => {}
+    let (own, _, normal) = split_target(path);
+    normal && own.len() == path.len()
+}
+
+/// What [`split_target`] looks at in each byte.
+const OTHER: u8 = 0;
+const SLASH: u8 = 1;
+const DOT: u8 = 2;
+const QUERY: u8 = 3;
+/// `%` or `#`: the path is not normal.
+const ODD: u8 = 4;
+
+const PATH_CLASS: [u8; 256] = {
+    let mut class = [OTHER; 256];
+    class[b'/' as usize] = SLASH;
+    class[b'.' as usize] = DOT;
+    class[b'?' as usize] = QUERY;
+    class[b'%' as usize] = ODD;
+    class[b'#' as usize] = ODD;
+    class
+};
+
+/// A request target (origin form) split at its first `?`: the path, the query (empty without
+/// one), and whether the path is normal ([`is_normal`]); one pass over the bytes.
+pub fn split_target(target: &[u8]) -> (&[u8], &[u8], bool) {
+    let mut normal = true;
+    for (i, &b) in target.iter().enumerate() {
+        let class = PATH_CLASS[usize::from(b)];
+        if class == OTHER {
+            continue;
         }
-        after_slash = b == b'/';
+        match class {
+            SLASH | DOT => normal &= !(i > 0 && target[i - 1] == b'/'),
+            QUERY => return (&target[..i], &target[i + 1..], normal),
+            _ => normal = false,
+        }
     }
-    true
+    (target, &[], normal)
 }
 
 /// Writes into `out` (cleared first) the path `target` (the request-target's path, without
@@ -226,6 +254,19 @@ mod tests {
             assert!(!said || n(path).unwrap() == path, "{path}");
         }
         assert!(!is_normal(b"/a/./b") && !is_normal(b"/%2e") && !is_normal(b"//"));
+        assert!(!is_normal(b"/a?b"));
+    }
+
+    #[test]
+    fn a_target_is_split_at_its_first_question_mark() {
+        assert_eq!(
+            split_target(b"/a/b?x=1?y"),
+            (&b"/a/b"[..], &b"x=1?y"[..], true)
+        );
+        assert_eq!(split_target(b"/a//b?x"), (&b"/a//b"[..], &b"x"[..], false));
+        assert_eq!(split_target(b"/a?//"), (&b"/a"[..], &b"//"[..], true));
+        assert_eq!(split_target(b"/a"), (&b"/a"[..], &b""[..], true));
+        assert_eq!(split_target(b"/%41?"), (&b"/%41"[..], &b""[..], false));
     }
 
     #[test]

@@ -152,6 +152,8 @@ impl std::error::Error for BuildError {}
 #[derive(Debug)]
 pub struct Table {
     specs: Vec<Spec>,
+    /// By route: whether it has conditions (`methods`, `headers`, `query`) to check.
+    conditional: Vec<bool>,
     /// Exact names, leading wildcards (by their suffix, `.example.com`), trailing wildcards
     /// (by their prefix, `www.example.`): the set of routes each picks.
     exact: HashMap<Box<[u8]>, usize>,
@@ -167,37 +169,35 @@ pub struct Table {
 }
 
 /// The routes one host picks, ready for the path.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Locations {
-    /// `path_exact` → routes, in file order.
-    exact: HashMap<Box<[u8]>, Vec<u32>>,
-    /// Prefixes, as a trie over their bytes.
-    trie: Trie,
+    /// Prefixes and exact paths.
+    tree: Tree,
     /// `path_regex*` in file order.
     regexes: Vec<(Regex, u32)>,
 }
 
-/// A byte trie of prefixes: node 0 is the root (the empty prefix).
+/// A byte trie of prefixes and exact paths, as they are gathered: node 0 is the root (the
+/// empty name). Made into a [`Tree`] for requests.
 #[derive(Debug)]
 struct Trie {
-    nodes: Vec<Node>,
+    nodes: Vec<TrieNode>,
 }
 
 #[derive(Debug, Default)]
-struct Node {
+struct TrieNode {
     /// By byte, sorted.
     children: Vec<(u8, u32)>,
     /// Routes whose prefix ends here, in file order.
     routes: Vec<u32>,
-    /// Routes whose `path_exact` is this node's name, in file order: with `routes`, nginx's
-    /// exact and inclusive locations of one tree node, for the auto-redirect.
+    /// Routes whose `path_exact` is this node's name, in file order.
     exact: Vec<u32>,
 }
 
 impl Default for Trie {
     fn default() -> Trie {
         Trie {
-            nodes: vec![Node::default()],
+            nodes: vec![TrieNode::default()],
         }
     }
 }
@@ -212,7 +212,7 @@ impl Trie {
                 Ok(i) => children[i].1 as usize,
                 Err(i) => {
                     let new = self.nodes.len();
-                    self.nodes.push(Node::default());
+                    self.nodes.push(TrieNode::default());
                     self.nodes[at].children.insert(i, (b, new as u32));
                     new
                 }
@@ -220,14 +220,91 @@ impl Trie {
         }
         at
     }
+}
 
-    fn child(&self, at: usize, b: u8) -> Option<usize> {
-        let children = &self.nodes[at].children;
-        children
-            .binary_search_by_key(&b, |&(c, _)| c)
-            .ok()
-            .map(|i| children[i].1 as usize)
+/// The trie with every node that names no route and has one child merged into that child (a
+/// radix tree): a request's path is walked a label at a time, not a byte at a time. Node 0 is
+/// the root; a node's name is its parent's followed by its label. With `routes` and `exact`,
+/// a node is nginx's exact and inclusive locations of one name (its static location tree's
+/// node), which the auto-redirect looks at together.
+#[derive(Debug)]
+struct Tree {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    label: Box<[u8]>,
+    /// The first byte of each child's label, and the child, in the same order.
+    first: Box<[u8]>,
+    children: Box<[u32]>,
+    /// Routes whose prefix is this node's name, in file order.
+    routes: Box<[u32]>,
+    /// Routes whose `path_exact` is this node's name, in file order.
+    exact: Box<[u32]>,
+}
+
+/// Where a path's walk down a [`Tree`] ended.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// The path is this node's name.
+    Node(usize),
+    /// The path is this node's name but its last `missing` bytes.
+    Inside { node: usize, missing: usize },
+    /// The path leaves the tree.
+    Out,
+}
+
+impl Tree {
+    fn from_trie(trie: &Trie) -> Tree {
+        let mut tree = Tree { nodes: Vec::new() };
+        tree.add(trie, 0, Vec::new());
+        tree
     }
+
+    /// Adds trie node `at`, reached by `label`, and the nodes below it; its index.
+    fn add(&mut self, trie: &Trie, mut at: usize, mut label: Vec<u8>) -> u32 {
+        while at != 0 {
+            let node = &trie.nodes[at];
+            match node.children.as_slice() {
+                [(b, child)] if node.routes.is_empty() && node.exact.is_empty() => {
+                    label.push(*b);
+                    at = *child as usize;
+                }
+                _ => break,
+            }
+        }
+        let index = self.nodes.len();
+        self.nodes.push(Node::default());
+        let node = &trie.nodes[at];
+        let children: Vec<u32> = node
+            .children
+            .iter()
+            .map(|&(b, child)| self.add(trie, child as usize, vec![b]))
+            .collect();
+        self.nodes[index] = Node {
+            label: label.into(),
+            first: node.children.iter().map(|&(b, _)| b).collect(),
+            children: children.into(),
+            routes: node.routes.clone().into(),
+            exact: node.exact.clone().into(),
+        };
+        index as u32
+    }
+
+    /// The child of node `at` whose label starts with `b`.
+    #[inline]
+    fn child(&self, at: usize, b: u8) -> Option<usize> {
+        let node = &self.nodes[at];
+        let k = node.first.iter().position(|&f| f == b)?;
+        node.children.get(k).map(|&c| c as usize)
+    }
+}
+
+/// `a == b` for the few bytes of a label, without a call to `memcmp`.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 impl Table {
@@ -236,6 +313,10 @@ impl Table {
         let mut errors = Vec::new();
         let mut table = Table {
             specs: specs.to_vec(),
+            conditional: specs
+                .iter()
+                .map(|s| !s.methods.is_empty() || !s.headers.is_empty() || !s.query.is_empty())
+                .collect(),
             exact: HashMap::default(),
             head: HashMap::default(),
             head_self: HashMap::default(),
@@ -339,11 +420,22 @@ impl Table {
         let set = if request.host.is_empty() {
             self.any
         } else {
-            let mut buf = [0u8; MAX_HOST];
-            match host::validate(request.host, &mut buf) {
-                None => return Selected::BadHost,
-                Some(name) => self.server(name).or(self.any),
-            }
+            let Some((len, upper)) = host::validate(request.host) else {
+                return Selected::BadHost;
+            };
+            let name = &request.host[..len];
+            let set = if upper {
+                // Lower case is what the names are kept in (a copy only for a host that has
+                // upper-case letters; a browser sends it in lower case).
+                let mut buf = [0u8; MAX_HOST];
+                let lower = &mut buf[..len];
+                lower.copy_from_slice(name);
+                lower.make_ascii_lowercase();
+                self.server(lower)
+            } else {
+                self.server(name)
+            };
+            set.or(self.any)
         };
         match set.and_then(|s| self.sets.get(s)) {
             Some(locations) => self.location(locations, request),
@@ -393,50 +485,82 @@ impl Table {
     ) -> Selected {
         let path = request.path;
         let fits = |r: u32| {
-            self.specs
-                .get(r as usize)
-                .is_some_and(|s| conditions_hold(s, request))
-        };
-        if let Some(routes) = locations.exact.get(path) {
-            if let Some(&r) = routes.iter().find(|&&r| fits(r)) {
-                return Selected::Route(r as usize);
+            let r = r as usize;
+            match self.conditional.get(r) {
+                Some(false) => true,
+                Some(true) => self
+                    .specs
+                    .get(r)
+                    .is_some_and(|s| conditions_hold(s, request)),
+                None => false,
             }
-        }
-        // The longest prefix with a route whose conditions hold, walking the trie.
-        let trie = &locations.trie;
-        let mut at = Some(0);
-        let mut best: Option<(usize, u32)> = None;
+        };
+        // Down the tree as far as the path goes, keeping the longest prefix with a route whose
+        // conditions hold.
+        let tree = &locations.tree;
+        let mut at = 0;
         let mut depth = 0;
-        while let Some(node) = at {
-            if let Some(&r) = trie.nodes[node].routes.iter().find(|&&r| fits(r)) {
+        let mut best: Option<(usize, u32)> = None;
+        let end = loop {
+            let node = &tree.nodes[at];
+            if let Some(&r) = node.routes.iter().find(|&&r| fits(r)) {
                 best = Some((depth, r));
             }
             let Some(&b) = path.get(depth) else {
-                break;
+                break End::Node(at);
             };
-            at = trie.child(node, b);
-            depth += 1;
+            let Some(child) = tree.child(at, b) else {
+                break End::Out;
+            };
+            let label = &tree.nodes[child].label;
+            let rest = &path[depth..];
+            match rest.get(..label.len()) {
+                Some(head) if same(head, label) => {
+                    depth += label.len();
+                    at = child;
+                }
+                Some(_) => break End::Out,
+                None if same(rest, &label[..rest.len()]) => {
+                    break End::Inside {
+                        node: child,
+                        missing: label.len() - rest.len(),
+                    };
+                }
+                None => break End::Out,
+            }
+        };
+        if let End::Node(n) = end {
+            if let Some(&r) = tree.nodes[n].exact.iter().find(|&&r| fits(r)) {
+                return Selected::Route(r as usize);
+            }
         }
         // nginx's auto-redirect: the path with `/` added names a route that proxies, and no
         // prefix as long as the path matched.
-        let whole = at.is_some() && depth == path.len();
         let full_prefix = best.is_some_and(|(d, _)| d == path.len());
-        if whole && !full_prefix {
-            if let Some(slash) = at.and_then(|n| trie.child(n, b'/')) {
-                // nginx's node for the name: its exact location's configuration if it has one,
-                // and a redirect if either its exact or its inclusive location asks for one
-                // (here: the first route of each kind whose conditions hold).
-                let node = &trie.nodes[slash];
-                let exact = node.exact.iter().copied().find(|&r| fits(r));
-                let inclusive = node.routes.iter().copied().find(|&r| fits(r));
-                let redirects = |r: Option<u32>| {
-                    r.and_then(|r| self.specs.get(r as usize))
-                        .is_some_and(|s| s.auto_redirect)
-                };
-                if redirects(exact) || redirects(inclusive) {
-                    if let Some(r) = exact.or(inclusive) {
-                        return Selected::AddSlash(r as usize);
-                    }
+        let slash = match end {
+            _ if full_prefix => None,
+            End::Node(n) => tree
+                .child(n, b'/')
+                .filter(|&c| &*tree.nodes[c].label == b"/"),
+            End::Inside { node, missing: 1 } if tree.nodes[node].label.last() == Some(&b'/') => {
+                Some(node)
+            }
+            End::Inside { .. } | End::Out => None,
+        };
+        if let Some(slash) = slash {
+            // nginx's node for the name: its exact location's configuration if it has one,
+            // and a redirect if either its exact or its inclusive location asks for one
+            // (here: the first route of each kind whose conditions hold).
+            let node = &tree.nodes[slash];
+            let exact = node.exact.iter().copied().find(|&r| fits(r));
+            let inclusive = node.routes.iter().copied().find(|&r| fits(r));
+            let redirects = |r: Option<u32>| {
+                r.and_then(|r| self.specs.get(r as usize))
+                    .is_some_and(|s| s.auto_redirect)
+            };
+            if redirects(exact) || redirects(inclusive) {
+                if let Some(r) = exact.or(inclusive) {
+                    return Selected::AddSlash(r as usize);
                 }
             }
         }
@@ -474,30 +598,31 @@ impl Table {
 
 /// The locations of the routes `routes` (indexes into `specs`, in file order).
 fn locations(specs: &[Spec], routes: &[u32], regex_of: &HashMap<usize, Regex>) -> Locations {
-    let mut l = Locations::default();
+    let mut trie = Trie::default();
+    let mut regexes = Vec::new();
     for &r in routes {
         let spec = &specs[r as usize];
         match &spec.path {
             PathMatch::Exact(path) => {
-                l.exact.entry(path.as_bytes().into()).or_default().push(r);
-                if path.ends_with('/') {
-                    let node = l.trie.node(path.as_bytes());
-                    l.trie.nodes[node].exact.push(r);
-                }
+                let node = trie.node(path.as_bytes());
+                trie.nodes[node].exact.push(r);
             }
             PathMatch::Prefix { prefix, .. } => {
-                let node = l.trie.node(prefix.as_bytes());
-                l.trie.nodes[node].routes.push(r);
+                let node = trie.node(prefix.as_bytes());
+                trie.nodes[node].routes.push(r);
             }
-            PathMatch::Any => l.trie.nodes[0].routes.push(r),
+            PathMatch::Any => trie.nodes[0].routes.push(r),
             PathMatch::Regex { .. } => {
                 if let Some(re) = regex_of.get(&(r as usize)) {
-                    l.regexes.push((re.clone(), r));
+                    regexes.push((re.clone(), r));
                 }
             }
         }
     }
-    l
+    Locations {
+        tree: Tree::from_trie(&trie),
+        regexes,
+    }
 }
 
 /// A regex as nginx would run it (unanchored search), case-insensitive with `nocase`; `Err`:

@@ -7,7 +7,7 @@
 //! ([`Metrics::totals`]). Counts only grow; a backend removed at runtime keeps its series
 //! until the process restarts, as Prometheus counters must not go back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
@@ -145,29 +145,36 @@ impl UpstreamCounts {
 /// A route's counts' key: the listener (as configured) and the route's name.
 pub type RouteKey = (Arc<str>, Arc<str>);
 
-/// The one string a route's counts are kept under: the listener, a NUL, the name (a NUL is in
-/// neither). Interned: every build of a route with the same listener and name (one at each
-/// reload) gets the same `Arc`, and a worker finds the route's counts by that `Arc`'s address
-/// rather than by hashing and comparing the text (issue 28: the text cost about 130
-/// instructions a request), with one entry per route however often it is reloaded. The
-/// interned keys are the names configured since start, as the counts' series are.
-pub(crate) fn route_key(listener: &str, route: &str) -> Arc<str> {
-    static KEYS: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
-    let key = format!("{listener}\0{route}");
-    let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(known) = keys.get(key.as_str()) {
-        return Arc::clone(known);
-    }
-    let key: Arc<str> = key.into();
-    keys.insert(Arc::clone(&key));
-    key
+/// Every route's counts' key (its listener, a NUL, its name; a NUL is in neither) ever
+/// configured, each with its number: the index of its counts in every worker's list.
+#[derive(Debug, Default)]
+struct RouteKeys {
+    ids: HashMap<Arc<str>, usize>,
+    keys: Vec<Arc<str>>,
 }
 
-/// A route's answers by status class, under its key ([`route_key`]).
-#[derive(Debug)]
-struct RouteCounts {
-    key: Arc<str>,
-    classes: [u64; 5],
+static ROUTE_KEYS: LazyLock<Mutex<RouteKeys>> = LazyLock::new(Default::default);
+
+fn route_keys() -> MutexGuard<'static, RouteKeys> {
+    ROUTE_KEYS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The number a route's counts are kept under, for the life of the process: every build of a
+/// route with the same listener and name (one at each reload) gets the same, and a worker
+/// finds the route's counts by it, at an index rather than by hashing and comparing the text
+/// (issue 28: the text cost about 130 instructions a request). The keys kept are the routes
+/// configured since start, as the counts' series are.
+pub(crate) fn route_id(listener: &str, route: &str) -> usize {
+    let key = format!("{listener}\0{route}");
+    let mut known = route_keys();
+    if let Some(&id) = known.ids.get(key.as_str()) {
+        return id;
+    }
+    let id = known.keys.len();
+    let key: Arc<str> = key.into();
+    known.keys.push(Arc::clone(&key));
+    known.ids.insert(key, id);
+    id
 }
 
 /// One worker's counts, by upstream name.
@@ -182,21 +189,18 @@ pub struct WorkerStats {
 #[derive(Debug, Default)]
 struct Counts {
     upstreams: CountMap<Arc<str>, UpstreamCounts>,
-    /// Answers by route (the address of its interned key) and status class, on listeners
-    /// with routes.
-    routes: CountMap<usize, RouteCounts>,
+    /// Answers by route (its [`route_id`]) and status class, on listeners with routes.
+    routes: Vec<[u64; 5]>,
 }
 
 impl Counts {
-    fn route(&mut self, key: &Arc<str>, class: usize) {
-        let counts = self
-            .routes
-            .entry(Arc::as_ptr(key).cast::<u8>() as usize)
-            .or_insert_with(|| RouteCounts {
-                key: Arc::clone(key),
-                classes: [0; 5],
-            });
-        counts.classes[class] += 1;
+    fn route(&mut self, id: usize, class: usize) {
+        if self.routes.len() <= id {
+            self.routes.resize(id + 1, [0; 5]);
+        }
+        if let Some(classes) = self.routes.get_mut(id) {
+            classes[class] += 1;
+        }
     }
 }
 
@@ -215,14 +219,14 @@ impl WorkerStats {
     }
 
     /// A request answered with `status` (by `backend`, or by fulcrum itself) after `took`;
-    /// `route`: the counts' key ([`route_key`]) of the route that took it, if one did.
+    /// `route`: the [`route_id`] of the route that took it, if one did.
     pub(crate) fn answered(
         &self,
         upstream: &Arc<str>,
         backend: Option<SocketAddr>,
         status: u16,
         took: Duration,
-        route: Option<&Arc<str>>,
+        route: Option<usize>,
     ) {
         let class = status_class(status);
         let mut counts = self.lock();
@@ -238,10 +242,10 @@ impl WorkerStats {
         c.durations.record(took);
     }
 
-    /// A request that the route with counts' key `key` ([`route_key`]) took was answered
-    /// with `status` by fulcrum itself, no upstream involved (a redirect, a fixed answer).
-    pub(crate) fn routed(&self, key: &Arc<str>, status: u16) {
-        self.lock().route(key, status_class(status));
+    /// A request that the route numbered `id` ([`route_id`]) took was answered with
+    /// `status` by fulcrum itself, no upstream involved (a redirect, a fixed answer).
+    pub(crate) fn routed(&self, id: usize, status: u16) {
+        self.lock().route(id, status_class(status));
     }
 
     /// An attempt on `backend` failed with `fault`.
@@ -313,10 +317,15 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let keys = route_keys().keys.clone();
         let mut totals: HashMap<RouteKey, [u64; 5]> = HashMap::new();
         for w in workers {
             let counts = w.lock();
-            for RouteCounts { key, classes } in counts.routes.values() {
+            for (id, classes) in counts.routes.iter().enumerate() {
+                // A route that has answered nothing on this worker: no series from it.
+                let Some(key) = keys.get(id).filter(|_| classes.iter().any(|&n| n > 0)) else {
+                    continue;
+                };
                 let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
                 let mine = totals.entry((listener.into(), route.into())).or_default();
                 for (a, b) in mine.iter_mut().zip(classes) {
@@ -352,18 +361,18 @@ mod tests {
     fn a_route_s_counts_stay_one_series_across_builds() {
         let m = Metrics::default();
         let (a, b) = (m.worker(), m.worker());
-        // As two reloads build the route: the same key, by address too.
+        // As two reloads build the route: the same number.
         let (first, again) = (
-            route_key("127.0.0.1:80", "api"),
-            route_key("127.0.0.1:80", "api"),
+            route_id("127.0.0.1:80", "api"),
+            route_id("127.0.0.1:80", "api"),
         );
-        assert!(Arc::ptr_eq(&first, &again));
-        let other = route_key("127.0.0.1:81", "api");
+        assert_eq!(first, again);
+        let other = route_id("127.0.0.1:81", "api");
         let web: Arc<str> = Arc::from("web");
-        a.answered(&web, None, 200, Duration::from_millis(1), Some(&first));
-        a.routed(&again, 503);
-        b.routed(&again, 204);
-        b.routed(&other, 404);
+        a.answered(&web, None, 200, Duration::from_millis(1), Some(first));
+        a.routed(again, 503);
+        b.routed(again, 204);
+        b.routed(other, 404);
         let totals = m.route_totals();
         assert_eq!(totals.len(), 2);
         assert_eq!(m.totals()[&web].requests(), 1);

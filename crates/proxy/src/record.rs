@@ -192,18 +192,18 @@ impl Record<'_> {
         };
         let routes = listener.ctx.routes.as_ref();
         let route = self.route.and_then(|i| routes?.get(i));
-        let route_key = route.map(|r| &r.metric_key);
+        let route_id = route.map(|r| r.counts_id);
         match upstream {
             Some(upstream) => listener.stats.answered(
                 upstream.shared_name(),
                 by,
                 self.status,
                 self.measured(took),
-                route_key,
+                route_id,
             ),
             None => {
-                if let Some(key) = route_key {
-                    listener.stats.routed(key, self.status);
+                if let Some(id) = route_id {
+                    listener.stats.routed(id, self.status);
                 }
             }
         }

@@ -21,9 +21,9 @@ pub(crate) struct Routes {
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) name: Arc<str>,
-    /// Its counts' key: the listener's configured address and its name
-    /// ([`crate::metrics::route_key`]).
-    pub(crate) metric_key: Arc<str>,
+    /// The number its counts are kept under ([`crate::metrics::route_id`]: by the listener's
+    /// configured address and its name).
+    pub(crate) counts_id: usize,
     pub(crate) action: Action,
     pub(crate) request_headers: HeaderRules,
     pub(crate) response_headers: HeaderRules,
@@ -112,7 +112,7 @@ impl Routes {
             };
             built.push(Route {
                 name: r.name.as_str().into(),
-                metric_key: crate::metrics::route_key(&listener.to_string(), &r.name),
+                counts_id: crate::metrics::route_id(&listener.to_string(), &r.name),
                 action,
                 request_headers: r.request_headers.clone(),
                 response_headers: r.response_headers.clone(),

@@ -512,21 +512,22 @@ impl Table {
             let Some(child) = tree.child(at, b) else {
                 break End::Out;
             };
-            let label = &tree.nodes[child].label;
-            let rest = &path[depth..];
-            match rest.get(..label.len()) {
-                Some(head) if same(head, label) => {
-                    depth += label.len();
-                    at = child;
+            // The label's first byte is `b`: what follows it is compared.
+            let label = tree.nodes[child].label.get(1..).unwrap_or_default();
+            let rest = path.get(depth + 1..).unwrap_or_default();
+            if rest.len() >= label.len() {
+                if !same(&rest[..label.len()], label) {
+                    break End::Out;
                 }
-                Some(_) => break End::Out,
-                None if same(rest, &label[..rest.len()]) => {
-                    break End::Inside {
-                        node: child,
-                        missing: label.len() - rest.len(),
-                    };
-                }
-                None => break End::Out,
+                depth += 1 + label.len();
+                at = child;
+            } else if same(rest, &label[..rest.len()]) {
+                break End::Inside {
+                    node: child,
+                    missing: label.len() - rest.len(),
+                };
+            } else {
+                break End::Out;
             }
         };
         if let End::Node(n) = end {

@@ -4,7 +4,7 @@
 //! a fourth prefix each), for the requests that case sends, in turn.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use routes::{Headers, PathMatch, Request, Spec, Table, is_normal, normalize};
+use routes::{Headers, Host, PathMatch, Request, Spec, Table, is_normal, normalize};
 
 struct NoHeaders;
 impl Headers for NoHeaders {
@@ -81,7 +81,7 @@ fn bench(c: &mut Criterion) {
                 &buffer
             };
             table.select(&Request {
-                host: host.as_bytes(),
+                host: Host::Sent(host.as_bytes()),
                 path,
                 method: b"GET",
                 query: b"",

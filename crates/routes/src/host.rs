@@ -4,7 +4,7 @@
 /// The longest host name kept in the stack buffer; a longer one (DNS allows 253) is refused.
 pub(crate) const MAX_HOST: usize = 255;
 
-/// What [`validate`] does with each byte of a host (nginx's `ngx_http_validate_host` cases).
+/// What [`host_name`] does with each byte of a host (nginx's `ngx_http_validate_host` cases).
 const PLAIN: u8 = 0;
 const UPPER: u8 = 1;
 const DOT: u8 = 2;
@@ -36,9 +36,9 @@ const CLASS: [u8; 256] = {
 /// server names against it: the length of its name (the port left out, one trailing dot
 /// dropped), and whether the name has upper-case letters (nginx matches it in lower case).
 /// `None` when nginx refuses it (400): `..`, `/`, a control byte or space in the name, an
-/// empty name, or (here) one longer than [`MAX_HOST`]. As nginx, only the name is looked at:
+/// empty name, or (here) one longer than 255 bytes. As nginx, only the name is looked at:
 /// it ends at the first `:` (after `]` for an IP literal).
-pub(crate) fn validate(raw: &[u8]) -> Option<(usize, bool)> {
+pub fn host_name(raw: &[u8]) -> Option<(usize, bool)> {
     let mut len = raw.len();
     let mut upper = false;
     let mut literal = false;
@@ -138,7 +138,7 @@ mod tests {
     use super::*;
 
     fn v(raw: &str) -> Option<String> {
-        validate(raw.as_bytes()).map(|(len, _)| raw[..len].to_ascii_lowercase())
+        host_name(raw.as_bytes()).map(|(len, _)| raw[..len].to_ascii_lowercase())
     }
 
     #[test]

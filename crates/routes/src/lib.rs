@@ -16,8 +16,11 @@
 //!   among equals, file order wins.
 
 mod host;
+pub use host::host_name;
 mod normalize;
 mod table;
 
 pub use normalize::{Invalid, is_normal, normalize, split_target};
-pub use table::{BuildError, BuildErrorKind, Headers, PathMatch, Request, Selected, Spec, Table};
+pub use table::{
+    BuildError, BuildErrorKind, Headers, Host, PathMatch, Request, Selected, Spec, Table,
+};

@@ -322,7 +322,9 @@ mod tests {
         let path = &target[..end.unwrap_or(target.len())];
         let query = end.map_or(&b""[..], |q| &target[q + 1..]);
         let normal = !path.iter().any(|&b| b == b'%' || b == b'#')
-            && !path.windows(2).any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'));
+            && !path
+                .windows(2)
+                .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'));
         (path, query, normal)
     }
 

@@ -72,15 +72,26 @@ pub struct Spec {
 /// What `select` is asked about one request.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a, H: Headers + ?Sized> {
-    /// The `Host` field (or `:authority`, or the absolute target's authority) as received:
-    /// port, case and a trailing dot as sent; empty when there is none.
-    pub host: &'a [u8],
+    pub host: Host<'a>,
     /// The normalised path ([`crate::normalize`]).
     pub path: &'a [u8],
     pub method: &'a [u8],
     /// The target's query (after `?`, without it), raw; empty when there is none.
     pub query: &'a [u8],
     pub headers: &'a H,
+}
+
+/// A request's host, as `select` is given it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host<'a> {
+    /// The `Host` field (or `:authority`, or the absolute target's authority) as received:
+    /// port, case and a trailing dot as sent; empty when there is none. `select` checks it as
+    /// nginx does ([`crate::host_name`]).
+    Sent(&'a [u8]),
+    /// A host its caller has already checked as nginx does, in a pass over its bytes of its
+    /// own (so that they are looked at once), with the result [`crate::host_name`] gives: the
+    /// name (no port, no trailing dot) and whether it has upper-case letters.
+    Name { name: &'a [u8], upper: bool },
 }
 
 /// The request's header fields, as `select` asks about them.
@@ -224,7 +235,8 @@ impl Trie {
 
 /// The trie with every node that names no route and has one child merged into that child (a
 /// radix tree): a request's path is walked a label at a time, not a byte at a time. Node 0 is
-/// the root; a node's name is its parent's followed by its label. With `routes` and `exact`,
+/// the root; a node's name is its parent's followed by its label (its first byte, in the
+/// parent's `first`, then its `tail`). With `routes` and `exact`,
 /// a node is nginx's exact and inclusive locations of one name (its static location tree's
 /// node), which the auto-redirect looks at together.
 #[derive(Debug)]
@@ -234,7 +246,8 @@ struct Tree {
 
 #[derive(Debug, Default)]
 struct Node {
-    label: Box<[u8]>,
+    /// The label but its first byte (the root: empty).
+    tail: Box<[u8]>,
     /// The first byte of each child's label, and the child, in the same order.
     first: Box<[u8]>,
     children: Box<[u32]>,
@@ -246,11 +259,11 @@ struct Node {
 
 /// Where a path's walk down a [`Tree`] ended.
 #[derive(Debug, Clone, Copy)]
-enum End {
+enum End<'t> {
     /// The path is this node's name.
-    Node(usize),
+    Node(&'t Node),
     /// The path is this node's name but its last `missing` bytes.
-    Inside { node: usize, missing: usize },
+    Inside { node: &'t Node, missing: usize },
     /// The path leaves the tree.
     Out,
 }
@@ -283,7 +296,7 @@ impl Tree {
             .map(|&(b, child)| self.add(trie, child as usize, vec![b]))
             .collect();
         self.nodes[index] = Node {
-            label: label.into(),
+            tail: label.get(1..).unwrap_or_default().into(),
             first: node.children.iter().map(|&(b, _)| b).collect(),
             children: children.into(),
             routes: node.routes.clone().into(),
@@ -292,12 +305,12 @@ impl Tree {
         index as u32
     }
 
-    /// The child of node `at` whose label starts with `b`.
+    /// The child of `node` whose label starts with `b`.
     #[inline]
-    fn child(&self, at: usize, b: u8) -> Option<usize> {
-        let node = &self.nodes[at];
+    fn child(&self, node: &Node, b: u8) -> Option<&Node> {
         let k = node.first.iter().position(|&f| f == b)?;
-        node.children.get(k).map(|&c| c as usize)
+        let child = *node.children.get(k)?;
+        self.nodes.get(child as usize)
     }
 }
 
@@ -417,25 +430,28 @@ impl Table {
 
     /// The route that takes `request`, by nginx's precedence.
     pub fn select<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Selected {
-        let set = if request.host.is_empty() {
+        let (name, upper) = match request.host {
+            Host::Sent([]) => (&[][..], false),
+            Host::Sent(raw) => match host::host_name(raw) {
+                Some((len, upper)) => (&raw[..len], upper),
+                None => return Selected::BadHost,
+            },
+            Host::Name { name, upper } => (name, upper),
+        };
+        let set = if name.is_empty() {
             self.any
+        } else if name.len() > MAX_HOST {
+            return Selected::BadHost;
+        } else if upper {
+            // Lower case is what the names are kept in (a copy only for a host that has
+            // upper-case letters; a browser sends it in lower case).
+            let mut buf = [0u8; MAX_HOST];
+            let lower = &mut buf[..name.len()];
+            lower.copy_from_slice(name);
+            lower.make_ascii_lowercase();
+            self.server(lower).or(self.any)
         } else {
-            let Some((len, upper)) = host::validate(request.host) else {
-                return Selected::BadHost;
-            };
-            let name = &request.host[..len];
-            let set = if upper {
-                // Lower case is what the names are kept in (a copy only for a host that has
-                // upper-case letters; a browser sends it in lower case).
-                let mut buf = [0u8; MAX_HOST];
-                let lower = &mut buf[..len];
-                lower.copy_from_slice(name);
-                lower.make_ascii_lowercase();
-                self.server(lower)
-            } else {
-                self.server(name)
-            };
-            set.or(self.any)
+            self.server(name).or(self.any)
         };
         match set.and_then(|s| self.sets.get(s)) {
             Some(locations) => self.location(locations, request),
@@ -498,40 +514,41 @@ impl Table {
         // Down the tree as far as the path goes, keeping the longest prefix with a route whose
         // conditions hold.
         let tree = &locations.tree;
-        let mut at = 0;
+        let Some(mut node) = tree.nodes.first() else {
+            return Selected::None;
+        };
         let mut depth = 0;
         let mut best: Option<(usize, u32)> = None;
         let end = loop {
-            let node = &tree.nodes[at];
             if let Some(&r) = node.routes.iter().find(|&&r| fits(r)) {
                 best = Some((depth, r));
             }
             let Some(&b) = path.get(depth) else {
-                break End::Node(at);
+                break End::Node(node);
             };
-            let Some(child) = tree.child(at, b) else {
+            let Some(child) = tree.child(node, b) else {
                 break End::Out;
             };
             // The label's first byte is `b`: what follows it is compared.
-            let label = tree.nodes[child].label.get(1..).unwrap_or_default();
+            let tail = &*child.tail;
             let rest = path.get(depth + 1..).unwrap_or_default();
-            if rest.len() >= label.len() {
-                if !same(&rest[..label.len()], label) {
-                    break End::Out;
+            match rest.get(..tail.len()) {
+                Some(head) if same(head, tail) => {
+                    depth += 1 + tail.len();
+                    node = child;
                 }
-                depth += 1 + label.len();
-                at = child;
-            } else if same(rest, &label[..rest.len()]) {
-                break End::Inside {
-                    node: child,
-                    missing: label.len() - rest.len(),
-                };
-            } else {
-                break End::Out;
+                Some(_) => break End::Out,
+                None if tail.starts_with(rest) => {
+                    break End::Inside {
+                        node: child,
+                        missing: tail.len() - rest.len(),
+                    };
+                }
+                None => break End::Out,
             }
         };
         if let End::Node(n) = end {
-            if let Some(&r) = tree.nodes[n].exact.iter().find(|&&r| fits(r)) {
+            if let Some(&r) = n.exact.iter().find(|&&r| fits(r)) {
                 return Selected::Route(r as usize);
             }
         }
@@ -540,19 +557,14 @@ impl Table {
         let full_prefix = best.is_some_and(|(d, _)| d == path.len());
         let slash = match end {
             _ if full_prefix => None,
-            End::Node(n) => tree
-                .child(n, b'/')
-                .filter(|&c| &*tree.nodes[c].label == b"/"),
-            End::Inside { node, missing: 1 } if tree.nodes[node].label.last() == Some(&b'/') => {
-                Some(node)
-            }
+            End::Node(n) => tree.child(n, b'/').filter(|c| c.tail.is_empty()),
+            End::Inside { node, missing: 1 } if node.tail.last() == Some(&b'/') => Some(node),
             End::Inside { .. } | End::Out => None,
         };
-        if let Some(slash) = slash {
+        if let Some(node) = slash {
             // nginx's node for the name: its exact location's configuration if it has one,
             // and a redirect if either its exact or its inclusive location asks for one
             // (here: the first route of each kind whose conditions hold).
-            let node = &tree.nodes[slash];
             let exact = node.exact.iter().copied().find(|&r| fits(r));
             let inclusive = node.routes.iter().copied().find(|&r| fits(r));
             let redirects = |r: Option<u32>| {
@@ -766,7 +778,7 @@ mod tests {
 
     fn pick(t: &Table, host: &str, path: &str) -> Selected {
         t.select(&Request {
-            host: host.as_bytes(),
+            host: Host::Sent(host.as_bytes()),
             path: path.as_bytes(),
             method: b"GET",
             query: b"",
@@ -880,7 +892,7 @@ mod tests {
             "neither holds for a GET"
         );
         let q = t.select(&Request {
-            host: b"",
+            host: Host::Sent(b""),
             path: b"/a/x",
             method: b"GET",
             query: b"x=1&v=2&v=3",
@@ -952,7 +964,7 @@ mod properties {
             let table = Table::build(&specs).unwrap();
             let mut path = Vec::new();
             if crate::normalize(&raw, &mut path).is_ok() {
-                let _ = table.select(&Request { host: &host, path: &path, method: b"GET", query: &query, headers: &Some_ });
+                let _ = table.select(&Request { host: Host::Sent(&host), path: &path, method: b"GET", query: &query, headers: &Some_ });
                 // A path said normal is what normalize makes of it.
                 if crate::is_normal(&raw) {
                     prop_assert_eq!(&path, &raw);

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use routes::{Headers, PathMatch, Request, Selected, Spec, Table, normalize};
+use routes::{Headers, Host, PathMatch, Request, Selected, Spec, Table, normalize};
 
 /// One nginx `server`: its names (empty: the default server, for the routes without `host`)
 /// and its locations: nginx's modifier, the name, and whether it proxies (then a name ending
@@ -302,7 +302,7 @@ fn expect(table: &Table, method: &str, host: Option<&str>, target: &str) -> Answ
         return Answer::Status(400);
     }
     let request = Request {
-        host: host.unwrap_or_default().as_bytes(),
+        host: Host::Sent(host.unwrap_or_default().as_bytes()),
         path: &normalised,
         method: method.as_bytes(),
         query: query.as_bytes(),

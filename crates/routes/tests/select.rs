@@ -2,7 +2,7 @@
 //! test in `nginx.rs` checks the same against the real nginx where nginx can express it).
 
 use proptest::prelude::*;
-use routes::{BuildErrorKind, Headers, PathMatch, Request, Selected, Spec, Table};
+use routes::{BuildErrorKind, Headers, Host, PathMatch, Request, Selected, Spec, Table};
 
 /// Header fields as (lower-case name, value) pairs.
 struct Fields(Vec<(&'static str, &'static str)>);
@@ -36,7 +36,7 @@ fn pick(table: &Table, host: &str, path: &str) -> Selected {
 
 fn pick_full(t: &Table, host: &str, path: &str, method: &str, query: &str, h: &Fields) -> Selected {
     t.select(&Request {
-        host: host.as_bytes(),
+        host: Host::Sent(host.as_bytes()),
         path: path.as_bytes(),
         method: method.as_bytes(),
         query: query.as_bytes(),
@@ -344,7 +344,7 @@ proptest! {
             spec(&[], PathMatch::Exact("/".into())),
         ]).expect("builds");
         let _ = table.select(&Request {
-            host: &host, path: &path, method: b"GET", query: &query, headers: &Fields(vec![]),
+            host: Host::Sent(&host), path: &path, method: b"GET", query: &query, headers: &Fields(vec![]),
         });
     }
 }

@@ -30,7 +30,7 @@ use std::ops::Range;
 use super::edit::{self, Edits, ResponseEdit};
 use super::forwarding::{self, ClientAddr};
 use super::routing::{self, Asked, Routed};
-use super::target::{Target, TargetError, valid_host};
+use super::target::{HostName, Target, TargetError, check_host};
 use super::{
     Codings, ConnectionTokens, Framing, Reject, codings, connection_tokens, content_length,
     is_hop_by_hop, put_content_length, put_header, reject, values,
@@ -233,10 +233,11 @@ pub(crate) fn parse_request(
         values(headers, "expect").any(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
     let body = body_framing(headers, http11)?;
     // Absolute form: the target's authority wins over Host (RFC 9112 §3.2.2).
-    let host = parsed_target
-        .authority()
-        .map(str::as_bytes)
-        .or(host(headers)?);
+    let (host, name) = match (parsed_target.authority(), host(headers)?) {
+        (Some(authority), _) => (Some(authority.as_bytes()), None),
+        (None, Some((host, name))) => (Some(host), Some(name)),
+        (None, None) => (None, None),
+    };
     if host.is_none() && http11 {
         return Err(NO_HOST);
     }
@@ -248,6 +249,7 @@ pub(crate) fn parse_request(
                 method,
                 target: &parsed_target,
                 host,
+                name,
                 headers,
                 scheme: client.scheme(),
             };
@@ -365,16 +367,20 @@ fn body_framing(headers: &[httparse::Header<'_>], http11: bool) -> Result<Framin
     }
 }
 
-/// The request's one `Host` value, if it has one (RFC 9110 §7.2).
-fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<&'h [u8]>, Reject> {
+/// The request's one `Host` value, if it has one (RFC 9110 §7.2), and its name as routing
+/// takes it.
+fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<(&'h [u8], HostName)>, Reject> {
     let mut hosts = values(headers, "host");
     let host = hosts.next();
     if hosts.next().is_some() {
         return Err(TWO_HOSTS);
     }
     match host {
-        Some(h) if !valid_host(h) => Err(BAD_HOST),
-        _ => Ok(host),
+        Some(h) => match check_host(h) {
+            Some(name) => Ok(Some((h, name))),
+            None => Err(BAD_HOST),
+        },
+        None => Ok(None),
     }
 }
 

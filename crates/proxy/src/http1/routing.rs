@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::target::Target;
+use super::target::{HostName, Target, check_host};
 use super::{Reject, reject};
 use crate::route::{Action, Routes};
 use crate::settings::{HashKey, Redirect};
@@ -51,6 +51,9 @@ pub(super) struct Asked<'a, 'h> {
     pub(super) method: &'a str,
     pub(super) target: &'a Target<'a>,
     pub(super) host: Option<&'a [u8]>,
+    /// What checking `host` found ([`check_host`]), if it was checked as a `Host` field (an
+    /// absolute target's authority is checked again here).
+    pub(super) name: Option<HostName>,
     pub(super) headers: &'a [httparse::Header<'h>],
     /// `http`, or `https` on a TLS listener (for a redirect's `Location`).
     pub(super) scheme: &'a str,
@@ -114,8 +117,22 @@ fn decide<'r>(
     query: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<Decision<'r>, Reject> {
+    let host = match asked.host {
+        None => routes::Host::Sent(&[]),
+        Some(raw) => match asked.name.or_else(|| check_host(raw)) {
+            Some(HostName {
+                len: Some(len),
+                upper,
+            }) => routes::Host::Name {
+                name: raw.get(..len).unwrap_or_default(),
+                upper,
+            },
+            Some(HostName { len: None, .. }) => return Err(BAD_HOST),
+            None => routes::Host::Sent(raw),
+        },
+    };
     let request = routes::Request {
-        host: asked.host.unwrap_or_default(),
+        host,
         path: normalised,
         method: asked.method.as_bytes(),
         query,

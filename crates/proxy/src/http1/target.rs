@@ -79,57 +79,109 @@ impl<'a> Target<'a> {
     }
 }
 
+/// What a valid `Host` value says to routing, found in the pass that checks it
+/// ([`check_host`]): the routes then need not look at its bytes again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HostName {
+    /// The length of its name as nginx matches server names against it (no port, no trailing
+    /// dot; what [`routes::host_name`] gives), or `None` when nginx refuses the host (400): a
+    /// `..` in it, or a name that is only a dot.
+    pub(super) len: Option<usize>,
+    /// The name has upper-case letters.
+    pub(super) upper: bool,
+}
+
 /// Whether `host` is a valid `Host` value: `uri-host [ ":" port ]` (RFC 9110 §7.2), with
 /// `uri-host` an IP literal in brackets or a reg-name / IPv4 address.
 pub(super) fn valid_host(host: &[u8]) -> bool {
-    let (name, port) = if let Some(rest) = host.strip_prefix(b"[") {
-        let Some(end) = rest.iter().position(|&b| b == b']') else {
-            return false;
+    check_host(host).is_some()
+}
+
+/// How [`check_host`] takes each byte of a reg-name.
+const INVALID: u8 = 0;
+/// A lower-case letter, a digit, or another byte a reg-name may hold (`-._~%` and the
+/// sub-delims), but `.`.
+const PLAIN: u8 = 1;
+const UPPER: u8 = 2;
+const DOT: u8 = 3;
+const COLON: u8 = 4;
+
+const HOST_CLASS: [u8; 256] = {
+    let mut class = [INVALID; 256];
+    let mut b = 0;
+    while b < 256 {
+        class[b] = match b as u8 {
+            b'a'..=b'z' | b'0'..=b'9' => PLAIN,
+            b'-' | b'_' | b'~' | b'%' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
+            | b',' | b';' | b'=' => PLAIN,
+            b'A'..=b'Z' => UPPER,
+            b'.' => DOT,
+            b':' => COLON,
+            _ => INVALID,
         };
-        let literal = &rest[..end];
-        if literal.is_empty()
-            || !literal
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.' | b'v' | b'V'))
-        {
-            return false;
+        b += 1;
+    }
+    class
+};
+
+/// `host` checked as a `Host` value ([`valid_host`]), and, if valid, its name as routing takes
+/// it ([`HostName`]), in one pass over the bytes of a reg-name.
+pub(super) fn check_host(host: &[u8]) -> Option<HostName> {
+    if host.first() == Some(&b'[') {
+        return check_literal(host);
+    }
+    let mut upper = false;
+    let mut double_dot = false;
+    let mut end = host.len();
+    for (i, &b) in host.iter().enumerate() {
+        let class = HOST_CLASS[usize::from(b)];
+        if class == PLAIN {
+            continue;
         }
-        match &rest[end + 1..] {
-            [] => return true,
-            [b':', port @ ..] => (&b"x"[..], port),
-            _ => return false,
+        match class {
+            UPPER => upper = true,
+            DOT => double_dot |= i > 0 && host[i - 1] == b'.',
+            COLON => {
+                end = i;
+                break;
+            }
+            _ => return None,
         }
-    } else {
-        match host.iter().rposition(|&b| b == b':') {
-            Some(colon) => (&host[..colon], &host[colon + 1..]),
-            None => (host, &b""[..]),
-        }
-    };
-    let reg_name = |b: &u8| {
-        b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'%'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            )
-    };
-    !name.is_empty()
-        && name.iter().all(reg_name)
-        && port.len() <= 5
-        && port.iter().all(u8::is_ascii_digit)
+    }
+    let port = host.get(end + 1..).unwrap_or_default();
+    if end == 0 || port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // nginx drops one trailing dot.
+    let len = if host[end - 1] == b'.' { end - 1 } else { end };
+    Some(HostName {
+        len: (!double_dot && len > 0).then_some(len),
+        upper,
+    })
+}
+
+/// [`check_host`] for an IP literal (`[...]`, then perhaps `:port`).
+fn check_literal(host: &[u8]) -> Option<HostName> {
+    let rest = host.get(1..)?;
+    let end = rest.iter().position(|&b| b == b']')?;
+    let literal = &rest[..end];
+    if literal.is_empty()
+        || !literal
+            .iter()
+            .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.' | b'v' | b'V'))
+    {
+        return None;
+    }
+    match &rest[end + 1..] {
+        [] => {}
+        [b':', port @ ..] if port.len() <= 5 && port.iter().all(u8::is_ascii_digit) => {}
+        _ => return None,
+    }
+    // nginx's name is the literal with its brackets.
+    Some(HostName {
+        len: (!literal.windows(2).any(|w| w == b"..")).then_some(end + 2),
+        upper: literal.iter().any(u8::is_ascii_uppercase),
+    })
 }
 
 /// An absolute-form target (`http://host[:port]/path?query`): its authority and what follows
@@ -194,6 +246,46 @@ mod tests {
         let t = Target::parse("GET", "http://b.test:81/x?y").unwrap();
         assert_eq!(t.authority(), Some("b.test:81"));
         assert_eq!(t.as_sent(), "/x?y");
+    }
+
+    #[test]
+    fn a_host_s_name_is_what_the_routes_would_make_of_it() {
+        let alphabet = *b"aZ.:[]/ 8f-_%!~";
+        let mut host = Vec::new();
+        let mut valid = 0;
+        for len in 0..=14 {
+            for seed in 0..3000u32 {
+                host.clear();
+                let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(len as u32);
+                for k in 0..len {
+                    // Mostly letters, so that valid hosts come up often; brackets first.
+                    let pick = (x % 24) as usize;
+                    let b = match pick {
+                        _ if k == 0 && pick < 3 => b'[',
+                        p if p < alphabet.len() => alphabet[p],
+                        p => b'a' + p as u8,
+                    };
+                    host.push(b);
+                    x = x.rotate_left(5) ^ x.wrapping_mul(31).wrapping_add(7);
+                }
+                let Some(name) = check_host(&host) else {
+                    continue;
+                };
+                valid += 1;
+                let routes = routes::host_name(&host);
+                assert_eq!(
+                    name.len,
+                    routes.map(|(len, _)| len),
+                    "{:?}",
+                    String::from_utf8_lossy(&host)
+                );
+                if let Some((_, upper)) = routes {
+                    assert_eq!(name.upper, upper, "{:?}", String::from_utf8_lossy(&host));
+                }
+            }
+        }
+        // The comparison must have had something to compare.
+        assert!(valid > 5_000, "{valid} valid hosts");
     }
 
     #[test]

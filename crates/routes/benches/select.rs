@@ -1,10 +1,10 @@
-//! What choosing a route costs: `is_normal` (and `normalize` when it says so) and
+//! What choosing a route costs: `split_target` (and `normalize` when it says so) and
 //! `Table::select` over the 50 routes of
 //! `bench/compare.sh`'s `routes` case (10 hosts; an exact path, three prefixes and a regex or
 //! a fourth prefix each), for the requests that case sends, in turn.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use routes::{Headers, Host, PathMatch, Request, Spec, Table, is_normal, normalize};
+use routes::{Headers, Host, PathMatch, Request, Spec, Table, normalize, split_target};
 
 struct NoHeaders;
 impl Headers for NoHeaders {
@@ -74,17 +74,18 @@ fn bench(c: &mut Criterion) {
             let (host, target) = &requests[n % requests.len()];
             n += 1;
             // As the proxy does: a path already normal is used as it is.
-            let path: &[u8] = if is_normal(target.as_bytes()) {
-                target.as_bytes()
+            let (path, query, normal) = split_target(target.as_bytes());
+            let path: &[u8] = if normal {
+                path
             } else {
-                normalize(target.as_bytes(), &mut buffer).expect("a valid path");
+                normalize(path, &mut buffer).expect("a valid path");
                 &buffer
             };
             table.select(&Request {
                 host: Host::Sent(host.as_bytes()),
                 path,
                 method: b"GET",
-                query: b"",
+                query,
                 headers: &NoHeaders,
             })
         })

@@ -105,6 +105,7 @@ struct UpstreamSeries {
     requests: Vec<(Labels, u64)>,
     failures: Vec<(Labels, u64)>,
     retries: Vec<(Labels, u64)>,
+    budget_exhausted: Vec<(Labels, u64)>,
     queue_rejected: Vec<(Labels, u64)>,
     queued: Vec<(Labels, f64)>,
     durations: Vec<Metric>,
@@ -124,6 +125,8 @@ fn upstream_families(
         s.failures.extend(failed_attempts(&name, &counts));
         s.retries
             .push((vec![("upstream", name.clone())], counts.retries));
+        s.budget_exhausted
+            .push((vec![("upstream", name.clone())], counts.budget_exhausted));
         for (why, n) in [
             ("full", counts.queue_full),
             ("timeout", counts.queue_timeouts),
@@ -159,6 +162,11 @@ fn upstream_families(
             "fulcrum_upstream_retries_total",
             "Attempts after a request's first: on the next backend, or on a fresh connection.",
             s.retries,
+        ),
+        counters(
+            "fulcrum_upstream_retries_budget_exhausted_total",
+            "Retries not made because the upstream's retry budget was spent (the client got the failed attempt's answer).",
+            s.budget_exhausted,
         ),
         counters(
             "fulcrum_upstream_queue_rejected_total",

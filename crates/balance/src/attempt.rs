@@ -31,7 +31,7 @@
 //! the simulator pool ids.
 
 use crate::balancer::Outcome;
-use crate::retry::{self, Action, AttemptFailure, Blame, Decision, Fault};
+use crate::retry::{self, Action, AttemptFailure, Blame, Decision, Fault, NextUpstream, Replay};
 
 /// One request's attempts so far.
 #[derive(Debug, Clone)]
@@ -46,6 +46,11 @@ pub struct Attempts<B> {
     last: Option<Fault>,
     /// A step said to give up: no further pick.
     over: bool,
+    /// Which conditions move the request on (the upstream's `next_upstream`).
+    next: NextUpstream,
+    /// The status of an answer that moved the request on, if that was the last thing that
+    /// happened to it (a failure since clears it).
+    moved_on: Option<u16>,
 }
 
 /// Whether a pick was the request's first attempt or a retry (for the retry counters).
@@ -123,6 +128,8 @@ impl<B> Default for Attempts<B> {
             resent: false,
             last: None,
             over: false,
+            next: NextUpstream::DEFAULT,
+            moved_on: None,
         }
     }
 }
@@ -138,24 +145,29 @@ pub fn attempt_limit(retries: Option<u32>, backends: usize) -> usize {
 }
 
 impl<B: Copy> Attempts<B> {
-    /// A request allowed `limit` attempts (at least one).
-    pub fn new(limit: usize) -> Attempts<B> {
+    /// A request allowed `limit` attempts (at least one), moved on by the conditions of
+    /// `next`.
+    pub fn new(limit: usize, next: NextUpstream) -> Attempts<B> {
         Attempts {
             tried: Vec::new(),
             limit: limit.max(1),
             resent: false,
             last: None,
             over: false,
+            next,
+            moved_on: None,
         }
     }
 
     /// Starts again for a new request, keeping the memory of the tried list.
-    pub fn reset(&mut self, limit: usize) {
+    pub fn reset(&mut self, limit: usize, next: NextUpstream) {
         self.tried.clear();
         self.limit = limit.max(1);
         self.resent = false;
         self.last = None;
         self.over = false;
+        self.next = next;
+        self.moved_on = None;
     }
 
     /// Gives the tried list's memory back (an idle connection's).
@@ -206,7 +218,20 @@ impl<B: Copy> Attempts<B> {
     /// `time_up`: the request's `response_timeout` has passed. The step to take, every rule
     /// applied (see the module documentation).
     pub fn failed(&mut self, failure: &AttemptFailure, time_up: bool) -> Step {
+        self.failed_within(failure, time_up, || true)
+    }
+
+    /// [`failed`](Self::failed), where a move to the next backend is also a retry the
+    /// upstream's retry budget must allow: `budget` is asked (and withdraws) only when the
+    /// request would move on; when it refuses, the request ends there (our own answer).
+    pub fn failed_within(
+        &mut self,
+        failure: &AttemptFailure,
+        time_up: bool,
+        budget: impl FnOnce() -> bool,
+    ) -> Step {
         self.last = Some(failure.fault);
+        self.moved_on = None;
         if time_up && failure.fault == Fault::ReadTimeout {
             // The request's own time ran out, not necessarily through this backend's fault.
             self.over = true;
@@ -221,7 +246,7 @@ impl<B: Copy> Attempts<B> {
                 time_up: true,
             };
         }
-        let mut decision = retry::decide(failure);
+        let mut decision = retry::decide(failure, self.next);
         if decision.action == Action::ResendFresh {
             if self.resent {
                 // Met the race again after a resend: no second resend, no blame.
@@ -237,7 +262,7 @@ impl<B: Copy> Attempts<B> {
         }
         let outcome = decision.outcome();
         let next = match decision.action {
-            Action::NextBackend if !time_up && self.tried.len() < self.limit => {
+            Action::NextBackend if !time_up && self.tried.len() < self.limit && budget() => {
                 Next::NextBackend { outcome }
             }
             _ => {
@@ -252,6 +277,31 @@ impl<B: Copy> Attempts<B> {
         }
     }
 
+    /// The current attempt was answered with `status` (a complete head). `true`: the answer
+    /// is dropped, the attempt's ticket completes as a failure and the next backend is tried —
+    /// the status is listed in `next_upstream`, the request may be sent again (`replay`),
+    /// attempts and time are left (`time_up`: the request's `response_timeout` has passed),
+    /// and `budget` allows the retry (asked last, and only then). `false`: the answer is the
+    /// request's, relayed, and its ticket completes as the relay ends (a listed status relayed
+    /// because nothing is left is not held against the backend: nginx's rule).
+    pub fn answered(
+        &mut self,
+        status: u16,
+        replay: Replay,
+        time_up: bool,
+        budget: impl FnOnce() -> bool,
+    ) -> bool {
+        let moves_on = self.next.moves_on(status)
+            && (replay == Replay::Safe || self.next.contains(NextUpstream::NON_IDEMPOTENT))
+            && !time_up
+            && self.tried.len() < self.limit
+            && budget();
+        if moves_on {
+            self.moved_on = Some(status);
+        }
+        moves_on
+    }
+
     /// A connect-stage failure (nothing sent, nothing received, a fresh connection): the
     /// [`AttemptFailure`] every protocol reports for it.
     pub fn connect_failed(&mut self, fault: Fault, replay: retry::Replay, time_up: bool) -> Step {
@@ -264,9 +314,14 @@ impl<B: Copy> Attempts<B> {
     }
 
     /// Our own answer when no attempt produced a response: its status and body text, chosen by
-    /// the last fault ([`retry::own_answer`]).
+    /// the last fault ([`retry::own_answer`]), or, when the last attempt's answer moved the
+    /// request on and no backend was left to take it, by that answer's status
+    /// ([`retry::own_answer_after`], nginx's choice).
     pub fn own_answer(&self) -> (u16, &'static str) {
-        retry::own_answer(self.last)
+        match self.moved_on {
+            Some(status) => retry::own_answer_after(status),
+            None => retry::own_answer(self.last),
+        }
     }
 }
 
@@ -287,7 +342,7 @@ mod tests {
 
     #[test]
     fn picks_stop_at_the_limit_and_the_last_attempt_gives_up() {
-        let mut a = Attempts::new(2);
+        let mut a = Attempts::new(2, NextUpstream::DEFAULT);
         assert!(a.may_pick());
         assert_eq!(a.picked(7u32), Picked::First);
         let step = a.connect_failed(Fault::ConnectFailed, Replay::Safe, false);
@@ -312,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_limit_of_zero_still_allows_one_attempt() {
-        let mut a = Attempts::<u8>::new(0);
+        let mut a = Attempts::<u8>::new(0, NextUpstream::DEFAULT);
         assert!(a.may_pick());
         a.picked(1);
         assert!(!a.may_pick());
@@ -320,7 +375,7 @@ mod tests {
 
     #[test]
     fn the_keep_alive_race_resends_once_then_moves_on_without_blame() {
-        let mut a = Attempts::new(3);
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
         a.picked(1u32);
         assert!(a.may_reuse());
         let first = a.failed(&closed(Connection::Reused), false);
@@ -347,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_fresh_connection_closed_after_a_resend_blames_the_backend() {
-        let mut a = Attempts::new(3);
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
         a.picked(1u32);
         assert_eq!(
             a.failed(&closed(Connection::Reused), false).next,
@@ -365,7 +420,7 @@ mod tests {
 
     #[test]
     fn time_up_stops_further_attempts_and_a_read_timeout_then_blames_nobody() {
-        let mut a = Attempts::new(3);
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
         a.picked(1u32);
         let timeout = AttemptFailure {
             fault: Fault::ReadTimeout,
@@ -382,7 +437,7 @@ mod tests {
         assert_eq!(a.own_answer().0, 504);
 
         // A connect failure once the time is up: blamed, but no next backend.
-        let mut a = Attempts::new(3);
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
         a.picked(1u32);
         let step = a.connect_failed(Fault::ConnectFailed, Replay::Safe, true);
         assert_eq!(
@@ -395,13 +450,22 @@ mod tests {
     }
 
     #[test]
-    fn a_read_timeout_within_the_request_s_time_blames_the_backend_and_gives_up() {
-        let mut a = Attempts::new(3);
-        a.picked(1u32);
+    fn a_read_timeout_within_the_request_s_time_blames_the_backend_and_moves_on_as_nginx() {
         let timeout = AttemptFailure {
             fault: Fault::ReadTimeout,
             ..closed(Connection::Fresh)
         };
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
+        a.picked(1u32);
+        assert_eq!(
+            a.failed(&timeout, false).next,
+            Next::NextBackend {
+                outcome: Outcome::Failure
+            }
+        );
+        // Without `timeout` in `next_upstream`, it ends there.
+        let mut a = Attempts::new(3, NextUpstream::ERROR);
+        a.picked(1u32);
         assert_eq!(
             a.failed(&timeout, false).next,
             Next::GiveUp {
@@ -411,8 +475,55 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_status_moves_on_while_attempts_and_budget_last_then_is_relayed() {
+        let next = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
+        let mut a = Attempts::new(2, next);
+        a.picked(1u32);
+        // Not listed: relayed; listed but the request may not be repeated: relayed.
+        assert!(!a.answered(500, Replay::Safe, false, || true));
+        assert!(!a.answered(503, Replay::Unsafe, false, || true));
+        // The budget refuses: relayed, and the budget was asked only then.
+        let mut asked = 0;
+        assert!(!a.answered(503, Replay::Safe, false, || {
+            asked += 1;
+            false
+        }));
+        assert_eq!(asked, 1);
+        assert!(a.answered(503, Replay::Safe, false, || true));
+        assert!(a.may_pick());
+        a.picked(2);
+        // The last attempt's answer is relayed whatever its status.
+        assert!(!a.answered(503, Replay::Safe, false, || panic!("not asked")));
+        // Had no backend been left to pick after the move, nginx's answer is the status's.
+        let mut b = Attempts::new(2, next);
+        b.picked(1u32);
+        assert!(b.answered(503, Replay::Safe, false, || true));
+        assert_eq!(b.own_answer().0, 503);
+        // A later failure's own answer is the failure's.
+        b.picked(2);
+        b.connect_failed(Fault::ConnectTimeout, Replay::Safe, false);
+        assert_eq!(b.own_answer().0, 504);
+    }
+
+    #[test]
+    fn a_refused_budget_ends_the_request_with_our_own_answer() {
+        let mut a = Attempts::new(3, NextUpstream::DEFAULT);
+        a.picked(1u32);
+        let refused = AttemptFailure::connect(Fault::ConnectFailed, Replay::Safe);
+        let step = a.failed_within(&refused, false, || false);
+        assert_eq!(
+            step.next,
+            Next::GiveUp {
+                outcome: Outcome::Failure
+            }
+        );
+        assert!(!a.may_pick());
+        assert_eq!(a.own_answer().0, 503);
+    }
+
+    #[test]
     fn no_pick_at_all_is_answered_503_and_reset_starts_over() {
-        let mut a = Attempts::<u32>::new(2);
+        let mut a = Attempts::<u32>::new(2, NextUpstream::DEFAULT);
         assert_eq!(a.own_answer().0, 503);
         a.picked(1);
         a.failed(
@@ -425,7 +536,7 @@ mod tests {
         );
         assert_eq!(a.own_answer().0, 502);
         assert!(!a.may_pick());
-        a.reset(2);
+        a.reset(2, NextUpstream::DEFAULT);
         assert!(a.may_pick());
         assert!(a.tried().is_empty());
         assert_eq!(a.last_fault(), None);
@@ -467,7 +578,7 @@ mod tests {
         }
         let n = cases.len();
         for seq in 0..n * n * n {
-            let mut a = Attempts::new(3);
+            let mut a = Attempts::new(3, NextUpstream::DEFAULT);
             let mut k = seq;
             a.picked(0usize);
             let mut resends_in_attempt = 0;

@@ -47,6 +47,7 @@ pub mod algorithms;
 pub mod attempt;
 pub mod backend;
 pub mod balancer;
+pub mod budget;
 mod load_index;
 pub mod policy;
 pub mod pool;
@@ -66,9 +67,10 @@ pub use algorithm::{
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
 pub use balancer::{Balancer, Completion, Outcome, PickCtx};
+pub use budget::{RetryBudget, RetryBudgetSettings};
 pub use policy::Policy;
 pub use pool::{Pool, Ticket};
 pub use retry::{
-    Action, AttemptFailure, Blame, Connection, Decision, Fault, Replay, RequestSent,
+    Action, AttemptFailure, Blame, Connection, Decision, Fault, NextUpstream, Replay, RequestSent,
     ResponseReceived,
 };

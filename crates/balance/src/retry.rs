@@ -28,13 +28,22 @@
 //! 4. **Any other close or reset before the answer's head was complete** (a fresh connection,
 //!    or after part of an answer): the backend is blamed; the next backend is tried if the
 //!    request may be repeated or none of it went out.
-//! 5. **No answer within `read_timeout`**: the backend is blamed, once, and the request is not
-//!    retried. A request that is slow on one backend is most often slow because of what it
-//!    asks, and would be slow on the next: retrying it (nginx's default) multiplies its cost
-//!    and, with `max_fails = 1`, takes every healthy backend out for one slow request. HAProxy
-//!    does not retry timeouts by default either.
-//! 6. **An invalid answer**: the backend did answer, wrongly; it is blamed and the request is not
-//!    retried (nginx's default `proxy_next_upstream` leaves `invalid_header` out too).
+//! 5. **No answer within `read_timeout`**: the backend is blamed, and the next backend is
+//!    tried if the request may be repeated (nginx's default `proxy_next_upstream error
+//!    timeout`; its `timeout` covers a read before the head as well as a connect).
+//! 6. **An invalid answer**: the backend did answer, wrongly; it is blamed, and the request goes
+//!    to the next backend only if `next_upstream` lists `invalid_header` (nginx's default
+//!    leaves it out).
+//!
+//! Which conditions move a request on is the upstream's `next_upstream` ([`NextUpstream`],
+//! nginx's `proxy_next_upstream`): `error` (rules 1 to 4), `timeout` (a connect or a read that
+//! timed out), `invalid_header` (rule 6), and answers with a listed status (`http_500`,
+//! `http_502`, `http_503`, `http_504`, `http_429`: see [`NextUpstream::moves_on`]); a condition
+//! not listed ends the request there, as `off` ends every one. Blame does not depend on it: a
+//! fault counts against the backend whether or not it is listed (as nginx, which marks the
+//! peer failed before it asks whether to go on); an answer's status counts only when it moves
+//! the request on (nginx calls `ngx_http_upstream_next` for a listed status only while tries
+//! remain; the last answer is relayed, and its backend is not marked failed).
 
 use crate::balancer::Outcome;
 
@@ -197,26 +206,153 @@ pub fn own_answer(last: Option<Fault>) -> (u16, &'static str) {
     }
 }
 
-/// The retry-and-blame rule (see the module documentation for the reasons).
-pub fn decide(f: &AttemptFailure) -> Decision {
+/// When a request moves on to the next backend: nginx's `proxy_next_upstream`, a set of its
+/// conditions. The default is nginx's, `error` and `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NextUpstream(u16);
+
+impl NextUpstream {
+    /// No condition: every request ends with its first backend's answer or failure.
+    pub const OFF: NextUpstream = NextUpstream(0);
+    /// A connection could not be had, or closed or was reset before the answer's head.
+    pub const ERROR: NextUpstream = NextUpstream(1);
+    /// A connect, or a read before the answer's head, timed out.
+    pub const TIMEOUT: NextUpstream = NextUpstream(1 << 1);
+    /// The answer's head was not valid HTTP.
+    pub const INVALID_HEADER: NextUpstream = NextUpstream(1 << 2);
+    pub const HTTP_500: NextUpstream = NextUpstream(1 << 3);
+    pub const HTTP_502: NextUpstream = NextUpstream(1 << 4);
+    pub const HTTP_503: NextUpstream = NextUpstream(1 << 5);
+    pub const HTTP_504: NextUpstream = NextUpstream(1 << 6);
+    pub const HTTP_429: NextUpstream = NextUpstream(1 << 7);
+    /// Requests that are not idempotent move on too, after they were sent (without it, a
+    /// request whose bytes began to go out is sent once only).
+    pub const NON_IDEMPOTENT: NextUpstream = NextUpstream(1 << 8);
+    /// nginx's default.
+    pub const DEFAULT: NextUpstream = NextUpstream(Self::ERROR.0 | Self::TIMEOUT.0);
+
+    /// Every condition's name (as nginx spells it) and flag; `off` is none of them.
+    pub const NAMES: [(&'static str, NextUpstream); 9] = [
+        ("error", Self::ERROR),
+        ("timeout", Self::TIMEOUT),
+        ("invalid_header", Self::INVALID_HEADER),
+        ("http_500", Self::HTTP_500),
+        ("http_502", Self::HTTP_502),
+        ("http_503", Self::HTTP_503),
+        ("http_504", Self::HTTP_504),
+        ("http_429", Self::HTTP_429),
+        ("non_idempotent", Self::NON_IDEMPOTENT),
+    ];
+
+    /// The condition named `name` (`off`: [`NextUpstream::OFF`]); `None` for another name.
+    pub fn named(name: &str) -> Option<NextUpstream> {
+        if name == "off" {
+            return Some(Self::OFF);
+        }
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, flag)| flag)
+    }
+
+    /// Both sets' conditions.
+    pub const fn with(self, other: NextUpstream) -> NextUpstream {
+        NextUpstream(self.0 | other.0)
+    }
+
+    /// Whether every condition of `other` is in this set.
+    pub const fn contains(self, other: NextUpstream) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether an answer with `status` moves the request on (a listed `http_NNN`).
+    pub fn moves_on(self, status: u16) -> bool {
+        let flag = match status {
+            500 => Self::HTTP_500,
+            502 => Self::HTTP_502,
+            503 => Self::HTTP_503,
+            504 => Self::HTTP_504,
+            429 => Self::HTTP_429,
+            _ => return false,
+        };
+        self.contains(flag)
+    }
+}
+
+impl Default for NextUpstream {
+    fn default() -> NextUpstream {
+        NextUpstream::DEFAULT
+    }
+}
+
+/// Our own answer when an answer with `status` moved the request on and no backend was left to
+/// take it: nginx answers with the status the condition names (500, 503, 504, 429), 502 for
+/// `http_502` as for any failure.
+pub fn own_answer_after(status: u16) -> (u16, &'static str) {
+    match status {
+        500 => (
+            500,
+            "500 Internal Server Error: the backends answered with an error\n",
+        ),
+        503 => (
+            503,
+            "503 Service Unavailable: the backends answered that they are unavailable\n",
+        ),
+        504 => (
+            504,
+            "504 Gateway Timeout: the backends answered that they timed out\n",
+        ),
+        429 => (
+            429,
+            "429 Too Many Requests: the backends answered that they are overloaded\n",
+        ),
+        _ => (
+            502,
+            "502 Bad Gateway: the backends answered with an error\n",
+        ),
+    }
+}
+
+/// The retry-and-blame rule (see the module documentation for the reasons), for an upstream
+/// whose `next_upstream` is `next`.
+pub fn decide(f: &AttemptFailure, next: NextUpstream) -> Decision {
     let decision = |action, blame| Decision { action, blame };
     // An unsafe request is sent again only if none of it went out: a backend may act on a
     // head before its body has arrived (nginx counts a request as sent once sending starts,
     // and Go's transport retries unsafe requests only when nothing was written).
     let repeatable = f.replay == Replay::Safe || f.request == RequestSent::Nothing;
-    let on_repeatable = |action| if repeatable { action } else { Action::GiveUp };
-    match f.fault {
-        Fault::LocalResources => decision(Action::NextBackend, Blame::Nobody),
-        Fault::ConnectFailed | Fault::ConnectTimeout | Fault::TlsHandshake => {
-            decision(Action::NextBackend, Blame::Backend)
+    let on = |condition: NextUpstream, action| {
+        if next.contains(condition) && repeatable {
+            action
+        } else {
+            Action::GiveUp
         }
+    };
+    match f.fault {
+        Fault::LocalResources => {
+            decision(on(NextUpstream::ERROR, Action::NextBackend), Blame::Nobody)
+        }
+        Fault::ConnectFailed | Fault::TlsHandshake => {
+            decision(on(NextUpstream::ERROR, Action::NextBackend), Blame::Backend)
+        }
+        Fault::ConnectTimeout => decision(
+            on(NextUpstream::TIMEOUT, Action::NextBackend),
+            Blame::Backend,
+        ),
         Fault::Closed
             if f.connection == Connection::Reused && f.response == ResponseReceived::Nothing =>
         {
-            decision(on_repeatable(Action::ResendFresh), Blame::Nobody)
+            decision(on(NextUpstream::ERROR, Action::ResendFresh), Blame::Nobody)
         }
-        Fault::Closed => decision(on_repeatable(Action::NextBackend), Blame::Backend),
-        Fault::ReadTimeout | Fault::InvalidResponse => decision(Action::GiveUp, Blame::Backend),
+        Fault::Closed => decision(on(NextUpstream::ERROR, Action::NextBackend), Blame::Backend),
+        Fault::ReadTimeout => decision(
+            on(NextUpstream::TIMEOUT, Action::NextBackend),
+            Blame::Backend,
+        ),
+        Fault::InvalidResponse => decision(
+            on(NextUpstream::INVALID_HEADER, Action::NextBackend),
+            Blame::Backend,
+        ),
     }
 }
 
@@ -371,10 +507,14 @@ mod tests {
             // 5. timeouts
             (
                 failure(Fault::ReadTimeout, fresh, whole),
-                d(GiveUp, Backend),
+                d(NextBackend, Backend),
             ),
             (
                 failure(Fault::ReadTimeout, reused, partly),
+                d(NextBackend, Backend),
+            ),
+            (
+                unsafe_(failure(Fault::ReadTimeout, fresh, whole)),
                 d(GiveUp, Backend),
             ),
             // 6. invalid answers
@@ -384,14 +524,18 @@ mod tests {
             ),
         ];
         for (f, want) in rows {
-            assert_eq!(decide(&f), want, "{f:?}");
+            assert_eq!(decide(&f, NextUpstream::DEFAULT), want, "{f:?}");
         }
     }
 
     #[test]
     fn a_fresh_connection_is_never_resent_so_resending_happens_at_most_once() {
         for f in every_failure().filter(|f| f.connection == Connection::Fresh) {
-            assert_ne!(decide(&f).action, ResendFresh, "{f:?}");
+            assert_ne!(
+                decide(&f, NextUpstream::DEFAULT).action,
+                ResendFresh,
+                "{f:?}"
+            );
         }
     }
 
@@ -400,7 +544,7 @@ mod tests {
         for f in every_failure()
             .filter(|f| f.replay == Replay::Unsafe && f.request != RequestSent::Nothing)
         {
-            assert_eq!(decide(&f).action, GiveUp, "{f:?}");
+            assert_eq!(decide(&f, NextUpstream::DEFAULT).action, GiveUp, "{f:?}");
         }
     }
 
@@ -410,9 +554,61 @@ mod tests {
             let race = f.fault == Fault::Closed
                 && f.connection == Connection::Reused
                 && f.response == ResponseReceived::Nothing;
-            let unblamed = decide(&f).blame == Nobody;
+            let unblamed = decide(&f, NextUpstream::DEFAULT).blame == Nobody;
             assert_eq!(unblamed, race || f.fault == Fault::LocalResources, "{f:?}");
-            assert_eq!(decide(&f).outcome() == Outcome::Failure, !unblamed);
+            assert_eq!(
+                decide(&f, NextUpstream::DEFAULT).outcome() == Outcome::Failure,
+                !unblamed
+            );
         }
+    }
+
+    #[test]
+    fn off_ends_every_request_at_its_first_failure_and_blame_stays() {
+        for f in every_failure() {
+            let off = decide(&f, NextUpstream::OFF);
+            assert_eq!(off.action, GiveUp, "{f:?}");
+            assert_eq!(off.blame, decide(&f, NextUpstream::DEFAULT).blame, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn each_condition_moves_on_only_what_it_names() {
+        let fresh = Connection::Fresh;
+        let whole = RequestSent::Whole;
+        let invalid = AttemptFailure {
+            response: ResponseReceived::Partly,
+            ..failure(Fault::InvalidResponse, fresh, whole)
+        };
+        let timeout = failure(Fault::ReadTimeout, fresh, whole);
+        let refused = failure(Fault::ConnectFailed, fresh, RequestSent::Nothing);
+        let only = |n| [invalid, timeout, refused].map(|f| decide(&f, n).action == NextBackend);
+        assert_eq!(only(NextUpstream::INVALID_HEADER), [true, false, false]);
+        assert_eq!(only(NextUpstream::TIMEOUT), [false, true, false]);
+        assert_eq!(only(NextUpstream::ERROR), [false, false, true]);
+        // A request not idempotent goes on after it was sent only with `non_idempotent`;
+        // the caller says so by calling it safe to replay.
+        let posted = AttemptFailure {
+            replay: Replay::Unsafe,
+            ..timeout
+        };
+        assert_eq!(decide(&posted, NextUpstream::DEFAULT).action, GiveUp);
+    }
+
+    #[test]
+    fn conditions_by_name_and_statuses() {
+        let n = |names: &[&str]| {
+            names
+                .iter()
+                .map(|name| NextUpstream::named(name).unwrap())
+                .fold(NextUpstream::OFF, NextUpstream::with)
+        };
+        assert_eq!(n(&["error", "timeout"]), NextUpstream::default());
+        assert_eq!(NextUpstream::named("http_404"), None);
+        let set = n(&["error", "http_503", "http_429"]);
+        assert!(set.moves_on(503) && set.moves_on(429));
+        assert!(!set.moves_on(500) && !set.moves_on(502) && !set.moves_on(200));
+        assert!(!NextUpstream::DEFAULT.moves_on(503));
+        assert!(n(&["http_500", "http_502", "http_504"]).moves_on(504));
     }
 }

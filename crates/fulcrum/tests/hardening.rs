@@ -911,13 +911,15 @@ fn fault_cases() -> Vec<Fault> {
             KeptOpen,
             1,
         ),
+        // A timeout moves a GET on to the other backend (`next_upstream`'s default, nginx's
+        // `error timeout`): two attempts, then our 504.
         fault(
             "stalls (no answer within `read_timeout`, 1 s here)",
             "GET",
             get("/fault/stall"),
             Status(504),
             KeptOpen,
-            1,
+            2,
         ),
         fault(
             "sends its head one byte per 200 ms (reads do not move the head's `read_timeout` deadline)",
@@ -925,7 +927,7 @@ fn fault_cases() -> Vec<Fault> {
             get("/fault/trickle-head"),
             Status(504),
             KeptOpen,
-            1,
+            2,
         ),
         fault(
             "sends its body one byte per 200 ms (cut at `response_timeout`, 3 s here, not after its 20 s)",

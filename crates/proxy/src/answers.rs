@@ -60,6 +60,11 @@ pub(crate) fn no_room(why: Unpicked) -> Reject {
     }
 }
 
+/// Our own answer, as [`balance::Attempts::own_answer`] chose it.
+pub(crate) fn own((status, text): (u16, &'static str)) -> Reject {
+    reject(status, text)
+}
+
 /// Our answer when no backend answered, by the last failure ([`balance::retry::own_answer`],
 /// the rule the simulator applies too).
 pub(crate) fn no_answer(last: Option<Fault>) -> Reject {

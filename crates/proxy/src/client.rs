@@ -518,7 +518,7 @@ impl<S: ClientStream> ClientConn<S> {
                 (status, Next::Close, body_bytes)
             }
             Ending::ClientGone => (CLIENT_CLOSED, Next::Close, 0),
-            Ending::NoAnswer(fault) => self.own_answer(answers::no_answer(fault), client).await,
+            Ending::NoAnswer(own) => self.own_answer(answers::own(own), client).await,
             Ending::NoRoom(why) => self.own_answer(answers::no_room(why), client).await,
             Ending::Refused(reject) => self.own_answer(reject, client).await,
         }

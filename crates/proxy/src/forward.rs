@@ -83,9 +83,10 @@ pub(crate) enum Ending {
     /// The client closed its connection before the response began (logged as 499, nginx's
     /// code for it).
     ClientGone,
-    /// No backend answered: answer with our own error, chosen by the last failure (`None`: no
-    /// backend could be picked).
-    NoAnswer(Option<Fault>),
+    /// No backend answered: answer with our own error, its status and text chosen by the
+    /// attempts ([`balance::Attempts::own_answer`]: by the last failure, or by the status of an
+    /// answer that moved the request on).
+    NoAnswer((u16, &'static str)),
     /// Every backend was at its `max_conns` and the request could not wait for room: the queue
     /// was full (or off), or it waited `queue_timeout` (503, whatever earlier attempts met).
     NoRoom(Unpicked),
@@ -220,7 +221,7 @@ async fn upgrade<S: ClientStream>(
     let Body::Http1 { conn, .. } = body else {
         // An HTTP/2 response cannot be a 101; `upstream_h2` never passes one on.
         attempt.complete(Outcome::Failure);
-        return Ending::NoAnswer(Some(Fault::InvalidResponse));
+        return Ending::NoAnswer(balance::retry::own_answer(Some(Fault::InvalidResponse)));
     };
     if !switches_to_an_offer(&scratch.head, &scratch.out) {
         // RFC 9110 §15.2.2: a server switches only to a protocol the client offered. Anything
@@ -230,7 +231,7 @@ async fn upgrade<S: ClientStream>(
         f.stats
             .failed(upstream.shared_name(), addr, Fault::InvalidResponse);
         attempt.complete(Outcome::Failure);
-        return Ending::NoAnswer(Some(Fault::InvalidResponse));
+        return Ending::NoAnswer(balance::retry::own_answer(Some(Fault::InvalidResponse)));
     }
     tunnel(f, client, conn, &scratch.out, attempt, agreed).await
 }
@@ -303,8 +304,9 @@ pub(crate) enum Body {
 #[derive(Debug)]
 pub(crate) enum Attempts {
     Answered(Box<Answer>),
-    /// No backend answered; the last failure, if any backend was tried.
-    NoAnswer(Option<Fault>),
+    /// No backend answered: our own answer's status and text
+    /// ([`balance::Attempts::own_answer`]).
+    NoAnswer((u16, &'static str)),
     /// Every backend was full and the request could not wait.
     NoRoom(Unpicked),
     /// The client left while it waited (only a watched client: see [`attempts`]).
@@ -329,7 +331,7 @@ pub(crate) async fn attempts(
     client: Option<&TcpStream>,
 ) -> Attempts {
     let upstream = f.upstream;
-    tried.reset(f.settings.max_attempts());
+    tried.reset(f.settings.max_attempts(), f.settings.next_upstream);
     let mut patience = Patience {
         each: f.settings.read_timeout,
         until: None,
@@ -362,13 +364,26 @@ pub(crate) async fn attempts(
                 try_once(f, &pool, tried.may_reuse(), &request, client, patience, out).await;
             let (failure, why) = match outcome {
                 Tried::Head(response, body) => {
-                    return Attempts::Answered(Box::new(Answer {
-                        response,
-                        body,
-                        attempt,
-                        patience,
-                        agreed: began.elapsed(),
-                    }));
+                    let status = response.status;
+                    if !tried.answered(status, f.replay, patience.spent(), || may_retry(f)) {
+                        return Attempts::Answered(Box::new(Answer {
+                            response,
+                            body,
+                            attempt,
+                            patience,
+                            agreed: began.elapsed(),
+                        }));
+                    }
+                    // A status `next_upstream` lists: the answer is dropped (its connection
+                    // with it: its body is not read) and the next backend asked.
+                    tracing::info!(
+                        upstream = %upstream.name(), backend = %addr, status,
+                        "backend answered {status}; trying the next backend (next_upstream)"
+                    );
+                    drop(body);
+                    out.clear();
+                    attempt.complete(Outcome::Failure);
+                    break;
                 }
                 Tried::ClientGone => {
                     attempt.complete(Outcome::Cancelled);
@@ -389,7 +404,7 @@ pub(crate) async fn attempts(
             }
         }
     }
-    Attempts::NoAnswer(tried.last_fault())
+    Attempts::NoAnswer(tried.own_answer())
 }
 
 /// Picks a backend for the next attempt, other than those `tried` (noted there); the request's
@@ -471,7 +486,7 @@ fn resend(
     patience: Patience,
 ) -> bool {
     let upstream = f.upstream;
-    let step = tried.failed(failure, patience.spent());
+    let step = tried.failed_within(failure, patience.spent(), || may_retry(f));
     log_failure(upstream, attempt.addr, failure, why, step);
     match step.next {
         Next::ResendFresh => {
@@ -488,6 +503,15 @@ fn resend(
             false
         }
     }
+}
+
+/// Whether the upstream's retry budget allows one more retry (counted when it does not).
+fn may_retry(f: &Forward<'_>) -> bool {
+    let allowed = f.upstream.may_retry();
+    if !allowed {
+        f.stats.budget_exhausted(f.upstream.shared_name());
+    }
+    allowed
 }
 
 /// One try on a pooled HTTP/1.1 connection (an idle one when `reuse`, else a new one).

@@ -108,6 +108,8 @@ pub struct UpstreamCounts {
     pub failures: CountMap<SocketAddr, [u64; FAULTS.len()]>,
     /// Attempts after a request's first (on another backend or a fresh connection).
     pub retries: u64,
+    /// Retries not made because the upstream's retry budget was spent.
+    pub budget_exhausted: u64,
     /// Requests answered 503 because every backend was at its `max_conns`: the queue was full
     /// (or off), or they waited `queue_timeout` in it.
     pub queue_full: u64,
@@ -131,6 +133,7 @@ impl UpstreamCounts {
             }
         }
         self.retries += other.retries;
+        self.budget_exhausted += other.budget_exhausted;
         self.queue_full += other.queue_full;
         self.queue_timeouts += other.queue_timeouts;
         self.durations.add(&other.durations);
@@ -272,6 +275,11 @@ impl WorkerStats {
     }
 
     /// `n` attempts after a request's first.
+    /// A retry the retry budget did not allow.
+    pub(crate) fn budget_exhausted(&self, upstream: &Arc<str>) {
+        self.with(upstream, |c| c.budget_exhausted += 1);
+    }
+
     pub(crate) fn retried(&self, upstream: &Arc<str>, n: u64) {
         if n > 0 {
             self.with(upstream, |c| c.retries += n);

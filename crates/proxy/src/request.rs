@@ -99,7 +99,11 @@ impl<'a> Forward<'a> {
             body: body.unwrap_or_default(),
             has_body: body.is_some(),
             client,
-            replay: if req.idempotent || settings.retry_non_idempotent {
+            replay: if req.idempotent
+                || settings
+                    .next_upstream
+                    .contains(balance::NextUpstream::NON_IDEMPOTENT)
+            {
                 Replay::Safe
             } else {
                 Replay::Unsafe

@@ -345,10 +345,13 @@ pub struct UpstreamSettings {
     /// Further backends to try after a failed attempt; `None` tries every backend once (nginx
     /// `proxy_next_upstream_tries 0`).
     pub retries: Option<u32>,
-    /// Retry POST, PATCH and other non-idempotent requests after they were sent (nginx
-    /// `proxy_next_upstream ... non_idempotent`). Requests that never reached a backend are
-    /// always retried.
-    pub retry_non_idempotent: bool,
+    /// What moves a request on to the next backend (nginx `proxy_next_upstream`; default
+    /// `error timeout`). With `non_idempotent`, POST, PATCH and other non-idempotent requests
+    /// move on after they were sent too; a request none of which reached a backend always
+    /// may.
+    pub next_upstream: balance::NextUpstream,
+    /// The cap on retries (`None`: none): Finagle's retry budget, on by default.
+    pub retry_budget: Option<balance::RetryBudgetSettings>,
     /// Idle keep-alive connections kept per backend (nginx `keepalive`).
     pub keepalive: usize,
     /// How long an idle keep-alive connection may wait for reuse (nginx `keepalive_timeout`).
@@ -482,7 +485,8 @@ impl UpstreamSettings {
             queue: 0,
             queue_timeout: Self::DEFAULT_QUEUE_TIMEOUT,
             retries: None,
-            retry_non_idempotent: false,
+            next_upstream: balance::NextUpstream::DEFAULT,
+            retry_budget: Some(balance::RetryBudgetSettings::default()),
             keepalive: Self::DEFAULT_KEEPALIVE,
             keepalive_timeout: Self::DEFAULT_KEEPALIVE_TIMEOUT,
             seed: 0,

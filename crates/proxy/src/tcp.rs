@@ -145,7 +145,7 @@ async fn connect(
         let local = client.local_addr().unwrap_or(listener.ctx.settings.listen);
         crate::proxy_protocol::header(version, peer, local)
     });
-    tried.reset(settings.max_attempts());
+    tried.reset(settings.max_attempts(), settings.next_upstream);
     while tried.may_pick() {
         let mut attempt = match upstream
             .pick(&settings, affinity, tried.tried(), Some(client), true)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use balance::Algorithm;
+use balance::{Algorithm, NextUpstream, RetryBudgetSettings};
 use common::{localhost, raw_backend};
 use harness::*;
 use http::StatusCode;
@@ -334,7 +334,9 @@ async fn retries_idempotent_requests_only_unless_told() {
         // A fresh upstream each time: round robin's first pick is the first backend, the bad one.
         let (bad, seen) = dropping_backend().await;
         let mut up = upstream(Algorithm::RoundRobin, backends(&[bad, good.addr()]));
-        up.retry_non_idempotent = retry_non_idempotent;
+        if retry_non_idempotent {
+            up.next_upstream = up.next_upstream.with(NextUpstream::NON_IDEMPOTENT);
+        }
         let proxy = start(settings(up)).await;
         let mut client = Client::new(proxy.addr);
         let reply = match request_kind {
@@ -358,6 +360,114 @@ async fn retries_idempotent_requests_only_unless_told() {
             assert_eq!(good_requests, 0, "{case}: not retried");
         }
     }
+}
+
+/// A backend that answers every request `status`, its body `busy`, counting the requests.
+async fn status_backend(status: u16) -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let addr = raw_backend(move |mut s| {
+        let counter = Arc::clone(&counter);
+        async move {
+            while read_request(&mut s).await.is_some() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let head = format!("HTTP/1.1 {status} Whatever\r\nContent-Length: 4\r\n\r\nbusy");
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+/// Issue 29: a status `next_upstream` lists moves the request to the next backend and counts
+/// as the backend's failure; an unlisted one is relayed; the last attempt's answer is relayed
+/// whatever its status (nginx's rules).
+#[tokio::test]
+async fn a_listed_status_moves_the_request_on_and_the_last_answer_is_relayed() {
+    let good = backend("good").await;
+    for (next, expected, text) in [
+        (
+            NextUpstream::DEFAULT,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+        ),
+        (
+            NextUpstream::DEFAULT.with(NextUpstream::HTTP_500),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+        ),
+        (
+            NextUpstream::DEFAULT.with(NextUpstream::HTTP_503),
+            StatusCode::OK,
+            "good",
+        ),
+    ] {
+        let (busy, seen) = status_backend(503).await;
+        // Round robin's first pick is the first backend, the busy one.
+        let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, good.addr()]));
+        up.next_upstream = next;
+        let proxy = start(settings(up)).await;
+        let reply = get(proxy.addr, "/").await;
+        assert_eq!(reply.status, expected, "{next:?}");
+        assert_eq!(reply.text(), text, "{next:?}");
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "{next:?}");
+        let moved = expected == StatusCode::OK;
+        assert_eq!(proxy.backend(busy).failures, u64::from(moved), "{next:?}");
+    }
+    // Two busy backends: the second's 503 is the last attempt's answer, relayed as it is.
+    let (a, seen_a) = status_backend(503).await;
+    let (b, seen_b) = status_backend(503).await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[a, b]));
+    up.next_upstream = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
+    let proxy = start(settings(up)).await;
+    let reply = get(proxy.addr, "/").await;
+    assert_eq!(
+        (reply.status, reply.text()),
+        (StatusCode::SERVICE_UNAVAILABLE, "busy".into())
+    );
+    assert_eq!(
+        seen_a.load(Ordering::SeqCst) + seen_b.load(Ordering::SeqCst),
+        2
+    );
+    // nginx's rule: the relayed last answer is not held against its backend.
+    assert_eq!(proxy.backend(a).failures + proxy.backend(b).failures, 1);
+}
+
+/// Issue 29: with the retry budget spent, a retry is not made and the client gets the failed
+/// attempt's answer; the refusal is counted.
+#[tokio::test]
+async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
+    let good = backend("good").await;
+    let (busy, _) = status_backend(503).await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, good.addr()]));
+    // The busy backend stays in rotation whatever it answers.
+    up.backends[0].max_fails = 0;
+    up.next_upstream = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
+    // No reserve; each request earns half a retry, for a minute.
+    up.retry_budget = Some(RetryBudgetSettings {
+        ratio: 0.5,
+        min_per_second: 0,
+        window: balance::Nanos(60_000_000_000),
+    });
+    let proxy = start(settings(up)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(get(proxy.addr, "/").await.status.as_u16());
+    }
+    // Round robin alternates: requests 1 and 3 meet the busy backend first. The first has
+    // earned half a retry: not enough, its 503 is relayed; by the third, three requests have
+    // earned one and a half: it is retried.
+    assert_eq!(statuses, [503, 200, 200, 200]);
+    let exhausted: u64 = proxy
+        .metrics
+        .totals()
+        .values()
+        .map(|c| c.budget_exhausted)
+        .sum();
+    assert_eq!(exhausted, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -681,6 +791,7 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
         upstream,
         mut shutdown,
         task,
+        ..
     } = proxy;
 
     let in_flight = tokio::spawn(async move { Client::new(addr).get("/?delay_ms=500").await });

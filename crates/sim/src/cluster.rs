@@ -612,7 +612,9 @@ impl Sim<'_> {
                 self.reqs.len() as u32 - 1
             }
         };
-        self.reqs[i as usize].tried.reset(self.max_attempts);
+        self.reqs[i as usize]
+            .tried
+            .reset(self.max_attempts, balance::NextUpstream::DEFAULT);
         let deadline = self.now + self.timeout;
         self.pending.push_back((deadline, i, self.serial));
         if !self.deadline_set {

@@ -124,8 +124,15 @@ fn upstream(u: Upstream) -> UpstreamSettings {
         s.options.penalty = u.balancing.penalty.unwrap_or(s.read_timeout).into();
     }
     s.retries = u.retries;
-    if let Some(b) = u.retry_non_idempotent {
-        s.retry_non_idempotent = b;
+    if let Some(next) = u.next_upstream {
+        s.next_upstream = next;
+    }
+    // The older key, kept: `non_idempotent` added to the conditions.
+    if u.retry_non_idempotent == Some(true) {
+        s.next_upstream = s.next_upstream.with(balance::NextUpstream::NON_IDEMPOTENT);
+    }
+    if let Some(budget) = u.retry_budget {
+        s.retry_budget = budget;
     }
     if let Some(n) = u.keepalive {
         s.keepalive = n;

@@ -39,6 +39,8 @@ pub(super) const SECTION: Section = Section {
         "fail_timeout",
         "retries",
         "retry_non_idempotent",
+        "next_upstream",
+        "retry_budget",
         "connect_timeout",
         "read_timeout",
         "response_timeout",
@@ -106,6 +108,9 @@ pub(super) struct Upstream {
     pub fail_timeout: Option<Duration>,
     pub retries: Option<u32>,
     pub retry_non_idempotent: Option<bool>,
+    pub next_upstream: Option<balance::NextUpstream>,
+    /// `Some(None)`: `retry_budget = "off"`.
+    pub retry_budget: Option<Option<balance::RetryBudgetSettings>>,
     pub connect_timeout: Option<Duration>,
     pub read_timeout: Option<Duration>,
     pub response_timeout: Option<Duration>,
@@ -176,6 +181,8 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         fail_timeout: attempts.fail_timeout,
         retries: attempts.retries,
         retry_non_idempotent: attempts.retry_non_idempotent,
+        next_upstream: attempts.next_upstream,
+        retry_budget: attempts.retry_budget,
         connect_timeout: attempts.connect_timeout,
         read_timeout: attempts.read_timeout,
         response_timeout: attempts.response_timeout,
@@ -213,6 +220,8 @@ struct Attempts {
     fail_timeout: Option<Duration>,
     retries: Option<u32>,
     retry_non_idempotent: Option<bool>,
+    next_upstream: Option<balance::NextUpstream>,
+    retry_budget: Option<Option<balance::RetryBudgetSettings>>,
     connect_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
     response_timeout: Option<Duration>,
@@ -225,6 +234,8 @@ impl Attempts {
             fail_timeout: backend::fail_timeout(r, t),
             retries: t.integer(r, "retries", 0..=MAX_RETRIES, ""),
             retry_non_idempotent: t.flag(r, "retry_non_idempotent"),
+            next_upstream: next_upstream(r, t),
+            retry_budget: retry_budget(r, t),
             connect_timeout: t.duration(
                 r,
                 "connect_timeout",
@@ -242,6 +253,92 @@ impl Attempts {
             ),
         }
     }
+}
+
+/// `next_upstream`: nginx's `proxy_next_upstream` conditions, `off` alone.
+fn next_upstream(r: &mut Report<'_>, t: &Table<'_>) -> Option<balance::NextUpstream> {
+    t.value("next_upstream")?;
+    let names = t.strings(
+        r,
+        "next_upstream",
+        ("a condition", "conditions"),
+        "http_503",
+    );
+    let known = || {
+        let mut all: Vec<&str> = balance::NextUpstream::NAMES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        all.push("off");
+        all.join(", ")
+    };
+    let mut set = balance::NextUpstream::OFF;
+    for (key, name) in &names {
+        match balance::NextUpstream::named(name.get_ref()) {
+            Some(_) if *name.get_ref() == "off" && names.len() > 1 => r.error(
+                name.span(),
+                key,
+                "`off` turns every condition off: it cannot be listed with others",
+            ),
+            Some(flag) => set = set.with(flag),
+            None => r.error(
+                name.span(),
+                key,
+                format!(
+                    "\"{}\" is not a condition; nginx's proxy_next_upstream takes {}",
+                    name.get_ref(),
+                    known()
+                ),
+            ),
+        }
+    }
+    Some(set)
+}
+
+const RETRY_BUDGET: Section = Section {
+    title: "retry_budget",
+    keys: &["ratio", "min_per_second", "window"],
+    not_yet: &[],
+};
+
+/// `retry_budget`: `"off"`, or `{ ratio, min_per_second, window }` (each defaulting to
+/// Finagle's: 0.2, 3, 10 s). `Some(None)`: off.
+fn retry_budget(r: &mut Report<'_>, t: &Table<'_>) -> Option<Option<balance::RetryBudgetSettings>> {
+    let value = t.value("retry_budget")?;
+    if let toml::de::DeValue::String(text) = value.get_ref() {
+        if text.as_ref() != "off" {
+            r.error(
+                value.span(),
+                &t.key("retry_budget"),
+                "expected \"off\" or a table such as { ratio = 0.2, min_per_second = 3, window = \"10s\" }",
+            );
+        }
+        return Some(None);
+    }
+    let b = t.section(r, "retry_budget", &RETRY_BUDGET)?;
+    let mut settings = balance::RetryBudgetSettings::default();
+    if let Some(ratio) = b.number(r, "ratio", "0.2") {
+        if (0.0..=1000.0).contains(ratio.get_ref()) {
+            settings.ratio = *ratio.get_ref();
+        } else {
+            r.error(
+                ratio.span(),
+                &b.key("ratio"),
+                "a share of the requests: from 0 (retries only from the reserve) to 1000",
+            );
+        }
+    }
+    if let Some(n) = b.integer(r, "min_per_second", 0..=1_000_000, "") {
+        settings.min_per_second = n;
+    }
+    if let Some(window) = b.duration(
+        r,
+        "window",
+        Zero::Refused("deposits would expire as they are made"),
+    ) {
+        settings.window = window.into();
+    }
+    Some(Some(settings))
 }
 
 /// What waits: requests in the queue for a backend below its `max_conns`, and idle
@@ -702,9 +799,65 @@ mod tests {
         ));
         let u = &c.proxy.upstreams[0];
         assert_eq!(
-            (u.keepalive, u.retries, u.seed, u.retry_non_idempotent),
-            (0, Some(0), i64::MAX as u64, true)
+            (u.keepalive, u.retries, u.seed, u.next_upstream),
+            (
+                0,
+                Some(0),
+                i64::MAX as u64,
+                balance::NextUpstream::DEFAULT.with(balance::NextUpstream::NON_IDEMPOTENT)
+            )
         );
+    }
+
+    #[test]
+    fn next_upstream_and_the_retry_budget() {
+        use balance::NextUpstream as N;
+        let c = ok(&with_algorithm(
+            "least_conn",
+            "next_upstream = [\"error\", \"http_503\", \"http_429\"]\nretry_budget = { ratio = 0.5, window = \"2s\" }",
+        ));
+        let u = &c.proxy.upstreams[0];
+        assert_eq!(
+            u.next_upstream,
+            N::ERROR.with(N::HTTP_503).with(N::HTTP_429)
+        );
+        let budget = u.retry_budget.unwrap();
+        assert_eq!((budget.ratio, budget.min_per_second), (0.5, 3));
+        assert_eq!(budget.window, balance::Nanos(2_000_000_000));
+        let c = ok(&with_algorithm(
+            "least_conn",
+            "next_upstream = [\"off\"]\nretry_budget = \"off\"",
+        ));
+        let u = &c.proxy.upstreams[0];
+        assert_eq!((u.next_upstream, u.retry_budget), (N::OFF, None));
+        // The defaults: nginx's conditions, Finagle's budget.
+        let c = ok(&with_algorithm("least_conn", ""));
+        let u = &c.proxy.upstreams[0];
+        assert_eq!(u.next_upstream, N::DEFAULT);
+        assert_eq!(
+            u.retry_budget,
+            Some(balance::RetryBudgetSettings::default())
+        );
+        for (line, want) in [
+            (
+                "next_upstream = [\"http_404\"]",
+                "\"http_404\" is not a condition",
+            ),
+            (
+                "next_upstream = [\"off\", \"error\"]",
+                "cannot be listed with others",
+            ),
+            ("retry_budget = \"on\"", "expected \"off\" or a table"),
+            ("retry_budget = { ratio = -1 }", "a share of the requests"),
+            (
+                "retry_budget = { window = \"0s\" }",
+                "deposits would expire",
+            ),
+            ("retry_budget = { ratoi = 1 }", "ratoi"),
+        ] {
+            let e = refused(&with_algorithm("least_conn", line));
+            assert!(e.contains(want), "{line}: {e}");
+        }
     }
 
     /// A ring of a million weight units (160 million points) would not be built in time.

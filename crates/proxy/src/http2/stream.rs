@@ -616,7 +616,7 @@ fn ready(
         },
         // Not watched (no client socket): `ClientGone` cannot come; taken as no answer.
         Attempts::ClientGone => own(answers::no_answer(None), tried, Fate::NoAnswer),
-        Attempts::NoAnswer(fault) => own(answers::no_answer(fault), tried, Fate::NoAnswer),
+        Attempts::NoAnswer(answer) => own(answers::own(answer), tried, Fate::NoAnswer),
         Attempts::NoRoom(why) => own(answers::no_room(why), tried, Fate::Unpicked(why)),
         Attempts::Refused(reject) => own(reject, tried, Fate::Refused),
     }

@@ -94,6 +94,11 @@ impl Upstream {
                 .map(|m| m.addr)
                 .collect();
             done.kept = order.len() - done.added.len();
+            // The budget goes on as it was unless its settings changed.
+            let budget = match (st.budget.take(), settings.retry_budget) {
+                (Some((old, budget)), Some(new)) if old == new => Some((old, budget)),
+                (_, new) => new.map(|b| (b, balance::RetryBudget::new(b))),
+            };
             // The settings and the pool change together, under the lock picks take.
             self.settings.store(Arc::new(settings));
             let waiting = std::mem::take(&mut st.waiting);
@@ -102,6 +107,7 @@ impl Upstream {
                 pool,
                 members,
                 waiting,
+                budget,
             };
             done
         };

@@ -102,6 +102,9 @@ impl Upstream {
                 since: 0,
             })
             .collect();
+        let budget = settings
+            .retry_budget
+            .map(|b| (b, balance::RetryBudget::new(b)));
         Upstream {
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),
@@ -110,6 +113,7 @@ impl Upstream {
                 pool,
                 members,
                 waiting: VecDeque::new(),
+                budget,
             }),
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),
@@ -149,5 +153,15 @@ impl Upstream {
 
     fn now(&self) -> Nanos {
         Nanos::from(self.epoch.elapsed())
+    }
+
+    /// Whether the retry budget allows one more retry now (paid for if so); always with no
+    /// budget.
+    pub(crate) fn may_retry(&self) -> bool {
+        let now = self.now();
+        match &mut lock(&self.state).budget {
+            Some((_, budget)) => budget.try_withdraw(now),
+            None => true,
+        }
     }
 }

@@ -33,6 +33,12 @@ impl Upstream {
         let handed = {
             let now = self.now();
             let mut st = lock(&self.state);
+            if tried.is_empty() {
+                // A request's first pick: it earns its share of the retry budget.
+                if let Some((_, budget)) = &mut st.budget {
+                    budget.deposit(now);
+                }
+            }
             let exclude = excluded(&st.members, tried);
             st.waiting.retain(|w| !w.left());
             let waiting = st.waiting.len();

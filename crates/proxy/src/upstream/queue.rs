@@ -74,6 +74,7 @@ impl Upstream {
                 members,
                 generation,
                 waiting,
+                ..
             } = &mut *st;
             let handed = queue::serve(pool, waiting, now, |w, out| {
                 out.extend(w.tried.iter().filter_map(|&a| position(members, a)));

@@ -40,6 +40,9 @@ pub(super) struct State {
     /// Requests waiting for a backend below its `max_conns`, oldest first (survives a change
     /// of generation: they wait for the upstream, not for one pool).
     pub(super) waiting: VecDeque<Waiter>,
+    /// The retries the upstream may still make (`retry_budget`; `None`: no cap). Kept across a
+    /// reconfiguration that leaves its settings as they were.
+    pub(super) budget: Option<(balance::RetryBudgetSettings, balance::RetryBudget)>,
 }
 
 impl State {

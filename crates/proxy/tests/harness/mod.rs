@@ -55,6 +55,7 @@ pub fn backends(addrs: &[SocketAddr]) -> Vec<BackendSettings> {
 pub struct Running {
     pub addr: SocketAddr,
     pub upstream: Arc<Upstream>,
+    pub metrics: Arc<proxy::metrics::Metrics>,
     /// Dropping or sending shuts the proxy down.
     pub shutdown: Option<oneshot::Sender<()>>,
     pub task: JoinHandle<()>,
@@ -74,6 +75,7 @@ pub async fn start(settings: ProxySettings) -> Running {
     let proxy = Proxy::bind(settings).await.expect("proxy binds");
     let addr = proxy.local_addrs()[0];
     let upstream = Arc::clone(&proxy.upstreams()[0]);
+    let metrics = proxy.metrics();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(proxy.run(async move {
         let _ = rx.await;
@@ -81,6 +83,7 @@ pub async fn start(settings: ProxySettings) -> Running {
     Running {
         addr,
         upstream,
+        metrics,
         shutdown: Some(tx),
         task,
     }

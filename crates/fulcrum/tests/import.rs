@@ -376,6 +376,15 @@ fn api_static_and_websocket_paths() {
         toml.contains("retries = 2") && toml.contains("connect_timeout = \"2s\""),
         "{toml}"
     );
+    // proxy_next_upstream's conditions by the same names; the one fulcrum lacks is listed.
+    assert!(
+        toml.contains(r#"next_upstream = ["error", "timeout", "http_503"]"#),
+        "{toml}"
+    );
+    assert!(
+        err.contains("`http_404`: fulcrum's next_upstream has no such condition"),
+        "{err}"
+    );
     assert!(
         toml.contains("max_body_bytes = 10485760")
             && toml.contains("client_body_timeout = \"30s\""),

@@ -120,16 +120,25 @@ impl Level {
         }
     }
 
+    /// `proxy_next_upstream`: the same conditions, by the same names (`next_upstream`); one
+    /// fulcrum does not know (`http_403`, `http_404`, `updating`) is listed as unsupported.
     fn next_upstream(&mut self, d: &Directive, notes: &mut Notes) {
-        if d.args.iter().any(|a| a == "off") {
-            self.upstream_keys.insert("retries", ("0".into(), d.at()));
+        let mut known = Vec::new();
+        for arg in &d.args {
+            if balance::NextUpstream::named(arg).is_some() {
+                known.push(format!("\"{arg}\""));
+            } else {
+                notes.behaviour(
+                    d,
+                    format!("`{arg}`: fulcrum's next_upstream has no such condition; left out"),
+                );
+            }
+        }
+        if known.is_empty() {
             return;
         }
-        if d.args.iter().any(|a| a == "non_idempotent") {
-            self.upstream_keys
-                .insert("retry_non_idempotent", ("true".into(), d.at()));
-        }
-        notes.cosmetic(d, "fulcrum retries on connect errors and timeouts (architecture.md's retry table), not by status");
+        self.upstream_keys
+            .insert("next_upstream", (format!("[{}]", known.join(", ")), d.at()));
     }
 }
 

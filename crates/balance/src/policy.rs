@@ -26,6 +26,10 @@ pub struct Policy {
     pub backups: Vec<BackendSpec>,
     /// Further backends to try after a failed attempt (`None`: every backend once).
     pub retries: Option<u32>,
+    /// What moves a request on to the next backend (`next_upstream`).
+    pub next_upstream: crate::retry::NextUpstream,
+    /// The cap on retries (`None`: none).
+    pub retry_budget: Option<crate::budget::RetryBudgetSettings>,
     /// Requests that may wait for a backend below its `max_conns` (0: none may), and for how
     /// long.
     pub queue: usize,
@@ -72,6 +76,8 @@ mod tests {
             primaries: vec![BackendSpec::new(1); 2],
             backups: vec![BackendSpec::new(1)],
             retries: None,
+            next_upstream: crate::retry::NextUpstream::DEFAULT,
+            retry_budget: None,
             queue: 0,
             queue_timeout: Duration::from_secs(60),
             poll_interval: Duration::from_secs(3),

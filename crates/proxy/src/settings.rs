@@ -437,6 +437,8 @@ impl UpstreamSettings {
             primaries: primaries.iter().map(|b| b.spec()).collect(),
             backups: backups.iter().map(|b| b.spec()).collect(),
             retries: self.retries,
+            next_upstream: self.next_upstream,
+            retry_budget: self.retry_budget,
             queue: self.queue,
             queue_timeout: self.queue_timeout,
             poll_interval: self.poll_interval,

@@ -43,6 +43,8 @@ fn contender(s: &Scenario, algorithm: Algorithm) -> Contender {
             primaries: (0..n).map(|_| BackendSpec::new(1)).collect(),
             backups: Vec::new(),
             retries: None,
+            next_upstream: balance::NextUpstream::DEFAULT,
+            retry_budget: None,
             queue: 0,
             queue_timeout: std::time::Duration::from_secs(60),
             poll_interval: std::time::Duration::from_secs(1),

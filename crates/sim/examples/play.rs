@@ -38,6 +38,8 @@ fn main() -> Result<(), String> {
                         .collect(),
                     backups: Vec::new(),
                     retries: None,
+                    next_upstream: balance::NextUpstream::DEFAULT,
+                    retry_budget: None,
                     queue: 0,
                     queue_timeout: Duration::from_secs(60),
                     poll_interval: Duration::from_secs(1),

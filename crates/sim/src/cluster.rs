@@ -31,7 +31,7 @@ use balance::weights::LoadReport;
 use balance::weights::feed::{Feed, Poll};
 use balance::{
     AttemptFailure, Attempts, BackendId, Connection, Fault, Nanos, Next, Outcome, Pool, Replay,
-    RequestSent, ResponseReceived, Ticket,
+    RequestSent, ResponseReceived, RetryBudget, Ticket,
 };
 use lab::load::closed::Users;
 use lab::run::LoadSample;
@@ -160,6 +160,9 @@ struct Balancer {
     warm: Vec<bool>,
     /// Requests waiting for a backend below its `max_conns`, oldest first.
     waiting: VecDeque<Waiter>,
+    /// Its retry budget (`retry_budget`; `None`: no cap): each balancer has its own, as each
+    /// proxy instance would.
+    budget: Option<RetryBudget>,
 }
 
 /// A request in a balancer's `max_conns` queue.
@@ -296,6 +299,7 @@ impl<'a> Sim<'a> {
                 feed: contender.policy.feed(),
                 warm: vec![false; n],
                 waiting: VecDeque::new(),
+                budget: contender.policy.retry_budget.map(RetryBudget::new),
             })
             .collect::<Vec<_>>();
         let feeds = balancers[0].feed.is_some() && primaries > 0;
@@ -612,9 +616,13 @@ impl Sim<'_> {
                 self.reqs.len() as u32 - 1
             }
         };
-        self.reqs[i as usize]
-            .tried
-            .reset(self.max_attempts, balance::NextUpstream::DEFAULT);
+        let next = self.contender.policy.next_upstream;
+        self.reqs[i as usize].tried.reset(self.max_attempts, next);
+        // A request's first pick is coming: it earns its share of its balancer's budget.
+        let balancer = self.reqs[i as usize].balancer as usize;
+        if let Some(budget) = &mut self.balancers[balancer].budget {
+            budget.deposit(Nanos(self.now));
+        }
         let deadline = self.now + self.timeout;
         self.pending.push_back((deadline, i, self.serial));
         if !self.deadline_set {
@@ -902,8 +910,22 @@ impl Sim<'_> {
     fn on_reply(&mut self, i: u32) {
         let r = &mut self.reqs[i as usize];
         let (status, backend, balancer) = (r.status, r.backend as usize, r.balancer);
+        // A status `next_upstream` lists moves the request on, as the proxy's attempts do.
+        let now = Nanos(self.now);
+        let budget = &mut self.balancers[balancer as usize].budget;
+        let moves_on = r.tried.answered(status, Replay::Safe, false, || {
+            budget.as_mut().is_none_or(|b| b.try_withdraw(now))
+        });
+        let outcome = if moves_on {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        };
         if let Some(ticket) = r.ticket.take() {
-            self.complete(balancer, ticket, Outcome::Success);
+            self.complete(balancer, ticket, outcome);
+        }
+        if moves_on {
+            return self.attempt(i);
         }
         self.finish(i, status, Some(backend));
     }
@@ -922,7 +944,11 @@ impl Sim<'_> {
             replay: Replay::Safe,
         };
         let r = &mut self.reqs[i as usize];
-        let step = r.tried.failed(&failure, false);
+        let now = Nanos(self.now);
+        let budget = &mut self.balancers[r.balancer as usize].budget;
+        let step = r.tried.failed_within(&failure, false, || {
+            budget.as_mut().is_none_or(|b| b.try_withdraw(now))
+        });
         if step.next == Next::ResendFresh {
             // The same attempt (and ticket) on a fresh connection; a new number, so that what
             // was scheduled for the dropped one goes stale.
@@ -1267,6 +1293,8 @@ name = "round_robin"
                 primaries: vec![BackendSpec::new(1), BackendSpec::new(1)],
                 backups: Vec::new(),
                 retries: None,
+                next_upstream: balance::NextUpstream::DEFAULT,
+                retry_budget: None,
                 queue: 0,
                 queue_timeout: Duration::from_secs(60),
                 poll_interval: Duration::from_secs(1),

@@ -334,3 +334,67 @@ fn the_max_conns_queue_holds_the_excess_up_to_queue_timeout() {
     assert!(short.max_ms <= 220.5, "{short:?}");
     assert_eq!(none.timeouts + short.timeouts + long.timeouts, 0.0);
 }
+
+const ONE_FAILS: &str = r#"
+seed = 29
+[[backend]]
+name = "a"
+workers = 8
+[[backend]]
+name = "b"
+workers = 8
+[[backend]]
+name = "c"
+workers = 8
+fail_rate = 1.0
+[traffic]
+pattern = "constant:200"
+duration = "20s"
+cost = "const:5"
+timeout = "2s"
+[[algorithm]]
+name = "round_robin"
+"#;
+
+/// The share of `policy`'s requests that reached the client as a failure, on ONE_FAILS.
+fn failed_share(policy: impl Fn(&mut balance::Policy), max_fails: u32) -> f64 {
+    let s = scenario(ONE_FAILS);
+    // Random picks: a first attempt lands on c a third of the time whatever the retries do
+    // (round robin's turn would move with them).
+    let mut c = contender_with(&s, "random", |b| balance::BackendSpec { max_fails, ..b });
+    policy(&mut c.policy);
+    let line = &lab::report::lines(&play(&s, &[c]))[0];
+    assert!(line.requests > 3500.0, "{line:?}");
+    line.failures / line.requests
+}
+
+/// Issue 29: the simulator runs `next_upstream` and the retry budget as the proxy does (the
+/// same `balance::Attempts`): a listed status moves the request on, an unlisted one reaches
+/// the client; a budget lets only its share of the requests retry.
+#[test]
+fn next_upstream_and_the_retry_budget_as_the_proxy_runs_them() {
+    use balance::{NextUpstream, RetryBudgetSettings};
+    let http_500 = NextUpstream::DEFAULT.with(NextUpstream::HTTP_500);
+    // Not listed: a third of the requests (c's share) get c's 500; the answer is not a
+    // failure for passive health, so c stays in.
+    let relayed = failed_share(|_| {}, 1);
+    assert!((0.30..0.37).contains(&relayed), "{relayed}");
+    // Listed: moved on to a or b; none reaches the client.
+    let moved = failed_share(|p| p.next_upstream = http_500, 0);
+    assert_eq!(moved, 0.0);
+    // Listed, with a budget of 10% of the requests and no reserve: a third of the requests
+    // need a retry, a tenth at most get one (a deposit counts for 9/10 to all of the
+    // window); the rest get c's 500.
+    let budgeted = failed_share(
+        |p| {
+            p.next_upstream = http_500;
+            p.retry_budget = Some(RetryBudgetSettings {
+                ratio: 0.1,
+                min_per_second: 0,
+                window: Nanos(10_000_000_000),
+            });
+        },
+        0,
+    );
+    assert!((0.21..0.26).contains(&budgeted), "{budgeted}");
+}

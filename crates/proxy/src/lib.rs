@@ -98,6 +98,7 @@ pub mod header_rules;
 mod http1;
 mod http2;
 mod io;
+pub mod limit_req;
 pub mod limits;
 mod listener;
 pub mod metrics;

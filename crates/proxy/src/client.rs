@@ -336,6 +336,7 @@ impl<S: ClientStream> ClientConn<S> {
             upgrade: &ctx.settings.upgrade,
             routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
             edits: ctx.edits(),
+            access: ctx.settings.access.as_ref(),
         };
         self.scratch.ready();
         let head = &mut self.scratch.head;

@@ -82,6 +82,7 @@
 //!   HTTP/1.1 code is generic over (plain TCP or TLS), so the plain path pays nothing for TLS.
 //!   `buffer`: the read buffer a connection keeps for its life.
 
+pub mod access;
 pub mod access_log;
 mod affinity;
 mod answers;

@@ -27,6 +27,8 @@ pub(crate) struct Route {
     pub(crate) action: Action,
     pub(crate) request_headers: HeaderRules,
     pub(crate) response_headers: HeaderRules,
+    /// Its `allow` / `deny` rules, in place of the listener's.
+    pub(crate) access: Option<crate::access::AccessList>,
 }
 
 /// What a route does with the requests it takes.
@@ -116,6 +118,7 @@ impl Routes {
                 action,
                 request_headers: r.request_headers.clone(),
                 response_headers: r.response_headers.clone(),
+                access: r.access.clone(),
             });
         }
         let any_rules = built

@@ -97,6 +97,8 @@ pub struct ListenerSettings {
     /// `X-Request-Id`: kept from a peer in `trusted_proxies`, else made (32 hex digits), and
     /// sent to the backend, returned to the client and written in the access log.
     pub request_id: bool,
+    /// nginx's `allow` / `deny` for every request (a route's own list replaces it).
+    pub access: Option<crate::access::AccessList>,
 }
 
 /// One `[[listener.route]]`: the requests it takes (`spec`, matched with nginx's precedence by
@@ -110,6 +112,8 @@ pub struct RouteSettings {
     /// Fields set, added and removed on its requests and answers, after the listener's.
     pub request_headers: crate::header_rules::HeaderRules,
     pub response_headers: crate::header_rules::HeaderRules,
+    /// nginx's `allow` / `deny` for its requests, in place of the listener's.
+    pub access: Option<crate::access::AccessList>,
 }
 
 /// What a route does with a request: exactly one thing.
@@ -249,6 +253,7 @@ impl ListenerSettings {
             request_headers: Default::default(),
             response_headers: Default::default(),
             request_id: false,
+            access: None,
         }
     }
 }

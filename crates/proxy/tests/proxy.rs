@@ -1094,3 +1094,39 @@ async fn a_backend_answering_before_reading_the_body_is_heard_and_not_blamed() {
     }
     assert_eq!(proxy.backend(early).failures, 0);
 }
+
+/// Issue 29: nginx's `allow` / `deny` on a listener: the first rule that matches the client's
+/// address decides (403 when it denies), none: allowed.
+#[tokio::test]
+async fn access_rules_decide_by_the_client_s_address_first_match_wins() {
+    let good = backend("good").await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[good.addr()])));
+    let (rules, _) =
+        proxy::access::AccessList::parse(&["deny 127.0.0.2", "allow 127.0.0.0/16", "deny all"])
+            .unwrap();
+    s.listeners[0].access = Some(rules);
+    let proxy = start(s).await;
+    for (from, expected) in [
+        ("127.0.0.1", 200),
+        ("127.0.0.2", 403),
+        ("127.0.9.9", 200),
+        ("127.1.0.1", 403),
+    ] {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::new(from.parse().unwrap(), 0))
+            .unwrap();
+        let mut stream = socket.connect(proxy.addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        timeout(DEADLINE, stream.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let status = String::from_utf8_lossy(&answer[9..12]).to_string();
+        assert_eq!(status, expected.to_string(), "from {from}");
+    }
+}

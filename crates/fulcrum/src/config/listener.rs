@@ -44,6 +44,7 @@ pub(super) const SECTION: Section = Section {
         "request_id",
         "request_headers",
         "response_headers",
+        "access",
     ],
     not_yet: &[],
 };
@@ -106,6 +107,7 @@ pub(super) struct Listener {
     pub request_headers: proxy::header_rules::HeaderRules,
     pub response_headers: proxy::header_rules::HeaderRules,
     pub request_id: bool,
+    pub access: Option<proxy::access::AccessList>,
     /// `None` in this and the following: the default (see `settings`).
     pub max_connections: Option<usize>,
     pub client_header_timeout: Option<Duration>,
@@ -164,6 +166,7 @@ pub(super) fn read(
     let request_headers = super::header_rules::read(r, t, "request_headers");
     let response_headers = super::header_rules::read(r, t, "response_headers");
     let request_id = t.flag(r, "request_id").unwrap_or(false);
+    let access = super::access::read(r, t);
     let upstream_at = (
         t.span_of("upstream").unwrap_or_else(|| t.span()),
         t.key("upstream"),
@@ -210,6 +213,7 @@ pub(super) fn read(
         request_headers,
         response_headers,
         request_id,
+        access,
         max_connections: limits.max_connections,
         client_header_timeout: limits.client_header_timeout,
         client_body_timeout: limits.client_body_timeout,

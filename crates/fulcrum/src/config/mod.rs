@@ -26,6 +26,7 @@
 //! * [`report`]: problems collected and shown with their line; [`ConfigError`].
 //! * [`settings`]: the one place a checked file becomes [`proxy::ProxySettings`].
 
+mod access;
 mod address;
 pub mod admin;
 mod algorithm;

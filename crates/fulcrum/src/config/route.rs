@@ -37,6 +37,7 @@ pub(super) const SECTION: Section = Section {
         "respond",
         "request_headers",
         "response_headers",
+        "access",
     ],
     not_yet: &[],
 };
@@ -178,6 +179,7 @@ fn read_one(
     let action = action(r, t, &path, upstreams);
     let request_headers = super::header_rules::read(r, t, "request_headers");
     let response_headers = super::header_rules::read(r, t, "response_headers");
+    let access = super::access::read(r, t);
     let auto_redirect = matches!(action, Some(RouteAction::Upstream { .. }))
         && match &path {
             PathMatch::Prefix { prefix, .. } => prefix.ends_with('/') && prefix.len() > 1,
@@ -201,6 +203,7 @@ fn read_one(
             action: action?,
             request_headers,
             response_headers,
+            access,
         },
         span: t.span(),
         key: t.key("name"),

@@ -41,6 +41,7 @@ fn listener(l: Listener) -> ListenerSettings {
     s.request_headers = l.request_headers;
     s.response_headers = l.response_headers;
     s.request_id = l.request_id;
+    s.access = l.access.clone();
     s.max_connections = l.max_connections;
     if let Some(d) = l.client_header_timeout {
         s.client_header_timeout = d;

@@ -95,6 +95,11 @@ impl ClientAddr {
     }
 
     /// The peer's address as text (`$remote_addr`).
+    /// The client's address (an IPv4-mapped one as IPv4).
+    pub(crate) fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
     pub(crate) fn ip_text(&self) -> &[u8] {
         self.ip.as_bytes()
     }

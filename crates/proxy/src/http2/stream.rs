@@ -497,6 +497,7 @@ async fn proxy(
         upgrade: &[],
         routes: (listener.ctx.routes.as_ref()).map(|r| (r, listener.ctx.has_default)),
         edits: listener.ctx.edits(),
+        access: listener.ctx.settings.access.as_ref(),
     };
     let mut head = Vec::new();
     let req = match backend_head(&parts, limits, &ctx.client_addr, &mut raw, &mut head) {
@@ -910,6 +911,7 @@ mod tests {
             upgrade: &[],
             routes: None,
             edits: None,
+            access: None,
         };
         let client = ClientAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), &[]);
         let (mut raw, mut head) = (Vec::new(), Vec::new());

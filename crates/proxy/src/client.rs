@@ -169,15 +169,31 @@ fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
     false
 }
 
-/// What the access log repeats of a request, taken before its bytes leave the read buffer.
-fn said_of(raw: &[u8], req: &RequestHead) -> Said {
+/// What the access log repeats of a request, taken before its bytes leave the read buffer:
+/// with the headers the log's format asks for (`wanted`).
+fn said_of(raw: &[u8], req: &RequestHead, wanted: &[Box<str>]) -> Said {
     Said {
         time: SystemTime::now(),
         method: raw[req.method.clone()].to_vec(),
         target: raw[req.target.clone()].to_vec(),
         referer: raw[req.referer.clone()].to_vec(),
         user_agent: raw[req.user_agent.clone()].to_vec(),
+        headers: crate::record::wanted_headers(
+            wanted,
+            head_fields(&raw[..req.head_len.min(raw.len())]),
+        ),
     }
+}
+
+/// The fields of a parsed head (its lines after the first, up to the blank line), as name
+/// and value, the value without the spaces around it.
+fn head_fields(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    head.split(|&b| b == b'\n').skip(1).filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        Some((name, value.trim_ascii()))
+    })
 }
 
 /// What the access log repeats of a head refused before it could be parsed: the first two
@@ -199,6 +215,7 @@ fn said_of_refused(raw: &[u8]) -> Said {
         target: word(256),
         referer: Vec::new(),
         user_agent: Vec::new(),
+        headers: Vec::new(),
     }
 }
 
@@ -213,7 +230,7 @@ impl<S: ClientStream> ClientConn<S> {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let said = self.said(said_of_refused);
+                    let said = self.said(|raw, _| said_of_refused(raw));
                     let answer = (reject.status, reject.text.len() as u64);
                     let protocol = ClientProtocol::Unread;
                     self.unforwarded(
@@ -252,6 +269,7 @@ impl<S: ClientStream> ClientConn<S> {
             started,
             status,
             body_bytes,
+            bytes_sent: None,
             backends: &[],
             upstream_time: None,
             upstream: self.listener.ctx.default_upstream().map(|_| 0),
@@ -261,12 +279,11 @@ impl<S: ClientStream> ClientConn<S> {
         .finish(&self.listener);
     }
 
-    fn said(&self, make: impl FnOnce(&[u8]) -> Said) -> Option<Said> {
-        self.listener
-            .ctx
-            .access_log
+    fn said(&self, make: impl FnOnce(&[u8], &[Box<str>]) -> Said) -> Option<Said> {
+        let ctx = &self.listener.ctx;
+        ctx.access_log
             .is_some()
-            .then(|| make(self.inbuf.filled()))
+            .then(|| make(self.inbuf.filled(), ctx.log_headers()))
     }
 
     /// The next request head.
@@ -346,7 +363,7 @@ impl<S: ClientStream> ClientConn<S> {
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
-        let said = self.said(|raw| said_of(raw, &req));
+        let said = self.said(|raw, wanted| said_of(raw, &req, wanted));
         let protocol = if req.http11 {
             ClientProtocol::Http11
         } else {
@@ -390,6 +407,7 @@ impl<S: ClientStream> ClientConn<S> {
                 started,
                 status,
                 body_bytes,
+                bytes_sent: None,
                 backends: &[],
                 upstream_time: None,
                 upstream: None,
@@ -436,6 +454,14 @@ impl<S: ClientStream> ClientConn<S> {
         self.request_done(body);
         let tried = std::mem::take(&mut self.scratch.tried);
         let (status, next, body_bytes) = self.conclude(ending, client).await;
+        // The head written to the client (a backend's, or our own answer whole) is left in
+        // `scratch.out`.
+        let out = self.scratch.out.len() as u64;
+        let bytes_sent = match ending {
+            Ending::Answered { .. } | Ending::CutShort { .. } => Some(out + body_bytes),
+            Ending::NoAnswer(_) | Ending::NoRoom(_) | Ending::Refused(_) => Some(out),
+            Ending::Tunnelled { .. } | Ending::ClientGone => None,
+        };
         Record {
             fate: ending.fate(),
             protocol,
@@ -444,6 +470,7 @@ impl<S: ClientStream> ClientConn<S> {
             started,
             status,
             body_bytes,
+            bytes_sent,
             backends: tried.tried(),
             upstream_time,
             upstream: Some(upstream),

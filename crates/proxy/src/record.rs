@@ -127,6 +127,19 @@ pub(crate) struct Said {
     pub(crate) headers: Vec<Option<Box<[u8]>>>,
 }
 
+impl Default for Said {
+    fn default() -> Said {
+        Said {
+            time: SystemTime::UNIX_EPOCH,
+            method: Vec::new(),
+            target: Vec::new(),
+            referer: Vec::new(),
+            user_agent: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
+}
+
 impl Said {
     pub(crate) fn line(&self) -> Line<'_> {
         Line {

@@ -111,6 +111,8 @@ enum Message {
     Batch(Vec<u8>),
     /// Write everything the workers hold, then say so.
     Flush(std::sync::mpsc::Sender<()>),
+    /// Write everything the workers hold, reopen the file, then say so.
+    Reopen(std::sync::mpsc::Sender<()>),
 }
 
 /// What the workers and the log's thread share.
@@ -229,10 +231,18 @@ impl AccessLog {
         &self.settings
     }
 
-    /// Asks the writer to write what it holds and reopen its file (after logrotate moved
-    /// it), within [`FLUSH_EVERY`]; nothing more for stderr.
+    /// Has the writer write what the workers hold to the file, then reopen it (after
+    /// logrotate moved it; nothing more for stderr), and waits for that (up to a second:
+    /// lines logged from then on go to the new file). With the writer's queue full, it is
+    /// done within [`FLUSH_EVERY`] instead.
     pub fn reopen(&self) {
-        self.shared.reopen.store(true, Ordering::Relaxed);
+        let (done, reopened) = std::sync::mpsc::channel();
+        match self.batches.try_send(Message::Reopen(done)) {
+            Ok(()) => {
+                let _ = reopened.recv_timeout(Duration::from_secs(1));
+            }
+            Err(_) => self.shared.reopen.store(true, Ordering::Relaxed),
+        }
     }
 
     /// Lines dropped so far because the writer could not keep up.
@@ -355,6 +365,11 @@ impl Writer {
                 }
                 Ok(Message::Flush(done)) => {
                     self.sweep();
+                    let _ = done.send(());
+                }
+                Ok(Message::Reopen(done)) => {
+                    self.sweep();
+                    self.reopen();
                     let _ = done.send(());
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -768,9 +783,8 @@ mod tests {
         let rotated = dir.join("access.log.1");
         std::fs::rename(&path, &rotated).unwrap();
         log.log(&entry(&backends));
-        log.reopen();
         // The line logged before the reopen goes to the old file, the next to the new one.
-        wait_until("the reopen", || !log.shared.reopen.load(Ordering::Relaxed));
+        log.reopen();
         log.log(&entry(&backends));
         assert!(log.flush(Duration::from_secs(5)));
         assert_eq!(lines(&rotated), 2, "the old file keeps its lines");

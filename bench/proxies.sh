@@ -16,7 +16,8 @@
 # knowledge from the client) or h2_backend (HTTP/2 to the backends, HTTP/1.1 from the client),
 # or routes (round robin behind the 50 routes of `route_list`: nginx `server`s and
 # `location`s, HAProxy `use_backend` rules, fulcrum `[[listener.route]]`s), or logs (round
-# robin with each proxy's access log on, to a file in WORK: `access_log_file PROXY`).
+# robin with each proxy's access log on, to a file in LOG_DIR, tmpfs (bench/lib.sh's
+# work_dir says why), or WORK: `access_log_file PROXY`).
 
 # access_log_file PROXY: where PROXY's access log goes in the logs case. nginx: `access_log`
 # with its default format, `combined`, one write(2) a line (no `buffer=`, nginx's default).
@@ -26,7 +27,7 @@
 # write(2) a line from the worker thread, as nginx); a syslog daemon or a reader on a unix
 # socket would add a process whose CPU the table would not count.
 access_log_file() {
-    echo "$WORK/access-$1.log"
+    echo "${LOG_DIR:-$WORK}/access-$1.log"
 }
 
 # route_list: the routes case's 50 routes, one "HOST KIND PATH" line each (KIND: exact,

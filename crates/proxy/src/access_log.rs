@@ -27,20 +27,22 @@
 //! the worker's batch grows up to [`HOLD`], and past that lines are dropped and counted; the
 //! next batch written starts with a line saying how many.
 
+mod entry;
 mod line;
 mod template;
 mod text;
 
+pub(crate) use entry::Entry;
+pub use entry::Format;
 pub use template::{Template, TemplateError, VARIABLES};
 
 use std::cell::Cell;
 use std::io::Write as _;
-use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// A batch this full goes to the log's thread (nginx's `buffer=` is often this size).
 const BATCH: usize = 64 * 1024;
@@ -56,29 +58,6 @@ pub(crate) const HOLD: usize = 16 * BATCH;
 const SLOTS: usize = 64;
 /// Emptied batches kept for the workers to fill again.
 const SPARE: usize = 8;
-
-/// How a line is written.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Format {
-    /// nginx's `combined`, then fulcrum's fields.
-    #[default]
-    Combined,
-    /// One JSON object a line.
-    Json,
-    /// A template of nginx's variables.
-    Template(Arc<Template>),
-}
-
-impl Format {
-    /// The request headers the format writes (a template's `$http_NAME`, `$host`,
-    /// `$remote_user`), lower case, in the order [`Entry::headers`] gives their values.
-    pub(crate) fn headers(&self) -> &[Box<str>] {
-        match self {
-            Format::Template(t) => &t.headers,
-            Format::Combined | Format::Json => &[],
-        }
-    }
-}
 
 /// Where lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,39 +114,6 @@ struct Slot(Mutex<Pending>);
 struct Pending {
     batch: Vec<u8>,
     tools: line::Tools,
-}
-
-/// One finished request, as the log takes it.
-#[derive(Debug)]
-pub(crate) struct Entry<'a> {
-    pub client: IpAddr,
-    pub time: SystemTime,
-    pub method: &'a [u8],
-    pub target: &'a [u8],
-    /// `HTTP/1.1`, as the request line said.
-    pub protocol: &'a [u8],
-    pub status: u16,
-    /// Bytes of the response body sent to the client.
-    pub body_bytes: u64,
-    /// Bytes sent to the client, head and body (nginx's `$bytes_sent`), where known.
-    pub bytes_sent: Option<u64>,
-    pub referer: &'a [u8],
-    pub user_agent: &'a [u8],
-    /// The values of the headers the format asks for ([`Format::headers`]), `None` for one
-    /// the request did not have.
-    pub headers: &'a [Option<Box<[u8]>>],
-    pub request_time: Duration,
-    pub upstream_time: Option<Duration>,
-    /// The status the last backend tried answered (or failed with: our own 502 or 504),
-    /// `None` if it gave none.
-    pub upstream_status: Option<u16>,
-    pub backends: &'a [SocketAddr],
-    pub upstream: &'a str,
-    /// The route that took the request, on a listener with routes.
-    pub route: Option<&'a str>,
-    /// The request's id, on a listener with `request_id = true`.
-    pub request_id: Option<&'a [u8]>,
-    pub fate: &'a str,
 }
 
 thread_local! {
@@ -434,7 +380,9 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
     use std::sync::Condvar;
+    use std::time::SystemTime;
 
     fn entry<'a>(backends: &'a [SocketAddr]) -> Entry<'a> {
         Entry {

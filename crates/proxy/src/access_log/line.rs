@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
+use super::entry::{Entry, Format};
 use super::template::{Part, Template, Var};
 use super::text::{self, Clock};
-use super::{Entry, Format};
 
 /// What a worker keeps to write lines with, besides its batch: the time strings of the
 /// current second and room to build a value in ($uri, $remote_user).

@@ -52,7 +52,7 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// own batch.
 const QUEUE: usize = 32;
 /// The most a worker's batch holds while the log's thread cannot take it: beyond, dropped.
-pub(crate) const HOLD: usize = 16 * BATCH;
+const HOLD: usize = 16 * BATCH;
 /// The batches a worker may fill at once: one per worker thread, up to this many (more
 /// workers share them, each still behind its lock).
 const SLOTS: usize = 64;

@@ -6,7 +6,7 @@
 #   WORKERS=1 CONNS=64 bench/compare.sh  # one configuration
 #   CASES="tcp h2" bench/compare.sh      # only some cases (round_robin least_conn ip_hash close
 #                                        # routes routes_off tcp tls tls_handshake h2 h2_backend
-#                                        # backends_10k)
+#                                        # backends_10k logs)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
@@ -32,7 +32,10 @@
 #     (10 hosts, exact, prefix, `^~` and regex paths: fulcrum's `[[listener.route]]`, nginx's
 #     `server`s and `location`s, HAProxy's `use_backend` rules), wrk's requests spread over
 #     them by a Lua script, and `routes_off`, the same requests to the proxies without routes:
-#     what choosing the route costs;
+#     what choosing the route costs; and `logs`, round robin with every proxy's access log on,
+#     to a file (nginx's `access_log` in its default `combined` format, HAProxy's `log stdout`
+#     with `option httplog` sent to a file, fulcrum's `access_log` in `combined`): against
+#     round_robin, what the log line costs;
 #   * runs TCP (L4) mode the same way, at 1 and 2 workers: fulcrum's `protocol = "tcp"`, nginx's
 #     `stream` module and HAProxy's `mode tcp`, round robin over the same backends; wrk's
 #     keep-alive HTTP requests go through the byte relay, so req/s measures the relay;
@@ -71,7 +74,7 @@ WARMUP=${WARMUP:-2}         # seconds of warm-up per proxy and configuration
 REPS=${REPS:-5}             # interleaved repetitions (medians of 5 resist the shared machine's noise)
 WORKERS=${WORKERS:-"1 2"}
 CONNS=${CONNS:-"64 256"}
-CASES=${CASES:-"round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k"}   # which cases run (all by default)
+CASES=${CASES:-"round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k logs"}   # which cases run (all by default)
 
 BACKEND_PORTS=(19101 19102 19103)
 # The backends' addresses in the proxies' configurations: one per port, or (backends_10k)
@@ -233,6 +236,8 @@ start_fulcrum() {
     local workers=$1 alg=$2 cpus=$3 name=${4:-fulcrum} bin=${5:-$FULCRUM} listen=${6:-$PORT_FULCRUM}
     local conf=$WORK/$name.toml
     fulcrum_config "$alg" "$workers" "$listen" "$KEEPALIVE" >"$conf"
+    # The baseline's access log (logs case) is its own file.
+    sed -i "s|$(access_log_file fulcrum)|$(access_log_file "$name")|" "$conf"
     # A configuration the build refuses (a protocol it does not have) is said, not waited for.
     if ! "$bin" check --config "$conf" >"$WORK/$name.check" 2>&1; then
         if [ "$name" = fulcrum ]; then
@@ -263,7 +268,8 @@ start_nginx() {
 start_haproxy() {
     local workers=$1 alg=$2 cpus=$3 conf=$WORK/haproxy.cfg
     haproxy_config "$alg" "$workers" "$PORT_HAPROXY" >"$conf"
-    $(pin "$cpus") haproxy -f "$conf" -db 2>"$WORK/haproxy.log" &
+    # Its standard output is its access log in the logs case (`log stdout`).
+    $(pin "$cpus") haproxy -f "$conf" -db >>"$(access_log_file haproxy)" 2>"$WORK/haproxy.log" &
     PROXY_PID[haproxy]=$!
     PIDS+=("$!")
     wait_port $PORT_HAPROXY
@@ -334,6 +340,18 @@ measure() {
         "$case" "$name" "$workers" "$conns" "$rep" "$rps" "$p99" "$cpu_s" >&2
 }
 
+# empty_logs: the logs case's access logs emptied (every writer appends), after each run: on
+# tmpfs a file is memory, and with the files growing through the case (about 100 MB a proxy)
+# every proxy's CPU per request rose with them, by 2.5 µs from the third rep on, all four
+# alike; emptied, each run's lines cost what they cost.
+empty_logs() {
+    local name file
+    for name in fulcrum nginx haproxy baseline; do
+        file=$(access_log_file "$name")
+        [ ! -e "$file" ] || : >"$file"
+    done
+}
+
 # run_case CASE ALGORITHM WORKERS CONNS...
 run_case() {
     local case=$1 alg=$2 workers=$3
@@ -374,6 +392,7 @@ run_case() {
             $(pin "$client_cpus") wrk "${WRK_ARGS[@]}" -t"$threads" -c64 -d"${WARMUP}s" "$(url "$case" "${PROXY_PORT[$name]}")" >/dev/null
         fi
     done
+    [ "$case" != logs ] || empty_logs
     for conns in "$@"; do
         for rep in $(seq 1 "$REPS"); do
             # Interleaved, and rotated: fulcrum nginx haproxy, nginx haproxy fulcrum, ... so no
@@ -381,6 +400,7 @@ run_case() {
             for i in "${!names[@]}"; do
                 name=${names[$(((i + rep - 1) % ${#names[@]}))]}
                 measure "$case" "$workers" "$conns" "$name" "$rep" "${PROXY_PORT[$name]}" "${PROXY_PID[$name]}" "$client_cpus" "$threads"
+                [ "$case" != logs ] || empty_logs
             done
         done
         # The ceiling, after the proxies: the backends run flat out here, and the scheduler
@@ -432,6 +452,12 @@ if wanted h2_backend; then run_case h2_backend h2_backend 1 64; fi
 # least_conn over 10,000 backends (keepalive 4 each for fulcrum): the pick's cost and the
 # connections' spread at scale, against the 3-backend least_conn case above.
 if wanted backends_10k; then run_case backends_10k least_conn 1 64; fi
+# Round robin with every proxy's access log on, to a file (bench/proxies.sh, access_log_file):
+# against round_robin at 1 worker and 64 connections, what the log line costs each.
+if wanted logs; then
+    run_case logs logs 1 64
+    for name in fulcrum nginx haproxy baseline; do rm -f "$(access_log_file "$name")"; done
+fi
 
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results

@@ -9,7 +9,7 @@
 #   BASELINE=/tmp/fulcrum-old bench/instructions.sh  # and an older build of fulcrum
 #   CASES="round_robin close" bench/instructions.sh  # some cases (round_robin least_conn
 #                                    # ip_hash close routes routes_off tcp tls
-#                                    # tls_handshake h2 h2_backend backends_10k)
+#                                    # tls_handshake h2 h2_backend backends_10k logs)
 #   N=20000 CONNS=64 PROXIES="fulcrum nginx" bench/instructions.sh
 #   PROFILE=/tmp/cg PROXIES=fulcrum CASES=close bench/instructions.sh   # callgrind profiles
 #
@@ -65,7 +65,7 @@ CONNS=${CONNS:-64}                  # requests cases: client connections
 CLOSE_SECONDS=${CLOSE_SECONDS:-3}   # seconds cases: the shorter run's length
 CLOSE_CONNS=${CLOSE_CONNS:-8}       # seconds cases: client connections at once
 PROXIES=${PROXIES:-"fulcrum nginx haproxy"}
-ALL_CASES="round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k"
+ALL_CASES="round_robin least_conn ip_hash close routes routes_off tcp tls tls_handshake h2 h2_backend backends_10k logs"
 CASES=${CASES:-$ALL_CASES}
 for case in $CASES; do
     if [[ " $ALL_CASES " != *" $case "* ]]; then
@@ -195,7 +195,8 @@ instructions() {
     local tool=(--tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null)
     [ -z "$PROFILE" ] || tool=(--tool=callgrind "--callgrind-out-file=$keep")
     command_of "$proxy"
-    valgrind "${tool[@]}" "${COMMAND[@]}" 2>"$log" &
+    # HAProxy's standard output is its access log in the logs case (`log stdout`).
+    valgrind "${tool[@]}" "${COMMAND[@]}" >"$(access_log_file "$proxy")" 2>"$log" &
     pid=$!
     PIDS+=("$pid")
     wait_port "$PORT_PROXY" 60

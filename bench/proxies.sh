@@ -15,7 +15,20 @@
 # a protocol case with round robin: tcp (L4), tls (TLS termination), h2 (HTTP/2 with prior
 # knowledge from the client) or h2_backend (HTTP/2 to the backends, HTTP/1.1 from the client),
 # or routes (round robin behind the 50 routes of `route_list`: nginx `server`s and
-# `location`s, HAProxy `use_backend` rules, fulcrum `[[listener.route]]`s).
+# `location`s, HAProxy `use_backend` rules, fulcrum `[[listener.route]]`s), or logs (round
+# robin with each proxy's access log on, to a file in LOG_DIR, tmpfs (bench/lib.sh's
+# work_dir says why), or WORK: `access_log_file PROXY`).
+
+# access_log_file PROXY: where PROXY's access log goes in the logs case. nginx: `access_log`
+# with its default format, `combined`, one write(2) a line (no `buffer=`, nginx's default).
+# fulcrum: `access_log` to the file, its default `combined` format. HAProxy: `log stdout`
+# with `option httplog`, its standard output sent to the file by whoever starts it: HAProxy
+# has no file logging of its own, and `log stdout` is its way without a syslog daemon (one
+# write(2) a line from the worker thread, as nginx); a syslog daemon or a reader on a unix
+# socket would add a process whose CPU the table would not count.
+access_log_file() {
+    echo "${LOG_DIR:-$WORK}/access-$1.log"
+}
 
 # route_list: the routes case's 50 routes, one "HOST KIND PATH" line each (KIND: exact,
 # prefix, wins for `^~`, regex), and the requests it sends spread over them ("request HOST
@@ -101,7 +114,11 @@ backends_config() {
 fulcrum_config() {
     local alg=$1 workers=$2 port=$3 keepalive=$4 addr
     echo "workers = $workers"
-    echo "access_log = false"
+    if [ "$alg" = logs ]; then
+        echo "access_log = \"$(access_log_file fulcrum)\""
+    else
+        echo "access_log = false"
+    fi
     echo "[[listener]]"
     echo "listen = \"127.0.0.1:$port\""
     echo "upstream = \"b\""
@@ -131,7 +148,7 @@ fulcrum_config() {
     echo "[[upstream]]"
     echo "name = \"b\""
     [ "$alg" = h2_backend ] && echo "backend_protocol = \"h2\""
-    case $alg in tcp | h2 | tls | h2_backend | routes) alg=round_robin ;; esac
+    case $alg in tcp | h2 | tls | h2_backend | routes | logs) alg=round_robin ;; esac
     echo "algorithm = \"$alg\""
     echo "keepalive = $keepalive"
     for addr in "${BACKENDS[@]}"; do
@@ -161,7 +178,11 @@ nginx_config() {
         echo "  server { listen 127.0.0.1:$port; proxy_pass b; } }"
         return
     fi
-    echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
+    if [ "$alg" = logs ]; then
+        echo "http { access_log $(access_log_file nginx); keepalive_requests 1000000; keepalive_timeout 60s;"
+    else
+        echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 60s;"
+    fi
     echo "  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;"
     echo "  uwsgi_temp_path $dir; scgi_temp_path $dir;"
     echo "  upstream b { $balance"
@@ -244,7 +265,9 @@ haproxy_config() {
     echo "global"
     echo "  nbthread $workers"
     echo "  maxconn 8000"
+    [ "$alg" != logs ] || echo "  log stdout format raw local0 info"
     echo "defaults"
+    [ "$alg" != logs ] || printf '  log global\n  option httplog\n'
     if [ "$alg" = tcp ]; then
         echo "  mode tcp"
     else

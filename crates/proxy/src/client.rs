@@ -83,6 +83,7 @@ pub(crate) async fn serve<S: ClientStream>(
         key: AffinityKey::default(),
         pipelining: false,
         first_head_by: Some(head_by),
+        said_spare: Said::default(),
     };
     match conn.run().await {
         Next::Linger => conn.linger().await,
@@ -143,6 +144,8 @@ struct ClientConn<S> {
     pipelining: bool,
     /// When the first request's head must be whole; taken by the first read of a head.
     first_head_by: Option<Instant>,
+    /// The last request's record for the access log, its buffers kept for the next.
+    said_spare: Said,
 }
 
 /// Whether `buf` may hold a whole request head (or enough to refuse it): a blank line
@@ -169,15 +172,33 @@ fn head_may_be_complete(buf: &[u8], scanned: usize, limit: usize) -> bool {
     false
 }
 
-/// What the access log repeats of a request, taken before its bytes leave the read buffer.
-fn said_of(raw: &[u8], req: &RequestHead) -> Said {
-    Said {
-        time: SystemTime::now(),
-        method: raw[req.method.clone()].to_vec(),
-        target: raw[req.target.clone()].to_vec(),
-        referer: raw[req.referer.clone()].to_vec(),
-        user_agent: raw[req.user_agent.clone()].to_vec(),
-    }
+/// What the access log repeats of a request, taken before its bytes leave the read buffer:
+/// with the headers the log's format asks for (`wanted`). Written into `said`, the previous
+/// request's, whose buffers are kept (no allocation per request on a keep-alive connection).
+fn said_of(raw: &[u8], req: &RequestHead, wanted: &[Box<str>], mut said: Said) -> Said {
+    let refill = |to: &mut Vec<u8>, range: &std::ops::Range<usize>| {
+        to.clear();
+        to.extend_from_slice(raw.get(range.clone()).unwrap_or_default());
+    };
+    said.time = SystemTime::now();
+    refill(&mut said.method, &req.method);
+    refill(&mut said.target, &req.target);
+    refill(&mut said.referer, &req.referer);
+    refill(&mut said.user_agent, &req.user_agent);
+    said.headers =
+        crate::record::wanted_headers(wanted, head_fields(&raw[..req.head_len.min(raw.len())]));
+    said
+}
+
+/// The fields of a parsed head (its lines after the first, up to the blank line), as name
+/// and value, the value without the spaces around it.
+fn head_fields(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    head.split(|&b| b == b'\n').skip(1).filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        Some((name, value.trim_ascii()))
+    })
 }
 
 /// What the access log repeats of a head refused before it could be parsed: the first two
@@ -199,6 +220,7 @@ fn said_of_refused(raw: &[u8]) -> Said {
         target: word(256),
         referer: Vec::new(),
         user_agent: Vec::new(),
+        headers: Vec::new(),
     }
 }
 
@@ -213,7 +235,7 @@ impl<S: ClientStream> ClientConn<S> {
                 Ok(req) => req,
                 Err(NoHead::Close) => return Next::Close,
                 Err(NoHead::Refuse(reject)) => {
-                    let said = self.said(said_of_refused);
+                    let said = self.said(|raw, _, _| said_of_refused(raw));
                     let answer = (reject.status, reject.text.len() as u64);
                     let protocol = ClientProtocol::Unread;
                     self.unforwarded(
@@ -252,6 +274,7 @@ impl<S: ClientStream> ClientConn<S> {
             started,
             status,
             body_bytes,
+            bytes_sent: None,
             backends: &[],
             upstream_time: None,
             upstream: self.listener.ctx.default_upstream().map(|_| 0),
@@ -261,12 +284,22 @@ impl<S: ClientStream> ClientConn<S> {
         .finish(&self.listener);
     }
 
-    fn said(&self, make: impl FnOnce(&[u8]) -> Said) -> Option<Said> {
-        self.listener
-            .ctx
-            .access_log
+    /// What the access log repeats of the request in the read buffer, if the log is on,
+    /// made by `make` from the bytes, the headers the log asks for and the previous request's
+    /// record (given back by [`ClientConn::said_done`]).
+    fn said(&mut self, make: impl FnOnce(&[u8], &[Box<str>], Said) -> Said) -> Option<Said> {
+        let ctx = &self.listener.ctx;
+        let spare = std::mem::take(&mut self.said_spare);
+        ctx.access_log
             .is_some()
-            .then(|| make(self.inbuf.filled()))
+            .then(|| make(self.inbuf.filled(), ctx.log_headers(), spare))
+    }
+
+    /// Keeps a logged request's record for the next one's.
+    fn said_done(&mut self, said: Option<Said>) {
+        if let Some(said) = said {
+            self.said_spare = said;
+        }
     }
 
     /// The next request head.
@@ -347,7 +380,7 @@ impl<S: ClientStream> ClientConn<S> {
     /// Proxies one request.
     async fn serve_request(&mut self, req: RequestHead) -> Next {
         let started = Instant::now();
-        let said = self.said(|raw| said_of(raw, &req));
+        let said = self.said(|raw, wanted, spare| said_of(raw, &req, wanted, spare));
         let protocol = if req.http11 {
             ClientProtocol::Http11
         } else {
@@ -391,6 +424,7 @@ impl<S: ClientStream> ClientConn<S> {
                 started,
                 status,
                 body_bytes,
+                bytes_sent: None,
                 backends: &[],
                 upstream_time: None,
                 upstream: None,
@@ -398,6 +432,7 @@ impl<S: ClientStream> ClientConn<S> {
                 request_id: req.request_id(),
             }
             .finish(&listener);
+            self.said_done(said);
             return next;
         };
         let body_data = match body {
@@ -437,6 +472,14 @@ impl<S: ClientStream> ClientConn<S> {
         self.request_done(body);
         let tried = std::mem::take(&mut self.scratch.tried);
         let (status, next, body_bytes) = self.conclude(ending, client).await;
+        // The head written to the client (a backend's, or our own answer whole) is left in
+        // `scratch.out`.
+        let out = self.scratch.out.len() as u64;
+        let bytes_sent = match ending {
+            Ending::Answered { .. } | Ending::CutShort { .. } => Some(out + body_bytes),
+            Ending::NoAnswer(_) | Ending::NoRoom(_) | Ending::Refused(_) => Some(out),
+            Ending::Tunnelled { .. } | Ending::ClientGone => None,
+        };
         Record {
             fate: ending.fate(),
             protocol,
@@ -445,6 +488,7 @@ impl<S: ClientStream> ClientConn<S> {
             started,
             status,
             body_bytes,
+            bytes_sent,
             backends: tried.tried(),
             upstream_time,
             upstream: Some(upstream),
@@ -452,6 +496,7 @@ impl<S: ClientStream> ClientConn<S> {
             request_id: req.request_id(),
         }
         .finish(&listener);
+        self.said_done(said);
         self.scratch.tried = tried;
         next
     }

@@ -34,6 +34,14 @@ pub(crate) struct ListenerContext {
 }
 
 impl ListenerContext {
+    /// The request headers the access log's format writes (none without a log, or for
+    /// `combined` and JSON): taken from each request as it comes.
+    pub(crate) fn log_headers(&self) -> &[Box<str>] {
+        self.access_log
+            .as_ref()
+            .map_or(&[], |log| log.settings().format.headers())
+    }
+
     /// Whether `self` and `other` differ only in their certificates: connections opened under
     /// one can go on under the other.
     pub(crate) fn same_but_tls(&self, other: &ListenerContext) -> bool {

@@ -122,6 +122,22 @@ pub(crate) struct Said {
     pub(crate) target: Vec<u8>,
     pub(crate) referer: Vec<u8>,
     pub(crate) user_agent: Vec<u8>,
+    /// The headers the log's format asks for (`access_log::Format::headers`), in its order;
+    /// empty when it asks for none.
+    pub(crate) headers: Vec<Option<Box<[u8]>>>,
+}
+
+impl Default for Said {
+    fn default() -> Said {
+        Said {
+            time: SystemTime::UNIX_EPOCH,
+            method: Vec::new(),
+            target: Vec::new(),
+            referer: Vec::new(),
+            user_agent: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
 }
 
 impl Said {
@@ -132,8 +148,40 @@ impl Said {
             target: &self.target,
             referer: &self.referer,
             user_agent: &self.user_agent,
+            headers: &self.headers,
         }
     }
+}
+
+/// The values of the headers named in `wanted` (lower case) among a request's `headers`
+/// (name, value), in `wanted`'s order: several of one name joined with `, ` (`; ` for
+/// `Cookie`), as nginx's `$http_NAME` since 1.23.
+pub(crate) fn wanted_headers<'h>(
+    wanted: &[Box<str>],
+    headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+) -> Vec<Option<Box<[u8]>>> {
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let mut found: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
+    for (name, value) in headers {
+        for (i, w) in wanted.iter().enumerate() {
+            if !name.eq_ignore_ascii_case(w.as_bytes()) {
+                continue;
+            }
+            match &mut found[i] {
+                Some(v) => {
+                    v.extend_from_slice(if &**w == "cookie" { b"; " } else { b", " });
+                    v.extend_from_slice(value);
+                }
+                None => found[i] = Some(value.to_vec()),
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|v| v.map(Vec::into_boxed_slice))
+        .collect()
 }
 
 /// The request as the access log writes it: when it came, its method and target, and two of
@@ -145,6 +193,8 @@ pub(crate) struct Line<'a> {
     pub(crate) target: &'a [u8],
     pub(crate) referer: &'a [u8],
     pub(crate) user_agent: &'a [u8],
+    /// The headers the log's format asks for.
+    pub(crate) headers: &'a [Option<Box<[u8]>>],
 }
 
 /// A finished request or session.
@@ -164,6 +214,8 @@ pub(crate) struct Record<'a> {
     pub(crate) status: u16,
     /// Bytes of the response body sent (nginx's `$body_bytes_sent`); of a session, all bytes.
     pub(crate) body_bytes: u64,
+    /// Bytes sent to the client, head and body (nginx's `$bytes_sent`), where known.
+    pub(crate) bytes_sent: Option<u64>,
     /// Every backend tried, in order.
     pub(crate) backends: &'a [SocketAddr],
     /// Time spent on backends (`None`: none was tried); of a tunnel, until the backend agreed
@@ -210,6 +262,8 @@ impl Record<'_> {
         let (Some(line), Some(log)) = (&self.line, &listener.ctx.access_log) else {
             return;
         };
+        // What the last backend tried gave: its answer, or the failure our own 502/504 says.
+        let gave_status = self.fate.answered_by_backend() || self.fate == Fate::NoAnswer;
         log.log(&access_log::Entry {
             client: self.client,
             time: line.time,
@@ -218,10 +272,13 @@ impl Record<'_> {
             protocol: self.protocol.text(),
             status: self.status,
             body_bytes: self.body_bytes,
+            bytes_sent: self.bytes_sent,
             referer: line.referer,
             user_agent: line.user_agent,
+            headers: line.headers,
             request_time: took,
             upstream_time: self.upstream_time,
+            upstream_status: (gave_status && !self.backends.is_empty()).then_some(self.status),
             backends: self.backends,
             upstream: upstream.map_or("-", |u| u.name()),
             route: route.map(|r| &*r.name),
@@ -282,6 +339,7 @@ mod tests {
             started: Instant::now(),
             status: 200,
             body_bytes: 0,
+            bytes_sent: None,
             backends: &[],
             upstream_time,
             upstream: Some(0),

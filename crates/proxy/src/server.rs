@@ -466,6 +466,12 @@ impl Proxy {
             // Resolves (with an error) when the worker drops its sender, on any exit.
             let _ = done.await;
         }
+        // The lines the workers still hold are written before the process ends (a stalled
+        // disk holds it no longer than this).
+        let log = self.live.registry().access_log.clone();
+        if log.is_some_and(|log| !log.flush(Duration::from_secs(5))) {
+            tracing::warn!("the access log's last lines could not be written within 5 s");
+        }
     }
 }
 

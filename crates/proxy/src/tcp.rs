@@ -220,10 +220,13 @@ impl Session<'_> {
                 target: b"-",
                 referer: b"",
                 user_agent: b"",
+                headers: &[],
             }),
             started: self.started,
             status: status(fate),
             body_bytes: self.moved.to_client.load(Ordering::Relaxed),
+            // nginx stream's `$bytes_sent`: every byte to the client.
+            bytes_sent: Some(self.moved.to_client.load(Ordering::Relaxed)),
             backends: self.tried.tried(),
             upstream_time: self.connect_time,
             upstream: Some(0),

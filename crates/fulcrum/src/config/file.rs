@@ -9,7 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use proxy::access_log::{Destination, Format};
+use proxy::access_log::{Destination, Format, Template};
 
 use super::admin::{self, Admin};
 use super::duration::Zero;
@@ -107,17 +107,25 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     }
 }
 
-/// `access_log_format`: `"combined"` or `"json"`.
+/// `access_log_format`: `"combined"`, `"json"`, or a template of nginx's variables
+/// (`'$remote_addr "$request" $status'`), compiled here once.
 fn access_log_format(r: &mut Report<'_>, top: &Table<'_>) -> Option<Format> {
     top.text(r, "access_log_format", "a format", "combined")
         .and_then(|f| match *f.get_ref() {
             "combined" => Some(Format::Combined),
             "json" => Some(Format::Json),
+            template if template.contains('$') => match Template::parse(template) {
+                Ok(t) => Some(Format::Template(std::sync::Arc::new(t))),
+                Err(e) => {
+                    r.error(f.span(), "access_log_format", e.to_string());
+                    None
+                }
+            },
             other => {
                 r.error(
                     f.span(),
                     "access_log_format",
-                    format!("\"{other}\" is not a format: write \"combined\" (nginx's, with fulcrum's fields after it) or \"json\" (one object a line)"),
+                    format!("\"{other}\" is not a format: write \"combined\" (nginx's, with fulcrum's fields after it), \"json\" (one object a line), or a template of nginx's variables such as '$remote_addr \"$request\" $status $body_bytes_sent'"),
                 );
                 None
             }
@@ -378,6 +386,20 @@ mod tests {
         );
         let e = refused(&GOOD.replace("workers = 2", "access_log_format = \"common\""));
         assert!(e.contains("\"common\" is not a format"), "{e}");
+        // A template: compiled; an unknown variable refused with its place and the known ones.
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\naccess_log_format = '$remote_addr \"$request\" $http_x_id'",
+        ));
+        match c.proxy.access_log.unwrap().format {
+            Format::Template(t) => assert_eq!(t.source(), "$remote_addr \"$request\" $http_x_id"),
+            other => panic!("{other:?}"),
+        }
+        let e = refused(&GOOD.replace("workers = 2", "access_log_format = '$status $remote_adr'"));
+        assert!(
+            e.contains("t.toml:2:21: access_log_format: at character 9 of the template: unknown variable \"$remote_adr\"; known: $remote_addr, $remote_user"),
+            "{e}"
+        );
         assert_eq!(c.proxy.shutdown_timeout, std::time::Duration::from_secs(10));
         let e = refused(&GOOD.replace("workers = 2", "shutdown_timeout = \"2y\""));
         assert!(

@@ -124,6 +124,8 @@ impl Finished<'_> {
             started: self.started,
             status,
             body_bytes,
+            // The HPACK-coded head's size is not known here.
+            bytes_sent: None,
             backends: tried,
             upstream_time,
             upstream: self.upstream,
@@ -134,9 +136,23 @@ impl Finished<'_> {
     }
 }
 
-/// What the access log says the client asked: the method and the target (a stream's `Referer`
-/// and `User-Agent` are not logged).
-fn said_of(request: &Request<RecvStream>) -> Said {
+/// What the access log says the client asked: the method and the target, and the headers the
+/// log's format asks for (`$host` is the `:authority`; a stream's `Referer` and `User-Agent`
+/// are not in `combined`).
+fn said_of(request: &Request<RecvStream>, wanted: &[Box<str>]) -> Said {
+    let mut headers = crate::record::wanted_headers(
+        wanted,
+        request
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+    );
+    if let (Some(i), Some(authority)) = (
+        wanted.iter().position(|w| &**w == "host"),
+        request.uri().authority(),
+    ) {
+        headers[i] = Some(authority.as_str().as_bytes().into());
+    }
     Said {
         time: SystemTime::now(),
         method: request.method().as_str().as_bytes().to_vec(),
@@ -147,6 +163,7 @@ fn said_of(request: &Request<RecvStream>) -> Said {
             .to_vec(),
         referer: Vec::new(),
         user_agent: Vec::new(),
+        headers,
     }
 }
 
@@ -159,7 +176,7 @@ pub(crate) async fn serve(
     let mut done = Finished {
         ctx: &ctx,
         started: Instant::now(),
-        said: said_of(&request),
+        said: said_of(&request, ctx.listener.ctx.log_headers()),
         upstream: ctx.listener.ctx.default_upstream().map(|_| 0),
         route: None,
         request_id: None,

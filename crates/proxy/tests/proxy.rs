@@ -364,6 +364,11 @@ async fn retries_idempotent_requests_only_unless_told() {
 
 /// A backend that answers every request `status`, its body `busy`, counting the requests.
 async fn status_backend(status: u16) -> (SocketAddr, Arc<AtomicUsize>) {
+    fixed_backend(status, "busy").await
+}
+
+/// A backend that answers every request `status` with `body`, counting the requests.
+async fn fixed_backend(status: u16, body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
     let seen = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&seen);
     let addr = raw_backend(move |mut s| {
@@ -371,7 +376,10 @@ async fn status_backend(status: u16) -> (SocketAddr, Arc<AtomicUsize>) {
         async move {
             while read_request(&mut s).await.is_some() {
                 counter.fetch_add(1, Ordering::SeqCst);
-                let head = format!("HTTP/1.1 {status} Whatever\r\nContent-Length: 4\r\n\r\nbusy");
+                let head = format!(
+                    "HTTP/1.1 {status} Whatever\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
                 if s.write_all(head.as_bytes()).await.is_err() {
                     return;
                 }
@@ -640,24 +648,7 @@ fn request_with_head_bytes(total: usize) -> Vec<u8> {
 /// is a hyper server with hyper's own limit of 100 headers, which a request at the proxy's limit
 /// exceeds once the proxy has added its forwarding headers.)
 async fn ok_backend() -> (SocketAddr, Arc<AtomicUsize>) {
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&seen);
-    let addr = raw_backend(move |mut s| {
-        let counter = Arc::clone(&counter);
-        async move {
-            while read_request(&mut s).await.is_some() {
-                counter.fetch_add(1, Ordering::SeqCst);
-                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        }
-    })
-    .await;
-    (addr, seen)
+    fixed_backend(200, "ok").await
 }
 
 #[tokio::test]

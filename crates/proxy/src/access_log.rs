@@ -30,7 +30,7 @@
 mod entry;
 mod line;
 mod template;
-mod text;
+pub(crate) mod text;
 
 pub(crate) use entry::Entry;
 pub use entry::Format;

@@ -71,7 +71,8 @@ pub(crate) fn number(out: &mut Vec<u8>, n: u64) {
     }
 }
 
-fn large_number(out: &mut Vec<u8>, mut n: u64) {
+/// Appends `n` in decimal, a digit at a time (also the head writer's `Content-Length`).
+pub(crate) fn large_number(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {

@@ -208,18 +208,8 @@ fn codings<'a>(values: impl Iterator<Item = &'a [u8]>) -> Codings {
 }
 
 /// Appends `n` in decimal.
-fn put_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+fn put_decimal(out: &mut Vec<u8>, n: u64) {
+    crate::access_log::text::large_number(out, n);
 }
 
 fn put_content_length(out: &mut Vec<u8>, n: u64) {

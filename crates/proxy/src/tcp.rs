@@ -188,7 +188,16 @@ async fn connect(
             }
             Err(e) => (e.fault(), e.to_string()),
         };
-        let step = tried.connect_failed(fault, Replay::Safe, false);
+        // A move to the next backend is a retry the upstream's budget must allow, as an HTTP
+        // request's is.
+        let failure = balance::AttemptFailure::connect(fault, Replay::Safe);
+        let step = tried.failed_within(&failure, false, || {
+            let allowed = upstream.may_retry();
+            if !allowed {
+                listener.stats.budget_exhausted(upstream.shared_name());
+            }
+            allowed
+        });
         if let Some(outcome) = step.outcome() {
             attempt.complete(outcome);
         }

@@ -40,6 +40,13 @@ fn fulcrum(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Asserts that the importer's report `err` lists each of `listed`.
+fn assert_listed(err: &str, listed: &[&str]) {
+    for listed in listed {
+        assert!(err.contains(listed), "{listed} not listed:\n{err}");
+    }
+}
+
 #[test]
 fn quotes_escapes_comments_and_variables() {
     let t = translated(
@@ -299,15 +306,16 @@ fn debians_shipped_configuration() {
     let (code, err) = import_and_check(&main);
     // The default site serves files (root, try_files): a change of behaviour, listed.
     assert_eq!(code, 1, "{err}");
-    for listed in [
-        "try_files: ",
-        "root: ",
-        "sendfile: ",
-        "gzip: ",
-        "ssl_protocols: ",
-    ] {
-        assert!(err.contains(listed), "{listed} not listed:\n{err}");
-    }
+    assert_listed(
+        &err,
+        &[
+            "try_files: ",
+            "root: ",
+            "sendfile: ",
+            "gzip: ",
+            "ssl_protocols: ",
+        ],
+    );
     assert!(err.contains("sites-enabled/default:"), "{err}");
 }
 
@@ -346,14 +354,15 @@ fn tls_site_with_http_to_https_redirect() {
         toml.contains(r#""Strict-Transport-Security" = "max-age=63072000""#),
         "{toml}"
     );
-    for listed in [
-        "ssl_protocols: ",
-        "keepalive: ",
-        "sendfile: ",
-        "X-Forwarded-For",
-    ] {
-        assert!(err.contains(listed), "{listed} not listed:\n{err}");
-    }
+    assert_listed(
+        &err,
+        &[
+            "ssl_protocols: ",
+            "keepalive: ",
+            "sendfile: ",
+            "X-Forwarded-For",
+        ],
+    );
 }
 
 #[test]
@@ -391,14 +400,15 @@ fn api_static_and_websocket_paths() {
         "{toml}"
     );
     // The location's own limit cannot be expressed: listed.
-    for listed in [
-        "expires: ",
-        "root: ",
-        "client_max_body_size: max_body_bytes = 52428800",
-        "map: ",
-    ] {
-        assert!(err.contains(listed), "{listed} not listed:\n{err}");
-    }
+    assert_listed(
+        &err,
+        &[
+            "expires: ",
+            "root: ",
+            "client_max_body_size: max_body_bytes = 52428800",
+            "map: ",
+        ],
+    );
 }
 
 #[test]

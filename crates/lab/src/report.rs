@@ -70,6 +70,8 @@ pub struct Line {
     pub shares: Vec<f64>,
     /// The runs' offered load (the median), when a simulated experiment set one.
     pub offered_load: Option<f64>,
+    /// Attempts at backends per request (the median), when the simulator counted them.
+    pub attempts_per_request: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -136,6 +138,11 @@ pub fn lines(results: &Results) -> Vec<Line> {
                         .collect();
                     (!loads.is_empty()).then(|| median(loads))
                 },
+                attempts_per_request: {
+                    let attempts: Vec<f64> =
+                        rows.iter().filter_map(|r| r.attempts_per_request).collect();
+                    (!attempts.is_empty()).then(|| median(attempts))
+                },
             }
         })
         .collect()
@@ -157,15 +164,23 @@ fn share_spread(shares: &[f64]) -> (f64, f64, f64) {
 }
 
 /// `results.csv`: the [`COLUMNS`], the repetitions and the spread of p99 and mean, the offered
-/// load when a run set one, and the shares (one column per backend, or their minimum, median
+/// load when a run set one, the attempts per request when the simulator counted them, and the
+/// shares (one column per backend, or their minimum, median
 /// and maximum above [`SHARE_COLUMN_LIMIT`] backends).
 pub fn csv(results: &Results) -> String {
     let offered = results.runs.iter().any(|m| m.offered_load.is_some());
+    let attempts = results
+        .runs
+        .iter()
+        .any(|m| m.row.attempts_per_request.is_some());
     let spread = results.backends.len() > SHARE_COLUMN_LIMIT;
     let mut out = COLUMNS.join(",");
     out.push_str(",repetitions,p99_ms_min,p99_ms_max,mean_ms_min,mean_ms_max");
     if offered {
         out.push_str(",offered_load");
+    }
+    if attempts {
+        out.push_str(",attempts_per_request");
     }
     if spread {
         out.push_str(",share_min,share_median,share_max");
@@ -203,6 +218,12 @@ pub fn csv(results: &Results) -> String {
         if offered {
             match l.offered_load {
                 Some(x) => write!(out, ",{x}").ok(),
+                None => write!(out, ",").ok(),
+            };
+        }
+        if attempts {
+            match l.attempts_per_request {
+                Some(x) => write!(out, ",{x:.3}").ok(),
                 None => write!(out, ",").ok(),
             };
         }
@@ -305,6 +326,12 @@ fn backends_line(results: &Results) -> String {
             }
             if let Some(f) = b.fail_rate {
                 write!(s, ", fail rate {f}").ok();
+                if let Some(status) = b.fail_status {
+                    write!(s, " ({status})").ok();
+                }
+            }
+            if let Some(d) = &b.deadline {
+                write!(s, ", deadline {d}").ok();
             }
             if let Some(n) = b.stall_after {
                 write!(s, ", stalls after {n}").ok();
@@ -646,6 +673,9 @@ fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
     let mut figures = vec![latency_cdf(&runs)?];
     figures.extend(latency_over_time(&runs, &per)?);
     figures.push(throughput_over_time(&runs, &per)?);
+    if runs.iter().any(|m| m.row.summary.failed > 0) {
+        figures.push(goodput_over_time(&runs, &per)?);
+    }
     // Per contender: each backend's share of the requests, and its utilization.
     let many = results.backends.len() > SHARE_CHART_LIMIT;
     for m in &runs {
@@ -718,26 +748,7 @@ fn latency_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<[Figure; 2
 
 /// Throughput: answers by the bucket they ended in, and the offered load.
 fn throughput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure> {
-    let mut throughput: Vec<Series> = runs
-        .iter()
-        .map(|m| {
-            let t = &m.tally;
-            let ended = t.answered_by_end();
-            // Up to the last answer (the run's length at least).
-            let last = ended
-                .iter()
-                .rposition(|&n| n > 0)
-                .unwrap_or(0)
-                .max(t.offered().len() - 1)
-                .min(ended.len() - 1);
-            let points = ended[..=last]
-                .iter()
-                .enumerate()
-                .map(|(k, &n)| (bucket_x(t, k), n as f64))
-                .collect();
-            (m.label.clone(), points)
-        })
-        .collect();
+    let mut throughput = per_end_bucket(runs, &Tally::answered_by_end);
     if let Some(m) = runs.first() {
         let t = &m.tally;
         let points = t
@@ -758,6 +769,45 @@ fn throughput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure>
             false,
         )?,
     ))
+}
+
+/// Goodput: successful answers by the bucket they ended in (drawn when some answer failed:
+/// then the answers' count hides what the clients got).
+fn goodput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure> {
+    Ok((
+        "Successful answers over time".into(),
+        line_chart(
+            &format!("Successful (2xx) answers per {per}"),
+            "seconds",
+            &format!("successes per {per}"),
+            &per_end_bucket(runs, &Tally::succeeded_by_end),
+            false,
+        )?,
+    ))
+}
+
+/// One series per contender: `counts` of its tally per bucket of the time answers ended, up
+/// to the last answer (the run's length at least).
+fn per_end_bucket(runs: &[&Measured], counts: &dyn Fn(&Tally) -> &[u64]) -> Vec<Series> {
+    runs.iter()
+        .map(|m| {
+            let t = &m.tally;
+            let ended = t.answered_by_end();
+            let last = ended
+                .iter()
+                .rposition(|&n| n > 0)
+                .unwrap_or(0)
+                .max(t.offered().len() - 1)
+                .min(ended.len() - 1);
+            let points = counts(t)
+                .iter()
+                .take(last + 1)
+                .enumerate()
+                .map(|(k, &n)| (bucket_x(t, k), n as f64))
+                .collect();
+            (m.label.clone(), points)
+        })
+        .collect()
 }
 
 /// A contender's share of the requests per backend: per time bucket, or with `many`

@@ -85,6 +85,9 @@ pub struct Row {
     pub util_stddev: f64,
     /// The share of the answered requests each backend served, in [`Results::backends`] order.
     pub shares: Vec<f64>,
+    /// Attempts that reached a backend per request sent (retries included): the load
+    /// amplification. Known in the simulator; `None` in the lab.
+    pub attempts_per_request: Option<f64>,
 }
 
 /// Everything a scenario's run measured.
@@ -401,6 +404,7 @@ pub fn row(tally: &Tally, samples: &[LoadSample], traffic: &Traffic) -> Row {
         peak_concurrency: tally.peak_concurrency(),
         util_stddev: util_stddev(&during),
         shares,
+        attempts_per_request: None,
     }
 }
 
@@ -480,6 +484,8 @@ fn backend_args(plan: &BackendPlan, addr: SocketAddr, seed: u64) -> Vec<String> 
     opt("--cost", b.cost.clone());
     opt("--antagonist", b.antagonist.clone());
     opt("--fail-rate", b.fail_rate.map(|p| p.to_string()));
+    opt("--fail-status", b.fail_status.map(|s| s.to_string()));
+    opt("--deadline", b.deadline.clone());
     opt("--stall-after", b.stall_after.map(|n| n.to_string()));
     opt("--die-after", b.die_after.map(|n| n.to_string()));
     args

@@ -185,6 +185,11 @@ pub struct BackendSpec {
     /// The cost of a request without `X-Lab-Cost` (the traffic always sets one).
     pub cost: Option<String>,
     pub fail_rate: Option<f64>,
+    /// The status of a `fail_rate` failure (default 500).
+    pub fail_status: Option<u16>,
+    /// A request not done this long after it arrived is answered 503, its work going on
+    /// ([`crate::backend::Faults::deadline`]).
+    pub deadline: Option<String>,
     pub stall_after: Option<u64>,
     pub die_after: Option<u64>,
     /// Used only when no other backend can be.
@@ -195,6 +200,30 @@ pub struct BackendSpec {
     /// others wait in the balancer.
     #[serde(default)]
     pub max_conns: u32,
+}
+
+impl BackendSpec {
+    /// Its faults, as the lab backend and the simulator run them.
+    pub fn faults(&self) -> Result<crate::backend::Faults, String> {
+        let deadline = match &self.deadline {
+            None => None,
+            Some(d) => match humantime::parse_duration(d) {
+                Ok(d) if d >= Duration::from_millis(10) => Some(d),
+                _ => {
+                    return Err(format!(
+                        "deadline = {d:?}: write a duration of at least 10ms, such as \"1s\""
+                    ));
+                }
+            },
+        };
+        Ok(crate::backend::Faults {
+            fail_rate: self.fail_rate.unwrap_or(0.0),
+            fail_status: self.fail_status.unwrap_or(500),
+            deadline,
+            stall_after: self.stall_after,
+            die_after: self.die_after,
+        })
+    }
 }
 
 /// The traffic: open loop (`pattern`) or closed loop (`concurrency`).
@@ -454,6 +483,14 @@ impl Scenario {
                     "{at}: fail_rate = {p}: write a probability, 0 to 1"
                 ));
             }
+            if let Some(status) = b.fail_status
+                && !(100..=599).contains(&status)
+            {
+                return Err(format!(
+                    "{at}: fail_status = {status}: write an HTTP status, 100 to 599 (such as 503)"
+                ));
+            }
+            b.faults().map_err(|e| format!("{at}: {e}"))?;
             if let Some(c) = &b.cost {
                 Cost::from_str(c).map_err(|e| format!("{at}: cost: {e}"))?;
             }
@@ -849,6 +886,16 @@ mod tests {
             assert!(e.contains(says), "{to}: {e}");
         };
         bad("speed = 0.5", "sped = 0.5", "unknown field `sped`");
+        bad(
+            "speed = 0.5",
+            "speed = 0.5\ndeadline = \"5ms\"",
+            "deadline = \"5ms\": write a duration of at least 10ms",
+        );
+        bad(
+            "speed = 0.5",
+            "speed = 0.5\nfail_status = 700",
+            "fail_status = 700: write an HTTP status",
+        );
         bad("constant:10", "constant:ten", "traffic.pattern");
         bad("\"least_conn\"", "\"maglev\"", "nginx has no \"maglev\"");
         bad(

@@ -128,6 +128,8 @@ pub struct Tally {
     bucket_latencies: Vec<Histogram<u32>>,
     /// Answers per bucket of the time they ended ([`TRAILING_BUCKETS`] more buckets).
     ended: Vec<u64>,
+    /// Successful answers (2xx) per bucket of the time they ended (as `ended`).
+    ended_ok: Vec<u64>,
     /// `served_by_bucket[bucket * backends + backend]`, up to [`SHARE_CHART_LIMIT`] backends.
     served_by_bucket: Option<Vec<u64>>,
     /// Per ramp step.
@@ -176,6 +178,7 @@ impl Tally {
             bucket_count: vec![0; buckets],
             bucket_latencies: vec![bucket_histogram; buckets],
             ended: vec![0; buckets + TRAILING_BUCKETS],
+            ended_ok: vec![0; buckets + TRAILING_BUCKETS],
             served_by_bucket: (backends <= SHARE_CHART_LIMIT).then(|| vec![0; buckets * backends]),
             steps: vec![Step::default(); steps],
         }
@@ -186,7 +189,8 @@ impl Tally {
         self.sent += 1;
         self.behind = self.behind.max(r.started.saturating_sub(r.intended));
         // The same rules as `Summary` has always had.
-        let latency = match r.verdict() {
+        let verdict = r.verdict();
+        let latency = match verdict {
             Verdict::Ok => {
                 self.ok += 1;
                 r.latency
@@ -233,6 +237,9 @@ impl Tally {
             let end = ((r.intended + l).as_secs() / self.width) as usize;
             let last = self.ended.len() - 1;
             self.ended[end.min(last)] += 1;
+            if verdict == Verdict::Ok {
+                self.ended_ok[end.min(last)] += 1;
+            }
         }
         if let Some(b) = r.backend
             && b < self.served.len()
@@ -330,6 +337,11 @@ impl Tally {
     /// Answers per bucket of the time they ended, to a few buckets past the length.
     pub fn answered_by_end(&self) -> &[u64] {
         &self.ended
+    }
+
+    /// Successful answers (2xx) per bucket of the time they ended, as [`Tally::answered_by_end`].
+    pub fn succeeded_by_end(&self) -> &[u64] {
+        &self.ended_ok
     }
 
     /// The answers `backend` gave to requests intended in `bucket`; `None` above

@@ -379,3 +379,49 @@ async fn a_cost_distribution_is_drawn_for_requests_without_the_header() {
     let got = burst(b.addr(), 1, 10).await;
     assert!(got[0].1 < 0.045, "{got:?}");
 }
+
+#[tokio::test]
+async fn a_fail_status_answers_its_status() {
+    let b = start(
+        capacity(1, 1.0, 10),
+        Faults {
+            fail_rate: 1.0,
+            fail_status: 503,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let reply = Client::new(b.addr()).get("/").await.unwrap();
+    assert_eq!(reply.status.as_u16(), 503);
+}
+
+/// A deadline answers 503 when it passes and the work goes on, holding its slot: a request of
+/// no cost that arrives behind it waits for that slot and gets its own deadline's 503 (were the
+/// work stopped at the first deadline, the slot would be free and it would get 200 at once).
+#[tokio::test]
+async fn a_deadline_answers_503_and_the_work_goes_on_holding_its_slot() {
+    let b = start(
+        capacity(1, 1.0, 10),
+        Faults {
+            deadline: Some(Duration::from_millis(200)),
+            ..Faults::default()
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let long = Client::new(b.addr()).send(costly(3000)).await.unwrap();
+    assert_eq!(long.status.as_u16(), 503);
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    let short = Client::new(b.addr()).send(costly(0)).await.unwrap();
+    assert_eq!(short.status.as_u16(), 503, "{}", short.text());
+    assert!(short.text().contains("deadline"), "{}", short.text());
+    // Once the long work is done (not before), the slot serves again.
+    loop {
+        let again = Client::new(b.addr()).send(costly(0)).await.unwrap();
+        if again.status.as_u16() == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never served");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(2900));
+}

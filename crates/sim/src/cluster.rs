@@ -23,7 +23,7 @@
 //! miss). The reports go through [`Feed`] — the control plane's own staleness rule and weight
 //! model — and the weights into the pool, as the proxy's feedback loop does.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use balance::queue::{self, Admission, Handed};
@@ -85,6 +85,9 @@ enum Event {
     Die(u32),
     /// Backend `0`'s outage begins (`true`) or ends.
     Outage(u32, bool),
+    /// Backend `0`'s deadline for a job (`Faults::deadline`): if it is still there, it is
+    /// answered 503 and its work goes on.
+    Overdue(u32, Job),
     /// Request `0`, waiting in its balancer's `max_conns` queue since its attempt `1`, has
     /// waited `queue_timeout`.
     QueueTimeout(u32, u32),
@@ -192,6 +195,10 @@ impl queue::Waiter for Waiter {
 #[derive(Debug)]
 pub struct Measured {
     pub tally: Tally,
+    /// Attempts each backend received (scenario order), retries included.
+    pub attempts: Vec<u64>,
+    /// Requests started (the warm-up's included).
+    pub sent: u64,
     pub samples: Vec<LoadSample>,
     /// Events processed (for speed figures).
     pub events: u64,
@@ -260,6 +267,8 @@ struct Sim<'a> {
     user_busy: Vec<bool>,
     /// Each server's last request before it dies (`die_after`).
     last: Vec<Option<Job>>,
+    /// Jobs answered at their backend's deadline whose work goes on, with their backend.
+    orphans: HashMap<Job, u32>,
     scratch: Vec<Job>,
     processed: u64,
 }
@@ -283,9 +292,8 @@ impl<'a> Sim<'a> {
                     b.speed,
                     b.max_queue,
                     b.antagonist.as_deref().and_then(|a| a.parse().ok()),
-                    b.fail_rate.unwrap_or(0.0),
-                    b.stall_after,
-                    b.die_after,
+                    // Checked with the scenario.
+                    &b.faults().unwrap_or_default(),
                 )
             })
             .collect();
@@ -388,6 +396,7 @@ impl<'a> Sim<'a> {
             next: None,
             user_busy: Vec::new(),
             last: vec![None; n],
+            orphans: HashMap::new(),
             scratch: Vec::new(),
             processed: 0,
         };
@@ -453,6 +462,9 @@ impl Sim<'_> {
         progress(self.sent);
         self.tally.set_peak_concurrency(self.peak);
         Measured {
+            // The servers are in scenario order.
+            attempts: self.servers.iter().map(|s| s.received).collect(),
+            sent: self.sent,
             tally: self.tally,
             samples: self.samples,
             events: self.processed,
@@ -495,6 +507,7 @@ impl Sim<'_> {
             Event::Step => self.step(),
             Event::Die(k) => self.die(k),
             Event::Outage(k, out) => self.outage(k, out),
+            Event::Overdue(k, job) => self.overdue(k, job),
             Event::QueueTimeout(i, a) => {
                 if self.valid((i, a)) && self.checks[i as usize].stage == Stage::Waiting {
                     self.leave_queue(i);
@@ -786,7 +799,7 @@ impl Sim<'_> {
                 self.last[k] = Some(job);
             }
             if s.fail_rate > 0.0 && self.rng.random::<f64>() < s.fail_rate {
-                r.status = 500;
+                r.status = s.fail_status;
                 return self.reply(i);
             }
         }
@@ -797,7 +810,33 @@ impl Sim<'_> {
             r.work
         };
         let admitted = s.admit(self.now, job, work, on_slots);
+        if let Some(deadline) = s.deadline
+            && admitted != Admit::Refused
+        {
+            let at = self.now.saturating_add(deadline);
+            self.events.push(at, Event::Overdue(k as u32, job));
+        }
         self.admitted(i, k, admitted);
+    }
+
+    /// Backend `k`'s deadline for `job` passed: if the job is still there, the backend answers
+    /// it 503 now, and its work stays where it is (queued, on a slot, on the bandwidth) to the
+    /// end, an orphan.
+    fn overdue(&mut self, k: u32, job: Job) {
+        let (i, _) = job;
+        let at_work = matches!(
+            self.checks[i as usize].stage,
+            Stage::Queued | Stage::Slot | Stage::Shared
+        );
+        if !(self.valid(job) && at_work && self.reqs[i as usize].backend == k)
+            || self.servers[k as usize].life == Life::Stalled
+        {
+            return;
+        }
+        self.orphans.insert(job, k);
+        self.checks[i as usize].stage = Stage::Away;
+        self.reqs[i as usize].status = 503;
+        self.reply(i);
     }
 
     fn admitted(&mut self, i: u32, k: usize, admitted: Admit) {
@@ -832,6 +871,11 @@ impl Sim<'_> {
 
     fn slot_done(&mut self, k: u32, job: Job) {
         let (i, _) = job;
+        if self.orphans.remove(&job).is_some() {
+            // Its answer left at the deadline; its slot is free now. (A `mixed` orphan's
+            // bandwidth half is not run.)
+            return self.start_next_on_slot(k as usize);
+        }
         if !(self.valid(job) && self.checks[i as usize].stage == Stage::Slot) {
             return;
         }
@@ -841,13 +885,15 @@ impl Sim<'_> {
 
     /// A slot of backend `k` is free: the next live job in its queue takes it.
     fn start_next_on_slot(&mut self, k: usize) {
-        let checks = &self.checks;
+        let (checks, orphans) = (&self.checks, &self.orphans);
         let live = |(i, a): Job| {
             let c = &checks[i as usize];
-            c.live && c.attempt == a && c.stage == Stage::Queued
+            (c.live && c.attempt == a && c.stage == Stage::Queued) || orphans.contains_key(&(i, a))
         };
         if let Some(((i, a), end)) = self.servers[k].free_slot(self.now, live) {
-            self.checks[i as usize].stage = Stage::Slot;
+            if !self.orphans.contains_key(&(i, a)) {
+                self.checks[i as usize].stage = Stage::Slot;
+            }
             self.events.push(end, Event::SlotDone(k as u32, (i, a)));
         }
     }
@@ -863,7 +909,7 @@ impl Sim<'_> {
             self.events.push(at, Event::Wake(k as u32, s.wake));
         }
         for &job in &done {
-            if self.valid(job) {
+            if self.orphans.remove(&job).is_none() && self.valid(job) {
                 self.served(job.0);
             }
         }
@@ -1104,6 +1150,10 @@ impl Sim<'_> {
         let mut dropped = std::mem::take(&mut self.scratch);
         dropped.clear();
         self.servers[k].drop_all(self.now, &mut dropped);
+        // Orphans' work goes with the rest; their answers are out.
+        let orphans = &mut self.orphans;
+        dropped.retain(|job| orphans.remove(job).is_none());
+        orphans.retain(|_, &mut b| b as usize != k);
         for b in &mut self.balancers {
             b.warm[k] = false;
         }

@@ -140,7 +140,9 @@ pub fn play(
                         }
                         _ => traffic.clone(),
                     };
-                    let row = lab::run::row(&m.tally, &m.samples, &measured);
+                    let mut row = lab::run::row(&m.tally, &m.samples, &measured);
+                    row.attempts_per_request =
+                        Some(m.attempts.iter().sum::<u64>() as f64 / m.sent.max(1) as f64);
                     let run = Measured {
                         label,
                         repetition: *repetition,

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use lab::backend::{Antagonist, Mode, finish_after};
+use lab::backend::{Antagonist, Faults, Mode, finish_after};
 
 use crate::events::Time;
 
@@ -72,7 +72,7 @@ pub struct Server {
     pub out: bool,
     /// No antagonist: the capacity is whole at all times.
     steady: bool,
-    /// No fault knob: no failure rate, no stall, no death.
+    /// No fault knob: no failure rate, no deadline, no stall, no death.
     pub plain: bool,
     /// Waiting for a slot, with each job's work; cancelled jobs stay until they reach the
     /// front (`waiting` counts the live ones).
@@ -85,6 +85,10 @@ pub struct Server {
     /// ∫ bandwidth in use / bandwidth dt, in seconds (the lab meter's).
     net: f64,
     pub fail_rate: f64,
+    pub fail_status: u16,
+    /// Its request deadline, ns: a request not done this long after it arrived is answered
+    /// 503 and its work goes on (`Faults::deadline`).
+    pub deadline: Option<Time>,
     pub stall_after: Option<u64>,
     pub die_after: Option<u64>,
     /// How many outages are under way.
@@ -115,16 +119,13 @@ fn dur(t: Time) -> Duration {
 }
 
 impl Server {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         mode: Mode,
         slots: u32,
         speed: f64,
         max_queue: usize,
         antagonist: Option<Antagonist>,
-        fail_rate: f64,
-        stall_after: Option<u64>,
-        die_after: Option<u64>,
+        faults: &Faults,
     ) -> Server {
         Server {
             meter: Meter::default(),
@@ -142,15 +143,22 @@ impl Server {
             life: Life::Serving,
             out: false,
             steady: antagonist.is_none(),
-            plain: fail_rate <= 0.0 && stall_after.is_none() && die_after.is_none(),
+            plain: faults.fail_rate <= 0.0
+                && faults.deadline.is_none()
+                && faults.stall_after.is_none()
+                && faults.die_after.is_none(),
             queue: VecDeque::new(),
             shared: Vec::new(),
             shared_since: 0,
             wake: 0,
             net: 0.0,
-            fail_rate,
-            stall_after,
-            die_after,
+            fail_rate: faults.fail_rate,
+            fail_status: faults.fail_status,
+            deadline: faults
+                .deadline
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            stall_after: faults.stall_after,
+            die_after: faults.die_after,
             outages: 0,
             antagonist,
         }
@@ -379,7 +387,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn cpu(slots: u32, speed: f64) -> Server {
-        Server::new(Mode::Cpu, slots, speed, 10, None, 0.0, None, None)
+        Server::new(Mode::Cpu, slots, speed, 10, None, &Faults::default())
     }
 
     #[test]
@@ -401,7 +409,7 @@ mod tests {
 
     #[test]
     fn slots_serve_in_turn_and_refuse_beyond_the_queue() {
-        let mut s = Server::new(Mode::Cpu, 1, 0.5, 1, None, 0.0, None, None);
+        let mut s = Server::new(Mode::Cpu, 1, 0.5, 1, None, &Faults::default());
         assert_eq!(s.admit(0, (1, 1), 10 * MS, true), Admit::Slot(20 * MS));
         assert_eq!(s.admit(0, (2, 2), 10 * MS, true), Admit::Queued);
         assert_eq!(s.admit(0, (3, 3), 10 * MS, true), Admit::Refused);
@@ -435,7 +443,7 @@ mod tests {
     #[test]
     fn processor_sharing_divides_the_bandwidth() {
         // Two slots' worth of bandwidth, three jobs of 30 ms: each gets 2/3, so all end at 45 ms.
-        let mut s = Server::new(Mode::Io, 2, 1.0, 10, None, 0.0, None, None);
+        let mut s = Server::new(Mode::Io, 2, 1.0, 10, None, &Faults::default());
         for j in 0..3 {
             assert_eq!(s.admit(0, (j, j), 30 * MS, false), Admit::Shared);
         }
@@ -452,7 +460,7 @@ mod tests {
     #[test]
     fn an_antagonist_slows_service_and_shows_in_the_report() {
         let a: Antagonist = "0.5:1s:2s".parse().unwrap();
-        let mut s = Server::new(Mode::Cpu, 1, 1.0, 10, Some(a), 0.0, None, None);
+        let mut s = Server::new(Mode::Cpu, 1, 1.0, 10, Some(a), &Faults::default());
         let start = s.read(0);
         // 100 ms of work at half speed: 200 ms.
         assert_eq!(s.admit(0, (1, 1), 100 * MS, true), Admit::Slot(200 * MS));

@@ -398,3 +398,40 @@ fn next_upstream_and_the_retry_budget_as_the_proxy_runs_them() {
     );
     assert!((0.21..0.26).contains(&budgeted), "{budgeted}");
 }
+
+const DEADLINE: &str = r#"
+seed = 7
+[[backend]]
+name = "a"
+workers = 1
+deadline = "100ms"
+[traffic]
+pattern = "constant:5"
+spacing = "even"
+duration = "4s"
+cost = "const:300"
+timeout = "2s"
+[[algorithm]]
+name = "round_robin"
+"#;
+
+/// A backend's deadline answers 503 when it passes, and the work goes on: with requests of
+/// 300 ms at 5 a second on one slot, every answer is a 503 at 100 ms, and the slot is busy
+/// all the time (the work of 1.5 slots is asked for); were the work stopped at the deadline,
+/// the slot would be busy half the time.
+#[test]
+fn a_deadline_answers_503_and_the_work_goes_on() {
+    let s = scenario(DEADLINE);
+    let results = play(&s, &[contender(&s, "round_robin")]);
+    let line = &lab::report::lines(&results)[0];
+    assert_eq!(line.failures, 20.0, "{line:?}");
+    assert!((99.0..=101.0).contains(&line.max_ms), "{line:?}");
+    let busy: Vec<f64> = results.runs[0]
+        .samples
+        .iter()
+        .filter(|x| x.at >= Duration::from_secs(2) && x.at <= Duration::from_secs(4))
+        .map(|x| x.cpu)
+        .collect();
+    assert!(!busy.is_empty());
+    assert!(busy.iter().all(|&c| c > 0.95), "{busy:?}");
+}

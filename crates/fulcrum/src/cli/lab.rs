@@ -79,9 +79,19 @@ pub struct BackendArgs {
     #[arg(long, value_name = "UNIX_MS", requires = "workers",
           value_parser = clap::value_parser!(u64).range(..=MAX_EPOCH_MS))]
     pub epoch_ms: Option<u64>,
-    /// Answer each request 500 with this probability (0 to 1), drawn from --seed.
+    /// Answer each request --fail-status (500) with this probability (0 to 1), drawn from
+    /// --seed.
     #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_probability, requires = "workers")]
     pub fail_rate: f64,
+    /// The status of a --fail-rate failure (such as 503: an unavailable application).
+    #[arg(long, value_name = "STATUS", default_value_t = 500, requires = "workers",
+          value_parser = clap::value_parser!(u16).range(100..=599))]
+    pub fail_status: u16,
+    /// Answer 503 to a request not done this long after it arrived (such as 1s); its work
+    /// goes on to its end, holding its slot: an application server's request timeout that
+    /// cannot stop the handler.
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, requires = "workers")]
+    pub deadline: Option<Duration>,
     /// After N requests, stop answering: later requests, those in progress and GET /load
     /// hang with their connections open.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..), requires = "workers")]

@@ -18,6 +18,8 @@ pub fn run(args: BackendArgs) -> anyhow::Result<ExitCode> {
     let capacity = capacity(&args);
     let faults = lab::backend::Faults {
         fail_rate: args.fail_rate,
+        fail_status: args.fail_status,
+        deadline: args.deadline,
         stall_after: args.stall_after,
         die_after: args.die_after,
     };

@@ -98,16 +98,37 @@ impl Capacity {
 
 /// How a backend fails. Requests count as in [`super::Backend::requests`]: every one received,
 /// except `GET /load` on a backend with a capacity (the monitoring path, never faulted).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Faults {
-    /// Each request is answered `500` at once with this probability (0..=1).
+    /// Each request is answered [`Faults::fail_status`] at once with this probability (0..=1).
     pub fail_rate: f64,
+    /// The status of a drawn failure (500 unless set: 503 is an unavailable application).
+    pub fail_status: u16,
+    /// A request not answered this long after it arrived is answered 503 then, and its work
+    /// goes on to its end, holding its place in the queue or its slot: the request timeout of
+    /// an application server that cannot stop a handler (Go's `http.TimeoutHandler`, a
+    /// thread-per-request server behind its own front proxy). The work of a request whose
+    /// client leaves goes on too. `None`: no deadline.
+    pub deadline: Option<Duration>,
     /// After this many requests the backend stops answering: later requests, those in
     /// progress and `GET /load` hang, their connections open.
     pub stall_after: Option<u64>,
     /// After this many requests the backend dies: the listener closes when the last one
     /// arrives, and every connection is dropped once it is answered.
     pub die_after: Option<u64>,
+}
+
+impl Default for Faults {
+    /// No fault: no failures (500 when a rate is set), no deadline, no stall, no death.
+    fn default() -> Faults {
+        Faults {
+            fail_rate: 0.0,
+            fail_status: 500,
+            deadline: None,
+            stall_after: None,
+            die_after: None,
+        }
+    }
 }
 
 /// The longest cost a request may have: an hour.

@@ -15,9 +15,10 @@
 //!   service slows down when a drop begins ([`finish_after`]).
 //! * **Cost**: the `X-Lab-Cost: <ms>` header the load generator sets, or `?delay_ms=N`, else a
 //!   draw from the capacity's [`crate::schedule::Cost`] with the backend's seeded RNG.
-//! * **Faults** ([`Faults`]): a seeded rate of 500s, a stall after N requests (nothing answers
-//!   again, connections stay open), death after N requests (listener closed, connections
-//!   dropped).
+//! * **Faults** ([`Faults`]): a seeded rate of failures (500, or another status), a deadline
+//!   (503 for a request not done in time, its work going on), a stall after N requests (nothing
+//!   answers again, connections stay open), death after N requests (listener closed,
+//!   connections dropped).
 //! * **`GET /load`** answers the utilization in the agent's JSON, averaged over a trailing
 //!   second, the antagonist's share included (see [`meter`]), so the dynamic algorithms can run
 //!   against lab backends end to end. It is the monitoring path: not counted, never faulted.
@@ -235,11 +236,20 @@ impl Drop for LastRequest<'_> {
     }
 }
 
-/// A counted request's answer: a drawn failure, a refusal, or the name after its cost.
-async fn serve(shared: &Shared, req: &Request<Incoming>, faults: Faults) -> Response<Full<Bytes>> {
+/// A counted request's answer: a drawn failure, a refusal, a missed deadline, or the name
+/// after its cost.
+async fn serve(
+    shared: &Arc<Shared>,
+    req: &Request<Incoming>,
+    faults: Faults,
+) -> Response<Full<Bytes>> {
     let name = &shared.name;
     if faults.fail_rate > 0.0 && draw(&shared.failures, |r| r.random::<f64>()) < faults.fail_rate {
-        return text(500, name, "failed: an emulated fault (--fail-rate)\n");
+        return text(
+            faults.fail_status,
+            name,
+            "failed: an emulated fault (--fail-rate)\n",
+        );
     }
     let cost = cost_of(req);
     let Some(server) = &shared.server else {
@@ -251,7 +261,31 @@ async fn serve(shared: &Shared, req: &Request<Incoming>, faults: Faults) -> Resp
     let cost = cost.unwrap_or_else(|| {
         capacity::cost_duration(draw(&shared.costs, |r| server.capacity.cost.draw(r)))
     });
-    match server.serve(cost).await {
+    let served = match faults.deadline {
+        None => server.serve(cost).await,
+        Some(deadline) => {
+            // The work is its own task: it goes on after the deadline's answer, and after
+            // the client left.
+            let shared = Arc::clone(shared);
+            let work = tokio::spawn(async move {
+                match &shared.server {
+                    Some(server) => server.serve(cost).await,
+                    None => Served::Done,
+                }
+            });
+            match tokio::time::timeout(deadline, work).await {
+                Ok(Ok(served)) => served,
+                Ok(Err(_)) | Err(_) => {
+                    return text(
+                        503,
+                        name,
+                        "timed out: not done by the deadline (--deadline)\n",
+                    );
+                }
+            }
+        }
+    };
+    match served {
         Served::Done => text(200, name, name.clone()),
         Served::Refused => text(503, name, "overloaded: the queue is full\n"),
     }

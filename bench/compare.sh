@@ -8,6 +8,11 @@
 #                                        # routes routes_off tcp tls tls_handshake h2 h2_backend
 #                                        # backends_10k logs)
 #   BASELINE=/tmp/fulcrum-old bench/compare.sh  # also an older fulcrum build (about 11 minutes)
+#   FULCRUM_BIN=target/pgo/fulcrum bench/compare.sh  # measure that build as fulcrum (bench/pgo.sh's
+#                                        # profile-guided one), instead of building target/release
+#   PEERS=nginx bench/compare.sh         # which peers run beside fulcrum (default "nginx haproxy";
+#                                        # "" for none: bench/pgo.sh's training)
+#   OUT=/tmp/run.md bench/compare.sh     # where the table goes (default bench/results/<date>-<host>.md)
 #
 # BASELINE: another fulcrum binary (say, built from the commit before a change) measured as a
 # fourth contender, `baseline`, configured exactly like fulcrum, on its own port. Comparing two
@@ -67,6 +72,25 @@ set -euo pipefail
 . "$(dirname "$0")/proxies.sh"
 # Resolved before the cd below, so a path relative to where it was run from still works.
 resolve_baseline
+FULCRUM_BIN=${FULCRUM_BIN:-}
+if [ -n "$FULCRUM_BIN" ]; then
+    if [ ! -x "$FULCRUM_BIN" ] || [ -d "$FULCRUM_BIN" ]; then
+        echo "error: FULCRUM_BIN=$FULCRUM_BIN is not an executable file" >&2
+        exit 1
+    fi
+    FULCRUM_BIN=$(realpath "$FULCRUM_BIN")
+fi
+PEERS=${PEERS-nginx haproxy}
+for peer in $PEERS; do
+    case $peer in
+    nginx | haproxy) ;;
+    *)
+        echo "error: PEERS=\"$PEERS\": the peers are nginx and haproxy" >&2
+        exit 1
+        ;;
+    esac
+done
+[ -z "${OUT:-}" ] || OUT=$(realpath -m "$OUT")
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-4}     # seconds per measured run
@@ -112,19 +136,22 @@ for port in "${PORTS[@]}"; do
     fi
 done
 
-echo "building fulcrum (release)..." >&2
-cargo build --release --locked -p fulcrum -q
+if [ -z "$FULCRUM_BIN" ]; then
+    echo "building fulcrum (release)..." >&2
+    cargo build --release --locked -p fulcrum -q
+fi
 # The commit measured, taken now: the checkout may move on while the run goes.
 REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 if git status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | grep -q .; then
     REVISION="$REVISION with uncommitted changes"
 fi
+[ -z "$FULCRUM_BIN" ] || REVISION="$REVISION, measured as $FULCRUM_BIN (sha256 $(sha256sum "$FULCRUM_BIN" | cut -c1-12))"
 
 work_dir fulcrum-bench
 
 # A copy, so that a rebuild in this checkout during the run does not swap the binary between
 # cases.
-cp target/release/fulcrum "$WORK/fulcrum"
+cp "${FULCRUM_BIN:-target/release/fulcrum}" "$WORK/fulcrum"
 FULCRUM=$WORK/fulcrum
 
 CLK_TCK=$(getconf CLK_TCK)
@@ -373,9 +400,11 @@ run_case() {
     set_backends "$case"
     start_backends "$client_cpus" "$([ "$case" = h2_backend ] && echo " http2")"
     start_fulcrum "$workers" "$alg" "$proxy_cpus"
-    start_nginx "$workers" "$alg" "$proxy_cpus"
-    start_haproxy "$workers" "$alg" "$proxy_cpus"
-    local names=(fulcrum nginx haproxy) conns name rep i
+    local names=(fulcrum) conns name rep i peer
+    for peer in $PEERS; do
+        "start_$peer" "$workers" "$alg" "$proxy_cpus"
+        names+=("$peer")
+    done
     # An older build may not have this case's protocol: then it sits the case out.
     if [ -n "$BASELINE" ]; then
         if start_fulcrum "$workers" "$alg" "$proxy_cpus" baseline "$BASELINE" $PORT_BASELINE; then
@@ -462,15 +491,16 @@ fi
 # The table: medians over the repetitions, then ratios of fulcrum to each peer.
 RESULTS=bench/results
 mkdir -p "$RESULTS"
-OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
+OUT=${OUT:-"$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"}
 {
     echo "# fulcrum vs ${BASELINE:+baseline vs }nginx vs HAProxy — $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "* machine: $(hostname -s), $CORES cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
-    echo "* peers: $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(haproxy -v | head -1 | awk '{ print "HAProxy " $3 }'), $("$FULCRUM" --version), $(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')"
+    echo "* peers: $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(haproxy -v | head -1 | awk '{ print "HAProxy " $3 }'), $("$FULCRUM" --version), $(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }') (measured: fulcrum${PEERS:+ $PEERS})"
+    echo "* fulcrum: $REVISION"
     if [ -n "$BASELINE" ]; then
         # Both builds may print the same version; the commit and the file's hash say which is which.
-        echo "* fulcrum: this checkout at $REVISION; baseline: $BASELINE ($("$BASELINE" --version), sha256 $(sha256sum "$BASELINE" | cut -c1-12))"
+        echo "* baseline: $BASELINE ($("$BASELINE" --version), sha256 $(sha256sum "$BASELINE" | cut -c1-12))"
     fi
     echo "* method: wrk --latency, ${DURATION} s per run, ${REPS} interleaved repetitions after a ${WARMUP} s warm-up; medians."
     echo "  1 worker: proxies pinned to CPU 1, wrk and backends to CPU 0. 2 workers: no pinning."
@@ -523,8 +553,8 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
                 # The baseline gets ratios to the peers too: beside those of fulcrum, in the same
                 # run, they show how far the change moved fulcrum against nginx and HAProxy.
                 if (k[4] == "fulcrum" || k[4] == "baseline") {
-                    xn = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "nginx", 6])
-                    xh = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "haproxy", 6])
+                    if ((base SUBSEP "nginx") in seen) xn = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "nginx", 6])
+                    if ((base SUBSEP "haproxy") in seen) xh = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "haproxy", 6])
                 }
                 if (k[4] == "fulcrum" && baseline) xb = sprintf("%.2f×", med[row, 6] / med[base SUBSEP "baseline", 6])
                 cpu = med[row, 9]; per = med[row, 11] > 0 && k[4] != "direct" ? sprintf("%.2f", cpu * 1e6 / med[row, 11]) : "–"
@@ -538,6 +568,36 @@ OUT="$RESULTS/$(date +%Y-%m-%d)-$(hostname -s)${BASELINE:+-baseline}.md"
                     direct ? "–" : sprintf("%.2f", cpu), per, user, sys, calls, ins,
                     direct ? "–" : sprintf("%.1f", peak[row] / 1024), xn, xh,
                     baseline ? " " xb " |" : ""
+            }
+        }' "$RAW"
+    echo
+    # Paired ratios: fulcrum over each peer within each repetition (the two ran seconds apart,
+    # under the same weather), their median and range: steadier than a ratio of medians.
+    awk -F'\t' '
+        function median(s,    n, i, j, t, a) {
+            n = split(s, a, " ")
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        { rate[$1 SUBSEP $2 SUBSEP $3 SUBSEP $5, $4] = $6; if (!(($1 SUBSEP $2 SUBSEP $3) in seen)) { seen[$1 SUBSEP $2 SUBSEP $3] = 1; order[++n] = $1 SUBSEP $2 SUBSEP $3 } if ($5 > reps) reps = $5 }
+        END {
+            for (i = 1; i <= n; i++) {
+                split(order[i], k, SUBSEP)
+                line = ""
+                for (p = 1; p <= 3; p++) {
+                    peer = p == 1 ? "nginx" : p == 2 ? "haproxy" : "baseline"
+                    list = ""; lo = ""; hi = ""
+                    for (r = 1; r <= reps; r++) {
+                        key = order[i] SUBSEP r
+                        if (!((key, "fulcrum") in rate) || !((key, peer) in rate) || rate[key, peer] <= 0) continue
+                        x = rate[key, "fulcrum"] / rate[key, peer]
+                        list = list " " x
+                        if (lo == "" || x < lo) lo = x
+                        if (hi == "" || x > hi) hi = x
+                    }
+                    if (list != "") line = line sprintf("; fulcrum/%s %.3f (%.2f–%.2f)", peer, median(list), lo, hi)
+                }
+                if (line != "") printf "* paired, %s at %s worker(s), %s connections: per repetition%s\n", k[1], k[2], k[3], line
             }
         }' "$RAW"
     echo

@@ -73,13 +73,7 @@ set -euo pipefail
 # Resolved before the cd below, so a path relative to where it was run from still works.
 resolve_baseline
 FULCRUM_BIN=${FULCRUM_BIN:-}
-if [ -n "$FULCRUM_BIN" ]; then
-    if [ ! -x "$FULCRUM_BIN" ] || [ -d "$FULCRUM_BIN" ]; then
-        echo "error: FULCRUM_BIN=$FULCRUM_BIN is not an executable file" >&2
-        exit 1
-    fi
-    FULCRUM_BIN=$(realpath "$FULCRUM_BIN")
-fi
+resolve_executable FULCRUM_BIN
 PEERS=${PEERS-nginx haproxy}
 for peer in $PEERS; do
     case $peer in

@@ -29,17 +29,24 @@ need_file() {
     fi
 }
 
+# resolve_executable NAME: the variable NAME (a fulcrum build given by path), if set, made an
+# absolute path; exits with an error if it is not an executable file.
+resolve_executable() {
+    local name=$1 path=${!1:-}
+    if [ -n "$path" ]; then
+        if [ ! -x "$path" ] || [ -d "$path" ]; then
+            echo "error: $name=$path is not an executable file" >&2
+            exit 1
+        fi
+        printf -v "$name" '%s' "$(realpath "$path")"
+    fi
+}
+
 # resolve_baseline: BASELINE (another fulcrum build to measure beside this checkout's), if set,
 # as an absolute path; exits with an error if it is not an executable file.
 resolve_baseline() {
     BASELINE=${BASELINE:-}
-    if [ -n "$BASELINE" ]; then
-        if [ ! -x "$BASELINE" ] || [ -d "$BASELINE" ]; then
-            echo "error: BASELINE=$BASELINE is not an executable file" >&2
-            exit 1
-        fi
-        BASELINE=$(realpath "$BASELINE")
-    fi
+    resolve_executable BASELINE
 }
 
 # wait_port PORT [SECONDS]: returns when something accepts on 127.0.0.1:PORT; exits the script

@@ -35,6 +35,7 @@ pub mod balancing;
 mod duration;
 mod file;
 mod header_rules;
+mod limits;
 mod health;
 mod listener;
 mod report;

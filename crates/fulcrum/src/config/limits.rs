@@ -1,0 +1,137 @@
+//! `limit_req` and `limit_conn`: nginx's rate and connection limits, on a listener or a route.
+//! Defaults and bounds are nginx's (`ngx_http_limit_req_module`, `ngx_http_limit_conn_module`):
+//! burst 0, a delay for every request of the burst unless `nodelay` or `delay = N`, status 503
+//! (nginx's `limit_req_status` / `limit_conn_status`, which take 400 to 599).
+
+use proxy::admission::{ConnLimit, LimitKey, RateLimit};
+use proxy::limit_req::{LimitReqSettings, parse_rate};
+
+use super::report::Report;
+use super::table::{Section, Table};
+
+const LIMIT_REQ: Section = Section {
+    title: "limit_req",
+    keys: &[
+        "rate",
+        "burst",
+        "nodelay",
+        "delay",
+        "key",
+        "status",
+        "zone_size",
+    ],
+    not_yet: &[],
+};
+
+const LIMIT_CONN: Section = Section {
+    title: "limit_conn",
+    keys: &["key", "max", "status"],
+    not_yet: &[],
+};
+
+/// Keys a `limit_req` zone holds when `zone_size` is left out: about 10 MB of state (a key
+/// takes about a hundred bytes), as nginx's `zone=name:10m` holds some 80,000.
+const DEFAULT_ZONE_SIZE: i64 = 100_000;
+/// The most keys a zone may hold: about a gigabyte.
+const MAX_ZONE_SIZE: i64 = 10_000_000;
+/// nginx's `limit_req_status` and `limit_conn_status` default.
+const DEFAULT_STATUS: u16 = 503;
+
+/// `limit_req = { rate, burst, nodelay, delay, key, status, zone_size }`; `None` when absent
+/// or wrong (reported).
+pub(super) fn limit_req(r: &mut Report<'_>, t: &Table<'_>) -> Option<RateLimit> {
+    let l = t.section(r, "limit_req", &LIMIT_REQ)?;
+    let errors_before = r.error_count();
+    let rate = l.required_text(r, "rate", "a rate", "10r/s").and_then(|text| {
+        let rate = parse_rate(text.get_ref());
+        if rate.is_none() {
+            r.error(
+                text.span(),
+                &l.key("rate"),
+                format!(
+                    "\"{}\" is not a rate: write requests a second or a minute, a whole number, such as \"10r/s\" or \"30r/m\"",
+                    text.get_ref()
+                ),
+            );
+        }
+        rate
+    });
+    let burst = l.integer(r, "burst", 0..=1_000_000_000, "").unwrap_or(0);
+    let nodelay = l.flag(r, "nodelay").unwrap_or(false);
+    let delay = l.integer(r, "delay", 0..=1_000_000_000, "");
+    if nodelay && delay.is_some() {
+        l.error(
+            r,
+            "delay",
+            "`nodelay` lets every request of the burst through at once, `delay` only that many: give one of them",
+        );
+    }
+    let key = key(r, &l);
+    let status = status(r, &l);
+    let zone_size = l
+        .integer(r, "zone_size", 1..=MAX_ZONE_SIZE, " keys")
+        .unwrap_or(DEFAULT_ZONE_SIZE as usize);
+    if r.error_count() > errors_before {
+        return None;
+    }
+    Some(RateLimit {
+        key: key?,
+        status,
+        bucket: LimitReqSettings {
+            rate: rate?,
+            burst,
+            delay: if nodelay { None } else { Some(delay.unwrap_or(0)) },
+            zone_size,
+        },
+    })
+}
+
+/// `limit_conn = { key, max, status }`; `None` when absent or wrong (reported).
+pub(super) fn limit_conn(r: &mut Report<'_>, t: &Table<'_>) -> Option<ConnLimit> {
+    let l = t.section(r, "limit_conn", &LIMIT_CONN)?;
+    let errors_before = r.error_count();
+    if l.value("max").is_none() {
+        r.error(
+            l.span(),
+            &l.key("max"),
+            "missing: a limit_conn needs the requests of a key it allows in flight at once, like max = 10",
+        );
+    }
+    // nginx's bound: "invalid number of connections" outside 1 to 65535.
+    let max = l.integer(r, "max", 1..=65_535, "");
+    let key = key(r, &l);
+    let status = status(r, &l);
+    if r.error_count() > errors_before {
+        return None;
+    }
+    Some(ConnLimit {
+        key: key?,
+        max: max?,
+        status,
+    })
+}
+
+/// `key`: `client_ip` (the default), `header:NAME` or `route`.
+fn key(r: &mut Report<'_>, l: &Table<'_>) -> Option<LimitKey> {
+    let Some(text) = l.text(r, "key", "a key", "client_ip") else {
+        return Some(LimitKey::ClientIp);
+    };
+    let key = LimitKey::parse(text.get_ref());
+    if key.is_none() {
+        r.error(
+            text.span(),
+            &l.key("key"),
+            format!(
+                "\"{}\" is not a key: write \"client_ip\", \"route\" or \"header:NAME\" (a header's name, such as \"header:X-Api-Key\")",
+                text.get_ref()
+            ),
+        );
+    }
+    key
+}
+
+/// `status`: 400 to 599, 503 by default (nginx's).
+fn status(r: &mut Report<'_>, l: &Table<'_>) -> u16 {
+    l.integer(r, "status", 400..=599, " (nginx's limit_req_status takes 400 to 599; 429 is common)")
+        .unwrap_or(DEFAULT_STATUS)
+}

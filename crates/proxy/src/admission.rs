@@ -43,7 +43,8 @@ const MAX_KEY_BYTES: usize = 65_535;
 /// The body of the answer to a request `limit_req` refused (its status is configured).
 const RATE_LIMITED: &str = "the client sends requests faster than this route allows (limit_req)\n";
 /// The body of the answer to a request `limit_conn` refused.
-const CONN_LIMITED: &str = "the client has as many requests in flight as this route allows (limit_conn)\n";
+const CONN_LIMITED: &str =
+    "the client has as many requests in flight as this route allows (limit_conn)\n";
 
 /// What a limit counts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,7 +347,10 @@ impl<'a> Checks<'a> {
             },
             None => None,
         };
-        if self.access.is_some_and(|rules| !rules.allows(asking.client)) {
+        if self
+            .access
+            .is_some_and(|rules| !rules.allows(asking.client))
+        {
             return Err(Refusal {
                 reason: Reason::Access,
                 reject: reject(403, crate::access::FORBIDDEN),
@@ -422,7 +426,10 @@ mod tests {
         let a = Headers(vec![("X-Key", "a")]);
         assert!(checks.rate(&asking([127, 0, 0, 1], &a)).is_ok());
         let refused = checks.rate(&asking([127, 0, 0, 2], &a)).unwrap_err();
-        assert_eq!((refused.reason, refused.reject.status), (Reason::LimitReq, 429));
+        assert_eq!(
+            (refused.reason, refused.reject.status),
+            (Reason::LimitReq, 429)
+        );
         // Two fields are their values joined: "a, b" is one key, not "a" nor "b".
         let ab = Headers(vec![("x-key", "a"), ("x-key", "b")]);
         assert!(checks.rate(&asking([127, 0, 0, 1], &ab)).is_ok());
@@ -451,7 +458,10 @@ mod tests {
         assert!(checks.rate(&me).is_err());
         // The listener's limit_conn (max 1 per route) and access list still apply.
         let refused = checks.admit(&me).unwrap_err();
-        assert_eq!((refused.reason, refused.reject.status), (Reason::Access, 403));
+        assert_eq!(
+            (refused.reason, refused.reject.status),
+            (Reason::Access, 403)
+        );
         let open = Checks::of((&listener, None), Some((&route, None)));
         let held = open.admit(&me).unwrap();
         let refused = open.admit(&asking([127, 0, 0, 9], &none)).unwrap_err();

@@ -6,6 +6,8 @@
 //! 1. The head is read within `client_header_timeout` (408 if part of it came and the rest did
 //!    not; an idle keep-alive connection is just closed), parsed, checked and rewritten for the
 //!    backend in one pass ([`http1::parse_request`]).
+//!    Then `limit_req`, `limit_conn` and `allow` / `deny` ([`crate::admission`], nginx's
+//!    order): a refusal is answered at once, and a delay is waited with the client watched.
 //! 2. The body, if any, is read in full first (nginx's default `proxy_request_buffering on`),
 //!    so that a failed attempt can be retried with the same bytes: a `Content-Length` body
 //!    stays in the connection's read buffer, a chunked one is decoded.

@@ -87,8 +87,8 @@
 //!   `buffer`: the read buffer a connection keeps for its life.
 
 pub mod access;
-pub mod admission;
 pub mod access_log;
+pub mod admission;
 mod affinity;
 mod answers;
 mod buffer;

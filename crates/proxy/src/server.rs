@@ -504,7 +504,12 @@ struct Served {
 
 impl Served {
     /// What `l`'s listener context is made of, with its counts id.
-    fn context(self, l: ListenerSettings, access_log: Option<AccessLog>, tls: Option<ServerTls>) -> ListenerContext {
+    fn context(
+        self,
+        l: ListenerSettings,
+        access_log: Option<AccessLog>,
+        tls: Option<ServerTls>,
+    ) -> ListenerContext {
         ListenerContext {
             counts_id: crate::metrics::route_id(&l.listen.to_string(), ""),
             settings: l,

@@ -98,8 +98,15 @@ async fn a_burst_past_limit_req_is_refused_with_its_status_and_counted() {
         statuses.push(status_of(send_from([127, 0, 3, 1], proxy.addr).await).await);
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
-    assert_eq!(status_of(send_from([127, 0, 3, 2], proxy.addr).await).await, 200);
-    assert_eq!(seen.load(Ordering::SeqCst), 4, "refusals never reach the backend");
+    assert_eq!(
+        status_of(send_from([127, 0, 3, 2], proxy.addr).await).await,
+        200
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        4,
+        "refusals never reach the backend"
+    );
     let limited = proxy.metrics.limited_totals();
     // The listener as configured (port 0), its own requests under an empty route name.
     assert_eq!(
@@ -138,7 +145,10 @@ async fn a_delayed_request_waits_before_it_is_forwarded_and_not_at_all_if_its_cl
 
     // Another client's burst: its second request must wait 100 ms; it leaves at once, and is
     // logged as gone (499) without being forwarded.
-    assert_eq!(status_of(send_from([127, 0, 4, 2], proxy.addr).await).await, 200);
+    assert_eq!(
+        status_of(send_from([127, 0, 4, 2], proxy.addr).await).await,
+        200
+    );
     drop(send_from([127, 0, 4, 2], proxy.addr).await);
     eventually("the client that left is recorded", DEADLINE, || {
         let totals = proxy.metrics.totals();
@@ -176,11 +186,17 @@ async fn limit_conn_caps_a_key_s_requests_in_flight() {
         async move { seen.load(Ordering::SeqCst) == 2 }
     })
     .await;
-    assert_eq!(status_of(send_from([127, 0, 5, 1], proxy.addr).await).await, 503);
+    assert_eq!(
+        status_of(send_from([127, 0, 5, 1], proxy.addr).await).await,
+        503
+    );
     open.send(true).unwrap();
     assert_eq!(status_of(first).await, 200);
     assert_eq!(status_of(other).await, 200);
-    assert_eq!(status_of(send_from([127, 0, 5, 1], proxy.addr).await).await, 200);
+    assert_eq!(
+        status_of(send_from([127, 0, 5, 1], proxy.addr).await).await,
+        200
+    );
     let limited: u64 = proxy
         .metrics
         .limited_totals()

@@ -80,7 +80,11 @@ pub(super) fn limit_req(r: &mut Report<'_>, t: &Table<'_>) -> Option<RateLimit> 
         bucket: LimitReqSettings {
             rate: rate?,
             burst,
-            delay: if nodelay { None } else { Some(delay.unwrap_or(0)) },
+            delay: if nodelay {
+                None
+            } else {
+                Some(delay.unwrap_or(0))
+            },
             zone_size,
         },
     })
@@ -132,6 +136,76 @@ fn key(r: &mut Report<'_>, l: &Table<'_>) -> Option<LimitKey> {
 
 /// `status`: 400 to 599, 503 by default (nginx's).
 fn status(r: &mut Report<'_>, l: &Table<'_>) -> u16 {
-    l.integer(r, "status", 400..=599, " (nginx's limit_req_status takes 400 to 599; 429 is common)")
-        .unwrap_or(DEFAULT_STATUS)
+    l.integer(
+        r,
+        "status",
+        400..=599,
+        " (nginx's limit_req_status takes 400 to 599; 429 is common)",
+    )
+    .unwrap_or(DEFAULT_STATUS)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+    use proxy::admission::LimitKey;
+
+    #[test]
+    fn nginx_s_defaults_and_the_keys_as_written() {
+        let c = ok(&with_listener(
+            "limit_req = { rate = \"30r/m\" }\nlimit_conn = { max = 10 }",
+        ));
+        let l = &c.proxy.listeners[0];
+        let req = l.limit_req.as_ref().unwrap();
+        assert_eq!(req.bucket.rate, 500);
+        assert_eq!((req.bucket.burst, req.bucket.delay), (0, Some(0)));
+        assert_eq!((req.status, req.bucket.zone_size), (503, 100_000));
+        assert_eq!(req.key, LimitKey::ClientIp);
+        let conn = l.limit_conn.as_ref().unwrap();
+        assert_eq!(
+            (conn.max, conn.status, &conn.key),
+            (10, 503, &LimitKey::ClientIp)
+        );
+        let c = ok(&with_listener(
+            "limit_req = { rate = \"10r/s\", burst = 20, nodelay = true, key = \"header:X-Api-Key\", status = 429, zone_size = 1000 }",
+        ));
+        let req = c.proxy.listeners[0].limit_req.clone().unwrap();
+        assert_eq!(req.bucket.delay, None);
+        assert_eq!(req.key, LimitKey::Header("x-api-key".into()));
+        assert_eq!((req.status, req.bucket.zone_size), (429, 1000));
+    }
+
+    #[test]
+    fn what_is_refused_says_what_to_write() {
+        for (lines, says) in [
+            ("limit_req = { burst = 5 }", "limit_req.rate: missing"),
+            ("limit_req = { rate = \"10/s\" }", "is not a rate"),
+            (
+                "limit_req = { rate = \"1r/s\", nodelay = true, delay = 2 }",
+                "give one of them",
+            ),
+            (
+                "limit_req = { rate = \"1r/s\", key = \"ip\" }",
+                "is not a key",
+            ),
+            (
+                "limit_req = { rate = \"1r/s\", status = 200 }",
+                "between 400 and 599",
+            ),
+            (
+                "limit_req = { rate = \"1r/s\", zone_size = 0 }",
+                "between 1 and",
+            ),
+            ("limit_req = { rate = \"1r/s\", bursts = 3 }", "bursts"),
+            ("limit_req = \"10r/s\"", "limit_req"),
+            (
+                "limit_conn = { key = \"route\" }",
+                "limit_conn.max: missing",
+            ),
+            ("limit_conn = { max = 0 }", "between 1 and 65535"),
+        ] {
+            let e = refused(&with_listener(lines));
+            assert!(e.contains(says), "{lines}: {e}");
+        }
+    }
 }

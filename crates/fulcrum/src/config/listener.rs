@@ -52,8 +52,10 @@ pub(super) const SECTION: Section = Section {
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 15] = [
+const HTTP_ONLY: [&str; 17] = [
     "upgrade",
+    "limit_req",
+    "limit_conn",
     "request_headers",
     "response_headers",
     "request_id",

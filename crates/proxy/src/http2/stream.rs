@@ -5,6 +5,9 @@
 //!    `; ` as RFC 9113 §8.2.3 says for HTTP/1.1), and that head goes through
 //!    [`http1::parse_request`]: one set of rules, limits, hop-by-hop removal and forwarding
 //!    headers for both protocols, and the hash key found where the HTTP/1.1 path finds it.
+//!    Then `limit_req`, `limit_conn` and `allow` / `deny` ([`crate::admission`]), as for
+//!    HTTP/1.1: a delayed stream waits (a reset meanwhile drops it unforwarded), and holds its
+//!    place in `limit_conn` until it ends.
 //! 2. The body is buffered whole, up to `max_body_bytes` (413 beyond), each DATA frame's
 //!    window given back as it is taken, at the HTTP/1.1 path's pace (`client_body_timeout`
 //!    between frames, `client_body_min_rate` over the body: 408).

@@ -205,3 +205,59 @@ async fn limit_conn_caps_a_key_s_requests_in_flight() {
         .sum();
     assert_eq!(limited, 1);
 }
+
+/// The answer to one request from `from`: its status, and whether it carries an
+/// `X-Request-Id` (the listener's `request_id`, which tells which configuration served it).
+async fn answer_from(from: [u8; 4], to: SocketAddr) -> (u16, bool) {
+    let mut stream = send_from(from, to).await;
+    let mut answer = Vec::new();
+    timeout(DEADLINE, stream.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text.contains("\r\nx-request-id:"))
+}
+
+/// A reload that leaves a listener's `limit_req` as it was keeps its buckets (a client past
+/// its limit stays refused); one that changes it starts an empty zone.
+#[tokio::test]
+async fn a_reload_keeps_an_unchanged_limit_s_state() {
+    let (_open, gate) = watch::channel(true);
+    let (addr, _) = gated_backend(gate).await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[addr])));
+    s.listeners[0].limit_req = Some(rate_limit("1r/m", 0, None));
+    let proxy = proxy::Proxy::bind(s.clone()).await.unwrap();
+    let at = proxy.local_addrs()[0];
+    let handle = proxy.handle();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(proxy.run(async move {
+        let _ = stopped.await;
+    }));
+    let me = [127, 0, 6, 1];
+    assert_eq!(answer_from(me, at).await, (200, false));
+    assert_eq!(answer_from(me, at).await, (429, false));
+
+    // Another setting changes (the listener's context is rebuilt), the limit does not.
+    s.listeners[0].request_id = true;
+    handle.reload(s.clone()).await.unwrap();
+    let mut fresh = 10u8;
+    eventually("the reloaded listener serves", DEADLINE, || {
+        fresh += 1;
+        async move { answer_from([127, 0, 6, fresh], at).await == (200, true) }
+    })
+    .await;
+    assert_eq!(answer_from(me, at).await.0, 429, "the bucket was kept");
+
+    // The limit changes: a new zone, in which the client is new.
+    s.listeners[0].request_id = false;
+    s.listeners[0].limit_req = Some(rate_limit("1r/m", 1, None));
+    handle.reload(s).await.unwrap();
+    eventually("the reloaded listener serves", DEADLINE, || {
+        fresh += 1;
+        async move { answer_from([127, 0, 6, fresh], at).await == (200, false) }
+    })
+    .await;
+    assert_eq!(answer_from(me, at).await.0, 200, "a new zone");
+}

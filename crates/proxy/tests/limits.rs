@@ -261,3 +261,66 @@ async fn a_reload_keeps_an_unchanged_limit_s_state() {
     .await;
     assert_eq!(answer_from(me, at).await.0, 200, "a new zone");
 }
+
+/// The access log says each request's fate — `limited` for `limit_req`'s refusal, `denied`
+/// for `access`'s, which comes after the limits (nginx's access phase follows its preaccess
+/// phase) — and the metrics count both by reason.
+#[tokio::test]
+async fn refusals_are_logged_with_their_fate_and_counted_by_reason() {
+    let (_open, gate) = watch::channel(true);
+    let (addr, _) = gated_backend(gate).await;
+    let mut s = settings(upstream(Algorithm::RoundRobin, backends(&[addr])));
+    s.listeners[0].limit_req = Some(rate_limit("1r/m", 0, None));
+    s.listeners[0].access = Some(
+        proxy::access::AccessList::parse(&["deny 127.0.7.9"])
+            .unwrap()
+            .0,
+    );
+    let log = std::env::temp_dir().join(format!("fulcrum-limits-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    s.access_log = Some(proxy::access_log::AccessLogSettings {
+        destination: proxy::access_log::Destination::File(log.clone()),
+        format: Default::default(),
+    });
+    let proxy = start(s).await;
+    assert_eq!(
+        status_of(send_from([127, 0, 7, 1], proxy.addr).await).await,
+        200
+    );
+    assert_eq!(
+        status_of(send_from([127, 0, 7, 1], proxy.addr).await).await,
+        429
+    );
+    assert_eq!(
+        status_of(send_from([127, 0, 7, 9], proxy.addr).await).await,
+        403
+    );
+    let mut text = String::new();
+    eventually("three lines logged", DEADLINE, || {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines = text.lines().count();
+        async move { lines == 3 }
+    })
+    .await;
+    let _ = std::fs::remove_file(&log);
+    // By status (the workers' lines may come in either order).
+    let mut fates: Vec<(&str, &str)> = text
+        .lines()
+        .map(|l| {
+            let status = l.split("\" ").nth(1).map_or("", |r| &r[..3.min(r.len())]);
+            (status, l.rsplit_once("fate=").map_or("", |(_, f)| f.trim()))
+        })
+        .collect();
+    fates.sort();
+    assert_eq!(
+        fates,
+        [("200", "answered"), ("403", "denied"), ("429", "limited")],
+        "{text}"
+    );
+    let limited = proxy.metrics.limited_totals();
+    assert_eq!(
+        limited.get(&("127.0.0.1:0".into(), "".into())),
+        Some(&[1, 0, 1]),
+        "{limited:?}"
+    );
+}

@@ -176,6 +176,36 @@ mod tests {
     }
 
     #[test]
+    fn a_route_has_its_own() {
+        let c = ok(&with_listener(
+            "limit_req = { rate = \"10r/s\" }\n\n  [[listener.route]]\n  path = \"/login\"\n  upstream = \"web\"\n  limit_req = { rate = \"1r/s\", key = \"route\" }\n  limit_conn = { max = 3 }\n",
+        ));
+        let route = &c.proxy.listeners[0].routes[0];
+        let req = route.limit_req.as_ref().unwrap();
+        assert_eq!((req.bucket.rate, &req.key), (1000, &LimitKey::Route));
+        assert_eq!(route.limit_conn.as_ref().unwrap().max, 3);
+        assert_eq!(
+            c.proxy.listeners[0].limit_req.as_ref().unwrap().bucket.rate,
+            10_000
+        );
+    }
+
+    #[test]
+    fn a_tcp_listener_is_warned_that_they_do_nothing() {
+        let c = ok(&with_listener(
+            "protocol = \"tcp\"\nlimit_req = { rate = \"1r/s\" }\nlimit_conn = { max = 1 }",
+        ));
+        for key in ["limit_req", "limit_conn"] {
+            let warned = c.warnings.iter().any(|w| {
+                w.contains(&format!(
+                    "listener[0].{key}: does nothing on a TCP listener"
+                ))
+            });
+            assert!(warned, "{key}: {:?}", c.warnings);
+        }
+    }
+
+    #[test]
     fn what_is_refused_says_what_to_write() {
         for (lines, says) in [
             ("limit_req = { burst = 5 }", "limit_req.rate: missing"),

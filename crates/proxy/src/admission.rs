@@ -33,7 +33,6 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::access::AccessList;
-use crate::http1::{Reject, reject};
 use crate::limit_conn::LimitConn;
 use crate::limit_req::{LimitReq, LimitReqSettings, Verdict};
 
@@ -120,11 +119,12 @@ impl Reason {
     }
 }
 
-/// A request not let through: why, and our answer.
+/// A request not let through: why, and our answer's status and body.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Refusal {
     pub(crate) reason: Reason,
-    pub(crate) reject: Reject,
+    pub(crate) status: u16,
+    pub(crate) text: &'static str,
 }
 
 /// A key as a zone holds it: the same size whatever the request sent.
@@ -323,7 +323,8 @@ impl<'a> Checks<'a> {
             Verdict::Accept { delay_ms } => Ok(Duration::from_millis(delay_ms)),
             Verdict::Refuse => Err(Refusal {
                 reason: Reason::LimitReq,
-                reject: reject(zone.settings.status, RATE_LIMITED),
+                status: zone.settings.status,
+                text: RATE_LIMITED,
             }),
         }
     }
@@ -340,7 +341,8 @@ impl<'a> Checks<'a> {
                 Some(_) => {
                     return Err(Refusal {
                         reason: Reason::LimitConn,
-                        reject: reject(zone.settings.status, CONN_LIMITED),
+                        status: zone.settings.status,
+                        text: CONN_LIMITED,
                     });
                 }
                 None => None,
@@ -353,7 +355,8 @@ impl<'a> Checks<'a> {
         {
             return Err(Refusal {
                 reason: Reason::Access,
-                reject: reject(403, crate::access::FORBIDDEN),
+                status: 403,
+                text: crate::access::FORBIDDEN,
             });
         }
         Ok(guard)
@@ -426,10 +429,7 @@ mod tests {
         let a = Headers(vec![("X-Key", "a")]);
         assert!(checks.rate(&asking([127, 0, 0, 1], &a)).is_ok());
         let refused = checks.rate(&asking([127, 0, 0, 2], &a)).unwrap_err();
-        assert_eq!(
-            (refused.reason, refused.reject.status),
-            (Reason::LimitReq, 429)
-        );
+        assert_eq!((refused.reason, refused.status), (Reason::LimitReq, 429));
         // Two fields are their values joined: "a, b" is one key, not "a" nor "b".
         let ab = Headers(vec![("x-key", "a"), ("x-key", "b")]);
         assert!(checks.rate(&asking([127, 0, 0, 1], &ab)).is_ok());
@@ -458,10 +458,7 @@ mod tests {
         assert!(checks.rate(&me).is_err());
         // The listener's limit_conn (max 1 per route) and access list still apply.
         let refused = checks.admit(&me).unwrap_err();
-        assert_eq!(
-            (refused.reason, refused.reject.status),
-            (Reason::Access, 403)
-        );
+        assert_eq!((refused.reason, refused.status), (Reason::Access, 403));
         let open = Checks::of((&listener, None), Some((&route, None)));
         let held = open.admit(&me).unwrap();
         let refused = open.admit(&asking([127, 0, 0, 9], &none)).unwrap_err();

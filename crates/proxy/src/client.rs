@@ -580,7 +580,7 @@ impl<S: ClientStream> ClientConn<S> {
                 return Err(Next::Close);
             }
         };
-        let reject = refusal.reject;
+        let reject = http1::reject(refusal.status, refusal.text);
         // Without a body the connection goes on, as nginx's; with one, unread, it closes.
         let (status, next, body_bytes) = if matches!(req.body, Framing::None | Framing::Close) {
             self.inbuf.consume(req.head_len);

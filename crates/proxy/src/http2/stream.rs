@@ -534,7 +534,7 @@ async fn proxy(
         Ok(place) => done.in_flight = place,
         Err(refusal) => {
             return Ready::Own {
-                reject: refusal.reject,
+                reject: http1::reject(refusal.status, refusal.text),
                 is_head,
                 tried: Vec::new(),
                 upstream_time: None,

@@ -68,27 +68,41 @@ fn send(from: [u8; 4], to: SocketAddr) -> TcpStream {
     stream
 }
 
-fn status_of(mut stream: TcpStream) -> u16 {
+/// What one request got: its status, and how long after it was sent its answer was read
+/// whole (milliseconds).
+#[derive(Debug, Clone, Copy)]
+struct Got {
+    status: u16,
+    waited: u64,
+}
+
+fn answer_of((mut stream, sent): (TcpStream, Instant)) -> Got {
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
-    std::str::from_utf8(answer.get(9..12).unwrap_or_default())
+    let status = std::str::from_utf8(answer.get(9..12).unwrap_or_default())
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    Got {
+        status,
+        waited: sent.elapsed().as_millis() as u64,
+    }
 }
 
 /// Sends the sequence to every target at once (each request to all of them in turn, at its
-/// instant); the statuses per target in sequence order, and when each request was sent
-/// (milliseconds from the start, the first target's).
-fn run(targets: &[SocketAddr]) -> (Vec<Vec<u16>>, Vec<u64>) {
+/// instant); what each request got from each target, in sequence order, and when each request
+/// was sent (milliseconds from the start, the first target's). Each target's answers are read
+/// in the order sent, so an answer that came before an earlier one is timed when its turn
+/// comes: the delayed ones come in order of sending, the refusals at once.
+fn run(targets: &[SocketAddr]) -> (Vec<Vec<Got>>, Vec<u64>) {
     let sends = sequence();
     let mut readers = Vec::new();
     let mut inboxes = Vec::new();
     for _ in targets {
-        let (tx, rx) = mpsc::channel::<TcpStream>();
+        let (tx, rx) = mpsc::channel::<(TcpStream, Instant)>();
         inboxes.push(tx);
         readers.push(std::thread::spawn(move || {
-            rx.into_iter().map(status_of).collect::<Vec<u16>>()
+            rx.into_iter().map(answer_of).collect::<Vec<Got>>()
         }));
     }
     let start = Instant::now();
@@ -103,14 +117,13 @@ fn run(targets: &[SocketAddr]) -> (Vec<Vec<u16>>, Vec<u64>) {
         // Alternate which target hears first, so neither is always later.
         for t in 0..targets.len() {
             let t = (t + i) % targets.len();
-            inboxes[t]
-                .send(send(CLIENTS[s.client], targets[t]))
-                .unwrap();
+            let stream = send(CLIENTS[s.client], targets[t]);
+            inboxes[t].send((stream, Instant::now())).unwrap();
         }
     }
     drop(inboxes);
-    let statuses = readers.into_iter().map(|r| r.join().unwrap()).collect();
-    (statuses, sent_at)
+    let got = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    (got, sent_at)
 }
 
 /// The leaky bucket's verdicts (`true`: accepted) on the sequence sent at `times`.
@@ -184,55 +197,87 @@ fn the_same_timed_requests_get_nginx_s_limit_req_verdicts() {
     let fulcrum = Running::start(&config, 2);
     let ours = [fulcrum.addr_of("delayed"), fulcrum.addr_of("nodelay")];
 
-    let (statuses, times) = run(&[theirs[0], ours[0], theirs[1], ours[1]]);
-    for (variant, (nginx, fulcrum)) in [(&statuses[0], &statuses[1]), (&statuses[2], &statuses[3])]
-        .into_iter()
-        .enumerate()
-    {
+    let (got, times) = run(&[theirs[0], ours[0], theirs[1], ours[1]]);
+    for (variant, pair) in got.chunks(2).enumerate() {
         let nodelay = variant == 1;
         let name = if nodelay { "nodelay" } else { "delayed" };
-        for (who, answers) in [("nginx", nginx), ("fulcrum", fulcrum)] {
-            let odd: Vec<_> = answers
-                .iter()
-                .filter(|s| ![200, 503].contains(*s))
-                .collect();
-            assert!(odd.is_empty(), "{name}: {who} answered {odd:?}");
-        }
-        let differ: Vec<usize> = (0..nginx.len())
-            .filter(|&i| nginx[i] != fulcrum[i])
-            .collect();
-        let accepted = |a: &[u16]| a.iter().filter(|&&s| s == 200).count();
+        let statuses = |g: &[Got]| g.iter().map(|g| g.status).collect::<Vec<u16>>();
+        let (nginx, fulcrum) = (statuses(&pair[0]), statuses(&pair[1]));
+        compare(name, &nginx, &fulcrum, &times);
+        // The accepted requests waited as long at both (0 to 500 ms when delayed): the largest
+        // difference between the two, request by request.
+        let waits = (0..nginx.len())
+            .filter(|&i| nginx[i] == 200 && fulcrum[i] == 200)
+            .map(|i| (pair[0][i].waited, pair[1][i].waited));
+        let longest = waits.clone().map(|(a, _)| a).max().unwrap_or(0);
+        let apart = waits.map(|(a, b)| a.abs_diff(b)).max().unwrap_or(0);
         println!(
-            "limit_req {name}: nginx accepted {} of {}, fulcrum {}; {} differ {:?}",
-            accepted(nginx),
-            nginx.len(),
-            accepted(fulcrum),
-            differ.len(),
-            differ
-                .iter()
-                .map(|&i| format!(
-                    "#{i} at {} ms: nginx {}, fulcrum {}",
-                    times[i], nginx[i], fulcrum[i]
-                ))
-                .collect::<Vec<_>>()
+            "limit_req {name}: the longest wait at nginx {longest} ms; the accepted requests' waits differ by {apart} ms at most"
         );
-        assert!(
-            differ.len() <= 1,
-            "{name}: {} requests differ",
-            differ.len()
-        );
-        for &i in &differ {
+        // Delayed, the burst's last waits 500 ms; without delay nothing waits (but for the
+        // two cores' scheduling: 111 ms once).
+        if nodelay {
+            assert!(longest < 250, "{name}: nginx held a request {longest} ms");
+        } else {
             assert!(
-                on_the_edge(&times, i, nodelay),
-                "{name}: request #{i} (sent at {} ms) differs, and it is not on the bucket's edge",
-                times[i]
+                longest >= 450,
+                "{name}: nginx's longest wait was {longest} ms"
             );
         }
-        // Both kinds of verdict were compared: each client's burst refused in part.
-        let refused = nginx.len() - accepted(nginx);
         assert!(
-            refused >= 10 && accepted(nginx) >= 100,
-            "{name}: nginx refused {refused}"
+            apart < 60,
+            "{name}: a request waited {apart} ms longer at one than at the other"
         );
     }
+}
+
+/// Asserts that `fulcrum`'s statuses are `nginx`'s, but for at most one request on the
+/// bucket's edge.
+fn compare(name: &str, nginx: &[u16], fulcrum: &[u16], times: &[u64]) {
+    let nodelay = name == "nodelay";
+    for (who, answers) in [("nginx", nginx), ("fulcrum", fulcrum)] {
+        let odd: Vec<_> = answers
+            .iter()
+            .filter(|s| ![200, 503].contains(*s))
+            .collect();
+        assert!(odd.is_empty(), "{name}: {who} answered {odd:?}");
+    }
+    let differ: Vec<usize> = (0..nginx.len())
+        .filter(|&i| nginx[i] != fulcrum[i])
+        .collect();
+    let accepted = |a: &[u16]| a.iter().filter(|&&s| s == 200).count();
+    let described: Vec<String> = differ
+        .iter()
+        .map(|&i| {
+            format!(
+                "#{i} at {} ms: nginx {}, fulcrum {}",
+                times[i], nginx[i], fulcrum[i]
+            )
+        })
+        .collect();
+    println!(
+        "limit_req {name}: nginx accepted {} of {}, fulcrum {}; {} differ {described:?}",
+        accepted(nginx),
+        nginx.len(),
+        accepted(fulcrum),
+        differ.len(),
+    );
+    assert!(
+        differ.len() <= 1,
+        "{name}: {} requests differ",
+        differ.len()
+    );
+    for &i in &differ {
+        assert!(
+            on_the_edge(times, i, nodelay),
+            "{name}: request #{i} (sent at {} ms) differs, and it is not on the bucket's edge",
+            times[i]
+        );
+    }
+    // Both kinds of verdict were compared: each client's burst refused in part.
+    let refused = nginx.len() - accepted(nginx);
+    assert!(
+        refused >= 10 && accepted(nginx) >= 100,
+        "{name}: nginx refused {refused}"
+    );
 }

@@ -204,15 +204,33 @@ fn the_same_timed_requests_get_nginx_s_limit_req_verdicts() {
         let statuses = |g: &[Got]| g.iter().map(|g| g.status).collect::<Vec<u16>>();
         let (nginx, fulcrum) = (statuses(&pair[0]), statuses(&pair[1]));
         compare(name, &nginx, &fulcrum, &times);
-        // The accepted requests waited as long at both (0 to 500 ms when delayed): the largest
-        // difference between the two, request by request.
-        let waits = (0..nginx.len())
-            .filter(|&i| nginx[i] == 200 && fulcrum[i] == 200)
-            .map(|i| (pair[0][i].waited, pair[1][i].waited));
-        let longest = waits.clone().map(|(a, _)| a).max().unwrap_or(0);
-        let apart = waits.map(|(a, b)| a.abs_diff(b)).max().unwrap_or(0);
+        // The accepted requests waited as long at both (0 to 500 ms when delayed): each
+        // client's waits in order of length, the largest difference between the two. (By
+        // length, not by request: a worker descheduled for a few milliseconds can swap two of
+        // a client's burst at one server, and with them their waits, 100 ms apart.)
+        let sequence = sequence();
+        let (mut longest, mut apart) = (0, 0);
+        for client in 0..CLIENTS.len() {
+            let waits_at = |g: &[Got]| {
+                let mut w: Vec<u64> = (0..nginx.len())
+                    .filter(|&i| sequence[i].client == client)
+                    .filter(|&i| nginx[i] == 200 && fulcrum[i] == 200)
+                    .map(|i| g[i].waited)
+                    .collect();
+                w.sort_unstable();
+                w
+            };
+            let (theirs, ours) = (waits_at(&pair[0]), waits_at(&pair[1]));
+            longest = longest.max(theirs.last().copied().unwrap_or(0));
+            for (a, b) in theirs.iter().zip(&ours) {
+                apart = apart.max(a.abs_diff(*b));
+            }
+            if std::env::var_os("LIMIT_REQ_DEBUG").is_some() {
+                println!("{name} client {client}: nginx {theirs:?}\n  fulcrum {ours:?}");
+            }
+        }
         println!(
-            "limit_req {name}: the longest wait at nginx {longest} ms; the accepted requests' waits differ by {apart} ms at most"
+            "limit_req {name}: the longest wait at nginx {longest} ms; the accepted requests' waits (each client's, by length) differ by {apart} ms at most"
         );
         // Delayed, the burst's last waits 500 ms; without delay nothing waits (but for the
         // two cores' scheduling: 111 ms once).
@@ -224,8 +242,10 @@ fn the_same_timed_requests_get_nginx_s_limit_req_verdicts() {
                 "{name}: nginx's longest wait was {longest} ms"
             );
         }
+        // Mostly under 10 ms apart; 58 and 59 ms in two runs while the two cores were busy.
+        // A wait of one request more or less is 100 ms; no wait at all, up to 500.
         assert!(
-            apart < 60,
+            apart < 80,
             "{name}: a request waited {apart} ms longer at one than at the other"
         );
     }

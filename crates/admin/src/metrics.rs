@@ -92,6 +92,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     let mut all = upstream_families(&totals, &upstreams);
     all.extend(backend_families(&upstreams));
     all.push(route_family(view));
+    all.push(limited_family(view));
     all.extend(client_families(view));
     all.into_iter()
         // An empty family is not written at all (its HELP alone would be a lint error).
@@ -357,6 +358,31 @@ fn route_family(view: &View) -> MetricFamily {
     counters(
         "fulcrum_route_requests_total",
         "Requests answered, by the listener (as configured), the route that took them ([[listener.route]] name) and the status class.",
+        series,
+    )
+}
+
+/// Requests not let through, by listener, route (empty for a listener's requests no route
+/// took) and reason: `limit_req`, `limit_conn`, `access`.
+fn limited_family(view: &View) -> MetricFamily {
+    let mut totals: Vec<_> = view.proxy.metrics().limited_totals().into_iter().collect();
+    totals.sort();
+    let mut series = Vec::new();
+    for ((listener, route), reasons) in totals {
+        for (why, &n) in proxy::admission::Reason::ALL.iter().zip(&reasons) {
+            if n > 0 {
+                let l = vec![
+                    ("listener", listener.to_string()),
+                    ("route", route.to_string()),
+                    ("reason", why.name().to_owned()),
+                ];
+                series.push((l, n));
+            }
+        }
+    }
+    counters(
+        "fulcrum_requests_limited_total",
+        "Requests refused before any backend, by the listener (as configured), the route that took them (empty: the listener's own) and the reason: limit_req, limit_conn or access (allow / deny).",
         series,
     )
 }

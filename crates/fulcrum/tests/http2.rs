@@ -867,3 +867,52 @@ async fn shutdown_sends_goaway_and_lets_the_stream_in_flight_finish() {
         "{ended:?}"
     );
 }
+
+/// Issue 29: each stream is a request to `limit_req` and `limit_conn`, as nginx counts them:
+/// a burst of streams on one connection is refused past `burst` (with the configured status),
+/// and with `limit_conn = 2` three slow streams at once get two answers and one 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_stream_is_one_request_to_the_limits() {
+    let _serial = SERIAL.lock().await;
+    let b = backends(&["b1"]).await;
+    let addrs = [b[0].addr()];
+    let keys = "limit_req = { rate = \"1r/m\", burst = 2, nodelay = true, status = 429 }";
+    let conf = config("limit-req", keys, "round_robin", &addrs);
+    let fulcrum = Running::start(&conf, 1);
+    let addr = fulcrum.addr_of("app");
+    let (send, _conn) = connect(addr).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let req = request(addr, "GET", "/").body(()).unwrap();
+        statuses.push(exchange(&send, req, None).await.unwrap().status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    drop(fulcrum);
+
+    let conf = config(
+        "limit-conn",
+        "limit_conn = { max = 2 }",
+        "round_robin",
+        &addrs,
+    );
+    let fulcrum = Running::start(&conf, 1);
+    let addr = fulcrum.addr_of("app");
+    let (send, _conn) = connect(addr).await;
+    let mut streams = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let send = send.clone();
+        streams.spawn(async move {
+            let req = request(addr, "GET", "/")
+                .header("x-lab-cost", "500")
+                .body(())
+                .unwrap();
+            exchange(&send, req, None).await.unwrap().status.as_u16()
+        });
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = streams.join_next().await {
+        statuses.push(status.unwrap());
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 503]);
+}

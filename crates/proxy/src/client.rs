@@ -6,6 +6,8 @@
 //! 1. The head is read within `client_header_timeout` (408 if part of it came and the rest did
 //!    not; an idle keep-alive connection is just closed), parsed, checked and rewritten for the
 //!    backend in one pass ([`http1::parse_request`]).
+//!    Then `limit_req`, `limit_conn` and `allow` / `deny` ([`crate::admission`], nginx's
+//!    order): a refusal is answered at once, and a delay is waited with the client watched.
 //! 2. The body, if any, is read in full first (nginx's default `proxy_request_buffering on`),
 //!    so that a failed attempt can be retried with the same bytes: a `Content-Length` body
 //!    stays in the connection's read buffer, a chunked one is decoded.
@@ -23,6 +25,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout_at};
 
+use crate::admission::{Asking, ConnGuard, Fields};
 use crate::affinity::AffinityKey;
 use crate::answers::{
     self, BAD_CHUNKED, BODY_TIMEOUT, CLIENT_CLOSED, HEAD_TIMEOUT, INCOMPLETE_BODY, NOT_FOUND,
@@ -91,6 +94,26 @@ pub(crate) async fn serve<S: ClientStream>(
         Next::KeepOpen | Next::Close => {}
     }
     drop(permit);
+}
+
+/// A request head's fields, as a limit's key reads them.
+struct HeadFields<'a>(&'a [u8]);
+
+impl Fields for HeadFields<'_> {
+    fn values_of(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        for (n, value) in head_fields(self.0) {
+            if n.eq_ignore_ascii_case(name.as_bytes()) {
+                each(value);
+            }
+        }
+    }
+}
+
+/// What the record of a request repeats of its coming, whatever becomes of it.
+struct Came<'a> {
+    said: Option<&'a Said>,
+    started: Instant,
+    protocol: ClientProtocol,
 }
 
 /// What the connection does after a request.
@@ -369,7 +392,6 @@ impl<S: ClientStream> ClientConn<S> {
             upgrade: &ctx.settings.upgrade,
             routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
             edits: ctx.edits(),
-            access: ctx.settings.access.as_ref(),
         };
         self.scratch.ready();
         let head = &mut self.scratch.head;
@@ -388,6 +410,19 @@ impl<S: ClientStream> ClientConn<S> {
         };
         // The listener's context outlives the borrows of the connection below.
         let listener = Arc::clone(&self.listener);
+        let came = Came {
+            said: said.as_ref(),
+            started,
+            protocol,
+        };
+        // Held until the request ends: its place in `limit_conn`'s count.
+        let _in_flight = match self.admit(&req, &listener, &came).await {
+            Ok(place) => place,
+            Err(next) => {
+                self.said_done(said);
+                return next;
+            }
+        };
         let upstream = listener.ctx.upstream_for(&req.routed);
         let upstream_settings = upstream.map(|i| listener.ctx.upstreams[i].settings());
         if let Some(settings) = &upstream_settings {
@@ -499,6 +534,92 @@ impl<S: ClientStream> ClientConn<S> {
         self.said_done(said);
         self.scratch.tried = tried;
         next
+    }
+
+    /// nginx's preaccess and access phases for `req` ([`crate::admission`]): `limit_req`
+    /// (refused, or the wait it asks, the client watched meanwhile: one that leaves is not
+    /// forwarded), then `limit_conn` and `allow` / `deny`. `Ok`: the request goes on, holding
+    /// its place in flight; `Err`: it was answered (or its client left) and recorded, and
+    /// what the connection does next.
+    async fn admit(
+        &mut self,
+        req: &RequestHead,
+        listener: &WorkerListener,
+        came: &Came<'_>,
+    ) -> Result<Option<ConnGuard>, Next> {
+        let checks = listener.ctx.checks(&req.routed);
+        if checks.is_empty() {
+            return Ok(None);
+        }
+        let outcome = {
+            let raw = self.inbuf.filled();
+            let fields = HeadFields(&raw[..req.head_len.min(raw.len())]);
+            let asking = Asking {
+                client: self.client_addr.addr(),
+                route: listener.ctx.counts_id(&req.routed),
+                fields: &fields,
+            };
+            match checks.rate(&asking) {
+                Ok(delay) if !delay.is_zero() => {
+                    let client = Some(self.stream.tcp());
+                    tokio::select! {
+                        biased;
+                        () = crate::io::watch(client, !self.pipelining) => Err(None),
+                        () = tokio::time::sleep(delay) => checks.admit(&asking).map_err(Some),
+                    }
+                }
+                Ok(_) => checks.admit(&asking).map_err(Some),
+                Err(refusal) => Err(Some(refusal)),
+            }
+        };
+        let refusal = match outcome {
+            Ok(place) => return Ok(place),
+            Err(Some(refusal)) => refusal,
+            Err(None) => {
+                self.held_record(listener, req, came, Fate::ClientGone, (CLIENT_CLOSED, 0));
+                return Err(Next::Close);
+            }
+        };
+        let reject = http1::reject(refusal.status, refusal.text);
+        // Without a body the connection goes on, as nginx's; with one, unread, it closes.
+        let (status, next, body_bytes) = if matches!(req.body, Framing::None | Framing::Close) {
+            self.inbuf.consume(req.head_len);
+            let client = self.client_side(req, Body::None);
+            self.own_answer(reject, client).await
+        } else {
+            let next = self.answer_and_close(reject).await;
+            (reject.status, next, reject.text.len() as u64)
+        };
+        let fate = Fate::NotAdmitted(refusal.reason);
+        self.held_record(listener, req, came, fate, (status, body_bytes));
+        Err(next)
+    }
+
+    /// Counts and logs a request that ended before it was forwarded, its route known.
+    fn held_record(
+        &self,
+        listener: &WorkerListener,
+        req: &RequestHead,
+        came: &Came<'_>,
+        fate: Fate,
+        (status, body_bytes): (u16, u64),
+    ) {
+        Record {
+            fate,
+            protocol: came.protocol,
+            client: self.peer.ip(),
+            line: came.said.map(Said::line),
+            started: came.started,
+            status,
+            body_bytes,
+            bytes_sent: None,
+            backends: &[],
+            upstream_time: None,
+            upstream: listener.ctx.upstream_for(&req.routed),
+            route: req.routed.route(),
+            request_id: req.request_id(),
+        }
+        .finish(listener);
     }
 
     /// What the answer must suit: the client's version, whether the connection is kept (not

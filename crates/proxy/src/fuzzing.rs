@@ -44,7 +44,6 @@ pub fn request_head(input: &[u8]) {
         upgrade: &upgrade,
         routes: None,
         edits: None,
-        access: None,
     };
     let mut out = Vec::new();
     if let Ok(Some(head)) = http1::parse_request(buf, limits, &client, &mut out) {
@@ -883,7 +882,6 @@ pub fn h2_request_head(input: &[u8]) {
         upgrade: &[],
         routes: None,
         edits: None,
-        access: None,
     };
     let (mut raw, mut head) = (Vec::new(), Vec::new());
     if crate::http2::backend_head(&parts, limits, &client, &mut raw, &mut head).is_err() {

@@ -44,6 +44,10 @@
 //!   * `listener`: a listener as the paths see it: its settings, upstream, access log and
 //!     certificates, and each worker's connections and counts.
 //!   * `answers`: our own answers (statuses and texts) and the 499 of a client that left.
+//!   * [`admission`]: whether a request goes on, in nginx's order: [`limit_req`] (the leaky
+//!     bucket, with its delay), [`limit_conn`] (requests in flight per key), then
+//!     [`access`] (allow / deny); a route's own in place of its listener's, the zones shared
+//!     by every worker and kept across a reload that leaves them unchanged.
 //!   * `affinity`: the key a request or session is balanced by (address octets, `hash_key`).
 //!   * `tunnel`: bytes relayed both ways, half-closes passed on, idle tunnels closed: a TCP
 //!     session, or an HTTP connection a backend upgraded.
@@ -84,6 +88,7 @@
 
 pub mod access;
 pub mod access_log;
+pub mod admission;
 mod affinity;
 mod answers;
 mod buffer;
@@ -99,6 +104,7 @@ pub mod header_rules;
 mod http1;
 mod http2;
 mod io;
+pub mod limit_conn;
 pub mod limit_req;
 pub mod limits;
 mod listener;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::access_log::AccessLog;
+use crate::admission::{Checks, Zones};
 use crate::http1::Routed;
 use crate::metrics::WorkerStats;
 use crate::route::Routes;
@@ -31,6 +32,11 @@ pub(crate) struct ListenerContext {
     /// The listener's TLS as last read (`None`: plain HTTP); a reload that only re-read the
     /// certificates replaces it without retiring open connections.
     pub(crate) tls: Option<ServerTls>,
+    /// Its own `limit_req` and `limit_conn`, with their state.
+    pub(crate) zones: Zones,
+    /// The number the counts of its requests no route took are kept under
+    /// ([`crate::metrics::route_id`] with an empty route name).
+    pub(crate) counts_id: usize,
 }
 
 impl ListenerContext {
@@ -76,6 +82,27 @@ impl ListenerContext {
             response: &s.response_headers,
             request_id: s.request_id,
         })
+    }
+
+    /// The limits and rules a request `routed` so meets (its route's over the listener's);
+    /// none for a request a route answers itself (nginx's `return` comes first).
+    pub(crate) fn checks(&self, routed: &Routed) -> Checks<'_> {
+        if matches!(routed, Routed::Answer { route: Some(_), .. }) {
+            return Checks::default();
+        }
+        let route = routed
+            .route()
+            .and_then(|i| self.routes.as_ref()?.get(i))
+            .map(|r| (&r.zones, r.access.as_ref()));
+        Checks::of((&self.zones, self.settings.access.as_ref()), route)
+    }
+
+    /// The counts id of the route that took a request `routed` so, or the listener's own.
+    pub(crate) fn counts_id(&self, routed: &Routed) -> usize {
+        routed
+            .route()
+            .and_then(|i| self.routes.as_ref()?.get(i))
+            .map_or(self.counts_id, |r| r.counts_id)
     }
 
     /// The listener's own upstream, if it has one.

@@ -194,6 +194,9 @@ struct Counts {
     upstreams: CountMap<Arc<str>, UpstreamCounts>,
     /// Answers by route (its [`route_id`]) and status class, on listeners with routes.
     routes: Vec<[u64; 5]>,
+    /// Requests not let through, by route (its [`route_id`]; a listener's own requests under
+    /// its empty route name) and [`crate::admission::Reason`].
+    limited: Vec<[u64; 3]>,
 }
 
 impl Counts {
@@ -243,6 +246,17 @@ impl WorkerStats {
         };
         c.responses.entry(backend).or_default()[class] += 1;
         c.durations.record(took);
+    }
+
+    /// A request of the route numbered `id` ([`route_id`]) was not let through, for `why`.
+    pub(crate) fn limited(&self, id: usize, why: crate::admission::Reason) {
+        let mut counts = self.lock();
+        if counts.limited.len() <= id {
+            counts.limited.resize(id + 1, [0; 3]);
+        }
+        if let Some(reasons) = counts.limited.get_mut(id) {
+            reasons[why.index()] += 1;
+        }
     }
 
     /// A request that the route numbered `id` ([`route_id`]) took was answered with
@@ -337,6 +351,33 @@ impl Metrics {
                 let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
                 let mine = totals.entry((listener.into(), route.into())).or_default();
                 for (a, b) in mine.iter_mut().zip(classes) {
+                    *a += b;
+                }
+            }
+        }
+        totals
+    }
+
+    /// Requests not let through by (listener, route; the route empty for a listener's
+    /// requests no route took) and reason (index into [`crate::admission::Reason::ALL`]),
+    /// every worker's summed.
+    pub fn limited_totals(&self) -> HashMap<RouteKey, [u64; 3]> {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let keys = route_keys().keys.clone();
+        let mut totals: HashMap<RouteKey, [u64; 3]> = HashMap::new();
+        for w in workers {
+            let counts = w.lock();
+            for (id, reasons) in counts.limited.iter().enumerate() {
+                let Some(key) = keys.get(id).filter(|_| reasons.iter().any(|&n| n > 0)) else {
+                    continue;
+                };
+                let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
+                let mine = totals.entry((listener.into(), route.into())).or_default();
+                for (a, b) in mine.iter_mut().zip(reasons) {
                     *a += b;
                 }
             }

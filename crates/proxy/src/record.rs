@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::access_log;
+use crate::admission::Reason;
 use crate::listener::WorkerListener;
 use crate::upstream::Unpicked;
 
@@ -47,6 +48,9 @@ pub(crate) enum Fate {
     /// Answered by a route itself (a redirect, a fixed answer; nginx's `return`), or 404
     /// because no route took the request.
     Returned,
+    /// Not let through ([`crate::admission`]): `limit_req` or `limit_conn` (logged as
+    /// `limited`), or `access` (logged as `denied`).
+    NotAdmitted(Reason),
 }
 
 impl Fate {
@@ -66,6 +70,8 @@ impl Fate {
             Fate::ClientReset => "client_reset",
             Fate::Shutdown => "shutdown",
             Fate::Returned => "returned",
+            Fate::NotAdmitted(Reason::Access) => "denied",
+            Fate::NotAdmitted(Reason::LimitReq | Reason::LimitConn) => "limited",
         }
     }
 
@@ -85,7 +91,8 @@ impl Fate {
             | Fate::NoAnswer
             | Fate::Refused
             | Fate::Unpicked(_)
-            | Fate::Returned => false,
+            | Fate::Returned
+            | Fate::NotAdmitted(_) => false,
         }
     }
 }
@@ -245,6 +252,11 @@ impl Record<'_> {
         let routes = listener.ctx.routes.as_ref();
         let route = self.route.and_then(|i| routes?.get(i));
         let route_id = route.map(|r| r.counts_id);
+        if let Fate::NotAdmitted(why) = self.fate {
+            listener
+                .stats
+                .limited(route_id.unwrap_or(listener.ctx.counts_id), why);
+        }
         match upstream {
             Some(upstream) => listener.stats.answered(
                 upstream.shared_name(),
@@ -323,6 +335,9 @@ mod tests {
             (Fate::ClientReset, "client_reset"),
             (Fate::Shutdown, "shutdown"),
             (Fate::Returned, "returned"),
+            (Fate::NotAdmitted(Reason::LimitReq), "limited"),
+            (Fate::NotAdmitted(Reason::LimitConn), "limited"),
+            (Fate::NotAdmitted(Reason::Access), "denied"),
         ];
         for (fate, name) in all {
             assert_eq!(fate.name(), name);

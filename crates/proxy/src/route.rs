@@ -29,6 +29,8 @@ pub(crate) struct Route {
     pub(crate) response_headers: HeaderRules,
     /// Its `allow` / `deny` rules, in place of the listener's.
     pub(crate) access: Option<crate::access::AccessList>,
+    /// Its `limit_req` and `limit_conn`, each in place of the listener's, with their state.
+    pub(crate) zones: crate::admission::Zones,
 }
 
 /// What a route does with the requests it takes.
@@ -119,6 +121,7 @@ impl Routes {
                 request_headers: r.request_headers.clone(),
                 response_headers: r.response_headers.clone(),
                 access: r.access.clone(),
+                zones: crate::admission::Zones::new(r.limit_req.as_ref(), r.limit_conn.as_ref()),
             });
         }
         let any_rules = built
@@ -129,6 +132,16 @@ impl Routes {
             routes: built,
             any_rules,
         })
+    }
+
+    /// Takes the state of `old`'s limits (a reload) for each route of the same name whose
+    /// limits did not change.
+    pub(crate) fn adopt_zones(&mut self, old: &Routes) {
+        for route in &mut self.routes {
+            if let Some(was) = old.routes.iter().find(|o| o.name == route.name) {
+                route.zones.adopt(&was.zones);
+            }
+        }
     }
 
     /// The route that takes `request`.

@@ -35,6 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::access_log::{AccessLog, AccessLogSettings, Destination};
+use crate::admission::Zones;
 use crate::handover::{self, Inherited};
 use crate::listener::{ListenerContext, WorkerListener};
 use crate::metrics::{Metrics, WorkerStats};
@@ -264,14 +265,7 @@ fn bind_listener(
     sockets.push(socket);
     let permits = settings.connection_limit();
     let limit = Arc::new(Semaphore::new(permits));
-    let (ctx_tx, ctx_rx) = watch::channel(Arc::new(ListenerContext {
-        settings,
-        upstreams: served.upstreams,
-        has_default: served.has_default,
-        routes: served.routes,
-        access_log,
-        tls,
-    }));
+    let (ctx_tx, ctx_rx) = watch::channel(Arc::new(served.context(settings, access_log, tls)));
     let (retire_tx, retire_rx) = watch::channel(false);
     let (inboxes, receivers): (Vec<_>, Vec<_>) =
         (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
@@ -504,6 +498,37 @@ struct Served {
     upstreams: Vec<Arc<Upstream>>,
     has_default: bool,
     routes: Option<Routes>,
+    /// The listener's own `limit_req` and `limit_conn`, their state new.
+    zones: crate::admission::Zones,
+}
+
+impl Served {
+    /// What `l`'s listener context is made of, with its counts id.
+    fn context(
+        self,
+        l: ListenerSettings,
+        access_log: Option<AccessLog>,
+        tls: Option<ServerTls>,
+    ) -> ListenerContext {
+        ListenerContext {
+            counts_id: crate::metrics::route_id(&l.listen.to_string(), ""),
+            settings: l,
+            upstreams: self.upstreams,
+            has_default: self.has_default,
+            routes: self.routes,
+            access_log,
+            tls,
+            zones: self.zones,
+        }
+    }
+
+    /// Takes the state of the running context's limits where their settings are unchanged.
+    fn adopt_zones(&mut self, old: &ListenerContext) {
+        self.zones.adopt(&old.zones);
+        if let (Some(new), Some(old)) = (&mut self.routes, &old.routes) {
+            new.adopt_zones(old);
+        }
+    }
 }
 
 /// The upstreams and routes of listener `l`, found among `all`.
@@ -523,6 +548,7 @@ fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartEr
                 upstreams,
                 has_default,
                 routes: None,
+                zones: Zones::new(l.limit_req.as_ref(), l.limit_conn.as_ref()),
             })
         } else {
             Err(StartError::Routes {
@@ -550,6 +576,7 @@ fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartEr
         upstreams,
         has_default,
         routes: Some(routes),
+        zones: Zones::new(l.limit_req.as_ref(), l.limit_conn.as_ref()),
     })
 }
 
@@ -836,15 +863,9 @@ impl Live {
         for (((l, matched), tls), served) in settings.into_iter().zip(matches).zip(tls).zip(served)
         {
             match (matched.and_then(|i| old_entries[i].take()), served) {
-                (Some(mut entry), Some(served)) => {
-                    let context = ListenerContext {
-                        settings: l,
-                        upstreams: served.upstreams,
-                        has_default: served.has_default,
-                        routes: served.routes,
-                        access_log: access_log.clone(),
-                        tls,
-                    };
+                (Some(mut entry), Some(mut served)) => {
+                    served.adopt_zones(&entry.ctx.borrow());
+                    let context = served.context(l, access_log.clone(), tls);
                     if continue_listener(&mut entry, context) {
                         done.changed_listeners.push(entry.bound);
                     }

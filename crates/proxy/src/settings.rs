@@ -99,6 +99,10 @@ pub struct ListenerSettings {
     pub request_id: bool,
     /// nginx's `allow` / `deny` for every request (a route's own list replaces it).
     pub access: Option<crate::access::AccessList>,
+    /// nginx's `limit_req` for every request (a route's own replaces it).
+    pub limit_req: Option<crate::admission::RateLimit>,
+    /// nginx's `limit_conn` for every request (a route's own replaces it).
+    pub limit_conn: Option<crate::admission::ConnLimit>,
 }
 
 /// One `[[listener.route]]`: the requests it takes (`spec`, matched with nginx's precedence by
@@ -114,6 +118,10 @@ pub struct RouteSettings {
     pub response_headers: crate::header_rules::HeaderRules,
     /// nginx's `allow` / `deny` for its requests, in place of the listener's.
     pub access: Option<crate::access::AccessList>,
+    /// nginx's `limit_req` for its requests, in place of the listener's.
+    pub limit_req: Option<crate::admission::RateLimit>,
+    /// nginx's `limit_conn` for its requests, in place of the listener's.
+    pub limit_conn: Option<crate::admission::ConnLimit>,
 }
 
 /// What a route does with a request: exactly one thing.
@@ -254,6 +262,8 @@ impl ListenerSettings {
             response_headers: Default::default(),
             request_id: false,
             access: None,
+            limit_req: None,
+            limit_conn: None,
         }
     }
 }

@@ -45,13 +45,17 @@ pub(super) const SECTION: Section = Section {
         "request_headers",
         "response_headers",
         "access",
+        "limit_req",
+        "limit_conn",
     ],
     not_yet: &[],
 };
 
 /// Keys that only HTTP listeners read: a TCP listener with one is told it does nothing.
-const HTTP_ONLY: [&str; 15] = [
+const HTTP_ONLY: [&str; 17] = [
     "upgrade",
+    "limit_req",
+    "limit_conn",
     "request_headers",
     "response_headers",
     "request_id",
@@ -108,6 +112,8 @@ pub(super) struct Listener {
     pub response_headers: proxy::header_rules::HeaderRules,
     pub request_id: bool,
     pub access: Option<proxy::access::AccessList>,
+    pub limit_req: Option<proxy::admission::RateLimit>,
+    pub limit_conn: Option<proxy::admission::ConnLimit>,
     /// `None` in this and the following: the default (see `settings`).
     pub max_connections: Option<usize>,
     pub client_header_timeout: Option<Duration>,
@@ -167,6 +173,8 @@ pub(super) fn read(
     let response_headers = super::header_rules::read(r, t, "response_headers");
     let request_id = t.flag(r, "request_id").unwrap_or(false);
     let access = super::access::read(r, t);
+    let limit_req = super::limits::limit_req(r, t);
+    let limit_conn = super::limits::limit_conn(r, t);
     let upstream_at = (
         t.span_of("upstream").unwrap_or_else(|| t.span()),
         t.key("upstream"),
@@ -214,6 +222,8 @@ pub(super) fn read(
         response_headers,
         request_id,
         access,
+        limit_req,
+        limit_conn,
         max_connections: limits.max_connections,
         client_header_timeout: limits.client_header_timeout,
         client_body_timeout: limits.client_body_timeout,

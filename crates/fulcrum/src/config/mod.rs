@@ -36,6 +36,7 @@ mod duration;
 mod file;
 mod header_rules;
 mod health;
+mod limits;
 mod listener;
 mod report;
 mod route;

@@ -38,6 +38,8 @@ pub(super) const SECTION: Section = Section {
         "request_headers",
         "response_headers",
         "access",
+        "limit_req",
+        "limit_conn",
     ],
     not_yet: &[],
 };
@@ -180,6 +182,8 @@ fn read_one(
     let request_headers = super::header_rules::read(r, t, "request_headers");
     let response_headers = super::header_rules::read(r, t, "response_headers");
     let access = super::access::read(r, t);
+    let limit_req = super::limits::limit_req(r, t);
+    let limit_conn = super::limits::limit_conn(r, t);
     let auto_redirect = matches!(action, Some(RouteAction::Upstream { .. }))
         && match &path {
             PathMatch::Prefix { prefix, .. } => prefix.ends_with('/') && prefix.len() > 1,
@@ -204,6 +208,8 @@ fn read_one(
             request_headers,
             response_headers,
             access,
+            limit_req,
+            limit_conn,
         },
         span: t.span(),
         key: t.key("name"),

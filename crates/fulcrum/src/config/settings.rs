@@ -42,6 +42,8 @@ fn listener(l: Listener) -> ListenerSettings {
     s.response_headers = l.response_headers;
     s.request_id = l.request_id;
     s.access = l.access.clone();
+    s.limit_req = l.limit_req.clone();
+    s.limit_conn = l.limit_conn.clone();
     s.max_connections = l.max_connections;
     if let Some(d) = l.client_header_timeout {
         s.client_header_timeout = d;

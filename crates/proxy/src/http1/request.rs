@@ -75,7 +75,6 @@ const NO_HOST: Reject = reject(
     "400 Bad Request: HTTP/1.1 requests need a Host header\n",
 );
 const TWO_HOSTS: Reject = reject(400, "400 Bad Request: more than one Host header\n");
-const FORBIDDEN: Reject = reject(403, crate::access::FORBIDDEN);
 const BAD_HOST: Reject = reject(400, "400 Bad Request: invalid Host header\n");
 const BAD_TARGET: Reject = reject(400, "400 Bad Request: invalid request target\n");
 const CONNECT: Reject = reject(
@@ -108,8 +107,6 @@ pub(crate) struct Limits<'a> {
     /// The listener's header rules and request id; `None` when neither it nor any of its
     /// routes has any.
     pub(crate) edits: Option<Edits<'a>>,
-    /// The listener's `allow` / `deny` rules (a route's own replace them).
-    pub(crate) access: Option<&'a crate::access::AccessList>,
 }
 
 /// What the proxy needs to know about a request once its head has been rewritten.
@@ -268,14 +265,6 @@ pub(crate) fn parse_request(
     let route = routed
         .route()
         .and_then(|i| limits.routes.and_then(|(r, _)| r.get(i)));
-    // nginx's access phase, after its rewrite phase: a route that answers itself (nginx's
-    // `return`) answers whatever the rules say; every other request is checked.
-    if !matches!(routed, Routed::Answer { route: Some(_), .. }) {
-        let rules = route.and_then(|r| r.access.as_ref()).or(limits.access);
-        if rules.is_some_and(|rules| !rules.allows(client.addr())) {
-            return Err(FORBIDDEN);
-        }
-    }
     let edit = limits.edits.map(|edits| {
         let values = edit::Values {
             client,
@@ -505,7 +494,6 @@ mod tests {
         upgrade: &[],
         routes: None,
         edits: None,
-        access: None,
     };
     fn client() -> ClientAddr {
         ClientAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), &[])
@@ -587,7 +575,6 @@ mod tests {
             upgrade: &[],
             routes: None,
             edits: None,
-            access: None,
         };
         assert_eq!(
             parse_request(partial, small, &client(), &mut out)
@@ -613,7 +600,6 @@ mod tests {
             upgrade: &[],
             routes: None,
             edits: None,
-            access: None,
         };
         let two = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
         assert_eq!(
@@ -766,7 +752,6 @@ mod tests {
             upgrade: &allowed,
             routes: None,
             edits: None,
-            access: None,
             ..LIMITS
         };
         let parse = |raw: &str, limits: Limits<'_>| {

@@ -5,6 +5,9 @@
 //!    `; ` as RFC 9113 §8.2.3 says for HTTP/1.1), and that head goes through
 //!    [`http1::parse_request`]: one set of rules, limits, hop-by-hop removal and forwarding
 //!    headers for both protocols, and the hash key found where the HTTP/1.1 path finds it.
+//!    Then `limit_req`, `limit_conn` and `allow` / `deny` ([`crate::admission`]), as for
+//!    HTTP/1.1: a delayed stream waits (a reset meanwhile drops it unforwarded), and holds its
+//!    place in `limit_conn` until it ends.
 //! 2. The body is buffered whole, up to `max_body_bytes` (413 beyond), each DATA frame's
 //!    window given back as it is taken, at the HTTP/1.1 path's pace (`client_body_timeout`
 //!    between frames, `client_body_min_rate` over the body: 408).
@@ -29,6 +32,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::relay::{self, AheadBudget, StreamEnd};
+use crate::admission::{Asking, ConnGuard, Refusal};
 use crate::affinity::AffinityKey;
 use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, NOT_FOUND, TOO_LARGE};
 use crate::exchange::Relay;
@@ -104,6 +108,8 @@ struct Finished<'a> {
     route: Option<usize>,
     /// Its request id, once known.
     request_id: Option<crate::header_rules::RequestId>,
+    /// Its place in `limit_conn`'s count, held until the stream ends.
+    in_flight: Option<ConnGuard>,
 }
 
 impl Finished<'_> {
@@ -180,6 +186,7 @@ pub(crate) async fn serve(
         upstream: ctx.listener.ctx.default_upstream().map(|_| 0),
         route: None,
         request_id: None,
+        in_flight: None,
     };
     // A client that waits for `100 Continue` before its body (RFC 9110 §10.1.1) is told to go
     // on, unless its announced length is refused anyway; the HTTP/1.1 path does the same.
@@ -514,7 +521,6 @@ async fn proxy(
         upgrade: &[],
         routes: (listener.ctx.routes.as_ref()).map(|r| (r, listener.ctx.has_default)),
         edits: listener.ctx.edits(),
-        access: listener.ctx.settings.access.as_ref(),
     };
     let mut head = Vec::new();
     let req = match backend_head(&parts, limits, &ctx.client_addr, &mut raw, &mut head) {
@@ -524,6 +530,18 @@ async fn proxy(
     done.upstream = listener.ctx.upstream_for(&req.routed);
     done.route = req.routed.route();
     done.request_id = req.response_edit.as_ref().and_then(|e| e.id);
+    match admit(ctx, &req.routed, &parts.headers).await {
+        Ok(place) => done.in_flight = place,
+        Err(refusal) => {
+            return Ready::Own {
+                reject: http1::reject(refusal.status, refusal.text),
+                is_head,
+                tried: Vec::new(),
+                upstream_time: None,
+                fate: Fate::NotAdmitted(refusal.reason),
+            };
+        }
+    }
     let Some(upstream) = done.upstream else {
         // Answered here: the body, if any, is not read (the stream is reset after the answer).
         return Ready::Returned {
@@ -593,6 +611,32 @@ async fn proxy(
     let tried = machine.into_tried();
     let relaying = (settings.send_timeout, f.trailers);
     ready(attempts, &out, tried, forwarding, is_head, relaying)
+}
+
+/// nginx's preaccess and access phases for a stream ([`crate::admission`]): `limit_req`
+/// (refused, or the wait it asks: a stream the client resets meanwhile drops this future and
+/// is not forwarded), then `limit_conn` and `allow` / `deny`. `Ok`: the stream's place in
+/// flight, held until it ends.
+async fn admit(
+    ctx: &StreamContext,
+    routed: &Routed,
+    fields: &http::HeaderMap,
+) -> Result<Option<ConnGuard>, Refusal> {
+    let listener = &ctx.listener.ctx;
+    let checks = listener.checks(routed);
+    if checks.is_empty() {
+        return Ok(None);
+    }
+    let asking = Asking {
+        client: ctx.client_addr.addr(),
+        route: listener.counts_id(routed),
+        fields,
+    };
+    let delay = checks.rate(&asking)?;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    checks.admit(&asking)
 }
 
 /// What a stream's attempts came to, as the stream will answer it: the backend's answer if its
@@ -928,7 +972,6 @@ mod tests {
             upgrade: &[],
             routes: None,
             edits: None,
-            access: None,
         };
         let client = ClientAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), &[]);
         let (mut raw, mut head) = (Vec::new(), Vec::new());

@@ -477,3 +477,61 @@ fn http2_clients_stick_alike() {
         "the application's cookie passes"
     );
 }
+
+/// A route's upstream sticks by its own cookie; another upstream of the same listener, without
+/// `sticky`, passes the cookie on as any other (HAProxy: `cookie` is a backend's setting).
+#[test]
+fn a_route_s_upstream_sticks_and_another_passes_the_cookie_on() {
+    if !installed("curl", "--version") {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let rt = Runtime::new().unwrap();
+    let sticky = [
+        backend(&rt, "a", "fulcrum_srv"),
+        backend(&rt, "b", "fulcrum_srv"),
+    ];
+    let other = backend(&rt, "other", "fulcrum_srv");
+    let text = format!(
+        "workers = 2\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"other\"\n\n\
+         \x20 [[listener.route]]\n  name = \"app\"\n  path = \"/app/\"\n  upstream = \"app\"\n\n\
+         [[upstream]]\nname = \"app\"\nalgorithm = \"round_robin\"\nsticky = {{}}\n\
+         \x20 [[upstream.backend]]\n  addr = \"{}\"\n\
+         \x20 [[upstream.backend]]\n  addr = \"{}\"\n\n\
+         [[upstream]]\nname = \"other\"\n\
+         \x20 [[upstream.backend]]\n  addr = \"{}\"\n",
+        sticky[0].addr, sticky[1].addr, other.addr
+    );
+    let file = TempFile::new("sticky-route.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let addr = fulcrum.addr_of("other,app");
+    let dir = TempDir::new("sticky", "route");
+    let clients = clients(&dir, 10);
+    let runs = run_all(&clients, &format!("http://{addr}/app/x"), 6, &[]);
+    for run in &runs {
+        run.only_backend();
+        assert_eq!(run.cookies_set("fulcrum_srv").len(), 1, "{}", run.heads);
+    }
+    assert_eq!(
+        total(&sticky, |s| &s.sticky_cookie),
+        0,
+        "no cookie reached app's backends"
+    );
+    // The same clients, with their cookie, to the upstream without sticky sessions: it reaches
+    // the backend, and the backend's own cookie of that name reaches the client.
+    let runs = run_all(&clients, &format!("http://{addr}/elsewhere"), 2, &[]);
+    for run in &runs {
+        assert_eq!(run.only_backend(), "other");
+        let set = run.cookies_set("fulcrum_srv");
+        assert!(
+            set.len() == 2 && set.iter().all(|c| c.contains("forged")),
+            "only the backend's own: {set:?}"
+        );
+    }
+    assert_eq!(other.seen.requests.load(Ordering::Relaxed), 20);
+    assert_eq!(
+        other.seen.sticky_cookie.load(Ordering::Relaxed),
+        20,
+        "passed on where the upstream has no sticky sessions"
+    );
+}

@@ -270,19 +270,24 @@ pub(crate) fn put_cookie_without(out: &mut Vec<u8>, field: &str, value: &[u8], n
         put_field(out, field, value);
         return;
     }
-    let mut kept = Vec::with_capacity(value.len());
+    let start = out.len();
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(b": ");
+    let first = out.len();
     for pair in value.split(|&b| b == b';').map(<[u8]>::trim_ascii) {
         let n = pair.split(|&b| b == b'=').next().unwrap_or_default();
         if pair.is_empty() || n.trim_ascii() == name {
             continue;
         }
-        if !kept.is_empty() {
-            kept.extend_from_slice(b"; ");
+        if out.len() > first {
+            out.extend_from_slice(b"; ");
         }
-        kept.extend_from_slice(pair);
+        out.extend_from_slice(pair);
     }
-    if !kept.is_empty() {
-        put_field(out, field, &kept);
+    if out.len() == first {
+        out.truncate(start);
+    } else {
+        out.extend_from_slice(b"\r\n");
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -533,5 +533,101 @@ fn a_route_s_upstream_sticks_and_another_passes_the_cookie_on() {
         other.seen.sticky_cookie.load(Ordering::Relaxed),
         20,
         "passed on where the upstream has no sticky sessions"
+    );
+}
+
+/// An nginx (Debian's) speaking HTTP/2 with prior knowledge (h2c) on a loopback address of its
+/// own, answering `NAME $server_protocol [$http_cookie]` with its own `app=1` cookie and a
+/// forged `fulcrum_srv` one. Killed when dropped (its guard), also on a panic.
+struct H2Nginx {
+    addr: SocketAddr,
+    _process: common::ChildGuard,
+    _dir: TempDir,
+}
+
+fn h2_nginx(name: &str, n: u8) -> H2Nginx {
+    // 127.88.P.N: no server of this test binding 127.0.0.1 can take the port between its
+    // release here and nginx's bind.
+    let ip = std::net::Ipv4Addr::new(127, 88, (std::process::id() % 250) as u8, n);
+    let addr = std::net::TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = TempDir::new("sticky", &format!("nginx-{name}"));
+    let d = dir.path();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\n\
+         pid {d}/nginx.pid;\nevents {{ worker_connections 256; }}\nhttp {{\n\
+         access_log off;\nclient_body_temp_path {d}/client_body;\nproxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\nuwsgi_temp_path {d}/uwsgi;\nscgi_temp_path {d}/scgi;\n\
+         server {{\n listen {addr} http2;\n location / {{\n\
+         add_header Set-Cookie \"app=1; Path=/\" always;\n\
+         add_header Set-Cookie \"fulcrum_srv=forged; Path=/\" always;\n\
+         return 200 \"{name} $server_protocol [$http_cookie]\\n\";\n }}\n }}\n}}\n"
+    );
+    let process = common::spawn_nginx(&dir, &conf);
+    common::wait_until(Duration::from_secs(10), "nginx accepts connections", || {
+        std::net::TcpStream::connect(addr)
+            .map(drop)
+            .map_err(|e| format!("{addr}: {e}"))
+    });
+    H2Nginx {
+        addr,
+        _process: process,
+        _dir: dir,
+    }
+}
+
+/// `backend_protocol = "h2"`: the request reaches the backend as HTTP/2 fields without the
+/// sticky cookie, and the backend's answer, read as HTTP/2, gets the cookie set once.
+#[test]
+fn http2_backends_never_see_the_cookie_either() {
+    if !installed("curl", "--version") || !installed("nginx", "-v") {
+        eprintln!("skipped: curl or nginx is not installed");
+        return;
+    }
+    let nginxes = [h2_nginx("x", 1), h2_nginx("y", 2)];
+    let text = format!(
+        "workers = 2\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"app\"\n\n\
+         [[upstream]]\nname = \"app\"\nalgorithm = \"least_conn\"\nbackend_protocol = \"h2\"\n\
+         sticky = {{}}\n\
+         \x20 [[upstream.backend]]\n  addr = \"{}\"\n\
+         \x20 [[upstream.backend]]\n  addr = \"{}\"\n",
+        nginxes[0].addr, nginxes[1].addr
+    );
+    let file = TempFile::new("sticky-h2-backends.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let dir = TempDir::new("sticky", "h2-backends");
+    let clients = clients(&dir, 10);
+    let runs = run_all(
+        &clients,
+        &format!("http://{}/", fulcrum.addr_of("app")),
+        8,
+        &[],
+    );
+    let mut homes = Vec::new();
+    for run in &runs {
+        let (home, _) = run.backends[0].split_once(' ').unwrap();
+        for (i, line) in run.backends.iter().enumerate() {
+            let want = if i == 0 {
+                format!("{home} HTTP/2.0 []")
+            } else {
+                format!("{home} HTTP/2.0 [app=1]")
+            };
+            assert_eq!(
+                *line, want,
+                "one backend, over HTTP/2, never the sticky cookie"
+            );
+        }
+        let set = run.cookies_set("fulcrum_srv");
+        assert!(
+            set.len() == 1 && !set[0].contains("forged"),
+            "set once, the backend's own dropped: {set:?}"
+        );
+        homes.push(home.to_owned());
+    }
+    assert!(
+        homes.iter().any(|h| h == "x") && homes.iter().any(|h| h == "y"),
+        "{homes:?}"
     );
 }

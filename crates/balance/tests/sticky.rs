@@ -70,7 +70,7 @@ fn only_backend(c: &Client) -> BackendId {
 #[test]
 fn clients_stick_under_least_conn_and_move_once_when_their_backend_dies() {
     let names = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"];
-    let key = StickyKey::new(0x5eed, 0xc0ff_ee);
+    let key = StickyKey::new(0x5eed, 0x00c0_ffee);
     let table = StickyTable::new(&key, names.iter().map(|n| n.as_bytes()));
     let specs: Vec<BackendSpec> = names.iter().map(|n| BackendSpec::new(1).named(n)).collect();
     let mut pool = Pool::new(Algorithm::LeastConn, &Options::default(), &specs, &[], 7);

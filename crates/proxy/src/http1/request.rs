@@ -340,11 +340,7 @@ pub(crate) fn parse_request(
                 cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
             }
         },
-        sticky: sticky.and_then(|name| {
-            values(headers, "cookie")
-                .find_map(|v| crate::sticky::value_in(v, name.as_bytes()))
-                .and_then(balance::StickyId::parse)
-        }),
+        sticky: sticky.and_then(|name| sticky_id(headers, name)),
         routed,
         response_edit,
     }))
@@ -501,6 +497,14 @@ fn cookie<'b>(headers: &[httparse::Header<'b>], name: &[u8]) -> Option<&'b [u8]>
                 .eq_ignore_ascii_case(name)
                 .then(|| v.trim_ascii())
         })
+}
+
+/// The backend the first cookie named `name` (exactly) in the request's `Cookie` fields names,
+/// if its value parses as an id.
+fn sticky_id(headers: &[httparse::Header<'_>], name: &str) -> Option<balance::StickyId> {
+    values(headers, "cookie")
+        .find_map(|v| crate::sticky::value_in(v, name.as_bytes()))
+        .and_then(balance::StickyId::parse)
 }
 
 /// Ends a request head for the backend: its `Content-Length` when the client sent a body

@@ -108,6 +108,14 @@ mod tests {
         assert!(s.secure && s.http_only);
         assert_eq!(s.same_site, Some(proxy::SameSite::None));
         assert!(upstream_with("").proxy.upstreams[0].sticky.is_none());
+        // The line of the design (../shared/DESIGN.md, "Traffic control").
+        let c = upstream_with(
+            "sticky = { cookie = \"fulcrum_srv\", max_age = \"1h\", http_only = true, same_site = \"Lax\" }",
+        );
+        let s = c.proxy.upstreams[0].sticky.clone().unwrap();
+        assert_eq!(s.max_age, Some(Duration::from_secs(3600)));
+        assert_eq!(s.same_site, Some(proxy::SameSite::Lax));
+        assert!(s.http_only && !s.secure);
     }
 
     #[test]

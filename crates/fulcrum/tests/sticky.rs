@@ -442,8 +442,8 @@ fn http2_clients_stick_alike() {
     let dir = TempDir::new("sticky", "http2");
     let clients = clients(&dir, 10);
     // One request a connection: curl 7.88.1 fails a second request on a connection it
-    // opened with prior knowledge ("Error in the HTTP2 framing layer"; seen without sticky
-    // sessions too). The jar carries the cookie from one run to the next.
+    // opened with prior knowledge ("Error in the HTTP2 framing layer"), against nginx's h2c as
+    // against fulcrum's: curl's, not ours. The jar carries the cookie from one run to the next.
     let mut runs: Vec<Run> = (0..clients.len())
         .map(|_| Run {
             backends: Vec::new(),

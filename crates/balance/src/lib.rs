@@ -36,6 +36,9 @@
 //!   robins, the least-loaded algorithms and `fair` on large tiers (a kinetic tournament over
 //!   load levels, a segment tree), and how they learn which backends changed; `reference`
 //!   keeps the linear code they are tested against (docs/performance.md, issue 27).
+//! * [`sticky`]: sticky sessions by cookie (HAProxy's `cookie insert indirect`): the opaque
+//!   [`StickyId`] a cookie names a backend by, and the pick that prefers that backend while it
+//!   can take the request ([`Pool::pick_preferred`]) and falls back to the algorithm.
 //! * [`weights`]: the weight models, pure functions from backend load reports to the weights
 //!   `dynamic_wrr`, `dwlc`, `capacity_weighted` and `utilization_wrr` balance by (seeds 001,
 //!   003, 000 and gRFC A58; which algorithm has which model is [`Algorithm::weight_model`]).
@@ -58,6 +61,7 @@ pub mod retry;
 pub mod ring;
 pub mod smooth;
 mod smooth_index;
+pub mod sticky;
 mod tracking;
 pub mod weights;
 
@@ -74,3 +78,4 @@ pub use retry::{
     Action, AttemptFailure, Blame, Connection, Decision, Fault, NextUpstream, Replay, RequestSent,
     ResponseReceived,
 };
+pub use sticky::{StickyId, StickyKey, StickyTable};

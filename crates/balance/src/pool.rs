@@ -366,7 +366,8 @@ impl Pool {
             self.update_ramps(now, false);
         }
         let mut local_exclude = Vec::new();
-        for tier in &mut self.tiers {
+        for t in 0..self.tiers.len() {
+            let tier = &mut self.tiers[t];
             let exclude = if exclude.is_empty() {
                 &[][..]
             } else {
@@ -379,21 +380,15 @@ impl Pool {
                 exclude,
                 now,
             };
-            let states = &mut self.states[tier.offset..tier.offset + tier.len];
+            let states = &self.states[tier.offset..tier.offset + tier.len];
             let view = Backends::with_in_flight(states, now, tier.in_flight);
             if let Some(local) = tier.balancer.pick(&ctx, &view) {
-                let state = &mut states[local.index()];
-                debug_assert!(state.is_eligible(now), "{local} picked while ineligible");
-                state.in_flight += 1;
-                tier.in_flight += 1;
-                if now.since(state.checked) > state.spec.fail_timeout {
-                    state.checked = now;
-                }
-                tier.balancer.on_change(local);
-                return Some(Ticket {
-                    backend: BackendId((tier.offset + local.index()) as u32),
-                    picked: now,
-                });
+                debug_assert!(
+                    states[local.index()].is_eligible(now),
+                    "{local} picked while ineligible"
+                );
+                let id = BackendId((tier.offset + local.index()) as u32);
+                return Some(self.take(t, id, now));
             }
         }
         // Quick recovery is for when nothing at all is usable, not for a request that has
@@ -413,6 +408,46 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// Hands out a ticket for `preferred` (a sticky session's backend, [`crate::sticky`]) if it
+    /// may take a request now — healthy, in rotation, below its `max_conns` and not in
+    /// `exclude` — whatever its tier; `None` otherwise, and nothing changes. The algorithm is
+    /// not asked, only told of the backend's new load.
+    pub fn pick_preferred(
+        &mut self,
+        preferred: BackendId,
+        exclude: &[BackendId],
+        now: Nanos,
+    ) -> Option<Ticket> {
+        if !self.ramping.is_empty() {
+            self.update_ramps(now, false);
+        }
+        let state = self.states.get(preferred.index())?;
+        if exclude.contains(&preferred) || !state.is_eligible(now) || !state.has_room() {
+            return None;
+        }
+        let tier = usize::from(preferred.index() >= self.tiers[0].len);
+        Some(self.take(tier, preferred, now))
+    }
+
+    /// Gives backend `id` of tier number `tier` one more request in flight, and its ticket.
+    fn take(&mut self, tier: usize, id: BackendId, now: Nanos) -> Ticket {
+        let state = &mut self.states[id.index()];
+        state.in_flight += 1;
+        // A pick after `fail_timeout` is the probe that may bring a failed backend back.
+        if now.since(state.checked) > state.spec.fail_timeout {
+            state.checked = now;
+        }
+        let tier = &mut self.tiers[tier];
+        tier.in_flight += 1;
+        if let Some(local) = tier.local(id) {
+            tier.balancer.on_change(local);
+        }
+        Ticket {
+            backend: id,
+            picked: now,
+        }
     }
 
     /// Whether a [`pick`](Pool::pick) that found nothing was held back only by `max_conns`:

@@ -389,6 +389,9 @@ impl<S: ClientStream> ClientConn<S> {
             key: default_settings
                 .as_deref()
                 .and_then(crate::upstream::hashed_request_part),
+            sticky: default_settings
+                .as_deref()
+                .and_then(crate::upstream::sticky_cookie),
             upgrade: &ctx.settings.upgrade,
             routes: ctx.routes.as_ref().map(|r| (r, ctx.has_default)),
             edits: ctx.edits(),

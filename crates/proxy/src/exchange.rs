@@ -43,8 +43,8 @@ pub(crate) struct Request<'a> {
     /// Whether a client that closes its side is taken as gone (not when it has already sent
     /// its next request: it still wants the answers).
     pub(crate) watch_client: bool,
-    /// What the answer's head gets of the header rules and the request id.
-    pub(crate) edit: Option<http1::AnswerEdit<'a>>,
+    /// What the answer's head gets of the header rules, the request id and a sticky session.
+    pub(crate) edit: http1::AnswerEdits<'a>,
 }
 
 /// How the first half of an exchange ended.
@@ -187,7 +187,7 @@ pub(crate) async fn send_and_read_head(
 /// read more. `interim` counts those skipped, against [`MAX_INTERIM`].
 fn final_head(
     buf: &mut Buffer,
-    (client, edit): (ClientSide, Option<http1::AnswerEdit<'_>>),
+    (client, edit): (ClientSide, http1::AnswerEdits<'_>),
     out: &mut Vec<u8>,
     interim: &mut u32,
 ) -> Result<Option<FinalResponse>, (Fault, String)> {

@@ -419,7 +419,14 @@ async fn pick_next(
     let upstream = f.upstream;
     let settings = f.settings;
     let attempt = match upstream
-        .pick(settings, f.affinity, tried.tried(), client, f.watch_client)
+        .pick(
+            settings,
+            f.affinity,
+            f.sticky.and_then(|s| s.asked),
+            tried.tried(),
+            client,
+            f.watch_client,
+        )
         .await
     {
         Ok(attempt) => attempt,

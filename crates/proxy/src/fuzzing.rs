@@ -41,6 +41,7 @@ pub fn request_head(input: &[u8]) {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
+        sticky: None,
         upgrade: &upgrade,
         routes: None,
         edits: None,
@@ -110,7 +111,7 @@ pub fn response_head(input: &[u8]) {
         upgrade: kind & 8 != 0,
     };
     let mut out = Vec::new();
-    match http1::parse_response(buf, client, &mut out, None) {
+    match http1::parse_response(buf, client, &mut out, (None, None)) {
         Ok(Some(http1::ResponseHead::Final(head))) => {
             assert!(head.head_len <= buf.len());
             assert!(out.ends_with(b"\r\n\r\n"));
@@ -879,6 +880,7 @@ pub fn h2_request_head(input: &[u8]) {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
         key: key.as_ref(),
+        sticky: None,
         upgrade: &[],
         routes: None,
         edits: None,

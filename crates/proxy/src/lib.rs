@@ -49,6 +49,9 @@
 //!     [`access`] (allow / deny); a route's own in place of its listener's, the zones shared
 //!     by every worker and kept across a reload that leaves them unchanged.
 //!   * `affinity`: the key a request or session is balanced by (address octets, `hash_key`).
+//!   * `sticky`: sticky sessions' cookie as HTTP carries it (HAProxy's `insert indirect
+//!     nocache`): the `sticky` settings and the `Set-Cookie` they make, a backend's opaque id,
+//!     the cookie taken out of what the backend gets.
 //!   * `tunnel`: bytes relayed both ways, half-closes passed on, idle tunnels closed: a TCP
 //!     session, or an HTTP connection a backend upgraded.
 //! * `upstream`: [`Upstream`], one pool of backends shared by every worker thread: the
@@ -115,6 +118,7 @@ mod request;
 mod route;
 pub mod server;
 pub mod settings;
+mod sticky;
 mod tcp;
 pub mod tls;
 mod tunnel;
@@ -129,6 +133,7 @@ pub use settings::{
     LoadSource, Protocol, ProxyProtocol, ProxySettings, Redirect, RouteAction, RouteSettings,
     UpstreamSettings,
 };
+pub use sticky::{SameSite, StickySettings};
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,
 };

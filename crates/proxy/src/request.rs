@@ -22,6 +22,7 @@ use crate::io::Pace;
 use crate::listener::WorkerListener;
 use crate::metrics::WorkerStats;
 use crate::settings::{ListenerSettings, UpstreamSettings};
+use crate::sticky::StickyRequest;
 use crate::upstream::{Upstream, WorkerPools};
 
 /// Where a request goes and what it carries.
@@ -70,6 +71,8 @@ pub(crate) struct Forward<'a> {
     /// backend are counted against `h2_max_streams_per_client`. `None` for an HTTP/1.x
     /// client, which holds one at most.
     pub(crate) client_connection: Option<u64>,
+    /// The upstream's sticky sessions, and the backend the request's cookie named.
+    pub(crate) sticky: Option<StickyRequest<'a>>,
 }
 
 impl<'a> Forward<'a> {
@@ -123,17 +126,22 @@ impl<'a> Forward<'a> {
                 (e, &ctx.settings.response_headers, route)
             }),
             client_connection: None,
+            sticky: settings.sticky.as_ref().map(|settings| StickyRequest {
+                settings,
+                asked: req.sticky,
+            }),
         }
     }
 
-    /// What writing `upstream`'s answer needs of the request's edits.
-    pub(crate) fn answer_edit(&self, upstream: SocketAddr) -> Option<http1::AnswerEdit<'a>> {
-        self.edit.map(|(edit, listener, route)| http1::AnswerEdit {
+    /// What writing `upstream`'s answer needs of the request's edits and sticky session.
+    pub(crate) fn answer_edit(&self, upstream: SocketAddr) -> http1::AnswerEdits<'a> {
+        let rules = self.edit.map(|(edit, listener, route)| http1::AnswerEdit {
             edit,
             listener,
             route,
             upstream: Some(upstream),
-        })
+        });
+        (rules, self.sticky.map(|s| s.answer(upstream)))
     }
 
     /// Ends the request head for one attempt: a `Host` naming the backend when the client

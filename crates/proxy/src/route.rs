@@ -37,11 +37,13 @@ pub(crate) struct Route {
 #[derive(Debug)]
 pub(crate) enum Action {
     /// Passed to the listener's upstream number `upstream` (an index into its list), hashed by
-    /// `key` (that upstream's `hash_key`, for the algorithms that read one), with the path
-    /// rewritten if `rewrite` says so.
+    /// `key` (that upstream's `hash_key`, for the algorithms that read one), kept to one
+    /// backend by the cookie named `sticky` (that upstream's sticky sessions, if it has them),
+    /// with the path rewritten if `rewrite` says so.
     Upstream {
         upstream: usize,
         key: Option<HashKey>,
+        sticky: Option<Box<str>>,
         rewrite: Option<Rewrite>,
     },
     Redirect(Redirect),
@@ -70,12 +72,12 @@ pub(crate) enum RoutesError {
 }
 
 impl Routes {
-    /// Compiles `settings`; `upstream_of` gives a name's index in the listener's upstreams
-    /// and its `hash_key` for the algorithms that read one.
+    /// Compiles `settings`; `upstream_of` gives a name's index in the listener's upstreams,
+    /// its `hash_key` for the algorithms that read one, and its sticky cookie's name.
     pub(crate) fn build(
         listener: std::net::SocketAddr,
         settings: &[RouteSettings],
-        upstream_of: impl Fn(&str) -> Option<(usize, Option<HashKey>)>,
+        upstream_of: impl Fn(&str) -> Option<(usize, Option<HashKey>, Option<Box<str>>)>,
     ) -> Result<Routes, RoutesError> {
         let specs: Vec<routes::Spec> = settings.iter().map(|r| r.spec.clone()).collect();
         let table = routes::Table::build(&specs).map_err(RoutesError::Table)?;
@@ -83,7 +85,7 @@ impl Routes {
         for r in settings {
             let action = match &r.action {
                 RouteAction::Upstream { upstream, rewrite } => {
-                    let Some((index, key)) = upstream_of(upstream) else {
+                    let Some((index, key, sticky)) = upstream_of(upstream) else {
                         return Err(RoutesError::UnknownUpstream {
                             route: r.name.clone(),
                             upstream: upstream.clone(),
@@ -100,6 +102,7 @@ impl Routes {
                     Action::Upstream {
                         upstream: index,
                         key,
+                        sticky,
                         rewrite,
                     }
                 }

@@ -566,7 +566,9 @@ fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartEr
     }
     let routes = Routes::build(l.listen, &l.routes, |name| {
         let i = upstreams.iter().position(|u| u.name() == name)?;
-        Some((i, hashed_request_part(&upstreams[i].settings()).cloned()))
+        let settings = upstreams[i].settings();
+        let sticky = settings.sticky.as_ref().map(|s| s.cookie.as_str().into());
+        Some((i, hashed_request_part(&settings).cloned(), sticky))
     })
     .map_err(|e| StartError::Routes {
         listen: l.listen,

@@ -394,6 +394,8 @@ pub struct UpstreamSettings {
     /// (`h2_max_streams_per_client`); `None`: half the backend's concurrent-stream limit, so
     /// that no one client connection can take every stream of a backend connection.
     pub h2_max_streams_per_client: Option<usize>,
+    /// Sticky sessions by cookie (`sticky`): `None`, none.
+    pub sticky: Option<crate::sticky::StickySettings>,
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -515,6 +517,7 @@ impl UpstreamSettings {
             backend_protocol: BackendProtocol::Http1,
             h2_max_connections: Self::DEFAULT_H2_MAX_CONNECTIONS,
             h2_max_streams_per_client: None,
+            sticky: None,
         }
     }
 }

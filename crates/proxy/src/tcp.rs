@@ -148,7 +148,7 @@ async fn connect(
     tried.reset(settings.max_attempts(), settings.next_upstream);
     while tried.may_pick() {
         let mut attempt = match upstream
-            .pick(&settings, affinity, tried.tried(), Some(client), true)
+            .pick(&settings, affinity, None, tried.tried(), Some(client), true)
             .await
         {
             Ok(attempt) => attempt,

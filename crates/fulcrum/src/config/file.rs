@@ -235,7 +235,8 @@ impl Listeners {
 }
 
 /// A TCP listener's upstream may hash only the client's address: a connection has no header,
-/// cookie or URI to hash; and it may not speak TLS to its backends (not built for TCP yet).
+/// cookie or URI to hash, nor a cookie to stick by; and it may not speak TLS to its backends
+/// (not built for TCP yet).
 fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstream]) {
     for l in listeners
         .iter()
@@ -257,6 +258,15 @@ fn tcp_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstre
                 format!(
                     "upstream \"{name}\" hashes hash_key = \"{}\", which a TCP connection does not have: give it hash_key = \"client_ip\", or give this listener an upstream of its own",
                     b.hash_key
+                ),
+            );
+        }
+        if u.sticky.is_some() {
+            r.error(
+                l.upstream_at.0.clone(),
+                &l.upstream_at.1,
+                format!(
+                    "upstream \"{name}\" has sticky sessions, which need an HTTP cookie a TCP connection does not carry: give this listener an upstream without sticky (hash_key = \"client_ip\" with ip_hash or hash keeps a client's connections on one backend)"
                 ),
             );
         }

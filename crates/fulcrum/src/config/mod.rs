@@ -41,6 +41,7 @@ mod listener;
 mod report;
 mod route;
 mod settings;
+mod sticky;
 mod table;
 mod tls;
 mod upstream;

@@ -161,6 +161,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
         s.h2_max_connections = n;
     }
     s.h2_max_streams_per_client = u.h2.max_streams_per_client;
+    s.sticky = u.sticky;
     if let Some(seed) = u.seed {
         s.seed = seed;
     }

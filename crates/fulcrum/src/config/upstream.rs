@@ -59,6 +59,7 @@ pub(super) const SECTION: Section = Section {
         "backend_protocol",
         "h2_max_connections",
         "h2_max_streams_per_client",
+        "sticky",
         "backend",
     ],
     not_yet: &[],
@@ -128,6 +129,8 @@ pub(super) struct Upstream {
     pub backend_protocol: Option<Spanned<proxy::BackendProtocol>>,
     /// `h2_max_connections` and `h2_max_streams_per_client` (only with `"h2"`).
     pub h2: H2Limits,
+    /// `sticky`: sticky sessions by cookie.
+    pub sticky: Option<proxy::StickySettings>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
 }
@@ -155,6 +158,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
             .map_or_else(Default::default, |p| *p.get_ref()),
     );
     let polling = polling.checked(r, t);
+    let sticky = super::sticky::read(r, t);
 
     let shown = name.as_ref().map_or_else(
         || "this upstream".to_owned(),
@@ -197,6 +201,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         tls,
         backend_protocol,
         h2,
+        sticky,
         seed,
         backends,
     })

@@ -39,8 +39,8 @@ pub(crate) use forwarding::ClientAddr;
 pub use request::MAX_HEADERS_LIMIT;
 pub(crate) use request::{Limits, RequestHead, finish_request_head, parse_request};
 pub(crate) use response::{
-    ClientSide, FinalResponse, LocalAnswer, ResponseHead, local_answer, local_response,
-    parse_response,
+    AnswerEdits, ClientSide, FinalResponse, LocalAnswer, ResponseHead, local_answer,
+    local_response, parse_response,
 };
 pub(crate) use routing::Routed;
 

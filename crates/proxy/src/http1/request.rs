@@ -98,6 +98,9 @@ pub(crate) struct Limits<'a> {
     pub(crate) max_header_bytes: usize,
     /// The hash key to find in the request, if the upstream hashes a header, cookie or URI.
     pub(crate) key: Option<&'a HashKey>,
+    /// The name of the upstream's sticky cookie, if it has sticky sessions: read for the
+    /// pick, and taken out of the head the backend gets.
+    pub(crate) sticky: Option<&'a str>,
     /// Protocols a request may upgrade its connection to (`Upgrade`, RFC 9110 §7.8), lower
     /// case: the listener's `upgrade`. Empty: `Upgrade` is removed like any hop-by-hop header.
     pub(crate) upgrade: &'a [String],
@@ -138,6 +141,9 @@ pub(crate) struct RequestHead {
     /// Where the hash key asked for in [`Limits::key`] (or by the route's upstream) is in the
     /// input; empty when the request has no such header or cookie.
     pub(crate) key: Range<usize>,
+    /// The backend the sticky cookie asked for in [`Limits::sticky`] (or by the route's
+    /// upstream) names, if the request has one that parses.
+    pub(crate) sticky: Option<balance::StickyId>,
     /// Where it goes: the listener's upstream, a route's, or our own answer (then nothing was
     /// written for a backend).
     pub(crate) routed: Routed,
@@ -256,10 +262,12 @@ pub(crate) fn parse_request(
             Some(routing::route(routes, has_default, &asked, out)?)
         }
     };
-    let (routed, key, target_written) = match decision {
-        None => (Routed::Default, limits.key, false),
-        Some(d) if d.routed == Routed::Default => (Routed::Default, limits.key, false),
-        Some(d) => (d.routed, d.key, d.target_written),
+    let (routed, (key, sticky), target_written) = match decision {
+        None => (Routed::Default, (limits.key, limits.sticky), false),
+        Some(d) if d.routed == Routed::Default => {
+            (Routed::Default, (limits.key, limits.sticky), false)
+        }
+        Some(d) => (d.routed, (d.key, d.sticky), d.target_written),
     };
 
     let route = routed
@@ -283,7 +291,8 @@ pub(crate) fn parse_request(
     if !matches!(routed, Routed::Answer { .. }) {
         let line = (!target_written).then_some((method, &parsed_target));
         let hide = edit.as_ref().map(|(edits, _)| (edits, route));
-        put_backend_head(out, line, host, headers, &connection, client, hide);
+        let fields = (headers, &connection, sticky);
+        put_backend_head(out, line, host, fields, client, hide);
         upgrade = no_body && http11 && put_upgrade(out, headers, limits.upgrade);
         forwarding::put_forwarding(out, headers, client, host);
         if let Some((edits, values)) = &edit {
@@ -320,6 +329,7 @@ pub(crate) fn parse_request(
                 cookie(headers, name.as_bytes()).map_or(0..0, |v| bytes_in(buf, v))
             }
         },
+        sticky: sticky.and_then(|name| sticky_id(headers, name)),
         routed,
         response_edit,
     }))
@@ -386,14 +396,14 @@ fn host<'h>(headers: &[httparse::Header<'h>]) -> Result<Option<(&'h [u8], HostNa
 
 /// Writes the request line in origin form and HTTP/1.1 (`line`: its method and target, unless a
 /// route already wrote them, rewritten), one `Host`, and the client's headers less the
-/// hop-by-hop ones (those `Connection` names too, when it has any), the framing, `Expect` and
-/// the forwarding headers this proxy writes itself.
+/// hop-by-hop ones (those `Connection` names too, when it has any), the framing, `Expect`,
+/// the forwarding headers this proxy writes itself and the sticky cookie (`sticky`, its name:
+/// HAProxy's `indirect`, the backend never sees it).
 fn put_backend_head(
     out: &mut Vec<u8>,
     line: Option<(&str, &Target<'_>)>,
     host: Option<&[u8]>,
-    headers: &[httparse::Header<'_>],
-    connection: &ConnectionTokens<'_>,
+    (headers, connection, sticky): (&[httparse::Header<'_>], &ConnectionTokens<'_>, Option<&str>),
     client: &ClientAddr,
     hide: Option<(&Edits<'_>, Option<&Route>)>,
 ) {
@@ -418,7 +428,12 @@ fn put_backend_head(
         {
             continue;
         }
-        put_header(out, name, h.value);
+        match sticky {
+            Some(cookie) if name.eq_ignore_ascii_case("cookie") => {
+                crate::sticky::put_cookie_without(out, name, h.value, cookie.as_bytes());
+            }
+            _ => put_header(out, name, h.value),
+        }
     }
 }
 
@@ -473,6 +488,14 @@ fn cookie<'b>(headers: &[httparse::Header<'b>], name: &[u8]) -> Option<&'b [u8]>
         })
 }
 
+/// The backend the first cookie named `name` (exactly) in the request's `Cookie` fields names,
+/// if its value parses as an id.
+fn sticky_id(headers: &[httparse::Header<'_>], name: &str) -> Option<balance::StickyId> {
+    values(headers, "cookie")
+        .find_map(|v| crate::sticky::value_in(v, name.as_bytes()))
+        .and_then(balance::StickyId::parse)
+}
+
 /// Ends a request head for the backend: its `Content-Length` when the client sent a body
 /// (chunked bodies are forwarded de-chunked, with their length), and the blank line.
 pub(crate) fn finish_request_head(out: &mut Vec<u8>, body: Option<usize>) {
@@ -491,6 +514,7 @@ mod tests {
         max_headers: 100,
         max_header_bytes: 16 * 1024,
         key: None,
+        sticky: None,
         upgrade: &[],
         routes: None,
         edits: None,
@@ -546,6 +570,40 @@ mod tests {
     }
 
     #[test]
+    fn the_sticky_cookie_is_read_and_never_reaches_the_backend() {
+        let sticky = |raw: &str| {
+            let limits = Limits {
+                sticky: Some("SRV"),
+                ..LIMITS
+            };
+            let mut out = Vec::new();
+            let head = parse_request(raw.as_bytes(), limits, &client(), &mut out)
+                .unwrap()
+                .expect("complete");
+            (head.sticky, String::from_utf8(out).unwrap())
+        };
+        let (id, out) = sticky(
+            "GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; SRV=00000000000000ff; b=2\r\n\
+             Cookie: SRV=0000000000000001\r\nCookie: srv=kept\r\n\r\n",
+        );
+        assert_eq!(id, Some(balance::StickyId(0xff)), "the first");
+        assert!(!out.contains("SRV="), "{out}");
+        assert!(out.contains("\r\nCookie: a=1; b=2\r\n"), "{out}");
+        assert!(
+            out.contains("\r\nCookie: srv=kept\r\n"),
+            "another name: {out}"
+        );
+        assert_eq!(out.matches("Cookie:").count(), 2, "{out}");
+        // A value that names no backend: none asked for, and still taken out.
+        let (id, out) = sticky("GET / HTTP/1.1\r\nHost: h\r\nCookie: SRV=10.0.0.1:80\r\n\r\n");
+        assert_eq!(id, None);
+        assert!(!out.contains("Cookie"), "{out}");
+        // Without sticky sessions the cookie passes.
+        let (_, out) = request("GET / HTTP/1.1\r\nHost: h\r\nCookie: SRV=1\r\n\r\n").unwrap();
+        assert!(out.contains("Cookie: SRV=1\r\n"), "{out}");
+    }
+
+    #[test]
     fn rewrites_a_simple_request() {
         let (head, out) =
             request("GET /a?b HTTP/1.1\r\nHost: x.test\r\nAccept: */*\r\n\r\n").unwrap();
@@ -572,6 +630,7 @@ mod tests {
             max_headers: 100,
             max_header_bytes: 20,
             key: None,
+            sticky: None,
             upgrade: &[],
             routes: None,
             edits: None,
@@ -597,6 +656,7 @@ mod tests {
             max_headers: 1,
             max_header_bytes: 1024,
             key: None,
+            sticky: None,
             upgrade: &[],
             routes: None,
             edits: None,

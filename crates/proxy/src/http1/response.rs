@@ -19,6 +19,7 @@ use super::{
     content_length, is_hop_by_hop, named_by_connection, put_content_length, put_decimal,
     put_header, values,
 };
+use crate::sticky::StickyAnswer;
 
 /// What the client asked of the response's connection.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +55,10 @@ pub(crate) struct FinalResponse {
     pub(crate) dechunk: bool,
 }
 
+/// What a backend's answer gets besides its own fields: the header rules' fields and the
+/// request id, and a sticky session's cookie.
+pub(crate) type AnswerEdits<'a> = (Option<AnswerEdit<'a>>, Option<StickyAnswer<'a>>);
+
 /// Response header slots: backends are trusted further than clients, but not without bound.
 const RESPONSE_MAX_HEADERS: usize = 128;
 
@@ -64,7 +69,7 @@ pub(crate) fn parse_response(
     buf: &[u8],
     client: ClientSide,
     out: &mut Vec<u8>,
-    edit: Option<AnswerEdit<'_>>,
+    (edit, sticky): AnswerEdits<'_>,
 ) -> Result<Option<ResponseHead>, &'static str> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
@@ -105,7 +110,13 @@ pub(crate) fn parse_response(
     let client_keep_alive = client.keep_alive && framing != Framing::Close && !dechunk;
 
     out.clear();
-    put_status_and_headers(out, status, reason, headers, &connection, edit.as_ref());
+    put_status_and_headers(
+        out,
+        (status, reason),
+        headers,
+        &connection,
+        (edit.as_ref(), sticky),
+    );
     body.put(out, headers, dechunk);
     if !client_keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -207,14 +218,15 @@ impl BodyFraming {
 
 /// Writes the status line, as HTTP/1.1, and the backend's headers less the hop-by-hop ones
 /// (those `Connection` names too, when it has any) and `Content-Length` (framing is written
-/// from what was parsed). `connection`: what the `Connection` headers among `headers` say.
+/// from what was parsed), then what the header rules add (`edit`) and a sticky session's
+/// cookie (`sticky`, which also drops a backend's own `Set-Cookie` of the cookie's name).
+/// `connection`: what the `Connection` headers among `headers` say.
 fn put_status_and_headers(
     out: &mut Vec<u8>,
-    status: u16,
-    reason: &str,
+    (status, reason): (u16, &str),
     headers: &[httparse::Header<'_>],
     connection: &ConnectionTokens<'_>,
-    edit: Option<&AnswerEdit<'_>>,
+    (edit, sticky): (Option<&AnswerEdit<'_>>, Option<StickyAnswer<'_>>),
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(status));
@@ -227,6 +239,7 @@ fn put_status_and_headers(
             || is_hop_by_hop(name)
             || (connection.present && connection.names(headers, name))
             || edit.is_some_and(|e| e.hides(name))
+            || sticky.is_some_and(|s| s.hides(name, h.value))
         {
             continue;
         }
@@ -234,6 +247,9 @@ fn put_status_and_headers(
     }
     if let Some(edit) = edit {
         edit.put(out);
+    }
+    if let Some(sticky) = sticky {
+        sticky.put(out);
     }
 }
 
@@ -369,7 +385,7 @@ mod tests {
 
     fn response(raw: &str, client: ClientSide) -> Result<(FinalResponse, String), &'static str> {
         let mut out = Vec::new();
-        match parse_response(raw.as_bytes(), client, &mut out, None)?.expect("complete") {
+        match parse_response(raw.as_bytes(), client, &mut out, (None, None))?.expect("complete") {
             ResponseHead::Final(f) => Ok((f, String::from_utf8(out).unwrap())),
             ResponseHead::Interim(n) => panic!("interim {n}"),
         }
@@ -381,6 +397,40 @@ mod tests {
         is_head: false,
         upgrade: false,
     };
+
+    #[test]
+    fn a_sticky_answer_replaces_the_backend_s_own_cookie_of_the_name() {
+        let settings = crate::sticky::StickySettings {
+            cookie: "SRV".to_owned(),
+            ..Default::default()
+        };
+        let raw = b"HTTP/1.1 200 OK\r\nSet-Cookie: SRV=theirs; Path=/\r\n\
+                    Set-Cookie: session=1\r\nContent-Length: 0\r\n\r\n";
+        let answer = |set| {
+            let sticky = crate::sticky::StickyAnswer {
+                settings: &settings,
+                set,
+            };
+            let mut out = Vec::new();
+            parse_response(raw, KEEP11, &mut out, (None, Some(sticky))).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let set = answer(Some(balance::StickyId(1)));
+        assert!(!set.contains("theirs"), "{set}");
+        assert!(set.contains("Set-Cookie: session=1\r\n"), "{set}");
+        assert!(
+            set.contains(
+                "Set-Cookie: SRV=0000000000000001; Path=/\r\nCache-Control: no-cache=\"Set-Cookie\"\r\n"
+            ),
+            "{set}"
+        );
+        let kept = answer(None);
+        assert!(
+            !kept.contains("SRV=") && !kept.contains("Cache-Control"),
+            "{kept}"
+        );
+        assert!(kept.contains("Set-Cookie: session=1\r\n"), "{kept}");
+    }
 
     #[test]
     fn response_framing() {
@@ -444,7 +494,7 @@ mod tests {
                 b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n",
                 KEEP11,
                 &mut out,
-                None
+                (None, None)
             ),
             Ok(Some(ResponseHead::Interim(25)))
         ));

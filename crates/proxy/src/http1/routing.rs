@@ -41,6 +41,8 @@ pub(super) struct Decision<'r> {
     pub(super) routed: Routed,
     /// The hash key of the route's upstream (its `hash_key`), if the request goes to a route.
     pub(super) key: Option<&'r HashKey>,
+    /// The name of the route's upstream's sticky cookie, if it has sticky sessions.
+    pub(super) sticky: Option<&'r str>,
     /// The backend's request line is already in the head buffer up to the target (`METHOD
     /// /rewritten/path?query`): the route rewrote the path.
     pub(super) target_written: bool,
@@ -145,6 +147,7 @@ fn decide<'r>(
             location,
         },
         key: None,
+        sticky: None,
         target_written: false,
     };
     let i = match routes.select(&request) {
@@ -153,6 +156,7 @@ fn decide<'r>(
             return Ok(Decision {
                 routed: Routed::Default,
                 key: None,
+                sticky: None,
                 target_written: false,
             });
         }
@@ -170,7 +174,12 @@ fn decide<'r>(
         return Ok(answer(None, 404, 0..0));
     };
     Ok(match &route.action {
-        Action::Upstream { key, rewrite, .. } => {
+        Action::Upstream {
+            key,
+            sticky,
+            rewrite,
+            ..
+        } => {
             if let Some(rewrite) = rewrite {
                 out.extend_from_slice(asked.method.as_bytes());
                 out.push(b' ');
@@ -190,6 +199,7 @@ fn decide<'r>(
             Decision {
                 routed: Routed::Upstream { route: i },
                 key: key.as_ref(),
+                sticky: sticky.as_deref(),
                 target_written: rewrite.is_some(),
             }
         }

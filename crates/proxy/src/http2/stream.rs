@@ -517,6 +517,9 @@ async fn proxy(
         key: default_settings
             .as_deref()
             .and_then(crate::upstream::hashed_request_part),
+        sticky: default_settings
+            .as_deref()
+            .and_then(crate::upstream::sticky_cookie),
         // HTTP/2 has no connection upgrades (RFC 9113 §8.6).
         upgrade: &[],
         routes: (listener.ctx.routes.as_ref()).map(|r| (r, listener.ctx.has_default)),
@@ -969,6 +972,7 @@ mod tests {
             max_headers: 100,
             max_header_bytes: 16 * 1024,
             key: None,
+            sticky: None,
             upgrade: &[],
             routes: None,
             edits: None,

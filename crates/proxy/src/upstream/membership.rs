@@ -99,6 +99,7 @@ impl Upstream {
                 (Some((old, budget)), Some(new)) if old == new => Some((old, budget)),
                 (_, new) => new.map(|b| (b, balance::RetryBudget::new(b))),
             };
+            let sticky = super::state::sticky_table(&settings, &members);
             // The settings and the pool change together, under the lock picks take.
             self.settings.store(Arc::new(settings));
             let waiting = std::mem::take(&mut st.waiting);
@@ -108,6 +109,7 @@ impl Upstream {
                 members,
                 waiting,
                 budget,
+                sticky,
             };
             done
         };

@@ -51,7 +51,7 @@ pub use state::AdminState;
 pub(crate) use state::{Unpicked, WorkerPools};
 pub use view::{BackendSnapshot, ChangeError, MAX_WEIGHT};
 
-use state::{Member, State, configured_state, lock};
+use state::{Member, State, configured_state, lock, sticky_table};
 
 #[derive(Debug)]
 pub struct Upstream {
@@ -89,10 +89,16 @@ pub(crate) fn hashed_request_part(settings: &UpstreamSettings) -> Option<&HashKe
     (hashed && settings.hash_key != HashKey::ClientIp).then_some(&settings.hash_key)
 }
 
+/// The name of `settings`' sticky cookie, if it has sticky sessions: what the request parser
+/// reads and takes out.
+pub(crate) fn sticky_cookie(settings: &UpstreamSettings) -> Option<&str> {
+    settings.sticky.as_ref().map(|s| s.cookie.as_str())
+}
+
 impl Upstream {
     pub fn new(settings: UpstreamSettings) -> Upstream {
         let pool = build_pool(&settings);
-        let members = pool_order(&settings)
+        let members: Vec<Member> = pool_order(&settings)
             .into_iter()
             .map(|b| Member {
                 addr: b.addr,
@@ -105,6 +111,7 @@ impl Upstream {
         let budget = settings
             .retry_budget
             .map(|b| (b, balance::RetryBudget::new(b)));
+        let sticky = sticky_table(&settings, &members);
         Upstream {
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),
@@ -114,6 +121,7 @@ impl Upstream {
                 members,
                 waiting: VecDeque::new(),
                 budget,
+                sticky,
             }),
             epoch: Instant::now(),
             worker_pools: Mutex::new(Vec::new()),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use balance::queue::{self, Admission, Waiter as _};
-use balance::{Outcome, Ticket};
+use balance::{Outcome, StickyId, Ticket};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
@@ -21,11 +21,14 @@ impl Upstream {
     /// room) up to `settings.queue_timeout`, or until `client` leaves (when `watch_client`):
     /// a backend that frees up is handed, under the pool lock, to the oldest waiting request
     /// that may use it (HAProxy's pending-connection queue), so no newcomer takes it first and
-    /// no wake-up is lost.
+    /// no wake-up is lost. `sticky`: the backend the request's sticky cookie names, taken
+    /// first while it can take the request ([`balance::sticky`]'s rule), before the algorithm
+    /// and the queue are asked.
     pub(crate) async fn pick(
         self: &Arc<Self>,
         settings: &UpstreamSettings,
         affinity: Option<&[u8]>,
+        sticky: Option<StickyId>,
         tried: &[SocketAddr],
         client: Option<&TcpStream>,
         watch_client: bool,
@@ -40,6 +43,11 @@ impl Upstream {
                 }
             }
             let exclude = excluded(&st.members, tried);
+            let preferred = sticky.and_then(|id| st.sticky.as_ref()?.backend(id));
+            if let Some(ticket) = preferred.and_then(|p| st.pool.pick_preferred(p, &exclude, now)) {
+                let addr = st.members[ticket.backend().index()].addr;
+                return Ok(self.attempt(st.generation, addr, ticket));
+            }
             st.waiting.retain(|w| !w.left());
             let waiting = st.waiting.len();
             match queue::admit(

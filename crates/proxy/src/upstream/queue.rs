@@ -186,7 +186,8 @@ mod tests {
         let task = tokio::spawn(async move {
             let (c, _s) = client().await;
             let settings = u2.settings();
-            u2.pick(&settings, None, &tried, Some(&c), false).await
+            u2.pick(&settings, None, None, &tried, Some(&c), false)
+                .await
         });
         while u.queued() == before {
             tokio::task::yield_now().await;
@@ -196,7 +197,8 @@ mod tests {
 
     async fn pick_now(u: &Arc<Upstream>) -> Result<Attempt, Unpicked> {
         let (c, _s) = client().await;
-        u.pick(&u.settings(), None, &[], Some(&c), false).await
+        u.pick(&u.settings(), None, None, &[], Some(&c), false)
+            .await
     }
 
     #[tokio::test]

@@ -43,12 +43,25 @@ pub(super) struct State {
     /// The retries the upstream may still make (`retry_budget`; `None`: no cap). Kept across a
     /// reconfiguration that leaves its settings as they were.
     pub(super) budget: Option<(balance::RetryBudgetSettings, balance::RetryBudget)>,
+    /// The members' sticky ids, on an upstream with `sticky` (rebuilt with the members).
+    pub(super) sticky: Option<balance::StickyTable>,
 }
 
 impl State {
     pub(super) fn position(&self, addr: SocketAddr) -> Option<BackendId> {
         position(&self.members, addr)
     }
+}
+
+/// The sticky ids of `members`, if `settings` has sticky sessions.
+pub(super) fn sticky_table(
+    settings: &crate::settings::UpstreamSettings,
+    members: &[Member],
+) -> Option<balance::StickyTable> {
+    settings
+        .sticky
+        .as_ref()
+        .map(|_| crate::sticky::table(members.iter().map(|m| m.addr)))
 }
 
 pub(super) fn position(members: &[Member], addr: SocketAddr) -> Option<BackendId> {

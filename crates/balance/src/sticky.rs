@@ -155,53 +155,10 @@ pub fn must_set(asked: Option<StickyId>, answered: StickyId) -> bool {
     asked != Some(answered)
 }
 
-/// SipHash-2-4 of `msg` under the key (`k0`, `k1`), as the reference implementation computes
-/// it (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012, §2).
+/// SipHash-2-4 of `msg` under the key (`k0`, `k1`) (Aumasson and Bernstein, "SipHash: a fast
+/// short-input PRF", 2012), by the `siphasher` crate.
 fn siphash24(k0: u64, k1: u64, msg: &[u8]) -> u64 {
-    let mut v = [
-        k0 ^ 0x736f_6d65_7073_6575,
-        k1 ^ 0x646f_7261_6e64_6f6d,
-        k0 ^ 0x6c79_6765_6e65_7261,
-        k1 ^ 0x7465_6462_7974_6573,
-    ];
-    let word = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .rev()
-            .fold(0u64, |acc, &b| acc << 8 | u64::from(b))
-    };
-    let mut chunks = msg.chunks_exact(8);
-    for chunk in &mut chunks {
-        let m = word(chunk);
-        v[3] ^= m;
-        sip_round(&mut v);
-        sip_round(&mut v);
-        v[0] ^= m;
-    }
-    // The last block: the remaining bytes, and the length's low byte on top.
-    let last = word(chunks.remainder()) | (msg.len() as u64) << 56;
-    v[3] ^= last;
-    sip_round(&mut v);
-    sip_round(&mut v);
-    v[0] ^= last;
-    v[2] ^= 0xff;
-    for _ in 0..4 {
-        sip_round(&mut v);
-    }
-    v[0] ^ v[1] ^ v[2] ^ v[3]
-}
-
-fn sip_round(v: &mut [u64; 4]) {
-    v[0] = v[0].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(13) ^ v[0];
-    v[0] = v[0].rotate_left(32);
-    v[2] = v[2].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(16) ^ v[2];
-    v[0] = v[0].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(21) ^ v[0];
-    v[2] = v[2].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(17) ^ v[2];
-    v[2] = v[2].rotate_left(32);
+    siphasher::sip::SipHasher24::new_with_keys(k0, k1).hash(msg)
 }
 
 #[cfg(test)]

@@ -150,3 +150,85 @@ fn check_refuses_an_unknown_variable_with_its_place_and_the_known_ones() {
         "{err}"
     );
 }
+
+/// `$upstream_addr` and `$upstream_status` list every backend a request tried, with what each
+/// came to, as nginx writes them: a backend refusing the connection (502), one answering a 503
+/// that `next_upstream` lists (503), then the one whose 200 is relayed — "502, 503, 200" from
+/// both for the same request; `$upstream_response_time` has a time for each.
+#[test]
+fn the_upstream_trail_is_nginx_s() {
+    let dir = TempDir::new("access-log", "trail");
+    let refusing = HeldPort::refusing();
+    let (busy, ok, front) = (
+        HeldPort::for_server(),
+        HeldPort::for_server(),
+        HeldPort::for_server(),
+    );
+    let (busy, ok, front) = (busy.port(), ok.port(), front.port());
+    let refused = refusing.addr;
+    let d = dir.path();
+    let format = "$upstream_addr|$upstream_status|$upstream_response_time";
+    // nginx: the two backends, and a proxy in front of all three (the refusing port first)
+    // that moves on after an error and a 503, keeping every server in (max_fails=0).
+    let conf = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nevents {{ worker_connections 64; }}\n\
+         http {{\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n  \
+         uwsgi_temp_path {d}; scgi_temp_path {d};\n  \
+         log_format trail '{format}';\n  \
+         upstream three {{ server {refused} max_fails=0; server 127.0.0.1:{busy} max_fails=0; \
+         server 127.0.0.1:{ok} max_fails=0; }}\n  \
+         server {{ listen 127.0.0.1:{busy}; access_log off; location / {{ return 503; }} }}\n  \
+         server {{ listen 127.0.0.1:{ok}; access_log off; location / {{ return 200 \"ok\\n\"; }} }}\n  \
+         server {{ listen 127.0.0.1:{front}; access_log {d}/nginx.log trail;\n    \
+         location / {{ proxy_pass http://three; proxy_next_upstream error timeout http_503; }} }}\n}}\n"
+    );
+    let _nginx = common::spawn_nginx(&dir, &conf);
+    let front: SocketAddr = format!("127.0.0.1:{front}").parse().unwrap();
+    common::wait_until(Duration::from_secs(10), "nginx answers", || {
+        TcpStream::connect(front)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let log = std::path::Path::new(d).join("fulcrum.log");
+    let config = TempFile::new(
+        "access-log-trail.toml",
+        &format!(
+            "workers = 1\naccess_log = \"{}\"\naccess_log_format = '{format}'\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"three\"\n\n\
+             [[upstream]]\nname = \"three\"\nnext_upstream = [\"error\", \"timeout\", \"http_503\"]\n\
+             [[upstream.backend]]\naddr = \"{refused}\"\nmax_fails = 0\n\
+             [[upstream.backend]]\naddr = \"127.0.0.1:{busy}\"\nmax_fails = 0\n\
+             [[upstream.backend]]\naddr = \"127.0.0.1:{ok}\"\nmax_fails = 0\n",
+            log.display()
+        ),
+    );
+    let fulcrum = Running::start(&config, 1);
+    let request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    for to in [front, fulcrum.addr_of("three")] {
+        let answer = send(to, request);
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    }
+    let theirs = lines(&std::path::Path::new(d).join("nginx.log"), 1);
+    let ours = lines(&log, 1);
+    let fields = |line: &str| -> (String, String, usize) {
+        let parts: Vec<&str> = line.split('|').collect();
+        assert_eq!(parts.len(), 3, "{line}");
+        // Each time is seconds with three decimals.
+        let times: Vec<&str> = parts[2].split(", ").collect();
+        for t in &times {
+            let (s, ms) = t.split_once('.').unwrap_or_else(|| panic!("{line}"));
+            assert!(s.parse::<u64>().is_ok() && ms.len() == 3, "{line}");
+        }
+        (parts[0].to_owned(), parts[1].to_owned(), times.len())
+    };
+    let (theirs, ours) = (fields(&theirs[0]), fields(&ours[0]));
+    assert_eq!(
+        theirs,
+        (
+            format!("{refused}, 127.0.0.1:{busy}, 127.0.0.1:{ok}"),
+            "502, 503, 200".to_owned(),
+            3
+        )
+    );
+    assert_eq!(ours, theirs);
+}

@@ -401,6 +401,7 @@ mod tests {
             upstream_time: Some(Duration::from_micros(2500)),
             upstream_status: Some(200),
             backends,
+            earlier: &[],
             upstream: "web",
             route: None,
             request_id: None,
@@ -477,7 +478,10 @@ mod tests {
         e.target = b"/a/./b/../%63?x=1&y=\"";
         e.bytes_sent = Some(120);
         e.request_time = Duration::from_micros(2999);
-        e.upstream_time = Some(Duration::from_micros(1999));
+        // The first backend timed out after 3.456 ms (our 504); the second's 503 is relayed.
+        let earlier = [(504, Duration::from_micros(3456))];
+        e.earlier = &earlier;
+        e.upstream_time = Some(Duration::from_micros(5000));
         e.upstream_status = Some(503);
         e.route = Some("api");
         e.request_id = Some(b"0123abcd");
@@ -499,8 +503,8 @@ mod tests {
             ("$bytes_sent", "120"),
             ("$request_time", "0.002"),
             ("$upstream_addr", "127.0.0.1:9001, 127.0.0.1:9002"),
-            ("$upstream_status", "-, 503"),
-            ("$upstream_response_time", "-, 0.001"),
+            ("$upstream_status", "504, 503"),
+            ("$upstream_response_time", "0.003, 0.001"),
             ("$request_id", "0123abcd"),
             ("$route", "api"),
             ("$fate", "answered"),
@@ -538,6 +542,25 @@ mod tests {
         ] {
             assert_eq!(line_of(&t(source), &bare), expected, "{source}");
         }
+        // Every backend failed: each attempt's own status and time (nginx: "502, 504").
+        let mut failed = entry(&backends);
+        let both = [
+            (502, Duration::from_micros(1500)),
+            (504, Duration::from_micros(2500)),
+        ];
+        failed.earlier = &both;
+        failed.upstream_status = Some(504);
+        let trail = t("$upstream_status|$upstream_response_time");
+        assert_eq!(line_of(&trail, &failed), "502, 504|0.001, 0.002");
+        // An attempt whose end was not recorded (none here) is `-`; the last is the answer's.
+        let three: Vec<SocketAddr> = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let mut gap = entry(&three);
+        let first = [(502, Duration::from_micros(1000))];
+        gap.earlier = &first;
+        assert_eq!(line_of(&trail, &gap), "502, -, 200|0.001, -, 0.001");
         let mut no_query = entry(&[]);
         no_query.target = b"/p?";
         assert_eq!(line_of(&t("[$args]"), &no_query), "[]");

@@ -35,6 +35,18 @@ pub(crate) struct Scratch {
     pub(crate) dechunked: Vec<u8>,
     /// The current request's attempts: the backends picked, in order, and what came of them.
     pub(crate) tried: balance::Attempts<SocketAddr>,
+    /// What each attempt before the one relayed came to ([`attempts`]).
+    pub(crate) earlier: Vec<(u16, Duration)>,
+}
+
+/// The backends a request tried, in order, and what each attempt that was not relayed came
+/// to: the status it gave (a status `next_upstream` lists) or the one its failure makes ours
+/// (502, 504), and its time. nginx's `$upstream_status` and `$upstream_response_time` list a
+/// value per backend tried; the relayed answer's are the request's own.
+#[derive(Debug, Default)]
+pub(crate) struct Trail {
+    pub(crate) backends: Vec<SocketAddr>,
+    pub(crate) earlier: Vec<(u16, Duration)>,
 }
 
 /// Room made at once for a head [`Scratch`] builds: the request head for the backend, the
@@ -124,7 +136,7 @@ pub(crate) async fn forward<S: ClientStream>(
         f,
         &mut scratch.head,
         &mut scratch.out,
-        &mut scratch.tried,
+        (&mut scratch.tried, &mut scratch.earlier),
         Some(client.tcp()),
     )
     .await;
@@ -319,7 +331,8 @@ pub(crate) enum Attempts {
 /// `out` as an HTTP/1.1 head for the client; `head` holds the request head of the last
 /// attempt. Which backend next, whether to resend, whom to blame and when to give up is
 /// [`balance::Attempts`]'s to say (the simulator asks it too); `tried` is that machine, left
-/// with the backends tried. `client` is the socket watched for a departure while
+/// with the backends tried, and beside it what each attempt not relayed came to (a status and
+/// a time, [`Trail::earlier`]). `client` is the socket watched for a departure while
 /// `f.watch_client` (an HTTP/2 stream has none: a stream the client cancels drops this future,
 /// and the `Attempt` guard completes its ticket as cancelled). What the caller does with the
 /// answer — relay it to a socket, to an HTTP/2 stream, or tunnel — is its own part.
@@ -327,11 +340,15 @@ pub(crate) async fn attempts(
     f: &Forward<'_>,
     head: &mut Vec<u8>,
     out: &mut Vec<u8>,
-    tried: &mut balance::Attempts<SocketAddr>,
+    (tried, earlier): (
+        &mut balance::Attempts<SocketAddr>,
+        &mut Vec<(u16, Duration)>,
+    ),
     client: Option<&TcpStream>,
 ) -> Attempts {
     let upstream = f.upstream;
     tried.reset(f.settings.max_attempts(), f.settings.next_upstream);
+    earlier.clear();
     let mut patience = Patience {
         each: f.settings.read_timeout,
         until: None,
@@ -383,6 +400,7 @@ pub(crate) async fn attempts(
                     drop(body);
                     out.clear();
                     attempt.complete(Outcome::Failure);
+                    earlier.push((status, began.elapsed()));
                     break;
                 }
                 Tried::ClientGone => {
@@ -400,11 +418,22 @@ pub(crate) async fn attempts(
                 Tried::Failed(failure, why) => (failure, why),
             };
             if !resend(f, tried, &mut attempt, &failure, &why, patience) {
+                earlier.push((trail_status(failure.fault), began.elapsed()));
                 break;
             }
         }
     }
     Attempts::NoAnswer(tried.own_answer())
+}
+
+/// The status the access log gives an attempt that failed: 504 after a timeout, else 502, as
+/// nginx's `$upstream_status` does (`ngx_http_upstream_next` sets `u->state->status`: 504 for
+/// `NGX_HTTP_UPSTREAM_FT_TIMEOUT`, 502 otherwise) — whatever our own answer would be.
+fn trail_status(fault: balance::Fault) -> u16 {
+    match fault {
+        balance::Fault::ConnectTimeout | balance::Fault::ReadTimeout => 504,
+        _ => 502,
+    }
 }
 
 /// Picks a backend for the next attempt, other than those `tried` (noted there); the request's

@@ -225,6 +225,9 @@ pub(crate) struct Record<'a> {
     pub(crate) bytes_sent: Option<u64>,
     /// Every backend tried, in order.
     pub(crate) backends: &'a [SocketAddr],
+    /// What each attempt that was not relayed came to: its status and time
+    /// ([`crate::forward::Trail::earlier`]).
+    pub(crate) earlier: &'a [(u16, Duration)],
     /// Time spent on backends (`None`: none was tried); of a tunnel, until the backend agreed
     /// to it, and of a TCP session, to connect.
     pub(crate) upstream_time: Option<Duration>,
@@ -292,6 +295,7 @@ impl Record<'_> {
             upstream_time: self.upstream_time,
             upstream_status: (gave_status && !self.backends.is_empty()).then_some(self.status),
             backends: self.backends,
+            earlier: self.earlier,
             upstream: upstream.map_or("-", |u| u.name()),
             route: route.map(|r| &*r.name),
             request_id: self.request_id,
@@ -356,6 +360,7 @@ mod tests {
             body_bytes: 0,
             bytes_sent: None,
             backends: &[],
+            earlier: &[],
             upstream_time,
             upstream: Some(0),
             route: None,

@@ -237,6 +237,7 @@ impl Session<'_> {
             // nginx stream's `$bytes_sent`: every byte to the client.
             bytes_sent: Some(self.moved.to_client.load(Ordering::Relaxed)),
             backends: self.tried.tried(),
+            earlier: &[],
             upstream_time: self.connect_time,
             upstream: Some(0),
             route: None,

@@ -54,6 +54,11 @@ pub(crate) struct Entry<'a> {
     /// `None` if it gave none.
     pub upstream_status: Option<u16>,
     pub backends: &'a [SocketAddr],
+    /// What each attempt that was not relayed came to, in order: its status (a listed one, or
+    /// the 502 or 504 its failure makes ours) and its time. Shorter than `backends` by one
+    /// when the last backend's answer was relayed (its status and time are
+    /// `upstream_status` and what `upstream_time` leaves after these).
+    pub earlier: &'a [(u16, Duration)],
     pub upstream: &'a str,
     /// The route that took the request, on a listener with routes.
     pub route: Option<&'a str>,

@@ -2,7 +2,7 @@
 //! then fulcrum's fields), JSON, or a template of nginx's variables.
 
 use std::net::SocketAddr;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::entry::{Entry, Format};
 use super::template::{Part, Template, Var};
@@ -189,14 +189,28 @@ fn variable(
         Var::RequestTime => text::seconds_truncated(out, e.request_time),
         Var::UpstreamAddr if e.backends.is_empty() => out.push(b'-'),
         Var::UpstreamAddr => backends(out, e.backends, b", "),
-        Var::UpstreamStatus => per_attempt(out, e, |out| match e.upstream_status {
-            Some(s) => text::number(out, u64::from(s)),
-            None => out.push(b'-'),
-        }),
-        Var::UpstreamResponseTime => per_attempt(out, e, |out| match e.upstream_time {
-            Some(d) => text::seconds_truncated(out, d),
-            None => out.push(b'-'),
-        }),
+        Var::UpstreamStatus => per_attempt(
+            out,
+            e,
+            |out, (status, _)| text::number(out, u64::from(status)),
+            |out| match e.upstream_status {
+                Some(s) => text::number(out, u64::from(s)),
+                None => out.push(b'-'),
+            },
+        ),
+        Var::UpstreamResponseTime => per_attempt(
+            out,
+            e,
+            |out, (_, took)| text::seconds_truncated(out, took),
+            // The last attempt's: the time on backends less the earlier attempts'.
+            |out| match e.upstream_time {
+                Some(d) => {
+                    let earlier: Duration = e.earlier.iter().map(|&(_, took)| took).sum();
+                    text::seconds_truncated(out, d.saturating_sub(earlier));
+                }
+                None => out.push(b'-'),
+            },
+        ),
         Var::Http(i) => match header(e, i) {
             Some(value) => text::escape(out, value),
             None => out.push(b'-'),
@@ -213,17 +227,31 @@ fn variable(
 }
 
 /// A value per backend tried, `, ` between them (nginx's `$upstream_status` and
-/// `$upstream_response_time`), `-` if none was: the last attempt's by `last`; an earlier
-/// attempt's own status and time are not recorded, and are `-`.
-fn per_attempt(out: &mut Vec<u8>, e: &Entry<'_>, last: impl FnOnce(&mut Vec<u8>)) {
-    if e.backends.is_empty() {
+/// `$upstream_response_time`), `-` if none was: an attempt that was not relayed by `each` of
+/// what it came to ([`Entry::earlier`]), the relayed one by `last`; one whose end was not
+/// recorded (the client left during it) is `-`.
+fn per_attempt(
+    out: &mut Vec<u8>,
+    e: &Entry<'_>,
+    each: impl Fn(&mut Vec<u8>, (u16, Duration)),
+    last: impl FnOnce(&mut Vec<u8>),
+) {
+    let Some(n) = e.backends.len().checked_sub(1) else {
         out.push(b'-');
         return;
+    };
+    // Every attempt but the last, then the last: a failed one's own, or the relayed answer's.
+    for i in 0..n {
+        match e.earlier.get(i) {
+            Some(&attempt) => each(out, attempt),
+            None => out.push(b'-'),
+        }
+        out.extend_from_slice(b", ");
     }
-    for _ in 1..e.backends.len() {
-        out.extend_from_slice(b"-, ");
+    match e.earlier.get(n) {
+        Some(&attempt) => each(out, attempt),
+        None => last(out),
     }
-    last(out);
 }
 
 /// nginx's `$remote_user`: the user of a `Basic` authorization, escaped; `-` for none.

@@ -36,7 +36,7 @@ use crate::admission::{Asking, ConnGuard, Refusal};
 use crate::affinity::AffinityKey;
 use crate::answers::{self, BODY_TIMEOUT, CLIENT_CLOSED, MALFORMED, NOT_FOUND, TOO_LARGE};
 use crate::exchange::Relay;
-use crate::forward::{self, Attempts};
+use crate::forward::{self, Attempts, Trail};
 use crate::http1::{self, ClientAddr, ClientSide, Limits, Reject, Routed};
 use crate::io::Pace;
 use crate::listener::WorkerListener;
@@ -118,7 +118,7 @@ impl Finished<'_> {
         &self,
         status: u16,
         body_bytes: u64,
-        tried: &[SocketAddr],
+        tried: &Trail,
         upstream_time: Option<Duration>,
         fate: Fate,
     ) {
@@ -132,7 +132,8 @@ impl Finished<'_> {
             body_bytes,
             // The HPACK-coded head's size is not known here.
             bytes_sent: None,
-            backends: tried,
+            backends: &tried.backends,
+            earlier: &tried.earlier,
             upstream_time,
             upstream: self.upstream,
             route: self.route,
@@ -209,7 +210,7 @@ pub(crate) async fn serve(
         }
     };
     let Some(ready) = ready else {
-        done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+        done.finish(CLIENT_CLOSED, 0, &Trail::default(), None, Fate::ClientGone);
         return Ended::CancelledByClient;
     };
     match ready {
@@ -230,12 +231,12 @@ pub(crate) async fn serve(
             Ended::Answered
         }
         Ready::ClientGone => {
-            done.finish(CLIENT_CLOSED, 0, &[], None, Fate::ClientGone);
+            done.finish(CLIENT_CLOSED, 0, &Trail::default(), None, Fate::ClientGone);
             Ended::CancelledByClient
         }
         Ready::NoRoom => {
             respond.send_reset(Reason::REFUSED_STREAM);
-            done.finish(503, 0, &[], None, Fate::Refused);
+            done.finish(503, 0, &Trail::default(), None, Fate::Refused);
             Ended::Answered
         }
         Ready::Returned {
@@ -245,7 +246,7 @@ pub(crate) async fn serve(
         } => {
             let answer = (&routed, &location[..], edit.as_ref());
             let (status, bytes) = returned(&ctx, &mut respond, answer, is_head_of(&done));
-            done.finish(status, bytes, &[], None, Fate::Returned);
+            done.finish(status, bytes, &Trail::default(), None, Fate::Returned);
             Ended::Answered
         }
         Ready::Backend(from) => relay_answer(&ctx, &mut respond, &done, from).await,
@@ -455,7 +456,7 @@ enum Ready {
     Own {
         reject: Reject,
         is_head: bool,
-        tried: Vec<SocketAddr>,
+        tried: Trail,
         upstream_time: Option<Duration>,
         fate: Fate,
     },
@@ -479,7 +480,7 @@ enum Ready {
 struct FromBackend {
     answer: Box<forward::Answer>,
     head: Response<()>,
-    tried: Vec<SocketAddr>,
+    tried: Trail,
     forwarding: Instant,
     send_timeout: Duration,
     /// Whether the backend's trailers are passed on.
@@ -491,7 +492,7 @@ impl Ready {
         Ready::Own {
             reject,
             is_head,
-            tried: Vec::new(),
+            tried: Trail::default(),
             upstream_time: None,
             fate: Fate::Refused,
         }
@@ -539,7 +540,7 @@ async fn proxy(
             return Ready::Own {
                 reject: http1::reject(refusal.status, refusal.text),
                 is_head,
-                tried: Vec::new(),
+                tried: Trail::default(),
                 upstream_time: None,
                 fate: Fate::NotAdmitted(refusal.reason),
             };
@@ -610,8 +611,13 @@ async fn proxy(
     let forwarding = Instant::now();
     let mut out = Vec::new();
     let mut machine = balance::Attempts::default();
-    let attempts = forward::attempts(&f, &mut head, &mut out, &mut machine, None).await;
-    let tried = machine.into_tried();
+    let mut earlier = Vec::new();
+    let attempts =
+        forward::attempts(&f, &mut head, &mut out, (&mut machine, &mut earlier), None).await;
+    let tried = Trail {
+        backends: machine.into_tried(),
+        earlier,
+    };
     let relaying = (settings.send_timeout, f.trailers);
     ready(attempts, &out, tried, forwarding, is_head, relaying)
 }
@@ -648,12 +654,12 @@ async fn admit(
 fn ready(
     attempts: Attempts,
     out: &[u8],
-    tried: Vec<SocketAddr>,
+    tried: Trail,
     forwarding: Instant,
     is_head: bool,
     (send_timeout, trailers): (Duration, bool),
 ) -> Ready {
-    let upstream_time = (!tried.is_empty()).then(|| forwarding.elapsed());
+    let upstream_time = (!tried.backends.is_empty()).then(|| forwarding.elapsed());
     let own = |reject, tried, fate| Ready::Own {
         reject,
         is_head,

@@ -415,7 +415,8 @@ fn api_static_and_websocket_paths() {
 fn several_upstreams_with_weights_and_backups() {
     let dir = realistic();
     let (code, err) = import_and_check(&dir.0.join("weighted-upstreams.conf"));
-    assert_eq!(code, 1, "allow/deny change behaviour:\n{err}");
+    // Nothing left out changes behaviour now that allow/deny are translated.
+    assert_eq!(code, 0, "{err}");
     let toml = std::fs::read_to_string(dir.0.join("weighted-upstreams.toml")).unwrap();
     for expected in [
         "weight = 5",
@@ -429,10 +430,11 @@ fn several_upstreams_with_weights_and_backups() {
         "addr = \"localhost:9701\"",
         "remove = [\"X-Debug\"]",
         "host = [\"reports.example.net\", \"*.reports.example.net\"]",
+        "access = [\"allow 10.0.0.0/8\", \"deny all\"]",
     ] {
         assert!(toml.contains(expected), "{expected} missing:\n{toml}");
     }
-    assert!(err.contains("allow: ") && err.contains("deny: "), "{err}");
+    assert!(!err.contains("allow: ") && !err.contains("deny: "), "{err}");
 }
 
 /// The real nginx accepts the three configurations (`nginx -t`, its own prefix and pid file
@@ -797,4 +799,78 @@ fn nginx_and_fulcrum_answer_2100_requests_alike() {
         differ.len(),
         differ.join("\n")
     );
+}
+
+/// allow/deny, limit_req and limit_conn with their zones and statuses, inherited as nginx
+/// inherits them (a level with any of its own takes none from above), written on each route;
+/// `fulcrum check` accepts the result; what fulcrum cannot limit by is listed.
+#[test]
+fn access_and_limits_follow_nginx() {
+    let dir = TempDir::new("import", "limits");
+    let main = write_conf(
+        &dir,
+        &[(
+            "nginx.conf",
+            concat!(
+                "http {\n",
+                "limit_req_zone $binary_remote_addr zone=per_ip:10m rate=10r/s;\n",
+                "limit_req_zone $http_x_api_key zone=per_key:1m rate=30r/m;\n",
+                "limit_req_zone $request_uri zone=per_uri:1m rate=1r/s;\n",
+                "limit_conn_zone $remote_addr zone=conns:10m;\n",
+                "limit_req_status 429;\n",
+                "server { listen 127.0.0.1:8080; server_name a;\n",
+                "  allow 10.0.0.0/8; deny all;\n",
+                "  limit_req zone=per_ip burst=20 nodelay;\n",
+                "  limit_conn conns 10;\n",
+                "  location /in { proxy_pass http://127.0.0.1:9001; }\n",
+                "  location /own { allow 192.168.0.0/16; deny all; limit_req zone=per_key burst=5 delay=2; proxy_pass http://127.0.0.1:9001; }\n",
+                "  location /uri { limit_req zone=per_uri; proxy_pass http://127.0.0.1:9001; }\n",
+                "} }\n",
+            ),
+        )],
+    );
+    let t = translate::translate(&parse::parse_file(&main).unwrap());
+    let routes: Vec<&str> = t.toml.split("[[listener.route]]").skip(1).collect();
+    let route = |path: &str| {
+        *routes
+            .iter()
+            .find(|r| r.contains(&format!("path = \"{path}\"")))
+            .unwrap_or_else(|| panic!("no route {path}:\n{}", t.toml))
+    };
+    let inherit = route("/in");
+    assert!(
+        inherit.contains(r#"access = ["allow 10.0.0.0/8", "deny all"]"#),
+        "{inherit}"
+    );
+    assert!(
+        inherit.contains(r#"limit_req = { rate = "10r/s", key = "client_ip", burst = 20, nodelay = true, status = 429, zone_size = 81920 }"#),
+        "{inherit}"
+    );
+    assert!(
+        inherit.contains(r#"limit_conn = { key = "client_ip", max = 10, status = 503 }"#),
+        "{inherit}"
+    );
+    let own = route("/own");
+    assert!(
+        own.contains(r#"access = ["allow 192.168.0.0/16", "deny all"]"#)
+            && !own.contains("10.0.0.0"),
+        "{own}"
+    );
+    assert!(
+        own.contains(r#"limit_req = { rate = "30r/m", key = "header:X-Api-Key", burst = 5, delay = 2, status = 429, zone_size = 8192 }"#),
+        "{own}"
+    );
+    // The server's limit_conn is inherited by a location without one.
+    assert!(own.contains("limit_conn = {"), "{own}");
+    // A key fulcrum cannot limit by: that route gets none, and it is listed.
+    assert!(!route("/uri").contains("limit_req"), "{}", route("/uri"));
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.directive == "limit_req" && n.why.contains("$request_uri")),
+        "{:?}",
+        t.notes
+    );
+    let (_, err) = import_and_check(&main);
+    assert!(err.contains("$request_uri"), "{err}");
 }

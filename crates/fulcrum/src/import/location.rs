@@ -24,6 +24,29 @@ pub struct Level {
     /// Listener keys from `client_*` and `send_timeout`: key → (value, where).
     listener_keys: BTreeMap<&'static str, (String, String)>,
     default_type: Option<String>,
+    /// `allow` / `deny`, in order; a level with any of its own inherits none
+    /// (ngx_http_access_merge_loc_conf).
+    access: Vec<Directive>,
+    own_access: bool,
+    /// `limit_req` and `limit_conn`, each inherited the same way (ngx_http_limit_req_merge_conf,
+    /// ngx_http_limit_conn_merge_conf), and their `_status`.
+    limit_req: Vec<Directive>,
+    own_limit_req: bool,
+    limit_conn: Vec<Directive>,
+    own_limit_conn: bool,
+    limit_req_status: Option<String>,
+    limit_conn_status: Option<String>,
+    /// `limit_req_zone` and `limit_conn_zone` (http level): zone name → (key, rate, size in
+    /// bytes, where).
+    zones: BTreeMap<String, Zone>,
+}
+
+/// A `limit_req_zone` or `limit_conn_zone`.
+#[derive(Debug, Clone)]
+struct Zone {
+    key: String,
+    rate: Option<String>,
+    bytes: u64,
 }
 
 impl Level {
@@ -32,6 +55,9 @@ impl Level {
         Level {
             own_set_headers: false,
             own_add_headers: false,
+            own_access: false,
+            own_limit_req: false,
+            own_limit_conn: false,
             ..self.clone()
         }
     }
@@ -54,6 +80,30 @@ impl Level {
                 self.add_headers.push(d.clone());
             }
             "default_type" => self.default_type = d.args.first().cloned(),
+            "allow" | "deny" => {
+                if !self.own_access {
+                    self.access.clear();
+                    self.own_access = true;
+                }
+                self.access.push(d.clone());
+            }
+            "limit_req" => {
+                if !self.own_limit_req {
+                    self.limit_req.clear();
+                    self.own_limit_req = true;
+                }
+                self.limit_req.push(d.clone());
+            }
+            "limit_conn" => {
+                if !self.own_limit_conn {
+                    self.limit_conn.clear();
+                    self.own_limit_conn = true;
+                }
+                self.limit_conn.push(d.clone());
+            }
+            "limit_req_status" => self.limit_req_status = d.args.first().cloned(),
+            "limit_conn_status" => self.limit_conn_status = d.args.first().cloned(),
+            "limit_req_zone" | "limit_conn_zone" => self.zone(d, notes),
             "proxy_connect_timeout" => self.timeout(d, "connect_timeout", notes),
             "proxy_read_timeout" => self.timeout(d, "read_timeout", notes),
             "proxy_send_timeout" => notes.cosmetic(d, "fulcrum's read_timeout also bounds writing the request"),
@@ -105,6 +155,35 @@ impl Level {
         }
     }
 
+    /// `limit_req_zone KEY zone=NAME:SIZE rate=RATE` or `limit_conn_zone KEY zone=NAME:SIZE`.
+    fn zone(&mut self, d: &Directive, notes: &mut Notes) {
+        let (mut name, mut bytes, mut rate) = (None, None, None);
+        for arg in d.args.iter().skip(1) {
+            if let Some(z) = arg.strip_prefix("zone=") {
+                let (n, size) = z.split_once(':').unwrap_or((z, ""));
+                name = Some(n.to_owned());
+                bytes = size_bytes(size);
+            } else if let Some(r) = arg.strip_prefix("rate=") {
+                rate = Some(r.to_owned());
+            } else if arg != "sync" {
+                notes.behaviour(d, format!("`{arg}`: not translated"));
+            }
+        }
+        match (d.args.first(), name, bytes) {
+            (Some(key), Some(name), Some(bytes)) => {
+                self.zones.insert(
+                    name,
+                    Zone {
+                        key: key.clone(),
+                        rate,
+                        bytes,
+                    },
+                );
+            }
+            _ => notes.behaviour(d, "a zone needs a key and zone=NAME:SIZE"),
+        }
+    }
+
     /// The listener keys set at this level or above: key → (value, where).
     pub fn listener_keys(&self) -> &BTreeMap<&'static str, (String, String)> {
         &self.listener_keys
@@ -140,6 +219,133 @@ impl Level {
         self.upstream_keys
             .insert("next_upstream", (format!("[{}]", known.join(", ")), d.at()));
     }
+}
+
+/// A zone's key as fulcrum's `key`: the client's address, or a request header
+/// (`$http_x_api_key` → `header:X-Api-Key`); `None` for any other variable.
+fn zone_key(key: &str) -> Option<String> {
+    match key {
+        "$binary_remote_addr" | "$remote_addr" => Some("client_ip".into()),
+        _ => {
+            let name = key.strip_prefix("$http_")?;
+            let header: Vec<String> = name
+                .split('_')
+                .map(|w| {
+                    let mut c = w.chars();
+                    c.next()
+                        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                        .unwrap_or_default()
+                })
+                .collect();
+            Some(format!("header:{}", header.join("-")))
+        }
+    }
+}
+
+/// The zone `d` (a `limit_req` or `limit_conn`) names with `zone=NAME` or as its first
+/// argument, and its key as fulcrum's; `None` (reported) when either is unknown.
+fn zone_of<'z>(d: &Directive, level: &'z Level, notes: &mut Notes) -> Option<(&'z Zone, String)> {
+    let name = d
+        .args
+        .iter()
+        .find_map(|a| a.strip_prefix("zone="))
+        .or_else(|| d.args.first().map(String::as_str))?;
+    let Some(zone) = level.zones.get(name) else {
+        notes.behaviour(d, format!("no limit zone {name} is defined: left out"));
+        return None;
+    };
+    let Some(key) = zone_key(&zone.key) else {
+        notes.behaviour(
+            d,
+            format!("the zone's key {} is not one fulcrum limits by (the client's address, a request header): left out", zone.key),
+        );
+        return None;
+    };
+    Some((zone, key))
+}
+
+/// `allow`/`deny` as `access`, `limit_req` and `limit_conn` (with their zones and statuses) as
+/// the route's own: nginx's access and preaccess phases, in force at this level.
+fn admission(level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
+    let rules: Vec<String> = level
+        .access
+        .iter()
+        .filter_map(|d| match d.args.as_slice() {
+            [a] if a.starts_with("unix:") => {
+                notes.behaviour(d, "unix-socket clients: fulcrum listens on TCP only");
+                None
+            }
+            [a] => Some(quote(&format!("{} {a}", d.name))),
+            _ => {
+                notes.behaviour(d, "allow and deny take one address, network or all");
+                None
+            }
+        })
+        .collect();
+    if !rules.is_empty() {
+        lines.push(format!("access = [{}]", rules.join(", ")));
+    }
+    for extra in level.limit_req.iter().skip(1) {
+        notes.behaviour(
+            extra,
+            "fulcrum takes one limit_req a route: the first is written",
+        );
+    }
+    if let Some(d) = level.limit_req.first() {
+        limit_req(d, level, lines, notes);
+    }
+    for extra in level.limit_conn.iter().skip(1) {
+        notes.behaviour(
+            extra,
+            "fulcrum takes one limit_conn a route: the first is written",
+        );
+    }
+    if let Some(d) = level.limit_conn.first()
+        && let Some((_, key)) = zone_of(d, level, notes)
+    {
+        let Some(max) = d.args.get(1).and_then(|n| n.parse::<u32>().ok()) else {
+            return notes.behaviour(d, "limit_conn takes a zone and a number");
+        };
+        let status = level.limit_conn_status.as_deref().unwrap_or("503");
+        lines.push(format!(
+            "limit_conn = {{ key = {}, max = {max}, status = {status} }}",
+            quote(&key)
+        ));
+    }
+}
+
+/// `limit_req zone=NAME [burst=N] [nodelay | delay=N]` as `limit_req`. A zone's size becomes
+/// `zone_size` at nginx's 128 bytes a state on 64-bit machines ("one megabyte zone can keep
+/// about ... 8 thousand 128-byte states", the module's documentation).
+fn limit_req(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
+    let Some((zone, key)) = zone_of(d, level, notes) else {
+        return;
+    };
+    let Some(rate) = &zone.rate else {
+        return notes.behaviour(d, "its zone has no rate=: left out");
+    };
+    let mut fields = vec![
+        format!("rate = {}", quote(rate)),
+        format!("key = {}", quote(&key)),
+    ];
+    for arg in d.args.iter().skip(1) {
+        if let Some(n) = arg.strip_prefix("burst=") {
+            fields.push(format!("burst = {n}"));
+        } else if let Some(n) = arg.strip_prefix("delay=") {
+            fields.push(format!("delay = {n}"));
+        } else if arg == "nodelay" {
+            fields.push("nodelay = true".into());
+        }
+    }
+    fields.push(format!(
+        "status = {}",
+        level.limit_req_status.as_deref().unwrap_or("503")
+    ));
+    fields.push(format!(
+        "zone_size = {}",
+        (zone.bytes / 128).clamp(1, 10_000_000)
+    ));
+    lines.push(format!("limit_req = {{ {} }}", fields.join(", ")));
 }
 
 /// The nginx directive a listener key comes from.
@@ -201,6 +407,7 @@ pub fn server_routes(d: &Directive, level: &Level, ctx: &mut Ctx) -> Vec<Route> 
         let mut lines = Vec::new();
         action_return(ret, level, &mut lines, &mut ctx.notes);
         response_headers(level, &mut lines, &mut ctx.notes);
+        admission(level, &mut lines, &mut ctx.notes);
         return vec![Route {
             label: String::new(),
             comment: format!("{} return {}", ret.at(), ret.args.join(" ")),
@@ -306,6 +513,7 @@ fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Rout
         }
     }
     response_headers(&level, &mut lines, &mut ctx.notes);
+    admission(&level, &mut lines, &mut ctx.notes);
     Some(Route {
         label: format!(" {}", loc.args.join(" ")),
         comment: format!("{} location {}", loc.at(), loc.args.join(" ")),

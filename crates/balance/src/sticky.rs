@@ -33,7 +33,9 @@ use crate::backend::{BackendId, Nanos};
 use crate::pool::{Pool, Ticket};
 
 /// The secret the ids are made with. Two proxies name a backend alike only if they hold the
-/// same key; the proxy makes one at start (so cookies last as long as the process).
+/// same key: one made from an operator's secret ([`StickyKey::from_secret`]) is the same in
+/// every process that has the secret; without one, the proxy makes a random key at start (so
+/// cookies last as long as the process).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct StickyKey {
     k0: u64,
@@ -51,6 +53,19 @@ impl StickyKey {
     /// A key of 128 bits, given as two words (SipHash's `k0`, `k1`).
     pub fn new(k0: u64, k1: u64) -> StickyKey {
         StickyKey { k0, k1 }
+    }
+
+    /// The key of an operator's `secret` (`sticky.secret`): two SipHash-2-4 outputs of it
+    /// under fixed keys, so the same secret gives the same key everywhere — ids then last
+    /// across restarts and upgrades, and every proxy of a fleet names a backend alike.
+    pub fn from_secret(secret: &[u8]) -> StickyKey {
+        const K: [u64; 4] = [
+            0x6675_6c63_7275_6d2d,
+            0x7374_6963_6b79_2d30,
+            0x6675_6c63_7275_6d2d,
+            0x7374_6963_6b79_2d31,
+        ];
+        StickyKey::new(siphash24(K[0], K[1], secret), siphash24(K[2], K[3], secret))
     }
 
     /// The id of the backend named `name` (its configured address, say).

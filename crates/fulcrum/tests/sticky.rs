@@ -631,3 +631,46 @@ fn http2_backends_never_see_the_cookie_either() {
         "{homes:?}"
     );
 }
+
+/// The `Set-Cookie` value fulcrum at `proxy` gives a first request, and the backend's name
+/// that answered it.
+fn first_cookie(proxy: SocketAddr) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let cookie = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("Set-Cookie: fulcrum_srv="))
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no sticky cookie:\n{answer}"))
+        .to_owned();
+    let name = answer.lines().last().unwrap_or_default().to_owned();
+    (cookie, name)
+}
+
+/// With `secret`, two fulcrum processes (a restart, a fleet's instances) name a backend with
+/// the same id, so a client's cookie holds through a restart and at any instance; without
+/// one, each process has its own ids.
+#[test]
+fn a_secret_gives_every_process_the_same_ids() {
+    let rt = Runtime::new().unwrap();
+    let one = backend(&rt, "one", "fulcrum_srv");
+    let with_secret = "{ secret = \"0123456789abcdef0123456789abcdef\" }";
+    let (a, b) = (
+        config("secret-a", "", with_secret, &[&one]),
+        config("secret-b", "", with_secret, &[&one]),
+    );
+    let own = config("own", "", "{}", &[&one]);
+    let (fa, fb) = (Running::start(&a, 1), Running::start(&b, 1));
+    let (ca, na) = first_cookie(fa.addr_of("app"));
+    let (cb, nb) = first_cookie(fb.addr_of("app"));
+    assert_eq!((na.as_str(), nb.as_str()), ("one", "one"));
+    assert_eq!(ca, cb, "the same backend, the same secret: the same id");
+    let fo = Running::start(&own, 1);
+    let (co, _) = first_cookie(fo.addr_of("app"));
+    assert_ne!(co, ca, "the process's own key is not the secret's");
+}

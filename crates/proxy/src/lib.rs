@@ -126,6 +126,7 @@ mod upstream;
 pub mod upstream_h2;
 pub mod upstream_tls;
 
+pub use balance::StickyKey;
 pub use http1::MAX_HEADERS_LIMIT;
 pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
 pub use settings::{

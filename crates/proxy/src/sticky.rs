@@ -42,6 +42,9 @@ pub struct StickySettings {
     pub http_only: bool,
     /// `SameSite` (`same_site`); `None`: not written (browsers take `Lax`).
     pub same_site: Option<SameSite>,
+    /// The key of the operator's `secret`: ids that last across restarts and upgrades and
+    /// that every instance of a fleet shares; `None`: the process's own random key.
+    pub key: Option<StickyKey>,
 }
 
 /// The `SameSite` attribute (RFC 6265bis §5.4.7).
@@ -88,6 +91,7 @@ impl Default for StickySettings {
             secure: false,
             http_only: false,
             same_site: None,
+            key: None,
         }
     }
 }
@@ -177,7 +181,7 @@ impl<'a> StickyRequest<'a> {
     /// What the answer of the backend at `addr` gets: the cookie set, unless the request's
     /// already named that backend ([`balance::sticky::must_set`]).
     pub(crate) fn answer(&self, addr: SocketAddr) -> StickyAnswer<'a> {
-        let id = id_of(addr);
+        let id = id_of(self.settings, addr);
         StickyAnswer {
             settings: self.settings,
             set: balance::sticky::must_set(self.asked, id).then_some(id),
@@ -226,20 +230,28 @@ fn key() -> &'static StickyKey {
     })
 }
 
-/// The id a sticky cookie names the backend at `addr` by.
-pub(crate) fn id_of(addr: SocketAddr) -> StickyId {
+/// The id a sticky cookie of `settings` names the backend at `addr` by: under the key of its
+/// `secret`, or the process's own.
+pub(crate) fn id_of(settings: &StickySettings, addr: SocketAddr) -> StickyId {
     use std::io::Write as _;
     // The longest, "[ffff:…:ffff%4294967295]:65535", is 58 bytes.
     let mut text = [0u8; 64];
     let mut cursor = std::io::Cursor::new(&mut text[..]);
     let _ = write!(cursor, "{addr}");
     let len = cursor.position() as usize;
-    key().id(text.get(..len).unwrap_or_default())
+    settings
+        .key
+        .as_ref()
+        .unwrap_or_else(|| key())
+        .id(text.get(..len).unwrap_or_default())
 }
 
 /// The ids of `addrs`, in that order ([`balance::StickyTable`]).
-pub(crate) fn table(addrs: impl Iterator<Item = SocketAddr>) -> balance::StickyTable {
-    let ids: Vec<StickyId> = addrs.map(id_of).collect();
+pub(crate) fn table(
+    settings: &StickySettings,
+    addrs: impl Iterator<Item = SocketAddr>,
+) -> balance::StickyTable {
+    let ids: Vec<StickyId> = addrs.map(|a| id_of(settings, a)).collect();
     balance::StickyTable::from_ids(ids)
 }
 
@@ -395,16 +407,36 @@ mod tests {
 
     #[test]
     fn ids_are_the_process_s_and_differ_by_address() {
+        let own = StickySettings::default();
+        let id = |addr| id_of(&own, addr);
         let a: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:8081".parse().unwrap();
-        assert_eq!(id_of(a), id_of(a));
-        assert_ne!(id_of(a), id_of(b));
+        assert_eq!(id(a), id(a));
+        assert_ne!(id(a), id(b));
         let long: SocketAddr = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
             .parse()
             .unwrap();
-        assert_ne!(id_of(long), id_of(a));
-        let t = table([a, b].into_iter());
-        assert_eq!(t.backend(id_of(b)), Some(balance::BackendId(1)));
-        assert_eq!(t.id(balance::BackendId(0)), Some(id_of(a)));
+        assert_ne!(id(long), id(a));
+        let t = table(&own, [a, b].into_iter());
+        assert_eq!(t.backend(id(b)), Some(balance::BackendId(1)));
+        assert_eq!(t.id(balance::BackendId(0)), Some(id(a)));
+    }
+
+    /// A secret gives ids that do not depend on the process (what another process with the
+    /// same secret computes: the key made again from it), and another secret other ids.
+    #[test]
+    fn a_secret_s_ids_are_every_process_s() {
+        let a: SocketAddr = "10.0.0.1:8080".parse().unwrap();
+        let with = |secret: &[u8]| StickySettings {
+            key: Some(StickyKey::from_secret(secret)),
+            ..StickySettings::default()
+        };
+        let one = with(b"0123456789abcdef");
+        assert_eq!(
+            id_of(&one, a),
+            StickyKey::from_secret(b"0123456789abcdef").id(b"10.0.0.1:8080")
+        );
+        assert_ne!(id_of(&one, a), id_of(&with(b"0123456789abcdeF"), a));
+        assert_ne!(id_of(&one, a), id_of(&StickySettings::default(), a));
     }
 }

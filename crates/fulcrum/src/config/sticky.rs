@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! sticky = { cookie = "fulcrum_srv", max_age = "1h", path = "/", domain = "example.com",
-//!            secure = true, http_only = true, same_site = "Lax" }
+//!            secure = true, http_only = true, same_site = "Lax", secret = "…" }
 //! ```
 //!
 //! Every key may be left out: `sticky = {}` is a session cookie named `fulcrum_srv` for the
@@ -25,9 +25,13 @@ pub(super) const SECTION: Section = Section {
         "secure",
         "http_only",
         "same_site",
+        "secret",
     ],
     not_yet: &[],
 };
+
+/// The shortest `secret`: 16 bytes (128 bits as hexadecimal is 32).
+const MIN_SECRET: usize = 16;
 
 /// Reads `sticky` of the upstream `t`; `None` when absent (or not a table: reported).
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<StickySettings> {
@@ -77,6 +81,18 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<StickySettings> 
     if let Err(why) = settings.check_same_site() {
         s.error(r, "same_site", why);
     }
+    if let Some(secret) = s.text(r, "secret", "a secret", "4f1c0e7d9a2b5c8e3d6f0a1b2c3d4e5f") {
+        let secret = secret.get_ref();
+        if secret.len() < MIN_SECRET {
+            s.error(
+                r,
+                "secret",
+                format!("a secret of {} bytes is too short to keep backends' ids unguessable: give {MIN_SECRET} or more (`openssl rand -hex 16` makes one)", secret.len()),
+            );
+        } else {
+            settings.key = Some(proxy::StickyKey::from_secret(secret.as_bytes()));
+        }
+    }
     Some(settings)
 }
 
@@ -108,6 +124,13 @@ mod tests {
         assert!(s.secure && s.http_only);
         assert_eq!(s.same_site, Some(proxy::SameSite::None));
         assert!(upstream_with("").proxy.upstreams[0].sticky.is_none());
+        assert!(s.key.is_none());
+        let c = upstream_with("sticky = { secret = \"0123456789abcdef\" }");
+        let s = c.proxy.upstreams[0].sticky.clone().unwrap();
+        assert_eq!(
+            s.key,
+            Some(proxy::StickyKey::from_secret(b"0123456789abcdef"))
+        );
         // The line of the design (../shared/DESIGN.md, "Traffic control").
         let c = upstream_with(
             "sticky = { cookie = \"fulcrum_srv\", max_age = \"1h\", http_only = true, same_site = \"Lax\" }",
@@ -139,6 +162,10 @@ mod tests {
             ("sticky = { same_site = \"None\" }", "needs secure = true"),
             ("sticky = { secure = \"true\" }", "without quotes"),
             ("sticky = { cokie = \"a\" }", "cokie"),
+            (
+                "sticky = { secret = \"short\" }",
+                "5 bytes is too short to keep backends' ids unguessable",
+            ),
         ] {
             let errors = refused(&with_algorithm("least_conn", sticky));
             assert!(

@@ -61,7 +61,7 @@ pub(super) fn sticky_table(
     settings
         .sticky
         .as_ref()
-        .map(|_| crate::sticky::table(members.iter().map(|m| m.addr)))
+        .map(|s| crate::sticky::table(s, members.iter().map(|m| m.addr)))
 }
 
 pub(super) fn position(members: &[Member], addr: SocketAddr) -> Option<BackendId> {

@@ -345,6 +345,7 @@ mod tests {
             secure: true,
             http_only: true,
             same_site: Some(SameSite::Strict),
+            key: None,
         };
         assert_eq!(
             set_cookie(&all),

@@ -571,3 +571,46 @@ fn a_backend_that_ends_its_side_ends_the_session_and_a_reset_is_passed_on() {
         "{end:?}"
     );
 }
+
+/// A connection to `to` from the loopback address `from`.
+fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+/// `access` on a TCP listener is nginx stream's `allow` / `deny` (ngx_stream_access_module):
+/// an allowed client's session is relayed; a denied one is closed with nothing read from it
+/// or sent to a backend, and logged with status 403 and the fate `denied`.
+#[test]
+fn access_lists_on_a_tcp_listener() {
+    let reader = start_reader_backend();
+    let config = TempFile::new(
+        "tcp-access.toml",
+        &tcp_config(
+            "",
+            "access = [\"deny 127.0.0.3\", \"allow 127.0.0.0/8\", \"deny all\"]",
+            &[reader],
+        ),
+    );
+    let fulcrum = Running::start(&config, 1);
+    let proxy = fulcrum.addr_of("db");
+    let session = |from: [u8; 4]| {
+        let mut s = connect_from(from, proxy);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(b"abc");
+        let _ = s.shutdown(Shutdown::Write);
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    assert_eq!(session([127, 0, 0, 2]), "got 3 bytes: abc");
+    assert_eq!(session([127, 0, 0, 3]), "");
+    let lines = drain(&fulcrum, Duration::from_millis(500));
+    let denied: Vec<&String> = lines.iter().filter(|l| l.contains("127.0.0.3")).collect();
+    assert!(
+        denied.len() == 1 && denied[0].contains(" 403 ") && denied[0].contains("denied"),
+        "{lines:#?}"
+    );
+}

@@ -40,6 +40,8 @@ use crate::upstream::{Attempt, Unpicked};
 /// that left while its connection waited in the queue.
 fn status(fate: Fate) -> u16 {
     match fate {
+        // nginx stream's access module: NGX_STREAM_FORBIDDEN.
+        Fate::NotAdmitted(_) => 403,
         Fate::Unpicked(Unpicked::NoBackend) => 502,
         Fate::Unpicked(Unpicked::ClientGone) => CLIENT_CLOSED,
         Fate::Unpicked(Unpicked::QueueFull | Unpicked::QueueTimeout) => 503,
@@ -64,6 +66,15 @@ pub(crate) async fn serve(
         moved: Moved::default(),
         end: None,
     };
+    // nginx stream's `allow` / `deny` (ngx_stream_access_module): a client the list denies is
+    // closed before anything is read or any backend picked.
+    if let Some(access) = &listener.ctx.settings.access
+        && !access.allows(peer.ip())
+    {
+        drop(permit);
+        session.end = Some(Fate::NotAdmitted(crate::admission::Reason::Access));
+        return;
+    }
     let fate = match connect(&mut client, peer, &listener, &mut session.tried).await {
         Ok((mut backend, mut attempt, connect_time)) => {
             session.connect_time = Some(connect_time);

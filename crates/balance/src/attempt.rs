@@ -316,10 +316,10 @@ impl<B: Copy> Attempts<B> {
     /// Our own answer when no attempt produced a response: its status and body text, chosen by
     /// the last fault ([`retry::own_answer`]), or, when the last attempt's answer moved the
     /// request on and no backend was left to take it, by that answer's status
-    /// ([`retry::own_answer_after`], nginx's choice).
+    /// ([`retry::own_answer_after_moving_on`], nginx's choice).
     pub fn own_answer(&self) -> (u16, &'static str) {
         match self.moved_on {
-            Some(status) => retry::own_answer_after(status),
+            Some(_) => retry::own_answer_after_moving_on(),
             None => retry::own_answer(self.last),
         }
     }
@@ -494,11 +494,12 @@ mod tests {
         a.picked(2);
         // The last attempt's answer is relayed whatever its status.
         assert!(!a.answered(503, Replay::Safe, false, || panic!("not asked")));
-        // Had no backend been left to pick after the move, nginx's answer is the status's.
+        // Had no backend been left to pick after the move, nginx's answer is 502 (no live
+        // upstreams).
         let mut b = Attempts::new(2, next);
         b.picked(1u32);
         assert!(b.answered(503, Replay::Safe, false, || true));
-        assert_eq!(b.own_answer().0, 503);
+        assert_eq!(b.own_answer().0, 502);
         // A later failure's own answer is the failure's.
         b.picked(2);
         b.connect_failed(Fault::ConnectTimeout, Replay::Safe, false);

@@ -33,7 +33,8 @@ pub struct RetryBudgetSettings {
 }
 
 impl Default for RetryBudgetSettings {
-    /// Finagle's and the project's defaults: 20% of the requests, 3 a second, over 10 s.
+    /// The project's defaults: 20% of the requests (Finagle's and Envoy's share), 3 a second
+    /// (Finagle's is 10; 3 keeps a small upstream's retries small), over 10 s (Finagle's).
     fn default() -> RetryBudgetSettings {
         RetryBudgetSettings {
             ratio: 0.2,

@@ -285,32 +285,17 @@ impl Default for NextUpstream {
     }
 }
 
-/// Our own answer when an answer with `status` moved the request on and no backend was left to
-/// take it: nginx answers with the status the condition names (500, 503, 504, 429), 502 for
-/// `http_502` as for any failure.
-pub fn own_answer_after(status: u16) -> (u16, &'static str) {
-    match status {
-        500 => (
-            500,
-            "500 Internal Server Error: the backends answered with an error\n",
-        ),
-        503 => (
-            503,
-            "503 Service Unavailable: the backends answered that they are unavailable\n",
-        ),
-        504 => (
-            504,
-            "504 Gateway Timeout: the backends answered that they timed out\n",
-        ),
-        429 => (
-            429,
-            "429 Too Many Requests: the backends answered that they are overloaded\n",
-        ),
-        _ => (
-            502,
-            "502 Bad Gateway: the backends answered with an error\n",
-        ),
-    }
+/// Our own answer when an answer's status moved the request on and then no backend could
+/// be picked: 502, as nginx's. nginx moves on from a status only while tries are left
+/// (`ngx_http_upstream_test_next`: `u->peer.tries > 1`), so the next pick runs; when it finds
+/// no live peer, `ngx_http_upstream_connect` logs "no live upstreams" and calls
+/// `ngx_http_upstream_next` with `NGX_HTTP_UPSTREAM_FT_NOLIVE`, which no `proxy_next_upstream`
+/// lists and whose status is 502.
+pub fn own_answer_after_moving_on() -> (u16, &'static str) {
+    (
+        502,
+        "502 Bad Gateway: no backend was left to take the request after an error answer\n",
+    )
 }
 
 /// The retry-and-blame rule (see the module documentation for the reasons), for an upstream

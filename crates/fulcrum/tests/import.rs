@@ -825,43 +825,61 @@ fn access_and_limits_follow_nginx() {
                 "  location /in { proxy_pass http://127.0.0.1:9001; }\n",
                 "  location /own { allow 192.168.0.0/16; deny all; limit_req zone=per_key burst=5 delay=2; proxy_pass http://127.0.0.1:9001; }\n",
                 "  location /uri { limit_req zone=per_uri; proxy_pass http://127.0.0.1:9001; }\n",
+                "  location /also { limit_req zone=per_key; proxy_pass http://127.0.0.1:9001; }\n",
                 "} }\n",
             ),
         )],
     );
     let t = translate::translate(&parse::parse_file(&main).unwrap());
-    let routes: Vec<&str> = t.toml.split("[[listener.route]]").skip(1).collect();
+    let (listener, routes) = t.toml.split_once("[[listener.route]]").unwrap();
+    let routes: Vec<&str> = routes.split("[[listener.route]]").collect();
     let route = |path: &str| {
         *routes
             .iter()
             .find(|r| r.contains(&format!("path = \"{path}\"")))
             .unwrap_or_else(|| panic!("no route {path}:\n{}", t.toml))
     };
+    // The server's list and limits are the listener's: one state for all its routes, as one
+    // nginx zone for every location inheriting them.
+    for line in [
+        r#"access = ["allow 10.0.0.0/8", "deny all"]"#,
+        r#"limit_req = { rate = "10r/s", key = "client_ip", burst = 20, nodelay = true, status = 429, zone_size = 81920 }"#,
+        r#"limit_conn = { key = "client_ip", max = 10, status = 503 }"#,
+    ] {
+        assert!(
+            listener.contains(line),
+            "{line} not on the listener:\n{listener}"
+        );
+    }
     let inherit = route("/in");
     assert!(
-        inherit.contains(r#"access = ["allow 10.0.0.0/8", "deny all"]"#),
+        !inherit.contains("access") && !inherit.contains("limit_"),
         "{inherit}"
     );
-    assert!(
-        inherit.contains(r#"limit_req = { rate = "10r/s", key = "client_ip", burst = 20, nodelay = true, status = 429, zone_size = 81920 }"#),
-        "{inherit}"
-    );
-    assert!(
-        inherit.contains(r#"limit_conn = { key = "client_ip", max = 10, status = 503 }"#),
-        "{inherit}"
-    );
+    // A location's own replace the listener's on its route, each apart (nginx's merge).
     let own = route("/own");
     assert!(
-        own.contains(r#"access = ["allow 192.168.0.0/16", "deny all"]"#)
-            && !own.contains("10.0.0.0"),
+        own.contains(r#"access = ["allow 192.168.0.0/16", "deny all"]"#),
         "{own}"
     );
     assert!(
         own.contains(r#"limit_req = { rate = "30r/m", key = "header:X-Api-Key", burst = 5, delay = 2, status = 429, zone_size = 8192 }"#),
         "{own}"
     );
-    // The server's limit_conn is inherited by a location without one.
-    assert!(own.contains("limit_conn = {"), "{own}");
+    assert!(!own.contains("limit_conn"), "{own}");
+    // One zone named by two locations: one state in nginx, one per route here — listed.
+    assert!(
+        route("/also").contains("header:X-Api-Key"),
+        "{}",
+        route("/also")
+    );
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.why.contains("zone per_key is named in 2 places")),
+        "{:?}",
+        t.notes
+    );
     // A key fulcrum cannot limit by: that route gets none, and it is listed.
     assert!(!route("/uri").contains("limit_req"), "{}", route("/uri"));
     assert!(

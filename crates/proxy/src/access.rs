@@ -1,7 +1,9 @@
 //! nginx's `allow` / `deny` (ngx_http_access_module): an ordered list of rules on a listener
 //! or a route, the first that matches the client's address decides; `403` when it denies; no
-//! rule matches: allowed. An IPv4-mapped IPv6 client is matched as the IPv4 address it is
-//! (as nginx does); `all` matches every client. A route's list, when it has one, replaces the
+//! rule matches: allowed. An IPv4-mapped IPv6 client is matched as the IPv4 address it is when
+//! the list has IPv4 rules (`all` among them), else by the IPv6 rules, as nginx does
+//! (`ngx_http_access_handler`: `alcf->rules && IN6_IS_ADDR_V4MAPPED`); `all` matches every
+//! client. A route's list, when it has one, replaces the
 //! listener's (nginx's locations inherit their server's rules only when they have none).
 
 use std::net::IpAddr;
@@ -23,6 +25,8 @@ struct Rule {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AccessList {
     rules: Vec<Rule>,
+    /// Whether any rule is for IPv4 clients (an IPv4 network, or `all`): nginx's `rules`.
+    has_v4: bool,
 }
 
 impl AccessList {
@@ -73,6 +77,7 @@ impl AccessList {
                     ),
                 ));
             };
+            list.has_v4 |= net.is_none_or(|n| matches!(n, IpNet::V4(_)));
             list.rules.push(Rule { allow, net });
         }
         Ok((list, trimmed))
@@ -81,8 +86,8 @@ impl AccessList {
     /// Whether `client` may pass: the first rule that matches decides; none: allowed.
     pub fn allows(&self, client: IpAddr) -> bool {
         let client = match client {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
-            v4 => v4,
+            IpAddr::V6(v6) if self.has_v4 => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
+            other => other,
         };
         self.rules
             .iter()
@@ -130,6 +135,13 @@ mod tests {
         );
         assert!(!l.allows(ip("::1")));
         assert!(l.allows(ip("127.0.0.1")));
+        // With no IPv4 rule (nor `all`), nginx matches a mapped client by the IPv6 rules.
+        let v6 = list(&["deny ::ffff:10.0.0.0/104"]);
+        assert!(!v6.allows(ip("::ffff:10.1.2.3")));
+        assert!(v6.allows(ip("::ffff:11.1.2.3")));
+        // With one, as its IPv4 address: the IPv6 form of the rule then matches nothing.
+        let both = list(&["deny ::ffff:10.0.0.0/104", "allow 192.168.0.0/16"]);
+        assert!(both.allows(ip("::ffff:10.1.2.3")));
     }
 
     #[test]

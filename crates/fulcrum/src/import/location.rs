@@ -39,14 +39,20 @@ pub struct Level {
     /// `limit_req_zone` and `limit_conn_zone` (http level): zone name → (key, rate, size in
     /// bytes, where).
     zones: BTreeMap<String, Zone>,
+    /// How many `limit_req` / `limit_conn` directives name each zone, in the whole `http`
+    /// block ([`Level::count_zone_uses`]).
+    zone_uses: BTreeMap<String, usize>,
 }
 
 /// A `limit_req_zone` or `limit_conn_zone`.
 #[derive(Debug, Clone)]
 struct Zone {
+    name: String,
     key: String,
     rate: Option<String>,
     bytes: u64,
+    /// The places (`limit_req` / `limit_conn` directives) in the file that name it.
+    uses: usize,
 }
 
 impl Level {
@@ -155,6 +161,34 @@ impl Level {
         }
     }
 
+    /// Counts the `limit_req` / `limit_conn` directives naming each zone in `block` and the
+    /// blocks inside it (before the zones are read: a shared zone is noted where it is used).
+    pub fn count_zone_uses(&mut self, block: &[Directive]) {
+        for d in block {
+            if d.name == "limit_req" || d.name == "limit_conn" {
+                let name = d
+                    .args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("zone="))
+                    .or_else(|| d.args.first().map(String::as_str));
+                if let Some(name) = name {
+                    *self.zone_uses.entry(name.to_owned()).or_default() += 1;
+                }
+            }
+            if let Some(inner) = &d.block {
+                self.count_zone_uses(inner);
+            }
+        }
+    }
+
+    /// The access list and limits in force here, as listener keys (a server's: see
+    /// [`admission`]).
+    pub fn admission_on_listener(&mut self, notes: &mut Notes) {
+        for (key, value, at) in admission(self, Which::InForce, notes) {
+            self.listener_keys.insert(key, (value, at));
+        }
+    }
+
     /// `limit_req_zone KEY zone=NAME:SIZE rate=RATE` or `limit_conn_zone KEY zone=NAME:SIZE`.
     fn zone(&mut self, d: &Directive, notes: &mut Notes) {
         let (mut name, mut bytes, mut rate) = (None, None, None);
@@ -171,12 +205,15 @@ impl Level {
         }
         match (d.args.first(), name, bytes) {
             (Some(key), Some(name), Some(bytes)) => {
+                let uses = self.zone_uses.get(&name).copied().unwrap_or(0);
                 self.zones.insert(
-                    name,
+                    name.clone(),
                     Zone {
+                        name,
                         key: key.clone(),
                         rate,
                         bytes,
+                        uses,
                     },
                 );
             }
@@ -264,66 +301,109 @@ fn zone_of<'z>(d: &Directive, level: &'z Level, notes: &mut Notes) -> Option<(&'
     Some((zone, key))
 }
 
-/// `allow`/`deny` as `access`, `limit_req` and `limit_conn` (with their zones and statuses) as
-/// the route's own: nginx's access and preaccess phases, in force at this level.
-fn admission(level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
-    let rules: Vec<String> = level
-        .access
-        .iter()
-        .filter_map(|d| match d.args.as_slice() {
-            [a] if a.starts_with("unix:") => {
-                notes.behaviour(d, "unix-socket clients: fulcrum listens on TCP only");
-                None
+/// Which of a level's access and limits to write: all those in force (a server's, written on
+/// its listener), or only those the level has of its own (a location's, on its route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    InForce,
+    Own,
+}
+
+/// `allow`/`deny` as `access`, `limit_req` and `limit_conn` (with their zones and statuses):
+/// (key, TOML value, where) for each. A server's are written on its listener, so every route
+/// shares one state as every location inheriting them shares the zone in nginx; a location's
+/// own replace them on its route, as in nginx.
+pub fn admission(
+    level: &Level,
+    which: Which,
+    notes: &mut Notes,
+) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let own = |flag: bool| which == Which::InForce || flag;
+    if own(level.own_access) {
+        let rules: Vec<String> = level
+            .access
+            .iter()
+            .filter_map(|d| match d.args.as_slice() {
+                [a] if a.starts_with("unix:") => {
+                    notes.behaviour(d, "unix-socket clients: fulcrum listens on TCP only");
+                    None
+                }
+                [a] => Some(quote(&format!("{} {a}", d.name))),
+                _ => {
+                    notes.behaviour(d, "allow and deny take one address, network or all");
+                    None
+                }
+            })
+            .collect();
+        if let (false, Some(first)) = (rules.is_empty(), level.access.first()) {
+            out.push(("access", format!("[{}]", rules.join(", ")), first.at()));
+        }
+    }
+    if own(level.own_limit_req) {
+        for extra in level.limit_req.iter().skip(1) {
+            notes.behaviour(
+                extra,
+                "fulcrum takes one limit_req a place: the first is written",
+            );
+        }
+        if let Some(d) = level.limit_req.first()
+            && let Some(value) = limit_req(d, level, which, notes)
+        {
+            out.push(("limit_req", value, d.at()));
+        }
+    }
+    if own(level.own_limit_conn) {
+        for extra in level.limit_conn.iter().skip(1) {
+            notes.behaviour(
+                extra,
+                "fulcrum takes one limit_conn a place: the first is written",
+            );
+        }
+        if let Some(d) = level.limit_conn.first()
+            && let Some((zone, key)) = zone_of(d, level, notes)
+        {
+            match d.args.get(1).and_then(|n| n.parse::<u32>().ok()) {
+                Some(max) => {
+                    shared_zone_note(d, zone, which, notes);
+                    let status = level.limit_conn_status.as_deref().unwrap_or("503");
+                    out.push((
+                        "limit_conn",
+                        format!(
+                            "{{ key = {}, max = {max}, status = {status} }}",
+                            quote(&key)
+                        ),
+                        d.at(),
+                    ));
+                }
+                None => notes.behaviour(d, "limit_conn takes a zone and a number"),
             }
-            [a] => Some(quote(&format!("{} {a}", d.name))),
-            _ => {
-                notes.behaviour(d, "allow and deny take one address, network or all");
-                None
-            }
-        })
-        .collect();
-    if !rules.is_empty() {
-        lines.push(format!("access = [{}]", rules.join(", ")));
+        }
     }
-    for extra in level.limit_req.iter().skip(1) {
+    out
+}
+
+/// A location's own limit names a zone other places name too: nginx counts them all in the
+/// zone's one state, fulcrum's route keeps its own.
+fn shared_zone_note(d: &Directive, zone: &Zone, which: Which, notes: &mut Notes) {
+    if which == Which::Own && zone.uses > 1 {
         notes.behaviour(
-            extra,
-            "fulcrum takes one limit_req a route: the first is written",
+            d,
+            format!("zone {} is named in {} places: nginx counts them in one state, fulcrum this route apart", zone.name, zone.uses),
         );
-    }
-    if let Some(d) = level.limit_req.first() {
-        limit_req(d, level, lines, notes);
-    }
-    for extra in level.limit_conn.iter().skip(1) {
-        notes.behaviour(
-            extra,
-            "fulcrum takes one limit_conn a route: the first is written",
-        );
-    }
-    if let Some(d) = level.limit_conn.first()
-        && let Some((_, key)) = zone_of(d, level, notes)
-    {
-        let Some(max) = d.args.get(1).and_then(|n| n.parse::<u32>().ok()) else {
-            return notes.behaviour(d, "limit_conn takes a zone and a number");
-        };
-        let status = level.limit_conn_status.as_deref().unwrap_or("503");
-        lines.push(format!(
-            "limit_conn = {{ key = {}, max = {max}, status = {status} }}",
-            quote(&key)
-        ));
     }
 }
 
-/// `limit_req zone=NAME [burst=N] [nodelay | delay=N]` as `limit_req`. A zone's size becomes
-/// `zone_size` at nginx's 128 bytes a state on 64-bit machines ("one megabyte zone can keep
-/// about ... 8 thousand 128-byte states", the module's documentation).
-fn limit_req(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &mut Notes) {
-    let Some((zone, key)) = zone_of(d, level, notes) else {
-        return;
-    };
+/// `limit_req zone=NAME [burst=N] [nodelay | delay=N]` as `limit_req`'s TOML value. A zone's
+/// size becomes `zone_size` at nginx's 128 bytes a state on 64-bit machines ("one megabyte
+/// zone can keep about ... 8 thousand 128-byte states", the module's documentation).
+fn limit_req(d: &Directive, level: &Level, which: Which, notes: &mut Notes) -> Option<String> {
+    let (zone, key) = zone_of(d, level, notes)?;
     let Some(rate) = &zone.rate else {
-        return notes.behaviour(d, "its zone has no rate=: left out");
+        notes.behaviour(d, "its zone has no rate=: left out");
+        return None;
     };
+    shared_zone_note(d, zone, which, notes);
     let mut fields = vec![
         format!("rate = {}", quote(rate)),
         format!("key = {}", quote(&key)),
@@ -345,7 +425,7 @@ fn limit_req(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &mut 
         "zone_size = {}",
         (zone.bytes / 128).clamp(1, 10_000_000)
     ));
-    lines.push(format!("limit_req = {{ {} }}", fields.join(", ")));
+    Some(format!("{{ {} }}", fields.join(", ")))
 }
 
 /// The nginx directive a listener key comes from.
@@ -407,7 +487,6 @@ pub fn server_routes(d: &Directive, level: &Level, ctx: &mut Ctx) -> Vec<Route> 
         let mut lines = Vec::new();
         action_return(ret, level, &mut lines, &mut ctx.notes);
         response_headers(level, &mut lines, &mut ctx.notes);
-        admission(level, &mut lines, &mut ctx.notes);
         return vec![Route {
             label: String::new(),
             comment: format!("{} return {}", ret.at(), ret.args.join(" ")),
@@ -513,7 +592,9 @@ fn location_route(loc: &Directive, server: &Level, ctx: &mut Ctx) -> Option<Rout
         }
     }
     response_headers(&level, &mut lines, &mut ctx.notes);
-    admission(&level, &mut lines, &mut ctx.notes);
+    for (key, value, _) in admission(&level, Which::Own, &mut ctx.notes) {
+        lines.push(format!("{key} = {value}"));
+    }
     Some(Route {
         label: format!(" {}", loc.args.join(" ")),
         comment: format!("{} location {}", loc.at(), loc.args.join(" ")),

@@ -116,6 +116,7 @@ fn http(d: &Directive, ctx: &mut Ctx) {
         }
     }
     let mut level = Level::default();
+    level.count_zone_uses(inner);
     for d in inner {
         if d.name != "server" && d.name != "upstream" && !level.take(d, &mut ctx.notes) {
             if d.name == "map" {
@@ -178,6 +179,8 @@ fn server(d: &Directive, http_level: &Level, ctx: &mut Ctx) {
         );
     }
     names.retain(|n| !n.is_empty());
+    // The access list and limits in force in the server: the listener's, shared by its routes.
+    level.admission_on_listener(&mut ctx.notes);
     let routes = location::server_routes(d, &level, ctx);
     let upgrade = routes.iter().any(|r| r.upgrade);
     let cert_list = match certs {

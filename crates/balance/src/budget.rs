@@ -93,6 +93,13 @@ impl RetryBudget {
         true
     }
 
+    /// A retry paid for at `now` was not made after all (no backend could be picked for it):
+    /// its withdrawal is given back.
+    pub fn refund(&mut self, now: Nanos) {
+        let slot = self.advance(now);
+        self.slots[slot] = self.slots[slot].saturating_add(RETRY);
+    }
+
     /// Retries the budget could pay for now (rounded down).
     pub fn available(&mut self, now: Nanos) -> u64 {
         self.advance(now);
@@ -142,6 +149,19 @@ mod tests {
         // Spent for the window; back once the window has passed.
         assert!(!b.try_withdraw(Nanos(5 * SECOND)));
         assert_eq!(b.available(Nanos(11 * SECOND + 1)), 30);
+    }
+
+    #[test]
+    fn a_refund_gives_a_withdrawal_back() {
+        let mut b = budget(0.0, 1);
+        // A reserve of 10 over the window, spent; one given back is one more to spend.
+        assert_eq!(
+            (0..20).filter(|_| b.try_withdraw(Nanos(SECOND))).count(),
+            10
+        );
+        b.refund(Nanos(SECOND));
+        assert!(b.try_withdraw(Nanos(SECOND)));
+        assert!(!b.try_withdraw(Nanos(SECOND)));
     }
 
     #[test]

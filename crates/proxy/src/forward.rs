@@ -353,8 +353,16 @@ pub(crate) async fn attempts(
         each: f.settings.read_timeout,
         until: None,
     };
+    // Whether the last decision to move on was paid for from the retry budget: a retry that
+    // then finds no backend gives it back.
+    let mut charged = false;
     while tried.may_pick() {
-        let mut attempt = match pick_next(f, tried, client, &mut patience).await {
+        let picked = pick_next(f, tried, client, &mut patience).await;
+        if picked.is_err() && std::mem::take(&mut charged) {
+            f.upstream.refund_retry();
+        }
+        charged = false;
+        let mut attempt = match picked {
             Ok(attempt) => attempt,
             Err(Some(ended)) => return ended,
             Err(None) => break,
@@ -382,7 +390,11 @@ pub(crate) async fn attempts(
             let (failure, why) = match outcome {
                 Tried::Head(response, body) => {
                     let status = response.status;
-                    if !tried.answered(status, f.replay, patience.spent(), || may_retry(f)) {
+                    let paid = || {
+                        charged = may_retry(f);
+                        charged
+                    };
+                    if !tried.answered(status, f.replay, patience.spent(), paid) {
                         return Attempts::Answered(Box::new(Answer {
                             response,
                             body,
@@ -417,7 +429,15 @@ pub(crate) async fn attempts(
                 }
                 Tried::Failed(failure, why) => (failure, why),
             };
-            if !resend(f, tried, &mut attempt, &failure, &why, patience) {
+            if !resend(
+                f,
+                tried,
+                &mut attempt,
+                &failure,
+                &why,
+                patience,
+                &mut charged,
+            ) {
                 earlier.push((trail_status(failure.fault), began.elapsed()));
                 break;
             }
@@ -520,9 +540,13 @@ fn resend(
     failure: &AttemptFailure,
     why: &str,
     patience: Patience,
+    charged: &mut bool,
 ) -> bool {
     let upstream = f.upstream;
-    let step = tried.failed_within(failure, patience.spent(), || may_retry(f));
+    let step = tried.failed_within(failure, patience.spent(), || {
+        *charged = may_retry(f);
+        *charged
+    });
     log_failure(upstream, attempt.addr, failure, why, step);
     match step.next {
         Next::ResendFresh => {

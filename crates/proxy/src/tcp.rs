@@ -157,11 +157,18 @@ async fn connect(
         crate::proxy_protocol::header(version, peer, local)
     });
     tried.reset(settings.max_attempts(), settings.next_upstream);
+    // Whether the last move on was paid for from the retry budget (given back if it then
+    // finds no backend).
+    let mut charged = false;
     while tried.may_pick() {
-        let mut attempt = match upstream
+        let picked = upstream
             .pick(&settings, affinity, None, tried.tried(), Some(client), true)
-            .await
-        {
+            .await;
+        if picked.is_err() && std::mem::take(&mut charged) {
+            upstream.refund_retry();
+        }
+        charged = false;
+        let mut attempt = match picked {
             Ok(attempt) => attempt,
             Err(Unpicked::NoBackend) => break,
             // Every backend full (counted), or the client gone while it waited.
@@ -203,11 +210,11 @@ async fn connect(
         // request's is.
         let failure = balance::AttemptFailure::connect(fault, Replay::Safe);
         let step = tried.failed_within(&failure, false, || {
-            let allowed = upstream.may_retry();
-            if !allowed {
+            charged = upstream.may_retry();
+            if !charged {
                 listener.stats.budget_exhausted(upstream.shared_name());
             }
-            allowed
+            charged
         });
         if let Some(outcome) = step.outcome() {
             attempt.complete(outcome);

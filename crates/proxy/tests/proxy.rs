@@ -478,6 +478,41 @@ async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
     assert_eq!(exhausted, 1);
 }
 
+/// A listed status moves a request on; with the other backend down no backend can be picked:
+/// our 502, as nginx's "no live upstreams" — and the retry that was paid for but not made is
+/// given back to the budget (else every such request would spend one).
+#[tokio::test]
+async fn a_retry_that_finds_no_backend_answers_502_and_costs_the_budget_nothing() {
+    let (busy, _) = status_backend(503).await;
+    let spare = backend("spare").await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, spare.addr()]));
+    up.backends[0].max_fails = 0;
+    up.backends[1].down = true;
+    up.next_upstream = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
+    // No reserve; each request earns half a retry, for a minute.
+    up.retry_budget = Some(RetryBudgetSettings {
+        ratio: 0.5,
+        min_per_second: 0,
+        window: balance::Nanos(60_000_000_000),
+    });
+    let proxy = start(settings(up)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(get(proxy.addr, "/").await.status.as_u16());
+    }
+    // The first has earned half a retry: its 503 is relayed. Each later one has one at least,
+    // moves on, finds no backend (502), and gets it back. Without the refund the third would
+    // find half a retry and relay its 503.
+    assert_eq!(statuses, [503, 502, 502, 502]);
+    let exhausted: u64 = proxy
+        .metrics
+        .totals()
+        .values()
+        .map(|c| c.budget_exhausted)
+        .sum();
+    assert_eq!(exhausted, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 9, 10, 11: what the proxy accepts and what it passes on
 // ---------------------------------------------------------------------------------------------

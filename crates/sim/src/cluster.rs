@@ -150,6 +150,9 @@ struct Req {
     user: Option<u32>,
     /// Its attempts: the proxy's own machine ([`balance::Attempts`]).
     tried: Attempts<BackendId>,
+    /// Its move to the next backend was paid for from the retry budget, and no backend has
+    /// been picked for it yet (one that then cannot be is given back, as the proxy gives it).
+    charged: bool,
     /// Its cost, ns at speed 1.
     work: u64,
     client: u32,
@@ -511,6 +514,7 @@ impl Sim<'_> {
             Event::QueueTimeout(i, a) => {
                 if self.valid((i, a)) && self.checks[i as usize].stage == Stage::Waiting {
                     self.leave_queue(i);
+                    self.refund(i);
                     self.finish(i, NO_ROOM, None);
                 }
             }
@@ -606,6 +610,7 @@ impl Sim<'_> {
             ticket: None,
             backend: 0,
             tried: Attempts::default(),
+            charged: false,
             reused: false,
             status: 0,
             second_half: false,
@@ -671,9 +676,13 @@ impl Sim<'_> {
             Admission::Picked(ticket) => self.picked(i, ticket),
             Admission::NoBackend => {
                 let status = r.tried.own_answer().0;
+                self.refund(i);
                 self.finish(i, status, None)
             }
-            Admission::QueueFull => self.finish(i, NO_ROOM, None),
+            Admission::QueueFull => {
+                self.refund(i);
+                self.finish(i, NO_ROOM, None)
+            }
             Admission::Wait => {
                 // A number of its own for the wait, so that its timeout cannot be taken for
                 // another's (slab places are reused, and a first attempt has none yet).
@@ -694,8 +703,19 @@ impl Sim<'_> {
     }
 
     /// Request `i` got `ticket`: its attempt goes out.
+    /// Request `i`'s retry, paid for, found no backend: its balancer's budget gets it back.
+    fn refund(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        if std::mem::take(&mut r.charged)
+            && let Some(budget) = &mut self.balancers[r.balancer as usize].budget
+        {
+            budget.refund(Nanos(self.now));
+        }
+    }
+
     fn picked(&mut self, i: u32, ticket: Ticket) {
         let r = &mut self.reqs[i as usize];
+        r.charged = false;
         let b = &self.balancers[r.balancer as usize];
         let id = ticket.backend();
         let plan = self.plan_of[id.index()];
@@ -736,6 +756,7 @@ impl Sim<'_> {
                 Handed::Ticket(ticket) => self.picked(w.req, ticket),
                 Handed::NoBackend => {
                     let status = self.reqs[w.req as usize].tried.own_answer().0;
+                    self.refund(w.req);
                     self.finish(w.req, status, None);
                 }
             }
@@ -959,9 +980,14 @@ impl Sim<'_> {
         // A status `next_upstream` lists moves the request on, as the proxy's attempts do.
         let now = Nanos(self.now);
         let budget = &mut self.balancers[balancer as usize].budget;
+        let mut paid = false;
         let moves_on = r.tried.answered(status, Replay::Safe, false, || {
-            budget.as_mut().is_none_or(|b| b.try_withdraw(now))
+            budget.as_mut().is_none_or(|b| {
+                paid = b.try_withdraw(now);
+                paid
+            })
         });
+        r.charged = paid;
         let outcome = if moves_on {
             Outcome::Failure
         } else {
@@ -992,9 +1018,14 @@ impl Sim<'_> {
         let r = &mut self.reqs[i as usize];
         let now = Nanos(self.now);
         let budget = &mut self.balancers[r.balancer as usize].budget;
+        let mut paid = false;
         let step = r.tried.failed_within(&failure, false, || {
-            budget.as_mut().is_none_or(|b| b.try_withdraw(now))
+            budget.as_mut().is_none_or(|b| {
+                paid = b.try_withdraw(now);
+                paid
+            })
         });
+        r.charged = paid;
         if step.next == Next::ResendFresh {
             // The same attempt (and ticket) on a fresh connection; a new number, so that what
             // was scheduled for the dropped one goes stale.

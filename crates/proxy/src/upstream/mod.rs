@@ -172,4 +172,12 @@ impl Upstream {
             None => true,
         }
     }
+
+    /// A retry [`Upstream::may_retry`] allowed found no backend: the budget gets it back.
+    pub(crate) fn refund_retry(&self) {
+        let now = self.now();
+        if let Some((_, budget)) = &mut lock(&self.state).budget {
+            budget.refund(now);
+        }
+    }
 }

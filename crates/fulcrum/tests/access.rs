@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{HeldPort, Running, TempDir, TempFile};
+use common::{HeldPort, Running, TempDir, TempFile, status_from};
 
 /// The rules, in order, as both take them (nginx: `allow X;` / `deny X;`).
 const RULES: [&str; 6] = [
@@ -19,26 +18,6 @@ const RULES: [&str; 6] = [
     "allow 127.2.0.0/15",
     "deny all",
 ];
-
-/// The status of a GET from `from` to `to`.
-fn status_from(from: IpAddr, to: SocketAddr) -> u16 {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::new(from, 0).into()).unwrap();
-    socket.connect(&to.into()).unwrap();
-    let mut stream: std::net::TcpStream = socket.into();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    std::str::from_utf8(answer.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
 
 #[test]
 fn two_hundred_clients_get_nginx_s_allow_and_deny_answers() {

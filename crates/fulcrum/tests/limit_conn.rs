@@ -8,12 +8,12 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use common::{HeldPort, Running, TempDir, TempFile};
+use common::{HeldPort, Running, TempDir, TempFile, get_from};
 
 /// A backend that holds each request until `open`, counting the requests it has read.
 struct Gated {
@@ -64,22 +64,6 @@ fn serve(mut stream: TcpStream, seen: &AtomicUsize, gate: &Gate) {
     }
 }
 
-fn send(from: [u8; 4], to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket
-        .bind(&SocketAddr::new(IpAddr::from(from), 0).into())
-        .unwrap();
-    socket.connect(&to.into()).unwrap();
-    let mut stream: TcpStream = socket.into();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    stream
-}
-
 fn status_of(mut stream: TcpStream) -> u16 {
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
@@ -103,14 +87,14 @@ fn sequence(front: SocketAddr, backend: &Gated, gate: &Gate) -> Vec<u16> {
         })
     };
     let mut statuses = vec![0; 7];
-    let a1 = send(A, front);
+    let a1 = get_from(A, front);
     held(1);
-    let a2 = send(A, front);
+    let a2 = get_from(A, front);
     held(2);
-    statuses[2] = status_of(send(A, front));
-    let b1 = send(B, front);
+    statuses[2] = status_of(get_from(A, front));
+    let b1 = get_from(B, front);
     held(3);
-    statuses[4] = status_of(send(A, front));
+    statuses[4] = status_of(get_from(A, front));
     *gate.0.lock().unwrap() = true;
     gate.1.notify_all();
     for (i, held) in [(0, a1), (1, a2), (3, b1)] {
@@ -118,8 +102,8 @@ fn sequence(front: SocketAddr, backend: &Gated, gate: &Gate) -> Vec<u16> {
     }
     // The places came back: A may send again (its requests ended when their answers were
     // read whole, and the connections closed).
-    statuses[5] = status_of(send(A, front));
-    statuses[6] = status_of(send(A, front));
+    statuses[5] = status_of(get_from(A, front));
+    statuses[6] = status_of(get_from(A, front));
     *gate.0.lock().unwrap() = false;
     statuses
 }

@@ -9,10 +9,10 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{Running, TempFile};
+use common::{Running, TempFile, status_from};
 
 /// Distinct addresses in the flood.
 const FLOOD: u32 = 100_000;
@@ -59,28 +59,6 @@ fn serve(mut stream: TcpStream) {
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
-}
-
-/// The status of one request from `from` to `to`.
-fn status_from(from: [u8; 4], to: SocketAddr) -> u16 {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket
-        .bind(&SocketAddr::new(IpAddr::from(from), 0).into())
-        .unwrap();
-    socket.connect(&to.into()).unwrap();
-    let mut stream: TcpStream = socket.into();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    std::str::from_utf8(answer.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Flood address number `i`: 127.10.0.1 on, never a .0 or .255 last octet.

@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{HeldPort, Running, TempDir, TempFile};
+use common::{HeldPort, Running, TempDir, TempFile, get_from};
 use proxy::limit_req::{LimitReq, LimitReqSettings, Verdict, parse_rate};
 
 /// The clients, each its own key (`$binary_remote_addr`, `client_ip`).
@@ -48,24 +48,6 @@ fn sequence() -> Vec<Send> {
         client: k % CLIENTS.len(),
     });
     burst.chain(spaced).collect()
-}
-
-/// A request from `from` to `to`, written; the answer is read later (a delayed one comes up
-/// to half a second after).
-fn send(from: [u8; 4], to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket
-        .bind(&SocketAddr::new(IpAddr::from(from), 0).into())
-        .unwrap();
-    socket.connect(&to.into()).unwrap();
-    let mut stream: TcpStream = socket.into();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    stream
 }
 
 /// What one request got: its status, and how long after it was sent its answer was read
@@ -117,7 +99,7 @@ fn run(targets: &[SocketAddr]) -> (Vec<Vec<Got>>, Vec<u64>) {
         // Alternate which target hears first, so neither is always later.
         for t in 0..targets.len() {
             let t = (t + i) % targets.len();
-            let stream = send(CLIENTS[s.client], targets[t]);
+            let stream = get_from(CLIENTS[s.client], targets[t]);
             inboxes[t].send((stream, Instant::now())).unwrap();
         }
     }

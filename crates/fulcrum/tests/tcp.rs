@@ -572,14 +572,6 @@ fn a_backend_that_ends_its_side_ends_the_session_and_a_reset_is_passed_on() {
     );
 }
 
-/// A connection to `to` from the loopback address `from`.
-fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((from, 0)).into()).unwrap();
-    socket.connect(&to.into()).unwrap();
-    socket.into()
-}
-
 /// `access` on a TCP listener is nginx stream's `allow` / `deny` (ngx_stream_access_module):
 /// an allowed client's session is relayed; a denied one is closed with nothing read from it
 /// or sent to a backend, and logged with status 403 and the fate `denied`.
@@ -597,7 +589,7 @@ fn access_lists_on_a_tcp_listener() {
     let fulcrum = Running::start(&config, 1);
     let proxy = fulcrum.addr_of("db");
     let session = |from: [u8; 4]| {
-        let mut s = connect_from(from, proxy);
+        let mut s = common::connect_from(from, proxy);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = s.write_all(b"abc");
         let _ = s.shutdown(Shutdown::Write);

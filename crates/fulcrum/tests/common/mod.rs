@@ -515,3 +515,39 @@ pub fn localhost_certificate(dir: &std::path::Path) -> LocalhostCert {
     std::fs::write(&files.key, site_key.serialize_pem()).unwrap();
     files
 }
+
+/// A connection to `to` from the loopback address `from` (a test's clients may each have
+/// their own: all of 127.0.0.0/8 is this machine's).
+pub fn connect_from(from: impl Into<std::net::IpAddr>, to: SocketAddr) -> std::net::TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::new(from.into(), 0).into())
+        .unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+/// `GET /` (`Connection: close`) written on a connection from `from` to `to`, with a 10 s read
+/// timeout; the answer is left to be read.
+pub fn get_from(from: impl Into<std::net::IpAddr>, to: SocketAddr) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = connect_from(from, to);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    stream
+}
+
+/// The status of a `GET /` from `from` to `to` (0 if no status line came).
+pub fn status_from(from: impl Into<std::net::IpAddr>, to: SocketAddr) -> u16 {
+    use std::io::Read;
+    let mut answer = Vec::new();
+    let _ = get_from(from, to).read_to_end(&mut answer);
+    std::str::from_utf8(answer.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}

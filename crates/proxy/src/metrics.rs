@@ -334,50 +334,40 @@ impl Metrics {
     /// Answers by (listener, route) and status class (index into [`CODE_CLASSES`]), every
     /// worker's summed.
     pub fn route_totals(&self) -> HashMap<RouteKey, [u64; 5]> {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let keys = route_keys().keys.clone();
-        let mut totals: HashMap<RouteKey, [u64; 5]> = HashMap::new();
-        for w in workers {
-            let counts = w.lock();
-            for (id, classes) in counts.routes.iter().enumerate() {
-                // A route that has answered nothing on this worker: no series from it.
-                let Some(key) = keys.get(id).filter(|_| classes.iter().any(|&n| n > 0)) else {
-                    continue;
-                };
-                let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
-                let mine = totals.entry((listener.into(), route.into())).or_default();
-                for (a, b) in mine.iter_mut().zip(classes) {
-                    *a += b;
-                }
-            }
-        }
-        totals
+        self.by_route(|c| &c.routes)
     }
 
     /// Requests not let through by (listener, route; the route empty for a listener's
     /// requests no route took) and reason (index into [`crate::admission::Reason::ALL`]),
     /// every worker's summed.
     pub fn limited_totals(&self) -> HashMap<RouteKey, [u64; 3]> {
+        self.by_route(|c| &c.limited)
+    }
+
+    /// Every worker's counts by interned route id (`of` picks which), summed by (listener,
+    /// route); a route with nothing counted on a worker gives no series from it.
+    fn by_route<const N: usize>(
+        &self,
+        of: impl Fn(&Counts) -> &Vec<[u64; N]>,
+    ) -> HashMap<RouteKey, [u64; N]> {
         let workers = self
             .workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let keys = route_keys().keys.clone();
-        let mut totals: HashMap<RouteKey, [u64; 3]> = HashMap::new();
+        let mut totals: HashMap<RouteKey, [u64; N]> = HashMap::new();
         for w in workers {
             let counts = w.lock();
-            for (id, reasons) in counts.limited.iter().enumerate() {
-                let Some(key) = keys.get(id).filter(|_| reasons.iter().any(|&n| n > 0)) else {
+            for (id, row) in of(&counts).iter().enumerate() {
+                let Some(key) = keys.get(id).filter(|_| row.iter().any(|&n| n > 0)) else {
                     continue;
                 };
                 let (listener, route) = key.split_once('\0').unwrap_or((key, ""));
-                let mine = totals.entry((listener.into(), route.into())).or_default();
-                for (a, b) in mine.iter_mut().zip(reasons) {
+                let mine = totals
+                    .entry((listener.into(), route.into()))
+                    .or_insert([0; N]);
+                for (a, b) in mine.iter_mut().zip(row) {
                     *a += b;
                 }
             }

@@ -444,17 +444,17 @@ async fn a_listed_status_moves_the_request_on_and_the_last_answer_is_relayed() {
     assert_eq!(proxy.backend(a).failures + proxy.backend(b).failures, 1);
 }
 
-/// Issue 29: with the retry budget spent, a retry is not made and the client gets the failed
-/// attempt's answer; the refusal is counted.
-#[tokio::test]
-async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
-    let good = backend("good").await;
+/// Four requests through round robin over a backend answering 503 (kept in rotation) and
+/// `spare` (marked down if `spare_down`), moving on after a 503 within a budget with no
+/// reserve where each request earns half a retry for a minute: their statuses, and how many
+/// retries the budget refused.
+async fn through_a_half_retry_budget(spare_down: bool) -> (Vec<u16>, u64) {
     let (busy, _) = status_backend(503).await;
-    let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, good.addr()]));
-    // The busy backend stays in rotation whatever it answers.
+    let spare = backend("good").await;
+    let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, spare.addr()]));
     up.backends[0].max_fails = 0;
+    up.backends[1].down = spare_down;
     up.next_upstream = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
-    // No reserve; each request earns half a retry, for a minute.
     up.retry_budget = Some(RetryBudgetSettings {
         ratio: 0.5,
         min_per_second: 0,
@@ -465,16 +465,24 @@ async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
     for _ in 0..4 {
         statuses.push(get(proxy.addr, "/").await.status.as_u16());
     }
-    // Round robin alternates: requests 1 and 3 meet the busy backend first. The first has
-    // earned half a retry: not enough, its 503 is relayed; by the third, three requests have
-    // earned one and a half: it is retried.
-    assert_eq!(statuses, [503, 200, 200, 200]);
-    let exhausted: u64 = proxy
+    let exhausted = proxy
         .metrics
         .totals()
         .values()
         .map(|c| c.budget_exhausted)
         .sum();
+    (statuses, exhausted)
+}
+
+/// Issue 29: with the retry budget spent, a retry is not made and the client gets the failed
+/// attempt's answer; the refusal is counted.
+#[tokio::test]
+async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
+    let (statuses, exhausted) = through_a_half_retry_budget(false).await;
+    // Round robin alternates: requests 1 and 3 meet the busy backend first. The first has
+    // earned half a retry: not enough, its 503 is relayed; by the third, three requests have
+    // earned one and a half: it is retried.
+    assert_eq!(statuses, [503, 200, 200, 200]);
     assert_eq!(exhausted, 1);
 }
 
@@ -483,33 +491,11 @@ async fn a_spent_retry_budget_relays_the_failed_attempt_s_answer() {
 /// given back to the budget (else every such request would spend one).
 #[tokio::test]
 async fn a_retry_that_finds_no_backend_answers_502_and_costs_the_budget_nothing() {
-    let (busy, _) = status_backend(503).await;
-    let spare = backend("spare").await;
-    let mut up = upstream(Algorithm::RoundRobin, backends(&[busy, spare.addr()]));
-    up.backends[0].max_fails = 0;
-    up.backends[1].down = true;
-    up.next_upstream = NextUpstream::DEFAULT.with(NextUpstream::HTTP_503);
-    // No reserve; each request earns half a retry, for a minute.
-    up.retry_budget = Some(RetryBudgetSettings {
-        ratio: 0.5,
-        min_per_second: 0,
-        window: balance::Nanos(60_000_000_000),
-    });
-    let proxy = start(settings(up)).await;
-    let mut statuses = Vec::new();
-    for _ in 0..4 {
-        statuses.push(get(proxy.addr, "/").await.status.as_u16());
-    }
+    let (statuses, exhausted) = through_a_half_retry_budget(true).await;
     // The first has earned half a retry: its 503 is relayed. Each later one has one at least,
     // moves on, finds no backend (502), and gets it back. Without the refund the third would
     // find half a retry and relay its 503.
     assert_eq!(statuses, [503, 502, 502, 502]);
-    let exhausted: u64 = proxy
-        .metrics
-        .totals()
-        .values()
-        .map(|c| c.budget_exhausted)
-        .sum();
     assert_eq!(exhausted, 1);
 }
 

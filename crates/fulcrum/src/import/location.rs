@@ -44,6 +44,16 @@ pub struct Level {
     zone_uses: BTreeMap<String, usize>,
 }
 
+/// Adds `d` to a directive list a level hands down: the first of a level's own empties what
+/// it inherited (nginx's merge of array directives: a level with any inherits none).
+fn own_list(list: &mut Vec<Directive>, own: &mut bool, d: &Directive) {
+    if !*own {
+        list.clear();
+        *own = true;
+    }
+    list.push(d.clone());
+}
+
 /// A `limit_req_zone` or `limit_conn_zone`.
 #[derive(Debug, Clone)]
 struct Zone {
@@ -71,42 +81,12 @@ impl Level {
     /// Takes `d` if it is one a level hands down; `false` if it is not one of those.
     pub fn take(&mut self, d: &Directive, notes: &mut Notes) -> bool {
         match d.name.as_str() {
-            "proxy_set_header" => {
-                if !self.own_set_headers {
-                    self.set_headers.clear();
-                    self.own_set_headers = true;
-                }
-                self.set_headers.push(d.clone());
-            }
-            "add_header" => {
-                if !self.own_add_headers {
-                    self.add_headers.clear();
-                    self.own_add_headers = true;
-                }
-                self.add_headers.push(d.clone());
-            }
+            "proxy_set_header" => own_list(&mut self.set_headers, &mut self.own_set_headers, d),
+            "add_header" => own_list(&mut self.add_headers, &mut self.own_add_headers, d),
             "default_type" => self.default_type = d.args.first().cloned(),
-            "allow" | "deny" => {
-                if !self.own_access {
-                    self.access.clear();
-                    self.own_access = true;
-                }
-                self.access.push(d.clone());
-            }
-            "limit_req" => {
-                if !self.own_limit_req {
-                    self.limit_req.clear();
-                    self.own_limit_req = true;
-                }
-                self.limit_req.push(d.clone());
-            }
-            "limit_conn" => {
-                if !self.own_limit_conn {
-                    self.limit_conn.clear();
-                    self.own_limit_conn = true;
-                }
-                self.limit_conn.push(d.clone());
-            }
+            "allow" | "deny" => own_list(&mut self.access, &mut self.own_access, d),
+            "limit_req" => own_list(&mut self.limit_req, &mut self.own_limit_req, d),
+            "limit_conn" => own_list(&mut self.limit_conn, &mut self.own_limit_conn, d),
             "limit_req_status" => self.limit_req_status = d.args.first().cloned(),
             "limit_conn_status" => self.limit_conn_status = d.args.first().cloned(),
             "limit_req_zone" | "limit_conn_zone" => self.zone(d, notes),

@@ -15,6 +15,28 @@
 use crate::backend::{BackendId, Backends};
 use crate::balancer::Completion;
 
+/// The scale a round's `current`s are on: the sum of every backend's weight times its ramp.
+pub(crate) fn scale_total(weight: &[i64], ramp: &[i64]) -> i64 {
+    weight
+        .iter()
+        .zip(ramp)
+        .fold(0i64, |t, (&w, &r)| t.saturating_add(w.saturating_mul(r)))
+}
+
+/// A weight change moves every `current` to the new weights' scale (`new` over `old`), keeping
+/// the round's progress: zeroed, every change would restart nginx's sequence from the lowest
+/// index (a herd onto the first backends when weights change every few picks); kept as they
+/// were, a backend left far ahead on the old scale would take many picks in a row.
+pub(crate) fn rescale(current: &mut [i64], old: i64, new: i64) {
+    if old <= 0 {
+        current.fill(0);
+        return;
+    }
+    for c in current {
+        *c = (i128::from(*c) * i128::from(new) / i128::from(old)) as i64;
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct SmoothWeights {
     current: Vec<i64>,
@@ -25,34 +47,40 @@ pub struct SmoothWeights {
 }
 
 impl SmoothWeights {
-    /// Takes the weights from `backends`. Starts a fresh round (every `current` at 0) when the
-    /// membership or any weight changed; keeps the round's progress otherwise (a health or
-    /// slow-start change).
+    /// Takes the weights from `backends`. A new membership starts a fresh round (every
+    /// `current` at 0); a weight change moves every `current` to the new weights' scale
+    /// ([`rescale`]); a health or slow-start change keeps the round as it is.
     ///
-    /// Why a weight change restarts the round: `current` values are on the scale of the old
+    /// Why a weight change rescales (issue 30): `current` values are on the scale of the old
     /// weights. Kept across a change from a model's scale of hundreds to the configured 1, 1, 2,
-    /// the backend left with the highest `current` wins every pick until the small new total
-    /// has worn it down: 11 to 60 picks in a row. From zero, the picks follow nginx's sequence
-    /// for the new weights, so no backend takes more picks in a row than that sequence gives it
-    /// (plus the one it may have taken just before the change). The price is the old round's
-    /// unfinished progress, at most one pick's worth per backend and change.
+    /// the backend left with the highest `current` would win every pick until the small new
+    /// total wore it down (11 to 60 picks in a row); zeroed, as before, every change restarted
+    /// nginx's sequence from the lowest index, and with weights rewritten every few picks the
+    /// first backends took them all (100 backends, a change every 20 picks: 19 got every pick).
     pub fn rebuild(&mut self, backends: &Backends<'_>) {
         let n = backends.len();
         let weight: Vec<i64> = backends
             .ids()
             .map(|id| backends.weight(id) as i64)
             .collect();
+        let old_total = scale_total(&self.weight, &self.ramp);
+        let changed = self.current.len() == n && self.weight != weight;
         if self.current.len() != n {
             self.current = vec![0; n];
             self.effective = weight.clone();
-        } else if self.weight != weight {
-            self.current.fill(0);
         }
         self.weight = weight;
         self.ramp = backends
             .ids()
             .map(|id| i64::from(backends.state(id).ramp()))
             .collect();
+        if changed {
+            rescale(
+                &mut self.current,
+                old_total,
+                scale_total(&self.weight, &self.ramp),
+            );
+        }
         self.max_fails = backends.ids().map(|id| backends.max_fails(id)).collect();
         for (e, &w) in self.effective.iter_mut().zip(&self.weight) {
             *e = (*e).min(w);

@@ -231,17 +231,14 @@ impl SmoothIndex {
             .ids()
             .map(|id| i64::from(backends.weight(id)))
             .collect();
+        let old_total = crate::smooth::scale_total(&self.weight, &self.ramp);
+        let changed = current.len() == n && self.weight != weight;
         if current.len() != n {
             current = vec![0; n];
             self.effective = weight.clone();
-        } else {
-            if at_once {
-                for ((e, &new), &old) in self.effective.iter_mut().zip(&weight).zip(&self.weight) {
-                    *e = (*e + new - old).max(0);
-                }
-            }
-            if self.weight != weight {
-                current.fill(0);
+        } else if at_once {
+            for ((e, &new), &old) in self.effective.iter_mut().zip(&weight).zip(&self.weight) {
+                *e = (*e + new - old).max(0);
             }
         }
         self.weight = weight;
@@ -249,6 +246,10 @@ impl SmoothIndex {
             .ids()
             .map(|id| i64::from(backends.state(id).ramp()))
             .collect();
+        if changed {
+            let new_total = crate::smooth::scale_total(&self.weight, &self.ramp);
+            crate::smooth::rescale(&mut current, old_total, new_total);
+        }
         self.max_fails = backends.ids().map(|id| backends.max_fails(id)).collect();
         for (e, &w) in self.effective.iter_mut().zip(&self.weight) {
             *e = (*e).min(w);

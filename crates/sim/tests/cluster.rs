@@ -131,7 +131,7 @@ fn a_backend_back_from_an_outage_serves_again_after_fail_timeout() {
 }
 
 #[test]
-fn old_reports_herd_and_fresh_ones_do_not() {
+fn old_reports_are_worth_less_than_fresh_ones_and_more_than_none() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../lab/scenarios/sim-stale.toml"
@@ -158,10 +158,12 @@ fn old_reports_herd_and_fresh_ones_do_not() {
     let random = mean("random λ=0.80");
     println!("fresh {fresh:.0} ms, 10 s old {old:.0} ms, random {random:.0} ms");
     assert!(fresh < random, "fresh reports beat no information");
-    assert!(
-        old > random,
-        "10 s old reports are worse than none: the herd"
-    );
+    // Issue 30: with smooth WRR no longer resetting every `current` at each weight change,
+    // 10 s old reports cost little (measured: 2.09 s fresh, 2.45 s 10 s old, 4.46 s random,
+    // as an independent model without the reset gave 2.32 and 2.50 s); the herd the test used
+    // to show (old reports worse than none) was the reset's.
+    assert!(old > fresh, "old reports are worth less than fresh ones");
+    assert!(old < random, "10 s old reports still beat no information");
 }
 
 /// One answer's latency in ms: the scenario's only request (or all alike).

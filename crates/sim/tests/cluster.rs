@@ -145,7 +145,9 @@ fn old_reports_are_worth_less_than_fresh_ones_and_more_than_none() {
     let s = scenario(&text);
     let mut weighted = contender(&s, "capacity_weighted");
     weighted.policy.poll_interval = Duration::from_millis(250);
-    let results = play(&s, &[contender(&s, "random"), weighted]);
+    let mut a58 = contender(&s, "utilization_wrr");
+    a58.policy.poll_interval = Duration::from_millis(250);
+    let results = play(&s, &[contender(&s, "random"), weighted, a58]);
     let mean = |label: &str| {
         lab::report::lines(&results)
             .into_iter()
@@ -164,6 +166,15 @@ fn old_reports_are_worth_less_than_fresh_ones_and_more_than_none() {
     // to show (old reports worse than none) was the reset's.
     assert!(old > fresh, "old reports are worth less than fresh ones");
     assert!(old < random, "10 s old reports still beat no information");
+    // A model that leans hard on the reports (A58's qps / utilization) herds as Mitzenmacher's
+    // bulletin board does: a one-second report of a few short answers makes a backend look
+    // several times faster, and the older the report the worse (measured at 600 s: 11.4 s
+    // fresh, 34.5 s 10 s old, both worse than random's 4.7 s).
+    let a58_fresh = mean("utilization_wrr λ=0.80 delay=0s");
+    let a58_old = mean("utilization_wrr λ=0.80 delay=10s");
+    println!("utilization_wrr: fresh {a58_fresh:.0} ms, 10 s old {a58_old:.0} ms");
+    assert!(a58_old > 1.5 * a58_fresh, "old reports make the herd worse");
+    assert!(a58_fresh > random, "even fresh one-second reports herd");
 }
 
 /// One answer's latency in ms: the scenario's only request (or all alike).

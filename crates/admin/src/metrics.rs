@@ -256,11 +256,14 @@ struct BackendSeries {
     state: Vec<(Labels, f64)>,
     report_age: Vec<(Labels, f64)>,
     connections: Vec<(Labels, f64)>,
+    probes: Vec<(Labels, u64)>,
+    probe_failures: Vec<(Labels, u64)>,
 }
 
 impl BackendSeries {
-    /// One backend's point in each family (its report's age only when it has one).
-    fn add(&mut self, upstream: &str, b: &BackendSnapshot) {
+    /// One backend's point in each family (its report's age only when it has one; its probes
+    /// when its upstream probes, `probing`, or once did).
+    fn add(&mut self, upstream: &str, b: &BackendSnapshot, probing: bool) {
         let l = || {
             vec![
                 ("upstream", upstream.to_owned()),
@@ -280,6 +283,10 @@ impl BackendSeries {
         if let Some((_, age)) = b.report {
             self.report_age.push((l(), age.as_secs_f64()));
         }
+        if probing || b.probes.sent > 0 {
+            self.probes.push((l(), b.probes.sent));
+            self.probe_failures.push((l(), b.probes.failed));
+        }
         let busy = b.connections_open.saturating_sub(b.connections_idle);
         for (kind, n) in [("busy", busy), ("idle", b.connections_idle)] {
             let mut with = l();
@@ -294,8 +301,9 @@ impl BackendSeries {
 fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     let mut s = BackendSeries::default();
     for u in upstreams {
+        let probing = u.probes_backends();
         for b in u.snapshot() {
-            s.add(u.name(), &b);
+            s.add(u.name(), &b, probing);
         }
     }
     vec![
@@ -333,6 +341,16 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
             "fulcrum_upstream_connections",
             "Connections open to the backend over every worker, busy or idle.",
             s.connections,
+        ),
+        counters(
+            "fulcrum_backend_probes_total",
+            "Probes of the backend prequal asked for (GET /probe).",
+            s.probes,
+        ),
+        counters(
+            "fulcrum_backend_probe_failures_total",
+            "Probes of the backend that brought no usable answer (not sent, timed out, refused, or a bad answer).",
+            s.probe_failures,
         ),
     ]
 }

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 endpoint (hyper): `GET /load` answers the agent protocol's JSON (DESIGN §2),
-//! `GET /metrics` the Prometheus exposition; any other path is 404, any other method on those
-//! two 405. Keep-alive is hyper's default, so a poller may reuse one connection.
+//! `GET /metrics` the Prometheus exposition, and with `--probe-target` `GET /probe` Prequal's
+//! probe (see [`crate::target`]); any other path is 404, any other method on those 405.
+//! Keep-alive is hyper's default, so a poller may reuse one connection.
 //!
 //! Until the first sample exists (one interval after start, since CPU, disk and network are
 //! deltas) both answer 503 with `Retry-After`: a made-up figure would be worse than none, and
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 use crate::Published;
 use crate::report::METRICS_CONTENT_TYPE;
 use crate::shutdown::Shutdown;
+use crate::target::Prober;
 
 /// How long open connections get to finish their request after shutdown begins.
 const DRAIN: Duration = Duration::from_secs(2);
@@ -47,7 +49,7 @@ fn answer(
         _ => {
             return text(
                 StatusCode::NOT_FOUND,
-                "not found: the agent serves GET /load and GET /metrics\n",
+                "not found: the agent serves GET /load, GET /metrics and (with --probe-target) GET /probe\n",
             );
         }
     };
@@ -81,10 +83,31 @@ fn answer(
     r
 }
 
-/// Serves until shutdown, then gives open connections [`DRAIN`] to finish.
+/// `GET /probe`: the kernel's tables are read on the blocking pool, never on the thread
+/// that serves connections.
+async fn probe_answer(prober: Arc<Prober>) -> Response<Full<Bytes>> {
+    let body = tokio::task::spawn_blocking(move || prober.answer())
+        .await
+        .unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+/// Serves until shutdown, then gives open connections [`DRAIN`] to finish. `prober`: the
+/// estimate `GET /probe` answers, with `--probe-target`.
 pub async fn serve(
     listener: TcpListener,
     latest: watch::Receiver<Option<Arc<Published>>>,
+    prober: Option<Arc<Prober>>,
     mut shutdown: Shutdown,
 ) {
     let graceful = GracefulShutdown::new();
@@ -105,9 +128,19 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let latest = latest.clone();
-        let service = service_fn(move |req| {
-            let response = answer(&latest, &req);
-            async move { Ok::<_, Infallible>(response) }
+        let prober = prober.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let latest = latest.clone();
+            let prober = prober.clone();
+            async move {
+                let response = match prober {
+                    Some(p) if req.uri().path() == "/probe" && req.method() == Method::GET => {
+                        probe_answer(p).await
+                    }
+                    _ => answer(&latest, &req),
+                };
+                Ok::<_, Infallible>(response)
+            }
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())

@@ -3,6 +3,7 @@
 //! utilization in [0, 1], and serves the latest sample three ways: the agent protocol's
 //! `GET /load` (JSON, DESIGN §2) and a Prometheus `GET /metrics`, HAProxy's agent-check
 //! protocol, and pushes to memcached (seed 001's hub). See docs/feedback.md, "The agent".
+//! With `--probe-target` it also answers Prequal's `GET /probe` for a backend beside it.
 //!
 //! # Layout
 //!
@@ -18,6 +19,8 @@
 //! * [`http`]: the HTTP/1.1 endpoint. [`haproxy`]: the agent-check listener and its
 //!   percentage. [`push`]: the memcached writer.
 //! * [`shutdown`]: the stop signal every loop races its timer or its accept against.
+//! * [`probe`]: Prequal's `GET /probe` document, both ends. [`target`]: the estimate the
+//!   agent answers it with for `--probe-target` (connections counted, its own request timed).
 //!
 //! The sampling loop is the only writer: it publishes each sample, already rendered, on a
 //! `watch` channel, and every server and the pusher only read the latest.
@@ -27,11 +30,13 @@
 pub mod haproxy;
 pub mod http;
 pub mod measure;
+pub mod probe;
 pub mod protocol;
 pub mod push;
 pub mod report;
 pub mod sampler;
 pub mod shutdown;
+pub mod target;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,6 +66,8 @@ pub struct Settings {
     pub push: Option<push::Target>,
     /// `--haproxy-agent`: the agent-check listener.
     pub haproxy_agent: Option<SocketAddr>,
+    /// `--probe-target` and `--probe-path`: answer `GET /probe` for that backend.
+    pub probe_target: Option<target::Target>,
 }
 
 /// One sample with its two renderings, as the sampling loop publishes it.
@@ -123,7 +130,20 @@ impl Agent {
             publish,
             shutdown.clone(),
         ));
-        tasks.spawn(http::serve(self.http, latest.clone(), shutdown.clone()));
+        let prober = self
+            .settings
+            .probe_target
+            .clone()
+            .map(|t| Arc::new(target::Prober::new(t)));
+        if let Some(prober) = &prober {
+            tasks.spawn(target::run(Arc::clone(prober), shutdown.clone()));
+        }
+        tasks.spawn(http::serve(
+            self.http,
+            latest.clone(),
+            prober,
+            shutdown.clone(),
+        ));
         if let Some(listener) = self.haproxy {
             tasks.spawn(haproxy::serve(listener, latest.clone(), shutdown.clone()));
         }

@@ -13,6 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::algorithms;
+use crate::algorithms::PrequalOptions;
 use crate::backend::Nanos;
 use crate::balancer::Balancer;
 use crate::weights::ModelKind;
@@ -68,6 +69,10 @@ pub struct Options {
     /// start); `None` for no slow start. Only for algorithms where
     /// [`Algorithm::supports_slow_start`] holds.
     pub slow_start: Option<Nanos>,
+    /// `prequal`: the probe pool, reuse budget, hot-cold quantile, probe rate, probe age and
+    /// timeout (keys `pool_size`, `reuse`, `quantile`, `probe_rate`, `probe_max_age`,
+    /// `probe_timeout`; see [`PrequalOptions`]).
+    pub prequal: PrequalOptions,
 }
 
 impl Options {
@@ -104,6 +109,7 @@ impl Default for Options {
             weight_expiration_period: Options::DEFAULT_WEIGHT_EXPIRATION_PERIOD,
             error_utilization_penalty: Options::DEFAULT_ERROR_UTILIZATION_PENALTY,
             slow_start: None,
+            prequal: PrequalOptions::default(),
         }
     }
 }
@@ -137,6 +143,12 @@ pub enum OptionKey {
     WeightExpirationPeriod,
     ErrorUtilizationPenalty,
     SlowStart,
+    PoolSize,
+    Reuse,
+    Quantile,
+    ProbeRate,
+    ProbeMaxAge,
+    ProbeTimeout,
 }
 
 impl OptionKey {
@@ -155,9 +167,17 @@ impl OptionKey {
         OptionKey::WeightExpirationPeriod,
         OptionKey::ErrorUtilizationPenalty,
         OptionKey::SlowStart,
+        OptionKey::PoolSize,
+        OptionKey::Reuse,
+        OptionKey::Quantile,
+        OptionKey::ProbeRate,
+        OptionKey::ProbeMaxAge,
+        OptionKey::ProbeTimeout,
     ];
 
-    /// Its key in the configuration (the field of [`Options`] it sets has the same name).
+    /// Its key in the configuration (the field of [`Options`] it sets has the same name;
+    /// `prequal`'s set the fields of [`Options::prequal`] without the `probe_` prefix of
+    /// `probe_max_age`).
     pub fn name(self) -> &'static str {
         match self {
             OptionKey::Consistent => "consistent",
@@ -173,6 +193,12 @@ impl OptionKey {
             OptionKey::WeightExpirationPeriod => "weight_expiration_period",
             OptionKey::ErrorUtilizationPenalty => "error_utilization_penalty",
             OptionKey::SlowStart => "slow_start",
+            OptionKey::PoolSize => "pool_size",
+            OptionKey::Reuse => "reuse",
+            OptionKey::Quantile => "quantile",
+            OptionKey::ProbeRate => "probe_rate",
+            OptionKey::ProbeMaxAge => "probe_max_age",
+            OptionKey::ProbeTimeout => "probe_timeout",
         }
     }
 
@@ -269,6 +295,7 @@ pub enum Algorithm {
     Hash,
     Maglev,
     BoundedLoad,
+    Prequal,
 }
 
 impl Algorithm {
@@ -285,6 +312,7 @@ impl Algorithm {
         Algorithm::LeastTime,
         Algorithm::P2cEwma,
         Algorithm::Latency,
+        Algorithm::Prequal,
         // By a hash of the client or the request.
         Algorithm::IpHash,
         Algorithm::NewHash,
@@ -363,6 +391,19 @@ impl Algorithm {
                 affinity: None,
                 weights: Ignored,
                 options: &[O::Window, O::Smoothing, O::Penalty],
+            },
+            Algorithm::Prequal => Properties {
+                name: "prequal",
+                affinity: None,
+                weights: Configured,
+                options: &[
+                    O::PoolSize,
+                    O::Reuse,
+                    O::Quantile,
+                    O::ProbeRate,
+                    O::ProbeMaxAge,
+                    O::ProbeTimeout,
+                ],
             },
             Algorithm::IpHash => Properties {
                 name: "ip_hash",
@@ -521,6 +562,7 @@ impl Algorithm {
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::new(imp)),
             Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
             Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
+            Algorithm::Prequal => Box::new(algorithms::Prequal::new(&options.prequal, seed)),
             Algorithm::Hash => Box::new(algorithms::Hash::new(options.consistent)),
             Algorithm::Maglev => Box::new(algorithms::Maglev::new(options.table_size)),
             Algorithm::BoundedLoad => {
@@ -645,6 +687,12 @@ mod tests {
             (OptionKey::BlackoutPeriod, "utilization_wrr"),
             (OptionKey::WeightExpirationPeriod, "utilization_wrr"),
             (OptionKey::ErrorUtilizationPenalty, "utilization_wrr"),
+            (OptionKey::PoolSize, "prequal"),
+            (OptionKey::Reuse, "prequal"),
+            (OptionKey::Quantile, "prequal"),
+            (OptionKey::ProbeRate, "prequal"),
+            (OptionKey::ProbeMaxAge, "prequal"),
+            (OptionKey::ProbeTimeout, "prequal"),
         ] {
             assert_eq!(users(option), [by], "{option}");
         }

@@ -53,6 +53,17 @@ pub struct Completion {
     pub now: Nanos,
 }
 
+/// What a backend said about itself when probed (`GET /probe`, DESIGN.md §2 "Prequal"): its
+/// requests in flight and its latency estimate at that load (Prequal, NSDI 2024, §3; the
+/// server side is [`RifLatency`](crate::algorithms::RifLatency)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Requests in flight on the backend when it answered (in service and queued).
+    pub rif: u32,
+    /// The backend's estimate of a request's latency at that `rif`.
+    pub latency: Nanos,
+}
+
 /// A balancing algorithm. It chooses; [`Pool`](crate::Pool) keeps the books.
 ///
 /// Implementations own whatever derived state they need (cursors, smooth-WRR weights, rings,
@@ -71,4 +82,13 @@ pub trait Balancer: Send + fmt::Debug {
     /// outside a [`rebuild`](Balancer::rebuild). An algorithm that keeps an index over the
     /// backends looks at `id` again before its next pick; the others need not listen.
     fn on_change(&mut self, _id: BackendId) {}
+
+    /// Backends this algorithm wants probed (off the request path), appended to `out`. Only
+    /// probing algorithms (`prequal`) want any; the caller sends the probes and hands each
+    /// answer to [`on_probe`](Balancer::on_probe). A probe that is lost or times out is simply
+    /// never answered.
+    fn wanted_probes(&mut self, _out: &mut Vec<BackendId>) {}
+
+    /// A probe of `id` answered at `now`.
+    fn on_probe(&mut self, _id: BackendId, _probe: &Probe, _now: Nanos) {}
 }

@@ -68,9 +68,10 @@ pub mod weights;
 pub use algorithm::{
     Affinity, Algorithm, Implementation, Octets, OptionKey, Options, UnknownAlgorithm, WeightSource,
 };
+pub use algorithms::{PrequalOptions, RifLatency};
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
-pub use balancer::{Balancer, Completion, Outcome, PickCtx};
+pub use balancer::{Balancer, Completion, Outcome, PickCtx, Probe};
 pub use budget::{RetryBudget, RetryBudgetSettings};
 pub use policy::Policy;
 pub use pool::{Pool, Ticket};

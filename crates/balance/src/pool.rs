@@ -29,7 +29,7 @@ use crate::algorithm::{Algorithm, Implementation, Options};
 use crate::backend::{
     BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos, RAMP_FULL,
 };
-use crate::balancer::{Balancer, Completion, Outcome, PickCtx};
+use crate::balancer::{Balancer, Completion, Outcome, PickCtx, Probe};
 
 /// Slow start never sends less than this share of a backend's weight (Envoy's default
 /// `min_weight_percent`, 10%), in 1/1024ths.
@@ -522,6 +522,39 @@ impl Pool {
         };
         tier.balancer.on_change(local);
         tier.balancer.on_complete(local, &completion);
+    }
+}
+
+impl Pool {
+    /// Drains the backends the algorithm wants probed since the last call, as pool-wide ids,
+    /// appended to `out` (primaries' wishes first, then backups'). Only probing algorithms
+    /// (`prequal`) want any; the caller probes them off the request path and hands the answers
+    /// to [`probed`](Pool::probed).
+    pub fn take_probes(&mut self, out: &mut Vec<BackendId>) {
+        let mut local = Vec::new();
+        for tier in &mut self.tiers {
+            local.clear();
+            tier.balancer.wanted_probes(&mut local);
+            let offset = tier.offset;
+            let len = tier.len;
+            out.extend(
+                local
+                    .iter()
+                    .filter(|id| id.index() < len)
+                    .map(|id| BackendId((offset + id.index()) as u32)),
+            );
+        }
+    }
+
+    /// Hands a probe's answer to the algorithm (ignored for a backend no longer there: a probe
+    /// sent before a reload may answer after it).
+    pub fn probed(&mut self, id: BackendId, probe: Probe, now: Nanos) {
+        for tier in &mut self.tiers {
+            if let Some(local) = tier.local(id) {
+                tier.balancer.on_probe(local, &probe, now);
+                return;
+            }
+        }
     }
 }
 

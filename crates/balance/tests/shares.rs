@@ -36,6 +36,8 @@ fn drive(algorithm: Algorithm) -> Drive {
         Algorithm::Fair | Algorithm::RandomTwo | Algorithm::LeastTime | Algorithm::P2cEwma => {
             Drive::HeldLoad
         }
+        // Nobody answers its probes here: it picks by its fallback, random_two.
+        Algorithm::Prequal => Drive::HeldLoad,
         _ => Drive::OneAtATime,
     }
 }

@@ -18,6 +18,8 @@
 //!   `fall`, combined with passive health in the pool.
 //! * [`memcached`]: reports agents pushed to memcached (seed 001's hub).
 //! * [`node_exporter`]: a Prometheus node_exporter as a load source.
+//! * [`probe`]: `prequal`'s prober: the probes its picks ask for, sent off the request path,
+//!   their answers fed back to the pool.
 //! * [`source`]: reading one load source (`fulcrum agent`'s `GET /load`), and the one-request
 //!   HTTP client the checks share.
 
@@ -26,6 +28,7 @@ pub mod feedback;
 pub mod health;
 pub mod memcached;
 pub mod node_exporter;
+pub mod probe;
 pub mod source;
 
 use std::sync::Arc;
@@ -149,6 +152,9 @@ fn start_loops(upstream: &Arc<proxy::Upstream>, stop: &watch::Receiver<bool>) {
     }
     if upstream.settings().health_check.is_some() {
         tokio::spawn(health::run(Arc::clone(upstream), stop.clone()));
+    }
+    if upstream.probes_backends() {
+        tokio::spawn(probe::run(Arc::clone(upstream), stop.clone()));
     }
 }
 

@@ -143,6 +143,24 @@ pub struct AgentArgs {
     /// Also answer HAProxy's agent-check protocol on this address (a line such as "75%").
     #[arg(long, value_name = "ADDR")]
     pub haproxy_agent: Option<SocketAddr>,
+    /// Also answer Prequal's GET /probe for the backend at this address: its established
+    /// connections as requests in flight, and the latency of the agent's own request to it.
+    #[arg(long, value_name = "ADDR")]
+    pub probe_target: Option<SocketAddr>,
+    /// The path of the agent's own timed request to the probe target.
+    #[arg(long, value_name = "PATH", default_value = "/", requires = "probe_target", value_parser = parse_probe_path)]
+    pub probe_path: String,
+}
+
+/// `--probe-path`: an absolute path (it goes into a request line as written).
+fn parse_probe_path(s: &str) -> Result<String, String> {
+    if s.starts_with('/') && s.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a path: write one that starts with / and has no spaces, such as /health"
+        ))
+    }
 }
 
 /// `fulcrum sim`.

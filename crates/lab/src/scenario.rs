@@ -93,6 +93,12 @@ pub struct SimSpec {
     /// those open dropped) from `FROM` until `UNTIL`, then serves again.
     #[serde(default)]
     pub outages: Vec<String>,
+    /// Probing algorithms (`prequal`): the chance that a probe or its answer is lost (0 to 1,
+    /// default 0); a lost probe never answers.
+    pub probe_loss: Option<f64>,
+    /// Probing algorithms: the work a probe costs the backend it reaches, a duration at speed
+    /// 1 (default "20us"), taken from its capacity as a request's cost is.
+    pub probe_cost: Option<String>,
 }
 
 /// A value, or a list of them.
@@ -619,6 +625,20 @@ impl Scenario {
                     "sim.offered_load: {l} is not a load: write numbers above 0 and below 1.5"
                 ));
             }
+        }
+        if let Some(l) = sim.probe_loss
+            && !(0.0..=1.0).contains(&l)
+        {
+            return Err(format!(
+                "sim.probe_loss = {l}: write a probability from 0 to 1"
+            ));
+        }
+        if let Some(c) = &sim.probe_cost
+            && !humantime::parse_duration(c).is_ok_and(|d| d <= Duration::from_secs(1))
+        {
+            return Err(format!(
+                "sim.probe_cost = {c:?}: write a duration such as \"20us\", at most a second"
+            ));
         }
         for o in &sim.outages {
             let outage = Outage::from_str(o).map_err(|e| format!("sim.outages: {e}"))?;

@@ -540,6 +540,9 @@ pub struct BackendSettings {
     pub max_conns: u32,
     /// Where its load reports come from, if anywhere.
     pub load_source: Option<LoadSource>,
+    /// Where `prequal` sends its `GET /probe` (`probe = "host:port"`); `None`: the backend
+    /// itself.
+    pub probe: Option<SocketAddr>,
 }
 
 /// Where a backend's load reports come from (one source per backend).
@@ -583,6 +586,7 @@ impl BackendSettings {
             slow_start: None,
             max_conns: 0,
             load_source: None,
+            probe: None,
         }
     }
 

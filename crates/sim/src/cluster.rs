@@ -22,6 +22,16 @@
 //! answers reports its trailing second as measured `report_delay` ago (one that does not, a
 //! miss). The reports go through [`Feed`] — the control plane's own staleness rule and weight
 //! model — and the weights into the pool, as the proxy's feedback loop does.
+//!
+//! Probes (`prequal`): after each pick, the balancer's pool hands out the backends its
+//! algorithm wants probed ([`Pool::take_probes`]). Each probe is lost with `[sim] probe_loss`,
+//! else crosses `network_delay`, is answered at once by a backend that answers at all (not
+//! stalled, dead or out) with its requests in flight (in service and queued) and its
+//! [`RifLatency`] estimate at that count, and crosses back. Its `[sim] probe_cost` of work is
+//! done by the backend as a request's is (a slot, or a share of the bandwidth, behind the
+//! queue), so probes take capacity; it is not a request and not counted in the RIF. A lost
+//! probe never answers. The backend's estimate learns from its completed (200) requests: the
+//! RIF each found on arrival and its time there.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -30,8 +40,8 @@ use balance::queue::{self, Admission, Handed};
 use balance::weights::LoadReport;
 use balance::weights::feed::{Feed, Poll};
 use balance::{
-    AttemptFailure, Attempts, BackendId, Connection, Fault, Nanos, Next, Outcome, Pool, Replay,
-    RequestSent, ResponseReceived, RetryBudget, Ticket,
+    Algorithm, AttemptFailure, Attempts, BackendId, Connection, Fault, Nanos, Next, Outcome, Pool,
+    Probe, Replay, RequestSent, ResponseReceived, RetryBudget, RifLatency, Ticket,
 };
 use lab::load::closed::Users;
 use lab::run::LoadSample;
@@ -91,7 +101,16 @@ enum Event {
     /// Request `0`, waiting in its balancer's `max_conns` queue since its attempt `1`, has
     /// waited `queue_timeout`.
     QueueTimeout(u32, u32),
+    /// Balancer `0`'s probe of its pool's backend `1` reaches the backend.
+    Probe(u32, u32),
+    /// The oldest probe answer on the wire reaches its balancer (they all take
+    /// `network_delay`, so they arrive in the order they left).
+    ProbeAnswer,
 }
+
+/// The request index of a probe's work at a backend ([`Job`]`(PROBE, serial)`): no request
+/// has it, and the work is kept with the orphans, whose end only frees what they hold.
+const PROBE: u32 = u32::MAX;
 
 /// Where a request's current attempt is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +224,8 @@ pub struct Measured {
     pub samples: Vec<LoadSample>,
     /// Events processed (for speed figures).
     pub events: u64,
+    /// Probes sent (lost ones included).
+    pub probes: u64,
 }
 
 /// One run of `contender` on `scenario`'s backends with `traffic`, from `seed`. `progress`
@@ -274,6 +295,31 @@ struct Sim<'a> {
     orphans: HashMap<Job, u32>,
     scratch: Vec<Job>,
     processed: u64,
+    probes: Probes,
+}
+
+/// The probing side of a run (`prequal`); idle for the other algorithms.
+struct Probes {
+    /// Whether the contender probes.
+    on: bool,
+    loss: f64,
+    /// A probe's work, ns at speed 1.
+    cost: u64,
+    /// Draws for losses, apart from the run's other draws.
+    rng: Pcg64Mcg,
+    /// Each backend's estimate (plan order).
+    latency: Vec<RifLatency>,
+    /// Each backend's probe work in progress or waiting (plan order): not requests in flight.
+    jobs: Vec<u32>,
+    /// Request `i`'s attempt at its backend: (attempt, RIF on arrival, arrival time).
+    arrived: HashMap<u32, (u32, u32, Time)>,
+    /// Answers on the wire: balancer, backend (pool id), answer, oldest first.
+    answers: VecDeque<(u32, BackendId, Probe)>,
+    /// Probes sent; the last probe work's number.
+    sent: u64,
+    serial: u32,
+    /// The backends a pick wants probed.
+    wanted: Vec<BackendId>,
 }
 
 impl<'a> Sim<'a> {
@@ -402,6 +448,19 @@ impl<'a> Sim<'a> {
             orphans: HashMap::new(),
             scratch: Vec::new(),
             processed: 0,
+            probes: Probes {
+                on: contender.policy.algorithm == Algorithm::Prequal,
+                loss: knobs.probe_loss,
+                cost: ns(knobs.probe_cost),
+                rng: Pcg64Mcg::seed_from_u64(seed ^ 0x9_b0be),
+                latency: vec![RifLatency::new(); n],
+                jobs: vec![0; n],
+                arrived: HashMap::new(),
+                answers: VecDeque::new(),
+                sent: 0,
+                serial: 0,
+                wanted: Vec::new(),
+            },
         };
         // Readings every STEP when load reports are used (their window), else only for the
         // report's samples.
@@ -471,6 +530,7 @@ impl Sim<'_> {
             tally: self.tally,
             samples: self.samples,
             events: self.processed,
+            probes: self.probes.sent,
         }
     }
 
@@ -516,6 +576,14 @@ impl Sim<'_> {
                     self.leave_queue(i);
                     self.refund(i);
                     self.finish(i, NO_ROOM, None);
+                }
+            }
+            Event::Probe(b, id) => self.probe_arrives(b, BackendId(id)),
+            Event::ProbeAnswer => {
+                if let Some((b, id, probe)) = self.probes.answers.pop_front() {
+                    self.balancers[b as usize]
+                        .pool
+                        .probed(id, probe, Nanos(self.now));
                 }
             }
         }
@@ -728,7 +796,11 @@ impl Sim<'_> {
         c.stage = Stage::Away;
         r.second_half = false;
         r.reused = b.warm[plan] && r.tried.may_reuse();
+        let balancer = r.balancer;
         self.send(i);
+        if self.probes.on {
+            self.send_probes(balancer);
+        }
     }
 
     /// Balancer `b` completes `ticket` with `outcome`, then hands whatever room there is to
@@ -830,7 +902,12 @@ impl Sim<'_> {
         } else {
             r.work
         };
+        let rif = s.jobs();
         let admitted = s.admit(self.now, job, work, on_slots);
+        if self.probes.on && admitted != Admit::Refused {
+            let rif = rif.saturating_sub(self.probes.jobs[k]);
+            self.probes.arrived.insert(i, (job.1, rif, self.now));
+        }
         if let Some(deadline) = s.deadline
             && admitted != Admit::Refused
         {
@@ -893,8 +970,9 @@ impl Sim<'_> {
     fn slot_done(&mut self, k: u32, job: Job) {
         let (i, _) = job;
         if self.orphans.remove(&job).is_some() {
-            // Its answer left at the deadline; its slot is free now. (A `mixed` orphan's
-            // bandwidth half is not run.)
+            // Its answer left at the deadline (or it was a probe's work); its slot is free
+            // now. (A `mixed` orphan's bandwidth half is not run.)
+            self.probe_work_done(k as usize, job);
             return self.start_next_on_slot(k as usize);
         }
         if !(self.valid(job) && self.checks[i as usize].stage == Stage::Slot) {
@@ -908,8 +986,11 @@ impl Sim<'_> {
     fn start_next_on_slot(&mut self, k: usize) {
         let (checks, orphans) = (&self.checks, &self.orphans);
         let live = |(i, a): Job| {
-            let c = &checks[i as usize];
-            (c.live && c.attempt == a && c.stage == Stage::Queued) || orphans.contains_key(&(i, a))
+            // Orphans first: a probe's work has no request to look at.
+            orphans.contains_key(&(i, a)) || {
+                let c = &checks[i as usize];
+                c.live && c.attempt == a && c.stage == Stage::Queued
+            }
         };
         if let Some(((i, a), end)) = self.servers[k].free_slot(self.now, live) {
             if !self.orphans.contains_key(&(i, a)) {
@@ -930,7 +1011,9 @@ impl Sim<'_> {
             self.events.push(at, Event::Wake(k as u32, s.wake));
         }
         for &job in &done {
-            if self.orphans.remove(&job).is_none() && self.valid(job) {
+            if self.orphans.remove(&job).is_some() {
+                self.probe_work_done(k, job);
+            } else if self.valid(job) {
                 self.served(job.0);
             }
         }
@@ -955,6 +1038,13 @@ impl Sim<'_> {
         }
         c.stage = Stage::Away;
         r.status = 200;
+        if self.probes.on
+            && let Some((attempt, rif, at)) = self.probes.arrived.remove(&i)
+            && attempt == c.attempt
+        {
+            let latency = Nanos(self.now - at);
+            self.probes.latency[k].record(rif, latency, Nanos(self.now));
+        }
         self.reply(i);
     }
 
@@ -1071,6 +1161,9 @@ impl Sim<'_> {
         let r = &mut self.reqs[i as usize];
         debug_assert!(r.ticket.is_none());
         self.checks[i as usize].live = false;
+        if self.probes.on {
+            self.probes.arrived.remove(&i);
+        }
         let user = r.user;
         self.free.push(i);
         self.in_flight -= 1;
@@ -1181,6 +1274,7 @@ impl Sim<'_> {
         let mut dropped = std::mem::take(&mut self.scratch);
         dropped.clear();
         self.servers[k].drop_all(self.now, &mut dropped);
+        self.probes.jobs[k] = 0;
         // Orphans' work goes with the rest; their answers are out.
         let orphans = &mut self.orphans;
         dropped.retain(|job| orphans.remove(job).is_none());
@@ -1219,6 +1313,77 @@ impl Sim<'_> {
             }
         }
         self.scratch = dropped;
+    }
+
+    // ---- probes ----
+
+    /// Balancer `b` sends the probes its pool wants: each is lost, or reaches its backend
+    /// after the network delay.
+    fn send_probes(&mut self, b: u32) {
+        let mut wanted = std::mem::take(&mut self.probes.wanted);
+        wanted.clear();
+        self.balancers[b as usize].pool.take_probes(&mut wanted);
+        for &id in &wanted {
+            self.probes.sent += 1;
+            if self.probes.loss > 0.0 && self.probes.rng.random::<f64>() < self.probes.loss {
+                continue;
+            }
+            if self.delay == 0 {
+                self.probe_arrives(b, id);
+            } else {
+                self.events
+                    .push(self.now + self.delay, Event::Probe(b, id.0));
+            }
+        }
+        self.probes.wanted = wanted;
+    }
+
+    /// Balancer `b`'s probe reaches pool backend `id`: a backend that answers at all answers
+    /// at once with its RIF and its estimate, and does the probe's work as it does a
+    /// request's.
+    fn probe_arrives(&mut self, b: u32, id: BackendId) {
+        let Some(&k) = self.plan_of.get(id.index()) else {
+            return;
+        };
+        let s = &mut self.servers[k];
+        if !s.answers() {
+            return;
+        }
+        let rif = s.jobs().saturating_sub(self.probes.jobs[k]);
+        let latency = self.probes.latency[k].estimate(rif, Nanos(self.now));
+        if self.probes.cost > 0 {
+            self.probes.serial = self.probes.serial.wrapping_add(1);
+            let job = (PROBE, self.probes.serial);
+            let on_slots = s.mode.uses_slots();
+            match s.admit(self.now, job, self.probes.cost, on_slots) {
+                Admit::Refused => {}
+                admitted => {
+                    self.orphans.insert(job, k as u32);
+                    self.probes.jobs[k] += 1;
+                    match admitted {
+                        Admit::Slot(end) => self.events.push(end, Event::SlotDone(k as u32, job)),
+                        Admit::Shared => self.rewake(k),
+                        Admit::Queued | Admit::Refused => {}
+                    }
+                }
+            }
+        }
+        let probe = Probe { rif, latency };
+        if self.delay == 0 {
+            self.balancers[b as usize]
+                .pool
+                .probed(id, probe, Nanos(self.now));
+        } else {
+            self.probes.answers.push_back((b, id, probe));
+            self.events.push(self.now + self.delay, Event::ProbeAnswer);
+        }
+    }
+
+    /// An orphan's work at backend `k` ended: if it was a probe's, one fewer is there.
+    fn probe_work_done(&mut self, k: usize, job: Job) {
+        if job.0 == PROBE {
+            self.probes.jobs[k] = self.probes.jobs[k].saturating_sub(1);
+        }
     }
 
     // ---- load reports and samples ----

@@ -51,7 +51,16 @@ pub struct Knobs {
     pub warmup: u64,
     pub offered_load: Vec<f64>,
     pub outages: Vec<Outage>,
+    /// Probing algorithms: the chance a probe is lost (`[sim] probe_loss`).
+    pub probe_loss: f64,
+    /// Probing algorithms: a probe's work at the backend (`[sim] probe_cost`).
+    pub probe_cost: Duration,
 }
+
+/// A probe's work at the backend when `[sim] probe_cost` is not given: an HTTP request
+/// answered from memory (a counter and a small table read) costs a server tens of
+/// microseconds of CPU; 20 µs, at speed 1.
+pub const DEFAULT_PROBE_COST: Duration = Duration::from_micros(20);
 
 impl Knobs {
     /// The knobs of `scenario` (defaults without a `[sim]` section). The scenario was checked
@@ -61,6 +70,7 @@ impl Knobs {
             return Knobs {
                 balancers: 1,
                 report_delays: vec![Duration::ZERO],
+                probe_cost: DEFAULT_PROBE_COST,
                 ..Knobs::default()
             };
         };
@@ -85,6 +95,12 @@ impl Knobs {
             warmup: sim.warmup,
             offered_load: sim.offered_load.clone(),
             outages: sim.outages.iter().filter_map(|o| o.parse().ok()).collect(),
+            probe_loss: sim.probe_loss.unwrap_or(0.0),
+            probe_cost: sim
+                .probe_cost
+                .as_deref()
+                .and_then(|v| humantime::parse_duration(v).ok())
+                .unwrap_or(DEFAULT_PROBE_COST),
         }
     }
 }

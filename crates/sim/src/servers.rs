@@ -343,6 +343,12 @@ impl Server {
         self.wake += 1;
     }
 
+    /// Jobs at the server: on a slot, waiting for one, or on the bandwidth.
+    pub fn jobs(&self) -> u32 {
+        let jobs = self.busy as usize + self.waiting + self.shared.len();
+        u32::try_from(jobs).unwrap_or(u32::MAX)
+    }
+
     /// The integrals now.
     pub fn read(&mut self, now: Time) -> Reading {
         self.meter_to(now);

@@ -29,6 +29,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         cgroup_root: args.cgroup_root,
         push,
         haproxy_agent: args.haproxy_agent,
+        probe_target: args
+            .probe_target
+            .map(|addr| agent::target::Target::new(addr, args.probe_path)),
     };
     let _logs = logs::init("info");
     runtime(1).and_then(|rt| rt.block_on(serve(settings)))

@@ -145,6 +145,7 @@ fn options(
     latency_options(r, t, algorithm, &mut options);
     thresholds(r, t, algorithm, &mut options);
     utilization_options(r, t, algorithm, &mut options);
+    prequal_options(r, t, algorithm, &mut options.prequal);
     options.slow_start = slow_start(r, t, algorithm).map(Into::into);
     options
 }
@@ -294,6 +295,80 @@ fn utilization_options(
     }
 }
 
+/// `prequal`'s options (balance's `PrequalOptions`, the paper's defaults): `pool_size`,
+/// `reuse`, `quantile`, `probe_rate`, `probe_max_age` and `probe_timeout`.
+fn prequal_options(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: Algorithm,
+    options: &mut balance::PrequalOptions,
+) {
+    if used(r, t, OptionKey::PoolSize, algorithm).is_some()
+        && let Some(n) = t.integer(
+            r,
+            OptionKey::PoolSize.name(),
+            1..=1024,
+            " probes (16, the paper's, is the default)",
+        )
+    {
+        options.pool_size = n;
+    }
+    if used(r, t, OptionKey::Reuse, algorithm).is_some()
+        && let Some(n) = t.integer(
+            r,
+            OptionKey::Reuse.name(),
+            1..=1_000_000,
+            " picks per probe (leave it out for the paper's formula)",
+        )
+    {
+        options.reuse = Some(n);
+    }
+    let mut fraction = |option: OptionKey, example: &str, what: &str| -> Option<f64> {
+        used(r, t, option, algorithm)?;
+        let v = *t.number(r, option.name(), example)?.get_ref();
+        let fits = match option {
+            OptionKey::Quantile => v > 0.0 && v <= 1.0,
+            _ => v > 0.0 && v <= 100.0,
+        };
+        if !fits {
+            t.error(r, option.name(), what);
+        }
+        fits.then_some(v)
+    };
+    if let Some(q) = fraction(
+        OptionKey::Quantile,
+        "0.84",
+        "must be above 0 and at most 1: probes whose RIF is above this quantile of the pool's are hot (0.84, the paper's, is the default)",
+    ) {
+        options.quantile = q;
+    }
+    if let Some(rate) = fraction(
+        OptionKey::ProbeRate,
+        "3",
+        "must be above 0 and at most 100 probes per request (3, the paper's, is the default; for no probes at all use random_two)",
+    ) {
+        options.probe_rate = rate;
+    }
+    if used(r, t, OptionKey::ProbeMaxAge, algorithm).is_some()
+        && let Some(d) = t.duration(
+            r,
+            OptionKey::ProbeMaxAge.name(),
+            Zero::Refused("every probe would be too old to use"),
+        )
+    {
+        options.max_age = d.into();
+    }
+    if used(r, t, OptionKey::ProbeTimeout, algorithm).is_some()
+        && let Some(d) = t.duration(
+            r,
+            OptionKey::ProbeTimeout.name(),
+            Zero::Refused("no probe could ever answer"),
+        )
+    {
+        options.probe_timeout = d.into();
+    }
+}
+
 /// `dynamic_wrr`'s `high_load` and `low_load` (seed 001's `H` and `L`, free shares in
 /// [0, 1]), with `high_load < low_load` so that no server is both.
 fn thresholds(
@@ -369,7 +444,7 @@ mod tests {
         assert!(
             e.contains(
                 "round_robin, weighted_round_robin, random, chained_round_robin, least_conn, \
-                 fair, random_two, least_time, p2c_ewma, latency, ip_hash, new_hash, hash, \
+                 fair, random_two, least_time, p2c_ewma, latency, prequal, ip_hash, new_hash, hash, \
                  maglev, bounded_load, dynamic_wrr, dwlc, capacity_weighted"
             ),
             "{e}"
@@ -492,5 +567,97 @@ mod tests {
             e.contains("does not hash a key; remove hash_key or choose a hash algorithm (hash, maglev, bounded_load, ip_hash, new_hash)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn prequal_options_are_read_and_checked() {
+        let u = ok(&with_algorithm(
+            "prequal",
+            "pool_size = 8\nreuse = 2\nquantile = 0.9\nprobe_rate = 1.5\nprobe_max_age = \"500ms\"\nprobe_timeout = \"50ms\"",
+        ))
+        .proxy
+        .upstreams[0]
+            .clone();
+        let p = &u.options.prequal;
+        assert_eq!(
+            (p.pool_size, p.reuse, p.quantile, p.probe_rate),
+            (8, Some(2), 0.9, 1.5)
+        );
+        assert_eq!(p.max_age, balance::Nanos(500_000_000));
+        assert_eq!(p.probe_timeout, balance::Nanos(50_000_000));
+        let defaults = ok(&with_algorithm("prequal", "")).proxy.upstreams[0].clone();
+        assert_eq!(defaults.options.prequal, balance::PrequalOptions::default());
+        for (line, said) in [
+            (
+                "pool_size = 0",
+                "upstream[0].pool_size: must be between 1 and 1024",
+            ),
+            (
+                "reuse = 0",
+                "upstream[0].reuse: must be between 1 and 1000000",
+            ),
+            (
+                "quantile = 0",
+                "upstream[0].quantile: must be above 0 and at most 1",
+            ),
+            (
+                "quantile = 1.5",
+                "upstream[0].quantile: must be above 0 and at most 1",
+            ),
+            (
+                "probe_rate = 0",
+                "upstream[0].probe_rate: must be above 0 and at most 100",
+            ),
+            ("probe_rate = \"3\"", "upstream[0].probe_rate"),
+            (
+                "probe_max_age = \"0s\"",
+                "upstream[0].probe_max_age: must be more than 0",
+            ),
+            (
+                "probe_timeout = \"0s\"",
+                "upstream[0].probe_timeout: must be more than 0",
+            ),
+        ] {
+            let e = refused(&with_algorithm("prequal", line));
+            assert!(e.contains(said), "{line}: {e}");
+        }
+        let e = refused(&with_algorithm("least_conn", "probe_rate = 2"));
+        assert!(
+            e.contains(
+                "probe_rate is an option of prequal; algorithm \"least_conn\" does not use it"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_probe_address_is_for_prequal_and_needed_over_tls_or_h2() {
+        let text = with_algorithm("prequal", "")
+            .replace("weight = 3", "weight = 3\n  probe = \"127.0.0.1:9101\"");
+        let u = &ok(&text).proxy.upstreams[0];
+        assert_eq!(u.backends[0].probe, Some(([127, 0, 0, 1], 9101).into()));
+        assert_eq!(u.backends[1].probe, None);
+        let e = refused(&text.replace("prequal", "least_conn"));
+        assert!(
+            e.contains(
+                "upstream[0].backend[0].probe: only prequal probes its backends, not least_conn"
+            ),
+            "{e}"
+        );
+        let e = refused(&text.replace("probe = \"127.0.0.1:9101\"", "probe = \"nowhere\""));
+        assert!(e.contains("upstream[0].backend[0].probe:"), "{e}");
+        let h2 = with_algorithm("prequal", "backend_protocol = \"h2\"");
+        let e = refused(&h2);
+        assert!(
+            e.contains("prequal probes with plain HTTP/1.1 GET /probe")
+                && e.contains("127.0.0.1:9001"),
+            "{e}"
+        );
+        let both = h2.replace("weight = 3", "weight = 3\n  probe = \"127.0.0.1:9101\"");
+        let both = both.replace(
+            "backup = true",
+            "backup = true\n  probe = \"127.0.0.1:9102\"",
+        );
+        ok(&both);
     }
 }

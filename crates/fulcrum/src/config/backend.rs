@@ -28,6 +28,7 @@ pub(super) const SECTION: Section = Section {
         "node_exporter",
         "memcached",
         "agent_check",
+        "probe",
     ],
     not_yet: &[],
 };
@@ -64,6 +65,8 @@ pub(super) struct Backend {
     pub max_conns: u32,
     /// Where its load reports come from.
     pub load_source: Option<LoadSource>,
+    /// Where `prequal` probes it (`None`: the backend itself).
+    pub probe: Option<SocketAddr>,
 }
 
 /// The algorithms that read load reports (`balance::Algorithm::reads_load_reports`), named for
@@ -172,6 +175,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
         " (0, the default, is no limit)",
     );
     let load_source = load_source(r, t, algorithm);
+    let probe = probe(r, t, algorithm);
     let (addr, name) = addr?;
     Some(Backend {
         addr,
@@ -184,7 +188,31 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
         slow_start,
         max_conns: max_conns.unwrap_or(0),
         load_source,
+        probe,
     })
+}
+
+/// `probe = "host:port"`: where `prequal` sends its `GET /probe` for this backend (a
+/// `fulcrum agent --probe-target`, or another port of the backend); only for `prequal`.
+fn probe(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<SocketAddr> {
+    let value = t.text(r, "probe", "an address", "127.0.0.1:9101")?;
+    if algorithm != Algorithm::Prequal {
+        r.error(
+            value.span(),
+            &t.key("probe"),
+            format!(
+                "only prequal probes its backends, not {algorithm}: remove probe or write algorithm = \"prequal\""
+            ),
+        );
+        return None;
+    }
+    match address::backend(value.get_ref()) {
+        Ok(addr) => Some(addr),
+        Err(why) => {
+            r.error(value.span(), &t.key("probe"), why);
+            None
+        }
+    }
 }
 
 /// `max_fails`, on an upstream or a backend; 0 turns passive health off (nginx's meaning).

@@ -103,6 +103,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
             slow_start: b.slow_start,
             max_conns: b.max_conns,
             load_source: b.load_source,
+            probe: b.probe,
         })
         .collect();
     let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);

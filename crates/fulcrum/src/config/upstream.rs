@@ -35,6 +35,12 @@ pub(super) const SECTION: Section = Section {
         "error_utilization_penalty",
         "low_load",
         "slow_start",
+        "pool_size",
+        "reuse",
+        "quantile",
+        "probe_rate",
+        "probe_max_age",
+        "probe_timeout",
         "max_fails",
         "fail_timeout",
         "retries",
@@ -168,6 +174,11 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     check_ring_weight(r, t, &balancing, &backends);
     check_health_checks_and_agents(r, t, health_check.is_some(), &backends);
     check_queue_has_max_conns(r, t, &shown, &backends);
+    let plain = tls.is_none()
+        && backend_protocol
+            .as_ref()
+            .is_none_or(|p| *p.get_ref() == proxy::BackendProtocol::Http1);
+    check_probes_are_plain_http(r, t, &balancing, plain, &backends);
     if balancing.algorithm == Algorithm::RoundRobin && backends.iter().any(|b| b.weight != 1) {
         r.warn(
             &t.span(),
@@ -542,6 +553,30 @@ fn check_health_checks_and_agents(
             &t.key("health_check"),
             format!(
                 "backend {} has agent_check, whose up and down would overrule the health checks (and theirs the agent's): use one or the other",
+                b.addr.get_ref()
+            ),
+        );
+    }
+}
+
+/// `prequal` probes in plain HTTP/1.1: an upstream spoken to over TLS or in HTTP/2 needs a
+/// `probe` address on each backend (an agent beside it, or a plain port of its own).
+fn check_probes_are_plain_http(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    balancing: &Balancing,
+    plain: bool,
+    backends: &[Backend],
+) {
+    if balancing.algorithm != Algorithm::Prequal || plain {
+        return;
+    }
+    if let Some(b) = backends.iter().find(|b| b.probe.is_none()) {
+        r.error(
+            b.addr.span(),
+            &t.key("algorithm"),
+            format!(
+                "prequal probes with plain HTTP/1.1 GET /probe, and this upstream speaks TLS or HTTP/2 to its backends: give backend {} a probe = \"host:port\" (a fulcrum agent --probe-target beside it, or a plain-HTTP port that answers /probe)",
                 b.addr.get_ref()
             ),
         );

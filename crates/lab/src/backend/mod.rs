@@ -22,6 +22,9 @@
 //! * **`GET /load`** answers the utilization in the agent's JSON, averaged over a trailing
 //!   second, the antagonist's share included (see [`meter`]), so the dynamic algorithms can run
 //!   against lab backends end to end. It is the monitoring path: not counted, never faulted.
+//! * **`GET /probe`** answers Prequal's probe (DESIGN §2): requests in flight now and the
+//!   latency estimated at that RIF from the backend's completions (see [`probe`]). Like
+//!   `/load`, not counted and never faulted, but a stalled backend does not answer it.
 //!
 //! # Layout
 //!
@@ -29,10 +32,12 @@
 //! * [`antagonist`]: the time-varying factor, its exact service-time and utilization math.
 //! * [`service`]: the slots, the processor-sharing driver, burn.
 //! * [`meter`]: the trailing-window utilization of `GET /load`.
+//! * [`probe`]: requests in flight and the latency estimate of `GET /probe`.
 
 pub mod antagonist;
 pub mod capacity;
 pub mod meter;
+pub mod probe;
 pub mod service;
 
 use std::convert::Infallible;
@@ -56,6 +61,7 @@ use tokio::task::JoinHandle;
 
 pub use antagonist::{Antagonist, finish_after};
 pub use capacity::{Capacity, Faults, Mode};
+use probe::Probes;
 use service::{Served, Server};
 
 /// How long a dying backend lets its last answer leave before it drops every connection.
@@ -83,6 +89,8 @@ struct Shared {
     name: Bytes,
     server: Option<Server>,
     faults: Faults,
+    /// Requests in flight and the latency estimate, for `GET /probe`.
+    probes: Arc<Probes>,
     /// Requests received (counted on arrival, answered or not).
     requests: Arc<AtomicU64>,
     /// Draws of costs, and of failures, each from its own stream of the seed (so a fail rate
@@ -99,6 +107,7 @@ pub struct Backend {
     addr: SocketAddr,
     task: JoinHandle<()>,
     requests: Arc<AtomicU64>,
+    probes: Arc<Probes>,
     life: watch::Receiver<Life>,
 }
 
@@ -170,6 +179,17 @@ async fn answer(
             return hang().await;
         }
         return Ok(text(200, name, load_report(server)));
+    }
+    if req.uri().path() == "/probe" {
+        if stalled() {
+            return hang().await;
+        }
+        let mut answer = text(200, name, shared.probes.answer());
+        answer.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        return Ok(answer);
     }
     let n = shared.requests.fetch_add(1, Ordering::Relaxed) + 1;
     let faults = shared.faults;
@@ -252,26 +272,38 @@ async fn serve(
         );
     }
     let cost = cost_of(req);
+    let in_flight = shared.probes.arrive();
     let Some(server) = &shared.server else {
         if let Some(cost) = cost {
             tokio::time::sleep(cost).await;
         }
+        in_flight.done();
         return text(200, name, name.clone());
     };
     let cost = cost.unwrap_or_else(|| {
         capacity::cost_duration(draw(&shared.costs, |r| server.capacity.cost.draw(r)))
     });
     let served = match faults.deadline {
-        None => server.serve(cost).await,
+        None => {
+            let served = server.serve(cost).await;
+            if served == Served::Done {
+                in_flight.done();
+            }
+            served
+        }
         Some(deadline) => {
             // The work is its own task: it goes on after the deadline's answer, and after
             // the client left.
             let shared = Arc::clone(shared);
             let work = tokio::spawn(async move {
-                match &shared.server {
+                let served = match &shared.server {
                     Some(server) => server.serve(cost).await,
                     None => Served::Done,
+                };
+                if served == Served::Done {
+                    in_flight.done();
                 }
+                served
             });
             match tokio::time::timeout(deadline, work).await {
                 Ok(Ok(served)) => served,
@@ -369,6 +401,7 @@ impl Backend {
         };
         let seed = capacity.map_or(1, |c| c.seed);
         let requests = Arc::new(AtomicU64::new(0));
+        let probes = Arc::new(Probes::new());
         let (life, watching) = watch::channel(if faults.die_after == Some(0) {
             Life::Dead
         } else {
@@ -378,6 +411,7 @@ impl Backend {
             name: Bytes::from(name.to_owned()),
             server,
             faults,
+            probes: Arc::clone(&probes),
             requests: Arc::clone(&requests),
             costs: Mutex::new(Pcg64Mcg::seed_from_u64(seed)),
             // Another stream of the same seed (seed_from_u64 scrambles it).
@@ -425,6 +459,7 @@ impl Backend {
             addr,
             task,
             requests,
+            probes,
             life: watching,
         })
     }
@@ -437,9 +472,20 @@ impl Backend {
         self.addr
     }
 
-    /// Requests received so far (not counting `GET /load` on a backend with a capacity).
+    /// Requests received so far (not counting `GET /load` on a backend with a capacity, nor
+    /// `GET /probe`).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight now: what `GET /probe` answers as `rif`.
+    pub fn in_flight(&self) -> u32 {
+        self.probes.rif()
+    }
+
+    /// `GET /probe` answers so far, and the wall time the backend spent answering them.
+    pub fn probe_cost(&self) -> (u64, Duration) {
+        self.probes.cost()
     }
 
     /// Resolves once the backend has died of [`Faults::die_after`] (its connections dropped,

@@ -5,10 +5,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use balance::{BackendId, Nanos, Pool};
 
-use super::state::{AdminState, Member, State, WorkerPools, configured_state, lock};
+use super::state::{AdminState, Member, ProbeCounts, State, WorkerPools, configured_state, lock};
 use super::view::{ChangeError, reports_set_weights};
 use super::{Upstream, build_pool, pool_order};
 use crate::settings::UpstreamSettings;
@@ -101,6 +102,8 @@ impl Upstream {
             };
             let sticky = super::state::sticky_table(&settings, &members);
             // The settings and the pool change together, under the lock picks take.
+            self.probing
+                .store(super::probes::probing(&settings), Ordering::Relaxed);
             self.settings.store(Arc::new(settings));
             let waiting = std::mem::take(&mut st.waiting);
             *st = State {
@@ -196,6 +199,7 @@ fn carried_members(
                     static_weight: b.weight,
                     report: None,
                     since: generation,
+                    probes: ProbeCounts::default(),
                 }
             }
         };

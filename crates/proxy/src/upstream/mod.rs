@@ -26,20 +26,23 @@
 //! * [`workers`]: every worker's connections to the backends, kept in step with membership;
 //! * [`view`]: what the admin API and the control plane read (snapshots, counts) and the
 //!   operator's changes to one backend.
+//! * [`probes`]: `prequal`'s probes: picks wake the control plane's prober, which drains the
+//!   pool's wishes and feeds the answers back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use balance::{Nanos, Pool};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::settings::{HashKey, UpstreamSettings};
 
 mod membership;
 mod pick;
+mod probes;
 mod queue;
 mod state;
 mod view;
@@ -47,7 +50,7 @@ mod workers;
 
 pub use membership::{Keep, Reconfigured};
 pub(crate) use pick::Attempt;
-pub use state::AdminState;
+pub use state::{AdminState, ProbeCounts};
 pub(crate) use state::{Unpicked, WorkerPools};
 pub use view::{BackendSnapshot, ChangeError, MAX_WEIGHT};
 
@@ -70,6 +73,11 @@ pub struct Upstream {
     /// How many requests wait in `State::waiting`, read without the lock (a completion looks
     /// whether anyone waits before it takes the lock again).
     queued: AtomicUsize,
+    /// Whether the algorithm probes its backends (`prequal`): picks then wake `probe_wake`.
+    probing: AtomicBool,
+    /// Woken by a pick of a probing algorithm: the control plane's prober drains the pool's
+    /// wishes ([`Upstream::take_probes`]) without ever being on a request's path.
+    probe_wake: Notify,
 }
 
 /// The backends of `settings` in pool order (primaries, then backups).
@@ -106,12 +114,14 @@ impl Upstream {
                 static_weight: b.weight,
                 report: None,
                 since: 0,
+                probes: ProbeCounts::default(),
             })
             .collect();
         let budget = settings
             .retry_budget
             .map(|b| (b, balance::RetryBudget::new(b)));
         let sticky = sticky_table(&settings, &members);
+        let probing = AtomicBool::new(probes::probing(&settings));
         Upstream {
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),
@@ -127,6 +137,8 @@ impl Upstream {
             worker_pools: Mutex::new(Vec::new()),
             changes: watch::channel((0, false)).0,
             queued: AtomicUsize::new(0),
+            probing,
+            probe_wake: Notify::new(),
         }
     }
 

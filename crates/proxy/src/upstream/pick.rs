@@ -89,6 +89,7 @@ impl Upstream {
         addr: SocketAddr,
         ticket: Ticket,
     ) -> Attempt {
+        self.picked();
         Attempt {
             addr,
             generation,

@@ -28,6 +28,18 @@ pub(super) struct Member {
     /// The generation since which it has been a member without a break: tickets of older
     /// generations are not its pool's to complete.
     pub(super) since: u64,
+    /// Prequal's probes of it: sent, and failed (no answer in time, or a bad one).
+    pub(super) probes: ProbeCounts,
+}
+
+/// A backend's probes so far (`prequal`), for the admin API's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeCounts {
+    /// Probes the algorithm asked for (each sent, unless too many of the backend's were out).
+    pub sent: u64,
+    /// Of those, the ones that brought no usable answer: not sent, no answer in time, a
+    /// refused connection, an error status or a bad document.
+    pub failed: u64,
 }
 
 /// The pool in force and what goes with it, replaced whole when the backends or the algorithm

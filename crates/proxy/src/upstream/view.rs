@@ -66,6 +66,8 @@ pub struct BackendSnapshot {
     pub connections_open: usize,
     /// Of those, the idle ones kept for reuse.
     pub connections_idle: usize,
+    /// `prequal`'s probes of it so far.
+    pub probes: super::ProbeCounts,
 }
 
 /// Whether `settings` have a weight model (their algorithm reads load reports) fed by at
@@ -240,6 +242,7 @@ impl Upstream {
                     report: m.report.map(|(r, at)| (r, at.elapsed())),
                     connections_open: open,
                     connections_idle: idle,
+                    probes: m.probes,
                 }
             })
             .collect()

@@ -47,9 +47,10 @@ pub struct Options {
     pub window: u32,
     /// `latency`: the weight of the newest latency in the moving average, in (0, 1].
     pub smoothing: f64,
-    /// `latency`: the penalty `p` in `l = base + p·(1/s − 1)`: seed 002 sets it to the timeout
-    /// (4 s in its testbed, the default here); the configuration uses the upstream's
-    /// `read_timeout` unless `penalty` is given.
+    /// `latency` and `p2c_ewma`: the penalty `p` in `l = base + p·(1/s − 1)`: seed 002 sets it
+    /// to the timeout (4 s in its testbed, the default here); the configuration uses the
+    /// upstream's `read_timeout` unless `penalty` is given. The pool also takes it as its
+    /// latency estimate before it has one ([`crate::Completion::verdict`]).
     pub penalty: Nanos,
     /// `dynamic_wrr`: the threshold `H` of seed 001 §III.C: a server whose free share (weighted
     /// remaining performance per unit of size, in [0, 1]) is at most this is highly loaded.
@@ -73,6 +74,10 @@ pub struct Options {
     /// timeout (keys `pool_size`, `reuse`, `quantile`, `probe_rate`, `probe_max_age`,
     /// `probe_timeout`; see [`PrequalOptions`]).
     pub prequal: PrequalOptions,
+    /// Every algorithm (what the pool and the load-aware ones learn): the answers that count
+    /// as failures (`failure_statuses`, with the statuses `next_upstream` lists added by the
+    /// configuration); see [`crate::statuses`].
+    pub failure_statuses: crate::statuses::FailureStatuses,
 }
 
 impl Options {
@@ -110,6 +115,7 @@ impl Default for Options {
             error_utilization_penalty: Options::DEFAULT_ERROR_UTILIZATION_PENALTY,
             slow_start: None,
             prequal: PrequalOptions::default(),
+            failure_statuses: crate::statuses::FailureStatuses::DEFAULT,
         }
     }
 }
@@ -384,7 +390,7 @@ impl Algorithm {
                 name: "p2c_ewma",
                 affinity: None,
                 weights: Configured,
-                options: &[O::SlowStart],
+                options: &[O::Penalty, O::SlowStart],
             },
             Algorithm::Latency => Properties {
                 name: "latency",
@@ -560,7 +566,7 @@ impl Algorithm {
             Algorithm::UtilizationWrr => Box::new(algorithms::DynamicWrr::new(imp)),
             Algorithm::NewHash => Box::new(algorithms::NewHash::new(options.octets)),
             Algorithm::LeastTime => Box::new(algorithms::LeastTime::new(imp)),
-            Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(seed)),
+            Algorithm::P2cEwma => Box::new(algorithms::P2cEwma::new(options.penalty, seed)),
             Algorithm::Latency => Box::new(algorithms::Latency::new(options, seed)),
             Algorithm::Prequal => Box::new(algorithms::Prequal::new(&options.prequal, seed)),
             Algorithm::Hash => Box::new(algorithms::Hash::new(options.consistent)),
@@ -681,7 +687,6 @@ mod tests {
             (OptionKey::BalanceFactor, "bounded_load"),
             (OptionKey::Window, "latency"),
             (OptionKey::Smoothing, "latency"),
-            (OptionKey::Penalty, "latency"),
             (OptionKey::HighLoad, "dynamic_wrr"),
             (OptionKey::LowLoad, "dynamic_wrr"),
             (OptionKey::BlackoutPeriod, "utilization_wrr"),
@@ -696,6 +701,7 @@ mod tests {
         ] {
             assert_eq!(users(option), [by], "{option}");
         }
+        assert_eq!(users(OptionKey::Penalty), ["p2c_ewma", "latency"]);
         assert_eq!(
             users(OptionKey::SlowStart),
             having(Algorithm::supports_slow_start)

@@ -131,9 +131,12 @@ pub struct BackendState {
     /// and on the first pick after `fail_timeout` has passed, which makes that pick the probe
     /// that decides whether the backend is back.
     pub(crate) checked: Nanos,
-    /// Response-time moving average in nanoseconds; `None` until the first success.
+    /// Response-time moving average in nanoseconds; `None` until the first success. A
+    /// failure's latency enters it only when above it (see [`crate::Completion::verdict`]).
     pub(crate) latency: Option<f64>,
-    /// Moving average of 1 (success) and 0 (failure), with the same smoothing as latency.
+    /// Moving average of 1 (success) and 0 (failure: an attempt that failed, an answer in
+    /// `failure_statuses`, a client that gave up after waiting longer than `latency`), with the
+    /// same smoothing as latency.
     pub(crate) success_rate: f64,
     pub(crate) requests: u64,
     pub(crate) failures: u64,
@@ -187,7 +190,8 @@ impl BackendState {
         self.fails
     }
 
-    /// Completed requests (successes and failures; cancellations are not counted).
+    /// Completed requests (successes and failures, as [`crate::Completion::verdict`] has them;
+    /// cancellations that say nothing of the backend are not counted).
     pub fn requests(&self) -> u64 {
         self.requests
     }

@@ -40,8 +40,30 @@ pub enum Outcome {
     /// Connect error, timeout, reset or an unparsable answer: counts towards `max_fails`.
     Failure,
     /// No verdict on the backend: the client went away before it finished, or the attempt
-    /// failed for a reason that is not the backend's (see [`crate::retry`]).
+    /// failed for a reason that is not the backend's (see [`crate::retry`]). (The load-aware
+    /// algorithms still learn from a client that waited longer than they expected: see
+    /// [`Completion::verdict`].)
     Cancelled,
+    /// The backend answered, with a status the upstream counts as a failure
+    /// ([`FailureStatuses`](crate::FailureStatuses), `failure_statuses`), and the answer was
+    /// relayed: a failure for what the load-aware algorithms learn (success rate, error rate),
+    /// but, as a relayed 5xx in nginx, not for `max_fails` — passive health takes it as it
+    /// takes [`Outcome::Success`]. (A status that moved the request on, `next_upstream`,
+    /// completes as [`Outcome::Failure`].)
+    FailedAnswer,
+}
+
+/// What the load-aware algorithms (`latency`, `p2c_ewma`, `least_time`, `utilization_wrr`'s
+/// error rate) learn from a completion: see [`Completion::verdict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// An answer that counts, at its latency.
+    Success,
+    /// A failure, observed at its latency: the backend took at least this long to be of no
+    /// use.
+    Failure,
+    /// Nothing to learn.
+    Nothing,
 }
 
 /// What an algorithm is told when a request it routed completes.
@@ -62,6 +84,30 @@ pub struct Probe {
     pub rif: u32,
     /// The backend's estimate of a request's latency at that `rif`.
     pub latency: Nanos,
+}
+
+impl Completion {
+    /// What a load-aware algorithm learns from this completion, given its current `estimate`
+    /// of the backend's latency (before it has one, the penalty a failure costs, the timeout).
+    ///
+    /// An answer the upstream counts as a failure ([`Outcome::FailedAnswer`]) and a failure
+    /// of the attempt (a connect error, a reset, no answer within `read_timeout`) are failures
+    /// at their real latency. A client that gave up is no verdict on the backend only while it
+    /// gave up before the backend was due: one that waited `estimate` or longer has seen
+    /// the backend take at least that long, which is what a timeout says. Seed 002 (§V)
+    /// prices a failure, timeouts included, at the penalty `p` (its 4 s timeout), and its
+    /// clients gave up at that timeout; were those abandoned requests no verdict, the
+    /// backend that made its clients wait longest would be the one whose success rate never
+    /// fell, and the penalty would never act. A client that leaves quickly says nothing of
+    /// the backend and stays no verdict.
+    pub fn verdict(&self, estimate: Nanos) -> Verdict {
+        match self.outcome {
+            Outcome::Success => Verdict::Success,
+            Outcome::Failure | Outcome::FailedAnswer => Verdict::Failure,
+            Outcome::Cancelled if self.latency >= estimate => Verdict::Failure,
+            Outcome::Cancelled => Verdict::Nothing,
+        }
+    }
 }
 
 /// A balancing algorithm. It chooses; [`Pool`](crate::Pool) keeps the books.

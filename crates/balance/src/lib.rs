@@ -36,6 +36,8 @@
 //!   robins, the least-loaded algorithms and `fair` on large tiers (a kinetic tournament over
 //!   load levels, a segment tree), and how they learn which backends changed; `reference`
 //!   keeps the linear code they are tested against (docs/performance.md, issue 27).
+//! * [`statuses`]: [`FailureStatuses`], the answers that count as failures for what the
+//!   load-aware algorithms learn (`failure_statuses`).
 //! * [`sticky`]: sticky sessions by cookie (HAProxy's `cookie insert indirect`): the opaque
 //!   [`StickyId`] a cookie names a backend by, and the pick that prefers that backend while it
 //!   can take the request ([`Pool::pick_preferred`]) and falls back to the algorithm.
@@ -61,6 +63,7 @@ pub mod retry;
 pub mod ring;
 pub mod smooth;
 mod smooth_index;
+pub mod statuses;
 pub mod sticky;
 mod tracking;
 pub mod weights;
@@ -71,7 +74,7 @@ pub use algorithm::{
 pub use algorithms::{PrequalOptions, RifLatency};
 pub use attempt::{Attempts, BodyEnd, Next, Picked, Step};
 pub use backend::{BackendId, BackendSpec, BackendState, Backends, Nanos, RAMP_FULL};
-pub use balancer::{Balancer, Completion, Outcome, PickCtx, Probe};
+pub use balancer::{Balancer, Completion, Outcome, PickCtx, Probe, Verdict};
 pub use budget::{RetryBudget, RetryBudgetSettings};
 pub use policy::Policy;
 pub use pool::{Pool, Ticket};
@@ -79,4 +82,5 @@ pub use retry::{
     Action, AttemptFailure, Blame, Connection, Decision, Fault, NextUpstream, Replay, RequestSent,
     ResponseReceived,
 };
+pub use statuses::FailureStatuses;
 pub use sticky::{StickyId, StickyKey, StickyTable};

@@ -29,7 +29,7 @@ use crate::algorithm::{Algorithm, Implementation, Options};
 use crate::backend::{
     BackendId, BackendSpec, BackendState, Backends, LATENCY_ALPHA, Nanos, RAMP_FULL,
 };
-use crate::balancer::{Balancer, Completion, Outcome, PickCtx, Probe};
+use crate::balancer::{Balancer, Completion, Outcome, PickCtx, Probe, Verdict};
 
 /// Slow start never sends less than this share of a backend's weight (Envoy's default
 /// `min_weight_percent`, 10%), in 1/1024ths.
@@ -95,6 +95,9 @@ pub struct Pool {
     slow_start: Option<Nanos>,
     /// Backends in slow start.
     ramping: Vec<BackendId>,
+    /// The latency estimate of a backend without one yet, for [`Completion::verdict`]: the
+    /// penalty a failure costs (`Options::penalty`, the timeout).
+    penalty: Nanos,
 }
 
 impl Pool {
@@ -155,6 +158,7 @@ impl Pool {
             tiers,
             slow_start: options.slow_start,
             ramping: Vec::new(),
+            penalty: options.penalty,
         };
         pool.rebuild(Nanos::ZERO);
         pool
@@ -484,16 +488,17 @@ impl Pool {
         let tier_index = usize::from(ticket.backend.index() >= self.tiers[0].len);
         self.tiers[tier_index].in_flight -= u64::from(was_in_flight);
         let state = &mut self.states[ticket.backend.index()];
+        let completion = Completion {
+            outcome,
+            latency,
+            now,
+        };
+        let estimate = state.latency.map_or(self.penalty, |l| Nanos(l as u64));
+        learn(state, completion.verdict(estimate), latency);
         let mut recovered = false;
         match outcome {
-            Outcome::Success => {
-                state.requests += 1;
-                let v = latency.0 as f64;
-                state.latency = Some(match state.latency {
-                    Some(avg) => LATENCY_ALPHA * v + (1.0 - LATENCY_ALPHA) * avg,
-                    None => v,
-                });
-                state.success_rate = (1.0 - LATENCY_ALPHA) * state.success_rate + LATENCY_ALPHA;
+            // A relayed answer, whatever its status: passive health as nginx keeps it.
+            Outcome::Success | Outcome::FailedAnswer => {
                 if state.accessed < state.checked {
                     // The probe after `fail_timeout` succeeded: the backend is back.
                     recovered = state.spec.max_fails != 0 && state.fails >= state.spec.max_fails;
@@ -501,9 +506,6 @@ impl Pool {
                 }
             }
             Outcome::Failure => {
-                state.requests += 1;
-                state.failures += 1;
-                state.success_rate *= 1.0 - LATENCY_ALPHA;
                 state.fails += 1;
                 state.accessed = now;
                 state.checked = now;
@@ -515,11 +517,6 @@ impl Pool {
         }
         let tier = &mut self.tiers[tier_index];
         let local = tier.local(ticket.backend).expect("ticket from this pool");
-        let completion = Completion {
-            outcome,
-            latency,
-            now,
-        };
         tier.balancer.on_change(local);
         tier.balancer.on_complete(local, &completion);
     }
@@ -555,6 +552,35 @@ impl Pool {
                 return;
             }
         }
+    }
+}
+
+/// Updates what the algorithms that read the pool's statistics learn from (`least_time`'s
+/// response time and success rate, `utilization_wrr`'s requests and failures): a success's
+/// latency enters the response-time average; a failure lowers the success rate, and its
+/// latency enters the average only when above it — the backend took at least that long to be
+/// of no use (a timeout), while a fast refusal says nothing of how long an answer takes.
+fn learn(state: &mut BackendState, verdict: Verdict, latency: Nanos) {
+    let v = latency.0 as f64;
+    match verdict {
+        Verdict::Success => {
+            state.requests += 1;
+            state.latency = Some(match state.latency {
+                Some(avg) => LATENCY_ALPHA * v + (1.0 - LATENCY_ALPHA) * avg,
+                None => v,
+            });
+            state.success_rate = (1.0 - LATENCY_ALPHA) * state.success_rate + LATENCY_ALPHA;
+        }
+        Verdict::Failure => {
+            state.requests += 1;
+            state.failures += 1;
+            state.success_rate *= 1.0 - LATENCY_ALPHA;
+            state.latency = match state.latency {
+                Some(avg) if v > avg => Some(LATENCY_ALPHA * v + (1.0 - LATENCY_ALPHA) * avg),
+                other => other,
+            };
+        }
+        Verdict::Nothing => {}
     }
 }
 
@@ -649,6 +675,78 @@ mod tests {
             0,
             "cancelled is not counted"
         );
+    }
+
+    fn ms(n: u64) -> Nanos {
+        Nanos(n * 1_000_000)
+    }
+
+    /// A relayed 503 is a failure for learning (success rate, the failure count that
+    /// `utilization_wrr`'s error rate reads) and none for passive health, as nginx has it.
+    #[test]
+    fn a_failed_answer_teaches_but_does_not_count_towards_max_fails() {
+        let mut p = pool(Algorithm::RoundRobin, &[1], &[]);
+        for k in 0..3 {
+            let t = p.pick(None, &[], ms(k)).unwrap();
+            p.complete(t, Outcome::FailedAnswer, ms(k + 1));
+        }
+        let s = p.state(BackendId(0));
+        assert_eq!((s.fails(), s.requests(), s.failures()), (0, 3, 3));
+        assert!(s.is_eligible(ms(4)), "max_fails 1 is not reached");
+        assert!((s.success_rate() - 0.95f64.powi(3)).abs() < 1e-12);
+        assert_eq!(
+            s.latency(),
+            None,
+            "a failure faster than nothing known says nothing"
+        );
+    }
+
+    /// The penalty (the timeout, 4 s by default) stands for the estimate before the first
+    /// answer; then the response-time average does.
+    #[test]
+    fn a_client_that_waited_past_the_estimate_is_a_failure_at_that_latency() {
+        let mut p = pool(Algorithm::LeastConn, &[1], &[]);
+        let t = p.pick(None, &[], ms(0)).unwrap();
+        p.complete(t, Outcome::Cancelled, ms(3_000));
+        assert_eq!(
+            p.state(BackendId(0)).requests(),
+            0,
+            "3 s: before the penalty"
+        );
+        let t = p.pick(None, &[], ms(0)).unwrap();
+        p.complete(t, Outcome::Success, ms(100));
+        let t = p.pick(None, &[], ms(0)).unwrap();
+        p.complete(t, Outcome::Cancelled, ms(50));
+        assert_eq!(
+            p.state(BackendId(0)).requests(),
+            1,
+            "50 ms: before the estimate"
+        );
+        let t = p.pick(None, &[], ms(0)).unwrap();
+        p.complete(t, Outcome::Cancelled, ms(4_000));
+        let s = p.state(BackendId(0));
+        assert_eq!((s.fails(), s.requests(), s.failures()), (0, 2, 1));
+        // The average moves towards the 4 s waited: 0.05·4000 + 0.95·100 = 295 ms.
+        assert_eq!(s.latency(), Some(ms(295)));
+    }
+
+    /// `least_time` with a backend answering 503 in 1 ms: nginx's average would make it the
+    /// fastest; the price of its failures makes it the slowest.
+    #[test]
+    fn least_time_does_not_prefer_a_backend_failing_fast() {
+        let mut p = pool(Algorithm::LeastTime, &[1, 1], &[]);
+        let mut to_b = 0;
+        for k in 0..400 {
+            let t = p.pick(None, &[], ms(k)).unwrap();
+            let (outcome, took) = if t.backend() == BackendId(1) {
+                to_b += 1;
+                (Outcome::FailedAnswer, 1)
+            } else {
+                (Outcome::Success, 30)
+            };
+            p.complete(t, outcome, ms(k + took));
+        }
+        assert!(to_b < 20, "{to_b}");
     }
 
     #[test]

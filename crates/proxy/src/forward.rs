@@ -395,6 +395,7 @@ pub(crate) async fn attempts(
                         charged
                     };
                     if !tried.answered(status, f.replay, patience.spent(), paid) {
+                        attempt.answered(status, f.settings.options.failure_statuses);
                         return Attempts::Answered(Box::new(Answer {
                             response,
                             body,

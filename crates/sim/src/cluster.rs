@@ -1078,10 +1078,16 @@ impl Sim<'_> {
             })
         });
         r.charged = paid;
+        // As the proxy's attempts: a status that moved the request on is the backend's
+        // failure (max_fails); a relayed one in `failure_statuses` a failed answer.
         let outcome = if moves_on {
             Outcome::Failure
         } else {
-            Outcome::Success
+            self.contender
+                .policy
+                .options
+                .failure_statuses
+                .outcome(status)
         };
         if let Some(ticket) = r.ticket.take() {
             self.complete(balancer, ticket, outcome);

@@ -9,11 +9,16 @@
 //! periodic re-weighting worse).
 //!
 //! The algorithm keeps its own per-backend windows from [`Balancer::on_complete`]: the last
-//! `window` successful latencies, and the last `window` outcomes (successes and failures;
-//! cancellations say nothing of the backend and are ignored). `base` folds the latency window
-//! from its oldest entry with the newest weighted `smoothing`. A failure's latency does not
-//! enter `base`: the penalty term already prices it, and a fast refusal would otherwise make a
-//! broken backend look quick.
+//! `window` latencies, and the last `window` outcomes (successes and failures). What counts as
+//! which is [`Completion::verdict`]'s rule: an answer in the upstream's `failure_statuses`
+//! (a fast 503) and a failed attempt (a read timeout) are failures, and so is a request whose
+//! client gave up after waiting longer than the backend's `l` — seed 002's penalty is the
+//! price of its 4 s timeout, and a timeout is exactly such a wait; a client that leaves sooner
+//! says nothing and is ignored. `base` folds the latency window from its oldest entry with the
+//! newest weighted `smoothing`. A failure's latency enters `base` only when it is above it:
+//! a backend that failed after 4 s took at least 4 s, but a fast refusal says nothing of how
+//! long an answer takes and would make a broken backend look quick (the penalty term prices
+//! the failure itself).
 //!
 //! Decisions the paper leaves open: a backend with no completions yet is given the best (lowest)
 //! `l` known, so it is tried; with no data anywhere all backends weigh the same. A backend
@@ -43,7 +48,7 @@ use rand_pcg::Pcg64Mcg;
 
 use crate::algorithm::Options;
 use crate::backend::{BackendId, Backends, Nanos};
-use crate::balancer::{Balancer, Completion, Outcome, PickCtx};
+use crate::balancer::{Balancer, Completion, PickCtx, Verdict};
 
 /// The smallest `l`, in seconds, so that a backend answering in zero virtual time gets a
 /// finite weight.
@@ -52,7 +57,8 @@ const MIN_LATENCY_SECS: f64 = 1e-9;
 /// One backend's recent history.
 #[derive(Debug, Clone, Default)]
 struct History {
-    /// Latencies of the last `window` successes, in seconds, oldest first.
+    /// Latencies of the last `window` successes (and of failures slower than `base`), in
+    /// seconds, oldest first.
     latencies: VecDeque<f64>,
     /// The last `window` outcomes (`true` for success), oldest first.
     outcomes: VecDeque<bool>,
@@ -136,14 +142,30 @@ impl Latency {
         if h.successes == 0 {
             return Estimate::Weight(0.0);
         }
-        let mut latencies = h.latencies.iter();
-        let oldest = latencies.next().copied().unwrap_or(0.0);
-        let base = latencies.fold(oldest, |avg, &v| {
-            self.smoothing * v + (1.0 - self.smoothing) * avg
-        });
+        let base = self.base(h).unwrap_or(0.0);
         let s = f64::from(h.successes) / h.outcomes.len() as f64;
         let l = base + self.penalty_secs * (1.0 / s - 1.0);
         Estimate::Weight(1.0 / l.max(MIN_LATENCY_SECS))
+    }
+
+    /// `base`, the latency window's moving average in seconds; `None` while it is empty.
+    fn base(&self, h: &History) -> Option<f64> {
+        let mut latencies = h.latencies.iter();
+        let oldest = latencies.next().copied()?;
+        Some(latencies.fold(oldest, |avg, &v| {
+            self.smoothing * v + (1.0 - self.smoothing) * avg
+        }))
+    }
+
+    /// The expected latency `l` of a backend, for [`Completion::verdict`]: the penalty
+    /// (the timeout) while nothing is known, never (`u64::MAX`) while every recent attempt
+    /// failed.
+    fn expected(&self, h: &History) -> Nanos {
+        match self.estimate(h) {
+            Estimate::Unknown => Nanos((self.penalty_secs * 1e9) as u64),
+            Estimate::Weight(w) if w > 0.0 => Nanos((1e9 / w) as u64),
+            Estimate::Weight(_) => Nanos(u64::MAX),
+        }
     }
 
     /// The weight a backend without data is drawn with: the best known, or 1 when nothing is
@@ -244,22 +266,26 @@ impl Balancer for Latency {
         let Some(h) = self.histories.get_mut(id.index()) else {
             return;
         };
-        if std::mem::take(&mut h.awaiting) && c.outcome == Outcome::Cancelled {
-            // The probe said nothing of the backend: the next pick probes again.
-            h.probe = true;
-            self.tree.set(id.index(), Estimate::Unknown);
-            return;
-        }
-        let success = match c.outcome {
-            Outcome::Success => true,
-            Outcome::Failure => false,
-            Outcome::Cancelled => return,
+        let probe = std::mem::take(&mut h.awaiting);
+        let latency = c.latency.as_secs_f64();
+        let h = &self.histories[id.index()];
+        let (success, slower) = match c.verdict(self.expected(h)) {
+            Verdict::Success => (true, true),
+            Verdict::Failure => (false, self.base(h).is_some_and(|base| latency > base)),
+            Verdict::Nothing if probe => {
+                // The probe said nothing of the backend: the next pick probes again.
+                self.histories[id.index()].probe = true;
+                self.tree.set(id.index(), Estimate::Unknown);
+                return;
+            }
+            Verdict::Nothing => return,
         };
-        if success {
+        let h = &mut self.histories[id.index()];
+        if slower {
             if h.latencies.len() == window {
                 h.latencies.pop_front();
             }
-            h.latencies.push_back(c.latency.as_secs_f64());
+            h.latencies.push_back(latency);
         }
         if h.outcomes.len() == window && h.outcomes.pop_front() == Some(true) {
             h.successes -= 1;
@@ -368,6 +394,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testing::Harness;
     use crate::backend::Nanos;
+    use crate::balancer::Outcome;
 
     const MS: u64 = 1_000_000;
 
@@ -445,11 +472,60 @@ mod tests {
     }
 
     #[test]
-    fn cancelled_completions_are_ignored() {
+    fn a_client_that_left_before_l_says_nothing_one_that_waited_longer_is_a_failure() {
+        // c's l is 50 ms. A client gone after 40 ms: nothing changes.
         let mut h = worked_example(3);
         let before = weights(&h);
-        feed(&mut h, 2, Outcome::Cancelled, 4000);
+        feed(&mut h, 2, Outcome::Cancelled, 40);
         assert_eq!(weights(&h), before);
+        // One that gave up after 4 s (the timeout): a failure at 4 s. c's windows (3): 50, 50
+        // and 4000 ms; two successes of three. base = 0.05 -> 0.05 -> 0.5·4 + 0.5·0.05 =
+        // 2.025 s; l = 2.025 + 4·(3/2 − 1) = 4.025 s.
+        feed(&mut h, 2, Outcome::Cancelled, 4000);
+        let w = weights(&h);
+        assert!(close(w[2], 1.0 / 4.025), "{w:?}");
+        assert_eq!(w[..2], before[..2]);
+    }
+
+    /// Seed 004's finding: a backend answering 503 in 1 ms looked fastest, since every answer
+    /// was a success. Now its answers are failures (at 1 ms, below its base: base unchanged).
+    #[test]
+    fn a_backend_answering_failures_fast_is_not_preferred() {
+        // a: 100 ms answers. b: 50 ms answers, then every other answer a 503 in 1 ms: window
+        // 10 holds 5 failures, s = 0.5, base 50 ms, l = 0.05 + 4·(2 − 1) = 4.05 s against
+        // 0.1 s: b gets (1/4.05) / (10 + 1/4.05) = 2.41% of the picks (sd about 15 of 10000).
+        let mut h = Harness::new(&[1, 1], Latency::new(&options(10), 9));
+        for _ in 0..10 {
+            feed(&mut h, 0, Outcome::Success, 100);
+            feed(&mut h, 1, Outcome::Success, 50);
+        }
+        for _ in 0..5 {
+            feed(&mut h, 1, Outcome::FailedAnswer, 1);
+            feed(&mut h, 1, Outcome::Success, 50);
+        }
+        let w = weights(&h);
+        assert!(close(w[1], 1.0 / 4.05), "{w:?}");
+        let b = h.hold(10_000).iter().filter(|id| id.0 == 1).count();
+        assert!(b.abs_diff(241) < 80, "{b}");
+    }
+
+    #[test]
+    fn a_backend_whose_requests_are_abandoned_at_the_timeout_loses_weight() {
+        // a: 100 ms. b: 50 ms, then 5 of its requests abandoned at the 4 s timeout: window 10
+        // keeps 5 successes at 50 ms and 5 failures at 4 s; b now weighs far below a.
+        let mut h = Harness::new(&[1, 1], Latency::new(&options(10), 10));
+        for _ in 0..10 {
+            feed(&mut h, 0, Outcome::Success, 100);
+            feed(&mut h, 1, Outcome::Success, 50);
+        }
+        assert!(weights(&h)[1] > weights(&h)[0]);
+        for _ in 0..5 {
+            feed(&mut h, 1, Outcome::Cancelled, 4000);
+        }
+        let w = weights(&h);
+        assert!(w[1] < w[0] / 20.0, "{w:?}");
+        let b = h.hold(10_000).iter().filter(|id| id.0 == 1).count();
+        assert!(b < 500, "{b}");
     }
 
     #[test]

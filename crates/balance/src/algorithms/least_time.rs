@@ -4,8 +4,16 @@
 //!
 //! Each backend's estimate is `eta = rt · (1 + in_flight)`, where `rt` is its average response
 //! time in milliseconds — the Pool's moving average `avg = avg ? 0.05·v + 0.95·avg : v` over
-//! successful requests, pick to completion (nginx's `last_byte`). Before the product, nginx
-//! shapes `rt` the way this module does:
+//! successful requests, pick to completion (nginx's `last_byte`).
+//!
+//! Deliberate difference: failures. nginx's average sees only answers, so a backend that
+//! answers 503 in a millisecond is its fastest. Here `rt` also pays seed 002's price of
+//! failures (§V), `rt + p·(1/s − 1)`: `s` is the Pool's success rate (the same 0.05 smoothing;
+//! what counts as a failure is [`crate::Completion::verdict`]'s rule — an answer in
+//! `failure_statuses`, a failed attempt, a client that gave up after waiting longer than
+//! `rt`), and `p` is the 5000 ms cap below, the worst response time `least_time`
+//! distinguishes (seed 002 uses its 4 s timeout). A failure slower than the average also
+//! raises it (the Pool's rule). Then nginx shapes `rt` the way this module does:
 //!
 //! * a backend not chosen for longer than `fail_timeout` has `rt` halved once per
 //!   `fail_timeout + 1` seconds since its failure window last started, so a slow backend is
@@ -65,10 +73,7 @@ impl LeastTime {
 /// The response time nginx balances by, in milliseconds, shaped as
 /// `ngx_http_upstream_least_time_eta` does (see the module doc).
 pub(crate) fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -> u64 {
-    // nginx keeps whole milliseconds; the Pool keeps nanoseconds: round to the nearest.
-    let mut rt = backends
-        .latency(id)
-        .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
+    let mut rt = rt_ms(backends, id);
     // nginx counts in whole seconds here (`ngx_time()`, `fail_timeout`). `checked` is the
     // Pool's `peer->checked`: restarted on a failure and on the first pick after the window.
     let state = backends.state(id);
@@ -89,14 +94,33 @@ pub(crate) fn shaped_rt_ms(backends: &Backends<'_>, id: BackendId, now: Nanos) -
     }
 }
 
+/// The response time before nginx's shaping, in whole milliseconds (nginx keeps whole
+/// milliseconds; the Pool keeps nanoseconds: rounded to the nearest), with the price of the
+/// backend's failures added (see the module doc).
+fn rt_ms(backends: &Backends<'_>, id: BackendId) -> u64 {
+    let rt = backends
+        .latency(id)
+        .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
+    let s = backends.success_rate(id);
+    if s >= 1.0 {
+        return rt;
+    }
+    // Past the cap the shaped value is the cap whatever the excess; `as` saturates.
+    let failures = (RT_CAP_MS as f64 * (1.0 / s - 1.0)).round();
+    let failures = if failures.is_finite() {
+        failures.min(RT_CAP_MS as f64 + 1.0) as u64
+    } else {
+        RT_CAP_MS + 1
+    };
+    rt.saturating_add(failures)
+}
+
 /// The window in which [`shaped_rt_ms`] of `id` stays as it is at `now` by the clock alone:
 /// the whole seconds of idle time over which its `rt` is halved the same number of times
 /// (`[k, k + 1)` multiples of `fail_timeout + 1` seconds after `checked`), open-ended once
 /// further halving changes nothing (`rt` is already 0).
 pub(crate) fn rt_window(backends: &Backends<'_>, id: BackendId, now: Nanos) -> Window {
-    let rt = backends
-        .latency(id)
-        .map_or(0, |l| (l.0 + NANOS_PER_MS / 2) / NANOS_PER_MS);
+    let rt = rt_ms(backends, id);
     let state = backends.state(id);
     let step = state.spec().fail_timeout.0 / NANOS_PER_SEC + 1;
     let Some(span) = step.checked_mul(NANOS_PER_SEC) else {

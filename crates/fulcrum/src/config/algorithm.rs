@@ -21,8 +21,9 @@ pub(super) struct Balancing {
     pub hash_key: HashKey,
     /// The options; `penalty` is left at its default here, see `penalty`.
     pub options: balance::Options,
-    /// `latency`'s `penalty` as configured; `None`: the upstream's `read_timeout`, which is
-    /// what seed 002 sets it to (its timeout), filled in with the other defaults.
+    /// `latency`'s and `p2c_ewma`'s `penalty` as configured; `None`: the upstream's
+    /// `read_timeout`, which is what seed 002 sets it to (its timeout), filled in with the
+    /// other defaults.
     pub penalty: Option<Duration>,
 }
 

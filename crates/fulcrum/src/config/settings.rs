@@ -123,14 +123,17 @@ fn upstream(u: Upstream) -> UpstreamSettings {
         s.queue_timeout = d;
     }
     // Seed 002 §V sets latency's penalty to the timeout a failed attempt costs: the upstream's
-    // read_timeout unless the penalty is given.
-    if s.algorithm == balance::Algorithm::Latency {
-        s.options.penalty = u.balancing.penalty.unwrap_or(s.read_timeout).into();
-    }
+    // read_timeout unless the penalty is given (only latency and p2c_ewma take the option; the
+    // pool's estimate before it has one is the same timeout, whatever the algorithm).
+    s.options.penalty = u.balancing.penalty.unwrap_or(s.read_timeout).into();
     s.retries = u.retries;
     if let Some(next) = u.next_upstream {
         s.next_upstream = next;
     }
+    s.options.failure_statuses = u
+        .failure_statuses
+        .unwrap_or_default()
+        .with_next_upstream(s.next_upstream);
     // The older key, kept: `non_idempotent` added to the conditions.
     if u.retry_non_idempotent == Some(true) {
         s.next_upstream = s.next_upstream.with(balance::NextUpstream::NON_IDEMPOTENT);

@@ -46,6 +46,7 @@ pub(super) const SECTION: Section = Section {
         "retries",
         "retry_non_idempotent",
         "next_upstream",
+        "failure_statuses",
         "retry_budget",
         "connect_timeout",
         "read_timeout",
@@ -116,6 +117,8 @@ pub(super) struct Upstream {
     pub retries: Option<u32>,
     pub retry_non_idempotent: Option<bool>,
     pub next_upstream: Option<balance::NextUpstream>,
+    /// Without `next_upstream`'s statuses, which `settings` adds.
+    pub failure_statuses: Option<balance::FailureStatuses>,
     /// `Some(None)`: `retry_budget = "off"`.
     pub retry_budget: Option<Option<balance::RetryBudgetSettings>>,
     pub connect_timeout: Option<Duration>,
@@ -197,6 +200,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         retries: attempts.retries,
         retry_non_idempotent: attempts.retry_non_idempotent,
         next_upstream: attempts.next_upstream,
+        failure_statuses: attempts.failure_statuses,
         retry_budget: attempts.retry_budget,
         connect_timeout: attempts.connect_timeout,
         read_timeout: attempts.read_timeout,
@@ -237,6 +241,7 @@ struct Attempts {
     retries: Option<u32>,
     retry_non_idempotent: Option<bool>,
     next_upstream: Option<balance::NextUpstream>,
+    failure_statuses: Option<balance::FailureStatuses>,
     retry_budget: Option<Option<balance::RetryBudgetSettings>>,
     connect_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
@@ -251,6 +256,7 @@ impl Attempts {
             retries: t.integer(r, "retries", 0..=MAX_RETRIES, ""),
             retry_non_idempotent: t.flag(r, "retry_non_idempotent"),
             next_upstream: next_upstream(r, t),
+            failure_statuses: failure_statuses(r, t),
             retry_budget: retry_budget(r, t),
             connect_timeout: t.duration(
                 r,
@@ -304,6 +310,45 @@ fn next_upstream(r: &mut Report<'_>, t: &Table<'_>) -> Option<balance::NextUpstr
                     "\"{}\" is not a condition; nginx's proxy_next_upstream takes {}",
                     name.get_ref(),
                     known()
+                ),
+            ),
+        }
+    }
+    Some(set)
+}
+
+/// `failure_statuses`: the answers that count as failures for what the load-aware algorithms
+/// learn (`balance::statuses`), each entry a status (`"503"`) or a range (`"500-599"`); `[]`
+/// for none. Without it, `balance::FailureStatuses::DEFAULT`.
+fn failure_statuses(r: &mut Report<'_>, t: &Table<'_>) -> Option<balance::FailureStatuses> {
+    t.value("failure_statuses")?;
+    let entries = t.strings(
+        r,
+        "failure_statuses",
+        ("a status or a range", "statuses or ranges"),
+        "500-599",
+    );
+    let status = |text: &str| {
+        text.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|s| balance::statuses::STATUSES.contains(s))
+    };
+    let mut set = balance::FailureStatuses::NONE;
+    for (key, entry) in &entries {
+        let text = *entry.get_ref();
+        let range = match text.split_once('-') {
+            Some((first, last)) => status(first).zip(status(last)),
+            None => status(text).map(|s| (s, s)),
+        };
+        match range {
+            Some((first, last)) if first <= last => set = set.with_range(first, last),
+            _ => r.error(
+                entry.span(),
+                key,
+                format!(
+                    "\"{text}\" is not a status from 100 to 599 nor a range of them such as \"500-599\" (the default is [\"{}\"])",
+                    balance::FailureStatuses::DEFAULT.to_string().replace(", ", "\", \"")
                 ),
             ),
         }
@@ -894,6 +939,42 @@ mod tests {
                 "deposits would expire",
             ),
             ("retry_budget = { ratoi = 1 }", "ratoi"),
+        ] {
+            let e = refused(&with_algorithm("least_conn", line));
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn failure_statuses_default_list_and_next_upstream() {
+        use balance::FailureStatuses as F;
+        let u = ok(&with_algorithm("latency", "")).proxy.upstreams.remove(0);
+        assert_eq!(u.options.failure_statuses, F::DEFAULT);
+        let u = ok(&with_algorithm(
+            "p2c_ewma",
+            "failure_statuses = [\"503\", \"520-524\"]\npenalty = \"2s\"",
+        ))
+        .proxy
+        .upstreams
+        .remove(0);
+        assert_eq!(u.options.failure_statuses.to_string(), "503, 520-524");
+        // p2c_ewma takes latency's penalty (what a failure costs).
+        assert_eq!(u.options.penalty, balance::Nanos(2_000_000_000));
+        // next_upstream's statuses are added, the empty list included.
+        let u = ok(&with_algorithm(
+            "least_time",
+            "failure_statuses = []\nnext_upstream = [\"error\", \"http_429\", \"http_502\"]",
+        ))
+        .proxy
+        .upstreams
+        .remove(0);
+        assert_eq!(u.options.failure_statuses.to_string(), "429, 502");
+        for (line, want) in [
+            ("failure_statuses = [\"5xx\"]", "\"5xx\" is not a status"),
+            ("failure_statuses = [\"599-500\"]", "nor a range"),
+            ("failure_statuses = [\"600\"]", "from 100 to 599"),
+            ("failure_statuses = [503]", "expected a status or a range"),
+            ("failure_statuses = \"503\"", "a list of statuses or ranges"),
         ] {
             let e = refused(&with_algorithm("least_conn", line));
             assert!(e.contains(want), "{line}: {e}");

@@ -95,6 +95,7 @@ impl Upstream {
             generation,
             upstream: Arc::clone(self),
             ticket: Some(ticket),
+            relayed: Outcome::Success,
         }
     }
 
@@ -165,15 +166,28 @@ pub(crate) struct Attempt {
     generation: u64,
     upstream: Arc<Upstream>,
     ticket: Option<Ticket>,
+    /// What [`Outcome::Success`] completes as: the backend's answer as the upstream's
+    /// `failure_statuses` classes it ([`Attempt::answered`]), `Success` until one came.
+    relayed: Outcome,
 }
 
 impl Attempt {
+    /// The backend answered with `status`, and the answer is to be relayed: from now on the
+    /// attempt's [`Outcome::Success`] (the relay done) completes as `failure_statuses` says
+    /// ([`balance::FailureStatuses::outcome`]: `FailedAnswer` for a 503, by default), so that
+    /// the load-aware algorithms learn of a failing backend without passive health counting
+    /// it. Every relay path keeps completing with `Success`; only here is the status known.
+    pub(crate) fn answered(&mut self, status: u16, failures: balance::FailureStatuses) {
+        self.relayed = failures.outcome(status);
+    }
+
     /// The name of the upstream the backend was picked from.
     pub(crate) fn upstream_name(&self) -> &str {
         self.upstream.name()
     }
 
     pub(crate) fn complete(&mut self, outcome: Outcome) {
+        let outcome = self.relayed_as(outcome);
         if let Some(ticket) = self.ticket.take() {
             self.upstream
                 .complete(self.generation, self.addr, ticket, outcome);
@@ -183,6 +197,7 @@ impl Attempt {
     /// Completes with `latency` as the backend's time, not the time since the pick (see
     /// [`balance::Pool::complete_measured`]).
     pub(crate) fn complete_measured(&mut self, outcome: Outcome, latency: Duration) {
+        let outcome = self.relayed_as(outcome);
         if let Some(ticket) = self.ticket.take() {
             self.upstream.complete_measured(
                 self.generation,
@@ -191,6 +206,16 @@ impl Attempt {
                 outcome,
                 Some(latency),
             );
+        }
+    }
+}
+
+impl Attempt {
+    fn relayed_as(&self, outcome: Outcome) -> Outcome {
+        if outcome == Outcome::Success {
+            self.relayed
+        } else {
+            outcome
         }
     }
 }

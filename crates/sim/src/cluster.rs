@@ -298,6 +298,7 @@ impl<'a> Sim<'a> {
                     // Checked with the scenario.
                     &b.faults().unwrap_or_default(),
                 )
+                .with_footprint(b.footprint().unwrap_or_default())
             })
             .collect();
         let n = plans.len();
@@ -955,6 +956,7 @@ impl Sim<'_> {
         }
         c.stage = Stage::Away;
         r.status = 200;
+        s.answered();
         self.reply(i);
     }
 
@@ -1134,7 +1136,7 @@ impl Sim<'_> {
         }
         match stage {
             Stage::Slot => self.start_next_on_slot(k),
-            Stage::Queued => self.servers[k].forget_queued(),
+            Stage::Queued => self.servers[k].forget_queued(self.now),
             Stage::Shared => {
                 if self.servers[k].remove_shared(now, job) {
                     self.rewake(k);

@@ -488,6 +488,11 @@ fn backend_args(plan: &BackendPlan, addr: SocketAddr, seed: u64) -> Vec<String> 
     opt("--deadline", b.deadline.clone());
     opt("--stall-after", b.stall_after.map(|n| n.to_string()));
     opt("--die-after", b.die_after.map(|n| n.to_string()));
+    opt("--mem", b.mem.clone());
+    opt("--mem-base", b.mem_base.clone());
+    opt("--mem-per-request", b.mem_per_request.clone());
+    opt("--net", b.net.clone());
+    opt("--net-per-request", b.net_per_request.clone());
     args
 }
 

@@ -206,9 +206,78 @@ pub struct BackendSpec {
     /// others wait in the balancer.
     #[serde(default)]
     pub max_conns: u32,
+    /// Its memory (`"4GB"`): `mem` in `/load` is then the memory held over it
+    /// ([`crate::backend::Footprint`]); without it, the queue's fill.
+    pub mem: Option<String>,
+    /// Memory held with no request in flight (`"1GB"`; default 0; needs `mem`).
+    pub mem_base: Option<String>,
+    /// Memory each request in flight holds (`"32MB"`; default 0; needs `mem`).
+    pub mem_per_request: Option<String>,
+    /// Its link (`"942Mbit"`): `net` in `/load` then adds the answers' bytes over it.
+    pub net: Option<String>,
+    /// Bytes an answered request moves over the link (`"64KB"`; default 0; needs `net`).
+    pub net_per_request: Option<String>,
 }
 
 impl BackendSpec {
+    /// Its memory and network capacities and a request's footprint on them, as the lab
+    /// backend and the simulator run them.
+    pub fn footprint(&self) -> Result<crate::backend::Footprint, String> {
+        use crate::backend::footprint::{parse_bits, parse_bytes};
+        let bytes = |key: &str, v: &Option<String>| -> Result<Option<f64>, String> {
+            v.as_deref()
+                .map(|v| parse_bytes(v).map_err(|e| format!("{key} = {e}")))
+                .transpose()
+        };
+        let mem = bytes("mem", &self.mem)?;
+        if mem == Some(0.0) {
+            return Err(format!(
+                "mem = {:?}: write the host's memory, above 0, such as \"4GB\"",
+                self.mem.as_deref().unwrap_or_default()
+            ));
+        }
+        let net = self
+            .net
+            .as_deref()
+            .map(|v| parse_bits(v).map_err(|e| format!("net = {e}")))
+            .transpose()?;
+        let mem_base = bytes("mem_base", &self.mem_base)?;
+        let mem_per_request = bytes("mem_per_request", &self.mem_per_request)?;
+        let net_per_request = bytes("net_per_request", &self.net_per_request)?;
+        for (key, given, needs, of) in [
+            ("mem_base", mem_base, "mem", mem),
+            ("mem_per_request", mem_per_request, "mem", mem),
+            ("net_per_request", net_per_request, "net", net),
+        ] {
+            if given.is_some() && of.is_none() {
+                return Err(format!(
+                    "{key} needs {needs}: give the capacity it is a share of (such as {needs} = {})",
+                    if needs == "mem" {
+                        "\"4GB\""
+                    } else {
+                        "\"1Gbit\""
+                    }
+                ));
+            }
+        }
+        if let (Some(m), Some(b)) = (mem, mem_base)
+            && b > m
+        {
+            return Err(format!(
+                "mem_base = {:?} is more than mem = {:?}: the memory held at rest fits in the memory",
+                self.mem_base.as_deref().unwrap_or_default(),
+                self.mem.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(crate::backend::Footprint {
+            mem,
+            mem_base: mem_base.unwrap_or(0.0),
+            mem_per_request: mem_per_request.unwrap_or(0.0),
+            net,
+            net_per_request: net_per_request.unwrap_or(0.0),
+        })
+    }
+
     /// Its faults, as the lab backend and the simulator run them.
     pub fn faults(&self) -> Result<crate::backend::Faults, String> {
         let deadline = match &self.deadline {
@@ -497,6 +566,7 @@ impl Scenario {
                 ));
             }
             b.faults().map_err(|e| format!("{at}: {e}"))?;
+            b.footprint().map_err(|e| format!("{at}: {e}"))?;
             if let Some(c) = &b.cost {
                 Cost::from_str(c).map_err(|e| format!("{at}: cost: {e}"))?;
             }
@@ -898,6 +968,29 @@ mod tests {
     }
 
     #[test]
+    fn memory_and_network_capacities_read_with_their_footprint() {
+        let text = GOOD.replacen(
+            "speed = 0.5",
+            "speed = 0.5\nmem = \"4GB\"\nmem_base = \"1GB\"\nmem_per_request = \"32MB\"\nnet = \"942Mbit\"\nnet_per_request = \"64KB\"",
+            1,
+        );
+        let s = Scenario::parse(&text, "x").unwrap();
+        let f = s.backends[0].footprint().unwrap();
+        assert_eq!(
+            f,
+            crate::backend::Footprint {
+                mem: Some(4e9),
+                mem_base: 1e9,
+                mem_per_request: 32e6,
+                net: Some(942e6),
+                net_per_request: 64e3,
+            }
+        );
+        // None given: none modelled (today's /load).
+        assert!(!s.backends[1].footprint().unwrap().is_set());
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let bad = |from: &str, to: &str, says: &str| {
             let text = GOOD.replacen(from, to, 1);
@@ -939,6 +1032,39 @@ mod tests {
             "options = { read_timeout = \"1s\" }",
             "set by the lab",
         );
+        // Issue 30: memory and network capacities.
+        let mem = |extra: &str| format!("speed = 0.5\n{extra}");
+        bad(
+            "speed = 0.5",
+            &mem("mem = \"4Gb\""),
+            "backend \"a\": mem = \"4Gb\": write a size such as \"4GB\"",
+        );
+        bad(
+            "speed = 0.5",
+            &mem("mem = \"0GB\""),
+            "backend \"a\": mem = \"0GB\": write the host's memory",
+        );
+        bad(
+            "speed = 0.5",
+            &mem("net = \"942Mbps\""),
+            "backend \"a\": net = \"942Mbps\": write a link's rate such as \"942Mbit\"",
+        );
+        bad(
+            "speed = 0.5",
+            &mem("mem_per_request = \"32MB\""),
+            "backend \"a\": mem_per_request needs mem: give the capacity",
+        );
+        bad(
+            "speed = 0.5",
+            &mem("net = \"1Gbit\"\nnet_per_request = \"lots\""),
+            "backend \"a\": net_per_request = \"lots\": write a size",
+        );
+        bad(
+            "speed = 0.5",
+            &mem("mem = \"4GB\"\nmem_base = \"5GB\""),
+            "mem_base = \"5GB\" is more than mem = \"4GB\"",
+        );
+        bad("speed = 0.5", &mem("mem = 4"), "invalid type: integer `4`");
         bad(
             "pattern = \"constant:10\"",
             "pattern = \"constant:10\"\nconcurrency = \"4\"",

@@ -344,6 +344,7 @@ impl<'a> Sim<'a> {
                     // Checked with the scenario.
                     &b.faults().unwrap_or_default(),
                 )
+                .with_footprint(b.footprint().unwrap_or_default())
             })
             .collect();
         let n = plans.len();
@@ -1045,6 +1046,7 @@ impl Sim<'_> {
             let latency = Nanos(self.now - at);
             self.probes.latency[k].record(rif, latency, Nanos(self.now));
         }
+        s.answered();
         self.reply(i);
     }
 
@@ -1233,7 +1235,7 @@ impl Sim<'_> {
         }
         match stage {
             Stage::Slot => self.start_next_on_slot(k),
-            Stage::Queued => self.servers[k].forget_queued(),
+            Stage::Queued => self.servers[k].forget_queued(self.now),
             Stage::Shared => {
                 if self.servers[k].remove_shared(now, job) {
                     self.rewake(k);

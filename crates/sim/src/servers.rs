@@ -8,7 +8,9 @@
 //! * Beyond `max_queue` waiting (for a slot, or beyond `workers` on the bandwidth): 503.
 //! * The utilization a backend reports is the lab meter's: the busy share of the slots
 //!   (weighted by the capacity left, `∫ f`) and of the bandwidth, plus the antagonist's own
-//!   share `1 − f` on the resource the mode uses, over a trailing window.
+//!   share `1 − f` on the resource the mode uses, over a trailing window; with a
+//!   [`Footprint`], `mem` and `net` from the requests held and answered, by the lab's own
+//!   formulas ([`Footprint::mem_use`], [`Footprint::net_use`]).
 //!
 //! A [`Server`] only keeps its state; the cluster owns the clock and schedules the events a
 //! server asks for.
@@ -16,7 +18,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use lab::backend::{Antagonist, Faults, Mode, finish_after};
+use lab::backend::{Antagonist, Faults, Footprint, Mode, finish_after};
 
 use crate::events::Time;
 
@@ -74,6 +76,8 @@ pub struct Server {
     steady: bool,
     /// No fault knob: no failure rate, no deadline, no stall, no death.
     pub plain: bool,
+    /// A footprint is set: the requests held and answered are metered.
+    metered: bool,
     /// Waiting for a slot, with each job's work; cancelled jobs stay until they reach the
     /// front (`waiting` counts the live ones).
     queue: VecDeque<(Job, u64)>,
@@ -94,6 +98,12 @@ pub struct Server {
     /// How many outages are under way.
     pub outages: u32,
     antagonist: Option<Antagonist>,
+    footprint: Footprint,
+    /// ∫ requests held dt up to `held_at`, request-seconds (metered only).
+    held: f64,
+    held_at: Time,
+    /// Requests answered 200 (metered only).
+    answers: u64,
 }
 
 /// The cumulative busy integral of a server's slots (the lab meter's, in virtual time).
@@ -112,6 +122,10 @@ pub struct Reading {
     net: f64,
     /// The queue's fill at that moment (`mem` in the lab's `/load`).
     fill: f64,
+    /// ∫ requests held dt, the requests held at that moment, and the answers so far.
+    held: f64,
+    holding: f64,
+    answers: u64,
 }
 
 fn dur(t: Time) -> Duration {
@@ -161,6 +175,39 @@ impl Server {
             die_after: faults.die_after,
             outages: 0,
             antagonist,
+            metered: false,
+            footprint: Footprint::default(),
+            held: 0.0,
+            held_at: 0,
+            answers: 0,
+        }
+    }
+
+    /// With static memory and network capacities and a request's footprint on them.
+    pub fn with_footprint(mut self, footprint: Footprint) -> Server {
+        self.metered = footprint.is_set();
+        self.footprint = footprint;
+        self
+    }
+
+    /// Requests held now: waiting, on a slot or on the bandwidth (the lab's `Held`).
+    fn holding(&self) -> usize {
+        self.busy as usize + self.waiting + self.shared.len()
+    }
+
+    /// Advances the held integral to `now` (apart from the slots' meter, whose sums a
+    /// footprint must not change).
+    fn hold_to(&mut self, now: Time) {
+        if self.metered && now > self.held_at {
+            self.held += self.holding() as f64 * (now - self.held_at) as f64 / 1e9;
+            self.held_at = now;
+        }
+    }
+
+    /// A request was answered 200: its bytes cross the link.
+    pub fn answered(&mut self) {
+        if self.metered {
+            self.answers += 1;
         }
     }
 
@@ -201,6 +248,9 @@ impl Server {
 
     /// Advances the meter to `now` with the levels held since its last change.
     fn meter_to(&mut self, now: Time) {
+        if self.metered {
+            self.hold_to(now);
+        }
         let from = self.meter.at;
         if now <= from {
             return;
@@ -261,8 +311,10 @@ impl Server {
         None
     }
 
-    /// A queued job was cancelled: it no longer counts as waiting (it is skipped later).
-    pub fn forget_queued(&mut self) {
+    /// A queued job was cancelled at `now`: it no longer counts as waiting (it is skipped
+    /// later).
+    pub fn forget_queued(&mut self, now: Time) {
+        self.hold_to(now);
         self.waiting = self.waiting.saturating_sub(1);
     }
 
@@ -358,14 +410,18 @@ impl Server {
             cpu: self.meter.cpu,
             net: self.net,
             fill: (waiting as f64 / self.max_queue.max(1) as f64).clamp(0.0, 1.0),
+            held: self.held,
+            holding: self.holding() as f64,
+            answers: self.answers,
         }
     }
 
     /// (cpu, mem, net) over `[then, now]`, as the lab backend's `/load` reports them.
     pub fn utilization(&self, then: &Reading, now: &Reading) -> (f64, f64, f64) {
         let window = now.at.saturating_sub(then.at) as f64 / 1e9;
+        let f = &self.footprint;
         if window <= 0.0 {
-            return (0.0, now.fill, 0.0);
+            return (0.0, f.mem_use(now.holding).unwrap_or(now.fill), 0.0);
         }
         let taken = 1.0 - self.capacity_left(then.at, now.at) / window;
         let fraction = |x: f64| {
@@ -382,7 +438,10 @@ impl Server {
             } else {
                 0.0
             };
-        (fraction(cpu), now.fill, fraction(net))
+        let mem = f.mem_use((now.held - then.held) / window);
+        let answers = now.answers.saturating_sub(then.answers) as f64 / window;
+        let net = (fraction(net) + f.net_use(answers)).min(1.0);
+        (fraction(cpu), mem.unwrap_or(now.fill), net)
     }
 }
 
@@ -406,6 +465,7 @@ mod tests {
             offset_of!(Server, max_queue) + 8,
             offset_of!(Server, slots) + 4,
             offset_of!(Server, plain) + 1,
+            offset_of!(Server, metered) + 1,
         ] {
             assert!(end <= 64, "{end}");
         }
@@ -428,6 +488,9 @@ mod tests {
                 cpu: 0.0,
                 net: 0.0,
                 fill: 0.0,
+                held: 0.0,
+                holding: 0.0,
+                answers: 0,
             },
             s.read(40 * MS),
         );
@@ -442,7 +505,7 @@ mod tests {
         assert_eq!(s.admit(0, (1, 1), MS, true), Admit::Slot(MS));
         assert_eq!(s.admit(0, (2, 2), MS, true), Admit::Queued);
         assert_eq!(s.admit(0, (3, 3), MS, true), Admit::Queued);
-        s.forget_queued();
+        s.forget_queued(0);
         assert_eq!(s.free_slot(MS, |j| j != (2, 2)), Some(((3, 3), 2 * MS)));
     }
 
@@ -461,6 +524,58 @@ mod tests {
         // One job alone gets only its own speed: 30 ms.
         assert_eq!(s.admit(wake, (9, 9), 30 * MS, false), Admit::Shared);
         assert_eq!(s.next_wake(wake), Some(wake + 30 * MS));
+    }
+
+    /// 4 GB with 1 GB at rest and 100 MB a request; a 1 Gbit/s link and 1 MB an answer.
+    fn footprinted() -> Server {
+        cpu(2, 1.0).with_footprint(Footprint {
+            mem: Some(4e9),
+            mem_base: 1e9,
+            mem_per_request: 1e8,
+            net: Some(1e9),
+            net_per_request: 1e6,
+        })
+    }
+
+    #[test]
+    fn memory_follows_the_requests_held_and_the_link_the_answers() {
+        let mut s = footprinted();
+        let start = s.read(0);
+        // Two on the slots, three queued; one of those cancelled at 250 ms.
+        for j in 0..5 {
+            s.admit(0, (j, j), 1000 * MS, true);
+        }
+        s.forget_queued(250 * MS);
+        let first = s.read(1000 * MS);
+        // Held: 5 for 0.25 s, 4 for 0.75 s: 4.25 on average; nothing answered yet.
+        let (_, mem, net) = s.utilization(&start, &first);
+        assert!((mem - (1e9 + 4.25e8) / 4e9).abs() < 1e-12, "{mem}");
+        assert_eq!(net, 0.0);
+        // The two on the slots are answered; two of the queued take them (the cancelled one
+        // is skipped).
+        for _ in 0..2 {
+            assert!(s.free_slot(1000 * MS, |(j, _)| j != 4).is_some());
+            s.answered();
+        }
+        let second = s.read(2000 * MS);
+        let (_, mem, net) = s.utilization(&first, &second);
+        assert!((mem - (1e9 + 2e8) / 4e9).abs() < 1e-12, "{mem}");
+        // 2 answers of 1 MB in 1 s over 1 Gbit/s.
+        assert!((net - 16e6 / 1e9).abs() < 1e-12, "{net}");
+    }
+
+    #[test]
+    fn without_a_footprint_mem_is_the_queue_fill_and_net_the_bandwidth() {
+        let mut s = cpu(1, 1.0);
+        let start = s.read(0);
+        for j in 0..3 {
+            s.admit(0, (j, j), 1000 * MS, true);
+        }
+        s.answered();
+        let now = s.read(500 * MS);
+        let (_, mem, net) = s.utilization(&start, &now);
+        // 2 waiting of a queue of 10.
+        assert_eq!((mem, net), (0.2, 0.0));
     }
 
     #[test]

@@ -448,3 +448,42 @@ fn a_deadline_answers_503_and_the_work_goes_on() {
     assert!(!busy.is_empty());
     assert!(busy.iter().all(|&c| c > 0.95), "{busy:?}");
 }
+
+/// Issue 30: seed 003's hosts as the paper gives them (4 GB and 942 Mbit/s on the 8-core
+/// hosts, 8 GB and about 20 Gbit/s on the 4-core ones): at the same load the small-memory,
+/// slow-link hosts report the higher `mem` and `net`, so DWLC's inputs differ where before
+/// every host reported cpu 1 and mem ≈ 0.
+#[test]
+fn seed003_hosts_report_their_memory_and_links() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../lab/scenarios/seed003-ab-unequal-hosts.toml"
+    ))
+    .unwrap()
+    .replace("duration = \"30s\"", "duration = \"10s\"");
+    let s = scenario(&text);
+    let results = play(&s, &[contender(&s, "least_conn")]);
+    let samples = &results.runs[0].samples;
+    let mean = |k: usize, f: fn(&lab::run::LoadSample) -> f64| {
+        let v: Vec<f64> = samples
+            .iter()
+            .filter(|x| x.backend == k && x.at >= Duration::from_secs(2))
+            .map(f)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (mem, net): (Vec<f64>, Vec<f64>) = (0..5)
+        .map(|k| (mean(k, |x| x.mem), mean(k, |x| x.net)))
+        .unzip();
+    println!("mem {mem:?}, net {net:?}");
+    // Big hosts (0, 1): (1 GB + ~10 × 32 MB) / 4 GB ≈ 0.33; ~350/s × 64 KB over 942 Mbit/s ≈
+    // 0.19. Small ones: half the memory share, under 1% of their links.
+    for big in [0, 1] {
+        assert!((0.28..0.40).contains(&mem[big]), "{mem:?}");
+        assert!((0.12..0.26).contains(&net[big]), "{net:?}");
+    }
+    for small in [2, 3, 4] {
+        assert!((0.13..0.20).contains(&mem[small]), "{mem:?}");
+        assert!(net[small] < 0.01, "{net:?}");
+    }
+}

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Subcommand;
 
 use super::values::{
-    parse_cost, parse_interval, parse_probability, parse_spacing, parse_speed, parse_target,
+    parse_cost, parse_interval, parse_mem, parse_probability, parse_size, parse_spacing,
+    parse_speed, parse_target,
 };
 
 #[derive(Debug, Subcommand)]
@@ -103,6 +104,24 @@ pub struct BackendArgs {
     /// Seed of the backend's draws (costs from --cost, failures from --fail-rate).
     #[arg(long, default_value_t = 1, requires = "workers")]
     pub seed: u64,
+    /// The host's memory (such as 4GB or 8GiB): GET /load's mem is then
+    /// (--mem-base + --mem-per-request x requests in flight) / --mem, averaged over its
+    /// window; without it, mem is the queue's fill.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem, requires = "workers")]
+    pub mem: Option<f64>,
+    /// Memory held with no request in flight (such as 1GB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "mem")]
+    pub mem_base: Option<f64>,
+    /// Memory each request in flight holds, waiting or in service (such as 32MB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "mem")]
+    pub mem_per_request: Option<f64>,
+    /// The host's link (such as 942Mbit or 18.5Gbit): GET /load's net then adds
+    /// 8 x --net-per-request x answers a second / --net.
+    #[arg(long, value_name = "RATE", value_parser = lab::backend::footprint::parse_bits, requires = "workers")]
+    pub net: Option<f64>,
+    /// Bytes an answered request moves over the link, sent and received (such as 64KB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "net")]
+    pub net_per_request: Option<f64>,
 }
 
 /// `fulcrum lab load`.

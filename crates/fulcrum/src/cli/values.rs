@@ -52,6 +52,22 @@ pub fn parse_cost(text: &str) -> Result<lab::schedule::Cost, String> {
     })
 }
 
+/// A size in bytes (`--mem-base`, `--mem-per-request`, `--net-per-request`): `4GB`,
+/// `512MiB`, `64KB`.
+pub fn parse_size(text: &str) -> Result<f64, String> {
+    lab::backend::footprint::parse_bytes(text)
+}
+
+/// A host's memory (`--mem`): a size above 0.
+pub fn parse_mem(text: &str) -> Result<f64, String> {
+    match parse_size(text)? {
+        0.0 => Err(format!(
+            "{text:?}: write the host's memory, above 0, such as 4GB"
+        )),
+        bytes => Ok(bytes),
+    }
+}
+
 /// A probability: a number from 0 to 1.
 pub fn parse_probability(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::antagonist::Antagonist;
+use super::footprint::Footprint;
 use crate::schedule::Cost;
 
 /// How a request uses the backend's capacity.
@@ -67,10 +68,13 @@ pub struct Capacity {
     pub epoch: Option<SystemTime>,
     /// Seed of the backend's draws: costs from `cost`, failures of [`Faults::fail_rate`].
     pub seed: u64,
+    /// Static memory and network capacities and a request's footprint on them (what `mem`
+    /// and `net` report); none by default.
+    pub footprint: Footprint,
 }
 
 impl Default for Capacity {
-    /// 4 cpu slots of speed 1, a queue of 1000, cost 0, no antagonist, seed 1.
+    /// 4 cpu slots of speed 1, a queue of 1000, cost 0, no antagonist, seed 1, no footprint.
     fn default() -> Capacity {
         Capacity {
             workers: 4,
@@ -81,6 +85,7 @@ impl Default for Capacity {
             antagonist: None,
             epoch: None,
             seed: 1,
+            footprint: Footprint::default(),
         }
     }
 }

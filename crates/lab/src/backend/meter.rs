@@ -10,6 +10,9 @@
 //! backend's own work fills `f × busy` of it, so the reported figure is the average of
 //! `(1 − f(t)) + f(t) × busy(t)`: the `f × busy` part is integrated as it happens, the `1 − f`
 //! part exactly over the window at read time ([`Antagonist::integral`]).
+//!
+//! For the [`super::footprint`] it also integrates the requests held (in flight at the
+//! backend) and counts the answers, so `mem` and `net` are averages over the same window.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -29,6 +32,23 @@ struct Sample {
     at: Duration,
     cpu: f64,
     net: f64,
+    /// ∫ requests held dt, request-seconds.
+    held: f64,
+    /// Requests answered 200 so far.
+    answers: u64,
+}
+
+/// What the meter reports over its trailing window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Use {
+    /// The slots' busy share, the antagonist's included (if it shows there).
+    pub(crate) cpu: f64,
+    /// The shared bandwidth's busy share, the antagonist's included (if it shows there).
+    pub(crate) net: f64,
+    /// Requests in flight at the backend, on average.
+    pub(crate) held: f64,
+    /// Answers (200) a second.
+    pub(crate) answers: f64,
 }
 
 /// The levels now and the integrals up to `last`.
@@ -39,6 +59,8 @@ struct Level {
     /// Share of the whole bandwidth (`workers × speed`) in use, the antagonist's factor
     /// included (it is the driver's rate).
     bandwidth: f64,
+    /// Requests in flight at the backend (waiting, on a slot or on the bandwidth).
+    held: u32,
     /// The integrals up to `integrals.at`.
     integrals: Sample,
 }
@@ -72,6 +94,8 @@ impl Meter {
             at: clock.now(),
             cpu: 0.0,
             net: 0.0,
+            held: 0.0,
+            answers: 0,
         };
         Meter {
             clock,
@@ -82,6 +106,7 @@ impl Meter {
             level: Mutex::new(Level {
                 slots: 0,
                 bandwidth: 0.0,
+                held: 0,
                 integrals: start,
             }),
             ring: Mutex::new(VecDeque::from([start])),
@@ -105,6 +130,8 @@ impl Meter {
             cpu: from.cpu
                 + f64::from(level.slots) / self.workers * self.capacity_left(from.at, now),
             net: from.net + level.bandwidth * (now - from.at).as_secs_f64(),
+            held: from.held + f64::from(level.held) * (now - from.at).as_secs_f64(),
+            answers: from.answers,
         }
     }
 
@@ -125,6 +152,22 @@ impl Meter {
         });
     }
 
+    /// A request came in (`true`) or left (`false`) the backend's work.
+    fn held(&self, came: bool) {
+        self.change(|l| {
+            l.held = if came {
+                l.held.saturating_add(1)
+            } else {
+                l.held.saturating_sub(1)
+            };
+        });
+    }
+
+    /// A request was answered 200 (its bytes crossed the link).
+    pub(crate) fn answered(&self) {
+        self.change(|l| l.integrals.answers += 1);
+    }
+
     /// The io driver's new total rate, as a share of the whole bandwidth.
     pub(crate) fn set_bandwidth(&self, share: f64) {
         self.change(|l| l.bandwidth = share.clamp(0.0, 1.0));
@@ -143,14 +186,15 @@ impl Meter {
         }
     }
 
-    /// (cpu, net) averaged over the trailing window (shorter just after the start).
-    pub(crate) fn utilization(&self) -> (f64, f64) {
-        let (now, slots, bandwidth) = {
+    /// The use averaged over the trailing window (shorter just after the start).
+    pub(crate) fn utilization(&self) -> Use {
+        let (now, slots, bandwidth, held) = {
             let level = self.level.lock().unwrap_or_else(|e| e.into_inner());
             (
                 self.integrals(&level, self.clock.now()),
                 level.slots,
                 level.bandwidth,
+                level.held,
             )
         };
         let base = {
@@ -163,15 +207,18 @@ impl Meter {
                 .unwrap_or(now)
         };
         let window = now.at.saturating_sub(base.at).as_secs_f64();
-        let (cpu, net, taken) = if window < 1e-3 {
+        let (cpu, net, taken, held, answers) = if window < 1e-3 {
             // Just started: the levels now.
             let f = self.antagonist.map_or(1.0, |a| a.factor_at(now.at));
-            (f * f64::from(slots) / self.workers, bandwidth, 1.0 - f)
+            let cpu = f * f64::from(slots) / self.workers;
+            (cpu, bandwidth, 1.0 - f, f64::from(held), 0.0)
         } else {
             (
                 (now.cpu - base.cpu) / window,
                 (now.net - base.net) / window,
                 1.0 - self.capacity_left(base.at, now.at) / window,
+                (now.held - base.held) / window,
+                now.answers.saturating_sub(base.answers) as f64 / window,
             )
         };
         let fraction = |x: f64| {
@@ -183,7 +230,12 @@ impl Meter {
         };
         let cpu = cpu + if self.antagonist_on_cpu { taken } else { 0.0 };
         let net = net + if self.antagonist_on_net { taken } else { 0.0 };
-        (fraction(cpu), fraction(net))
+        Use {
+            cpu: fraction(cpu),
+            net: fraction(net),
+            held: held.max(0.0),
+            answers: answers.max(0.0),
+        }
     }
 }
 
@@ -201,5 +253,23 @@ impl SlotInUse {
 impl Drop for SlotInUse {
     fn drop(&mut self) {
         self.0.slots(false);
+    }
+}
+
+/// A request in flight at the backend (waiting, on a slot or on the bandwidth), counted in
+/// the meter until dropped (cancelled requests included).
+#[derive(Debug)]
+pub(crate) struct Held<'a>(&'a Meter);
+
+impl Held<'_> {
+    pub(crate) fn new(meter: &Meter) -> Held<'_> {
+        meter.held(true);
+        Held(meter)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.held(false);
     }
 }

@@ -22,6 +22,7 @@
 //! * **`GET /load`** answers the utilization in the agent's JSON, averaged over a trailing
 //!   second, the antagonist's share included (see [`meter`]), so the dynamic algorithms can run
 //!   against lab backends end to end. It is the monitoring path: not counted, never faulted.
+//!   With a [`Footprint`], `mem` and `net` come from static memory and network capacities.
 //! * **`GET /probe`** answers Prequal's probe (DESIGN §2): requests in flight now and the
 //!   latency estimated at that RIF from the backend's completions (see [`probe`]). Like
 //!   `/load`, not counted and never faulted, but a stalled backend does not answer it.
@@ -33,9 +34,11 @@
 //! * [`service`]: the slots, the processor-sharing driver, burn.
 //! * [`meter`]: the trailing-window utilization of `GET /load`.
 //! * [`probe`]: requests in flight and the latency estimate of `GET /probe`.
+//! * [`footprint`]: memory and network capacities and a request's footprint on them.
 
 pub mod antagonist;
 pub mod capacity;
+pub mod footprint;
 pub mod meter;
 pub mod probe;
 pub mod service;
@@ -62,6 +65,7 @@ use tokio::task::JoinHandle;
 pub use antagonist::{Antagonist, finish_after};
 pub use capacity::{Capacity, Faults, Mode};
 use probe::Probes;
+pub use footprint::Footprint;
 use service::{Served, Server};
 
 /// How long a dying backend lets its last answer leave before it drops every connection.
@@ -145,14 +149,19 @@ fn draw<T>(rng: &Mutex<Pcg64Mcg>, f: impl FnOnce(&mut Pcg64Mcg) -> T) -> T {
     f(&mut rng.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// The agent protocol's document for the utilization now (no disk, no containers).
+/// The agent protocol's document for the utilization now (no disk, no containers): `mem`
+/// and `net` from the [`Footprint`] when it gives capacities, else the queue's fill and the
+/// shared bandwidth alone.
 fn load_report(server: &Server) -> Vec<u8> {
-    let (cpu, net) = server.meter.utilization();
+    let used = server.meter.utilization();
+    let footprint = server.capacity.footprint;
     let report = balance::weights::LoadReport {
-        cpu,
-        mem: server.queue_fill(),
+        cpu: used.cpu,
+        mem: footprint
+            .mem_use(used.held)
+            .unwrap_or_else(|| server.queue_fill()),
         disk: 0.0,
-        net,
+        net: (used.net + footprint.net_use(used.answers)).min(1.0),
         container_mem: 0.0,
     };
     let ts_ms = std::time::SystemTime::now()
@@ -217,6 +226,12 @@ async fn answer(
     let reply = serve(&shared, &req, faults).await;
     if stalled() {
         return hang().await;
+    }
+    if let Some(server) = &shared.server
+        && reply.status() == http::StatusCode::OK
+    {
+        // Its bytes cross the link (the footprint's `net`).
+        server.meter.answered();
     }
     if last.is_some() {
         // Not a connection more once the last answer is out.

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::antagonist::{Clock, duration_of, finish_after};
 use super::capacity::{Capacity, Mode};
-use super::meter::{Meter, SlotInUse};
+use super::meter::{Held, Meter, SlotInUse};
 
 /// What became of a request's cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,8 +106,9 @@ impl Server {
         (server, driver)
     }
 
-    /// Serves `cost` as the mode says.
+    /// Serves `cost` as the mode says, the request held in the meter all along.
     pub(crate) async fn serve(&self, cost: Duration) -> Served {
+        let _held = Held::new(&self.meter);
         match self.capacity.mode {
             Mode::Cpu => self.on_slot(cost, false).await,
             Mode::Burn => self.on_slot(cost, true).await,

@@ -19,7 +19,9 @@
 //! * [`tally`]: a run's requests aggregated as they finish (counts, histograms, time buckets,
 //!   per-backend counts), in memory independent of the number of requests: what the reports
 //!   read, from the lab's runs and the simulator's alike.
-//! * [`report`]: `results.csv`, `results.md` and `report.html` with plots.
+//! * [`report`]: `results.csv`, `results.md` and `report.html` with plots, and over the
+//!   repetitions `repetitions.csv` and `wins.csv`.
+//! * [`stats`]: medians, their bootstrap intervals and paired win counts over repetitions.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
 pub mod backend;
@@ -30,6 +32,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
+pub mod stats;
 pub mod tally;
 
 pub use backend::Backend;

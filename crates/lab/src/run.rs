@@ -133,7 +133,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
     std::fs::create_dir_all(&work)
         .with_context(|| format!("cannot create the directory {}", work.display()))?;
     let plans = scenario.backend_plans();
-    for stale in ["results.csv", "results.md", "report.html"] {
+    for stale in crate::report::FILES {
         let _ = std::fs::remove_file(settings.out.join(stale));
     }
     preflight(scenario, &traffic, &plans, settings).await?;

@@ -456,6 +456,15 @@ pub fn table(results: &Results) -> String {
     out
 }
 
+/// Where a latency is counted from: the open loop's intended send time, or the closed loop's
+/// send (its users wait for their answers, so a stall delays the sends instead).
+fn latency_origin(load: &Load) -> &'static str {
+    match load {
+        Load::Open(_) => "from each request's intended send time (open loop)",
+        Load::Closed(_) => "from each request's send (closed loop)",
+    }
+}
+
 /// `results.md`.
 pub fn markdown(results: &Results) -> String {
     let s = &results.scenario;
@@ -475,9 +484,12 @@ pub fn markdown(results: &Results) -> String {
     )
     .ok();
     out.push_str(&table(results));
-    out.push_str(
-        "\nLatencies count from each request's intended send time (open loop); a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization (from their `/load`), averaged over the run.\n",
-    );
+    writeln!(
+        out,
+        "\nLatencies count {}; a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization (from their `/load`), averaged over the run.",
+        latency_origin(&results.traffic.load)
+    )
+    .ok();
     let shares: Vec<String> = lines(results)
         .iter()
         .map(|l| {
@@ -727,7 +739,7 @@ fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
     let per = runs
         .first()
         .map_or_else(|| "second".into(), |m| bucket_name(&m.tally));
-    let mut figures = vec![latency_cdf(&runs)?];
+    let mut figures = vec![latency_cdf(&runs, &results.traffic.load)?];
     figures.extend(latency_over_time(&runs, &per)?);
     figures.push(throughput_over_time(&runs, &per)?);
     if runs.iter().any(|m| m.row.summary.failed > 0) {
@@ -746,7 +758,7 @@ fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// Each contender's latency CDF over the whole run.
-fn latency_cdf(runs: &[&Measured]) -> anyhow::Result<Figure> {
+fn latency_cdf(runs: &[&Measured], load: &Load) -> anyhow::Result<Figure> {
     let cdfs: Vec<Series> = runs
         .iter()
         .map(|m| (m.label.clone(), m.tally.cdf()))
@@ -754,7 +766,10 @@ fn latency_cdf(runs: &[&Measured]) -> anyhow::Result<Figure> {
     Ok((
         "Latency CDF".into(),
         line_chart(
-            "Latency CDF (from the intended send time)",
+            match load {
+                Load::Open(_) => "Latency CDF (from the intended send time)",
+                Load::Closed(_) => "Latency CDF (from the send)",
+            },
             "latency, ms (log scale)",
             "fraction of requests",
             &cdfs,
@@ -1308,6 +1323,21 @@ mod tests {
                 .unwrap()
                 .contains("One repetition: no interval")
         );
+    }
+
+    #[test]
+    fn a_closed_loop_is_not_called_open() {
+        let mut results = simulated(2, None);
+        assert!(markdown(&results).contains("intended send time (open loop)"));
+        results.traffic.load = Load::Closed(Users::Fixed(10));
+        let md = markdown(&results);
+        assert!(!md.contains("open loop"), "{md}");
+        assert!(
+            md.contains("from each request's send (closed loop)"),
+            "{md}"
+        );
+        let page = html(&results).unwrap();
+        assert!(!page.contains("intended send time"));
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub enum Command {
     /// directive not translated on stderr; exit 0 if all of those are cosmetic, 1 if one
     /// changes behaviour, 2 if the file cannot be read. See docs/import.md.
     Import(ImportArgs),
+    /// Write the evidence table (docs/evidence.md): from results directories of `fulcrum sim`
+    /// and `fulcrum lab run`, every load-aware algorithm's median p99 relative to each row's
+    /// best, with paired-bootstrap intervals, and the commands that made every input.
+    Evidence(EvidenceArgs),
     /// The lab: emulated backends, load generation, and (later) scenarios and reports.
     Lab {
         #[command(subcommand)]
@@ -174,4 +178,23 @@ pub struct SimArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Replace the scenario's contenders by these of fulcrum's algorithms, at their default
+    /// options (such as least_conn,p2c_ewma,dwlc).
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub algorithms: Vec<String>,
+    /// Run this many paired repetitions instead of the scenario's `repetitions`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repetitions: Option<u32>,
+}
+
+/// `fulcrum evidence`.
+#[derive(Debug, clap::Args)]
+pub struct EvidenceArgs {
+    /// Results directories of `fulcrum sim` or `fulcrum lab run` (with their
+    /// repetitions.csv and provenance.toml), one row group each, in this order.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// The Markdown file to write.
+    #[arg(long, value_name = "FILE", default_value = "docs/evidence.md")]
+    pub out: PathBuf,
 }

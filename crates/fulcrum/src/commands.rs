@@ -9,6 +9,7 @@
 //! * [`agent`]: `fulcrum agent`, the backend-side load reporter;
 //! * [`play`]: `fulcrum demo`, `fulcrum sim` and `fulcrum lab run`, a scenario played on
 //!   loopback or in virtual time;
+//! * [`evidence`]: `fulcrum evidence`, the evidence table from results directories;
 //! * [`lab_backend`]: `fulcrum lab backend`, one emulated backend;
 //! * [`lab_load`]: `fulcrum lab load`, load against a URL;
 //! * [`hash_distribution`]: `fulcrum lab hash-distribution`, seed 000's hash-spread
@@ -16,6 +17,7 @@
 
 pub mod agent;
 pub mod check;
+pub mod evidence;
 pub mod hash_distribution;
 pub mod health;
 pub mod import;

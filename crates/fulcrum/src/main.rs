@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => commands::play::demo(&args.out),
         Command::Agent(args) => commands::agent::run(args),
         Command::Sim(args) => commands::play::sim(&args),
+        Command::Evidence(args) => commands::evidence::run(&args),
         Command::Import(args) => commands::import::run(&args.file, args.out.as_deref()),
         Command::Lab { command } => match command {
             LabCommand::Backend(args) => commands::lab_backend::run(args),

@@ -87,7 +87,7 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
     let (contenders, skipped) = contenders(scenario)?;
     std::fs::create_dir_all(out)
         .with_context(|| format!("cannot create the directory {}", out.display()))?;
-    for stale in ["results.csv", "results.md", "report.html"] {
+    for stale in lab::report::FILES {
         let _ = std::fs::remove_file(out.join(stale));
     }
     for label in &skipped {

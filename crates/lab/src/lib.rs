@@ -19,17 +19,23 @@
 //! * [`tally`]: a run's requests aggregated as they finish (counts, histograms, time buckets,
 //!   per-backend counts), in memory independent of the number of requests: what the reports
 //!   read, from the lab's runs and the simulator's alike.
-//! * [`report`]: `results.csv`, `results.md` and `report.html` with plots.
+//! * [`report`]: `results.csv`, `results.md` and `report.html` with plots, and over the
+//!   repetitions `repetitions.csv` and `wins.csv`.
+//! * [`evidence`]: `docs/evidence.md`, the load-aware algorithms' p99 relative to the best on
+//!   every scenario, generated from the results directories.
+//! * [`stats`]: medians, their bootstrap intervals and paired win counts over repetitions.
 //! * [`hash_spread`]: seed 000's hash-spread experiment (`fulcrum lab hash-distribution`).
 
 pub mod backend;
 pub mod client;
+pub mod evidence;
 pub mod hash_spread;
 pub mod load;
 pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
+pub mod stats;
 pub mod tally;
 
 pub use backend::Backend;

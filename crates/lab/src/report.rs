@@ -3,6 +3,14 @@
 //! machine) and `report.html` (one self-contained page with the table and plots drawn by
 //! `plotters` as inline SVG).
 //!
+//! **Over repetitions** (paired: repetition `r` is the same seeded trace for every contender):
+//! each report gives the median of p50, p95, p99 and mean with a 95% percentile-bootstrap
+//! interval ([`crate::stats`]), and paired win counts on p99 between the contenders of a case
+//! (the labels that differ only in the contender, not in offered load, report delay or
+//! balancer count): "A beat B in k of n". `repetitions.csv` keeps every repetition's numbers
+//! (what `fulcrum evidence` pairs) and `wins.csv` the win counts. One repetition has no
+//! interval and no win count, and the reports say so.
+//!
 //! Everything is read from each run's [`Tally`] and its backends' samples, never from
 //! per-request records, so that the simulator's runs (ten million requests, ten thousand
 //! backends) write the same files as the lab's. Many backends are summarized: above
@@ -22,7 +30,11 @@ use crate::load::closed::Users;
 use crate::run::{Measured, Results, Row};
 use crate::scenario::Load;
 use crate::schedule::Pattern;
+use crate::stats::{self, Interval};
+
+mod repetitions;
 use crate::tally::{SHARE_CHART_LIMIT, Tally};
+pub use repetitions::{REPETITION_COLUMNS, WIN_COLUMNS, cases, p99_best_in, p99_wins, split_label};
 
 /// Up to this many backends `results.csv` has a `share_<name>` column per backend and
 /// `results.md` lists every share; above it, their minimum, median and maximum.
@@ -72,19 +84,36 @@ pub struct Line {
     pub offered_load: Option<f64>,
     /// Attempts at backends per request (the median), when the simulator counted them.
     pub attempts_per_request: Option<f64>,
+    /// The 95% intervals of the medians; `None` with one repetition.
+    pub intervals: Option<Intervals>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
+/// 95% percentile-bootstrap intervals of a contender's medians over its repetitions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Intervals {
+    pub mean_ms: Interval,
+    pub p50_ms: Interval,
+    pub p95_ms: Interval,
+    pub p99_ms: Interval,
+}
+
+impl Intervals {
+    /// The intervals over `rows`, one per repetition; `None` for fewer than two.
+    fn of(rows: &[&Row]) -> Option<Intervals> {
+        let of = |f: fn(&Row) -> f64| {
+            stats::median_interval(&rows.iter().map(|r| f(r)).collect::<Vec<_>>())
+        };
+        Some(Intervals {
+            mean_ms: of(|r| r.summary.mean_ms)?,
+            p50_ms: of(|r| r.summary.p50_ms)?,
+            p95_ms: of(|r| r.summary.p95_ms)?,
+            p99_ms: of(|r| r.summary.p99_ms)?,
+        })
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+}
+
+fn median(v: Vec<f64>) -> f64 {
+    stats::median(&v)
 }
 
 fn range(v: &[f64]) -> (f64, f64) {
@@ -143,6 +172,7 @@ pub fn lines(results: &Results) -> Vec<Line> {
                         rows.iter().filter_map(|r| r.attempts_per_request).collect();
                     (!attempts.is_empty()).then(|| median(attempts))
                 },
+                intervals: Intervals::of(&rows),
             }
         })
         .collect()
@@ -163,10 +193,25 @@ fn share_spread(shares: &[f64]) -> (f64, f64, f64) {
     (lo, median(shares.to_vec()), hi)
 }
 
+/// The last columns of `results.csv`, after the shares: the 95% intervals of the medians
+/// (empty with one repetition) and the repetitions in which the contender had the lowest p99
+/// of its case.
+pub const INTERVAL_COLUMNS: [&str; 9] = [
+    "p50_ms_lo",
+    "p50_ms_hi",
+    "p95_ms_lo",
+    "p95_ms_hi",
+    "p99_ms_lo",
+    "p99_ms_hi",
+    "mean_ms_lo",
+    "mean_ms_hi",
+    "p99_best_in",
+];
+
 /// `results.csv`: the [`COLUMNS`], the repetitions and the spread of p99 and mean, the offered
-/// load when a run set one, the attempts per request when the simulator counted them, and the
+/// load when a run set one, the attempts per request when the simulator counted them, the
 /// shares (one column per backend, or their minimum, median
-/// and maximum above [`SHARE_COLUMN_LIMIT`] backends).
+/// and maximum above [`SHARE_COLUMN_LIMIT`] backends), then the [`INTERVAL_COLUMNS`].
 pub fn csv(results: &Results) -> String {
     let offered = results.runs.iter().any(|m| m.offered_load.is_some());
     let attempts = results
@@ -189,6 +234,7 @@ pub fn csv(results: &Results) -> String {
             write!(out, ",share_{b}").ok();
         }
     }
+    write!(out, ",{}", INTERVAL_COLUMNS.join(",")).ok();
     out.push('\n');
     for l in lines(results) {
         write!(
@@ -235,6 +281,15 @@ pub fn csv(results: &Results) -> String {
                 write!(out, ",{s:.4}").ok();
             }
         }
+        match l.intervals {
+            Some(i) => {
+                for x in [i.p50_ms, i.p95_ms, i.p99_ms, i.mean_ms] {
+                    write!(out, ",{:.3},{:.3}", x.lo, x.hi).ok();
+                }
+            }
+            None => out.push_str(",,,,,,,,"),
+        }
+        write!(out, ",{}", p99_best_in(results, &l.label)).ok();
         out.push('\n');
     }
     out
@@ -401,6 +456,15 @@ pub fn table(results: &Results) -> String {
     out
 }
 
+/// Where a latency is counted from: the open loop's intended send time, or the closed loop's
+/// send (its users wait for their answers, so a stall delays the sends instead).
+fn latency_origin(load: &Load) -> &'static str {
+    match load {
+        Load::Open(_) => "from each request's intended send time (open loop)",
+        Load::Closed(_) => "from each request's send (closed loop)",
+    }
+}
+
 /// `results.md`.
 pub fn markdown(results: &Results) -> String {
     let s = &results.scenario;
@@ -420,9 +484,12 @@ pub fn markdown(results: &Results) -> String {
     )
     .ok();
     out.push_str(&table(results));
-    out.push_str(
-        "\nLatencies count from each request's intended send time (open loop); a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization (from their `/load`), averaged over the run.\n",
-    );
+    writeln!(
+        out,
+        "\nLatencies count {}; a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization (from their `/load`), averaged over the run.",
+        latency_origin(&results.traffic.load)
+    )
+    .ok();
     let shares: Vec<String> = lines(results)
         .iter()
         .map(|l| {
@@ -439,6 +506,7 @@ pub fn markdown(results: &Results) -> String {
         shares.join("\n")
     )
     .ok();
+    out.push_str(&repetitions::markdown(results));
     out
 }
 
@@ -658,6 +726,7 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
     let mut page = String::new();
     write_head(&mut page, results);
     write_table(&mut page, results);
+    repetitions::html(&mut page, results);
     write_figures(&mut page, figures);
     Ok(page)
 }
@@ -670,7 +739,7 @@ fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
     let per = runs
         .first()
         .map_or_else(|| "second".into(), |m| bucket_name(&m.tally));
-    let mut figures = vec![latency_cdf(&runs)?];
+    let mut figures = vec![latency_cdf(&runs, &results.traffic.load)?];
     figures.extend(latency_over_time(&runs, &per)?);
     figures.push(throughput_over_time(&runs, &per)?);
     if runs.iter().any(|m| m.row.summary.failed > 0) {
@@ -689,7 +758,7 @@ fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// Each contender's latency CDF over the whole run.
-fn latency_cdf(runs: &[&Measured]) -> anyhow::Result<Figure> {
+fn latency_cdf(runs: &[&Measured], load: &Load) -> anyhow::Result<Figure> {
     let cdfs: Vec<Series> = runs
         .iter()
         .map(|m| (m.label.clone(), m.tally.cdf()))
@@ -697,7 +766,10 @@ fn latency_cdf(runs: &[&Measured]) -> anyhow::Result<Figure> {
     Ok((
         "Latency CDF".into(),
         line_chart(
-            "Latency CDF (from the intended send time)",
+            match load {
+                Load::Open(_) => "Latency CDF (from the intended send time)",
+                Load::Closed(_) => "Latency CDF (from the send)",
+            },
             "latency, ms (log scale)",
             "fraction of requests",
             &cdfs,
@@ -998,12 +1070,24 @@ fn write_figures(page: &mut String, figures: Vec<Figure>) {
     page.push_str("</div>\n</body></html>\n");
 }
 
-/// Writes `results.csv`, `results.md` and `report.html` into `dir`.
+/// The files [`write`] writes (a run removes them first, so none is left from an earlier one).
+pub const FILES: [&str; 5] = [
+    "results.csv",
+    "results.md",
+    "report.html",
+    "repetitions.csv",
+    "wins.csv",
+];
+
+/// Writes `results.csv`, `results.md`, `report.html`, `repetitions.csv` and `wins.csv` into
+/// `dir`.
 pub fn write(results: &Results, dir: &Path) -> anyhow::Result<()> {
     let put = |name: &str, text: String| -> anyhow::Result<()> {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
+    put("repetitions.csv", repetitions::csv(results))?;
+    put("wins.csv", repetitions::wins_csv(results))?;
     put("results.csv", csv(results))?;
     put("results.md", markdown(results))?;
     put("report.html", html(results)?)?;
@@ -1099,12 +1183,169 @@ mod tests {
         }
     }
 
+    /// `simulated(1, None)`'s contenders over repetitions, the simulator's way (a case each
+    /// per offered load): `p99[c][r]` is contender `c`'s p99 in repetition `r`, at both loads
+    /// (the second load's twice as high).
+    fn repeated(p99: &[&[f64]]) -> Results {
+        let mut results = simulated(1, None);
+        let base = results.runs[0].clone();
+        let names = ["random", "round_robin", "least_conn"];
+        let mut third = results.scenario.algorithms[0].clone();
+        third.name = "least_conn".into();
+        results.scenario.algorithms.push(third);
+        results.scenario.repetitions = p99[0].len() as u32;
+        results.labels.clear();
+        results.runs.clear();
+        for (load, scale) in [(0.5, 1.0), (0.9, 2.0)] {
+            for (c, values) in p99.iter().enumerate() {
+                let label = format!("{} λ={load:.2}", names[c]);
+                results.labels.push(label.clone());
+                for (r, &p) in values.iter().enumerate() {
+                    let mut m = base.clone();
+                    m.label = label.clone();
+                    m.repetition = r as u32;
+                    m.offered_load = Some(load);
+                    m.row.summary.p99_ms = p * scale;
+                    m.row.summary.p50_ms = p * scale / 4.0;
+                    results.runs.push(m);
+                }
+            }
+        }
+        results
+    }
+
+    #[test]
+    fn paired_wins_are_counted_within_a_case() {
+        let results = repeated(&[
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+            &[11.0, 19.0, 31.0, 41.0, 50.0],
+            &[12.0, 21.0, 29.0, 39.0, 49.0],
+        ]);
+        assert_eq!(
+            split_label(&results, "round_robin λ=0.90"),
+            ("round_robin", "λ=0.90")
+        );
+        let cases = cases(&results);
+        assert_eq!(cases.len(), 2);
+        assert_eq!(cases[1].0, "λ=0.90");
+        assert_eq!(cases[1].1.len(), 3);
+        let w = p99_wins(&results, "random λ=0.50", "round_robin λ=0.50");
+        assert_eq!((w.won, w.lost, w.tied), (3, 1, 1));
+        assert_eq!(p99_best_in(&results, "random λ=0.50"), 1);
+        assert_eq!(p99_best_in(&results, "round_robin λ=0.90"), 1);
+        assert_eq!(p99_best_in(&results, "least_conn λ=0.90"), 3);
+        let wins = repetitions::wins_csv(&results);
+        assert_eq!(wins.lines().next(), Some(WIN_COLUMNS.join(",").as_str()));
+        // 2 cases × 3 × 2 ordered pairs; never across cases.
+        assert_eq!(wins.lines().count(), 1 + 12, "{wins}");
+        assert!(wins.contains("\nλ=0.50,random λ=0.50,round_robin λ=0.50,3,1,1,5\n"));
+        assert!(!wins.contains("λ=0.50,random λ=0.50,round_robin λ=0.90"));
+        let md = markdown(&results);
+        assert!(
+            md.contains("| beat → | random λ=0.90 | round_robin λ=0.90 | least_conn λ=0.90 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| random λ=0.90 | — | 3 of 5 | 2 of 5 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| least_conn λ=0.90 | 3 of 5 | 3 of 5 | — |"),
+            "{md}"
+        );
+        assert!(html(&results).unwrap().contains("<td>3 of 5</td>"));
+    }
+
+    #[test]
+    fn the_csv_appends_intervals_and_keeps_every_repetition() {
+        let results = repeated(&[
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+            &[11.0, 19.0, 31.0, 41.0, 50.0],
+            &[12.0, 21.0, 29.0, 39.0, 49.0],
+        ]);
+        let csv = csv(&results);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        assert_eq!(&header[..14], &COLUMNS);
+        assert_eq!(&header[header.len() - 9..], &INTERVAL_COLUMNS);
+        let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(row.len(), header.len());
+        let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(at("p99_ms"), "30.000");
+        let (lo, hi): (f64, f64) = (
+            at("p99_ms_lo").parse().unwrap(),
+            at("p99_ms_hi").parse().unwrap(),
+        );
+        assert!(
+            lo < 30.0 && 30.0 < hi && lo >= 10.0 && hi <= 50.0,
+            "{lo} {hi}"
+        );
+        assert_eq!(at("p99_best_in"), "1");
+        let md = markdown(&results);
+        assert!(md.contains("5 paired repetitions"), "{md}");
+        assert!(md.contains("| random λ=0.50 | "), "{md}");
+        assert!(
+            md.contains(&format!("{:.1} [{lo:.1}, {hi:.1}] | 1 of 5 |", 30.0)),
+            "{md}"
+        );
+        let reps = repetitions::csv(&results);
+        let lines: Vec<&str> = reps.lines().collect();
+        assert_eq!(lines[0], REPETITION_COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + 2 * 3 * 5);
+        // Repetition by repetition; the seed is the scenario's plus the repetition.
+        let seed = results.scenario.seed;
+        assert!(
+            lines[1].starts_with(&format!("random λ=0.50,random,λ=0.50,0,{seed},")),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[7].contains(&format!(",1,{},", seed + 1)),
+            "{}",
+            lines[7]
+        );
+        assert!(lines[7].ends_with(",20.000,0,0"), "{}", lines[7]);
+    }
+
+    #[test]
+    fn one_repetition_has_no_interval() {
+        let results = simulated(2, None);
+        let csv = csv(&results);
+        let row = csv.lines().nth(1).unwrap();
+        assert!(row.ends_with(",,,,,,,,,1"), "{row}");
+        let md = markdown(&results);
+        assert!(
+            md.contains("One repetition: no interval and no win count"),
+            "{md}"
+        );
+        assert!(!md.contains("beat →"), "{md}");
+        assert!(
+            html(&results)
+                .unwrap()
+                .contains("One repetition: no interval")
+        );
+    }
+
+    #[test]
+    fn a_closed_loop_is_not_called_open() {
+        let mut results = simulated(2, None);
+        assert!(markdown(&results).contains("intended send time (open loop)"));
+        results.traffic.load = Load::Closed(Users::Fixed(10));
+        let md = markdown(&results);
+        assert!(!md.contains("open loop"), "{md}");
+        assert!(
+            md.contains("from each request's send (closed loop)"),
+            "{md}"
+        );
+        let page = html(&results).unwrap();
+        assert!(!page.contains("intended send time"));
+    }
+
     #[test]
     fn up_to_64_backends_have_a_share_column_each() {
         let results = simulated(64, None);
         let csv = csv(&results);
         let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
-        assert_eq!(header.len(), 14 + 5 + 64, "{header:?}");
+        assert_eq!(header.len(), 14 + 5 + 64 + 9, "{header:?}");
         assert_eq!(header[19], "share_b0");
         assert_eq!(header[82], "share_b63");
         let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
@@ -1132,7 +1373,16 @@ mod tests {
                 "offered_load",
                 "share_min",
                 "share_median",
-                "share_max"
+                "share_max",
+                "p50_ms_lo",
+                "p50_ms_hi",
+                "p95_ms_lo",
+                "p95_ms_hi",
+                "p99_ms_lo",
+                "p99_ms_hi",
+                "mean_ms_lo",
+                "mean_ms_hi",
+                "p99_best_in"
             ]
         );
         let lines: Vec<&str> = csv.lines().collect();

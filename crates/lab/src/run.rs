@@ -1,5 +1,10 @@
 //! `fulcrum lab run`: one scenario, every contender in turn, on the same seeded trace.
 //!
+//! **Paired repetitions.** Repetition `r` draws everything — the trace and every backend's
+//! costs and failures — from the scenario's seed plus `r` (as the simulator does,
+//! `sim::play`), and every contender gets that same draw: each repetition is one paired
+//! comparison, which is what the reports' win counts and intervals rest on.
+//!
 //! For each repetition and each contender (interleaved, so that a slow minute of a shared
 //! machine spreads over all of them) the runner starts the scenario's emulated backends
 //! (`fulcrum lab backend` processes), a balancer in front of them (`fulcrum run` with a
@@ -128,23 +133,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
     std::fs::create_dir_all(&work)
         .with_context(|| format!("cannot create the directory {}", work.display()))?;
     let plans = scenario.backend_plans();
-    let trace = match &traffic.load {
-        Load::Open(pattern) => crate::schedule::trace(
-            *pattern,
-            traffic.spacing,
-            traffic.duration,
-            traffic.cost,
-            traffic.clients,
-            scenario.seed,
-        ),
-        // A closed loop takes the costs in order.
-        Load::Closed(_) => crate::schedule::costs(
-            traffic.cost,
-            crate::schedule::CLOSED_LOOP_COSTS,
-            scenario.seed,
-        ),
-    };
-    for stale in ["results.csv", "results.md", "report.html"] {
+    for stale in crate::report::FILES {
         let _ = std::fs::remove_file(settings.out.join(stale));
     }
     preflight(scenario, &traffic, &plans, settings).await?;
@@ -154,6 +143,8 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
     let total = scenario.repetitions as usize * n;
     let mut runs = Vec::with_capacity(total);
     for repetition in 0..scenario.repetitions {
+        let seed = repetition_seed(scenario.seed, repetition);
+        let trace = trace(&traffic, seed);
         // Each repetition starts one contender later, so none is always first (on a cold
         // machine) or always last.
         for i in 0..n {
@@ -174,6 +165,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
                 balancer,
                 options: &contender.options,
                 tag: &tag,
+                seed,
             };
             let (outcomes, samples) = run_one(scenario, &traffic, &plans, &one, &trace, settings)
                 .await
@@ -220,6 +212,32 @@ struct Contender<'a> {
     options: &'a toml::Table,
     /// Names this run's files.
     tag: &'a str,
+    /// The repetition's seed (the backends' draws come from it).
+    seed: u64,
+}
+
+/// The seed of repetition `r` (from 0): the scenario's plus `r`, for every contender alike,
+/// in the lab as in the simulator.
+pub fn repetition_seed(seed: u64, repetition: u32) -> u64 {
+    seed.wrapping_add(u64::from(repetition))
+}
+
+/// The trace of a repetition, from its seed: an open loop's schedule, or the costs a closed
+/// loop takes in order.
+fn trace(traffic: &Traffic, seed: u64) -> Vec<crate::schedule::Arrival> {
+    match &traffic.load {
+        Load::Open(pattern) => crate::schedule::trace(
+            *pattern,
+            traffic.spacing,
+            traffic.duration,
+            traffic.cost,
+            traffic.clients,
+            seed,
+        ),
+        Load::Closed(_) => {
+            crate::schedule::costs(traffic.cost, crate::schedule::CLOSED_LOOP_COSTS, seed)
+        }
+    }
 }
 
 /// One run: start, load, stop. Every child is killed when this returns (or is dropped).
@@ -243,8 +261,8 @@ async fn run_one(
     let mut addrs = Vec::with_capacity(plans.len());
     for (i, plan) in plans.iter().enumerate() {
         let addr = free_addr()?;
-        // Each backend its own stream of draws, the same in every run.
-        let mut args = backend_args(plan, addr, scenario.seed ^ (i as u64 + 1));
+        // Each backend its own stream of draws, the same for every contender of a repetition.
+        let mut args = backend_args(plan, addr, contender.seed ^ (i as u64 + 1));
         if antagonist {
             args.extend(["--epoch-ms".into(), epoch_ms.to_string()]);
         }

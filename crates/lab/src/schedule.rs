@@ -6,7 +6,13 @@
 //!   sine wave), `steps:START-END:STEP:HOLD` (a ramp, as seed 000's JMeter and seed 001's
 //!   siege runs), `burst:N:GAP:REPEAT` (seed 004's bursts: N requests, `GAP` apart, every
 //!   `REPEAT`).
-//! * **Spacing**: Poisson (exponential gaps at the current rate) or even (`1/rate`).
+//! * **Spacing**: Poisson or even (`1/rate` at the current rate). Poisson arrivals of a rate
+//!   that changes (a sine, a ramp) are a non-homogeneous Poisson process, drawn exactly by
+//!   thinning (Lewis & Shedler, "Simulation of nonhomogeneous Poisson processes by thinning",
+//!   Naval Research Logistics Quarterly 26(3), 1979): candidates at the pattern's highest rate,
+//!   each kept with probability rate(t) / highest. (A gap drawn at the previous arrival's rate
+//!   is not: at the foot of a steep rise it overshoots the rise, and the requests it skips are
+//!   never sent.)
 //! * **Costs** (`--cost`): `const:MS`, `uniform:A:B`, `exp:MEAN`, `lognormal:MU:SIGMA` (ms = e^N(μ, σ),
 //!   seed 002's log-normal(3.7, 1)), drawn with `rand_distr`.
 //!
@@ -228,6 +234,16 @@ impl Pattern {
             Pattern::Burst { .. } => None,
         }
     }
+
+    /// The highest rate the pattern reaches (for bursts, `None`).
+    pub fn max_rate(&self) -> Option<f64> {
+        match *self {
+            Pattern::Constant { rps } => Some(rps),
+            Pattern::Sine { max, .. } => Some(max),
+            Pattern::Steps { start, end, .. } => Some(start.max(end)),
+            Pattern::Burst { .. } => None,
+        }
+    }
 }
 
 impl Cost {
@@ -358,25 +374,53 @@ impl Iterator for Arrivals {
         if std::mem::take(&mut self.first) {
             return Some(self.arrival(Duration::ZERO));
         }
-        let rate = match self.pattern {
-            Pattern::Constant { rps } => rps,
-            pattern => pattern
-                .rate_at(Duration::from_secs_f64(self.t))
-                .unwrap_or(0.0),
-        }
-        .max(1e-3);
-        let gap = match self.spacing {
-            Spacing::Even => 1.0 / rate,
-            Spacing::Poisson => Exp::new(rate)
-                .map(|d| d.sample(&mut self.rng))
-                .unwrap_or(1.0 / rate),
+        self.t = match (self.spacing, self.pattern) {
+            (Spacing::Even, pattern) => self.t + 1.0 / self.rate_at(pattern, self.t),
+            (Spacing::Poisson, Pattern::Constant { rps }) => self.t + self.gap(rps.max(MIN_RATE)),
+            (Spacing::Poisson, pattern) => self.thinned(pattern),
         };
-        self.t += gap;
         if self.t >= self.end {
             self.done = true;
             return None;
         }
         Some(self.arrival(Duration::from_secs_f64(self.t)))
+    }
+}
+
+/// The lowest rate a gap is drawn at (requests per second): a floor against dividing by 0.
+const MIN_RATE: f64 = 1e-3;
+
+impl Arrivals {
+    /// `pattern`'s rate at `t` seconds, at least [`MIN_RATE`].
+    fn rate_at(&self, pattern: Pattern, t: f64) -> f64 {
+        pattern
+            .rate_at(Duration::from_secs_f64(t))
+            .unwrap_or(0.0)
+            .max(MIN_RATE)
+    }
+
+    /// An exponential gap at `rate`, in seconds.
+    fn gap(&mut self, rate: f64) -> f64 {
+        Exp::new(rate)
+            .map(|d| d.sample(&mut self.rng))
+            .unwrap_or(1.0 / rate)
+    }
+
+    /// The next arrival's time after `self.t` by thinning (Lewis & Shedler 1979): candidates
+    /// a Poisson process at the highest rate apart, each kept with probability rate(t) /
+    /// highest; past the end, the end (no arrival).
+    fn thinned(&mut self, pattern: Pattern) -> f64 {
+        let max = pattern.max_rate().unwrap_or(MIN_RATE).max(MIN_RATE);
+        let mut t = self.t;
+        loop {
+            t += self.gap(max);
+            if t >= self.end {
+                return t;
+            }
+            if self.rng.random::<f64>() * max < self.rate_at(pattern, t) {
+                return t;
+            }
+        }
     }
 }
 
@@ -482,6 +526,81 @@ mod tests {
         let s: Pattern = "steps:200-1000:200:5s".parse().unwrap();
         assert_eq!(s.rate_at(Duration::from_secs(12)), Some(600.0));
         assert_eq!(s.rate_at(Duration::from_secs(100)), Some(1000.0));
+    }
+
+    /// Arrivals of `pattern` in [from, to) seconds, and the integral of its rate there (a sum
+    /// over millisecond steps), over `seeds` traces of `length`.
+    fn counted(pattern: &str, length: u64, seeds: u64, windows: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        let p: Pattern = pattern.parse().unwrap();
+        let mut counts = vec![0.0; windows.len()];
+        for seed in 0..seeds {
+            let t = trace(
+                p,
+                Spacing::Poisson,
+                Duration::from_secs(length),
+                Cost::Const { ms: 0.0 },
+                1,
+                seed,
+            );
+            for a in t {
+                let at = a.at.as_secs_f64();
+                for (k, (from, to)) in windows.iter().enumerate() {
+                    counts[k] += f64::from(u8::from(*from <= at && at < *to));
+                }
+            }
+        }
+        windows
+            .iter()
+            .zip(counts)
+            .map(|((from, to), n)| {
+                let steps = ((to - from) * 1000.0).round() as u64;
+                let integral: f64 = (0..steps)
+                    .map(|i| {
+                        let at = from + (i as f64 + 0.5) / 1000.0;
+                        p.rate_at(Duration::from_secs_f64(at)).unwrap() / 1000.0
+                    })
+                    .sum();
+                (n, integral * seeds as f64)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn poisson_arrivals_follow_the_rate_in_every_phase_of_a_sine() {
+        // A deep sine (1 to 500 per second, period 4 s) over 100 periods: the arrivals in each
+        // quarter of the phase, summed over the periods, against the integral of the rate.
+        let quarters: Vec<(f64, f64)> = (0..100)
+            .flat_map(|p| {
+                (0..4).map(move |q| (4.0 * p as f64 + q as f64, 4.0 * p as f64 + q as f64 + 1.0))
+            })
+            .collect();
+        let per_window = counted("sine:1-500:4s", 400, 1, &quarters);
+        for q in 0..4 {
+            let (n, expected): (f64, f64) = per_window
+                .iter()
+                .skip(q)
+                .step_by(4)
+                .fold((0.0, 0.0), |(a, b), (n, e)| (a + n, b + e));
+            // A Poisson count: within 4 standard deviations.
+            assert!(
+                (n - expected).abs() < 4.0 * expected.sqrt(),
+                "quarter {q}: {n} arrivals, {expected:.0} expected"
+            );
+        }
+    }
+
+    #[test]
+    fn poisson_arrivals_follow_a_steep_ramp() {
+        // 1 per second for a second, then 1000: a gap drawn at the first rate would overshoot
+        // into the second step (by a second on average) and skip most of it.
+        let windows = [(0.0, 1.0), (1.0, 2.0)];
+        let per_window = counted("steps:1-1000:999:1s", 2, 20, &windows);
+        for ((n, expected), w) in per_window.iter().zip(windows) {
+            assert!(
+                (n - expected).abs() < 4.0 * expected.sqrt().max(1.0),
+                "{w:?}: {n} arrivals, {expected:.0} expected"
+            );
+        }
     }
 
     #[test]

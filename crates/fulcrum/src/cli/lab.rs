@@ -183,6 +183,13 @@ pub struct RunArgs {
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Replace the scenario's contenders by these of fulcrum's algorithms, at their default
+    /// options (such as least_conn,p2c_ewma,dwlc).
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub algorithms: Vec<String>,
+    /// Run this many paired repetitions instead of the scenario's `repetitions`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repetitions: Option<u32>,
 }
 
 /// `fulcrum lab hash-distribution`.

@@ -312,7 +312,15 @@ pub struct AlgorithmSpec {
     /// More keys of fulcrum's `[[upstream]]` (e.g. `poll_interval = "1s"`, `window = 20`).
     #[serde(default)]
     pub options: toml::Table,
+    /// Balancer processes, each with the same configuration on its own port over the same
+    /// backends; the load generator spreads requests over them round-robin (a fleet). The
+    /// lab's only: the simulator's fleets are `[sim] balancers`.
+    #[serde(default = "one")]
+    pub instances: u32,
 }
+
+/// The most balancer processes one lab contender starts.
+pub const LAB_MAX_INSTANCES: u32 = 16;
 
 fn one() -> u32 {
     1
@@ -576,6 +584,18 @@ impl Scenario {
                 ));
             }
             let balancer = a.balancer()?;
+            if !(1..=LAB_MAX_INSTANCES).contains(&a.instances) {
+                return Err(format!(
+                    "algorithm {:?}: instances = {}: write 1 to {LAB_MAX_INSTANCES}",
+                    a.name, a.instances
+                ));
+            }
+            if a.instances > 1 && self.sim.is_some() {
+                return Err(format!(
+                    "algorithm {:?}: instances is the lab's; the simulator's fleets are [sim] balancers",
+                    a.name
+                ));
+            }
             if matches!(
                 balancer,
                 Balancer::Nginx(
@@ -977,6 +997,16 @@ mod tests {
             "pattern = \"constant:10\"",
             "pattern = \"constant:10\"\nconcurrency = \"4\"",
             "exclude each other",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 0",
+            "instances = 0: write 1 to 16",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 3\n[sim]\nbalancers = 2",
+            "the simulator's fleets are [sim] balancers",
         );
     }
 }

@@ -214,6 +214,7 @@ fn every_scenario_in_the_repository_reads() {
     for name in [
         "antagonist",
         "demo",
+        "fleet",
         "seed000-jmeter-ramp",
         "seed001-siege-ramp",
         "seed002-cpu-sine",
@@ -224,6 +225,7 @@ fn every_scenario_in_the_repository_reads() {
         "seed002-mixed-sine-equal",
         "seed003-ab-unequal-hosts",
         "seed004-bursts",
+        "sim-fleet",
         "sim-scale",
         "sim-speed",
         "sim-stale",

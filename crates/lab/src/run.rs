@@ -164,6 +164,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
             let one = Contender {
                 balancer,
                 options: &contender.options,
+                instances: contender.instances,
                 tag: &tag,
                 seed,
             };
@@ -210,6 +211,8 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
 struct Contender<'a> {
     balancer: Balancer,
     options: &'a toml::Table,
+    /// Balancer processes (a fleet when more than one).
+    instances: u32,
     /// Names this run's files.
     tag: &'a str,
     /// The repetition's seed (the backends' draws come from it).
@@ -274,23 +277,16 @@ async fn run_one(
         children.wait_listening(&plan.name, *addr).await?;
     }
 
-    let listen = free_addr()?;
-    let name = "balancer";
-    let setup = balancer_setup(
-        contender.balancer,
-        contender.options,
+    let fleet = start_instances(
+        &mut children,
         scenario,
         traffic,
         plans,
         &addrs,
-        listen,
-        &work,
-        contender.tag,
-        &settings.exe,
-    )?;
-    let log = work.join(format!("{}-{}.log", contender.tag, setup.kind));
-    children.spawn(name, &setup.program, &setup.run, &log)?;
-    children.wait_listening(name, listen).await?;
+        contender,
+        settings,
+    )
+    .await?;
     if antagonist {
         let now = Instant::now();
         if now > epoch_at {
@@ -312,7 +308,11 @@ async fn run_one(
         },
     };
     let plan = Plan {
-        target: listen,
+        target: fleet
+            .listens
+            .first()
+            .copied()
+            .context("no balancer was started")?,
         path: traffic.path.clone(),
         trace: trace.to_vec(),
         timeout: traffic.timeout,
@@ -323,15 +323,140 @@ async fn run_one(
     let (outcomes, samples) = {
         let done = std::sync::atomic::AtomicBool::new(false);
         let load = async {
-            let outcomes = crate::load::run(&plan).await;
+            let outcomes = crate::load::run_fleet(&plan, &fleet.listens).await;
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             outcomes
         };
         let sampling = sample_loads(&addrs, &done);
         tokio::join!(load, sampling)
     };
+    if !fleet.admins.is_empty() {
+        let served = served_by_instances(&fleet.admins).await;
+        write_instances(&work, contender.tag, &fleet, &served, settings.progress)?;
+    }
     children.stop().await;
     Ok((outcomes, samples))
+}
+
+/// A contender's balancer processes, listening.
+struct Fleet {
+    /// Where each instance listens for the load.
+    listens: Vec<SocketAddr>,
+    /// Each instance's admin listener, read after the load: fulcrum fleets only (nginx and
+    /// HAProxy are configured without one).
+    admins: Vec<SocketAddr>,
+}
+
+/// Starts `contender.instances` balancers with the same configuration, each on its own port
+/// over the same backends `addrs`, and waits until each listens. One instance is `balancer`,
+/// its files named by the run's tag; a fleet's are `balancer-K`, their files `TAG-iK`.
+async fn start_instances(
+    children: &mut Children,
+    scenario: &Scenario,
+    traffic: &Traffic,
+    plans: &[BackendPlan],
+    addrs: &[SocketAddr],
+    contender: &Contender<'_>,
+    settings: &Settings,
+) -> anyhow::Result<Fleet> {
+    let work = settings.out.join("work");
+    let n = contender.instances.max(1);
+    let mut fleet = Fleet {
+        listens: Vec::new(),
+        admins: Vec::new(),
+    };
+    for k in 1..=n {
+        let (name, tag) = if n == 1 {
+            ("balancer".to_owned(), contender.tag.to_owned())
+        } else {
+            (format!("balancer-{k}"), format!("{}-i{k}", contender.tag))
+        };
+        let listen = free_addr()?;
+        let admin = match contender.balancer {
+            Balancer::Fulcrum(_) if n > 1 => Some(free_addr()?),
+            _ => None,
+        };
+        let setup = balancer_setup(
+            contender.balancer,
+            contender.options,
+            scenario,
+            traffic,
+            plans,
+            addrs,
+            (listen, admin),
+            &work,
+            &tag,
+            &settings.exe,
+        )?;
+        let log = work.join(format!("{tag}-{}.log", setup.kind));
+        children.spawn(&name, &setup.program, &setup.run, &log)?;
+        children.wait_listening(&name, listen).await?;
+        fleet.listens.push(listen);
+        fleet.admins.extend(admin);
+    }
+    Ok(fleet)
+}
+
+/// The requests each fulcrum instance answered (the sum of its `fulcrum_requests_total`), read
+/// from its admin listener's `/metrics`; `None` for one that did not answer.
+async fn served_by_instances(admins: &[SocketAddr]) -> Vec<Option<u64>> {
+    let mut served = Vec::with_capacity(admins.len());
+    for &admin in admins {
+        let mut client = Client::new(admin);
+        let read = tokio::time::timeout(Duration::from_secs(2), client.get("/metrics"));
+        served.push(match read.await {
+            Ok(Ok(reply)) if reply.status.is_success() => Some(requests_total(&reply.text())),
+            _ => None,
+        });
+    }
+    served
+}
+
+/// The sum of the `fulcrum_requests_total` series of a Prometheus exposition (`name{labels}
+/// value [timestamp]` lines; the lab's label values hold no `}`).
+fn requests_total(exposition: &str) -> u64 {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("fulcrum_requests_total"))
+        .filter_map(|rest| {
+            let value = match rest.strip_prefix('{') {
+                Some(labels) => labels.split_once('}')?.1,
+                None => rest,
+            };
+            // Not another metric whose name goes on.
+            if !value.starts_with(' ') {
+                return None;
+            }
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Writes `TAG-instances.csv` into `work` (each instance's address and the requests it
+/// answered, empty when its metrics could not be read) and, with `progress`, prints them.
+fn write_instances(
+    work: &Path,
+    tag: &str,
+    fleet: &Fleet,
+    served: &[Option<u64>],
+    progress: bool,
+) -> anyhow::Result<()> {
+    let mut csv = String::from("instance,listen,requests\n");
+    for (k, (listen, n)) in fleet.listens.iter().zip(served).enumerate() {
+        let n = n.map(|n| n.to_string()).unwrap_or_default();
+        csv.push_str(&format!("{},{listen},{n}\n", k + 1));
+    }
+    let file = work.join(format!("{tag}-instances.csv"));
+    std::fs::write(&file, csv).with_context(|| format!("cannot write {}", file.display()))?;
+    if progress {
+        let counts: Vec<String> = served
+            .iter()
+            .map(|n| n.map_or("?".to_owned(), |n| n.to_string()))
+            .collect();
+        eprintln!("      requests per instance: {}", counts.join(" / "));
+    }
+    Ok(())
 }
 
 /// Reads every backend's `/load` every [`SAMPLE_EVERY`] until `done`, all backends at once.
@@ -727,8 +852,9 @@ struct Setup {
     check: Vec<String>,
 }
 
-/// Writes the configuration of `balancer` over `addrs`, listening on `listen`, into `dir`
-/// (files named by `tag`); `exe` is fulcrum.
+/// Writes the configuration of `balancer` over `addrs`, listening on `listen` (and for
+/// fulcrum, with an admin listener on `admin` when given), into `dir` (files named by `tag`);
+/// `exe` is fulcrum.
 #[allow(clippy::too_many_arguments)]
 fn balancer_setup(
     balancer: Balancer,
@@ -737,7 +863,7 @@ fn balancer_setup(
     traffic: &Traffic,
     plans: &[BackendPlan],
     addrs: &[SocketAddr],
-    listen: SocketAddr,
+    (listen, admin): (SocketAddr, Option<SocketAddr>),
     dir: &Path,
     tag: &str,
     exe: &Path,
@@ -757,7 +883,7 @@ fn balancer_setup(
                 listen,
                 traffic.timeout,
             )?;
-            write(&file, config)?;
+            write(&file, with_admin(config, admin)?)?;
             let file = file.display().to_string();
             Setup {
                 kind: "fulcrum",
@@ -808,6 +934,23 @@ fn balancer_setup(
     })
 }
 
+/// fulcrum's configuration `config` with an `[admin]` listener on `admin`, if any (loopback,
+/// so no token is needed; the lab's client names itself `fulcrum.test`).
+fn with_admin(config: String, admin: Option<SocketAddr>) -> anyhow::Result<String> {
+    let Some(admin) = admin else {
+        return Ok(config);
+    };
+    let mut root: toml::Table = config.parse().context("reading fulcrum's configuration")?;
+    let mut table = toml::Table::new();
+    table.insert("listen".into(), toml::Value::from(admin.to_string()));
+    table.insert(
+        "allowed_hosts".into(),
+        toml::Value::Array(vec![toml::Value::from("fulcrum.test")]),
+    );
+    root.insert("admin".into(), toml::Value::Table(table));
+    toml::to_string(&root).context("writing fulcrum's configuration")
+}
+
 /// nginx's arguments: its prefix, its configuration, and the error log under the prefix from
 /// the start (before the configuration is read, nginx writes to its compiled-in one).
 fn nginx_args(prefix: &Path, file: &Path) -> Vec<String> {
@@ -850,7 +993,11 @@ async fn preflight(
             traffic,
             plans,
             &addrs,
-            listen,
+            // A fleet's admin listener is checked too.
+            (
+                listen,
+                (contender.instances > 1).then(|| SocketAddr::from(([127, 0, 0, 1], 9_998))),
+            ),
             &dir,
             &k.to_string(),
             &settings.exe,
@@ -1102,5 +1249,23 @@ mod tests {
         .unwrap();
         assert!(haproxy.contains("balance leastconn"));
         assert!(haproxy.contains("server b 127.0.0.1:9002 weight 1 backup"));
+    }
+
+    #[test]
+    fn a_fleets_admin_listener_and_its_request_count() {
+        let config = "workers = 1\n".to_owned();
+        let admin: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let with = with_admin(config.clone(), Some(admin)).unwrap();
+        let parsed: toml::Table = toml::from_str(&with).unwrap();
+        assert_eq!(parsed["admin"]["listen"].as_str(), Some("127.0.0.1:9"));
+        assert_eq!(parsed["workers"].as_integer(), Some(1));
+        assert_eq!(with_admin(config.clone(), None).unwrap(), config);
+        let exposition = "# TYPE fulcrum_requests_total counter
+fulcrum_requests_total{upstream=\"lab\",backend=\"a\",class=\"2xx\"} 40
+fulcrum_requests_total{upstream=\"lab\",backend=\"\",class=\"5xx\"} 2
+fulcrum_requests_totally_other 7
+fulcrum_request_duration_seconds_count{upstream=\"lab\"} 42
+";
+        assert_eq!(requests_total(exposition), 42);
     }
 }

@@ -70,9 +70,10 @@ pub struct Scenario {
 #[serde(deny_unknown_fields)]
 pub struct SimSpec {
     /// Balancer instances in front of the same backends, each with its own pool (a fleet
-    /// behind ECMP or keepalived addresses); a client's requests all go to one.
-    #[serde(default = "one")]
-    pub balancers: u32,
+    /// behind ECMP or keepalived addresses); a client's requests all go to one. A list
+    /// (`[1, 8]`) runs every contender at each, one row each.
+    #[serde(default)]
+    pub balancers: Counts,
     /// One-way delay between a balancer and a backend (default 0).
     pub network_delay: Option<String>,
     /// How old a load report is when a balancer reads it (default 0): the backend measured
@@ -115,6 +116,51 @@ impl OneOrMany {
             OneOrMany::One(v) => vec![v.as_str()],
             OneOrMany::Many(v) => v.iter().map(String::as_str).collect(),
         }
+    }
+}
+
+/// A count, or a list of them (`[sim] balancers`): what TOML gives, checked when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts(pub Vec<u32>);
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts(vec![1])
+    }
+}
+
+impl<'de> Deserialize<'de> for Counts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Counts, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Counts;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a whole number such as 8, or a list of them such as [1, 2, 8, 32]")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Counts, E> {
+                count(v).map(|n| Counts(vec![n]))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Counts, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(-1))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Counts, A::Error> {
+                let mut counts = Vec::new();
+                while let Some(v) = seq.next_element::<i64>()? {
+                    counts.push(count(v)?);
+                }
+                Ok(Counts(counts))
+            }
+        }
+        /// A count that fits; the check refuses 0 and the large by value.
+        fn count<E: serde::de::Error>(v: i64) -> Result<u32, E> {
+            u32::try_from(v).map_err(|_| {
+                E::invalid_value(serde::de::Unexpected::Signed(v), &"a count, 1 or more")
+            })
+        }
+        d.deserialize_any(Visit)
     }
 }
 
@@ -341,7 +387,15 @@ pub struct AlgorithmSpec {
     /// More keys of fulcrum's `[[upstream]]` (e.g. `poll_interval = "1s"`, `window = 20`).
     #[serde(default)]
     pub options: toml::Table,
+    /// Balancer processes, each with the same configuration on its own port over the same
+    /// backends; the load generator spreads requests over them round-robin (a fleet). The
+    /// lab's only: the simulator's fleets are `[sim] balancers`.
+    #[serde(default = "one")]
+    pub instances: u32,
 }
+
+/// The most balancer processes one lab contender starts.
+pub const LAB_MAX_INSTANCES: u32 = 16;
 
 fn one() -> u32 {
     1
@@ -606,6 +660,18 @@ impl Scenario {
                 ));
             }
             let balancer = a.balancer()?;
+            if !(1..=LAB_MAX_INSTANCES).contains(&a.instances) {
+                return Err(format!(
+                    "algorithm {:?}: instances = {}: write 1 to {LAB_MAX_INSTANCES}",
+                    a.name, a.instances
+                ));
+            }
+            if a.instances > 1 && self.sim.is_some() {
+                return Err(format!(
+                    "algorithm {:?}: instances is the lab's; the simulator's fleets are [sim] balancers",
+                    a.name
+                ));
+            }
             if matches!(
                 balancer,
                 Balancer::Nginx(
@@ -646,11 +712,19 @@ impl Scenario {
         sim: &SimSpec,
         names: &std::collections::HashSet<String>,
     ) -> Result<(), String> {
-        if !(1..=1024).contains(&sim.balancers) {
-            return Err(format!(
-                "sim.balancers = {}: write 1 to 1024",
-                sim.balancers
-            ));
+        let fleets = &sim.balancers.0;
+        if fleets.is_empty() || fleets.len() > 16 {
+            return Err("sim.balancers: write one count, or a list of 1 to 16".into());
+        }
+        for (i, &n) in fleets.iter().enumerate() {
+            if !(1..=1024).contains(&n) {
+                return Err(format!("sim.balancers = {n}: write 1 to 1024"));
+            }
+            if fleets[..i].contains(&n) {
+                return Err(format!(
+                    "sim.balancers: {n} is listed twice (each count is a row)"
+                ));
+            }
         }
         let delays = sim.report_delay.as_ref().map(OneOrMany::values);
         if delays
@@ -1069,6 +1143,16 @@ mod tests {
             "pattern = \"constant:10\"",
             "pattern = \"constant:10\"\nconcurrency = \"4\"",
             "exclude each other",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 0",
+            "instances = 0: write 1 to 16",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 3\n[sim]\nbalancers = 2",
+            "the simulator's fleets are [sim] balancers",
         );
     }
 }

@@ -42,7 +42,10 @@ pub struct Contender {
 /// The simulator's own knobs (`[sim]`), resolved.
 #[derive(Debug, Clone, Default)]
 pub struct Knobs {
+    /// Balancer instances of this run.
     pub balancers: u32,
+    /// Every fleet size to run at (one row each when more than one).
+    pub fleets: Vec<u32>,
     pub network_delay: Duration,
     pub report_delay: Duration,
     /// Every report delay to run at (one row each when more than one).
@@ -69,6 +72,7 @@ impl Knobs {
         let Some(sim) = &scenario.sim else {
             return Knobs {
                 balancers: 1,
+                fleets: vec![1],
                 report_delays: vec![Duration::ZERO],
                 probe_cost: DEFAULT_PROBE_COST,
                 ..Knobs::default()
@@ -87,7 +91,8 @@ impl Knobs {
             report_delays.push(Duration::ZERO);
         }
         Knobs {
-            balancers: sim.balancers.max(1),
+            balancers: sim.balancers.0.first().copied().unwrap_or(1).max(1),
+            fleets: sim.balancers.0.iter().map(|&n| n.max(1)).collect(),
             network_delay: duration(sim.network_delay.as_deref()),
             report_delay: report_delays[0],
             report_delays,

@@ -20,8 +20,17 @@ pub struct Played {
     pub events: u64,
 }
 
-/// The label of `contender` at `load` and report `delay` (one row each in the results).
-pub fn label(contender: &str, load: Option<f64>, delay: Option<Duration>) -> String {
+/// One row's contender, with the report delay and fleet size named when they vary.
+type Case<'c> = (Option<Duration>, Option<u32>, &'c Contender);
+
+/// The label of `contender` at `load`, report `delay` and with `balancers` instances (one row
+/// each in the results).
+pub fn label(
+    contender: &str,
+    load: Option<f64>,
+    delay: Option<Duration>,
+    balancers: Option<u32>,
+) -> String {
     let mut label = contender.to_owned();
     if let Some(l) = load {
         label.push_str(&format!(" λ={l:.2}"));
@@ -29,12 +38,35 @@ pub fn label(contender: &str, load: Option<f64>, delay: Option<Duration>) -> Str
     if let Some(d) = delay {
         label.push_str(&format!(" delay={}", humantime::format_duration(d)));
     }
+    if let Some(n) = balancers {
+        label.push_str(&format!(" balancers={n}"));
+    }
     label
 }
 
-/// Each contender at each report delay if it reads load reports, once if it does not; the
-/// delay is named only when there are several.
-fn cases<'c>(knobs: &Knobs, contenders: &'c [Contender]) -> Vec<(Option<Duration>, &'c Contender)> {
+/// Each contender at each fleet size, and at each report delay if it reads load reports (once
+/// if it does not); the delay and the size are named only when there are several.
+fn cases<'c>(knobs: &Knobs, contenders: &'c [Contender]) -> Vec<Case<'c>> {
+    let fleets: Vec<Option<u32>> = if knobs.fleets.len() > 1 {
+        knobs.fleets.iter().copied().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    fleets
+        .into_iter()
+        .flat_map(|n| {
+            delayed(knobs, contenders)
+                .into_iter()
+                .map(move |(d, c)| (d, n, c))
+        })
+        .collect()
+}
+
+/// Each contender at each report delay if it reads load reports, once if it does not.
+fn delayed<'c>(
+    knobs: &Knobs,
+    contenders: &'c [Contender],
+) -> Vec<(Option<Duration>, &'c Contender)> {
     let delays: Vec<Option<Duration>> = if knobs.report_delays.len() > 1 {
         knobs.report_delays.iter().copied().map(Some).collect()
     } else {
@@ -88,8 +120,8 @@ pub fn play(
     let cases = cases(&knobs, contenders);
     let mut labels = Vec::new();
     for &load in &loads {
-        for &(delay, c) in &cases {
-            labels.push(label(&c.label, load, delay));
+        for &(delay, fleet, c) in &cases {
+            labels.push(label(&c.label, load, delay, fleet));
         }
     }
     // Every run, in the order of the results; they are independent, so they spread over the
@@ -98,8 +130,8 @@ pub fn play(
     for repetition in 0..scenario.repetitions {
         for &load in &loads {
             let traffic = scenario.traffic_at(load)?;
-            for &(delay, c) in &cases {
-                jobs.push((repetition, load, delay, c, traffic.clone()));
+            for &(delay, fleet, c) in &cases {
+                jobs.push((repetition, load, delay, fleet, c, traffic.clone()));
             }
         }
     }
@@ -115,12 +147,13 @@ pub fn play(
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some((repetition, load, delay, c, traffic)) = jobs.get(i) else {
+                    let Some((repetition, load, delay, fleet, c, traffic)) = jobs.get(i) else {
                         return;
                     };
-                    let label = label(&c.label, *load, *delay);
+                    let label = label(&c.label, *load, *delay, *fleet);
                     let knobs = Knobs {
                         report_delay: delay.unwrap_or(knobs.report_delay),
+                        balancers: fleet.unwrap_or(knobs.balancers),
                         ..knobs.clone()
                     };
                     let seed = scenario.seed.wrapping_add(u64::from(*repetition));

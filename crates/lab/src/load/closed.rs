@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Outcome, Plan, client_addr, exchange, request_prefix};
+use super::{Outcome, Plan, client_addr, exchange, request_prefix, target_of};
 use crate::schedule::MAX_ARRIVALS;
 
 /// How many virtual users are active, over time.
@@ -149,7 +149,7 @@ impl std::str::FromStr for Users {
 /// What the users share: the plan's target and costs, and the count of requests sent.
 #[derive(Debug)]
 struct Shared {
-    target: std::net::SocketAddr,
+    targets: Vec<std::net::SocketAddr>,
     /// The request head up to the cost (`None`: the path is not a request target).
     prefix: Option<Arc<[u8]>>,
     costs: Vec<f64>,
@@ -164,13 +164,14 @@ struct Shared {
 
 pub(super) async fn run(
     plan: &Plan,
+    targets: &[std::net::SocketAddr],
     users: Users,
     duration: Duration,
     clients: u32,
     counters: Option<Arc<Counters>>,
 ) -> Vec<Outcome> {
     let shared = Arc::new(Shared {
-        target: plan.target,
+        targets: targets.to_vec(),
         prefix: request_prefix(&plan.path),
         costs: plan.trace.iter().map(|a| a.cost_ms).collect(),
         timeout: plan.timeout,
@@ -196,7 +197,7 @@ pub(super) async fn run(
     sent.into_iter().map(|(_, o)| o).collect()
 }
 
-/// User `i`: sends from client `client` while it is active and the run lasts; its requests,
+/// User `i`: sends from client `client` (to instance `i mod n` of a fleet) while it is active and the run lasts; its requests,
 /// each with its index among all the run's.
 async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)> {
     let start = shared.start;
@@ -244,7 +245,7 @@ async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)>
         let deadline = sent_at + shared.timeout;
         let (exchanged, kept) = exchange(
             connection.take(),
-            shared.target,
+            target_of(&shared.targets, i as usize),
             client_addr(client),
             shared.prefix.as_deref(),
             cost_ms,

@@ -53,6 +53,7 @@ pub use trace_file::{TRACE_HEADER, write_trace};
 /// What a run sends, where, and how.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Where requests go ([`run_fleet`] spreads them over several addresses instead).
     pub target: SocketAddr,
     /// The request path (and query).
     pub path: String,
@@ -169,12 +170,22 @@ pub fn client_addr(i: u32) -> IpAddr {
 /// in open loop, in the order they were sent in closed loop. Every answer is awaited (at most
 /// the timeout).
 pub async fn run(plan: &Plan) -> Vec<Outcome> {
+    run_fleet(plan, &[plan.target]).await
+}
+
+/// [`run`], with the requests spread over `targets` (a fleet of balancer instances) rather
+/// than sent to `plan.target`. In open loop arrival `k` goes to `targets[k mod n]`
+/// (round-robin, as the lab's fleets are specified: each instance gets an equal share
+/// whatever the number of clients); in closed loop user `u` sends to `targets[u mod n]` (each
+/// user keeps its connection to its instance, as a client behind ECMP stays on one). With
+/// no target, every request fails.
+pub async fn run_fleet(plan: &Plan, targets: &[SocketAddr]) -> Vec<Outcome> {
     let progress = plan
         .progress
         .clone()
         .map(|bar| progress::Progress::start(bar, plan.length()));
     let outcomes = match plan.mode {
-        Mode::Open => open::run(plan, progress.as_ref().map(|p| p.counters())).await,
+        Mode::Open => open::run(plan, targets, progress.as_ref().map(|p| p.counters())).await,
         Mode::Closed {
             users,
             duration,
@@ -182,6 +193,7 @@ pub async fn run(plan: &Plan) -> Vec<Outcome> {
         } => {
             closed::run(
                 plan,
+                targets,
                 users,
                 duration,
                 clients,
@@ -253,19 +265,24 @@ fn request(prefix: &[u8], cost_ms: f64) -> Vec<u8> {
     out
 }
 
+/// The target of request (or user) `k`: the instances in turn; `None` without any.
+fn target_of(targets: &[SocketAddr], k: usize) -> Option<SocketAddr> {
+    targets.get(k.checked_rem(targets.len())?).copied()
+}
+
 /// Sends one request, with `cost_ms`, on `idle` or else on a new connection from `local`, and
 /// reads its answer, unless `deadline` comes first. Returns the connection too if it can carry
 /// another request. A kept connection found closed by the server before it answered is
 /// replaced by a new one once (the server never saw the request).
 async fn exchange(
     idle: Option<Connection>,
-    target: SocketAddr,
+    target: Option<SocketAddr>,
     local: IpAddr,
     prefix: Option<&[u8]>,
     cost_ms: f64,
     deadline: Instant,
 ) -> (Exchange, Option<Connection>) {
-    let Some(prefix) = prefix else {
+    let (Some(prefix), Some(target)) = (prefix, target) else {
         return (Exchange::Failed, None);
     };
     let request = request(prefix, cost_ms);

@@ -2,7 +2,8 @@
 //! whatever became of the earlier ones.
 //!
 //! One loop walks the trace and spawns a task per request at its time; the task takes an idle
-//! kept-alive connection of its client (or opens one), sends, and puts the connection back
+//! kept-alive connection of its client to its instance (arrival `k` goes to instance `k mod n`
+//! of a fleet) or opens one, sends, and puts the connection back
 //! when the answer has come (unless the server closes it). Arrivals already due when the loop gets to them (it woke late,
 //! or several fall within the timer's 1 ms tick) leave at once, without a trip through the
 //! timer.
@@ -14,12 +15,16 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Outcome, Plan, client_addr, exchange, request_prefix};
+use super::{Outcome, Plan, client_addr, exchange, request_prefix, target_of};
 
-/// Idle kept-alive connections, per client.
+/// Idle kept-alive connections, per client and instance (`client × n + instance`).
 type Pools = Arc<Vec<Mutex<Vec<Connection>>>>;
 
-pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Outcome> {
+pub(super) async fn run(
+    plan: &Plan,
+    targets: &[std::net::SocketAddr],
+    counters: Option<Arc<Counters>>,
+) -> Vec<Outcome> {
     // The loop runs as a task of the runtime rather than in the caller's (which may be a
     // `block_on` thread): a timer that fires then wakes it on the worker that fired it, one
     // thread hop instead of two, which keeps it closer to its schedule on a busy machine.
@@ -27,7 +32,7 @@ pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Out
     let mut dispatch = JoinSet::new();
     dispatch.spawn(send_all(
         plan.trace.clone(),
-        plan.target,
+        targets.to_vec(),
         request_prefix(&plan.path),
         plan.timeout,
         counters,
@@ -41,13 +46,18 @@ pub(super) async fn run(plan: &Plan, counters: Option<Arc<Counters>>) -> Vec<Out
 
 async fn send_all(
     trace: Vec<crate::schedule::Arrival>,
-    target: std::net::SocketAddr,
+    targets: Vec<std::net::SocketAddr>,
     prefix: Option<Arc<[u8]>>,
     timeout: std::time::Duration,
     counters: Option<Arc<Counters>>,
 ) -> Vec<Outcome> {
     let clients = trace.iter().map(|a| a.client).max().map_or(0, |m| m + 1);
-    let pools: Pools = Arc::new((0..clients).map(|_| Mutex::new(Vec::new())).collect());
+    let instances = targets.len().max(1);
+    let pools: Pools = Arc::new(
+        (0..clients as usize * instances)
+            .map(|_| Mutex::new(Vec::new()))
+            .collect(),
+    );
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     let mut finished = Vec::with_capacity(trace.len());
@@ -61,8 +71,10 @@ async fn send_all(
             c.sent();
         }
         let (pools, prefix, counters) = (Arc::clone(&pools), prefix.clone(), counters.clone());
+        let target = target_of(&targets, k);
+        let slot = arrival.client as usize * instances + k % instances;
         tasks.spawn(async move {
-            let pool = &pools[arrival.client as usize];
+            let pool = &pools[slot];
             let idle = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let mut outcome = Outcome {
                 intended: arrival.at,

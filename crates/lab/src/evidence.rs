@@ -123,6 +123,7 @@ pub fn override_algorithms(scenario: &mut Scenario, names: &[String]) -> Result<
             algorithm: None,
             compare: None,
             options: toml::Table::new(),
+            instances: 1,
         });
     }
     if specs.is_empty() {

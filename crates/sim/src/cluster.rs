@@ -954,9 +954,9 @@ impl Sim<'_> {
             let admitted = s.admit(self.now, job, r.work - r.work / 2, false);
             return self.admitted(i, k, admitted);
         }
+        s.answered();
         c.stage = Stage::Away;
         r.status = 200;
-        s.answered();
         self.reply(i);
     }
 

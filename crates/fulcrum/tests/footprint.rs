@@ -1,8 +1,8 @@
 //! Issue 30: a backend's static memory and network capacities. The lab backend on a real
 //! socket and the simulator's server, given the same requests at the same times, report the
 //! same `mem` and `net` in `GET /load` (the formulas are one code,
-//! `lab::backend::Footprint`; what each feeds them — the requests held, the answers — is
-//! counted apart, and is what this checks).
+//! `lab::backend::footprint::Footprint`; what each feeds them — the requests held, the
+//! answers — is counted apart, and is what this checks).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use lab::backend::{Capacity, Faults, Footprint, Mode};
+use lab::backend::footprint::Footprint;
+use lab::backend::{Capacity, Faults, Mode};
 use lab::{Backend, Client};
 use sim::servers::{Reading, Server};
 use tokio::time::Instant;

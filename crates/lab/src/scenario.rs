@@ -253,7 +253,7 @@ pub struct BackendSpec {
     #[serde(default)]
     pub max_conns: u32,
     /// Its memory (`"4GB"`): `mem` in `/load` is then the memory held over it
-    /// ([`crate::backend::Footprint`]); without it, the queue's fill.
+    /// ([`crate::backend::footprint::Footprint`]); without it, the queue's fill.
     pub mem: Option<String>,
     /// Memory held with no request in flight (`"1GB"`; default 0; needs `mem`).
     pub mem_base: Option<String>,
@@ -268,7 +268,7 @@ pub struct BackendSpec {
 impl BackendSpec {
     /// Its memory and network capacities and a request's footprint on them, as the lab
     /// backend and the simulator run them.
-    pub fn footprint(&self) -> Result<crate::backend::Footprint, String> {
+    pub fn footprint(&self) -> Result<crate::backend::footprint::Footprint, String> {
         use crate::backend::footprint::{parse_bits, parse_bytes};
         let bytes = |key: &str, v: &Option<String>| -> Result<Option<f64>, String> {
             v.as_deref()
@@ -315,7 +315,7 @@ impl BackendSpec {
                 self.mem.as_deref().unwrap_or_default()
             ));
         }
-        Ok(crate::backend::Footprint {
+        Ok(crate::backend::footprint::Footprint {
             mem,
             mem_base: mem_base.unwrap_or(0.0),
             mem_per_request: mem_per_request.unwrap_or(0.0),
@@ -1052,7 +1052,7 @@ mod tests {
         let f = s.backends[0].footprint().unwrap();
         assert_eq!(
             f,
-            crate::backend::Footprint {
+            crate::backend::footprint::Footprint {
                 mem: Some(4e9),
                 mem_base: 1e9,
                 mem_per_request: 32e6,

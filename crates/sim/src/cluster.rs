@@ -1037,6 +1037,7 @@ impl Sim<'_> {
             let admitted = s.admit(self.now, job, r.work - r.work / 2, false);
             return self.admitted(i, k, admitted);
         }
+        s.answered();
         c.stage = Stage::Away;
         r.status = 200;
         if self.probes.on
@@ -1046,7 +1047,6 @@ impl Sim<'_> {
             let latency = Nanos(self.now - at);
             self.probes.latency[k].record(rif, latency, Nanos(self.now));
         }
-        s.answered();
         self.reply(i);
     }
 

@@ -18,7 +18,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use lab::backend::{Antagonist, Faults, Footprint, Mode, finish_after};
+use lab::backend::footprint::Footprint;
+use lab::backend::{Antagonist, Faults, Mode, finish_after};
 
 use crate::events::Time;
 

@@ -40,7 +40,7 @@ fn capacity(args: &BackendArgs) -> Option<lab::backend::Capacity> {
             .epoch_ms
             .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
         seed: args.seed,
-        footprint: lab::backend::Footprint {
+        footprint: lab::backend::footprint::Footprint {
             mem: args.mem,
             mem_base: args.mem_base.unwrap_or(0.0),
             mem_per_request: args.mem_per_request.unwrap_or(0.0),

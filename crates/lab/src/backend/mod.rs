@@ -19,10 +19,11 @@
 //!   (503 for a request not done in time, its work going on), a stall after N requests (nothing
 //!   answers again, connections stay open), death after N requests (listener closed,
 //!   connections dropped).
+//! * **Footprint** ([`footprint::Footprint`]): static memory and network capacities and a
+//!   request's footprint on them; `mem` and `net` in `GET /load` then report their use.
 //! * **`GET /load`** answers the utilization in the agent's JSON, averaged over a trailing
 //!   second, the antagonist's share included (see [`meter`]), so the dynamic algorithms can run
 //!   against lab backends end to end. It is the monitoring path: not counted, never faulted.
-//!   With a [`Footprint`], `mem` and `net` come from static memory and network capacities.
 //! * **`GET /probe`** answers Prequal's probe (DESIGN §2): requests in flight now and the
 //!   latency estimated at that RIF from the backend's completions (see [`probe`]). Like
 //!   `/load`, not counted and never faulted, but a stalled backend does not answer it.
@@ -30,11 +31,11 @@
 //! # Layout
 //!
 //! * [`capacity`]: what is emulated: [`Capacity`], [`Mode`], [`Faults`].
+//! * [`footprint`]: memory and network capacities and a request's footprint on them.
 //! * [`antagonist`]: the time-varying factor, its exact service-time and utilization math.
 //! * [`service`]: the slots, the processor-sharing driver, burn.
 //! * [`meter`]: the trailing-window utilization of `GET /load`.
 //! * [`probe`]: requests in flight and the latency estimate of `GET /probe`.
-//! * [`footprint`]: memory and network capacities and a request's footprint on them.
 
 pub mod antagonist;
 pub mod capacity;
@@ -65,7 +66,6 @@ use tokio::task::JoinHandle;
 pub use antagonist::{Antagonist, finish_after};
 pub use capacity::{Capacity, Faults, Mode};
 use probe::Probes;
-pub use footprint::Footprint;
 use service::{Served, Server};
 
 /// How long a dying backend lets its last answer leave before it drops every connection.
@@ -150,8 +150,8 @@ fn draw<T>(rng: &Mutex<Pcg64Mcg>, f: impl FnOnce(&mut Pcg64Mcg) -> T) -> T {
 }
 
 /// The agent protocol's document for the utilization now (no disk, no containers): `mem`
-/// and `net` from the [`Footprint`] when it gives capacities, else the queue's fill and the
-/// shared bandwidth alone.
+/// and `net` from the [`footprint::Footprint`] when it gives capacities, else the queue's
+/// fill and the shared bandwidth alone.
 fn load_report(server: &Server) -> Vec<u8> {
     let used = server.meter.utilization();
     let footprint = server.capacity.footprint;

@@ -311,7 +311,7 @@ pub fn markdown(sources: &[Source], out: &Path) -> String {
     writeln!(
         doc,
         "Each cell is the algorithm's median p99 over the repetitions divided by the row's best median p99 among the algorithms of the table (the best is **1.00**, in bold); in brackets, a 95% interval of that ratio from a paired bootstrap over the repetitions (each of {} resamples takes the same repetitions — the same traffic — for both; fixed seed). `—`: not run. With one repetition there is no interval. Only these algorithms count for the best; other contenders of a scenario (round robin, nginx, HAProxy) are left out.\n",
-        stats::RESAMPLES
+        stats::grouped(stats::RESAMPLES)
     )
     .ok();
     doc.push_str("The inputs, each made by one command (the seed as the scenario file sets it; repetition r replays seed + r):\n\n");

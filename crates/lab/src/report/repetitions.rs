@@ -216,13 +216,13 @@ fn matrices(results: &Results) -> Vec<Matrix> {
 }
 
 /// Said instead of intervals and wins when a scenario ran once.
-const ONE_REPETITION: &str = "One repetition: no interval and no win count — a single run says nothing about its own spread (set `repetitions` in the scenario).";
+const ONE_REPETITION: &str = "One repetition: no interval and no win count — a single run says nothing about its own spread (set repetitions in the scenario).";
 
 /// How the intervals and the wins were made, above them.
 fn preamble(n: u32) -> String {
     format!(
-        "{n} paired repetitions: repetition r replays seed + r for every contender. Medians with 95% intervals (percentile bootstrap of the median, {} resamples from a fixed seed); `lowest p99`: the repetitions in which the contender had the lowest p99 of its case.",
-        stats::RESAMPLES
+        "{n} paired repetitions: repetition r replays seed + r for every contender. Medians with 95% intervals (percentile bootstrap of the median, {} resamples from a fixed seed); \"lowest p99\": the repetitions in which the contender had the lowest p99 of its case.",
+        stats::grouped(stats::RESAMPLES)
     )
 }
 

@@ -221,23 +221,26 @@ struct TableRow<'s> {
     p99s: Vec<Option<Vec<(u32, f64)>>>,
 }
 
+/// A row per case of each source, in order; a contender that reads no load reports (named
+/// without a delay) is in every delay's row ([`crate::report::group_cases`]).
 fn rows(sources: &[Source]) -> Vec<TableRow<'_>> {
     let mut rows = Vec::new();
     for source in sources {
-        let mut cases: Vec<&str> = Vec::new();
-        for run in &source.runs {
-            if !cases.contains(&run.case.as_str()) {
-                cases.push(&run.case);
-            }
-        }
-        for case in cases {
+        let cases = crate::report::group_cases(
+            source
+                .runs
+                .iter()
+                .map(|r| (r.case.clone(), (r.case.as_str(), r.contender.as_str()))),
+        );
+        for (case, members) in cases {
             let p99s = LOAD_AWARE
                 .iter()
                 .map(|algorithm| {
                     let mut runs: Vec<(u32, f64)> = source
                         .runs
                         .iter()
-                        .filter(|r| r.case == case && r.contender == *algorithm)
+                        .filter(|r| members.contains(&(r.case.as_str(), r.contender.as_str())))
+                        .filter(|r| r.contender == *algorithm)
                         .map(|r| (r.repetition, r.p99_ms))
                         .collect();
                     runs.sort_by_key(|r| r.0);

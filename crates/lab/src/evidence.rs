@@ -222,23 +222,26 @@ struct TableRow<'s> {
     p99s: Vec<Option<Vec<(u32, f64)>>>,
 }
 
+/// A row per case of each source, in order; a contender that reads no load reports (named
+/// without a delay) is in every delay's row ([`crate::report::group_cases`]).
 fn rows(sources: &[Source]) -> Vec<TableRow<'_>> {
     let mut rows = Vec::new();
     for source in sources {
-        let mut cases: Vec<&str> = Vec::new();
-        for run in &source.runs {
-            if !cases.contains(&run.case.as_str()) {
-                cases.push(&run.case);
-            }
-        }
-        for case in cases {
+        let cases = crate::report::group_cases(
+            source
+                .runs
+                .iter()
+                .map(|r| (r.case.clone(), (r.case.as_str(), r.contender.as_str()))),
+        );
+        for (case, members) in cases {
             let p99s = LOAD_AWARE
                 .iter()
                 .map(|algorithm| {
                     let mut runs: Vec<(u32, f64)> = source
                         .runs
                         .iter()
-                        .filter(|r| r.case == case && r.contender == *algorithm)
+                        .filter(|r| members.contains(&(r.case.as_str(), r.contender.as_str())))
+                        .filter(|r| r.contender == *algorithm)
                         .map(|r| (r.repetition, r.p99_ms))
                         .collect();
                     runs.sort_by_key(|r| r.0);
@@ -312,7 +315,7 @@ pub fn markdown(sources: &[Source], out: &Path) -> String {
     writeln!(
         doc,
         "Each cell is the algorithm's median p99 over the repetitions divided by the row's best median p99 among the algorithms of the table (the best is **1.00**, in bold); in brackets, a 95% interval of that ratio from a paired bootstrap over the repetitions (each of {} resamples takes the same repetitions — the same traffic — for both; fixed seed). `—`: not run. With one repetition there is no interval. Only these algorithms count for the best; other contenders of a scenario (round robin, nginx, HAProxy) are left out.\n",
-        stats::RESAMPLES
+        stats::grouped(stats::RESAMPLES)
     )
     .ok();
     doc.push_str("The inputs, each made by one command (the seed as the scenario file sets it; repetition r replays seed + r):\n\n");

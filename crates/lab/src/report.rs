@@ -34,7 +34,10 @@ use crate::stats::{self, Interval};
 
 mod repetitions;
 use crate::tally::{SHARE_CHART_LIMIT, Tally};
-pub use repetitions::{REPETITION_COLUMNS, WIN_COLUMNS, cases, p99_best_in, p99_wins, split_label};
+pub use repetitions::{
+    REPETITION_COLUMNS, WIN_COLUMNS, cases, group_cases, p99_best_in, p99_wins, split_label,
+    without_delay,
+};
 
 /// Up to this many backends `results.csv` has a `share_<name>` column per backend and
 /// `results.md` lists every share; above it, their minimum, median and maximum.
@@ -1254,6 +1257,28 @@ mod tests {
             "{md}"
         );
         assert!(html(&results).unwrap().contains("<td>3 of 5</td>"));
+    }
+
+    #[test]
+    fn contenders_without_reports_join_every_delays_case() {
+        let items = [
+            ("λ=0.80", "random"),
+            ("λ=0.80 delay=0s", "dwlc"),
+            ("λ=0.80 delay=1s", "dwlc"),
+            ("λ=0.90", "random"),
+        ]
+        .map(|(c, i)| (c.to_owned(), i));
+        assert_eq!(
+            group_cases(items),
+            vec![
+                ("λ=0.80 delay=0s".to_owned(), vec!["random", "dwlc"]),
+                ("λ=0.80 delay=1s".to_owned(), vec!["random", "dwlc"]),
+                ("λ=0.90".to_owned(), vec!["random"]),
+            ]
+        );
+        assert_eq!(without_delay("λ=0.80 delay=10s").as_deref(), Some("λ=0.80"));
+        assert_eq!(without_delay("delay=1s").as_deref(), Some(""));
+        assert_eq!(without_delay("λ=0.80"), None);
     }
 
     #[test]

@@ -45,6 +45,19 @@ impl Interval {
     }
 }
 
+/// `n` with its thousands grouped, for people: 10,000.
+pub fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The median (the mean of the middle two for an even count); 0 for no values.
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
@@ -173,6 +186,13 @@ mod tests {
             v.swap(i, rng.random_range(0..=i));
         }
         v
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(grouped(10_000), "10,000");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]

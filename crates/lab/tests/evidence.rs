@@ -1,5 +1,6 @@
 //! The evidence generator on two hand-made results directories (a simulated scenario of two
-//! cases over three repetitions, a lab scenario of one repetition), against a golden output.
+//! loads over three repetitions, one with a report-reading contender at a report delay that the
+//! others join, and a lab scenario of one repetition), against a golden output.
 
 use std::path::Path;
 

@@ -5,7 +5,9 @@
 //!
 //! Only contenders of the same **case** are compared: the labels that differ in the contender
 //! alone. The simulator names a case after the contender (`least_conn λ=0.90 delay=1s`), so a
-//! label's case is what follows the scenario's contender name that begins it.
+//! label's case is what follows the scenario's contender name that begins it. It names a
+//! report delay only for the contenders that read load reports; the others are the same at
+//! every delay, so they join each delay's case ([`group_cases`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -63,15 +65,55 @@ pub fn split_label<'l>(results: &Results, label: &'l str) -> (&'l str, &'l str) 
 
 /// The cases, in the order of the labels, each with its labels.
 pub fn cases(results: &Results) -> Vec<(String, Vec<String>)> {
-    let mut cases: Vec<(String, Vec<String>)> = Vec::new();
-    for label in &results.labels {
+    group_cases(results.labels.iter().map(|label| {
         let (_, case) = split_label(results, label);
-        match cases.iter_mut().find(|(c, _)| c == case) {
-            Some((_, labels)) => labels.push(label.clone()),
-            None => cases.push((case.to_owned(), vec![label.clone()])),
+        (case.to_owned(), label.clone())
+    }))
+}
+
+/// The case without its report delay (`λ=0.80 delay=1s` → `λ=0.80`), if it names one.
+pub fn without_delay(case: &str) -> Option<String> {
+    let tokens: Vec<&str> = case.split(' ').collect();
+    let kept: Vec<&str> = tokens
+        .iter()
+        .copied()
+        .filter(|t| !t.starts_with("delay="))
+        .collect();
+    (kept.len() < tokens.len()).then(|| kept.join(" "))
+}
+
+/// `items` grouped by their case, in the order cases first appear; then each case with a
+/// report delay takes in, first, the items of the same case without a delay (contenders that
+/// read no reports, the same at every delay), and such a case, taken in, is not listed alone.
+pub fn group_cases<T: Clone>(
+    items: impl IntoIterator<Item = (String, T)>,
+) -> Vec<(String, Vec<T>)> {
+    let mut plain: Vec<(String, Vec<T>)> = Vec::new();
+    for (case, item) in items {
+        match plain.iter_mut().find(|(c, _)| *c == case) {
+            Some((_, group)) => group.push(item),
+            None => plain.push((case, vec![item])),
         }
     }
-    cases
+    let taken: Vec<String> = plain
+        .iter()
+        .filter_map(|(c, _)| without_delay(c))
+        .filter(|base| plain.iter().any(|(c, _)| c == base))
+        .collect();
+    plain
+        .iter()
+        .filter(|(c, _)| !taken.contains(c))
+        .map(|(case, group)| {
+            let base = without_delay(case)
+                .and_then(|b| plain.iter().find(|(c, _)| *c == b))
+                .map(|(_, g)| g.clone())
+                .unwrap_or_default();
+            (
+                case.clone(),
+                base.into_iter().chain(group.iter().cloned()).collect(),
+            )
+        })
+        .collect()
 }
 
 /// `label`'s p99 in each of its repetitions.
@@ -94,10 +136,13 @@ pub fn p99_wins(results: &Results, a: &str, b: &str) -> Wins {
     stats::wins(&xs, &ys)
 }
 
-/// In how many repetitions `label` had the lowest p99 of its case (each of a tie counts).
+/// In how many repetitions `label` had the lowest p99 of its case (each of a tie counts; for
+/// a contender in several delays' cases, the first).
 pub fn p99_best_in(results: &Results, label: &str) -> usize {
-    let (_, case) = split_label(results, label);
-    let Some((_, labels)) = cases(results).into_iter().find(|(c, _)| c == case) else {
+    let Some((_, labels)) = cases(results)
+        .into_iter()
+        .find(|(_, labels)| labels.iter().any(|l| l == label))
+    else {
         return 0;
     };
     let all: Vec<BTreeMap<u32, f64>> = labels.iter().map(|l| p99s(results, l)).collect();
@@ -216,13 +261,13 @@ fn matrices(results: &Results) -> Vec<Matrix> {
 }
 
 /// Said instead of intervals and wins when a scenario ran once.
-const ONE_REPETITION: &str = "One repetition: no interval and no win count — a single run says nothing about its own spread (set `repetitions` in the scenario).";
+const ONE_REPETITION: &str = "One repetition: no interval and no win count — a single run says nothing about its own spread (set repetitions in the scenario).";
 
 /// How the intervals and the wins were made, above them.
 fn preamble(n: u32) -> String {
     format!(
-        "{n} paired repetitions: repetition r replays seed + r for every contender. Medians with 95% intervals (percentile bootstrap of the median, {} resamples from a fixed seed); `lowest p99`: the repetitions in which the contender had the lowest p99 of its case.",
-        stats::RESAMPLES
+        "{n} paired repetitions: repetition r replays seed + r for every contender. Medians with 95% intervals (percentile bootstrap of the median, {} resamples from a fixed seed); \"lowest p99\": the repetitions in which the contender had the lowest p99 of its case.",
+        stats::grouped(stats::RESAMPLES)
     )
 }
 

@@ -30,6 +30,7 @@ pub const LOAD_AWARE: &[&str] = &[
     "latency",
     "dwlc",
     "utilization_wrr",
+    "prequal",
 ];
 
 /// The file in a results directory that says how it was made.

@@ -174,6 +174,7 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
                 balancer,
                 options: &contender.options,
                 instances: contender.instances,
+                spread: contender.spread(),
                 tag: &tag,
             };
             let (outcomes, samples) = run_one(scenario, &traffic, &plans, &one, &trace, settings)
@@ -219,8 +220,9 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
 struct Contender<'a> {
     balancer: Balancer,
     options: &'a toml::Table,
-    /// Balancer processes (a fleet when more than one).
+    /// Balancer processes (a fleet when more than one), and how they share the requests.
     instances: u32,
+    spread: crate::load::Spread,
     /// Names this run's files.
     tag: &'a str,
 }
@@ -305,7 +307,7 @@ async fn run_one(
     let (outcomes, samples) = {
         let done = std::sync::atomic::AtomicBool::new(false);
         let load = async {
-            let outcomes = crate::load::run_fleet(&plan, &fleet.listens).await;
+            let outcomes = crate::load::run_fleet(&plan, &fleet.listens, contender.spread).await;
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             outcomes
         };

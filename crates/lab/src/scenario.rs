@@ -317,6 +317,9 @@ pub struct AlgorithmSpec {
     /// lab's only: the simulator's fleets are `[sim] balancers`.
     #[serde(default = "one")]
     pub instances: u32,
+    /// How a fleet shares the requests: `round_robin` (default: arrival k to instance k mod n)
+    /// or `client` (client c to instance c mod n, as ECMP). Only with `instances` above 1.
+    pub spread: Option<String>,
 }
 
 /// The most balancer processes one lab contender starts.
@@ -589,6 +592,16 @@ impl Scenario {
                     "algorithm {:?}: instances = {}: write 1 to {LAB_MAX_INSTANCES}",
                     a.name, a.instances
                 ));
+            }
+            if let Some(spread) = &a.spread {
+                if a.instances < 2 {
+                    return Err(format!(
+                        "algorithm {:?}: spread says how a fleet shares the requests: set instances above 1, or leave spread out",
+                        a.name
+                    ));
+                }
+                crate::load::Spread::from_str(spread)
+                    .map_err(|e| format!("algorithm {:?}: spread = {e}", a.name))?;
             }
             if a.instances > 1 && self.sim.is_some() {
                 return Err(format!(
@@ -875,6 +888,14 @@ impl Scenario {
 }
 
 impl AlgorithmSpec {
+    /// How its fleet shares the requests (checked when read).
+    pub fn spread(&self) -> crate::load::Spread {
+        self.spread
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default()
+    }
+
     /// Which balancer, with which algorithm, serves this contender.
     pub fn balancer(&self) -> Result<Balancer, String> {
         let name = self.algorithm.as_deref().unwrap_or(&self.name);
@@ -1002,6 +1023,16 @@ mod tests {
             "name = \"round_robin\"",
             "name = \"round_robin\"\ninstances = 0",
             "instances = 0: write 1 to 16",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 2\nspread = \"ecmp\"",
+            "spread = \"ecmp\": write \"round_robin\" or \"client\"",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\nspread = \"client\"",
+            "set instances above 1",
         );
         bad(
             "name = \"round_robin\"",

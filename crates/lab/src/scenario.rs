@@ -320,6 +320,11 @@ pub struct AlgorithmSpec {
     /// How a fleet shares the requests: `round_robin` (default: arrival k to instance k mod n)
     /// or `client` (client c to instance c mod n, as ECMP). Only with `instances` above 1.
     pub spread: Option<String>,
+    /// Each fulcrum instance of a fleet its own `seed` (the options' seed, default 0, plus the
+    /// instance's index from 0) instead of the same configuration's same seed. Only with
+    /// `instances` above 1.
+    #[serde(default)]
+    pub distinct_seeds: bool,
 }
 
 /// The most balancer processes one lab contender starts.
@@ -602,6 +607,12 @@ impl Scenario {
                 }
                 crate::load::Spread::from_str(spread)
                     .map_err(|e| format!("algorithm {:?}: spread = {e}", a.name))?;
+            }
+            if a.distinct_seeds && (a.instances < 2 || !matches!(balancer, Balancer::Fulcrum(_))) {
+                return Err(format!(
+                    "algorithm {:?}: distinct_seeds seeds each fulcrum instance of a fleet apart: set instances above 1 on a fulcrum contender, or leave it out",
+                    a.name
+                ));
             }
             if a.instances > 1 && self.sim.is_some() {
                 return Err(format!(
@@ -1033,6 +1044,11 @@ mod tests {
             "name = \"round_robin\"",
             "name = \"round_robin\"\nspread = \"client\"",
             "set instances above 1",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ndistinct_seeds = true",
+            "distinct_seeds seeds each fulcrum instance",
         );
         bad(
             "name = \"round_robin\"",

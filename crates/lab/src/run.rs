@@ -165,6 +165,8 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
                 balancer,
                 options: &contender.options,
                 instances: contender.instances,
+                spread: contender.spread(),
+                distinct_seeds: contender.distinct_seeds,
                 tag: &tag,
                 seed,
             };
@@ -211,8 +213,11 @@ pub async fn run(scenario: &Scenario, settings: &Settings) -> anyhow::Result<Res
 struct Contender<'a> {
     balancer: Balancer,
     options: &'a toml::Table,
-    /// Balancer processes (a fleet when more than one).
+    /// Balancer processes (a fleet when more than one), and how they share the requests.
     instances: u32,
+    spread: crate::load::Spread,
+    /// Each instance its own seed ([`instance_options`]).
+    distinct_seeds: bool,
     /// Names this run's files.
     tag: &'a str,
     /// The repetition's seed (the backends' draws come from it).
@@ -323,7 +328,7 @@ async fn run_one(
     let (outcomes, samples) = {
         let done = std::sync::atomic::AtomicBool::new(false);
         let load = async {
-            let outcomes = crate::load::run_fleet(&plan, &fleet.listens).await;
+            let outcomes = crate::load::run_fleet(&plan, &fleet.listens, contender.spread).await;
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             outcomes
         };
@@ -376,9 +381,10 @@ async fn start_instances(
             Balancer::Fulcrum(_) if n > 1 => Some(free_addr()?),
             _ => None,
         };
+        let options = instance_options(contender.options, k, contender.distinct_seeds);
         let setup = balancer_setup(
             contender.balancer,
-            contender.options,
+            &options,
             scenario,
             traffic,
             plans,
@@ -395,6 +401,22 @@ async fn start_instances(
         fleet.admins.extend(admin);
     }
     Ok(fleet)
+}
+
+/// The `[[upstream]]` options of fleet instance `k` (from 1): the contender's, and with
+/// `distinct_seeds` the seed plus `k − 1` (instance 1 keeps the configured seed, default 0), so
+/// that the instances' random draws differ as they would if each were seeded apart.
+fn instance_options(options: &toml::Table, k: u32, distinct_seeds: bool) -> toml::Table {
+    let mut options = options.clone();
+    if distinct_seeds {
+        let seed = options
+            .get("seed")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(0);
+        let seed = seed.saturating_add(i64::from(k) - 1);
+        options.insert("seed".into(), toml::Value::from(seed));
+    }
+    options
 }
 
 /// The requests each fulcrum instance answered (the sum of its `fulcrum_requests_total`), read
@@ -1267,5 +1289,20 @@ fulcrum_requests_totally_other 7
 fulcrum_request_duration_seconds_count{upstream=\"lab\"} 42
 ";
         assert_eq!(requests_total(exposition), 42);
+    }
+
+    #[test]
+    fn distinct_seeds_give_each_instance_its_own() {
+        let mut options = toml::Table::new();
+        options.insert("window".into(), toml::Value::from(20));
+        let seed = |t: &toml::Table| t.get("seed").and_then(toml::Value::as_integer);
+        assert_eq!(seed(&instance_options(&options, 3, false)), None);
+        assert_eq!(seed(&instance_options(&options, 1, true)), Some(0));
+        assert_eq!(seed(&instance_options(&options, 3, true)), Some(2));
+        options.insert("seed".into(), toml::Value::from(7));
+        let third = instance_options(&options, 3, true);
+        assert_eq!(seed(&third), Some(9));
+        assert_eq!(third["window"].as_integer(), Some(20));
+        assert_eq!(seed(&instance_options(&options, 3, false)), Some(7));
     }
 }

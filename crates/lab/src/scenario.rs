@@ -392,6 +392,14 @@ pub struct AlgorithmSpec {
     /// lab's only: the simulator's fleets are `[sim] balancers`.
     #[serde(default = "one")]
     pub instances: u32,
+    /// How a fleet shares the requests: `round_robin` (default: arrival k to instance k mod n)
+    /// or `client` (client c to instance c mod n, as ECMP). Only with `instances` above 1.
+    pub spread: Option<String>,
+    /// Each fulcrum instance of a fleet its own `seed` (the options' seed, default 0, plus the
+    /// instance's index from 0) instead of the same configuration's same seed. Only with
+    /// `instances` above 1.
+    #[serde(default)]
+    pub distinct_seeds: bool,
 }
 
 /// The most balancer processes one lab contender starts.
@@ -664,6 +672,22 @@ impl Scenario {
                 return Err(format!(
                     "algorithm {:?}: instances = {}: write 1 to {LAB_MAX_INSTANCES}",
                     a.name, a.instances
+                ));
+            }
+            if let Some(spread) = &a.spread {
+                if a.instances < 2 {
+                    return Err(format!(
+                        "algorithm {:?}: spread says how a fleet shares the requests: set instances above 1, or leave spread out",
+                        a.name
+                    ));
+                }
+                crate::load::Spread::from_str(spread)
+                    .map_err(|e| format!("algorithm {:?}: spread = {e}", a.name))?;
+            }
+            if a.distinct_seeds && (a.instances < 2 || !matches!(balancer, Balancer::Fulcrum(_))) {
+                return Err(format!(
+                    "algorithm {:?}: distinct_seeds seeds each fulcrum instance of a fleet apart: set instances above 1 on a fulcrum contender, or leave it out",
+                    a.name
                 ));
             }
             if a.instances > 1 && self.sim.is_some() {
@@ -965,6 +989,14 @@ impl Scenario {
 }
 
 impl AlgorithmSpec {
+    /// How its fleet shares the requests (checked when read).
+    pub fn spread(&self) -> crate::load::Spread {
+        self.spread
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default()
+    }
+
     /// Which balancer, with which algorithm, serves this contender.
     pub fn balancer(&self) -> Result<Balancer, String> {
         let name = self.algorithm.as_deref().unwrap_or(&self.name);
@@ -1148,6 +1180,21 @@ mod tests {
             "name = \"round_robin\"",
             "name = \"round_robin\"\ninstances = 0",
             "instances = 0: write 1 to 16",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ninstances = 2\nspread = \"ecmp\"",
+            "spread = \"ecmp\": write \"round_robin\" or \"client\"",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\nspread = \"client\"",
+            "set instances above 1",
+        );
+        bad(
+            "name = \"round_robin\"",
+            "name = \"round_robin\"\ndistinct_seeds = true",
+            "distinct_seeds seeds each fulcrum instance",
         );
         bad(
             "name = \"round_robin\"",

@@ -1,5 +1,5 @@
 //! The load generator over a fleet of addresses (`run_fleet`): open-loop arrivals go to the
-//! instances in turn, closed-loop users each to theirs, and no address at all fails every
+//! instances in turn (or by client), closed-loop users each to theirs, and no address at all fails every
 //! request rather than panicking. Three backends stand for three balancer instances: each
 //! answer's `X-Backend` says which address served it.
 
@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use lab::Backend;
-use lab::load::{Mode, Plan, Users, run_fleet};
+use lab::load::{Mode, Plan, Spread, Users, run_fleet};
 use lab::schedule::{Cost, Pattern, Spacing, costs, trace};
 
 async fn three() -> (Vec<Backend>, Vec<SocketAddr>) {
@@ -43,7 +43,12 @@ async fn open_loop_arrivals_go_to_the_instances_in_turn() {
         3,
     );
     assert!(t.len() > 200, "{}", t.len());
-    let outcomes = run_fleet(&plan(addrs[0], t.clone(), Mode::Open), &addrs).await;
+    let outcomes = run_fleet(
+        &plan(addrs[0], t.clone(), Mode::Open),
+        &addrs,
+        Spread::RoundRobin,
+    )
+    .await;
     assert_eq!(outcomes.len(), t.len());
     for (k, o) in outcomes.iter().enumerate() {
         assert_eq!(o.status, Some(200), "{o:?}");
@@ -57,6 +62,36 @@ async fn open_loop_arrivals_go_to_the_instances_in_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spread_by_client_each_client_keeps_to_its_instance() {
+    let (_backends, addrs) = three().await;
+    let t = trace(
+        Pattern::Constant { rps: 300.0 },
+        Spacing::Poisson,
+        Duration::from_secs(1),
+        Cost::Const { ms: 1.0 },
+        7,
+        3,
+    );
+    let outcomes = run_fleet(
+        &plan(addrs[0], t.clone(), Mode::Open),
+        &addrs,
+        Spread::Client,
+    )
+    .await;
+    assert_eq!(outcomes.len(), t.len());
+    let mut per = [0; 3];
+    for o in &outcomes {
+        assert_eq!(o.status, Some(200), "{o:?}");
+        let k = o.client as usize % 3;
+        let want = format!("i{}", k + 1);
+        assert_eq!(o.backend.as_deref(), Some(want.as_str()), "{o:?}");
+        per[k] += 1;
+    }
+    // 7 clients drawn at random: instance 1 has three of them, the others two each.
+    assert!(per.iter().all(|&n| n > 30), "{per:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_users_each_keep_to_their_instance() {
     let (_backends, addrs) = three().await;
     let users = Users::Fixed(6);
@@ -66,7 +101,7 @@ async fn closed_loop_users_each_keep_to_their_instance() {
         clients: 6,
     };
     let p = plan(addrs[0], costs(Cost::Const { ms: 5.0 }, 1000, 1), mode);
-    let outcomes = run_fleet(&p, &addrs).await;
+    let outcomes = run_fleet(&p, &addrs, Spread::RoundRobin).await;
     let mut per = [0; 3];
     for o in &outcomes {
         assert_eq!(o.status, Some(200), "{o:?}");
@@ -90,7 +125,7 @@ async fn no_address_fails_every_request() {
         2,
         1,
     );
-    let outcomes = run_fleet(&plan(addrs[0], t.clone(), Mode::Open), &[]).await;
+    let outcomes = run_fleet(&plan(addrs[0], t.clone(), Mode::Open), &[], Spread::Client).await;
     assert_eq!(outcomes.len(), t.len());
     assert!(outcomes.iter().all(|o| o.status.is_none() && !o.timed_out));
 }

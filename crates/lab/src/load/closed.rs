@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Outcome, Plan, client_addr, exchange, request_prefix, target_of};
+use super::{Outcome, Plan, Spread, client_addr, exchange, request_prefix, target_of};
 use crate::schedule::MAX_ARRIVALS;
 
 /// How many virtual users are active, over time.
@@ -150,6 +150,7 @@ impl std::str::FromStr for Users {
 #[derive(Debug)]
 struct Shared {
     targets: Vec<std::net::SocketAddr>,
+    spread: Spread,
     /// The request head up to the cost (`None`: the path is not a request target).
     prefix: Option<Arc<[u8]>>,
     costs: Vec<f64>,
@@ -164,7 +165,7 @@ struct Shared {
 
 pub(super) async fn run(
     plan: &Plan,
-    targets: &[std::net::SocketAddr],
+    (targets, spread): (&[std::net::SocketAddr], Spread),
     users: Users,
     duration: Duration,
     clients: u32,
@@ -172,6 +173,7 @@ pub(super) async fn run(
 ) -> Vec<Outcome> {
     let shared = Arc::new(Shared {
         targets: targets.to_vec(),
+        spread,
         prefix: request_prefix(&plan.path),
         costs: plan.trace.iter().map(|a| a.cost_ms).collect(),
         timeout: plan.timeout,
@@ -197,7 +199,8 @@ pub(super) async fn run(
     sent.into_iter().map(|(_, o)| o).collect()
 }
 
-/// User `i`: sends from client `client` (to instance `i mod n` of a fleet) while it is active and the run lasts; its requests,
+/// User `i`: sends from client `client` (to instance `i mod n` of a fleet, or `client mod n`
+/// spread by client) while it is active and the run lasts; its requests,
 /// each with its index among all the run's.
 async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)> {
     let start = shared.start;
@@ -245,7 +248,13 @@ async fn user(shared: Arc<Shared>, i: u32, client: u32) -> Vec<(usize, Outcome)>
         let deadline = sent_at + shared.timeout;
         let (exchanged, kept) = exchange(
             connection.take(),
-            target_of(&shared.targets, i as usize),
+            target_of(
+                &shared.targets,
+                match shared.spread {
+                    Spread::RoundRobin => i,
+                    Spread::Client => client,
+                } as usize,
+            ),
             client_addr(client),
             shared.prefix.as_deref(),
             cost_ms,

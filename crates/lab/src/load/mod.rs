@@ -170,22 +170,46 @@ pub fn client_addr(i: u32) -> IpAddr {
 /// in open loop, in the order they were sent in closed loop. Every answer is awaited (at most
 /// the timeout).
 pub async fn run(plan: &Plan) -> Vec<Outcome> {
-    run_fleet(plan, &[plan.target]).await
+    run_fleet(plan, &[plan.target], Spread::RoundRobin).await
 }
 
-/// [`run`], with the requests spread over `targets` (a fleet of balancer instances) rather
-/// than sent to `plan.target`. In open loop arrival `k` goes to `targets[k mod n]`
-/// (round-robin, as the lab's fleets are specified: each instance gets an equal share
-/// whatever the number of clients); in closed loop user `u` sends to `targets[u mod n]` (each
-/// user keeps its connection to its instance, as a client behind ECMP stays on one). With
-/// no target, every request fails.
-pub async fn run_fleet(plan: &Plan, targets: &[SocketAddr]) -> Vec<Outcome> {
+/// How a fleet's instances share the requests ([`run_fleet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Spread {
+    /// Arrival `k` (closed loop: user `k`) to instance `k mod n`: exact shares whatever the
+    /// number of clients, as a balancer or client library in front going round-robin.
+    #[default]
+    RoundRobin,
+    /// Client `c` to instance `c mod n`, as ECMP keeps a flow on one instance (the
+    /// simulator's rule).
+    Client,
+}
+
+impl std::str::FromStr for Spread {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Spread, String> {
+        match s {
+            "round_robin" => Ok(Spread::RoundRobin),
+            "client" => Ok(Spread::Client),
+            _ => Err(format!("{s:?}: write \"round_robin\" or \"client\"")),
+        }
+    }
+}
+
+/// [`run`], with the requests spread over `targets` (a fleet of balancer instances) by
+/// `spread` rather than sent to `plan.target`. A closed-loop user keeps its connection to its
+/// instance. With no target, every request fails.
+pub async fn run_fleet(plan: &Plan, targets: &[SocketAddr], spread: Spread) -> Vec<Outcome> {
     let progress = plan
         .progress
         .clone()
         .map(|bar| progress::Progress::start(bar, plan.length()));
     let outcomes = match plan.mode {
-        Mode::Open => open::run(plan, targets, progress.as_ref().map(|p| p.counters())).await,
+        Mode::Open => {
+            let counters = progress.as_ref().map(|p| p.counters());
+            open::run(plan, targets, spread, counters).await
+        }
         Mode::Closed {
             users,
             duration,
@@ -193,7 +217,7 @@ pub async fn run_fleet(plan: &Plan, targets: &[SocketAddr]) -> Vec<Outcome> {
         } => {
             closed::run(
                 plan,
-                targets,
+                (targets, spread),
                 users,
                 duration,
                 clients,

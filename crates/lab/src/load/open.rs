@@ -2,8 +2,8 @@
 //! whatever became of the earlier ones.
 //!
 //! One loop walks the trace and spawns a task per request at its time; the task takes an idle
-//! kept-alive connection of its client to its instance (arrival `k` goes to instance `k mod n`
-//! of a fleet) or opens one, sends, and puts the connection back
+//! kept-alive connection of its client to its instance (of a fleet, by [`Spread`]) or opens
+//! one, sends, and puts the connection back
 //! when the answer has come (unless the server closes it). Arrivals already due when the loop gets to them (it woke late,
 //! or several fall within the timer's 1 ms tick) leave at once, without a trip through the
 //! timer.
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::progress::Counters;
 use super::wire::Connection;
-use super::{Outcome, Plan, client_addr, exchange, request_prefix, target_of};
+use super::{Outcome, Plan, Spread, client_addr, exchange, request_prefix, target_of};
 
 /// Idle kept-alive connections, per client and instance (`client × n + instance`).
 type Pools = Arc<Vec<Mutex<Vec<Connection>>>>;
@@ -23,6 +23,7 @@ type Pools = Arc<Vec<Mutex<Vec<Connection>>>>;
 pub(super) async fn run(
     plan: &Plan,
     targets: &[std::net::SocketAddr],
+    spread: Spread,
     counters: Option<Arc<Counters>>,
 ) -> Vec<Outcome> {
     // The loop runs as a task of the runtime rather than in the caller's (which may be a
@@ -32,7 +33,7 @@ pub(super) async fn run(
     let mut dispatch = JoinSet::new();
     dispatch.spawn(send_all(
         plan.trace.clone(),
-        targets.to_vec(),
+        (targets.to_vec(), spread),
         request_prefix(&plan.path),
         plan.timeout,
         counters,
@@ -46,7 +47,7 @@ pub(super) async fn run(
 
 async fn send_all(
     trace: Vec<crate::schedule::Arrival>,
-    targets: Vec<std::net::SocketAddr>,
+    (targets, spread): (Vec<std::net::SocketAddr>, Spread),
     prefix: Option<Arc<[u8]>>,
     timeout: std::time::Duration,
     counters: Option<Arc<Counters>>,
@@ -71,8 +72,12 @@ async fn send_all(
             c.sent();
         }
         let (pools, prefix, counters) = (Arc::clone(&pools), prefix.clone(), counters.clone());
-        let target = target_of(&targets, k);
-        let slot = arrival.client as usize * instances + k % instances;
+        let instance = match spread {
+            Spread::RoundRobin => k,
+            Spread::Client => arrival.client as usize,
+        };
+        let target = target_of(&targets, instance);
+        let slot = arrival.client as usize * instances + instance % instances;
         tasks.spawn(async move {
             let pool = &pools[slot];
             let idle = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();

@@ -125,6 +125,8 @@ pub fn override_algorithms(scenario: &mut Scenario, names: &[String]) -> Result<
             compare: None,
             options: toml::Table::new(),
             instances: 1,
+            spread: None,
+            distinct_seeds: false,
         });
     }
     if specs.is_empty() {

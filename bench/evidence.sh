@@ -17,6 +17,9 @@
 #     --repetitions SIM_REPS` (default 40: their files ask few, for the lab's time);
 #   * with LAB=1, the same lab scenarios on real sockets, with their files' repetitions;
 #   * `fulcrum evidence` over every results directory, into OUT (default docs/evidence.md).
+# Not in the table: sim-supermarket (a check of the simulator against Mitzenmacher's closed form,
+# one algorithm at many loads), sim-speed (the simulator's own speed), and the scenarios about
+# retries, queues and the demo (retry-*, queue, demo), which compare policies, not algorithms.
 # The load-aware set is one list, lab::evidence::LOAD_AWARE (`--algorithms load-aware`).
 # Results go to RESULTS (default target/evidence/{sim,lab}/SCENARIO: reports are large and
 # made again by the commands the table lists).
@@ -35,8 +38,8 @@ RESULTS=${RESULTS:-target/evidence}
 OUT=${OUT:-docs/evidence.md}
 SIM_REPS=${SIM_REPS:-40}
 LAB=${LAB:-0}
-SIM_SCENARIOS=${SIM_SCENARIOS:-"sim-stale sim-supermarket sim-scale"}
-LAB_SCENARIOS=${LAB_SCENARIOS:-"seed000-jmeter-ramp seed001-siege-ramp seed002-cpu-sine seed002-io-sine seed002-mixed-sine seed003-ab-unequal-hosts seed004-bursts antagonist"}
+SIM_SCENARIOS=${SIM_SCENARIOS:-"sim-stale sim-timeouts sim-fleet sim-scale"}
+LAB_SCENARIOS=${LAB_SCENARIOS:-"seed000-jmeter-ramp seed001-siege-ramp seed002-cpu-sine seed002-cpu-sine-equal seed002-io-sine seed002-io-sine-equal seed002-mixed-sine seed002-mixed-sine-equal seed003-ab-unequal-hosts seed004-bursts antagonist"}
 
 dirs=()
 for s in $SIM_SCENARIOS; do

@@ -28,8 +28,9 @@
 //! else crosses `network_delay`, is answered at once by a backend that answers at all (not
 //! stalled, dead or out) with its requests in flight (in service and queued) and its
 //! [`RifLatency`] estimate at that count, and crosses back. Its `[sim] probe_cost` of work is
-//! done by the backend as a request's is (a slot, or a share of the bandwidth, behind the
-//! queue), so probes take capacity; it is not a request and not counted in the RIF. A lost
+//! done by the backend on a slot (the next to free, ahead of the queue) or the bandwidth, so
+//! probes take capacity, but no place in the queue; it is not a request and not counted in
+//! the RIF. A lost
 //! probe never answers. The backend's estimate learns from its completed (200) requests: the
 //! RIF each found on arrival and its time there.
 
@@ -1354,8 +1355,7 @@ impl Sim<'_> {
         if self.probes.cost > 0 {
             self.probes.serial = self.probes.serial.wrapping_add(1);
             let job = (PROBE, self.probes.serial);
-            let on_slots = s.mode.uses_slots();
-            match s.admit(self.now, job, self.probes.cost, on_slots) {
+            match s.admit_probe(self.now, job, self.probes.cost) {
                 Admit::Refused => {}
                 admitted => {
                     self.orphans.insert(job, k as u32);

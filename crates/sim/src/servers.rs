@@ -94,6 +94,9 @@ pub struct Server {
     /// How many outages are under way.
     pub outages: u32,
     antagonist: Option<Antagonist>,
+    /// Probes' work waiting for a slot ([`Server::admit_probe`]): served before the queue,
+    /// never refused, not requests (not counted as waiting, nor in the queue's fill).
+    probe_queue: VecDeque<(Job, u64)>,
 }
 
 /// The cumulative busy integral of a server's slots (the lab meter's, in virtual time).
@@ -161,6 +164,7 @@ impl Server {
             die_after: faults.die_after,
             outages: 0,
             antagonist,
+            probe_queue: VecDeque::new(),
         }
     }
 
@@ -247,10 +251,34 @@ impl Server {
         }
     }
 
-    /// A slot's job ended (or was cancelled) at `now`: the next live waiting job starts on
-    /// it, `Some((job, end))`. `live` says whether a queued job is still wanted.
+    /// A probe's `work` arrives (ns at speed 1): it takes capacity as a request does — a free
+    /// slot, else the next one to free ahead of the queue, or a share of the bandwidth — but
+    /// no place in the queue: a server answers a probe from memory and its few microseconds
+    /// of CPU are interleaved with the requests', never refused for a full queue.
+    pub fn admit_probe(&mut self, now: Time, job: Job, work: u64) -> Admit {
+        self.meter_to(now);
+        if self.mode.uses_slots() {
+            if self.busy < self.slots {
+                self.busy += 1;
+                return Admit::Slot(self.slot_end(now, work));
+            }
+            self.probe_queue.push_back((job, work));
+            Admit::Queued
+        } else {
+            self.advance_shared(now);
+            self.shared.push((job, work as f64));
+            Admit::Shared
+        }
+    }
+
+    /// A slot's job ended (or was cancelled) at `now`: the next probe's work, else the next
+    /// live waiting job starts on it, `Some((job, end))`. `live` says whether a queued job is
+    /// still wanted.
     pub fn free_slot(&mut self, now: Time, live: impl Fn(Job) -> bool) -> Option<(Job, Time)> {
         self.meter_to(now);
+        if let Some((job, work)) = self.probe_queue.pop_front() {
+            return Some((job, self.slot_end(now, work)));
+        }
         while let Some((job, work)) = self.queue.pop_front() {
             if live(job) {
                 self.waiting -= 1;
@@ -337,15 +365,17 @@ impl Server {
     pub fn drop_all(&mut self, now: Time, into: &mut Vec<Job>) {
         self.meter_to(now);
         into.extend(self.queue.drain(..).map(|(j, _)| j));
+        into.extend(self.probe_queue.drain(..).map(|(j, _)| j));
         into.extend(self.shared.drain(..).map(|(j, _)| j));
         self.waiting = 0;
         self.busy = 0;
         self.wake += 1;
     }
 
-    /// Jobs at the server: on a slot, waiting for one, or on the bandwidth.
+    /// Jobs at the server: on a slot, waiting for one, or on the bandwidth (probes' work
+    /// included).
     pub fn jobs(&self) -> u32 {
-        let jobs = self.busy as usize + self.waiting + self.shared.len();
+        let jobs = self.busy as usize + self.waiting + self.probe_queue.len() + self.shared.len();
         u32::try_from(jobs).unwrap_or(u32::MAX)
     }
 
@@ -444,6 +474,30 @@ mod tests {
         assert_eq!(s.admit(0, (3, 3), MS, true), Admit::Queued);
         s.forget_queued();
         assert_eq!(s.free_slot(MS, |j| j != (2, 2)), Some(((3, 3), 2 * MS)));
+    }
+
+    #[test]
+    fn a_probes_work_takes_the_next_slot_but_no_place_in_the_queue() {
+        // One slot, a queue of one: a request on the slot, one waiting; a probe's work is not
+        // refused (the queue is full), starts when the slot frees, before the waiting request,
+        // and is not counted as waiting.
+        let mut s = Server::new(Mode::Cpu, 1, 1.0, 1, None, &Faults::default());
+        assert_eq!(s.admit(0, (1, 1), 10 * MS, true), Admit::Slot(10 * MS));
+        assert_eq!(s.admit(0, (2, 2), 10 * MS, true), Admit::Queued);
+        assert_eq!(s.admit_probe(0, (9, 9), MS / 50), Admit::Queued);
+        assert_eq!(s.jobs(), 3);
+        assert_eq!(s.read(0).fill, 1.0, "the queue holds one request");
+        assert_eq!(
+            s.free_slot(10 * MS, |_| true),
+            Some(((9, 9), 10 * MS + MS / 50))
+        );
+        assert_eq!(
+            s.free_slot(10 * MS + MS / 50, |_| true),
+            Some(((2, 2), 20 * MS + MS / 50))
+        );
+        // On an idle server it takes a slot at once.
+        let mut idle = cpu(1, 0.5);
+        assert_eq!(idle.admit_probe(0, (9, 9), MS), Admit::Slot(2 * MS));
     }
 
     #[test]

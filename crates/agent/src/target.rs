@@ -107,9 +107,13 @@ impl Prober {
         crate::probe::probe_json(rif, Duration::from(estimate))
     }
 
-    /// Times one request of the agent's own and records it.
-    async fn time_one(&self) {
-        let rif = self.rif();
+    /// Times one request of the agent's own and records it (the kernel's tables are read on
+    /// the blocking pool, never on the thread that serves probes).
+    async fn time_one(self: &Arc<Self>) {
+        let counting = Arc::clone(self);
+        let rif = tokio::task::spawn_blocking(move || counting.rif())
+            .await
+            .unwrap_or(0);
         let sent = Instant::now();
         let result = tokio::time::timeout(TIMEOUT, request(&self.target)).await;
         let took = match result {

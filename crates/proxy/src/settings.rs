@@ -428,6 +428,12 @@ pub enum CheckKind {
 }
 
 impl UpstreamSettings {
+    /// Whether the algorithm probes its backends (`prequal`): the control plane then runs a
+    /// prober for the upstream, and picks wake it.
+    pub fn probes_backends(&self) -> bool {
+        self.algorithm == Algorithm::Prequal
+    }
+
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
     pub const DEFAULT_KEEPALIVE: usize = 256;

@@ -103,7 +103,7 @@ impl Upstream {
             let sticky = super::state::sticky_table(&settings, &members);
             // The settings and the pool change together, under the lock picks take.
             self.probing
-                .store(super::probes::probing(&settings), Ordering::Relaxed);
+                .store(settings.probes_backends(), Ordering::Relaxed);
             self.settings.store(Arc::new(settings));
             let waiting = std::mem::take(&mut st.waiting);
             *st = State {

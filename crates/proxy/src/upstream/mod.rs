@@ -121,7 +121,7 @@ impl Upstream {
             .retry_budget
             .map(|b| (b, balance::RetryBudget::new(b)));
         let sticky = sticky_table(&settings, &members);
-        let probing = AtomicBool::new(probes::probing(&settings));
+        let probing = AtomicBool::new(settings.probes_backends());
         Upstream {
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),

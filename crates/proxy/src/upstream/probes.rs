@@ -11,16 +11,10 @@
 
 use std::sync::atomic::Ordering;
 
-use balance::{Algorithm, BackendId, Probe};
+use balance::{BackendId, Probe};
 
 use super::Upstream;
 use super::state::{ProbeCounts, lock};
-use crate::settings::UpstreamSettings;
-
-/// Whether `settings`' algorithm probes its backends.
-pub(super) fn probing(settings: &UpstreamSettings) -> bool {
-    settings.algorithm == Algorithm::Prequal
-}
 
 impl Upstream {
     /// A pick was made: a probing algorithm may have asked for probes.
@@ -33,7 +27,7 @@ impl Upstream {
     /// Whether the upstream's algorithm probes its backends (the control plane runs a prober
     /// for it).
     pub fn probes_backends(&self) -> bool {
-        probing(&self.settings())
+        self.settings().probes_backends()
     }
 
     /// Resolves once a pick has been made since the last time it resolved (at once if one

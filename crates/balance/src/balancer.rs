@@ -39,11 +39,15 @@ pub enum Outcome {
     Success,
     /// Connect error, timeout, reset or an unparsable answer: counts towards `max_fails`.
     Failure,
-    /// No verdict on the backend: the client went away before it finished, or the attempt
-    /// failed for a reason that is not the backend's (see [`crate::retry`]). (The load-aware
-    /// algorithms still learn from a client that waited longer than they expected: see
-    /// [`Completion::verdict`].)
+    /// No verdict on the backend: the attempt ended for a reason that is not the backend's
+    /// (see [`crate::retry`]: our own shortage of descriptors, the request's own deadline), or
+    /// the client went away while the answer's body was being relayed.
     Cancelled,
+    /// The client went away while the backend had not answered yet. No verdict for passive
+    /// health (as [`Outcome::Cancelled`]), but the load-aware algorithms learn from a client
+    /// that waited longer than they expected the backend to take: see
+    /// [`Completion::verdict`].
+    Abandoned,
     /// The backend answered, with a status the upstream counts as a failure
     /// ([`FailureStatuses`](crate::FailureStatuses), `failure_statuses`), and the answer was
     /// relayed: a failure for what the load-aware algorithms learn (success rate, error rate),
@@ -104,8 +108,8 @@ impl Completion {
         match self.outcome {
             Outcome::Success => Verdict::Success,
             Outcome::Failure | Outcome::FailedAnswer => Verdict::Failure,
-            Outcome::Cancelled if self.latency >= estimate => Verdict::Failure,
-            Outcome::Cancelled => Verdict::Nothing,
+            Outcome::Abandoned if self.latency >= estimate => Verdict::Failure,
+            Outcome::Abandoned | Outcome::Cancelled => Verdict::Nothing,
         }
     }
 }

@@ -510,7 +510,7 @@ impl Pool {
                 state.accessed = now;
                 state.checked = now;
             }
-            Outcome::Cancelled => {}
+            Outcome::Cancelled | Outcome::Abandoned => {}
         }
         if recovered {
             self.begin_slow_start(ticket.backend, now);
@@ -707,7 +707,7 @@ mod tests {
     fn a_client_that_waited_past_the_estimate_is_a_failure_at_that_latency() {
         let mut p = pool(Algorithm::LeastConn, &[1], &[]);
         let t = p.pick(None, &[], ms(0)).unwrap();
-        p.complete(t, Outcome::Cancelled, ms(3_000));
+        p.complete(t, Outcome::Abandoned, ms(3_000));
         assert_eq!(
             p.state(BackendId(0)).requests(),
             0,
@@ -716,18 +716,24 @@ mod tests {
         let t = p.pick(None, &[], ms(0)).unwrap();
         p.complete(t, Outcome::Success, ms(100));
         let t = p.pick(None, &[], ms(0)).unwrap();
-        p.complete(t, Outcome::Cancelled, ms(50));
+        p.complete(t, Outcome::Abandoned, ms(50));
         assert_eq!(
             p.state(BackendId(0)).requests(),
             1,
             "50 ms: before the estimate"
         );
         let t = p.pick(None, &[], ms(0)).unwrap();
-        p.complete(t, Outcome::Cancelled, ms(4_000));
+        p.complete(t, Outcome::Abandoned, ms(4_000));
         let s = p.state(BackendId(0));
         assert_eq!((s.fails(), s.requests(), s.failures()), (0, 2, 1));
         // The average moves towards the 4 s waited: 0.05·4000 + 0.95·100 = 295 ms.
         assert_eq!(s.latency(), Some(ms(295)));
+        // An attempt that ended for a reason not the backend's (our own shortage of
+        // descriptors, found 5 s in) teaches nothing, however long it took.
+        let t = p.pick(None, &[], ms(0)).unwrap();
+        p.complete(t, Outcome::Cancelled, ms(5_000));
+        let s = p.state(BackendId(0));
+        assert_eq!((s.requests(), s.failures()), (2, 1));
     }
 
     /// `least_time` with a backend answering 503 in 1 ms: nginx's average would make it the

@@ -417,7 +417,10 @@ pub(crate) async fn attempts(
                     break;
                 }
                 Tried::ClientGone => {
-                    attempt.complete(Outcome::Cancelled);
+                    // Gone before the backend answered: no verdict for passive health, but
+                    // a client that waited longer than the backend was expected to take
+                    // teaches the load-aware algorithms (`Completion::verdict`).
+                    attempt.complete(Outcome::Abandoned);
                     return Attempts::ClientGone;
                 }
                 Tried::Refused(why) => {

@@ -1217,7 +1217,7 @@ impl Sim<'_> {
         }
         let balancer = self.reqs[i as usize].balancer;
         if let Some(ticket) = self.reqs[i as usize].ticket.take() {
-            self.complete(balancer, ticket, Outcome::Cancelled);
+            self.complete(balancer, ticket, Outcome::Abandoned);
         }
         let r = &mut self.reqs[i as usize];
         let c = &mut self.checks[i as usize];

@@ -476,12 +476,12 @@ mod tests {
         // c's l is 50 ms. A client gone after 40 ms: nothing changes.
         let mut h = worked_example(3);
         let before = weights(&h);
-        feed(&mut h, 2, Outcome::Cancelled, 40);
+        feed(&mut h, 2, Outcome::Abandoned, 40);
         assert_eq!(weights(&h), before);
         // One that gave up after 4 s (the timeout): a failure at 4 s. c's windows (3): 50, 50
         // and 4000 ms; two successes of three. base = 0.05 -> 0.05 -> 0.5·4 + 0.5·0.05 =
         // 2.025 s; l = 2.025 + 4·(3/2 − 1) = 4.025 s.
-        feed(&mut h, 2, Outcome::Cancelled, 4000);
+        feed(&mut h, 2, Outcome::Abandoned, 4000);
         let w = weights(&h);
         assert!(close(w[2], 1.0 / 4.025), "{w:?}");
         assert_eq!(w[..2], before[..2]);
@@ -520,7 +520,7 @@ mod tests {
         }
         assert!(weights(&h)[1] > weights(&h)[0]);
         for _ in 0..5 {
-            feed(&mut h, 1, Outcome::Cancelled, 4000);
+            feed(&mut h, 1, Outcome::Abandoned, 4000);
         }
         let w = weights(&h);
         assert!(w[1] < w[0] / 20.0, "{w:?}");

@@ -323,12 +323,12 @@ mod tests {
     fn a_backend_whose_requests_are_abandoned_at_the_timeout_loses_weight() {
         // b's clients give up after 4 s, longer than any cost: failures at 4 s.
         let mut h = Harness::new(&[1, 1, 1], P2cEwma::new(Nanos(4 * SEC), 6));
-        let b = share_of_b(&mut h, 3000, (Outcome::Cancelled, 4000));
+        let b = share_of_b(&mut h, 3000, (Outcome::Abandoned, 4000));
         assert!(b < 30, "{b}");
         // A client that leaves after 1 ms says nothing: b keeps its first answer's cost.
         let mut h = Harness::new(&[1, 1, 1], P2cEwma::new(Nanos(4 * SEC), 6));
         done(&mut h, 1, 10, Nanos::ZERO);
-        let b = share_of_b(&mut h, 3000, (Outcome::Cancelled, 1));
+        let b = share_of_b(&mut h, 3000, (Outcome::Abandoned, 1));
         assert!(b > 1000, "{b}");
     }
 

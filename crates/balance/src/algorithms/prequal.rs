@@ -15,9 +15,12 @@
 //!   usable cold probes the lowest latency wins (ties: lower RIF, then the older entry); if
 //!   every usable probe is hot, the lowest RIF wins (ties: lower latency).
 //! * **Reuse**: a probe serves at most b_reuse picks, then leaves the pool. Each use adds one
-//!   to the probe's RIF, for the request just sent there, so that reuse spreads picks rather
-//!   than piling them on one stale answer (not in the paper; the prequal-rs implementation
-//!   does the same). b_reuse is `reuse` when set, else [`reuse_budget`].
+//!   to the probe's RIF, for the request just sent there, and scales its latency to the new
+//!   RIF as [`RifLatency`] scales between RIFs (`(rif + 1)/rif`), so that reuse spreads picks
+//!   rather than piling them on one stale answer (not in the paper; prequal-rs raises the RIF
+//!   too, not the latency — with the latency unchanged, a one-slot backend that answered
+//!   "idle" took the next request too, behind the first). b_reuse is `reuse` when set, else
+//!   [`reuse_budget`].
 //! * **Removal**: `remove_rate` (r_remove) times per pick a probe leaves the pool, alternately
 //!   the oldest and the worst (the hottest by RIF if any is hot, else the slowest), so the
 //!   pool keeps being renewed by fresh probes.
@@ -221,7 +224,9 @@ impl Prequal {
     /// pool when its uses are spent.
     fn consume(&mut self, i: usize) -> BackendId {
         let entry = &mut self.pool[i];
-        entry.probe.rif = entry.probe.rif.saturating_add(1);
+        let rif = entry.probe.rif.saturating_add(1);
+        entry.probe.latency = Nanos(scale_to_rif(entry.probe.latency, entry.probe.rif, rif));
+        entry.probe.rif = rif;
         entry.uses_left = entry.uses_left.saturating_sub(1);
         let id = entry.id;
         if entry.uses_left == 0 {
@@ -345,6 +350,10 @@ const LATENCY_SAMPLES: usize = 256;
 /// The last this many completions inform [`RifLatency`]'s estimate whatever their age.
 const LATENCY_MIN_SAMPLES: usize = 32;
 
+/// [`RifLatency`]'s estimate takes the median of at least this many samples (when it has them):
+/// those at the RIF asked, then those at the nearest RIFs, scaled.
+const LATENCY_NEAR_SAMPLES: usize = 8;
+
 /// Completions older than this do not inform [`RifLatency`]'s estimate: a backend's speed
 /// changes (an antagonist comes and goes) on a scale of seconds.
 const LATENCY_WINDOW: Nanos = Nanos(5_000_000_000);
@@ -354,18 +363,18 @@ const LATENCY_WINDOW: Nanos = Nanos(5_000_000_000);
 /// estimated from recently completed requests that arrived at a similar RIF). Shared by the lab
 /// backend, `fulcrum agent` and the simulator's servers.
 ///
-/// The estimate at `rif` is the median latency of the fresh samples that arrived at a RIF
-/// within one of `rif`, the paper's estimator as prequal-rs reads it. Fresh: among the last
-/// [`LATENCY_SAMPLES`] completions, those of the last [`LATENCY_WINDOW`], and the last
-/// [`LATENCY_MIN_SAMPLES`] whatever their age — a backend that completes one request a second
-/// would otherwise estimate from four samples, and its estimate would be noise (in
-/// `sim-stale`, 100 one-slot backends at 0.8 completions a second, prequal's p99 went from
-/// 12.4 s to 9.1 s with this floor, against 4.5 s for least_conn: the noise that remains is
-/// the finding reported in docs/algorithms.md). Where none did, ours:
-/// the median of the samples at the nearest RIF seen, scaled up by `(rif + 1) / (seen + 1)`
-/// when `rif` is above it (a request waits behind the ones in flight, so latency grows about
-/// linearly with RIF) and not scaled down when below (on a multi-core backend latency does not
-/// fall below a request's own service time). No sample at all gives zero.
+/// The estimate at `rif` is the median latency of the fresh samples that arrived at exactly
+/// `rif` — latency *at that RIF*, as the paper means it. (It used to take those within one of
+/// `rif`, as prequal-rs reads the paper; on a one-slot backend that blends a request that
+/// started at once with one that waited a whole service, so an idle backend was estimated as
+/// slow as a busy one: in `sim-fleet` prequal's queues grew without bound. docs/algorithms.md
+/// has the numbers.) Fresh: among the last [`LATENCY_SAMPLES`] completions, those of the last
+/// [`LATENCY_WINDOW`], and the last [`LATENCY_MIN_SAMPLES`] whatever their age — a backend
+/// that completes one request a second would otherwise estimate from four samples. Where none
+/// arrived at `rif`, ours: the samples at the nearest RIF seen (both, at a tie), each scaled
+/// by `(rif + 1) / (seen + 1)`, up or down ([`scale_to_rif`]) — a backend with fewer requests
+/// in flight than any it has recent samples of is not estimated as slow as it was then. No
+/// sample at all gives zero.
 #[derive(Debug, Clone, Default)]
 pub struct RifLatency {
     /// The last completions as (RIF at arrival, latency, completed at), oldest first.
@@ -397,23 +406,34 @@ impl RifLatency {
                 .filter(move |(i, s)| *i >= old || now.since(s.2) <= LATENCY_WINDOW)
                 .map(|(_, s)| s)
         };
-        let Some(distance) = fresh().map(|s| s.0.abs_diff(rif)).min() else {
+        // (distance from `rif`, latency scaled to `rif`), nearest first.
+        let mut scaled: Vec<(u32, u64)> = fresh()
+            .map(|s| (s.0.abs_diff(rif), scale_to_rif(s.1, s.0, rif)))
+            .collect();
+        scaled.sort_unstable_by_key(|s| s.0);
+        // The nearest RIFs' samples, whole RIFs, until at least LATENCY_NEAR_SAMPLES.
+        let count = LATENCY_NEAR_SAMPLES.min(scaled.len());
+        let Some(&(reach, _)) = scaled.get(count.wrapping_sub(1)) else {
             return Nanos::ZERO;
         };
-        let reach = distance.max(1);
-        let mut near: Vec<(u32, u64)> = fresh()
-            .filter(|s| s.0.abs_diff(rif) <= reach)
-            .map(|s| (s.0, s.1.0))
+        let mut near: Vec<u64> = scaled
+            .iter()
+            .filter(|s| s.0 <= reach)
+            .map(|s| s.1)
             .collect();
         let middle = near.len() / 2;
-        near.select_nth_unstable_by_key(middle, |s| s.1);
-        let (seen, median) = near[middle];
-        if distance <= 1 || seen >= rif {
-            return Nanos(median);
-        }
-        let scaled = u128::from(median) * u128::from(rif) + u128::from(median);
-        Nanos(u64::try_from(scaled / (u128::from(seen) + 1)).unwrap_or(u64::MAX))
+        let (_, median, _) = near.select_nth_unstable(middle);
+        Nanos(*median)
     }
+}
+
+/// `latency`, seen at `seen` in flight, scaled to `rif`: by `(rif + 1) / (seen + 1)`, up or
+/// down — a request waits behind the ones in flight, so on a one-slot backend latency grows
+/// linearly with RIF, and a backend with fewer requests in flight than any it has reported
+/// on must not look as slow as it did then.
+fn scale_to_rif(latency: Nanos, seen: u32, rif: u32) -> u64 {
+    let scaled = u128::from(latency.0) * (u128::from(rif) + 1) / (u128::from(seen) + 1);
+    u64::try_from(scaled).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -529,8 +549,8 @@ mod tests {
 
     #[test]
     fn a_probe_serves_at_most_its_reuse_budget() {
-        // reuse 2: a (fastest) serves two picks and leaves the pool; then b, twice; then c,
-        // twice, and with one probe left the fallback picks.
+        // reuse 2: a (fastest) serves two picks and leaves the pool; then b, twice (each use
+        // doubles a latency at RIF 0, so they are far apart), and c's probe is left.
         let mut h = harness(
             3,
             PrequalOptions {
@@ -540,8 +560,8 @@ mod tests {
         );
         nothing_hot(&mut h);
         answer(&mut h, 0, 0, 1);
-        answer(&mut h, 1, 0, 2);
-        answer(&mut h, 2, 0, 3);
+        answer(&mut h, 1, 0, 10);
+        answer(&mut h, 2, 0, 100);
         let picks: Vec<u32> = (0..4).map(|_| h.pick_excluding(&[]).unwrap().0).collect();
         assert_eq!(picks, [0, 0, 1, 1]);
         assert_eq!(h.balancer.pool.len(), 1, "only c's probe is left");
@@ -704,32 +724,78 @@ mod tests {
     }
 
     #[test]
-    fn rif_latency_is_the_median_near_the_rif() {
+    fn rif_latency_is_the_median_at_the_rif() {
         let mut l = RifLatency::new();
         assert_eq!(l.estimate(3, Nanos(0)), Nanos::ZERO, "no history");
         let at = Nanos(1_000 * MS);
-        // At RIF 4..=6: 10, 30, 20, 50, 40 ms; far away at RIF 20: 999 ms.
-        for (rif, ms) in [(4, 10), (5, 30), (6, 20), (5, 50), (4, 40), (20, 999)] {
-            l.record(rif, Nanos(ms * MS), at);
+        // Eight samples at RIF 5 (10, 20, … 80 ms), eight at RIF 2 (1 ms), one at RIF 20.
+        for i in 1..=8 {
+            l.record(5, Nanos(i * 10 * MS), at);
+            l.record(2, Nanos(MS), at);
         }
-        // Within ±1 of 5: 10, 30, 20, 50, 40 → 30.
-        assert_eq!(l.estimate(5, at), Nanos(30 * MS));
-        // Within ±1 of 7: only RIF 6's 20 ms.
-        assert_eq!(l.estimate(7, at), Nanos(20 * MS));
-        // Nearest below to 10 is RIF 6 (distance 4): samples within 4 of 10 → 20 ms at 6,
-        // scaled by (10 + 1)/(6 + 1).
-        assert_eq!(l.estimate(10, at), Nanos(20 * MS * 11 / 7));
-        // Below everything seen: not scaled down. Within 2 of 2: RIF 4's 10 and 40 → 40.
-        assert_eq!(l.estimate(2, at), Nanos(40 * MS));
+        l.record(20, Nanos(999 * MS), at);
+        // Enough at the RIF asked: their (upper) median, nothing else.
+        assert_eq!(l.estimate(5, at), Nanos(50 * MS));
+        assert_eq!(l.estimate(2, at), Nanos(MS));
+        // None at 3: the nearest RIF's, scaled by (3 + 1)/(2 + 1); at 4, RIF 5's by 5/6, and
+        // below everything seen, RIF 2's by 1/3.
+        assert_eq!(l.estimate(3, at), Nanos(MS * 4 / 3));
+        assert_eq!(l.estimate(4, at), Nanos(50 * MS * 5 / 6));
+        assert_eq!(l.estimate(0, at), Nanos(MS / 3));
+        // Two samples at RIF 10 are too few alone: RIF 5's eight join them, scaled by 11/6;
+        // the sixth smallest of the ten is 60·11/6 ms.
+        l.record(10, Nanos(1_000 * MS), at);
+        l.record(10, Nanos(1_000 * MS), at);
+        assert_eq!(l.estimate(10, at), Nanos(60 * MS * 11 / 6));
         // Older than the window, but among the last 32: still used.
         let later = Nanos(at.0 + LATENCY_WINDOW.0 + 1);
-        assert_eq!(l.estimate(5, later), Nanos(30 * MS));
+        assert_eq!(l.estimate(5, later), Nanos(50 * MS));
         // Once 32 newer samples came (1 ms, at RIF 0), the old ones are forgotten: RIF 0 is
         // the nearest, its 1 ms scaled by (5 + 1)/(0 + 1).
         for _ in 0..LATENCY_MIN_SAMPLES {
             l.record(0, Nanos(MS), later);
         }
         assert_eq!(l.estimate(5, later), Nanos(6 * MS));
+    }
+
+    #[test]
+    fn each_use_of_a_probe_raises_its_latency_with_its_rif() {
+        // a answered 10 ms at RIF 0, b 15 ms: a is chosen; with the request just sent a is at
+        // RIF 1, and at twice its latency (20 ms) it loses to b. (Before: a stayed at 10 ms
+        // and took the second request too, behind the first on a one-slot backend.)
+        let mut h = harness(2, quiet());
+        nothing_hot(&mut h);
+        answer(&mut h, 0, 0, 10);
+        answer(&mut h, 1, 0, 15);
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(0)));
+        assert_eq!(h.pick_excluding(&[]), Some(BackendId(1)));
+        let a = h.balancer.pool.iter().find(|e| e.id == BackendId(0));
+        assert_eq!(
+            a.map(|e| (e.probe.rif, e.probe.latency)),
+            Some((1, Nanos(20 * MS)))
+        );
+    }
+
+    #[test]
+    fn rif_latency_does_not_rate_an_idle_one_slot_backend_as_slow_as_a_busy_one() {
+        // One slot, 1 s of work: a request arriving at RIF 0 takes 1 s, at RIF 1 about 2 s.
+        // (Before: the median within one of the RIF blended them, 2 s at both.)
+        let mut l = RifLatency::new();
+        let at = Nanos(1_000 * MS);
+        for _ in 0..10 {
+            l.record(0, Nanos(1_000 * MS), at);
+            l.record(1, Nanos(2_000 * MS), at);
+        }
+        assert_eq!(l.estimate(0, at), Nanos(1_000 * MS));
+        assert_eq!(l.estimate(1, at), Nanos(2_000 * MS));
+        // A backend that has been busy (every request arrived at RIF 4, 5 s) and is idle now
+        // is not as slow as it was. (Before: not scaled down, 5 s at RIF 0.)
+        let mut busy = RifLatency::new();
+        for _ in 0..10 {
+            busy.record(4, Nanos(5_000 * MS), at);
+        }
+        assert_eq!(busy.estimate(4, at), Nanos(5_000 * MS));
+        assert_eq!(busy.estimate(0, at), Nanos(1_000 * MS));
     }
 
     #[test]

@@ -20,6 +20,19 @@ async fn three() -> (Vec<Backend>, Vec<SocketAddr>) {
     (backends, addrs)
 }
 
+/// Every answer is a 200 from instance `client mod 3` (backend `i1`..`i3`): how many each got.
+fn by_client_instance(outcomes: &[lab::load::Outcome]) -> [usize; 3] {
+    let mut per = [0; 3];
+    for o in outcomes {
+        assert_eq!(o.status, Some(200), "{o:?}");
+        let k = o.client as usize % 3;
+        let want = format!("i{}", k + 1);
+        assert_eq!(o.backend.as_deref(), Some(want.as_str()), "{o:?}");
+        per[k] += 1;
+    }
+    per
+}
+
 fn plan(target: SocketAddr, trace: Vec<lab::schedule::Arrival>, mode: Mode) -> Plan {
     Plan {
         target,
@@ -79,14 +92,7 @@ async fn spread_by_client_each_client_keeps_to_its_instance() {
     )
     .await;
     assert_eq!(outcomes.len(), t.len());
-    let mut per = [0; 3];
-    for o in &outcomes {
-        assert_eq!(o.status, Some(200), "{o:?}");
-        let k = o.client as usize % 3;
-        let want = format!("i{}", k + 1);
-        assert_eq!(o.backend.as_deref(), Some(want.as_str()), "{o:?}");
-        per[k] += 1;
-    }
+    let per = by_client_instance(&outcomes);
     // 7 clients drawn at random: instance 1 has three of them, the others two each.
     assert!(per.iter().all(|&n| n > 30), "{per:?}");
 }
@@ -102,15 +108,8 @@ async fn closed_loop_users_each_keep_to_their_instance() {
     };
     let p = plan(addrs[0], costs(Cost::Const { ms: 5.0 }, 1000, 1), mode);
     let outcomes = run_fleet(&p, &addrs, Spread::RoundRobin).await;
-    let mut per = [0; 3];
-    for o in &outcomes {
-        assert_eq!(o.status, Some(200), "{o:?}");
-        // User u sends from client u (6 clients for 6 users) to instance u mod 3.
-        let k = o.client as usize % 3;
-        let want = format!("i{}", k + 1);
-        assert_eq!(o.backend.as_deref(), Some(want.as_str()), "{o:?}");
-        per[k] += 1;
-    }
+    // User u sends from client u (6 clients for 6 users) to instance u mod 3.
+    let per = by_client_instance(&outcomes);
     assert!(per.iter().all(|&n| n > 20), "{per:?}");
 }
 

@@ -35,7 +35,7 @@ fn check_accepts_the_example_and_rejects_a_bad_config_with_line_and_key() {
 
     let text = std::fs::read_to_string(example)
         .unwrap()
-        .replace("\"weighted_round_robin\"", "\"fastest\"");
+        .replace("algorithm = \"least_time\"", "algorithm = \"fastest\"");
     let bad = TempFile::new("bad.toml", &text);
     let out = check(&bad);
     assert_eq!(out.status.code(), Some(1));

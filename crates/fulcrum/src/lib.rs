@@ -12,6 +12,8 @@
 //!   interrupted, its results written.
 //! * [`sim_run`]: `fulcrum sim`: a scenario simulated, its contenders resolved by the
 //!   configuration parser, the lab's outputs written.
+//! * [`state`]: the admin API's changes kept as overrides of the file, across reloads and
+//!   restarts (`state_file`), and shared with a fleet.
 
 pub mod config;
 pub mod demo;
@@ -19,3 +21,4 @@ pub mod health;
 pub mod import;
 pub mod lab_run;
 pub mod sim_run;
+pub mod state;

@@ -62,6 +62,8 @@ pub struct Config {
     pub admin: Option<admin::Admin>,
     /// Things that are allowed but probably not meant, as `file:line: message`.
     pub warnings: Vec<String>,
+    /// `state_file`: where the admin API's changes are kept across restarts.
+    pub state_file: Option<std::path::PathBuf>,
 }
 
 /// Reads and checks a configuration file.
@@ -93,10 +95,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             let mut file = file::read(&mut report, &doc);
             let warnings = report.finish()?;
             let admin = file.admin.take();
+            let state_file = file.state_file.take();
             Ok(Config {
                 proxy: settings::proxy(file),
                 admin,
                 warnings,
+                state_file,
             })
         }
     }

@@ -317,13 +317,12 @@ async fn patch_backend(
             Err(e) => return change_error(e),
             Ok(_) => tell(
                 view,
-                |upstream| Change::Weight {
-                    upstream,
+                Change::Weight {
+                    upstream: u.name(),
                     addr,
                     // Within 1..=MAX_WEIGHT: `set_static_weight` took it.
                     weight: u32::try_from(w).unwrap_or(proxy::MAX_WEIGHT),
                 },
-                u,
             ),
         }
     }
@@ -332,12 +331,11 @@ async fn patch_backend(
             Err(e) => return change_error(e),
             Ok(_) => tell(
                 view,
-                |upstream| Change::State {
-                    upstream,
+                Change::State {
+                    upstream: u.name(),
                     addr,
                     state,
                 },
-                u,
             ),
         }
     }
@@ -430,13 +428,12 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
     let backup = new.backup;
     tell(
         view,
-        |upstream| Change::Added {
-            upstream,
+        Change::Added {
+            upstream: u.name(),
             addr,
             weight,
             backup,
         },
-        u,
     );
     match u.snapshot().iter().find(|b| b.addr == addr) {
         Some(b) => json_answer(
@@ -470,7 +467,13 @@ fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
     }
     u.reconfigure(settings, Keep::Runtime);
     tracing::info!(upstream = %u.name(), backend = %addr, "backend removed by the admin API");
-    tell(view, |upstream| Change::Removed { upstream, addr }, u);
+    tell(
+        view,
+        Change::Removed {
+            upstream: u.name(),
+            addr,
+        },
+    );
     let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
     r.headers_mut().remove(header::CONTENT_TYPE);
     r
@@ -520,20 +523,19 @@ async fn patch_upstream(view: &View, u: &Upstream, req: Request<Incoming>) -> An
     tracing::info!(upstream = %u.name(), from = was.name(), to = algorithm.name(), "algorithm changed by the admin API");
     tell(
         view,
-        |upstream| Change::Algorithm {
-            upstream,
+        Change::Algorithm {
+            upstream: u.name(),
             algorithm: &change.algorithm,
             options: &change.options,
         },
-        u,
     );
     json_answer(StatusCode::OK, &upstream(view, u, &errors(view, u)))
 }
 
-/// Tells the state store, if there is one, of a change the API made to `u`.
-fn tell<'a>(view: &View, change: impl FnOnce(&'a str) -> Change<'a>, u: &'a Upstream) {
+/// Tells the state store, if there is one, of a change the API made.
+fn tell(view: &View, change: Change<'_>) {
     if let Some(o) = &view.overrides {
-        o.changed(change(u.name()));
+        o.changed(change);
     }
 }
 

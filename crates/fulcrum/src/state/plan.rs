@@ -126,23 +126,7 @@ fn shown<T: fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "not in the file".to_owned(), |v| v.to_string())
 }
 
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0.name())
-    }
-}
-
-impl fmt::Display for Balancing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.algorithm)?;
-        if !self.options.is_empty() {
-            write!(f, " {}", serde_json::Value::Object(self.options.clone()))?;
-        }
-        Ok(())
-    }
-}
-
-/// Applies `records` to `proxy` (the settings of the file in `files`, as read): backends
+/// Applies `records` to `upstreams` (the settings of the file in `files`, as read): backends
 /// added and removed, states and weights as pins, algorithms through
 /// [`crate::config::balancing::apply`] (the API's own check). Overrides of items the file
 /// changed since, of upstreams the file no longer has, and those that no longer fit it are
@@ -459,4 +443,178 @@ fn backend_changed(
         Change::Algorithm(_) => {}
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// `web` over 9001 (weight `w1`) and 9002, with `extra` lines in its section.
+    fn file(w1: u32, extra: &str) -> (Vec<UpstreamSettings>, Files) {
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n[[upstream]]\nname = \"web\"\n{extra}\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9001\"\n  weight = {w1}\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9002\"\n"
+        );
+        let cfg = crate::config::parse(Path::new("t.toml"), &text).unwrap();
+        let files = files(&cfg.proxy, &crate::config::balancing::written(&text));
+        (cfg.proxy.upstreams, files)
+    }
+
+    fn a(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn backend_key(port: u16) -> Key {
+        Key::Backend {
+            upstream: "web".into(),
+            addr: a(port),
+        }
+    }
+
+    /// The records after `changes` through the API, against `files`.
+    fn made(files: &Files, changes: Vec<(Key, Change)>) -> Records {
+        let mut records = Records::new();
+        for (key, change) in changes {
+            let text = match &key {
+                Key::Backend { addr, .. } => Key::backend("web", *addr),
+                Key::Algorithm { .. } => Key::algorithm("web"),
+            };
+            match changed(records.get(&text), &key, files.get("web"), change) {
+                Some(r) => records.insert(text, r),
+                None => records.remove(&text),
+            };
+        }
+        records
+    }
+
+    #[test]
+    fn the_files_value_clears_an_override() {
+        let (_, files) = file(1, "");
+        let records = made(
+            &files,
+            vec![
+                (backend_key(9001), Change::Weight(3)),
+                (backend_key(9001), Change::State(AdminState::Drain)),
+                (backend_key(9001), Change::Weight(1)),
+            ],
+        );
+        let only = Record::parse(
+            "upstreams/web/backends/127.0.0.1:9001",
+            br#"{"state":{"value":"drain","file":"up"}}"#,
+        )
+        .unwrap();
+        assert_eq!(records.values().collect::<Vec<_>>(), vec![&only]);
+        let records = made(
+            &files,
+            vec![
+                (
+                    backend_key(9003),
+                    Change::Added(Added {
+                        weight: 2,
+                        backup: false,
+                    }),
+                ),
+                (backend_key(9003), Change::Weight(5)),
+                (backend_key(9002), Change::Removed),
+            ],
+        );
+        assert_eq!(records.len(), 2);
+        let records = made(
+            &files,
+            vec![
+                (
+                    backend_key(9003),
+                    Change::Added(Added {
+                        weight: 2,
+                        backup: false,
+                    }),
+                ),
+                (backend_key(9003), Change::Removed),
+                (backend_key(9002), Change::Removed),
+                (
+                    backend_key(9002),
+                    Change::Added(Added {
+                        weight: 1,
+                        backup: false,
+                    }),
+                ),
+                (backend_key(9001), Change::State(AdminState::Drain)),
+                (backend_key(9001), Change::State(AdminState::Up)),
+            ],
+        );
+        assert!(records.is_empty(), "{records:?}");
+    }
+
+    #[test]
+    fn an_item_the_file_changed_is_dropped_and_the_others_applied() {
+        let (_, files) = file(1, "");
+        let records = made(
+            &files,
+            vec![
+                (backend_key(9001), Change::Weight(3)),
+                (backend_key(9001), Change::State(AdminState::Drain)),
+                (backend_key(9002), Change::Removed),
+                (
+                    backend_key(9003),
+                    Change::Added(Added {
+                        weight: 2,
+                        backup: false,
+                    }),
+                ),
+                (
+                    Key::Algorithm {
+                        upstream: "web".into(),
+                    },
+                    Change::Algorithm(Balancing {
+                        algorithm: "least_conn".into(),
+                        options: Default::default(),
+                    }),
+                ),
+            ],
+        );
+        // The same file: everything applies.
+        let (mut upstreams, files) = file(1, "");
+        let p = plan(&records, &mut upstreams, &files);
+        assert!(p.dropped.is_empty(), "{:?}", p.dropped);
+        assert_eq!(p.records, records);
+        let web = &upstreams[0];
+        let addrs: Vec<SocketAddr> = web.backends.iter().map(|b| b.addr).collect();
+        assert_eq!(addrs, vec![a(9001), a(9003)]);
+        assert_eq!(web.pinned(&web.backends[0]), (AdminState::Drain, 3));
+        assert_eq!(web.algorithm, balance::Algorithm::LeastConn);
+        // The file's weight of 9001 and its algorithm's options changed: those two dropped.
+        let (mut upstreams, files) = file(2, "algorithm = \"maglev\"\ntable_size = 65537");
+        let p = plan(&records, &mut upstreams, &files);
+        let dropped: Vec<String> = p.dropped.iter().map(ToString::to_string).collect();
+        assert_eq!(dropped.len(), 2, "{dropped:#?}");
+        assert!(dropped[0].starts_with("upstream \"web\" backend 127.0.0.1:9001: weight override 3 dropped: the configuration file changed this item since the override was made; the file wins (the file had 1, it now has 2)"), "{dropped:#?}");
+        assert!(
+            dropped[1].contains("algorithm override least_conn dropped"),
+            "{dropped:#?}"
+        );
+        assert!(
+            dropped[1].contains("it now has maglev {\"table_size\":65537}"),
+            "{dropped:#?}"
+        );
+        let web = &upstreams[0];
+        assert_eq!(web.pinned(&web.backends[0]), (AdminState::Drain, 2));
+        assert_eq!(web.algorithm, balance::Algorithm::Maglev);
+    }
+
+    #[test]
+    fn the_last_primary_is_not_removed() {
+        let (_, files) = file(1, "");
+        let records = made(
+            &files,
+            vec![
+                (backend_key(9001), Change::Removed),
+                (backend_key(9002), Change::Removed),
+            ],
+        );
+        let (mut upstreams, files) = file(1, "");
+        let p = plan(&records, &mut upstreams, &files);
+        assert_eq!(p.dropped.len(), 1, "{:?}", p.dropped);
+        assert_eq!(upstreams[0].backends.len(), 1);
+    }
 }

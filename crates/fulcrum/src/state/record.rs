@@ -75,6 +75,22 @@ impl From<State> for String {
     }
 }
 
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::fmt::Display for Balancing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.algorithm)?;
+        if !self.options.is_empty() {
+            write!(f, " {}", serde_json::Value::Object(self.options.clone()))?;
+        }
+        Ok(())
+    }
+}
+
 /// One overridden value and the file's value of it when the override was made (`None`: the
 /// file did not have the backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

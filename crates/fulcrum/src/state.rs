@@ -692,6 +692,33 @@ algorithm = "weighted_round_robin"
         assert!(local.try_recv().is_err(), "remote changes are not told");
     }
 
+    /// A change made while a reload is under way (between its prepare and its commit) is
+    /// neither lost by the store nor undone on the running upstream.
+    #[tokio::test]
+    async fn a_change_during_a_reload_stays() {
+        let store = StateStore::open(None);
+        let (proxy, web) = started(&store).await;
+        let mut cfg = crate::config::parse(Path::new("t.toml"), FILE).unwrap();
+        let prepared = store.prepare(&mut cfg.proxy, FILE);
+        assert!(web.set_state(addr(9002), proxy::AdminState::Drain).is_ok());
+        store.changed(admin::Change::State {
+            upstream: "web",
+            addr: addr(9002),
+            state: proxy::AdminState::Drain,
+        });
+        proxy.handle().reload(cfg.proxy).await.unwrap();
+        store.commit(prepared);
+        assert_eq!(store.records().len(), 1);
+        assert_eq!(
+            state_of(&web, addr(9002)),
+            Some((proxy::AdminState::Drain, 1))
+        );
+        assert_eq!(
+            web.settings().pins[&addr(9002)].state,
+            Some(proxy::AdminState::Drain)
+        );
+    }
+
     #[tokio::test]
     async fn a_snapshot_replaces_every_override() {
         let store = StateStore::open(None);

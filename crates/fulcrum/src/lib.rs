@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //!
+//! * [`cluster`]: runtime state shared by a fleet through etcd (`[cluster]`).
 //! * [`config`]: the TOML configuration, its checks and error messages, turned into
 //!   [`proxy::ProxySettings`].
 //! * [`demo`]: `fulcrum demo`, a short lab comparison of five algorithms.
@@ -13,6 +14,7 @@
 //! * [`sim_run`]: `fulcrum sim`: a scenario simulated, its contenders resolved by the
 //!   configuration parser, the lab's outputs written.
 
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod health;

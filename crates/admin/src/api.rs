@@ -25,7 +25,7 @@ use proxy::metrics::{FAULTS, reason};
 use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 
 use crate::guard::{Access, Guard};
-use crate::{Balancing, View};
+use crate::{Balancing, Change, View};
 
 /// The dashboard (`GET /`): one page, our own, that polls `/api/upstreams`.
 const DASHBOARD: &str = include_str!("../assets/dashboard.html");
@@ -155,9 +155,10 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
         },
         ["api", "upstreams", name] => match find(&shared.view, name) {
             Err(e) => refused(e),
-            Ok(u) if reading => {
-                json_answer(StatusCode::OK, &upstream(&u, &errors(&shared.view, &u)))
-            }
+            Ok(u) if reading => json_answer(
+                StatusCode::OK,
+                &upstream(&shared.view, &u, &errors(&shared.view, &u)),
+            ),
             Ok(u) if *req.method() == Method::PATCH => patch_upstream(&shared.view, &u, req).await,
             Ok(_) => method_not_allowed("GET, HEAD, PATCH"),
         },
@@ -214,7 +215,10 @@ async fn backend_resource(
     };
     match *req.method() {
         Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
-            Some(b) => json_answer(StatusCode::OK, &backend_json(b, &errors(&shared.view, &u))),
+            Some(b) => json_answer(
+                StatusCode::OK,
+                &backend_json(&shared.view, u.name(), b, &errors(&shared.view, &u)),
+            ),
             None => error(
                 StatusCode::NOT_FOUND,
                 ChangeError::NoSuchBackend {
@@ -224,7 +228,7 @@ async fn backend_resource(
             ),
         },
         Method::PATCH => patch_backend(&shared.view, &u, addr, req).await,
-        Method::DELETE => remove_backend(&u, addr),
+        Method::DELETE => remove_backend(&shared.view, &u, addr),
         _ => method_not_allowed("GET, HEAD, PATCH, DELETE"),
     }
 }
@@ -308,18 +312,40 @@ async fn patch_backend(
             },
         );
     }
-    if let Some(w) = change.weight
-        && let Err(e) = u.set_static_weight(addr, w)
-    {
-        return change_error(e);
+    if let Some(w) = change.weight {
+        match u.set_static_weight(addr, w) {
+            Err(e) => return change_error(e),
+            Ok(_) => tell(
+                view,
+                |upstream| Change::Weight {
+                    upstream,
+                    addr,
+                    // Within 1..=MAX_WEIGHT: `set_static_weight` took it.
+                    weight: u32::try_from(w).unwrap_or(proxy::MAX_WEIGHT),
+                },
+                u,
+            ),
+        }
     }
-    if let Some(s) = state
-        && let Err(e) = u.set_state(addr, s)
-    {
-        return change_error(e);
+    if let Some(state) = state {
+        match u.set_state(addr, state) {
+            Err(e) => return change_error(e),
+            Ok(_) => tell(
+                view,
+                |upstream| Change::State {
+                    upstream,
+                    addr,
+                    state,
+                },
+                u,
+            ),
+        }
     }
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(StatusCode::OK, &backend_json(b, &errors(view, u))),
+        Some(b) => json_answer(
+            StatusCode::OK,
+            &backend_json(view, u.name(), b, &errors(view, u)),
+        ),
         None => error(StatusCode::NOT_FOUND, "the backend went away meanwhile"),
     }
 }
@@ -401,15 +427,29 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
     settings.backends.push(backend);
     u.reconfigure(settings, Keep::Runtime);
     tracing::info!(upstream = %u.name(), backend = %addr, weight, "backend added by the admin API");
+    let backup = new.backup;
+    tell(
+        view,
+        |upstream| Change::Added {
+            upstream,
+            addr,
+            weight,
+            backup,
+        },
+        u,
+    );
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(StatusCode::CREATED, &backend_json(b, &errors(view, u))),
+        Some(b) => json_answer(
+            StatusCode::CREATED,
+            &backend_json(view, u.name(), b, &errors(view, u)),
+        ),
         None => error(StatusCode::CONFLICT, "the backend went away meanwhile"),
     }
 }
 
 /// `DELETE /api/upstreams/{upstream}/backends/{addr}`: the backend leaves at once; its
 /// requests in flight finish on it.
-fn remove_backend(u: &Upstream, addr: SocketAddr) -> Answer {
+fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
     let mut settings = u.runtime_settings();
     let before = settings.backends.len();
     settings.backends.retain(|b| b.addr != addr);
@@ -430,6 +470,7 @@ fn remove_backend(u: &Upstream, addr: SocketAddr) -> Answer {
     }
     u.reconfigure(settings, Keep::Runtime);
     tracing::info!(upstream = %u.name(), backend = %addr, "backend removed by the admin API");
+    tell(view, |upstream| Change::Removed { upstream, addr }, u);
     let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
     r.headers_mut().remove(header::CONTENT_TYPE);
     r
@@ -477,7 +518,23 @@ async fn patch_upstream(view: &View, u: &Upstream, req: Request<Incoming>) -> An
     let algorithm = settings.algorithm;
     u.reconfigure(settings, Keep::Runtime);
     tracing::info!(upstream = %u.name(), from = was.name(), to = algorithm.name(), "algorithm changed by the admin API");
-    json_answer(StatusCode::OK, &upstream(u, &errors(view, u)))
+    tell(
+        view,
+        |upstream| Change::Algorithm {
+            upstream,
+            algorithm: &change.algorithm,
+            options: &change.options,
+        },
+        u,
+    );
+    json_answer(StatusCode::OK, &upstream(view, u, &errors(view, u)))
+}
+
+/// Tells the state store, if there is one, of a change the API made to `u`.
+fn tell<'a>(view: &View, change: impl FnOnce(&'a str) -> Change<'a>, u: &'a Upstream) {
+    if let Some(o) = &view.overrides {
+        o.changed(change(u.name()));
+    }
 }
 
 fn change_error(e: ChangeError) -> Answer {
@@ -582,12 +639,12 @@ pub fn upstreams(view: &View) -> Value {
     json!({
         "upstreams": view.proxy.upstreams().iter().map(|u| {
             let errors = totals.remove(u.name()).map(|c| c.failures).unwrap_or_default();
-            upstream(u, &errors)
+            upstream(view, u, &errors)
         }).collect::<Vec<_>>(),
     })
 }
 
-fn upstream(u: &Upstream, errors: &Errors) -> Value {
+fn upstream(view: &View, u: &Upstream, errors: &Errors) -> Value {
     let s = u.settings();
     json!({
         "name": u.name(),
@@ -598,7 +655,8 @@ fn upstream(u: &Upstream, errors: &Errors) -> Value {
             "size": s.queue,
             "timeout_seconds": s.queue_timeout.as_secs_f64(),
         },
-        "backends": u.snapshot().iter().map(|b| backend_json(b, errors)).collect::<Vec<_>>(),
+        "backends": u.snapshot().iter().map(|b| backend_json(view, u.name(), b, errors)).collect::<Vec<_>>(),
+        "overrides": view.overrides.as_ref().map_or_else(|| json!({}), |o| o.upstream(u.name())),
     })
 }
 
@@ -620,7 +678,7 @@ fn why_not(b: &BackendSnapshot) -> Option<String> {
     })
 }
 
-fn backend_json(b: &BackendSnapshot, errors: &Errors) -> Value {
+fn backend_json(view: &View, upstream: &str, b: &BackendSnapshot, errors: &Errors) -> Value {
     let by_reason = errors.get(&b.addr).copied().unwrap_or_default();
     let errors: serde_json::Map<String, Value> = FAULTS
         .iter()
@@ -651,5 +709,6 @@ fn backend_json(b: &BackendSnapshot, errors: &Errors) -> Value {
             "age_seconds": age.as_secs_f64(),
         })),
         "connections": { "open": b.connections_open, "idle": b.connections_idle },
+        "overrides": view.overrides.as_ref().map_or_else(|| json!({}), |o| o.backend(upstream, b.addr)),
     })
 }

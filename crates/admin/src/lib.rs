@@ -14,8 +14,9 @@
 //! * [`metrics`]: the Prometheus exposition (text format 0.0.4), through the `prometheus`
 //!   crate's data model and text encoder.
 //!
-//! Changes made through the API are not written to the configuration: a restart (or a reload)
-//! goes back to the file.
+//! Changes made through the API are not written to the configuration file: they are told to
+//! [`View::overrides`] (the binary's state store), which keeps them across reloads and
+//! restarts unless the file changes the same item.
 
 pub mod api;
 pub mod guard;
@@ -57,6 +58,55 @@ pub struct View {
     /// How `PATCH /api/upstreams/{upstream}` reads an algorithm's options (`None`: it takes
     /// the algorithm alone, with default options).
     pub balancing: Option<Balancing>,
+    /// Where the API's changes are kept beyond the running upstream (the binary's state
+    /// store: across reloads and restarts, shared by a fleet); `None`: nowhere, and no value
+    /// is shown as an override.
+    pub overrides: Option<Arc<dyn Overrides>>,
+}
+
+/// One change the API made to a running upstream, told to [`Overrides::changed`] once it
+/// succeeded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change<'a> {
+    /// `PATCH .../backends/{addr}` with `state`.
+    State {
+        upstream: &'a str,
+        addr: SocketAddr,
+        state: proxy::AdminState,
+    },
+    /// `PATCH .../backends/{addr}` with `weight`.
+    Weight {
+        upstream: &'a str,
+        addr: SocketAddr,
+        weight: u32,
+    },
+    /// `POST .../backends`.
+    Added {
+        upstream: &'a str,
+        addr: SocketAddr,
+        weight: u32,
+        backup: bool,
+    },
+    /// `DELETE .../backends/{addr}`.
+    Removed { upstream: &'a str, addr: SocketAddr },
+    /// `PATCH /api/upstreams/{upstream}`: the algorithm and its options as they were sent.
+    Algorithm {
+        upstream: &'a str,
+        algorithm: &'a str,
+        options: &'a serde_json::Map<String, serde_json::Value>,
+    },
+}
+
+/// What keeps the API's changes as overrides of the configuration file, and says which
+/// values are overrides (each answer's `overrides`).
+pub trait Overrides: Send + Sync + std::fmt::Debug {
+    /// A change the API made (after it succeeded).
+    fn changed(&self, change: Change<'_>);
+    /// The overrides of one backend, shown as its `overrides` (`{}`: none).
+    fn backend(&self, upstream: &str, addr: SocketAddr) -> serde_json::Value;
+    /// The overrides of one upstream as a whole (its algorithm, its removed backends), shown
+    /// as its `overrides` (`{}`: none).
+    fn upstream(&self, upstream: &str) -> serde_json::Value;
 }
 
 /// The function behind [`Balancing`].

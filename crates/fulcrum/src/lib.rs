@@ -13,6 +13,8 @@
 //!   interrupted, its results written.
 //! * [`sim_run`]: `fulcrum sim`: a scenario simulated, its contenders resolved by the
 //!   configuration parser, the lab's outputs written.
+//! * [`state`]: the admin API's changes kept as overrides of the file, across reloads and
+//!   restarts (`state_file`), and shared with a fleet.
 
 pub mod cluster;
 pub mod config;
@@ -21,3 +23,4 @@ pub mod health;
 pub mod import;
 pub mod lab_run;
 pub mod sim_run;
+pub mod state;

@@ -2,7 +2,8 @@
 //! connection.
 //!
 //! 1. Start: the file read and checked as `fulcrum check` does, the open-files limit raised
-//!    and the configuration fitted to it, and — with `--upgrade-socket` — the listening
+//!    and the configuration fitted to it, the admin API's earlier changes applied again
+//!    ([`fulcrum::state`]), and — with `--upgrade-socket` — the listening
 //!    sockets taken over from the fulcrum serving there.
 //! 2. Serve: the proxy's workers bound (each its own runtime); on this process's main runtime,
 //!    beside them, the admin listener, the control plane (load feedback, health checks), the
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use fulcrum::config;
+use fulcrum::state::StateStore;
 use proxy::handover::{Handshake, Inherited};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
@@ -109,7 +111,7 @@ struct Start {
 async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let Start {
         path,
-        cfg,
+        mut cfg,
         mut inherited,
         handshake,
         upgrade_socket,
@@ -119,15 +121,22 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     // Installed before anything is served: an operator's `systemctl reload` (SIGHUP) must
     // never kill the process, however early it comes.
     let hangups = signal(SignalKind::hangup()).context("installing a SIGHUP handler")?;
+    // The admin API's changes made before the last stop, applied again where the file did
+    // not change the same item since: in the settings the proxy starts with.
+    let store = StateStore::open(cfg.state_file.clone());
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let prepared = store.prepare(&mut cfg.proxy, &text);
+    store.commit(prepared);
     let proxy = proxy::Proxy::bind_inherited(cfg.proxy, &mut inherited).await?;
     let handle = proxy.handle();
+    store.attach(handle.clone());
     let (reloads, reload_requests) = mpsc::channel(4);
     // The admin listener is bound before anything is served, so a port in use stops the
     // start, as a listener's does.
     let mut admin_handover = None;
     let admin = match admin_settings.clone() {
         Some(a) => {
-            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads)?;
+            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads, &store)?;
             admin_handover = Some(socket);
             Some(admin)
         }
@@ -146,6 +155,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     tokio::spawn(reload::reloader(
         path,
         handle.clone(),
+        store.clone(),
         admin_settings,
         hangups,
         reload_requests,
@@ -181,6 +191,7 @@ fn bind_admin(
     inherited: &mut Inherited,
     proxy: &proxy::ProxyHandle,
     reloads: mpsc::Sender<admin::ReloadReply>,
+    store: &StateStore,
 ) -> anyhow::Result<(admin::Admin, std::net::TcpListener)> {
     let socket = match inherited.take("admin") {
         Some(socket) => socket,
@@ -192,6 +203,7 @@ fn bind_admin(
         proxy: proxy.clone(),
         reload: Some(reloads),
         balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
+        overrides: Some(Arc::new(store.clone())),
     };
     let access = admin::Access {
         token: settings.token,

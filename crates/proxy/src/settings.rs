@@ -396,6 +396,56 @@ pub struct UpstreamSettings {
     pub h2_max_streams_per_client: Option<usize>,
     /// Sticky sessions by cookie (`sticky`): `None`, none.
     pub sticky: Option<crate::sticky::StickySettings>,
+    /// What the operator pinned on addresses (overrides kept across reloads, see the binary's
+    /// `state` module): a backend at a pinned address joins, or is reloaded, with the pin's
+    /// state and weight instead of its own.
+    pub pins: std::collections::HashMap<SocketAddr, Pin>,
+}
+
+/// What an operator asked of a backend (the admin API's `state`, kept here below the upstream that holds it; `down = true` in the
+/// configuration starts a backend `Disabled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// In rotation (when healthy).
+    Up,
+    /// No new requests; those in flight finish. Health checks go on.
+    Drain,
+    /// No new requests; those in flight finish; its idle connections are closed.
+    Disabled,
+}
+
+impl AdminState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminState::Up => "up",
+            AdminState::Drain => "drain",
+            AdminState::Disabled => "disabled",
+        }
+    }
+}
+
+impl std::str::FromStr for AdminState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AdminState, String> {
+        match s {
+            "up" => Ok(AdminState::Up),
+            "drain" => Ok(AdminState::Drain),
+            "disabled" => Ok(AdminState::Disabled),
+            _ => Err(format!(
+                "{s:?}: a state is \"up\", \"drain\" or \"disabled\""
+            )),
+        }
+    }
+}
+
+/// The state and weight an operator set on one address, kept for when a backend there joins
+/// (one DNS discovery adds later, one added again) or is reloaded: `None` leaves that value
+/// as the backend's settings give it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pin {
+    pub state: Option<AdminState>,
+    pub weight: Option<u32>,
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -457,8 +507,8 @@ impl UpstreamSettings {
         balance::Policy {
             algorithm: self.algorithm,
             options: self.options.clone(),
-            primaries: primaries.iter().map(|b| b.spec()).collect(),
-            backups: backups.iter().map(|b| b.spec()).collect(),
+            primaries: primaries.iter().map(|b| self.pinned_spec(b)).collect(),
+            backups: backups.iter().map(|b| self.pinned_spec(b)).collect(),
             retries: self.retries,
             next_upstream: self.next_upstream,
             retry_budget: self.retry_budget,
@@ -524,6 +574,30 @@ impl UpstreamSettings {
             h2_max_connections: Self::DEFAULT_H2_MAX_CONNECTIONS,
             h2_max_streams_per_client: None,
             sticky: None,
+            pins: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The state and weight backend `b` joins (or is reloaded) with: its pin's where it has
+    /// one, else its own (`down = true` is disabled).
+    pub fn pinned(&self, b: &BackendSettings) -> (AdminState, u32) {
+        let pin = self.pins.get(&b.addr).copied().unwrap_or_default();
+        let own = if b.down {
+            AdminState::Disabled
+        } else {
+            AdminState::Up
+        };
+        (pin.state.unwrap_or(own), pin.weight.unwrap_or(b.weight))
+    }
+
+    /// `b`'s spec for the pool, its pin applied (a backend pinned out of rotation starts
+    /// down, one pinned to a weight starts with it).
+    fn pinned_spec(&self, b: &BackendSettings) -> balance::BackendSpec {
+        let (state, weight) = self.pinned(b);
+        balance::BackendSpec {
+            weight,
+            down: state != AdminState::Up,
+            ..b.spec()
         }
     }
 }

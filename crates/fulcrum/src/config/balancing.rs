@@ -4,6 +4,7 @@
 //! the running upstream's backends and timeouts, and read by [`super::parse`]. So the API
 //! refuses exactly what `fulcrum check` would, in the same words.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use proxy::UpstreamSettings;
@@ -39,6 +40,32 @@ pub fn apply(
     settings.hash_key = checked.hash_key.clone();
     settings.options = checked.options.clone();
     Ok(settings)
+}
+
+/// Each `[[upstream]]`'s balancing options (the keys of [`balancing_keys`]) as the file
+/// `text` writes them, by upstream name, valued as in `PATCH /api/upstreams/{upstream}`: what
+/// an algorithm override is compared with, so that a file that changed them can be told from
+/// one that did not. A file that does not parse has none (it is checked elsewhere).
+pub fn written(text: &str) -> BTreeMap<String, serde_json::Map<String, Value>> {
+    let Ok(file) = text.parse::<toml::Table>() else {
+        return BTreeMap::new();
+    };
+    let keys = balancing_keys();
+    let upstreams = file.get("upstream").and_then(toml::Value::as_array);
+    upstreams
+        .into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_table)
+        .filter_map(|u| {
+            let name = u.get("name")?.as_str()?.to_owned();
+            let options = u
+                .iter()
+                .filter(|(k, _)| keys.contains(&k.as_str()))
+                .filter_map(|(k, v)| Some((k.clone(), serde_json::to_value(v).ok()?)))
+                .collect();
+            Some((name, options))
+        })
+        .collect()
 }
 
 /// The change as a configuration file: one listener, and one `[[upstream]]` with the
@@ -157,5 +184,14 @@ mod tests {
         assert!(e.contains("fastest"), "{e}");
         let e = apply(&current(), "hash", &options(r#"{"backend": []}"#)).unwrap_err();
         assert!(e.contains("not a balancing option"), "{e}");
+    }
+
+    #[test]
+    fn options_as_written() {
+        let text = "[[upstream]]\nname = \"web\"\nalgorithm = \"maglev\"\ntable_size = 65537\nretries = 2\n\n[[upstream]]\nname = \"api\"\n";
+        let w = written(text);
+        assert_eq!(w["web"], options(r#"{"table_size": 65537}"#));
+        assert!(w["api"].is_empty());
+        assert!(written("not toml [").is_empty());
     }
 }

@@ -26,6 +26,7 @@ pub(super) const SECTION: Section = Section {
         "access_log",
         "access_log_format",
         "shutdown_timeout",
+        "state_file",
         "listener",
         "upstream",
         "admin",
@@ -48,6 +49,8 @@ pub(super) struct File {
     pub access_log: Option<Option<Destination>>,
     pub access_log_format: Option<Format>,
     pub shutdown_timeout: Option<Duration>,
+    /// Where the admin API's changes are kept across restarts (`None`: in memory only).
+    pub state_file: Option<std::path::PathBuf>,
     pub listeners: Vec<Listener>,
     pub upstreams: Vec<Upstream>,
     /// `None`: no `[admin]`, no admin listener.
@@ -71,6 +74,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     let access_log_format = access_log_format(r, &top);
     // 0: close what is open at once, without a grace period.
     let shutdown_timeout = top.duration(r, "shutdown_timeout", Zero::Allowed);
+    let state_file = state_file(r, &top);
     let upstreams = Upstreams::read(r, &top);
     let listeners = Listeners::read(r, &top, upstreams.names().as_deref());
     tcp_upstreams(r, &listeners.read, &upstreams.read);
@@ -108,6 +112,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         access_log,
         access_log_format,
         shutdown_timeout,
+        state_file,
         listeners: listeners.read,
         upstreams: upstreams.read,
         admin,
@@ -325,6 +330,55 @@ fn h2_upstreams(r: &mut Report<'_>, listeners: &[Listener], upstreams: &[Upstrea
     }
 }
 
+/// `state_file`: a file's path, relative ones read against the configuration's directory. A
+/// directory fulcrum cannot write in is a warning: it starts, but the admin API's changes
+/// would not survive a restart.
+fn state_file(r: &mut Report<'_>, top: &Table<'_>) -> Option<std::path::PathBuf> {
+    let f = top.text(
+        r,
+        "state_file",
+        "a file's path",
+        "/var/lib/fulcrum/state.json",
+    )?;
+    if f.get_ref().trim().is_empty() {
+        r.error(
+            f.span(),
+            "state_file",
+            "an empty path: give a file's path such as \"/var/lib/fulcrum/state.json\", or leave the key out to keep the admin API's changes in memory only",
+        );
+        return None;
+    }
+    let path = r.dir().join(f.get_ref());
+    if let Err(why) = writable_directory(&path) {
+        r.warn(
+            &f.span(),
+            format!("state_file: {why}: the admin API's changes would not survive a restart; create the directory, or make it writable by the user fulcrum runs as"),
+        );
+    }
+    Some(path)
+}
+
+/// Whether a file can be made in `path`'s directory: tried with a scratch file, removed at
+/// once (the permission bits alone do not say, for root or under ACLs).
+fn writable_directory(path: &std::path::Path) -> Result<(), String> {
+    let dir = crate::state::file::directory(path);
+    let probe = dir.join(format!(".fulcrum-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "fulcrum cannot write in its directory {} ({e})",
+            dir.display()
+        )),
+    }
+}
+
 /// `access_log`: `true` (stderr, the default), `false` (none), `"stderr"`, or a file's path.
 fn access_log(r: &mut Report<'_>, top: &Table<'_>) -> Option<Option<Destination>> {
     let value = top.value("access_log")?;
@@ -424,6 +478,30 @@ mod tests {
             e.contains("t.toml:2:20: shutdown_timeout: at most a year"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn state_file_is_a_path_in_a_writable_directory() {
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\nstate_file = \"/tmp/state.json\"",
+        ));
+        assert_eq!(c.state_file, Some("/tmp/state.json".into()));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(ok(GOOD).state_file, None);
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\nstate_file = \"/nonexistent-fulcrum-dir/state.json\"",
+        ));
+        assert!(
+            c.warnings.iter().any(|w| w.starts_with("t.toml:3: state_file: fulcrum cannot write in its directory /nonexistent-fulcrum-dir")),
+            "{:?}",
+            c.warnings
+        );
+        let e = refused(&GOOD.replace("workers = 2", "state_file = \"\""));
+        assert!(e.contains("state_file: an empty path"), "{e}");
+        let e = refused(&GOOD.replace("workers = 2", "state_file = 3"));
+        assert!(e.contains("state_file: expected a file's path"), "{e}");
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct Config {
     pub cluster: Option<crate::cluster::ClusterSettings>,
     /// Things that are allowed but probably not meant, as `file:line: message`.
     pub warnings: Vec<String>,
+    /// `state_file`: where the admin API's changes are kept across restarts.
+    pub state_file: Option<std::path::PathBuf>,
 }
 
 /// Reads and checks a configuration file.
@@ -98,11 +100,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             let warnings = report.finish()?;
             let admin = file.admin.take();
             let cluster = file.cluster.take();
+            let state_file = file.state_file.take();
             Ok(Config {
                 proxy: settings::proxy(file),
                 admin,
                 cluster,
                 warnings,
+                state_file,
             })
         }
     }

@@ -1,12 +1,14 @@
 //! Reloads while serving: on SIGHUP (`systemctl reload`) or `POST /api/reload`, one at a
 //! time, the file read and checked again as `fulcrum check` does. A file with errors changes
 //! nothing; a valid one is applied without dropping a request
-//! ([`proxy::ProxyHandle::reload`]), and what could not be applied (`[admin]`, a listener's
-//! settings that take a restart) is said.
+//! ([`proxy::ProxyHandle::reload`]) with the admin API's changes applied again over it
+//! ([`fulcrum::state`]: those of items the file changed since are dropped, and said), and
+//! what could not be applied (`[admin]`, a listener's settings that take a restart) is said.
 
 use std::path::{Path, PathBuf};
 
 use fulcrum::config;
+use fulcrum::state::{StateStore, Summary};
 use tokio::signal::unix::Signal;
 use tokio::sync::{mpsc, watch};
 
@@ -17,6 +19,7 @@ use crate::LOG;
 pub async fn reloader(
     path: PathBuf,
     proxy: proxy::ProxyHandle,
+    store: StateStore,
     admin: Option<config::admin::Admin>,
     mut hangups: Signal,
     mut requests: mpsc::Receiver<admin::ReloadReply>,
@@ -34,7 +37,7 @@ pub async fn reloader(
             }
             _ = stop.changed() => return,
         };
-        let result = reload(&path, &proxy, admin.as_ref()).await;
+        let result = reload(&path, &proxy, &store, admin.as_ref()).await;
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
@@ -47,19 +50,27 @@ pub async fn reloader(
 async fn reload(
     path: &Path,
     proxy: &proxy::ProxyHandle,
+    store: &StateStore,
     running_admin: Option<&config::admin::Admin>,
 ) -> Result<String, String> {
-    let cfg = checked_config(path)?;
+    let mut cfg = checked_config(path)?;
     let mut not_applied = Vec::new();
     if cfg.admin.as_ref() != running_admin {
         not_applied.push("[admin]: takes a restart".to_owned());
     }
+    if cfg.state_file.as_deref() != store.path() {
+        not_applied.push("state_file: takes a restart".to_owned());
+    }
+    // The admin API's changes, over the file's settings; kept once the proxy takes them.
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let prepared = store.prepare(&mut cfg.proxy, &text);
     match proxy.reload(cfg.proxy).await {
         Ok(done) => {
             // The control plane follows the set of upstreams (control::follow): those this
             // reload added get their loops without a word from here.
             not_applied.extend(done.not_applied.iter().cloned());
-            Ok(reloaded(&done, &not_applied))
+            let overrides = store.commit(prepared);
+            Ok(reloaded(&done, &not_applied, &overrides))
         }
         Err(e) => {
             tracing::error!(target: LOG, error = %e, "reload refused; the running configuration stays");
@@ -99,7 +110,7 @@ fn checked_config(path: &Path) -> Result<config::Config, String> {
 }
 
 /// An applied reload, logged, and the answer to whoever asked for it.
-fn reloaded(done: &proxy::Reloaded, not_applied: &[String]) -> String {
+fn reloaded(done: &proxy::Reloaded, not_applied: &[String], overrides: &Summary) -> String {
     for n in not_applied {
         tracing::warn!(target: LOG, "reload: not applied: {n}");
     }
@@ -112,16 +123,26 @@ fn reloaded(done: &proxy::Reloaded, not_applied: &[String]) -> String {
         new_listeners = ?done.new_listeners,
         changed_listeners = ?done.changed_listeners,
         removed_listeners = ?done.removed_listeners,
+        overrides_applied = ?overrides.applied,
+        overrides_dropped = overrides.dropped.len(),
         "configuration reloaded"
     );
     format!(
-        "reloaded: upstreams reconfigured {:?}, new {:?}, removed {:?}; listeners new {:?}, changed {:?}, removed {:?}{}",
+        "reloaded: upstreams reconfigured {:?}, new {:?}, removed {:?}; listeners new {:?}, changed {:?}, removed {:?}{}{}",
         done.reconfigured,
         new_upstreams,
         done.removed_upstreams,
         done.new_listeners,
         done.changed_listeners,
         done.removed_listeners,
+        if overrides.applied.is_empty() && overrides.dropped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; overrides applied {:?}, dropped {:?}",
+                overrides.applied, overrides.dropped
+            )
+        },
         if not_applied.is_empty() {
             String::new()
         } else {

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use balance::{BackendId, Nanos, Pool};
 
-use super::state::{AdminState, Member, ProbeCounts, State, WorkerPools, configured_state, lock};
+use super::state::{AdminState, Member, ProbeCounts, State, WorkerPools, lock};
 use super::view::{ChangeError, reports_set_weights};
 use super::{Upstream, build_pool, pool_order};
 use crate::settings::UpstreamSettings;
@@ -76,7 +76,15 @@ impl Upstream {
             let same: Vec<Option<BackendId>> = order.iter().map(|b| st.position(b.addr)).collect();
             pool.carry_over(&st.pool, &same, now);
             let mut done = Reconfigured::default();
-            let members = carried_members(&st, &order, &same, keep, generation, &mut pool, now);
+            let members = carried_members(
+                &st,
+                (&settings, &order),
+                &same,
+                keep,
+                generation,
+                &mut pool,
+                now,
+            );
             done.added = members
                 .iter()
                 .filter(|m| m.since == generation)
@@ -166,14 +174,15 @@ impl Upstream {
     }
 }
 
-/// The members of generation `generation`, backends in pool `order`: a backend that stays
-/// (`same`: its id in the pool in force) keeps its member, with its state and weight from
-/// the settings or from the running upstream as `keep` says; a new one joins (and ramps up
-/// in `pool` if it has a slow start, Envoy's rule for new hosts). A member not up is down in
-/// `pool`.
+/// The members of generation `generation`, backends in pool `order` of `settings`: a backend
+/// that stays (`same`: its id in the pool in force) keeps its member, with its state and
+/// weight from the settings (an operator's pin first, see [`UpstreamSettings::pinned`]) or
+/// from the running upstream as `keep` says; a new one joins, pinned or as configured (and
+/// ramps up in `pool` if it has a slow start, Envoy's rule for new hosts). A member not up is
+/// down in `pool`.
 fn carried_members(
     st: &State,
-    order: &[crate::BackendSettings],
+    (settings, order): (&UpstreamSettings, &[crate::BackendSettings]),
     same: &[Option<BackendId>],
     keep: Keep,
     generation: u64,
@@ -184,19 +193,20 @@ fn carried_members(
     for (i, (b, old)) in order.iter().zip(same).enumerate() {
         let id = BackendId(i as u32);
         let old = old.map(|o| st.members[o.index()].clone());
+        let (state, static_weight) = settings.pinned(b);
         let member = match (old, keep) {
             (Some(m), Keep::Runtime) => m,
             (Some(m), Keep::Settings) => Member {
-                state: configured_state(b),
-                static_weight: b.weight,
+                state,
+                static_weight,
                 ..m
             },
             (None, _) => {
                 pool.begin_slow_start(id, now);
                 Member {
                     addr: b.addr,
-                    state: configured_state(b),
-                    static_weight: b.weight,
+                    state,
+                    static_weight,
                     report: None,
                     since: generation,
                     probes: ProbeCounts::default(),

@@ -54,7 +54,7 @@ pub use state::{AdminState, ProbeCounts};
 pub(crate) use state::{Unpicked, WorkerPools};
 pub use view::{BackendSnapshot, ChangeError, MAX_WEIGHT};
 
-use state::{Member, State, configured_state, lock, sticky_table};
+use state::{Member, State, lock, sticky_table};
 
 #[derive(Debug)]
 pub struct Upstream {
@@ -110,8 +110,8 @@ impl Upstream {
             .into_iter()
             .map(|b| Member {
                 addr: b.addr,
-                state: configured_state(b),
-                static_weight: b.weight,
+                state: settings.pinned(b).0,
+                static_weight: settings.pinned(b).1,
                 report: None,
                 since: 0,
                 probes: ProbeCounts::default(),

@@ -135,55 +135,12 @@ impl queue::Waiter for Waiter {
     }
 }
 
-/// What an operator asked of a backend (the admin API's `state`; `down = true` in the
-/// configuration starts a backend `Disabled`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminState {
-    /// In rotation (when healthy).
-    Up,
-    /// No new requests; those in flight finish. Health checks go on.
-    Drain,
-    /// No new requests; those in flight finish; its idle connections are closed.
-    Disabled,
-}
-
-impl AdminState {
-    pub fn name(self) -> &'static str {
-        match self {
-            AdminState::Up => "up",
-            AdminState::Drain => "drain",
-            AdminState::Disabled => "disabled",
-        }
-    }
-}
-
-impl std::str::FromStr for AdminState {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<AdminState, String> {
-        match s {
-            "up" => Ok(AdminState::Up),
-            "drain" => Ok(AdminState::Drain),
-            "disabled" => Ok(AdminState::Disabled),
-            _ => Err(format!(
-                "{s:?}: a state is \"up\", \"drain\" or \"disabled\""
-            )),
-        }
-    }
-}
+pub use crate::settings::AdminState;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks cannot leave the state half-updated in a way
     // that matters more than stopping the proxy would, so carry on with the data.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(super) fn configured_state(b: &crate::BackendSettings) -> AdminState {
-    if b.down {
-        AdminState::Disabled
-    } else {
-        AdminState::Up
-    }
 }
 
 /// One worker's connections to one upstream's backends, by address: replaced as a whole when

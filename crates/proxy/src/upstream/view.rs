@@ -181,6 +181,17 @@ impl Upstream {
         settings
     }
 
+    /// Replaces the operator's pins (see [`crate::settings::Pin`]): what backends that join
+    /// from now on, and those the next reload keeps, take. The backends in the pool now are
+    /// left as they are.
+    pub fn set_pins(&self, pins: std::collections::HashMap<SocketAddr, crate::settings::Pin>) {
+        // Under the lock a reconfiguration holds while it swaps the settings in.
+        let _st = lock(&self.state);
+        let mut settings = (*self.settings()).clone();
+        settings.pins = pins;
+        self.settings.store(std::sync::Arc::new(settings));
+    }
+
     /// The weights in force, in pool order.
     pub fn weights(&self) -> Vec<u32> {
         lock(&self.state)

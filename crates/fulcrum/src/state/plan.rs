@@ -1,0 +1,462 @@
+//! Overrides against a configuration file, with no I/O: which still hold and how they change
+//! the file's settings ([`plan`]), and how a change through the admin API becomes a record
+//! ([`changed`]).
+//!
+//! The rule is HAProxy's `server-state-file` one, made per item: what the operator set at
+//! runtime is applied again after a reload or a restart, unless the file itself changed that
+//! item since — then the file wins (an edit of the file is the newer decision), and the
+//! override is dropped with a line saying so. An item's base is the file's value when the
+//! override was made; "the file changed it" is: its value now differs from the base.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+
+use proxy::settings::Pin;
+use proxy::{AdminState, BackendSettings, ProxySettings, UpstreamSettings};
+
+use super::record::{
+    Added, AlgorithmRecord, BackendRecord, Balancing, Item, Key, Record, Records, State,
+};
+
+/// What the configuration file says of one upstream.
+#[derive(Debug, Clone)]
+pub struct FileUpstream {
+    /// Its settings as the file gives them, no override applied.
+    pub settings: UpstreamSettings,
+    /// Its algorithm and balancing options as written.
+    pub balancing: Balancing,
+}
+
+impl FileUpstream {
+    pub fn backend(&self, addr: SocketAddr) -> Option<&BackendSettings> {
+        self.settings.backends.iter().find(|b| b.addr == addr)
+    }
+
+    /// The file's state of `addr` (`down = true`: disabled); `None`: not in the file.
+    pub fn state(&self, addr: SocketAddr) -> Option<State> {
+        self.backend(addr).map(|b| {
+            State(if b.down {
+                AdminState::Disabled
+            } else {
+                AdminState::Up
+            })
+        })
+    }
+
+    pub fn weight(&self, addr: SocketAddr) -> Option<u32> {
+        self.backend(addr).map(|b| b.weight)
+    }
+}
+
+/// The file's upstreams by name.
+pub type Files = BTreeMap<String, FileUpstream>;
+
+/// The file's upstreams: `proxy`'s settings (no override applied yet) with each one's
+/// options as written (`written`, by upstream name: see [`crate::config::balancing::written`]).
+pub fn files(
+    proxy: &ProxySettings,
+    written: &BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+) -> Files {
+    proxy
+        .upstreams
+        .iter()
+        .map(|u| {
+            let balancing = Balancing {
+                algorithm: u.algorithm.name().to_owned(),
+                options: written.get(&u.name).cloned().unwrap_or_default(),
+            };
+            (
+                u.name.clone(),
+                FileUpstream {
+                    settings: u.clone(),
+                    balancing,
+                },
+            )
+        })
+        .collect()
+}
+
+/// An override the file won over (or that no longer fits it), for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub key: String,
+    pub upstream: String,
+    pub backend: Option<SocketAddr>,
+    /// `state`, `weight`, `added`, `removed`, `algorithm`.
+    pub item: &'static str,
+    /// The override's value.
+    pub value: String,
+    /// The file's value when the override was made, and now.
+    pub file_was: String,
+    pub file_now: String,
+    /// Why, in an operator's words.
+    pub why: String,
+}
+
+impl fmt::Display for Dropped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upstream \"{}\"", self.upstream)?;
+        if let Some(b) = self.backend {
+            write!(f, " backend {b}")?;
+        }
+        write!(
+            f,
+            ": {} override {} dropped: {} (the file had {}, it now has {})",
+            self.item, self.value, self.why, self.file_was, self.file_now
+        )
+    }
+}
+
+/// An override applied to the file's settings, for the log and the reload's answer.
+pub type Applied = String;
+
+/// The overrides that hold against a file, and what became of the others.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub records: Records,
+    pub applied: Vec<Applied>,
+    pub dropped: Vec<Dropped>,
+}
+
+const FILE_CHANGED: &str =
+    "the configuration file changed this item since the override was made; the file wins";
+
+fn shown<T: fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "not in the file".to_owned(), |v| v.to_string())
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl fmt::Display for Balancing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.algorithm)?;
+        if !self.options.is_empty() {
+            write!(f, " {}", serde_json::Value::Object(self.options.clone()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies `records` to `proxy` (the settings of the file in `files`, as read): backends
+/// added and removed, states and weights as pins, algorithms through
+/// [`crate::config::balancing::apply`] (the API's own check). Overrides of items the file
+/// changed since, of upstreams the file no longer has, and those that no longer fit it are
+/// dropped.
+pub fn plan(records: &Records, upstreams: &mut [UpstreamSettings], files: &Files) -> Plan {
+    let mut plan = Plan::default();
+    // Backends first: an algorithm is checked against the backends it will balance.
+    let (backends, algorithms): (Vec<_>, Vec<_>) = records
+        .iter()
+        .partition(|(_, r)| matches!(r, Record::Backend(_)));
+    for (key, record) in backends.into_iter().chain(algorithms) {
+        let Some(k) = Key::parse(key) else { continue };
+        let file = files.get(k.upstream());
+        let settings = upstreams.iter_mut().find(|u| u.name == k.upstream());
+        let (Some(file), Some(settings)) = (file, settings) else {
+            plan.dropped.push(Dropped {
+                key: key.clone(),
+                upstream: k.upstream().to_owned(),
+                backend: match k {
+                    Key::Backend { addr, .. } => Some(addr),
+                    Key::Algorithm { .. } => None,
+                },
+                item: "every",
+                value: record.to_json().to_string(),
+                file_was: "the upstream".to_owned(),
+                file_now: "no such upstream".to_owned(),
+                why: "the configuration file no longer has this upstream".to_owned(),
+            });
+            continue;
+        };
+        let kept = match (record, k) {
+            (Record::Backend(r), Key::Backend { addr, .. }) => {
+                backend(key, addr, r, file, settings, &mut plan).map(Record::Backend)
+            }
+            (Record::Algorithm(r), Key::Algorithm { .. }) => {
+                algorithm(key, r, file, settings, &mut plan).map(Record::Algorithm)
+            }
+            _ => None,
+        };
+        if let Some(kept) = kept {
+            plan.records.insert(key.clone(), kept);
+        }
+    }
+    for u in upstreams.iter_mut() {
+        u.pins = pins(&plan.records, &u.name);
+    }
+    plan
+}
+
+/// One backend's overrides against the file: those that hold, applied to `settings`'
+/// backends (the state and weight go in as pins, see [`pins`]).
+fn backend(
+    key: &str,
+    addr: SocketAddr,
+    r: &BackendRecord,
+    file: &FileUpstream,
+    settings: &mut UpstreamSettings,
+    plan: &mut Plan,
+) -> Option<BackendRecord> {
+    let name = &settings.name;
+    let mut drop = |item, value: String, was: String, now: String, why: &str| {
+        plan.dropped.push(Dropped {
+            key: key.to_owned(),
+            upstream: name.clone(),
+            backend: Some(addr),
+            item,
+            value,
+            file_was: was,
+            file_now: now,
+            why: why.to_owned(),
+        });
+    };
+    let mut kept = r.clone();
+    if let Some(s) = r.state
+        && s.file != file.state(addr)
+    {
+        drop(
+            "state",
+            s.value.to_string(),
+            shown(s.file),
+            shown(file.state(addr)),
+            FILE_CHANGED,
+        );
+        kept.state = None;
+    }
+    if let Some(w) = r.weight
+        && w.file != file.weight(addr)
+    {
+        drop(
+            "weight",
+            w.value.to_string(),
+            shown(w.file),
+            shown(file.weight(addr)),
+            FILE_CHANGED,
+        );
+        kept.weight = None;
+    }
+    if let Some(a) = r.added
+        && let Some(b) = file.backend(addr)
+    {
+        let now = format!("it, with weight {}", b.weight);
+        drop(
+            "added",
+            format!("(weight {})", a.weight),
+            "not in the file".into(),
+            now,
+            FILE_CHANGED,
+        );
+        kept.added = None;
+    }
+    if r.removed && file.backend(addr).is_none() {
+        drop(
+            "removed",
+            "removed".into(),
+            "it".into(),
+            "not in the file".into(),
+            FILE_CHANGED,
+        );
+        kept.removed = false;
+    }
+    if kept.removed {
+        let rest: Vec<BackendSettings> = settings
+            .backends
+            .iter()
+            .filter(|b| b.addr != addr)
+            .cloned()
+            .collect();
+        if rest.iter().all(|b| b.backup) {
+            drop(
+                "removed",
+                "removed".into(),
+                "it".into(),
+                "it as the last primary backend".into(),
+                "an upstream needs a primary backend, and the others the file has are backups",
+            );
+            kept.removed = false;
+        } else {
+            settings.backends = rest;
+            plan.applied.push(format!("{name} {addr} removed"));
+        }
+    }
+    if let Some(a) = kept.added {
+        settings.backends.push(joining(settings, addr, a));
+        plan.applied
+            .push(format!("{name} {addr} added (weight {})", a.weight));
+    }
+    if let Some(s) = kept.state {
+        plan.applied
+            .push(format!("{name} {addr} state {}", s.value));
+    }
+    if let Some(w) = kept.weight {
+        plan.applied
+            .push(format!("{name} {addr} weight {}", w.value));
+    }
+    (!kept.is_empty()).then_some(kept)
+}
+
+/// A backend the admin API added, as it adds one: the passive-health and slow-start settings
+/// of the upstream's first backend.
+pub fn joining(settings: &UpstreamSettings, addr: SocketAddr, a: Added) -> BackendSettings {
+    let mut backend = BackendSettings::new(addr);
+    if let Some(first) = settings.backends.first() {
+        backend.max_fails = first.max_fails;
+        backend.fail_timeout = first.fail_timeout;
+        backend.slow_start = first.slow_start;
+    }
+    backend.weight = a.weight;
+    backend.backup = a.backup;
+    backend
+}
+
+/// One upstream's algorithm override against the file: applied if it holds and the file's
+/// backends still take it.
+fn algorithm(
+    key: &str,
+    r: &AlgorithmRecord,
+    file: &FileUpstream,
+    settings: &mut UpstreamSettings,
+    plan: &mut Plan,
+) -> Option<AlgorithmRecord> {
+    let dropped = |why: String| Dropped {
+        key: key.to_owned(),
+        upstream: settings.name.clone(),
+        backend: None,
+        item: "algorithm",
+        value: r.value.to_string(),
+        file_was: r.file.to_string(),
+        file_now: file.balancing.to_string(),
+        why,
+    };
+    if r.file != file.balancing {
+        plan.dropped.push(dropped(FILE_CHANGED.to_owned()));
+        return None;
+    }
+    match crate::config::balancing::apply(settings, &r.value.algorithm, &r.value.options) {
+        Ok(s) => {
+            plan.applied
+                .push(format!("{} algorithm {}", settings.name, r.value));
+            *settings = s;
+            Some(r.clone())
+        }
+        Err(e) => {
+            plan.dropped.push(dropped(format!(
+                "the upstream as the file has it does not take it: {e}"
+            )));
+            None
+        }
+    }
+}
+
+/// The pins of `upstream`'s backends: the state and weight each record sets.
+pub fn pins(records: &Records, upstream: &str) -> HashMap<SocketAddr, Pin> {
+    records
+        .iter()
+        .filter_map(|(key, r)| match (Key::parse(key), r) {
+            (Some(Key::Backend { upstream: u, addr }), Record::Backend(b)) if u == upstream => {
+                let pin = Pin {
+                    state: b.state.map(|s| s.value.0),
+                    weight: b.weight.map(|w| w.value).or(b.added.map(|a| a.weight)),
+                };
+                (pin != Pin::default()).then_some((addr, pin))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A change through the admin API, as data (see [`admin::Change`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    State(AdminState),
+    Weight(u32),
+    Added(Added),
+    Removed,
+    Algorithm(Balancing),
+}
+
+/// The record of `key` after `change`, made through the API on the running upstream of the
+/// file's `file` (`None` if the file has no such upstream): `None` when the change put every
+/// item back to the file's value (setting an item to the file's value clears its override).
+pub fn changed(
+    old: Option<&Record>,
+    key: &Key,
+    file: Option<&FileUpstream>,
+    change: Change,
+) -> Option<Record> {
+    match (key, change) {
+        (Key::Algorithm { .. }, Change::Algorithm(value)) => {
+            let base = file.map(|f| f.balancing.clone());
+            match base {
+                Some(base) if base == value => None,
+                Some(base) => Some(Record::Algorithm(AlgorithmRecord { value, file: base })),
+                // No file's value to compare with, nor to go back to: nothing to keep.
+                None => None,
+            }
+        }
+        (Key::Backend { addr, .. }, change) => {
+            let old = match old {
+                Some(Record::Backend(b)) => b.clone(),
+                _ => BackendRecord::default(),
+            };
+            let new = backend_changed(old, *addr, file, change);
+            (!new.is_empty()).then_some(Record::Backend(new))
+        }
+        (Key::Algorithm { .. }, _) => old.cloned(),
+    }
+}
+
+fn backend_changed(
+    mut r: BackendRecord,
+    addr: SocketAddr,
+    file: Option<&FileUpstream>,
+    change: Change,
+) -> BackendRecord {
+    let file_state = file.and_then(|f| f.state(addr));
+    let file_weight = file.and_then(|f| f.weight(addr));
+    match change {
+        Change::State(s) => {
+            // A backend the file does not have is up unless set otherwise.
+            let base = file_state.unwrap_or(State(AdminState::Up));
+            r.state = (s != base.0).then_some(Item {
+                value: State(s),
+                file: file_state,
+            });
+        }
+        Change::Weight(w) => match &mut r.added {
+            Some(a) => a.weight = w,
+            None => {
+                r.weight = (Some(w) != file_weight).then_some(Item {
+                    value: w,
+                    file: file_weight,
+                });
+            }
+        },
+        Change::Added(a) => {
+            r = BackendRecord::default();
+            match file_weight {
+                // One the file has, added back: no longer removed; its weight, if other.
+                Some(fw) => {
+                    r.weight = (a.weight != fw).then_some(Item {
+                        value: a.weight,
+                        file: Some(fw),
+                    });
+                }
+                None => r.added = Some(a),
+            }
+        }
+        Change::Removed => {
+            r = BackendRecord {
+                removed: file_weight.is_some(),
+                ..BackendRecord::default()
+            };
+        }
+        Change::Algorithm(_) => {}
+    }
+    r
+}

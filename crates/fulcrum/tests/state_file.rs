@@ -1,0 +1,368 @@
+//! The admin API's changes kept across reloads and restarts (`state_file`), as an operator
+//! meets them: real `fulcrum run` processes and lab backends, changes made through the API,
+//! the file rewritten and SIGHUP sent, the process stopped and started again.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{Running, TempDir, TempFile};
+
+/// The configuration: `web` over `backends` (address, weight), `extra` lines at the top
+/// level (an unrelated change to reload with), and the state file in `dir`.
+fn config(dir: &TempDir, algorithm: &str, backends: &[(SocketAddr, u32)], extra: &str) -> String {
+    format!(
+        "workers = 1\naccess_log = false\nstate_file = \"{}/state.json\"\n{extra}\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [[upstream]]\nname = \"web\"\nalgorithm = \"{algorithm}\"\n{}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n",
+        dir.path(),
+        common::backend_block(backends),
+    )
+}
+
+/// A change through the admin API; its status must be `expect`.
+fn call(admin: SocketAddr, method: &str, path: &str, body: &str, expect: u16) -> String {
+    let host = admin.to_string();
+    let headers = [
+        ("Host", host.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, answer) = common::admin_call(admin, method, path, &headers, body);
+    assert_eq!(status, expect, "{method} {path} {body}: {answer}");
+    answer
+}
+
+fn upstream(admin: SocketAddr) -> Value {
+    let (status, body) = common::admin_call(
+        admin,
+        "GET",
+        "/api/upstreams/web",
+        &[("Host", &admin.to_string())],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn backend(admin: SocketAddr, addr: SocketAddr) -> Value {
+    upstream(admin)["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["addr"] == addr.to_string())
+        .cloned()
+        .unwrap_or_else(|| panic!("no backend {addr}: {}", upstream(admin)))
+}
+
+fn addrs(admin: SocketAddr) -> Vec<String> {
+    upstream(admin)["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["addr"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The state file's overrides.
+fn state_file(dir: &TempDir) -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(dir.0.join("state.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["overrides"].as_object().unwrap().clone()
+}
+
+/// Rewrites the file, sends SIGHUP and waits for the reload's line, which it returns with the
+/// lines before it.
+fn reload(fulcrum: &Running, file: &TempFile, text: &str) -> Vec<String> {
+    std::fs::write(&file.0, text).unwrap();
+    fulcrum.hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = Vec::new();
+    loop {
+        let line = fulcrum.next_line(deadline);
+        let done = line.contains("configuration reloaded") || line.contains("reload refused");
+        lines.push(line);
+        if done {
+            assert!(
+                lines.last().unwrap().contains("configuration reloaded"),
+                "{lines:#?}"
+            );
+            return lines;
+        }
+    }
+}
+
+/// Sends `n` requests through the proxy (each must be answered 200) and returns how many
+/// reached `backend`, by its count in the admin API.
+fn requests_reaching(fulcrum: &Running, n: usize, backend_addr: SocketAddr) -> u64 {
+    let admin = fulcrum.admin.unwrap();
+    let before = backend(admin, backend_addr)["requests"].as_u64().unwrap();
+    for _ in 0..n {
+        assert_eq!(
+            common::status_from([127, 0, 0, 1], fulcrum.addr_of("web")),
+            200
+        );
+    }
+    backend(admin, backend_addr)["requests"].as_u64().unwrap() - before
+}
+
+#[test]
+fn a_drain_survives_a_reload_and_a_restart_and_the_files_edit_wins() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b", "c"]));
+    let [a, b, c] = [0, 1, 2].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "drain");
+    let text = |weights: [u32; 3], extra: &str| {
+        config(
+            &dir,
+            "weighted_round_robin",
+            &[(a, weights[0]), (b, weights[1]), (c, weights[2])],
+            extra,
+        )
+    };
+    let file = TempFile::new("state.toml", &text([1, 1, 1], ""));
+    let mut fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+
+    // Drained, and c weighted 3, through the API: both overrides, shown and written.
+    let path_b = format!("/api/upstreams/web/backends/{b}");
+    let path_c = format!("/api/upstreams/web/backends/{c}");
+    call(admin, "PATCH", &path_b, r#"{"state": "drain"}"#, 200);
+    call(admin, "PATCH", &path_c, r#"{"weight": 3}"#, 200);
+    assert_eq!(
+        backend(admin, b)["overrides"],
+        serde_json::json!({"state": {"value": "drain", "file": "up"}})
+    );
+    assert_eq!(
+        backend(admin, c)["overrides"],
+        serde_json::json!({"weight": {"value": 3, "file": 1}})
+    );
+    assert_eq!(backend(admin, a)["overrides"], serde_json::json!({}));
+    let written = state_file(&dir);
+    assert_eq!(written.len(), 2, "{written:?}");
+    assert_eq!(
+        written[&format!("upstreams/web/backends/{b}")],
+        serde_json::json!({"state": {"value": "drain", "file": "up"}})
+    );
+
+    // A reload with an unrelated change: still drained, still weighted, and said so.
+    let lines = reload(
+        &fulcrum,
+        &file,
+        &text([1, 1, 1], "shutdown_timeout = \"5s\""),
+    );
+    let done = lines.last().unwrap();
+    assert!(done.contains(&format!("{b} state drain")), "{done}");
+    assert!(done.contains(&format!("{c} weight 3")), "{done}");
+    assert_eq!(backend(admin, b)["state"], "drain");
+    assert_eq!(backend(admin, c)["weight"]["static"], 3);
+    assert_eq!(
+        requests_reaching(&fulcrum, 40, b),
+        0,
+        "a drained backend gets nothing"
+    );
+
+    // c's weight changed in the file: the file wins, and the log names the dropped override.
+    let lines = reload(
+        &fulcrum,
+        &file,
+        &text([1, 1, 2], "shutdown_timeout = \"5s\""),
+    );
+    let dropped = lines
+        .iter()
+        .find(|l| l.contains("override dropped"))
+        .unwrap_or_else(|| panic!("no override dropped: {lines:#?}"));
+    assert!(dropped.contains("WARN"), "{dropped}");
+    for said in [
+        "upstream \"web\"".to_owned(),
+        format!("backend {c}"),
+        "weight override 3 dropped".to_owned(),
+        "the file had 1, it now has 2".to_owned(),
+    ] {
+        assert!(dropped.contains(&said), "{said:?} in {dropped}");
+    }
+    assert_eq!(backend(admin, c)["weight"]["static"], 2);
+    assert_eq!(backend(admin, c)["overrides"], serde_json::json!({}));
+    assert_eq!(backend(admin, b)["state"], "drain", "the drain stays");
+    let written = state_file(&dir);
+    assert_eq!(written.len(), 1, "the dropped one is gone: {written:?}");
+
+    // Stopped and started again with the same file: the drain is back.
+    assert!(fulcrum.terminate().success());
+    drop(fulcrum);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    assert_eq!(backend(admin, b)["state"], "drain");
+    assert_eq!(
+        backend(admin, b)["overrides"],
+        serde_json::json!({"state": {"value": "drain", "file": "up"}})
+    );
+    assert_eq!(backend(admin, c)["weight"]["static"], 2);
+    assert_eq!(
+        requests_reaching(&fulcrum, 40, b),
+        0,
+        "drained after the restart"
+    );
+
+    // Put back to the file's value through the API: the override is cleared, in the file too.
+    call(admin, "PATCH", &path_b, r#"{"state": "up"}"#, 200);
+    assert_eq!(backend(admin, b)["overrides"], serde_json::json!({}));
+    assert!(state_file(&dir).is_empty(), "{:?}", state_file(&dir));
+    assert!(requests_reaching(&fulcrum, 40, b) > 0, "up again");
+}
+
+#[test]
+fn added_and_removed_backends_and_an_algorithm_survive_a_reload() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b", "d"]));
+    let [a, b, d] = [0, 1, 2].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "members");
+    let text = |extra: &str| config(&dir, "round_robin", &[(a, 1), (b, 1)], extra);
+    let file = TempFile::new("state.toml", &text(""));
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+
+    call(
+        admin,
+        "POST",
+        "/api/upstreams/web/backends",
+        &format!(r#"{{"addr": "{d}", "weight": 2}}"#),
+        201,
+    );
+    call(
+        admin,
+        "DELETE",
+        &format!("/api/upstreams/web/backends/{a}"),
+        "",
+        204,
+    );
+    call(
+        admin,
+        "PATCH",
+        "/api/upstreams/web",
+        r#"{"algorithm": "least_conn"}"#,
+        200,
+    );
+    let shown = upstream(admin)["overrides"].clone();
+    assert_eq!(
+        shown["removed"],
+        serde_json::json!([a.to_string()]),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["algorithm"]["value"]["algorithm"], "least_conn",
+        "{shown}"
+    );
+    assert_eq!(
+        shown["algorithm"]["file"]["algorithm"], "round_robin",
+        "{shown}"
+    );
+
+    reload(&fulcrum, &file, &text("shutdown_timeout = \"5s\""));
+    assert_eq!(addrs(admin), vec![b.to_string(), d.to_string()]);
+    assert_eq!(upstream(admin)["algorithm"], "least_conn");
+    assert_eq!(
+        backend(admin, d)["overrides"],
+        serde_json::json!({"added": {"weight": 2, "backup": false}})
+    );
+    assert_eq!(backend(admin, d)["weight"]["static"], 2);
+    assert_eq!(state_file(&dir).len(), 3, "{:?}", state_file(&dir));
+
+    // Each put back as the file has it: nothing left, in the API or the state file.
+    call(
+        admin,
+        "PATCH",
+        "/api/upstreams/web",
+        r#"{"algorithm": "round_robin"}"#,
+        200,
+    );
+    call(
+        admin,
+        "DELETE",
+        &format!("/api/upstreams/web/backends/{d}"),
+        "",
+        204,
+    );
+    call(
+        admin,
+        "POST",
+        "/api/upstreams/web/backends",
+        &format!(r#"{{"addr": "{a}"}}"#),
+        201,
+    );
+    assert_eq!(upstream(admin)["overrides"], serde_json::json!({}));
+    assert!(state_file(&dir).is_empty(), "{:?}", state_file(&dir));
+    reload(&fulcrum, &file, &text(""));
+    assert_eq!(addrs(admin), vec![a.to_string(), b.to_string()]);
+    assert_eq!(upstream(admin)["algorithm"], "round_robin");
+}
+
+#[test]
+fn a_corrupt_state_file_is_set_aside_and_fulcrum_serves() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a"]));
+    let a = backends[0].addr();
+    let dir = TempDir::new("state", "corrupt");
+    let garbage = b"{\"version\": 1, \"overrides\": {\"upstreams/web/backends/";
+    std::fs::write(dir.0.join("state.json"), garbage).unwrap();
+    let file = TempFile::new("state.toml", &config(&dir, "round_robin", &[(a, 1)], ""));
+    let mut child = common::fulcrum()
+        .args(["run", "--config"])
+        .arg(&file.0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let guard = common::ChildGuard(child);
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut error = None;
+    let mut proxy = None;
+    while error.is_none() || proxy.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line: String = lines.recv_timeout(left).expect("fulcrum logs its start");
+        if line.contains("state file cannot be used") {
+            error = Some(line.clone());
+        }
+        if line.contains(" listening") {
+            proxy = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("listen="))
+                .and_then(|a| a.parse::<SocketAddr>().ok());
+        }
+    }
+    let error = error.unwrap();
+    assert!(error.contains("ERROR"), "{error}");
+    assert!(error.contains("it is not JSON"), "what: {error}");
+    assert!(
+        error.contains(&format!("{}/state.json", dir.path())),
+        "where: {error}"
+    );
+    assert!(
+        error.contains("starts on its configuration alone"),
+        "what to do: {error}"
+    );
+    // Kept whole under another name, and fulcrum serves.
+    let aside: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("state.json.bad-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), garbage);
+    assert_eq!(common::status_from([127, 0, 0, 1], proxy.unwrap()), 200);
+    drop(guard);
+}

@@ -62,6 +62,11 @@ const MAX_RETRY: Duration = Duration::from_secs(2);
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How long etcd may stay silent on the watch before the connection is given up.
 const SILENCE_LIMIT: Duration = Duration::from_secs(5);
+/// The HTTP/2 keep-alive ping's interval: above etcd's `--grpc-keepalive-min-time` (5 s by
+/// default), below which etcd counts a client's pings as abuse and closes its connection
+/// (gRPC's `too_many_pings`). The progress requests detect a silent etcd sooner; the pings
+/// keep idle middleboxes from dropping the connection.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(10);
 /// Events waiting for their consumer before the sync task waits for it.
 const EVENTS_QUEUED: usize = 1024;
 
@@ -233,7 +238,7 @@ impl Sync {
         let options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(PROGRESS_EVERY, SILENCE_LIMIT);
+            .with_keep_alive(KEEP_ALIVE_EVERY, SILENCE_LIMIT);
         let mut client = call(Client::connect(&self.settings.endpoints, Some(options))).await?;
         // Where etcd stands, before anything is written: the cluster and its revision.
         let prefix = self.settings.prefix.clone();

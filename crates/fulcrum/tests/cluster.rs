@@ -322,3 +322,38 @@ async fn a_compacted_revision_gives_a_snapshot() {
         &b_view.log[seen..]
     );
 }
+
+/// An etcd that stops answering without closing its connections (SIGSTOP: the kernel still
+/// holds them open, as a host gone without a FIN would): contact is given up after the
+/// silence limit (5 s), writes are queued, and written once it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_etcd_is_a_lost_one() {
+    if !installed("etcd", "--version") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let (_stop, stop) = watch::channel(false);
+    let (a, mut a_view) = start(&etcd.url(), &stop);
+    a_view.until(&[], PROPAGATION).await;
+    status_until(&a, "in contact", PROPAGATION, |s| s.connected).await;
+    let pid = etcd.pid().unwrap().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let frozen = std::time::Instant::now();
+    // The silence limit (5 s) and a progress tick; the keep-alive pings alone would take 15 s.
+    status_until(&a, "contact lost", Duration::from_secs(8), |s| !s.connected).await;
+    println!(
+        "MEASURED contact given up {:?} after etcd froze",
+        frozen.elapsed()
+    );
+    a.put("while-frozen", b"1".to_vec());
+    signal("-CONT");
+    a_view.until(&[("while-frozen", "1")], PROPAGATION).await;
+    status_until(&a, "back", PROPAGATION, |s| s.connected && s.pending == 0).await;
+}

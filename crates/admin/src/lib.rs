@@ -62,6 +62,9 @@ pub struct View {
     /// store: across reloads and restarts, shared by a fleet); `None`: nowhere, and no value
     /// is shown as an override.
     pub overrides: Option<Arc<dyn Overrides>>,
+    /// Where the fleet's shared state stands (`[cluster]`; `None`: no cluster, no metrics
+    /// about it).
+    pub cluster: Option<ClusterView>,
 }
 
 /// One change the API made to a running upstream, told to [`Overrides::changed`] once it
@@ -127,6 +130,33 @@ pub struct Balancing(pub Arc<CheckBalancing>);
 impl std::fmt::Debug for Balancing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Balancing(..)")
+    }
+}
+
+/// Where the sync with the fleet's etcd stands, as `/metrics` shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClusterHealth {
+    /// Whether etcd answers now.
+    pub connected: bool,
+    /// Since etcd last answered (since the sync started, when it never did).
+    pub since_contact: Duration,
+    /// Local changes etcd has not acknowledged yet.
+    pub pending: usize,
+    /// The last revision of the fleet's records seen (0: none yet).
+    pub revision: i64,
+}
+
+/// The function behind [`ClusterView`].
+pub type ReadCluster = dyn Fn() -> ClusterHealth + Send + Sync;
+
+/// Reads where the sync with the fleet's etcd stands at each scrape (the binary owns the
+/// sync; this crate only shows it).
+#[derive(Clone)]
+pub struct ClusterView(pub Arc<ReadCluster>);
+
+impl std::fmt::Debug for ClusterView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterView(..)")
     }
 }
 

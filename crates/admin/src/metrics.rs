@@ -94,6 +94,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     all.push(route_family(view));
     all.push(limited_family(view));
     all.extend(client_families(view));
+    all.extend(cluster_families(view));
     all.into_iter()
         // An empty family is not written at all (its HELP alone would be a lint error).
         .filter(|f| !f.get_metric().is_empty())
@@ -422,6 +423,38 @@ fn client_families(view: &View) -> [MetricFamily; 2] {
             "fulcrum_tls_handshake_failures_total",
             "Client TLS handshakes that failed (not TLS, no common protocol or cipher, an alert) or did not finish within client_header_timeout.",
             vec![(Vec::new(), view.proxy.metrics().tls_handshake_failures())],
+        ),
+    ]
+}
+
+/// The sync with the fleet's etcd (`[cluster]`): written from the start whenever a cluster is
+/// configured, so that an alert on contact lost has its series before the first loss.
+fn cluster_families(view: &View) -> Vec<MetricFamily> {
+    let Some(read) = &view.cluster else {
+        return Vec::new();
+    };
+    let c = (read.0)();
+    let one = |value: f64| vec![(Labels::new(), value)];
+    vec![
+        gauges(
+            "fulcrum_cluster_connected",
+            "1 while etcd answers, 0 while this instance serves on its last known state.",
+            one(if c.connected { 1.0 } else { 0.0 }),
+        ),
+        gauges(
+            "fulcrum_cluster_last_contact_seconds",
+            "Seconds since etcd last answered (since the start, before it ever did).",
+            one(c.since_contact.as_secs_f64()),
+        ),
+        gauges(
+            "fulcrum_cluster_writes_pending",
+            "Admin-API changes of this instance not yet written to etcd.",
+            one(c.pending as f64),
+        ),
+        gauges(
+            "fulcrum_cluster_revision",
+            "The last etcd revision of the fleet's state this instance has applied.",
+            one(c.revision as f64),
         ),
     ]
 }

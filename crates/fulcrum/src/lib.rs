@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //!
+//! * [`cluster`]: runtime state shared by a fleet through etcd (`[cluster]`).
 //! * [`config`]: the TOML configuration, its checks and error messages, turned into
 //!   [`proxy::ProxySettings`].
 //! * [`demo`]: `fulcrum demo`, a short lab comparison of five algorithms.
@@ -15,6 +16,7 @@
 //! * [`state`]: the admin API's changes kept as overrides of the file, across reloads and
 //!   restarts (`state_file`), and shared with a fleet.
 
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod health;

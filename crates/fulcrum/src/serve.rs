@@ -7,7 +7,8 @@
 //!    sockets taken over from the fulcrum serving there.
 //! 2. Serve: the proxy's workers bound (each its own runtime); on this process's main runtime,
 //!    beside them, the admin listener, the control plane (load feedback, health checks), the
-//!    reloads and the signal handlers.
+//!    reloads, the signal handlers and, with `[cluster]`, the sync of the admin API's changes
+//!    with the fleet through etcd ([`fleet`]).
 //! 3. Change while serving: SIGHUP or `POST /api/reload` reload the file ([`reload`]); SIGUSR1
 //!    reopens the access log; a new fulcrum on the upgrade socket takes the sockets over
 //!    ([`upgrade`]).
@@ -18,6 +19,7 @@
 //! bound before anything is served, so that an early signal or a port in use stops the
 //! start rather than a running proxy.
 
+mod fleet;
 mod reload;
 mod upgrade;
 
@@ -131,12 +133,16 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let handle = proxy.handle();
     store.attach(handle.clone());
     let (reloads, reload_requests) = mpsc::channel(4);
+    // The fleet's shared state (`[cluster]`): started before the admin listener, whose
+    // /metrics shows it, and stopped with the control plane.
+    let (stop_fleet, fleet_stopped) = watch::channel(false);
+    let cluster = cfg.cluster.map(|c| fleet::share(c, &store, &fleet_stopped));
     // The admin listener is bound before anything is served, so a port in use stops the
     // start, as a listener's does.
     let mut admin_handover = None;
     let admin = match admin_settings.clone() {
         Some(a) => {
-            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads, &store)?;
+            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads, &store, cluster)?;
             admin_handover = Some(socket);
             Some(admin)
         }
@@ -180,6 +186,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     }
     serve_until_stopped(proxy, replaced).await;
     let _ = stop_control.send(true);
+    let _ = stop_fleet.send(true);
     tracing::info!(target: LOG, "fulcrum stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -192,6 +199,7 @@ fn bind_admin(
     proxy: &proxy::ProxyHandle,
     reloads: mpsc::Sender<admin::ReloadReply>,
     store: &StateStore,
+    cluster: Option<admin::ClusterView>,
 ) -> anyhow::Result<(admin::Admin, std::net::TcpListener)> {
     let socket = match inherited.take("admin") {
         Some(socket) => socket,
@@ -204,6 +212,7 @@ fn bind_admin(
         reload: Some(reloads),
         balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
         overrides: Some(Arc::new(store.clone())),
+        cluster,
     };
     let access = admin::Access {
         token: settings.token,

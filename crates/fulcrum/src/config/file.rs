@@ -12,6 +12,7 @@ use toml::de::{DeTable, DeValue};
 use proxy::access_log::{Destination, Format, Template};
 
 use super::admin::{self, Admin};
+use super::cluster;
 use super::duration::Zero;
 use super::listener::{self, Listener};
 use super::report::Report;
@@ -29,6 +30,7 @@ pub(super) const SECTION: Section = Section {
         "listener",
         "upstream",
         "admin",
+        "cluster",
     ],
     not_yet: &[],
 };
@@ -53,6 +55,8 @@ pub(super) struct File {
     pub upstreams: Vec<Upstream>,
     /// `None`: no `[admin]`, no admin listener.
     pub admin: Option<Admin>,
+    /// `None`: no `[cluster]`, the admin API's changes stay on this instance.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
 }
 
 /// Reads and checks the whole document; every problem goes to `r`. Sections are read, and
@@ -100,6 +104,9 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     if let Some(a) = &admin {
         listeners.check_admin_port(r, a);
     }
+    let cluster = top
+        .section(r, "cluster", &cluster::SECTION)
+        .and_then(|t| cluster::read(r, &t));
     File {
         workers,
         access_log,
@@ -109,6 +116,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         listeners: listeners.read,
         upstreams: upstreams.read,
         admin,
+        cluster,
     }
 }
 

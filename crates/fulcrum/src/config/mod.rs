@@ -18,6 +18,7 @@
 //! * [`tls`]: a listener's `[[listener.tls]]` certificates, read and checked as `run` would
 //!   read them.
 //! * [`admin`]: the admin listener and its token.
+//! * [`cluster`]: the etcd a fleet shares its admin-API changes through.
 //! * [`balancing`]: an algorithm and its options from the admin API, checked as in a file.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
@@ -32,6 +33,7 @@ pub mod admin;
 mod algorithm;
 mod backend;
 pub mod balancing;
+mod cluster;
 mod duration;
 mod file;
 mod header_rules;
@@ -60,6 +62,8 @@ pub struct Config {
     pub proxy: ProxySettings,
     /// The admin listener, when the file has an `[admin]`.
     pub admin: Option<admin::Admin>,
+    /// The etcd shared by a fleet, when the file has a `[cluster]`.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
     /// Things that are allowed but probably not meant, as `file:line: message`.
     pub warnings: Vec<String>,
     /// `state_file`: where the admin API's changes are kept across restarts.
@@ -95,10 +99,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             let mut file = file::read(&mut report, &doc);
             let warnings = report.finish()?;
             let admin = file.admin.take();
+            let cluster = file.cluster.take();
             let state_file = file.state_file.take();
             Ok(Config {
                 proxy: settings::proxy(file),
                 admin,
+                cluster,
                 warnings,
                 state_file,
             })

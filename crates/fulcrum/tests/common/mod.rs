@@ -551,3 +551,112 @@ pub fn status_from(from: impl Into<std::net::IpAddr>, to: SocketAddr) -> u16 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
+
+// --- etcd (issue 31: the fleet's shared state) ---
+
+/// Debian's etcd (`etcd-server`) on loopback ports of its own, its data in a directory of its
+/// own, killed when dropped. Its ports stay held (see [`HeldPort`]) for the guard's life, so
+/// that it can be killed and started again on the same address and data.
+pub struct Etcd {
+    child: Option<ChildGuard>,
+    pub dir: TempDir,
+    client: HeldPort,
+    peer: HeldPort,
+}
+
+impl Etcd {
+    /// Starts etcd and waits (20 s at most) until it answers `/health`.
+    pub fn start() -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd", "data"),
+            client: HeldPort::for_server(),
+            peer: HeldPort::for_server(),
+        };
+        etcd.restart();
+        etcd
+    }
+
+    /// The client URL, as `[cluster] etcd` takes it.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.client.addr)
+    }
+
+    /// The process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Kills etcd (SIGKILL: no goodbye to its clients) and waits for it to be gone.
+    pub fn kill(&mut self) {
+        drop(self.child.take());
+    }
+
+    /// Starts etcd again on the same ports and data (after [`Etcd::kill`]), and waits until
+    /// it answers.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "etcd is running already");
+        let (client, peer) = (self.url(), format!("http://{}", self.peer.addr));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join("etcd.log"))
+            .unwrap();
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(self.dir.0.join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("default={peer}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd runs (Debian: apt-get install -y etcd-server)");
+        self.child = Some(ChildGuard(child));
+        let health = self.client.addr;
+        wait_until(Duration::from_secs(20), "etcd answers /health", || {
+            let answer = http_get(health, "/health")?;
+            if answer.contains("\"health\":\"true\"") {
+                Ok(())
+            } else {
+                Err(answer)
+            }
+        });
+    }
+
+    /// `etcdctl ARGS` against this etcd: its standard output (panics when it fails).
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.url()])
+            .args(args)
+            .output()
+            .expect("etcdctl runs (Debian: etcd-client)");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// `GET path` on `addr` with `Connection: close`: the whole answer, or why none came.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}

@@ -171,7 +171,7 @@ fn latency_shares_follow_one_over_l_and_shun_failures() {
             let (done, t) = in_flight.pop().unwrap();
             let failing = t.backend().index() == 1 && done >= ms(16_000);
             answers += u64::from(failing);
-            let outcome = if failing && answers % 2 == 0 {
+            let outcome = if failing && answers.is_multiple_of(2) {
                 Outcome::Failure
             } else {
                 Outcome::Success

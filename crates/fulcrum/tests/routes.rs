@@ -440,7 +440,7 @@ fn the_admin_api_lists_each_listener_s_routes() {
 /// The routes of one version of the reload test: every path to upstream `ua` (even versions)
 /// or `ub` (odd), and a fixed answer that names the version.
 fn versioned(k: usize, a: SocketAddr, b: SocketAddr) -> String {
-    let to = if k % 2 == 0 { "ua" } else { "ub" };
+    let to = if k.is_multiple_of(2) { "ua" } else { "ub" };
     format!(
         r#"workers = 2
 access_log = false

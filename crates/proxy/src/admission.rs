@@ -265,15 +265,15 @@ impl Zones {
     /// Takes `old`'s state for each limit whose settings did not change (a reload): clients
     /// keep their excess and their requests in flight.
     pub(crate) fn adopt(&mut self, old: &Zones) {
-        if let (Some(new), Some(old)) = (&mut self.rate, &old.rate) {
-            if new.settings == old.settings {
-                *new = Arc::clone(old);
-            }
+        if let (Some(new), Some(old)) = (&mut self.rate, &old.rate)
+            && new.settings == old.settings
+        {
+            *new = Arc::clone(old);
         }
-        if let (Some(new), Some(old)) = (&mut self.conn, &old.conn) {
-            if new.settings == old.settings {
-                *new = Arc::clone(old);
-            }
+        if let (Some(new), Some(old)) = (&mut self.conn, &old.conn)
+            && new.settings == old.settings
+        {
+            *new = Arc::clone(old);
         }
     }
 

@@ -34,10 +34,10 @@ fn fixed_need(settings: &ProxySettings) -> u64 {
         // Each upstream the listener sends to (its own and its routes'), once.
         let mut names: Vec<&str> = listener.upstream.iter().map(String::as_str).collect();
         for route in &listener.routes {
-            if let crate::settings::RouteAction::Upstream { upstream, .. } = &route.action {
-                if !names.contains(&upstream.as_str()) {
-                    names.push(upstream);
-                }
+            if let crate::settings::RouteAction::Upstream { upstream, .. } = &route.action
+                && !names.contains(&upstream.as_str())
+            {
+                names.push(upstream);
             }
         }
         let idle: u64 = settings

@@ -558,10 +558,10 @@ fn served(l: &ListenerSettings, all: &[Arc<Upstream>]) -> Result<Served, StartEr
         };
     }
     for r in &l.routes {
-        if let crate::settings::RouteAction::Upstream { upstream, .. } = &r.action {
-            if !upstreams.iter().any(|u| u.name() == upstream) {
-                upstreams.push(find(all, upstream).ok_or_else(|| unknown(upstream))?);
-            }
+        if let crate::settings::RouteAction::Upstream { upstream, .. } = &r.action
+            && !upstreams.iter().any(|u| u.name() == upstream)
+        {
+            upstreams.push(find(all, upstream).ok_or_else(|| unknown(upstream))?);
         }
     }
     let routes = Routes::build(l.listen, &l.routes, |name| {

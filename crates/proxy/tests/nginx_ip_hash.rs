@@ -361,10 +361,10 @@ async fn compare(label: &str, peers: &[Peer]) {
                 down_picked.push(format!("{local}: nginx picked down {name}"));
             }
         }
-        if let Ok(name) = by_fulcrum {
-            if down_names.contains(name) {
-                down_picked.push(format!("{local}: fulcrum picked down {name}"));
-            }
+        if let Ok(name) = by_fulcrum
+            && down_names.contains(name)
+        {
+            down_picked.push(format!("{local}: fulcrum picked down {name}"));
         }
     }
     eprintln!(

@@ -480,10 +480,10 @@ impl Table {
         let mut end = name.len();
         while let Some(dot) = name[..end].iter().rposition(|&b| b == b'.') {
             // The wildcard stands for at least one more label.
-            if dot + 1 < name.len() {
-                if let Some(&set) = self.tail.get(&name[..=dot]) {
-                    return Some(set);
-                }
+            if dot + 1 < name.len()
+                && let Some(&set) = self.tail.get(&name[..=dot])
+            {
+                return Some(set);
             }
             end = dot;
         }
@@ -547,10 +547,10 @@ impl Table {
                 None => break End::Out,
             }
         };
-        if let End::Node(n) = end {
-            if let Some(&r) = n.exact.iter().find(|&&r| fits(r)) {
-                return Selected::Route(r as usize);
-            }
+        if let End::Node(n) = end
+            && let Some(&r) = n.exact.iter().find(|&&r| fits(r))
+        {
+            return Selected::Route(r as usize);
         }
         // nginx's auto-redirect: the path with `/` added names a route that proxies, and no
         // prefix as long as the path matched.
@@ -571,10 +571,10 @@ impl Table {
                 r.and_then(|r| self.specs.get(r as usize))
                     .is_some_and(|s| s.auto_redirect)
             };
-            if redirects(exact) || redirects(inclusive) {
-                if let Some(r) = exact.or(inclusive) {
-                    return Selected::AddSlash(r as usize);
-                }
+            if (redirects(exact) || redirects(inclusive))
+                && let Some(r) = exact.or(inclusive)
+            {
+                return Selected::AddSlash(r as usize);
             }
         }
         if let Some((_, r)) = best {

@@ -376,10 +376,10 @@ fn naive(specs: &[Spec], path: &str, method: &str) -> Selected {
             return Selected::AddSlash(e.or(p).unwrap_or_default());
         }
     }
-    if let Some(r) = longest {
-        if matches!(specs[r].path, PathMatch::Prefix { wins: true, .. }) {
-            return Selected::Route(r);
-        }
+    if let Some(r) = longest
+        && matches!(specs[r].path, PathMatch::Prefix { wins: true, .. })
+    {
+        return Selected::Route(r);
     }
     let regex = specs.iter().position(|s| {
         ok(s)

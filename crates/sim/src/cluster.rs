@@ -1404,7 +1404,7 @@ impl Sim<'_> {
             self.serve_queue(b);
         }
         let keep = self.report_delay + WINDOW + 2 * self.step_every;
-        let sample = self.steps % self.steps_per_sample == 0;
+        let sample = self.steps.is_multiple_of(self.steps_per_sample);
         for (k, s) in self.servers.iter_mut().enumerate() {
             let now = s.read(self.now);
             let ring = &mut self.readings[k];

@@ -79,14 +79,14 @@ pub fn scan(root: &Path) -> std::io::Result<Vec<Group>> {
             }
             continue;
         }
-        if depth < MAX_DEPTH {
-            if let Ok(children) = std::fs::read_dir(&dir) {
-                pending.extend(
-                    children
-                        .filter_map(Result::ok)
-                        .map(|e| (e.path(), depth + 1)),
-                );
-            }
+        if depth < MAX_DEPTH
+            && let Ok(children) = std::fs::read_dir(&dir)
+        {
+            pending.extend(
+                children
+                    .filter_map(Result::ok)
+                    .map(|e| (e.path(), depth + 1)),
+            );
         }
     }
     Ok(groups)

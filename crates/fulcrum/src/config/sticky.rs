@@ -48,14 +48,14 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<StickySettings> 
         "max_age",
         Zero::Refused("a cookie that expires at once would never bring a client back"),
     );
-    if let Some(max_age) = settings.max_age {
-        if max_age.subsec_nanos() != 0 {
-            s.error(
-                r,
-                "max_age",
-                "Max-Age counts whole seconds: give \"1s\" or more, in seconds",
-            );
-        }
+    if let Some(max_age) = settings.max_age
+        && max_age.subsec_nanos() != 0
+    {
+        s.error(
+            r,
+            "max_age",
+            "Max-Age counts whole seconds: give \"1s\" or more, in seconds",
+        );
     }
     for (key, example) in [("path", "/"), ("domain", "example.com")] {
         let Some(value) = s.text(r, key, "a cookie attribute", example) else {

@@ -760,11 +760,11 @@ fn action_return(d: &Directive, level: &Level, lines: &mut Vec<String>, notes: &
         lines.push("respond = { status = 500 }".into());
         return;
     }
-    if matches!(code, 301 | 302 | 303 | 307 | 308) {
-        if let Some(url) = rest {
-            lines.push(redirect(d, code, url, notes));
-            return;
-        }
+    if matches!(code, 301 | 302 | 303 | 307 | 308)
+        && let Some(url) = rest
+    {
+        lines.push(redirect(d, code, url, notes));
+        return;
     }
     if code == 444 || !(200..=599).contains(&code) {
         notes.behaviour(

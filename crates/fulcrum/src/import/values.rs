@@ -42,7 +42,7 @@ pub fn duration_ms(text: &str) -> Option<u64> {
 
 /// A duration for fulcrum's configuration: `"90s"`, `"250ms"`.
 pub fn duration_toml(ms: u64) -> String {
-    if ms % 1_000 == 0 {
+    if ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")

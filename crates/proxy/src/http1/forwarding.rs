@@ -384,7 +384,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let mask = if x % 3 == 0 {
+            let mask = if x.is_multiple_of(3) {
                 0xffff_0000_ffff_0000_0000_ffff_0000_ffff
             } else {
                 !0

@@ -14,6 +14,8 @@
 //!   applies its weights with [`proxy::Upstream::set_weights`].
 //! * [`agent_check`]: HAProxy's agent-check protocol as a source: a percentage of the
 //!   configured weight, drain, down and up, as HAProxy applies them.
+//! * [`discovery`]: DNS discovery (A/AAAA and SRV, re-resolved at the TTL): what it finds
+//!   becomes the upstream's backends of that source, through the admin API's carry-over.
 //! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
 //!   `fall`, combined with passive health in the pool.
 //! * [`memcached`]: reports agents pushed to memcached (seed 001's hub).
@@ -24,6 +26,7 @@
 //!   HTTP client the checks share.
 
 pub mod agent_check;
+pub mod discovery;
 pub mod feedback;
 pub mod health;
 pub mod memcached;
@@ -123,6 +126,8 @@ pub async fn follow(
 /// (a reload, the admin API): each loop works on the backends of the generation it started
 /// with. Ends when `stop` turns true or the upstream is retired.
 pub async fn supervise(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>) {
+    // Once for the upstream's life, not per generation: it makes generations itself.
+    tokio::spawn(discovery::run(Arc::clone(&upstream), stop.clone()));
     let mut changes = upstream.changes();
     loop {
         let (stop_loops, loops_stop) = watch::channel(false);

@@ -396,6 +396,78 @@ pub struct UpstreamSettings {
     pub h2_max_streams_per_client: Option<usize>,
     /// Sticky sessions by cookie (`sticky`): `None`, none.
     pub sticky: Option<crate::sticky::StickySettings>,
+    /// Where backends are found in DNS (`[upstream.discovery]`, and backends written with a
+    /// host name), one entry per source; their backends join `backends` as they are found.
+    pub discovery: Vec<DiscoverySettings>,
+}
+
+/// The record type a discovery source asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// A and AAAA: every address, with the source's port.
+    A,
+    /// SRV: each record's target and port, its weight and its priority (primaries and backups).
+    Srv,
+}
+
+impl RecordKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::A => "a",
+            RecordKind::Srv => "srv",
+        }
+    }
+}
+
+/// What a discovery source asks DNS: its identity across reloads (a source whose query stays
+/// keeps the backends it found).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DiscoveryQuery {
+    pub kind: RecordKind,
+    /// The DNS name (`_http._tcp.api.service.consul` for SRV).
+    pub name: String,
+    /// The backends' port (type A only; SRV records carry their own).
+    pub port: Option<u16>,
+}
+
+impl fmt::Display for DiscoveryQuery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(port) => write!(f, "{} {}:{port}", self.kind.name(), self.name),
+            None => write!(f, "{} {}", self.kind.name(), self.name),
+        }
+    }
+}
+
+/// One DNS discovery source of an upstream (NGINX Plus's `server ... resolve` and `service=`,
+/// HAProxy's `server-template`): re-resolved at the answer's TTL, bounded by the intervals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiscoverySettings {
+    pub query: DiscoveryQuery,
+    /// The DNS servers to ask (UDP, then TCP for a truncated answer); empty: the system's
+    /// (`/etc/resolv.conf`).
+    pub resolvers: Vec<SocketAddr>,
+    /// The shortest and the longest time between two lookups: a TTL outside is clamped.
+    pub min_interval: Duration,
+    pub max_interval: Duration,
+    /// What every backend it finds gets (its `addr` and `name` are the found address; for
+    /// SRV, `weight` and `backup` come from the records).
+    pub template: BackendSettings,
+}
+
+impl DiscoverySettings {
+    pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(60);
+
+    /// The backend it makes of a found address.
+    pub fn backend(&self, addr: SocketAddr) -> BackendSettings {
+        BackendSettings {
+            addr,
+            name: addr.to_string(),
+            discovered: Some(self.query.clone()),
+            ..self.template.clone()
+        }
+    }
 }
 
 /// Active health checks of an upstream's backends (`[upstream.health_check]`), run from one
@@ -524,11 +596,12 @@ impl UpstreamSettings {
             h2_max_connections: Self::DEFAULT_H2_MAX_CONNECTIONS,
             h2_max_streams_per_client: None,
             sticky: None,
+            discovery: Vec::new(),
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendSettings {
     pub addr: SocketAddr,
     /// The backend as configured (`"app1.internal:8080"`, or the address): ring algorithms
@@ -549,6 +622,8 @@ pub struct BackendSettings {
     /// Where `prequal` sends its `GET /probe` (`probe = "host:port"`); `None`: the backend
     /// itself.
     pub probe: Option<SocketAddr>,
+    /// The discovery source that found it (`None`: written in the configuration).
+    pub discovered: Option<DiscoveryQuery>,
 }
 
 /// Where a backend's load reports come from (one source per backend).
@@ -593,6 +668,7 @@ impl BackendSettings {
             max_conns: 0,
             load_source: None,
             probe: None,
+            discovered: None,
         }
     }
 

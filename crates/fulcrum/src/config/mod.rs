@@ -32,6 +32,7 @@ pub mod admin;
 mod algorithm;
 mod backend;
 pub mod balancing;
+mod discovery;
 mod duration;
 mod file;
 mod header_rules;

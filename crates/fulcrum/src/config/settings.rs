@@ -1,10 +1,14 @@
 //! The one place a checked file becomes the settings the proxy runs with: defaults filled in
 //! (the proxy's own, which follow nginx), and what a backend inherits from its upstream.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use proxy::access_log::{AccessLogSettings, Destination};
 use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
+use proxy::{DiscoveryQuery, DiscoverySettings, RecordKind};
+
+use super::address::Target;
 
 use super::file::{File, MAX_WORKERS};
 use super::listener::Listener;
@@ -83,11 +87,15 @@ fn listener(l: Listener) -> ListenerSettings {
 }
 
 fn upstream(u: Upstream) -> UpstreamSettings {
-    let backends = u
-        .backends
-        .into_iter()
-        .map(|b| BackendSettings {
-            addr: b.addr.into_inner(),
+    let mut backends = Vec::new();
+    let mut discovery = Vec::new();
+    for b in u.backends {
+        let target = b.addr.into_inner();
+        let settings = BackendSettings {
+            addr: match &target {
+                Target::Addr(a) => *a,
+                Target::Name(..) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            },
             name: b.name,
             weight: b.weight,
             backup: b.backup,
@@ -104,8 +112,28 @@ fn upstream(u: Upstream) -> UpstreamSettings {
             max_conns: b.max_conns,
             load_source: b.load_source,
             probe: b.probe,
-        })
-        .collect();
+            discovered: None,
+        };
+        match target {
+            Target::Addr(_) => backends.push(settings),
+            // A backend written with a host name: a source of type A with its port and
+            // options, re-resolved like any other (NGINX Plus's `server ... resolve`).
+            Target::Name(name, port) => discovery.push(DiscoverySettings {
+                query: DiscoveryQuery {
+                    kind: RecordKind::A,
+                    name,
+                    port: Some(port),
+                },
+                resolvers: u.resolvers.clone(),
+                min_interval: DiscoverySettings::DEFAULT_MIN_INTERVAL,
+                max_interval: DiscoverySettings::DEFAULT_MAX_INTERVAL,
+                template: settings,
+            }),
+        }
+    }
+    if let Some(d) = u.discovery {
+        discovery.push(d.settings(&u.resolvers, u.max_fails, u.fail_timeout));
+    }
     let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);
     s.hash_key = u.balancing.hash_key;
     s.options = u.balancing.options;
@@ -166,6 +194,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     }
     s.h2_max_streams_per_client = u.h2.max_streams_per_client;
     s.sticky = u.sticky;
+    s.discovery = discovery;
     s.seed = u.seed.unwrap_or_else(process_seed);
     s
 }

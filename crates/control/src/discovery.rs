@@ -329,16 +329,30 @@ pub fn resolve_at_start(settings: &mut proxy::ProxySettings) -> Vec<String> {
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
+        // Every source at once: start waits for the slowest (at most LOOKUP_TIMEOUT), not
+        // for their sum.
         Ok::<_, String>(rt.block_on(async {
-            let mut out = Vec::new();
-            for (i, s) in sources {
-                let found = match resolver(&s.resolvers, s.min_interval, s.max_interval) {
-                    Ok(r) => lookup(&r, &s).await,
-                    Err(e) => Err(e),
-                };
-                out.push((i, s, found));
+            let mut lookups = tokio::task::JoinSet::new();
+            for (n, (i, s)) in sources.into_iter().enumerate() {
+                lookups.spawn(async move {
+                    let found = match resolver(&s.resolvers, s.min_interval, s.max_interval) {
+                        Ok(r) => lookup(&r, &s).await,
+                        Err(e) => Err(e),
+                    };
+                    (n, i, s, found)
+                });
             }
-            out
+            let mut out = Vec::new();
+            while let Some(done) = lookups.join_next().await {
+                if let Ok(answer) = done {
+                    out.push(answer);
+                }
+            }
+            // In the configuration's order, whatever order they answered in.
+            out.sort_by_key(|a| a.0);
+            out.into_iter()
+                .map(|(_, i, s, found)| (i, s, found))
+                .collect::<Vec<_>>()
         }))
     })
     .join();

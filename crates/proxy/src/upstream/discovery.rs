@@ -103,19 +103,7 @@ impl Upstream {
             })
             .map(|k| (k.addr, k.weight))
             .collect();
-        if same_set {
-            if !reweighted.is_empty() {
-                let mut settings = (*current).clone();
-                for b in settings.backends.iter_mut().filter(|b| mine(b)) {
-                    if let Some(&(_, w)) = reweighted.iter().find(|(a, _)| *a == b.addr) {
-                        b.weight = w;
-                    }
-                }
-                self.settings.store(std::sync::Arc::new(settings));
-                for (addr, w) in reweighted {
-                    let _ = self.set_static_weight(addr, u64::from(w));
-                }
-            }
+        if same_set && reweighted.is_empty() {
             return None;
         }
         let mut settings = self.runtime_settings();
@@ -215,6 +203,72 @@ mod tests {
             .apply_discovered(&src.query, found(&src, &[2, 3]))
             .unwrap();
         assert_eq!((done.added, done.removed), (vec![addr(3)], vec![addr(1)]));
+    }
+
+    /// Every algorithm, with sticky sessions and health checks: an upstream DNS has given
+    /// nothing yet picks nothing (503), shows nothing, and takes backends when they come.
+    #[test]
+    fn every_algorithm_starts_empty_and_takes_backends_later() {
+        let src = source("app.test");
+        for &algorithm in Algorithm::ALL {
+            let mut s = UpstreamSettings::new("d", algorithm, Vec::new());
+            s.discovery = vec![src.clone()];
+            s.sticky = Some(crate::StickySettings {
+                cookie: "srv".into(),
+                max_age: None,
+                path: "/".into(),
+                domain: None,
+                secure: false,
+                http_only: false,
+                same_site: None,
+                key: None,
+            });
+            s.health_check = Some(crate::HealthCheckSettings {
+                kind: crate::CheckKind::Tcp,
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_secs(1),
+                rise: 1,
+                fall: 1,
+            });
+            let u = Upstream::new(s);
+            assert!(u.pick_for_test().is_none(), "{algorithm}");
+            assert!(
+                u.snapshot().is_empty() && u.weights().is_empty(),
+                "{algorithm}"
+            );
+            let mut wishes = Vec::new();
+            u.take_probes(u.generation(), &mut wishes);
+            assert!(wishes.is_empty(), "{algorithm}");
+            u.apply_discovered(&src.query, found(&src, &[1, 2, 3]));
+            assert!(u.pick_for_test().is_some(), "{algorithm}");
+            u.apply_discovered(&src.query, Vec::new());
+            assert_eq!(
+                u.snapshot().len(),
+                0,
+                "{algorithm}: an empty answer empties it here"
+            );
+            assert!(u.pick_for_test().is_none(), "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_new_weight_from_dns_applies_and_the_operators_drain_stays() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        u.apply_discovered(&src.query, found(&src, &[1, 2]));
+        u.set_state(addr(2), crate::AdminState::Drain).unwrap();
+        let mut heavier = found(&src, &[1, 2]);
+        heavier[0].weight = 5;
+        assert!(u.apply_discovered(&src.query, heavier).is_some());
+        let snap = u.snapshot();
+        assert_eq!((snap[0].addr, snap[0].static_weight), (addr(1), 5));
+        assert_eq!(
+            snap[1].state,
+            crate::AdminState::Drain,
+            "a DNS refresh keeps it"
+        );
     }
 
     #[test]

@@ -270,7 +270,7 @@ fn srv_weights_split_and_priorities_are_tiers() {
     rt.block_on(async {
         let dir = TempDir::new("discovery", "srv");
         let names = ["s1", "s2", "s3", "b1", "b2"];
-        let mut bs = Vec::new();
+        let mut bs: Vec<lab::Backend> = Vec::new();
         for (i, n) in names.iter().enumerate() {
             let at = SocketAddr::from(([127, 0, 32, 1 + i as u8], 0));
             bs.push(lab::Backend::start(n, at).await.unwrap());
@@ -341,6 +341,32 @@ fn srv_weights_split_and_priorities_are_tiers() {
         assert_eq!(got[..3], [0, 0, 0]);
         assert_eq!(got[3] + got[4], 20);
         assert!(got[3] > 0 && got[4] > 0, "both backups serve: {got:?}");
+
+        // Back up: the backups wait again. Then the primaries die (down, not drained): the
+        // requests that find them refused move on, and the backups serve them all.
+        let set = |i: usize, state: &str| {
+            let path = format!("/api/upstreams/web/backends/{}", bs[i].addr());
+            let body = format!("{{\"state\":\"{state}\"}}");
+            let headers = [("Host", "localhost"), ("Content-Type", "application/json")];
+            assert_eq!(common::admin_call(admin, "PATCH", &path, &headers, &body).0, 200);
+        };
+        (0..3).for_each(|i| set(i, "up"));
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..16 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        assert_eq!(got[3..], [0, 0], "primaries up again: {got:?}");
+        for b in bs.drain(..3) {
+            b.kill().await;
+        }
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..20 {
+            assert_eq!(Client::new(addr).get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        println!("every primary down: b1 {} b2 {}", got[0], got[1]);
+        assert_eq!(got[0] + got[1], 20, "the backups served all: {got:?}");
         drop(dns);
     });
 }

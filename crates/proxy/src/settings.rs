@@ -556,11 +556,17 @@ impl UpstreamSettings {
         addr: SocketAddr,
     ) -> Option<(&std::sync::Arc<crate::upstream_tls::BackendTls>, &str)> {
         let tls = self.tls.as_ref()?;
+        // A backend DNS found is verified by the name it was found by (that of a host-name
+        // backend, or of `[upstream.discovery]`); an SRV name is no host name, so SRV needs
+        // `tls_server_name`.
         let written = self
             .backends
             .iter()
             .find(|b| b.addr == addr)
-            .map_or("", |b| b.name.as_str());
+            .map_or("", |b| match &b.discovered {
+                Some(q) => q.name.as_str(),
+                None => b.name.as_str(),
+            });
         Some((tls, written))
     }
 

@@ -201,6 +201,43 @@ mod tests {
         false
     }
 
+    /// An upstream DNS has given nothing yet runs its loops (health checks, the prober of
+    /// `prequal`) over no backend, and checks the backends DNS then gives.
+    #[tokio::test]
+    async fn an_empty_upstream_is_supervised_and_checks_what_dns_gives_it() {
+        let template = checked("template").settings().backends[0].clone();
+        let query = proxy::DiscoveryQuery {
+            kind: proxy::RecordKind::A,
+            name: "app.test".into(),
+            port: Some(template.addr.port()),
+        };
+        let mut s = (*checked("empty").settings()).clone();
+        s.algorithm = balance::Algorithm::Prequal;
+        s.backends.clear();
+        s.discovery = vec![proxy::DiscoverySettings {
+            query: query.clone(),
+            // No server answers there: the discovery loop fails quietly meanwhile.
+            resolvers: vec![template.addr],
+            min_interval: Duration::from_secs(1),
+            max_interval: Duration::from_secs(1),
+            template: template.clone(),
+        }];
+        let u = Arc::new(proxy::Upstream::new(s));
+        let (stop, stopped) = watch::channel(false);
+        let supervising = tokio::spawn(supervise(Arc::clone(&u), stopped));
+        let found = proxy::BackendSettings {
+            discovered: Some(query.clone()),
+            ..template
+        };
+        assert!(u.apply_discovered(&query, vec![found]).is_some());
+        assert!(checked_out(&u).await, "the backend DNS gave is checked");
+        let _ = stop.send(true);
+        tokio::time::timeout(Duration::from_secs(5), supervising)
+            .await
+            .expect("supervise ends when stopped")
+            .expect("supervise did not panic");
+    }
+
     /// Control follows the set of upstreams: one there at the start and one added later (a
     /// reload) both get their loops, with nothing else to start them.
     #[tokio::test]

@@ -86,10 +86,14 @@ fn listener(l: Listener) -> ListenerSettings {
     s
 }
 
-fn upstream(u: Upstream) -> UpstreamSettings {
+/// The upstream's backends and its DNS discovery sources: a backend written with an address
+/// is a backend; one written with a host name is a source of type A with its port and options,
+/// re-resolved like any other (NGINX Plus's `server ... resolve`); `[upstream.discovery]` is
+/// one more. What a backend leaves out comes from the upstream.
+fn backends_and_sources(u: &mut Upstream) -> (Vec<BackendSettings>, Vec<DiscoverySettings>) {
     let mut backends = Vec::new();
     let mut discovery = Vec::new();
-    for b in u.backends {
+    for b in std::mem::take(&mut u.backends) {
         let target = b.addr.into_inner();
         let settings = BackendSettings {
             addr: match &target {
@@ -116,8 +120,6 @@ fn upstream(u: Upstream) -> UpstreamSettings {
         };
         match target {
             Target::Addr(_) => backends.push(settings),
-            // A backend written with a host name: a source of type A with its port and
-            // options, re-resolved like any other (NGINX Plus's `server ... resolve`).
             Target::Name(name, port) => discovery.push(DiscoverySettings {
                 query: DiscoveryQuery {
                     kind: RecordKind::A,
@@ -131,9 +133,14 @@ fn upstream(u: Upstream) -> UpstreamSettings {
             }),
         }
     }
-    if let Some(d) = u.discovery {
+    if let Some(d) = u.discovery.take() {
         discovery.push(d.settings(&u.resolvers, u.max_fails, u.fail_timeout));
     }
+    (backends, discovery)
+}
+
+fn upstream(mut u: Upstream) -> UpstreamSettings {
+    let (backends, discovery) = backends_and_sources(&mut u);
     let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);
     s.hash_key = u.balancing.hash_key;
     s.options = u.balancing.options;

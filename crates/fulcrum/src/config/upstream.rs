@@ -180,14 +180,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         || "this upstream".to_owned(),
         |n| format!("upstream \"{}\"", n.get_ref()),
     );
-    let discovery = t
-        .section(r, "discovery", &super::discovery::SECTION)
-        .and_then(|d| super::discovery::read(r, &d, balancing.algorithm));
-    let resolvers = if t.value("resolvers").is_some() {
-        super::discovery::resolvers(r, t)
-    } else {
-        Vec::new()
-    };
+    let (discovery, resolvers) = read_discovery(r, t, &balancing);
     let discovered = t.value("discovery").is_some();
     let backends = read_backends(r, t, &balancing, &shown, discovered);
     check_ring_weight(r, t, &balancing, &backends);
@@ -238,6 +231,23 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         discovery,
         resolvers,
     })
+}
+
+/// `[upstream.discovery]` and `resolvers` (empty: the system's).
+fn read_discovery(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    balancing: &Balancing,
+) -> (Option<super::discovery::Discovery>, Vec<SocketAddr>) {
+    let discovery = t
+        .section(r, "discovery", &super::discovery::SECTION)
+        .and_then(|d| super::discovery::read(r, &d, balancing.algorithm));
+    let resolvers = if t.value("resolvers").is_some() {
+        super::discovery::resolvers(r, t)
+    } else {
+        Vec::new()
+    };
+    (discovery, resolvers)
 }
 
 /// `name`: required, and not empty.

@@ -72,6 +72,8 @@ impl Upstream {
         query: &DiscoveryQuery,
         found: Vec<BackendSettings>,
     ) -> Option<Reconfigured> {
+        // No reload may replace the settings this change is computed from meanwhile.
+        let _change = lock(&self.membership);
         let current = self.settings();
         let mine = |b: &BackendSettings| b.discovered.as_ref() == Some(query);
         let mut kept: Vec<BackendSettings> = Vec::with_capacity(found.len());

@@ -63,6 +63,8 @@ impl Upstream {
     /// The name must stay the same (an upstream of another name is another upstream).
     pub fn reconfigure(&self, mut settings: UpstreamSettings, keep: Keep) -> Reconfigured {
         debug_assert_eq!(settings.name, self.name());
+        // A reload waits for a change DNS discovery is making (and carries what it found).
+        let _reload = (keep == Keep::Settings).then(|| lock(&self.membership));
         if keep == Keep::Settings {
             // A reload: what DNS found for the sources still configured stays.
             super::sources::carry_discovered(&self.settings(), &mut settings);

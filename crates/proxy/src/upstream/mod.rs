@@ -87,6 +87,9 @@ pub struct Upstream {
     probe_wake: Notify,
     /// What each discovery source has done so far (for the metrics).
     sources: Mutex<Vec<sources::SourceRecord>>,
+    /// Held by DNS discovery's change (computed from the settings in force) and by a reload's,
+    /// so that neither is computed from settings the other is replacing.
+    membership: Mutex<()>,
 }
 
 /// The backends of `settings` in pool order (primaries, then backups).
@@ -134,6 +137,7 @@ impl Upstream {
         let sources = Mutex::new(sources::source_records(&settings, &[]));
         Upstream {
             sources,
+            membership: Mutex::new(()),
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(State {

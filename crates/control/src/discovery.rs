@@ -398,7 +398,13 @@ fn describe(s: &DiscoverySettings) -> String {
 }
 
 /// Adds what `query` found to `u`'s backends, but for addresses it already has.
-fn add_found(u: &mut proxy::UpstreamSettings, query: &DiscoveryQuery, found: Vec<BackendSettings>) {
+fn add_found(
+    u: &mut proxy::UpstreamSettings,
+    query: &DiscoveryQuery,
+    mut found: Vec<BackendSettings>,
+) {
+    found.retain(|b| !u.backends.iter().any(|o| o.addr == b.addr));
+    u.fit_to_ring(query, &mut found);
     for b in found {
         if !u.backends.iter().any(|o| o.addr == b.addr) {
             debug_assert_eq!(b.discovered.as_ref(), Some(query));
@@ -436,6 +442,32 @@ mod tests {
         assert_eq!(
             next_wait(&s, Duration::from_secs(3600)),
             Duration::from_secs(30)
+        );
+    }
+
+    /// What the start-up lookup adds: addresses the upstream has not got, their weights fitted
+    /// to a ketama ring as a later answer's would be.
+    #[test]
+    fn what_start_finds_joins_once_and_fits_a_ring() {
+        let s = source(1, 60);
+        let mut u = proxy::UpstreamSettings::new(
+            "d",
+            balance::Algorithm::BoundedLoad,
+            vec![BackendSettings::new(SocketAddr::from(([10, 0, 0, 1], 80)))],
+        );
+        let found: Vec<BackendSettings> = (1..=3)
+            .map(|i| {
+                let mut b = s.backend(SocketAddr::from(([10, 0, 0, i], 80)));
+                b.weight = 65535;
+                b
+            })
+            .collect();
+        add_found(&mut u, &s.query, found);
+        let weights: Vec<u32> = u.backends.iter().map(|b| b.weight).collect();
+        assert_eq!(
+            weights,
+            vec![1, 4999, 4999],
+            "the static one stays; the rest fit"
         );
     }
 

@@ -570,6 +570,40 @@ impl UpstreamSettings {
         Some((tls, written))
     }
 
+    /// The most total weight DNS may give an upstream balanced on nginx's ketama ring (`hash`
+    /// with `consistent`, `bounded_load`): the bound the configuration holds static backends to
+    /// (160 points per unit of weight; `MAX_RING_WEIGHT` in the fulcrum crate's
+    /// config/upstream.rs), so that no answer — SRV weights go to 65535 — makes a ring the
+    /// proxy cannot build in time or memory.
+    pub const MAX_RING_WEIGHT: u64 = 10_000;
+
+    /// Scales the weights of `found` (what the source `query` found) down in proportion, each
+    /// at least 1, where this upstream's ring would outgrow [`Self::MAX_RING_WEIGHT`] with them
+    /// beside its other backends. Returns whether it did.
+    pub fn fit_to_ring(&self, query: &DiscoveryQuery, found: &mut [BackendSettings]) -> bool {
+        let ring = match self.algorithm {
+            Algorithm::Hash => self.options.consistent,
+            Algorithm::BoundedLoad => true,
+            _ => false,
+        };
+        let others: u64 = self
+            .backends
+            .iter()
+            .filter(|b| b.discovered.as_ref() != Some(query))
+            .map(|b| u64::from(b.weight))
+            .sum();
+        let given: u64 = found.iter().map(|b| u64::from(b.weight)).sum();
+        if !ring || others + given <= Self::MAX_RING_WEIGHT || given == 0 {
+            return false;
+        }
+        let room = Self::MAX_RING_WEIGHT.saturating_sub(others).max(1);
+        for b in found.iter_mut() {
+            let scaled = u64::from(b.weight) * room / given;
+            b.weight = u32::try_from(scaled).unwrap_or(u32::MAX).max(1);
+        }
+        true
+    }
+
     /// An upstream with every default.
     pub fn new(
         name: impl Into<String>,

@@ -16,34 +16,6 @@ use super::membership::{Keep, Reconfigured};
 use super::state::lock;
 use crate::settings::{BackendSettings, DiscoveryQuery, UpstreamSettings};
 
-/// The most total weight DNS may give an upstream balanced on nginx's ketama ring (`hash` with
-/// `consistent`, `bounded_load`): the bound the configuration keeps static backends to (160
-/// points per unit of weight; `MAX_RING_WEIGHT` in the fulcrum crate's config/upstream.rs), so
-/// that no answer — SRV weights go to 65535 — makes a ring the proxy cannot build in time or
-/// memory.
-const MAX_RING_WEIGHT: u64 = 10_000;
-
-/// Scales the weights of `found` (a source's backends; `others` the upstream's other ones) down
-/// in proportion, each at least 1, where the upstream's ring would outgrow
-/// [`MAX_RING_WEIGHT`]. Returns whether it did.
-fn fit_ring(settings: &UpstreamSettings, others: u64, found: &mut [BackendSettings]) -> bool {
-    let ring = match settings.algorithm {
-        balance::Algorithm::Hash => settings.options.consistent,
-        balance::Algorithm::BoundedLoad => true,
-        _ => false,
-    };
-    let given: u64 = found.iter().map(|b| u64::from(b.weight)).sum();
-    if !ring || others + given <= MAX_RING_WEIGHT || given == 0 {
-        return false;
-    }
-    let room = MAX_RING_WEIGHT.saturating_sub(others).max(1);
-    for b in found.iter_mut() {
-        let scaled = u64::from(b.weight) * room / given;
-        b.weight = u32::try_from(scaled).unwrap_or(u32::MAX).max(1);
-    }
-    true
-}
-
 /// What a discovery source has done so far: the admin API's metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceStatus {
@@ -114,13 +86,7 @@ impl Upstream {
                 kept.push(f);
             }
         }
-        let others: u64 = current
-            .backends
-            .iter()
-            .filter(|b| !mine(b))
-            .map(|b| u64::from(b.weight))
-            .sum();
-        let scaled = fit_ring(&current, others, &mut kept);
+        let scaled = current.fit_to_ring(query, &mut kept);
         self.note_answer(query, kept.len());
         let before: Vec<&BackendSettings> = current.backends.iter().filter(|b| mine(b)).collect();
         let same_set = before.len() == kept.len()
@@ -147,7 +113,7 @@ impl Upstream {
         settings.backends.retain(|b| !mine(b));
         settings.backends.extend(kept);
         if scaled {
-            tracing::warn!(upstream = %self.name(), source = %query, "DNS gives more weight than the ring of {} is built for ({MAX_RING_WEIGHT} in all): the weights are scaled down in proportion", current.algorithm.name());
+            tracing::warn!(upstream = %self.name(), source = %query, "DNS gives more weight than the ring of {} is built for ({} in all): the weights are scaled down in proportion", current.algorithm.name(), UpstreamSettings::MAX_RING_WEIGHT);
         }
         let done = self.reconfigure(settings, Keep::Runtime);
         for (addr, w) in reweighted {

@@ -436,6 +436,13 @@ fn a_name_that_does_not_resolve_yet_starts_empty_and_serves_once_it_does() {
         let text = common::admin_get(admin, "/metrics").await.text();
         common::assert_promtool_accepts(&text);
         assert_eq!(metric(admin, "fulcrum_discovery_backends", name).await, 0.0);
+        // NXDOMAIN again and again (every min_interval): logged once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(admin, "fulcrum_discovery_lookup_failures_total", name).await < 2.0 {
+            assert!(Instant::now() < deadline, "two lookups failed");
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
 
         let appeared = Instant::now();
         dns.set_hosts(&hosts(name, &[bs[0].addr().ip()]));
@@ -447,6 +454,16 @@ fn a_name_that_does_not_resolve_yet_starts_empty_and_serves_once_it_does() {
         println!("served {served:?} after the record appeared");
         assert!(served < Duration::from_secs(2), "served after {served:?}");
         assert_eq!(listed(admin), vec![(bs[0].addr().to_string(), Some(name.to_owned()))]);
+        // The failing source was logged once, and its recovery once.
+        let mut lines: Vec<String> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !lines.iter().any(|l| l.contains("DNS discovery answers again")) {
+            lines.push(fulcrum.next_line(deadline));
+        }
+        lines.extend(fulcrum.lines.try_iter());
+        let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count("DNS discovery lookup failed"), 1, "{lines:#?}");
+        assert_eq!(count("DNS discovery answers again"), 1, "{lines:#?}");
     });
 }
 

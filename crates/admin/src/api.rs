@@ -408,6 +408,16 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
         );
     };
     let mut settings = u.runtime_settings();
+    if let Some(source) = u.discovered_by(addr) {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "upstream \"{}\" already has backend {addr} from DNS name {}: DNS discovery keeps it while the records give it",
+                u.name(),
+                source.name
+            ),
+        );
+    }
     if settings.backends.iter().any(|b| b.addr == addr) {
         return error(
             StatusCode::CONFLICT,
@@ -447,6 +457,16 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
 /// `DELETE /api/upstreams/{upstream}/backends/{addr}`: the backend leaves at once; its
 /// requests in flight finish on it.
 fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
+    if let Some(source) = u.discovered_by(addr) {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "backend {addr} of upstream \"{}\" comes from DNS name {}: drain it (PATCH its state), or change the records",
+                u.name(),
+                source.name
+            ),
+        );
+    }
     let mut settings = u.runtime_settings();
     let before = settings.backends.len();
     settings.backends.retain(|b| b.addr != addr);
@@ -456,7 +476,8 @@ fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
             addr,
         });
     }
-    if settings.backends.iter().all(|b| b.backup) {
+    // An upstream with DNS discovery may be left without backends (503 until DNS gives some).
+    if settings.discovery.is_empty() && settings.backends.iter().all(|b| b.backup) {
         return error(
             StatusCode::CONFLICT,
             format!(
@@ -712,5 +733,6 @@ fn backend_json(view: &View, upstream: &str, b: &BackendSnapshot, errors: &Error
         })),
         "connections": { "open": b.connections_open, "idle": b.connections_idle },
         "overrides": view.overrides.as_ref().map_or_else(|| json!({}), |o| o.backend(upstream, b.addr)),
+        "source": b.source,
     })
 }

@@ -91,6 +91,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     let upstreams = view.proxy.upstreams();
     let mut all = upstream_families(&totals, &upstreams);
     all.extend(backend_families(&upstreams));
+    all.extend(discovery_families(&upstreams));
     all.push(route_family(view));
     all.push(limited_family(view));
     all.extend(client_families(view));
@@ -352,6 +353,47 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
             "fulcrum_backend_probe_failures_total",
             "Probes of the backend that brought no usable answer (not sent, timed out, refused, or a bad answer).",
             s.probe_failures,
+        ),
+    ]
+}
+
+/// Each DNS discovery source (per upstream, DNS name and record type), from the moment it is
+/// configured: the age of its last good answer (since it was configured, while it has had
+/// none; it grows while the DNS server is down), the backends that answer gave, and its failed
+/// lookups.
+fn discovery_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
+    let mut age = Vec::new();
+    let mut backends = Vec::new();
+    let mut failures = Vec::new();
+    for u in upstreams {
+        for d in u.discovery_status() {
+            let l = || -> Labels {
+                vec![
+                    ("upstream", u.name().to_owned()),
+                    ("name", d.query.name.clone()),
+                    ("type", d.query.kind.name().to_owned()),
+                ]
+            };
+            age.push((l(), d.age.as_secs_f64()));
+            backends.push((l(), d.backends as f64));
+            failures.push((l(), d.failures));
+        }
+    }
+    vec![
+        gauges(
+            "fulcrum_discovery_answer_age_seconds",
+            "Seconds since the source's last good DNS answer (since it was configured, if none yet).",
+            age,
+        ),
+        gauges(
+            "fulcrum_discovery_backends",
+            "Backends the source's last good DNS answer gave.",
+            backends,
+        ),
+        counters(
+            "fulcrum_discovery_lookup_failures_total",
+            "DNS lookups of the source that failed (timeout, SERVFAIL, refused, NXDOMAIN, empty answer).",
+            failures,
         ),
     ]
 }

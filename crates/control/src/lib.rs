@@ -14,6 +14,8 @@
 //!   applies its weights with [`proxy::Upstream::set_weights`].
 //! * [`agent_check`]: HAProxy's agent-check protocol as a source: a percentage of the
 //!   configured weight, drain, down and up, as HAProxy applies them.
+//! * [`discovery`]: DNS discovery (A/AAAA and SRV, re-resolved at the TTL): what it finds
+//!   becomes the upstream's backends of that source, through the admin API's carry-over.
 //! * [`health`]: active health checks (`[upstream.health_check]`): HTTP or TCP, `rise` and
 //!   `fall`, combined with passive health in the pool.
 //! * [`memcached`]: reports agents pushed to memcached (seed 001's hub).
@@ -24,6 +26,7 @@
 //!   HTTP client the checks share.
 
 pub mod agent_check;
+pub mod discovery;
 pub mod feedback;
 pub mod health;
 pub mod memcached;
@@ -123,6 +126,8 @@ pub async fn follow(
 /// (a reload, the admin API): each loop works on the backends of the generation it started
 /// with. Ends when `stop` turns true or the upstream is retired.
 pub async fn supervise(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>) {
+    // Once for the upstream's life, not per generation: it makes generations itself.
+    tokio::spawn(discovery::run(Arc::clone(&upstream), stop.clone()));
     let mut changes = upstream.changes();
     loop {
         let (stop_loops, loops_stop) = watch::channel(false);
@@ -194,6 +199,43 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         false
+    }
+
+    /// An upstream DNS has given nothing yet runs its loops (health checks, the prober of
+    /// `prequal`) over no backend, and checks the backends DNS then gives.
+    #[tokio::test]
+    async fn an_empty_upstream_is_supervised_and_checks_what_dns_gives_it() {
+        let template = checked("template").settings().backends[0].clone();
+        let query = proxy::DiscoveryQuery {
+            kind: proxy::RecordKind::A,
+            name: "app.test".into(),
+            port: Some(template.addr.port()),
+        };
+        let mut s = (*checked("empty").settings()).clone();
+        s.algorithm = balance::Algorithm::Prequal;
+        s.backends.clear();
+        s.discovery = vec![proxy::DiscoverySettings {
+            query: query.clone(),
+            // No server answers there: the discovery loop fails quietly meanwhile.
+            resolvers: vec![template.addr],
+            min_interval: Duration::from_secs(1),
+            max_interval: Duration::from_secs(1),
+            template: template.clone(),
+        }];
+        let u = Arc::new(proxy::Upstream::new(s));
+        let (stop, stopped) = watch::channel(false);
+        let supervising = tokio::spawn(supervise(Arc::clone(&u), stopped));
+        let found = proxy::BackendSettings {
+            discovered: Some(query.clone()),
+            ..template
+        };
+        assert!(u.apply_discovered(&query, vec![found]).is_some());
+        assert!(checked_out(&u).await, "the backend DNS gave is checked");
+        let _ = stop.send(true);
+        tokio::time::timeout(Duration::from_secs(5), supervising)
+            .await
+            .expect("supervise ends when stopped")
+            .expect("supervise did not panic");
     }
 
     /// Control follows the set of upstreams: one there at the start and one added later (a

@@ -78,6 +78,10 @@ fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
         tracing::warn!(target: LOG, "{w}");
     }
     let mut cfg = cfg;
+    // The backends DNS discovery finds now: the proxy starts with them.
+    for w in control::discovery::resolve_at_start(&mut cfg.proxy) {
+        tracing::warn!(target: LOG, "{w}");
+    }
     let (limit, error) = proxy::limits::raise_open_files_limit();
     if let Some(e) = error {
         tracing::warn!(target: LOG, error = %e, "cannot raise the open files limit to the hard limit");

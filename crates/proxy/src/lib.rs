@@ -134,7 +134,9 @@ pub use settings::{
     LoadSource, Protocol, ProxyProtocol, ProxySettings, Redirect, RouteAction, RouteSettings,
     UpstreamSettings,
 };
+pub use settings::{DiscoveryQuery, DiscoverySettings, RecordKind};
 pub use sticky::{SameSite, StickySettings};
+pub use upstream::SourceStatus;
 pub use upstream::{
     AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,
 };

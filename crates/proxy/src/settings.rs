@@ -400,6 +400,78 @@ pub struct UpstreamSettings {
     /// `state` module): a backend at a pinned address joins, or is reloaded, with the pin's
     /// state and weight instead of its own.
     pub pins: std::collections::HashMap<SocketAddr, Pin>,
+    /// Where backends are found in DNS (`[upstream.discovery]`, and backends written with a
+    /// host name), one entry per source; their backends join `backends` as they are found.
+    pub discovery: Vec<DiscoverySettings>,
+}
+
+/// The record type a discovery source asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// A and AAAA: every address, with the source's port.
+    A,
+    /// SRV: each record's target and port, its weight and its priority (primaries and backups).
+    Srv,
+}
+
+impl RecordKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::A => "a",
+            RecordKind::Srv => "srv",
+        }
+    }
+}
+
+/// What a discovery source asks DNS: its identity across reloads (a source whose query stays
+/// keeps the backends it found).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DiscoveryQuery {
+    pub kind: RecordKind,
+    /// The DNS name (`_http._tcp.api.service.consul` for SRV).
+    pub name: String,
+    /// The backends' port (type A only; SRV records carry their own).
+    pub port: Option<u16>,
+}
+
+impl fmt::Display for DiscoveryQuery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(port) => write!(f, "{} {}:{port}", self.kind.name(), self.name),
+            None => write!(f, "{} {}", self.kind.name(), self.name),
+        }
+    }
+}
+
+/// One DNS discovery source of an upstream (NGINX Plus's `server ... resolve` and `service=`,
+/// HAProxy's `server-template`): re-resolved at the answer's TTL, bounded by the intervals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiscoverySettings {
+    pub query: DiscoveryQuery,
+    /// The DNS servers to ask (UDP, then TCP for a truncated answer); empty: the system's
+    /// (`/etc/resolv.conf`).
+    pub resolvers: Vec<SocketAddr>,
+    /// The shortest and the longest time between two lookups: a TTL outside is clamped.
+    pub min_interval: Duration,
+    pub max_interval: Duration,
+    /// What every backend it finds gets (its `addr` and `name` are the found address; for
+    /// SRV, `weight` and `backup` come from the records).
+    pub template: BackendSettings,
+}
+
+impl DiscoverySettings {
+    pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(60);
+
+    /// The backend it makes of a found address.
+    pub fn backend(&self, addr: SocketAddr) -> BackendSettings {
+        BackendSettings {
+            addr,
+            name: addr.to_string(),
+            discovered: Some(self.query.clone()),
+            ..self.template.clone()
+        }
+    }
 }
 
 /// What an operator asked of a backend (the admin API's `state`, kept here below the upstream that holds it; `down = true` in the
@@ -534,12 +606,52 @@ impl UpstreamSettings {
         addr: SocketAddr,
     ) -> Option<(&std::sync::Arc<crate::upstream_tls::BackendTls>, &str)> {
         let tls = self.tls.as_ref()?;
+        // A backend DNS found is verified by the name it was found by (that of a host-name
+        // backend, or of `[upstream.discovery]`); an SRV name is no host name, so SRV needs
+        // `tls_server_name`.
         let written = self
             .backends
             .iter()
             .find(|b| b.addr == addr)
-            .map_or("", |b| b.name.as_str());
+            .map_or("", |b| match &b.discovered {
+                Some(q) => q.name.as_str(),
+                None => b.name.as_str(),
+            });
         Some((tls, written))
+    }
+
+    /// The most total weight DNS may give an upstream balanced on nginx's ketama ring (`hash`
+    /// with `consistent`, `bounded_load`): the bound the configuration holds static backends to
+    /// (160 points per unit of weight; `MAX_RING_WEIGHT` in the fulcrum crate's
+    /// config/upstream.rs), so that no answer — SRV weights go to 65535 — makes a ring the
+    /// proxy cannot build in time or memory.
+    pub const MAX_RING_WEIGHT: u64 = 10_000;
+
+    /// Scales the weights of `found` (what the source `query` found) down in proportion, each
+    /// at least 1, where this upstream's ring would outgrow [`Self::MAX_RING_WEIGHT`] with them
+    /// beside its other backends. Returns whether it did.
+    pub fn fit_to_ring(&self, query: &DiscoveryQuery, found: &mut [BackendSettings]) -> bool {
+        let ring = match self.algorithm {
+            Algorithm::Hash => self.options.consistent,
+            Algorithm::BoundedLoad => true,
+            _ => false,
+        };
+        let others: u64 = self
+            .backends
+            .iter()
+            .filter(|b| b.discovered.as_ref() != Some(query))
+            .map(|b| u64::from(b.weight))
+            .sum();
+        let given: u64 = found.iter().map(|b| u64::from(b.weight)).sum();
+        if !ring || others + given <= Self::MAX_RING_WEIGHT || given == 0 {
+            return false;
+        }
+        let room = Self::MAX_RING_WEIGHT.saturating_sub(others).max(1);
+        for b in found.iter_mut() {
+            let scaled = u64::from(b.weight) * room / given;
+            b.weight = u32::try_from(scaled).unwrap_or(u32::MAX).max(1);
+        }
+        true
     }
 
     /// An upstream with every default.
@@ -575,6 +687,7 @@ impl UpstreamSettings {
             h2_max_streams_per_client: None,
             sticky: None,
             pins: std::collections::HashMap::new(),
+            discovery: Vec::new(),
         }
     }
 
@@ -602,7 +715,7 @@ impl UpstreamSettings {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendSettings {
     pub addr: SocketAddr,
     /// The backend as configured (`"app1.internal:8080"`, or the address): ring algorithms
@@ -623,6 +736,8 @@ pub struct BackendSettings {
     /// Where `prequal` sends its `GET /probe` (`probe = "host:port"`); `None`: the backend
     /// itself.
     pub probe: Option<SocketAddr>,
+    /// The discovery source that found it (`None`: written in the configuration).
+    pub discovered: Option<DiscoveryQuery>,
 }
 
 /// Where a backend's load reports come from (one source per backend).
@@ -667,6 +782,7 @@ impl BackendSettings {
             max_conns: 0,
             load_source: None,
             probe: None,
+            discovered: None,
         }
     }
 

@@ -11,8 +11,11 @@ use fulcrum::config;
 /// otherwise.
 pub fn run(path: &Path) -> anyhow::Result<ExitCode> {
     match config::load(path) {
-        Ok(cfg) => {
-            for w in &cfg.warnings {
+        Ok(mut cfg) => {
+            // DNS discovery's names are looked up as `run` would: one that does not resolve
+            // now is a warning (run starts without its backends and keeps asking).
+            let dns = control::discovery::resolve_at_start(&mut cfg.proxy);
+            for w in cfg.warnings.iter().chain(&dns) {
                 eprintln!("warning: {w}");
             }
             println!("{}: configuration is valid", path.display());

@@ -68,6 +68,54 @@ pub(super) fn backend(text: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// Where a backend is: an address, or a host name and port that DNS discovery resolves now
+/// and again at its TTL (NGINX Plus's `server ... resolve`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Target {
+    Addr(SocketAddr),
+    Name(String, u16),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Addr(a) => write!(f, "{a}"),
+            Target::Name(host, port) => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// A backend's `addr`: an IP address and port, or a host name and port (resolved by the
+/// upstream's discovery, not now: a name that does not resolve yet is not an error).
+pub(super) fn backend_target(text: &str) -> Result<Target, String> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(Target::Addr(a));
+    }
+    if let Some(why) = not_an_address(text, "backend", "127.0.0.1:9001") {
+        return Err(why);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "\"{text}\" has no port: write host:port, like \"127.0.0.1:9001\""
+        ));
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(format!(
+            "\"{text}\": the port after : must be a number from 1 to 65535, like \"app.internal:8080\""
+        ));
+    };
+    if port == 0 {
+        return Err(format!("\"{text}\": port 0 cannot be connected to"));
+    }
+    if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+        return Err(format!(
+            "\"{text}\" is not an address and port: an IPv6 address needs brackets, like \"[::1]:9001\""
+        ));
+    }
+    super::discovery::dns_name(host)?;
+    Ok(Target::Name(host.trim_end_matches('.').to_owned(), port))
+}
+
 /// A trusted proxy: an address (`192.168.1.5`, `::1`: that address alone) or a CIDR range
 /// (`10.0.0.0/8`). Also says whether the range had bits set past its prefix
 /// (`10.1.2.3/8`), which nginx warns about too: the range is `10.0.0.0/8` all the same.
@@ -135,6 +183,23 @@ mod tests {
         assert_eq!(backend("127.0.0.1:9001").unwrap().port(), 9001);
         assert_eq!(backend("[::1]:80").unwrap().port(), 80);
         assert!(backend("127.0.0.1").unwrap_err().contains("has no port"));
+        assert_eq!(
+            backend_target("app.internal:8080"),
+            Ok(Target::Name("app.internal".into(), 8080))
+        );
+        assert_eq!(
+            backend_target("127.0.0.1:80"),
+            Ok(Target::Addr(([127, 0, 0, 1], 80).into()))
+        );
+        for bad in [
+            "app.internal",
+            "app.internal:x",
+            "app..internal:80",
+            "::1:80",
+            "a b:80",
+        ] {
+            assert!(backend_target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -49,7 +49,8 @@ const MAX_CONNS: i64 = 1_000_000;
 /// A checked backend.
 #[derive(Debug)]
 pub(super) struct Backend {
-    pub addr: Spanned<SocketAddr>,
+    /// An address, or a host name and port (a source of DNS discovery).
+    pub addr: Spanned<address::Target>,
     /// The address as written (a host name stays a host name: rings place it by this).
     pub name: String,
     pub weight: u32,
@@ -150,8 +151,8 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
 /// missing or wrong (the other keys are still checked).
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<Backend> {
     let addr = t.required_text(r, "addr", "an address", "127.0.0.1:9001");
-    let addr = addr.and_then(|a| match address::backend(a.get_ref()) {
-        Ok(resolved) => Some((Spanned::new(a.span(), resolved), a.get_ref().to_string())),
+    let addr = addr.and_then(|a| match address::backend_target(a.get_ref()) {
+        Ok(target) => Some((Spanned::new(a.span(), target), a.get_ref().to_string())),
         Err(why) => {
             r.error(a.span(), &t.key("addr"), why);
             None

@@ -106,6 +106,17 @@ fn as_file(
         })
         .collect();
     upstream.insert("backend".into(), toml::Value::Array(backends));
+    // An upstream with DNS discovery may have no backend yet: its first source stands in, as
+    // in its file.
+    if let Some(d) = current.discovery.first() {
+        let mut t = toml::Table::new();
+        t.insert("type".into(), d.query.kind.name().into());
+        t.insert("name".into(), d.query.name.clone().into());
+        if let Some(port) = d.query.port {
+            t.insert("port".into(), i64::from(port).into());
+        }
+        upstream.insert("discovery".into(), toml::Value::Table(t));
+    }
     let mut listener = toml::Table::new();
     listener.insert("listen".into(), "127.0.0.1:0".into());
     listener.insert("upstream".into(), "api".into());
@@ -193,5 +204,25 @@ mod tests {
         assert_eq!(w["web"], options(r#"{"table_size": 65537}"#));
         assert!(w["api"].is_empty());
         assert!(written("not toml [").is_empty());
+    }
+
+    #[test]
+    fn an_upstream_dns_has_given_nothing_yet_changes_its_algorithm() {
+        let mut empty = current();
+        empty.backends.clear();
+        empty.discovery = vec![proxy::DiscoverySettings {
+            query: proxy::DiscoveryQuery {
+                kind: proxy::RecordKind::Srv,
+                name: "_http._tcp.api.service.consul".into(),
+                port: None,
+            },
+            resolvers: Vec::new(),
+            min_interval: std::time::Duration::from_secs(1),
+            max_interval: std::time::Duration::from_secs(60),
+            template: BackendSettings::new(([0, 0, 0, 0], 0).into()),
+        }];
+        let s = apply(&empty, "least_conn", &options("{}")).unwrap();
+        assert_eq!(s.algorithm, balance::Algorithm::LeastConn);
+        assert!(s.backends.is_empty() && s.discovery.len() == 1);
     }
 }

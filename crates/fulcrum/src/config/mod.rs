@@ -34,6 +34,7 @@ mod algorithm;
 mod backend;
 pub mod balancing;
 mod cluster;
+mod discovery;
 mod duration;
 mod file;
 mod header_rules;

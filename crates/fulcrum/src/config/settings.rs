@@ -1,10 +1,14 @@
 //! The one place a checked file becomes the settings the proxy runs with: defaults filled in
 //! (the proxy's own, which follow nginx), and what a backend inherits from its upstream.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use proxy::access_log::{AccessLogSettings, Destination};
 use proxy::{BackendSettings, ListenerSettings, ProxySettings, UpstreamSettings};
+use proxy::{DiscoveryQuery, DiscoverySettings, RecordKind};
+
+use super::address::Target;
 
 use super::file::{File, MAX_WORKERS};
 use super::listener::Listener;
@@ -82,12 +86,20 @@ fn listener(l: Listener) -> ListenerSettings {
     s
 }
 
-fn upstream(u: Upstream) -> UpstreamSettings {
-    let backends = u
-        .backends
-        .into_iter()
-        .map(|b| BackendSettings {
-            addr: b.addr.into_inner(),
+/// The upstream's backends and its DNS discovery sources: a backend written with an address
+/// is a backend; one written with a host name is a source of type A with its port and options,
+/// re-resolved like any other (NGINX Plus's `server ... resolve`); `[upstream.discovery]` is
+/// one more. What a backend leaves out comes from the upstream.
+fn backends_and_sources(u: &mut Upstream) -> (Vec<BackendSettings>, Vec<DiscoverySettings>) {
+    let mut backends = Vec::new();
+    let mut discovery = Vec::new();
+    for b in std::mem::take(&mut u.backends) {
+        let target = b.addr.into_inner();
+        let settings = BackendSettings {
+            addr: match &target {
+                Target::Addr(a) => *a,
+                Target::Name(..) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            },
             name: b.name,
             weight: b.weight,
             backup: b.backup,
@@ -104,8 +116,31 @@ fn upstream(u: Upstream) -> UpstreamSettings {
             max_conns: b.max_conns,
             load_source: b.load_source,
             probe: b.probe,
-        })
-        .collect();
+            discovered: None,
+        };
+        match target {
+            Target::Addr(_) => backends.push(settings),
+            Target::Name(name, port) => discovery.push(DiscoverySettings {
+                query: DiscoveryQuery {
+                    kind: RecordKind::A,
+                    name,
+                    port: Some(port),
+                },
+                resolvers: u.resolvers.clone(),
+                min_interval: DiscoverySettings::DEFAULT_MIN_INTERVAL,
+                max_interval: DiscoverySettings::DEFAULT_MAX_INTERVAL,
+                template: settings,
+            }),
+        }
+    }
+    if let Some(d) = u.discovery.take() {
+        discovery.push(d.settings(&u.resolvers, u.max_fails, u.fail_timeout));
+    }
+    (backends, discovery)
+}
+
+fn upstream(mut u: Upstream) -> UpstreamSettings {
+    let (backends, discovery) = backends_and_sources(&mut u);
     let mut s = UpstreamSettings::new(u.name.into_inner(), u.balancing.algorithm, backends);
     s.hash_key = u.balancing.hash_key;
     s.options = u.balancing.options;
@@ -166,6 +201,7 @@ fn upstream(u: Upstream) -> UpstreamSettings {
     }
     s.h2_max_streams_per_client = u.h2.max_streams_per_client;
     s.sticky = u.sticky;
+    s.discovery = discovery;
     s.seed = u.seed.unwrap_or_else(process_seed);
     s
 }

@@ -68,6 +68,8 @@ pub(super) const SECTION: Section = Section {
         "h2_max_streams_per_client",
         "sticky",
         "backend",
+        "discovery",
+        "resolvers",
     ],
     not_yet: &[],
 };
@@ -142,6 +144,11 @@ pub(super) struct Upstream {
     pub sticky: Option<proxy::StickySettings>,
     pub seed: Option<u64>,
     pub backends: Vec<Backend>,
+    /// `[upstream.discovery]`, if any.
+    pub discovery: Option<super::discovery::Discovery>,
+    /// `resolvers`: the DNS servers of its host-name backends and the default of its
+    /// discovery's (empty: the system's).
+    pub resolvers: Vec<SocketAddr>,
 }
 
 /// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
@@ -173,7 +180,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         || "this upstream".to_owned(),
         |n| format!("upstream \"{}\"", n.get_ref()),
     );
-    let backends = read_backends(r, t, &balancing, &shown);
+    let (discovery, resolvers) = read_discovery(r, t, &balancing);
+    let discovered = t.value("discovery").is_some();
+    let backends = read_backends(r, t, &balancing, &shown, discovered);
     check_ring_weight(r, t, &balancing, &backends);
     check_health_checks_and_agents(r, t, health_check.is_some(), &backends);
     check_queue_has_max_conns(r, t, &shown, &backends);
@@ -219,7 +228,26 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         sticky,
         seed,
         backends,
+        discovery,
+        resolvers,
     })
+}
+
+/// `[upstream.discovery]` and `resolvers` (empty: the system's).
+fn read_discovery(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    balancing: &Balancing,
+) -> (Option<super::discovery::Discovery>, Vec<SocketAddr>) {
+    let discovery = t
+        .section(r, "discovery", &super::discovery::SECTION)
+        .and_then(|d| super::discovery::read(r, &d, balancing.algorithm));
+    let resolvers = if t.value("resolvers").is_some() {
+        super::discovery::resolvers(r, t)
+    } else {
+        Vec::new()
+    };
+    (discovery, resolvers)
 }
 
 /// `name`: required, and not empty.
@@ -542,25 +570,26 @@ fn read_backends(
     t: &Table<'_>,
     balancing: &Balancing,
     shown: &str,
+    discovered: bool,
 ) -> Vec<Backend> {
     let tables = t.sections(r, "backend", &backend::SECTION);
-    if t.no_items("backend") {
+    if t.no_items("backend") && !discovered {
         r.error(
             t.span(),
             &t.key("backend"),
-            format!("{shown} has no backends: add [[upstream.backend]] with addr = \"host:port\""),
+            format!("{shown} has no backends: add [[upstream.backend]] with addr = \"host:port\", or [upstream.discovery]"),
         );
     }
     let mut backends = Vec::new();
     // Where each address was first seen (its line is found only for a duplicate: finding a
     // line walks the text, which for every one of 10,000 backends would take seconds).
-    let mut seen: HashMap<SocketAddr, _> = HashMap::new();
+    let mut seen: HashMap<super::address::Target, _> = HashMap::new();
     for b in &tables {
         let Some(backend) = backend::read(r, b, balancing.algorithm) else {
             continue;
         };
-        let addr = *backend.addr.get_ref();
-        if let Some(first) = seen.insert(addr, backend.addr.span()) {
+        let addr = backend.addr.get_ref().clone();
+        if let Some(first) = seen.insert(addr.clone(), backend.addr.span()) {
             let first = r.line_of(&first);
             r.error(
                 backend.addr.span(),
@@ -570,7 +599,11 @@ fn read_backends(
         }
         backends.push(backend);
     }
-    if !backends.is_empty() && backends.len() == tables.len() && backends.iter().all(|b| b.backup) {
+    if !discovered
+        && !backends.is_empty()
+        && backends.len() == tables.len()
+        && backends.iter().all(|b| b.backup)
+    {
         r.error(
             t.span(),
             &t.key("backend"),

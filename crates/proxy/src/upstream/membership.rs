@@ -61,8 +61,18 @@ impl Upstream {
     /// model's weights — see [`Pool::carry_over`]); requests in flight on a backend that goes
     /// finish there. `keep` says where the states and weights of staying backends come from.
     /// The name must stay the same (an upstream of another name is another upstream).
-    pub fn reconfigure(&self, settings: UpstreamSettings, keep: Keep) -> Reconfigured {
+    pub fn reconfigure(&self, mut settings: UpstreamSettings, keep: Keep) -> Reconfigured {
         debug_assert_eq!(settings.name, self.name());
+        // A reload waits for a change DNS discovery is making (and carries what it found).
+        let _reload = (keep == Keep::Settings).then(|| lock(&self.membership));
+        if keep == Keep::Settings {
+            // A reload: what DNS found for the sources still configured stays.
+            super::sources::carry_discovered(&self.settings(), &mut settings);
+        }
+        {
+            let mut sources = lock(&self.sources);
+            *sources = super::sources::source_records(&settings, &sources);
+        }
         let now = self.now();
         let mut pool = build_pool(&settings);
         let order: Vec<crate::BackendSettings> =

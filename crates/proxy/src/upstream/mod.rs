@@ -26,6 +26,10 @@
 //! * [`workers`]: every worker's connections to the backends, kept in step with membership;
 //! * [`view`]: what the admin API and the control plane read (snapshots, counts) and the
 //!   operator's changes to one backend.
+//! * [`sources`]: what the upstream keeps of its DNS discovery sources (their records, and
+//!   the carry-over of what they found across a reload), as data;
+//! * [`discovery`]: what a source's answer changes in the membership (through the same
+//!   carry-over as the admin API's), and what the metrics read of the sources.
 //! * [`probes`]: `prequal`'s probes: picks wake the control plane's prober, which drains the
 //!   pool's wishes and feeds the answers back.
 
@@ -40,14 +44,17 @@ use tokio::time::Instant;
 
 use crate::settings::{HashKey, UpstreamSettings};
 
+mod discovery;
 mod membership;
 mod pick;
 mod probes;
 mod queue;
+mod sources;
 mod state;
 mod view;
 mod workers;
 
+pub use discovery::SourceStatus;
 pub use membership::{Keep, Reconfigured};
 pub(crate) use pick::Attempt;
 pub use state::{AdminState, ProbeCounts};
@@ -78,6 +85,11 @@ pub struct Upstream {
     /// Woken by a pick of a probing algorithm: the control plane's prober drains the pool's
     /// wishes ([`Upstream::take_probes`]) without ever being on a request's path.
     probe_wake: Notify,
+    /// What each discovery source has done so far (for the metrics).
+    sources: Mutex<Vec<sources::SourceRecord>>,
+    /// Held by DNS discovery's change (computed from the settings in force) and by a reload's,
+    /// so that neither is computed from settings the other is replacing.
+    membership: Mutex<()>,
 }
 
 /// The backends of `settings` in pool order (primaries, then backups).
@@ -122,7 +134,10 @@ impl Upstream {
             .map(|b| (b, balance::RetryBudget::new(b)));
         let sticky = sticky_table(&settings, &members);
         let probing = AtomicBool::new(settings.probes_backends());
+        let sources = Mutex::new(sources::source_records(&settings, &[]));
         Upstream {
+            sources,
+            membership: Mutex::new(()),
             shared_name: Arc::from(settings.name.as_str()),
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(State {

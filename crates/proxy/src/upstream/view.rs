@@ -68,6 +68,9 @@ pub struct BackendSnapshot {
     pub connections_idle: usize,
     /// `prequal`'s probes of it so far.
     pub probes: super::ProbeCounts,
+    /// The DNS name it was found by (`[upstream.discovery]`, or a backend written with a host
+    /// name); `None`: written in the configuration or added through the admin API.
+    pub source: Option<String>,
 }
 
 /// Whether `settings` have a weight model (their algorithm reads load reports) fed by at
@@ -221,6 +224,15 @@ impl Upstream {
         let addrs: Vec<SocketAddr> = lock(&self.state).members.iter().map(|m| m.addr).collect();
         let connections: Vec<(usize, usize)> =
             addrs.iter().map(|&a| self.connection_counts(a)).collect();
+        let settings = self.settings();
+        let source = |addr: SocketAddr| {
+            settings
+                .backends
+                .iter()
+                .find(|b| b.addr == addr)
+                .and_then(|b| b.discovered.as_ref())
+                .map(|q| q.name.clone())
+        };
         let st = lock(&self.state);
         let now = self.now();
         st.pool
@@ -254,6 +266,7 @@ impl Upstream {
                     connections_open: open,
                     connections_idle: idle,
                     probes: m.probes,
+                    source: source(m.addr),
                 }
             })
             .collect()

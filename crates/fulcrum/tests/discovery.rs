@@ -1,0 +1,585 @@
+//! DNS discovery against a real DNS server: Debian's dnsmasq, in the foreground on a loopback
+//! port, answering for `fulcrum.test` from a hosts file (re-read on SIGHUP, with TTL 1 s) and
+//! from `--srv-host` records. The backends are lab backends on their own 127.0.x.y addresses.
+//! Each test uses addresses of its own (127.0.3N.*), so that they run in parallel.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::Client;
+
+mod common;
+use common::{ChildGuard, Running, TempDir, TempFile, wait_until};
+
+/// Debian's dnsmasq (package dnsmasq-base).
+const DNSMASQ: &str = "/usr/sbin/dnsmasq";
+
+/// Whether dnsmasq is there; says why the test skips when it is not (scripts/test and .ci/run
+/// install it), as the other tests that need a program do.
+fn dnsmasq_installed() -> bool {
+    let there = std::path::Path::new(DNSMASQ).exists();
+    if !there {
+        println!(
+            "SKIPPED: dnsmasq is not installed (Debian: apt-get install -y dnsmasq-base); scripts/test and .ci/run install it"
+        );
+    }
+    there
+}
+
+/// A dnsmasq answering for `fulcrum.test` on a loopback port, killed when dropped.
+struct Dnsmasq {
+    child: ChildGuard,
+    addr: SocketAddr,
+    hosts: std::path::PathBuf,
+}
+
+impl Dnsmasq {
+    /// Starts dnsmasq with `hosts` as its hosts file and `extra` arguments (`--srv-host=...`);
+    /// waits until it has read the file (it binds its sockets before that). A port taken
+    /// between our probe and its bind makes it exit: then another port is tried.
+    fn start(dir: &TempDir, hosts: &str, extra: &[String]) -> Dnsmasq {
+        let path = dir.0.join("hosts");
+        std::fs::write(&path, hosts).unwrap();
+        for _ in 0..5 {
+            let port = UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = ChildGuard(
+                Command::new(DNSMASQ)
+                    .args([
+                        "--keep-in-foreground",
+                        "--no-resolv",
+                        "--no-hosts",
+                        "--no-poll",
+                        "--conf-file=/dev/null",
+                        "--pid-file=",
+                        "--listen-address=127.0.0.1",
+                        "--bind-interfaces",
+                        "--local=/fulcrum.test/",
+                        "--local-ttl=1",
+                        "--log-facility=-",
+                        &format!("--port={port}"),
+                        &format!("--addn-hosts={}", path.display()),
+                    ])
+                    .args(extra)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("dnsmasq runs (Debian: apt-get install -y dnsmasq-base)"),
+            );
+            let stderr = child.stderr.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::BufRead as _;
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                if line.contains("read ") && line.contains("hosts") {
+                    return Dnsmasq {
+                        child,
+                        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                        hosts: path,
+                    };
+                }
+                if line.contains("failed") {
+                    break;
+                }
+            }
+        }
+        panic!("dnsmasq did not start");
+    }
+
+    /// Replaces the hosts file and has dnsmasq read it again (SIGHUP).
+    fn set_hosts(&self, hosts: &str) {
+        std::fs::write(&self.hosts, hosts).unwrap();
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Stops the server (killed by PID): lookups fail from now on.
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Hosts-file lines giving `name` these addresses.
+fn hosts(name: &str, ips: &[IpAddr]) -> String {
+    ips.iter().map(|ip| format!("{ip} {name}\n")).collect()
+}
+
+/// A configuration: one upstream `web` with `upstream_lines` (its discovery, backends...),
+/// and an admin listener.
+fn config(upstream_lines: &str) -> TempFile {
+    TempFile::new(
+        "discovery.toml",
+        &format!(
+            "workers = 2\naccess_log = false\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n[[upstream]]\nname = \"web\"\n{upstream_lines}\n\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+        ),
+    )
+}
+
+/// Lab backends named `names`, on `ip_base.1`, `.2`, ... with one port for all (type A gives
+/// one port): the first picks a free port, the others bind the same one on their address.
+async fn backends_on(ip_base: [u8; 3], names: &[&str]) -> Vec<lab::Backend> {
+    let [a, b, c] = ip_base;
+    let first = lab::Backend::start(names[0], SocketAddr::from(([a, b, c, 1], 0)))
+        .await
+        .unwrap();
+    let port = first.addr().port();
+    let mut all = vec![first];
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let addr = SocketAddr::from(([a, b, c, 1 + i as u8], port));
+        all.push(lab::Backend::start(name, addr).await.unwrap());
+    }
+    all
+}
+
+/// The addresses the admin API lists for `web`, and their `source`.
+fn listed(admin: SocketAddr) -> Vec<(String, Option<String>)> {
+    common::backends_of(admin, "web")
+        .iter()
+        .map(|b| {
+            (
+                b["addr"].as_str().unwrap().to_owned(),
+                b["source"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// The value of the series of `metric` for `web`'s source `name` on `/metrics`.
+async fn metric(admin: SocketAddr, metric: &str, name: &str) -> f64 {
+    let text = common::admin_get(admin, "/metrics").await.text();
+    let (series, label) = (format!("{metric}{{"), format!("name=\"{name}\""));
+    text.lines()
+        .find(|l| l.starts_with(&series) && l.contains(&label) && l.contains("upstream=\"web\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {metric} for {name} in:\n{text}"))
+}
+
+/// An open-loop load of `rps` requests a second for `seconds` on `target`, from 8 clients.
+fn load(target: SocketAddr, rps: f64, seconds: u64) -> lab::load::Plan {
+    common::steady_load(target, rps, seconds, 8)
+}
+
+/// Three backends in DNS with TTL 1 s; under 100 requests a second a fourth is added and one
+/// removed with a slow request in flight on it: the new one serves within 2 s, the removed one
+/// finishes its request and gets nothing new, and no request fails. Then the DNS server stops:
+/// the set stays, requests still succeed, and the age of the last good answer grows.
+#[test]
+fn a_records_followed_under_load_and_kept_when_the_server_stops() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "a");
+        let bs = backends_on([127, 0, 31], &["a", "b", "c", "d"]).await;
+        let ip = |i: usize| bs[i].addr().ip();
+        let port = bs[0].addr().port();
+        let name = "app.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, &hosts(name, &[ip(0), ip(1), ip(2)]), &[]);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}\"\n  port = {port}\n  resolvers = [\"{}\"]\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        let mut now: Vec<_> = listed(admin);
+        now.sort();
+        assert_eq!(now.len(), 3, "the three found at start: {now:?}");
+        assert!(now.iter().all(|(_, s)| s.as_deref() == Some(name)), "{now:?}");
+
+        let plan = load(addr, 100.0, 8);
+        let running = tokio::spawn(async move { lab::load::run(&plan).await });
+        // A slow request in flight on c when DNS drops it.
+        let mut slow = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while bs[2].in_flight() == 0 {
+            assert!(Instant::now() < deadline, "a slow request reached c");
+            slow.push(tokio::spawn(async move {
+                Client::new(addr).get("/?delay_ms=3000").await.map(|r| r.status)
+            }));
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let changed = Instant::now();
+        dns.set_hosts(&hosts(name, &[ip(0), ip(1), ip(3)]));
+        let d = &bs[3];
+        while d.requests() == 0 {
+            assert!(changed.elapsed() < Duration::from_secs(5), "d got no request");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let joined = changed.elapsed();
+        println!("d serves {joined:?} after the records changed");
+        assert!(joined < Duration::from_secs(2), "d served after {joined:?}");
+        let c = bs[2].addr().to_string();
+        wait_until(Duration::from_secs(3), "c leaves", || {
+            if listed(admin).iter().any(|(a, _)| *a == c) {
+                Err(format!("{:?}", listed(admin)))
+            } else {
+                Ok(())
+            }
+        });
+        let c_requests = bs[2].requests();
+        for s in slow {
+            assert_eq!(s.await.unwrap().unwrap(), 200, "the slow requests finish");
+        }
+        let outcomes = running.await.unwrap();
+        common::assert_all_answered(&outcomes, outcomes.len());
+        assert_eq!(bs[2].requests(), c_requests, "c got nothing new once it left");
+        println!("{} requests, none failed; c had {c_requests}", outcomes.len());
+
+        // The DNS server stops: the set stays, requests succeed, the age grows.
+        dns.stop();
+        let first = metric(admin, "fulcrum_discovery_answer_age_seconds", name).await;
+        let plan = load(addr, 100.0, 3);
+        let outcomes = lab::load::run(&plan).await;
+        common::assert_all_answered(&outcomes, outcomes.len());
+        let second = metric(admin, "fulcrum_discovery_answer_age_seconds", name).await;
+        println!("age {first:.2} s, then {second:.2} s");
+        assert!(second >= first + 2.5, "the age grows: {first} then {second}");
+        // Each lookup waits for its answer up to 5 s (two tries of 2 s), then one more after
+        // min_interval: two failures, logged once.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let failures = || metric(admin, "fulcrum_discovery_lookup_failures_total", name);
+        while failures().await < 2.0 {
+            assert!(Instant::now() < deadline, "two lookups failed");
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let logged = fulcrum
+            .lines
+            .try_iter()
+            .filter(|l| l.contains("DNS discovery lookup failed"))
+            .count();
+        assert_eq!(logged, 1, "a failing source is logged once");
+        assert_eq!(
+            metric(admin, "fulcrum_discovery_backends", name).await,
+            3.0,
+            "the last set stays"
+        );
+        assert_eq!(listed(admin).len(), 3);
+    });
+}
+
+/// SRV: weights 1, 2 and 5 at priority 0 give that split; the two priority-1 records serve
+/// only once every priority-0 backend is out.
+#[test]
+fn srv_weights_split_and_priorities_are_tiers() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv");
+        let names = ["s1", "s2", "s3", "b1", "b2"];
+        let mut bs: Vec<lab::Backend> = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            let at = SocketAddr::from(([127, 0, 32, 1 + i as u8], 0));
+            bs.push(lab::Backend::start(n, at).await.unwrap());
+        }
+        let mut hosts_file = String::new();
+        let mut srv = Vec::new();
+        for (i, (n, b)) in names.iter().zip(&bs).enumerate() {
+            hosts_file.push_str(&format!("{} {n}.fulcrum.test\n", b.addr().ip()));
+            let (priority, weight) = [(0, 1), (0, 2), (0, 5), (1, 1), (1, 1)][i];
+            srv.push(format!(
+                "--srv-host=_http._tcp.api.fulcrum.test,{n}.fulcrum.test,{},{priority},{weight}",
+                b.addr().port()
+            ));
+        }
+        let dns = Dnsmasq::start(&dir, &hosts_file, &srv);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"_http._tcp.api.fulcrum.test\"\n  resolvers = [\"{}\"]\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        let mut client = Client::new(addr);
+        for _ in 0..800 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        println!("800 requests: s1 {} s2 {} s3 {} b1 {} b2 {}", got[0], got[1], got[2], got[3], got[4]);
+        for (i, share) in [1.0 / 8.0, 2.0 / 8.0, 5.0 / 8.0].iter().enumerate() {
+            let expected = 800.0 * share;
+            assert!(
+                (got[i] as f64 - expected).abs() <= 0.05 * expected,
+                "{}: {} for {expected}",
+                names[i],
+                got[i]
+            );
+        }
+        assert_eq!((got[3], got[4]), (0, 0), "the backups wait");
+
+        // Two of three primaries drained: the third takes it all; the last one drained too:
+        // the backups serve.
+        let drain = |i: usize| {
+            let path = format!("/api/upstreams/web/backends/{}", bs[i].addr());
+            let (status, body) = common::admin_call(
+                admin,
+                "PATCH",
+                &path,
+                &[("Host", "localhost"), ("Content-Type", "application/json")],
+                r#"{"state":"drain"}"#,
+            );
+            assert_eq!(status, 200, "{body}");
+        };
+        drain(0);
+        drain(1);
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..20 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        assert_eq!(got, vec![0, 0, 20, 0, 0], "one primary left serves alone");
+        drain(2);
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..20 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        println!("every primary drained: b1 {} b2 {}", got[3], got[4]);
+        assert_eq!(got[..3], [0, 0, 0]);
+        assert_eq!(got[3] + got[4], 20);
+        assert!(got[3] > 0 && got[4] > 0, "both backups serve: {got:?}");
+
+        // Back up: the backups wait again. Then the primaries die (down, not drained): the
+        // requests that find them refused move on, and the backups serve them all.
+        let set = |i: usize, state: &str| {
+            let path = format!("/api/upstreams/web/backends/{}", bs[i].addr());
+            let body = format!("{{\"state\":\"{state}\"}}");
+            let headers = [("Host", "localhost"), ("Content-Type", "application/json")];
+            assert_eq!(common::admin_call(admin, "PATCH", &path, &headers, &body).0, 200);
+        };
+        (0..3).for_each(|i| set(i, "up"));
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..16 {
+            assert_eq!(client.get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        assert_eq!(got[3..], [0, 0], "primaries up again: {got:?}");
+        for b in bs.drain(..3) {
+            b.kill().await;
+        }
+        let before: Vec<u64> = bs.iter().map(|b| b.requests()).collect();
+        for _ in 0..20 {
+            assert_eq!(Client::new(addr).get("/").await.unwrap().status, 200);
+        }
+        let got: Vec<u64> = bs.iter().zip(&before).map(|(b, n)| b.requests() - n).collect();
+        println!("every primary down: b1 {} b2 {}", got[0], got[1]);
+        assert_eq!(got[0] + got[1], 20, "the backups served all: {got:?}");
+        drop(dns);
+    });
+}
+
+/// `status` of `GET /` through fulcrum at `addr` on a fresh connection.
+async fn status(addr: SocketAddr) -> u16 {
+    Client::new(addr).get("/").await.unwrap().status.as_u16()
+}
+
+/// A name that does not resolve at start: `check` warns and passes, `run` starts and answers
+/// 503 (the metrics and the API work on the empty upstream), and serves within 2 s of the
+/// record appearing.
+#[test]
+fn a_name_that_does_not_resolve_yet_starts_empty_and_serves_once_it_does() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "late");
+        let bs = backends_on([127, 0, 33], &["late"]).await;
+        let name = "late.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, "", &[]);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}\"\n  port = {}\n  resolvers = [\"{}\"]\n",
+            bs[0].addr().port(),
+            dns.addr
+        ));
+        let check = common::fulcrum()
+            .args(["check", "--config"])
+            .arg(&cfg.0)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&check.stderr);
+        assert!(check.status.success(), "{err}");
+        assert!(
+            err.contains("warning: upstream \"web\": the name late.fulcrum.test (A/AAAA")
+                && err.contains("does not resolve now"),
+            "{err}"
+        );
+
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        assert_eq!(status(addr).await, 503);
+        assert!(listed(admin).is_empty());
+        let text = common::admin_get(admin, "/metrics").await.text();
+        common::assert_promtool_accepts(&text);
+        assert_eq!(metric(admin, "fulcrum_discovery_backends", name).await, 0.0);
+        // NXDOMAIN again and again (every min_interval): logged once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(admin, "fulcrum_discovery_lookup_failures_total", name).await < 2.0 {
+            assert!(Instant::now() < deadline, "two lookups failed");
+            // Poll interval of a loop bounded by `deadline`.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        let appeared = Instant::now();
+        dns.set_hosts(&hosts(name, &[bs[0].addr().ip()]));
+        while status(addr).await != 200 {
+            assert!(appeared.elapsed() < Duration::from_secs(5), "never served");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let served = appeared.elapsed();
+        println!("served {served:?} after the record appeared");
+        assert!(served < Duration::from_secs(2), "served after {served:?}");
+        assert_eq!(listed(admin), vec![(bs[0].addr().to_string(), Some(name.to_owned()))]);
+        // The failing source was logged once, and its recovery once.
+        let mut lines: Vec<String> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !lines.iter().any(|l| l.contains("DNS discovery answers again")) {
+            lines.push(fulcrum.next_line(deadline));
+        }
+        lines.extend(fulcrum.lines.try_iter());
+        let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count("DNS discovery lookup failed"), 1, "{lines:#?}");
+        assert_eq!(count("DNS discovery answers again"), 1, "{lines:#?}");
+    });
+}
+
+/// A backend written `host:port` is re-resolved: its address changes in DNS, it follows; the
+/// admin API will not delete it (409) nor add an address DNS gives.
+#[test]
+fn a_host_name_backend_follows_its_address() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "host");
+        let bs = backends_on([127, 0, 34], &["first", "second"]).await;
+        let name = "moving.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, &hosts(name, &[bs[0].addr().ip()]), &[]);
+        let cfg = config(&format!(
+            "resolvers = [\"{}\"]\n  [[upstream.backend]]\n  addr = \"{name}:{}\"\n",
+            dns.addr,
+            bs[0].addr().port()
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        let mut client = Client::new(addr);
+        assert_eq!(client.get("/").await.unwrap().text(), "first");
+
+        let path = format!("/api/upstreams/web/backends/{}", bs[0].addr());
+        let (code, body) = common::admin_call(
+            admin,
+            "DELETE",
+            &path,
+            &[("Host", "localhost"), ("Content-Type", "application/json")],
+            "",
+        );
+        assert_eq!(code, 409, "{body}");
+        assert!(
+            body.contains("comes from DNS name moving.fulcrum.test"),
+            "{body}"
+        );
+        let (code, body) = common::admin_call(
+            admin,
+            "POST",
+            "/api/upstreams/web/backends",
+            &[("Host", "localhost"), ("Content-Type", "application/json")],
+            &format!("{{\"addr\":\"{}\"}}", bs[0].addr()),
+        );
+        assert_eq!(code, 409, "{body}");
+
+        let moved = Instant::now();
+        dns.set_hosts(&hosts(name, &[bs[1].addr().ip()]));
+        loop {
+            let text = Client::new(addr).get("/").await.unwrap().text();
+            if text == "second" {
+                break;
+            }
+            assert!(moved.elapsed() < Duration::from_secs(5), "still {text}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        println!("followed the new address in {:?}", moved.elapsed());
+        assert_eq!(
+            listed(admin),
+            vec![(bs[1].addr().to_string(), Some(name.to_owned()))]
+        );
+    });
+}
+
+/// A reload with an unrelated change keeps the discovered backends: not one request fails
+/// under load, and the reload removes nothing.
+#[test]
+fn a_reload_keeps_the_discovered_backends() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "reload");
+        let bs = backends_on([127, 0, 35], &["a", "b"]).await;
+        let name = "kept.fulcrum.test";
+        let ips: Vec<IpAddr> = bs.iter().map(|b| b.addr().ip()).collect();
+        let dns = Dnsmasq::start(&dir, &hosts(name, &ips), &[]);
+        // A TTL the test outlives: DNS is not asked again while the reload happens.
+        let discovery = |timeout: &str| {
+            format!(
+                "connect_timeout = \"{timeout}\"\n  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}\"\n  port = {}\n  resolvers = [\"{}\"]\n  min_interval = \"30s\"\n  max_interval = \"60s\"\n",
+                bs[0].addr().port(),
+                dns.addr
+            )
+        };
+        let cfg = config(&discovery("5s"));
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        assert_eq!(listed(admin).len(), 2);
+        let plan = load(addr, 100.0, 4);
+        let running = tokio::spawn(async move { lab::load::run(&plan).await });
+        // The reload happens with the load flowing.
+        let served = || bs.iter().map(|b| b.requests()).sum::<u64>();
+        wait_until(Duration::from_secs(5), "the load flows", || {
+            if served() >= 100 { Ok(()) } else { Err(format!("{} served", served())) }
+        });
+        let text = std::fs::read_to_string(&cfg.0).unwrap();
+        std::fs::write(&cfg.0, text.replace(&discovery("5s"), &discovery("4s"))).unwrap();
+        fulcrum.hangup();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let line = fulcrum.next_line(deadline);
+            if line.contains("upstream reconfigured") {
+                assert!(line.contains("removed=[]"), "{line}");
+            }
+            if line.contains("configuration reloaded") {
+                break;
+            }
+            assert!(!line.contains("reload refused"), "{line}");
+        }
+        assert_eq!(listed(admin).len(), 2, "both stay");
+        let outcomes = running.await.unwrap();
+        common::assert_all_answered(&outcomes, outcomes.len());
+        println!("{} requests across the reload, none failed", outcomes.len());
+    });
+}

@@ -1,0 +1,324 @@
+//! Backends found in DNS (`[upstream.discovery]`, backends written with a host name): what a
+//! source's lookup changes in the membership, what a reload carries over, and what each source
+//! has done so far (for the metrics). The lookups themselves run in the control plane
+//! (`control::discovery`); a change of the found set goes through the same carry-over as the
+//! admin API's ([`Upstream::reconfigure`] with [`Keep::Runtime`]): new backends join (with
+//! their slow start), those that went finish their requests in flight, the others keep their
+//! state and counts.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Upstream;
+use super::membership::{Keep, Reconfigured};
+use super::state::lock;
+use crate::settings::{BackendSettings, DiscoveryQuery, UpstreamSettings};
+
+/// What a discovery source has done so far: the admin API's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceStatus {
+    pub query: DiscoveryQuery,
+    /// Time since its last good answer; since it was configured while it has had none (it
+    /// grows while the DNS server is down or the name does not resolve).
+    pub age: Duration,
+    /// Whether it has ever answered.
+    pub resolved: bool,
+    /// The backends its last good answer gave (those in the upstream).
+    pub backends: usize,
+    /// Lookups that failed (timeout, SERVFAIL, refused, NXDOMAIN, an empty answer).
+    pub failures: u64,
+}
+
+impl Upstream {
+    /// What each discovery source has done so far, in the order of the settings.
+    pub fn discovery_status(&self) -> Vec<SourceStatus> {
+        lock(&self.sources)
+            .iter()
+            .map(|r| SourceStatus {
+                query: r.query.clone(),
+                age: r.since.elapsed(),
+                resolved: r.resolved,
+                backends: r.backends,
+                failures: r.failures,
+            })
+            .collect()
+    }
+
+    /// A lookup of `query` failed: counted (the found set stays as it was).
+    pub fn note_lookup_failed(&self, query: &DiscoveryQuery) {
+        if let Some(r) = lock(&self.sources).iter_mut().find(|r| &r.query == query) {
+            r.failures += 1;
+        }
+    }
+
+    /// The source that found the backend at `addr`, if DNS did (the admin API neither removes
+    /// nor adds what DNS gives).
+    pub fn discovered_by(&self, addr: SocketAddr) -> Option<DiscoveryQuery> {
+        self.settings()
+            .backends
+            .iter()
+            .find(|b| b.addr == addr)
+            .and_then(|b| b.discovered.clone())
+    }
+
+    /// A good answer of `query`: its backends become `found` (an address another source or
+    /// the configuration already has stays theirs). `None` when nothing changed; otherwise the
+    /// membership change, made as the admin API makes one: what the operator set on the other
+    /// backends stays.
+    pub fn apply_discovered(
+        &self,
+        query: &DiscoveryQuery,
+        found: Vec<BackendSettings>,
+    ) -> Option<Reconfigured> {
+        // No reload may replace the settings this change is computed from meanwhile.
+        let _change = lock(&self.membership);
+        let current = self.settings();
+        let mine = |b: &BackendSettings| b.discovered.as_ref() == Some(query);
+        let mut kept: Vec<BackendSettings> = Vec::with_capacity(found.len());
+        for f in found {
+            let elsewhere = current
+                .backends
+                .iter()
+                .any(|b| b.addr == f.addr && !mine(b));
+            if !elsewhere && !kept.iter().any(|k| k.addr == f.addr) {
+                kept.push(f);
+            }
+        }
+        let scaled = current.fit_to_ring(query, &mut kept);
+        self.note_answer(query, kept.len());
+        let before: Vec<&BackendSettings> = current.backends.iter().filter(|b| mine(b)).collect();
+        let same_set = before.len() == kept.len()
+            && kept.iter().all(|k| {
+                before
+                    .iter()
+                    .any(|b| b.addr == k.addr && b.backup == k.backup)
+            });
+        // A kept backend whose record now gives another weight (SRV) gets it as the operator's
+        // weight would be set; refused (and left) where load reports set the weights.
+        let reweighted: Vec<(SocketAddr, u32)> = kept
+            .iter()
+            .filter(|k| {
+                before
+                    .iter()
+                    .any(|b| b.addr == k.addr && b.weight != k.weight)
+            })
+            .map(|k| (k.addr, k.weight))
+            .collect();
+        if same_set && reweighted.is_empty() {
+            return None;
+        }
+        let mut settings = self.runtime_settings();
+        settings.backends.retain(|b| !mine(b));
+        settings.backends.extend(kept);
+        if scaled {
+            tracing::warn!(upstream = %self.name(), source = %query, "DNS gives more weight than the ring of {} is built for ({} in all): the weights are scaled down in proportion", current.algorithm.name(), UpstreamSettings::MAX_RING_WEIGHT);
+        }
+        let done = self.reconfigure(settings, Keep::Runtime);
+        for (addr, w) in reweighted {
+            let _ = self.set_static_weight(addr, u64::from(w));
+        }
+        Some(done)
+    }
+
+    /// Records a good answer of `query` that gave `backends` backends.
+    fn note_answer(&self, query: &DiscoveryQuery, backends: usize) {
+        if let Some(r) = lock(&self.sources).iter_mut().find(|r| &r.query == query) {
+            r.since = Instant::now();
+            r.resolved = true;
+            r.backends = backends;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{DiscoverySettings, RecordKind, UpstreamSettings};
+    use balance::Algorithm;
+
+    fn source(name: &str) -> DiscoverySettings {
+        DiscoverySettings {
+            query: DiscoveryQuery {
+                kind: RecordKind::A,
+                name: name.to_owned(),
+                port: Some(80),
+            },
+            resolvers: Vec::new(),
+            min_interval: Duration::from_secs(1),
+            max_interval: Duration::from_secs(60),
+            template: BackendSettings::new(SocketAddr::from(([0, 0, 0, 0], 0))),
+        }
+    }
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, i], 80))
+    }
+
+    fn found(s: &DiscoverySettings, ids: &[u8]) -> Vec<BackendSettings> {
+        ids.iter().map(|&i| s.backend(addr(i))).collect()
+    }
+
+    impl Upstream {
+        /// A backend picked for a request (its ticket completed at once), if there is one.
+        fn pick_for_test(&self) -> Option<SocketAddr> {
+            let now = self.now();
+            let mut st = lock(&self.state);
+            match balance::queue::admit(&mut st.pool, None, &[], now, 0, 0) {
+                balance::queue::Admission::Picked(t) => {
+                    let addr = st.members[t.backend().index()].addr;
+                    st.pool.complete(t, balance::Outcome::Success, now);
+                    Some(addr)
+                }
+                _ => None,
+            }
+        }
+    }
+
+    fn addrs(u: &Upstream) -> Vec<SocketAddr> {
+        u.snapshot().iter().map(|b| b.addr).collect()
+    }
+
+    #[test]
+    fn an_upstream_without_backends_has_none_to_pick_and_gains_them_from_dns() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        assert!(u.snapshot().is_empty());
+        assert!(u.pick_for_test().is_none(), "nothing to pick");
+        assert!(!u.discovery_status()[0].resolved);
+
+        let done = u
+            .apply_discovered(&src.query, found(&src, &[1, 2]))
+            .unwrap();
+        assert_eq!(done.added, vec![addr(1), addr(2)]);
+        assert_eq!(addrs(&u), vec![addr(1), addr(2)]);
+        assert!(u.pick_for_test().is_some());
+        let st = &u.discovery_status()[0];
+        assert!(st.resolved && st.backends == 2 && st.failures == 0);
+        assert_eq!(u.discovered_by(addr(1)), Some(src.query.clone()));
+
+        // The same answer again changes nothing; another set does.
+        assert!(
+            u.apply_discovered(&src.query, found(&src, &[2, 1]))
+                .is_none()
+        );
+        let done = u
+            .apply_discovered(&src.query, found(&src, &[2, 3]))
+            .unwrap();
+        assert_eq!((done.added, done.removed), (vec![addr(3)], vec![addr(1)]));
+    }
+
+    /// Every algorithm, with sticky sessions and health checks: an upstream DNS has given
+    /// nothing yet picks nothing (503), shows nothing, and takes backends when they come.
+    #[test]
+    fn every_algorithm_starts_empty_and_takes_backends_later() {
+        let src = source("app.test");
+        for &algorithm in Algorithm::ALL {
+            let mut s = UpstreamSettings::new("d", algorithm, Vec::new());
+            s.discovery = vec![src.clone()];
+            s.sticky = Some(crate::StickySettings {
+                cookie: "srv".into(),
+                max_age: None,
+                path: "/".into(),
+                domain: None,
+                secure: false,
+                http_only: false,
+                same_site: None,
+                key: None,
+            });
+            s.health_check = Some(crate::HealthCheckSettings {
+                kind: crate::CheckKind::Tcp,
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_secs(1),
+                rise: 1,
+                fall: 1,
+            });
+            let u = Upstream::new(s);
+            assert!(u.pick_for_test().is_none(), "{algorithm}");
+            assert!(
+                u.snapshot().is_empty() && u.weights().is_empty(),
+                "{algorithm}"
+            );
+            let mut wishes = Vec::new();
+            u.take_probes(u.generation(), &mut wishes);
+            assert!(wishes.is_empty(), "{algorithm}");
+            u.apply_discovered(&src.query, found(&src, &[1, 2, 3]));
+            assert!(u.pick_for_test().is_some(), "{algorithm}");
+            u.apply_discovered(&src.query, Vec::new());
+            assert_eq!(
+                u.snapshot().len(),
+                0,
+                "{algorithm}: an empty answer empties it here"
+            );
+            assert!(u.pick_for_test().is_none(), "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_new_weight_from_dns_applies_and_the_operators_drain_stays() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        u.apply_discovered(&src.query, found(&src, &[1, 2]));
+        u.set_state(addr(2), crate::AdminState::Drain).unwrap();
+        let mut heavier = found(&src, &[1, 2]);
+        heavier[0].weight = 5;
+        assert!(u.apply_discovered(&src.query, heavier).is_some());
+        let snap = u.snapshot();
+        assert_eq!((snap[0].addr, snap[0].static_weight), (addr(1), 5));
+        assert_eq!(
+            snap[1].state,
+            crate::AdminState::Drain,
+            "a DNS refresh keeps it"
+        );
+    }
+
+    #[test]
+    fn srv_weights_are_scaled_to_what_a_ring_is_built_for() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::BoundedLoad, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        let mut heavy = found(&src, &[1, 2, 3]);
+        for (b, w) in heavy.iter_mut().zip([65535, 65535, 1]) {
+            b.weight = w;
+        }
+        u.apply_discovered(&src.query, heavy);
+        let weights: Vec<u32> = u.snapshot().iter().map(|b| b.static_weight).collect();
+        assert_eq!(weights, vec![4999, 4999, 1], "in proportion, at least 1");
+    }
+
+    #[test]
+    fn static_backends_stay_and_keep_their_address_and_a_reload_carries_what_dns_found() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new(
+            "d",
+            Algorithm::RoundRobin,
+            vec![BackendSettings::new(addr(1))],
+        );
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s.clone());
+        u.apply_discovered(&src.query, found(&src, &[1, 2]));
+        assert_eq!(addrs(&u), vec![addr(1), addr(2)]);
+        assert_eq!(
+            u.discovered_by(addr(1)),
+            None,
+            "the static backend stays static"
+        );
+        assert_eq!(u.discovery_status()[0].backends, 1);
+
+        // A reload of the same file keeps what DNS found; one without the source drops it.
+        let done = u.reconfigure(s.clone(), Keep::Settings);
+        assert!(done.removed.is_empty(), "{done:?}");
+        assert_eq!(addrs(&u), vec![addr(1), addr(2)]);
+        let mut without = s;
+        without.discovery.clear();
+        let done = u.reconfigure(without, Keep::Settings);
+        assert_eq!(done.removed, vec![addr(2)]);
+        assert!(u.discovery_status().is_empty());
+    }
+}

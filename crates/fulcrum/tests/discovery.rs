@@ -583,3 +583,81 @@ fn a_reload_keeps_the_discovered_backends() {
         println!("{} requests across the reload, none failed", outcomes.len());
     });
 }
+
+/// The state of the backend at `addr` in `web`, as the admin API shows it.
+fn state_of(admin: SocketAddr, addr: SocketAddr) -> Option<String> {
+    common::backends_of(admin, "web")
+        .iter()
+        .find(|b| b["addr"] == addr.to_string())
+        .map(|b| b["state"].as_str().unwrap().to_owned())
+}
+
+/// A backend DNS found, drained through the admin API: the drain holds when DNS drops the
+/// address and gives it back (it joins again drained: the override is kept by address), and
+/// through a reload; the drained backend gets no request meanwhile.
+#[test]
+fn a_drained_discovered_backend_stays_drained_when_it_comes_back_and_after_a_reload() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "drained");
+        let bs = backends_on([127, 0, 36], &["a", "b"]).await;
+        let (a, b) = (bs[0].addr(), bs[1].addr());
+        let name = "drained.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, &hosts(name, &[a.ip(), b.ip()]), &[]);
+        let discovery = |timeout: &str| {
+            format!(
+                "connect_timeout = \"{timeout}\"\n  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}\"\n  port = {}\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n",
+                a.port(),
+                dns.addr
+            )
+        };
+        let cfg = config(&discovery("5s"));
+        let fulcrum = Running::start(&cfg, 1);
+        let (addr, admin) = (fulcrum.addr_of("web"), fulcrum.admin.unwrap());
+        wait_until(Duration::from_secs(5), "both found", || match listed(admin).len() {
+            2 => Ok(()),
+            n => Err(format!("{n} listed")),
+        });
+        let (status, body) = common::admin_call(
+            admin,
+            "PATCH",
+            &format!("/api/upstreams/web/backends/{b}"),
+            &[("Host", &admin.to_string()), ("Content-Type", "application/json")],
+            r#"{"state": "drain"}"#,
+        );
+        assert_eq!(status, 200, "{body}");
+        // DNS drops b, then gives it back: it joins again, drained.
+        dns.set_hosts(&hosts(name, &[a.ip()]));
+        wait_until(Duration::from_secs(5), "b leaves", || match state_of(admin, b) {
+            None => Ok(()),
+            Some(s) => Err(format!("b is still listed, {s}")),
+        });
+        dns.set_hosts(&hosts(name, &[a.ip(), b.ip()]));
+        wait_until(Duration::from_secs(5), "b is back", || match state_of(admin, b) {
+            Some(_) => Ok(()),
+            None => Err("b is not listed".into()),
+        });
+        assert_eq!(state_of(admin, b).as_deref(), Some("drain"), "b came back drained");
+        // A reload with an unrelated change: still drained.
+        let text = std::fs::read_to_string(&cfg.0).unwrap();
+        std::fs::write(&cfg.0, text.replace(&discovery("5s"), &discovery("4s"))).unwrap();
+        fulcrum.hangup();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let line = fulcrum.next_line(deadline);
+            println!("{line}");
+            if line.contains("configuration reloaded") {
+                break;
+            }
+        }
+        assert_eq!(state_of(admin, b).as_deref(), Some("drain"), "drained after the reload");
+        let before = bs[1].requests();
+        for _ in 0..20 {
+            assert_eq!(Client::new(addr).get("/").await.unwrap().status, 200);
+        }
+        assert_eq!(bs[1].requests(), before, "the drained backend got nothing");
+    });
+}

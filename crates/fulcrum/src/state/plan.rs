@@ -29,8 +29,13 @@ pub struct FileUpstream {
 }
 
 impl FileUpstream {
+    /// The file's backend at `addr`; one DNS discovery found is not the file's (its base is
+    /// "not in the file", so that a reload keeps what the operator set on it).
     pub fn backend(&self, addr: SocketAddr) -> Option<&BackendSettings> {
-        self.settings.backends.iter().find(|b| b.addr == addr)
+        self.settings
+            .backends
+            .iter()
+            .find(|b| b.addr == addr && b.discovered.is_none())
     }
 
     /// The file's state of `addr` (`down = true`: disabled); `None`: not in the file.

@@ -128,6 +128,8 @@ struct Shared {
     status: Mutex<ClusterStatus>,
     /// Wakes the sync task when a write is queued.
     wake: Notify,
+    /// Told each key whose latest queued value etcd acknowledged.
+    written: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// A lock whose holder panicked still guards consistent data here (each holder makes one
@@ -144,8 +146,20 @@ impl Cluster {
         settings: ClusterSettings,
         stop: watch::Receiver<bool>,
     ) -> (Cluster, mpsc::Receiver<Event>) {
+        Cluster::start_with(settings, stop, BTreeMap::new(), None)
+    }
+
+    /// [`Cluster::start`] with writes already queued (`pending`: those a former run left
+    /// unacknowledged, written before anything is read), and `written` told each key whose
+    /// latest queued value etcd acknowledged.
+    pub fn start_with(
+        settings: ClusterSettings,
+        stop: watch::Receiver<bool>,
+        pending: BTreeMap<String, Option<Vec<u8>>>,
+        written: Option<mpsc::UnboundedSender<String>>,
+    ) -> (Cluster, mpsc::Receiver<Event>) {
         let shared = Arc::new(Shared {
-            pending: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(pending),
             status: Mutex::new(ClusterStatus {
                 connected: false,
                 revision: 0,
@@ -153,6 +167,7 @@ impl Cluster {
                 pending: 0,
             }),
             wake: Notify::new(),
+            written,
         });
         let (events, receiver) = mpsc::channel(EVENTS_QUEUED);
         let sync = Sync {
@@ -283,9 +298,12 @@ impl Sync {
                 None => call(client.delete(full, None)).await.map(drop)?,
             }
             self.contact();
-            let mut pending = lock(&self.shared.pending);
-            if pending.get(&key) == Some(&value) {
-                pending.remove(&key);
+            let acknowledged = {
+                let mut pending = lock(&self.shared.pending);
+                pending.get(&key) == Some(&value) && pending.remove(&key).is_some()
+            };
+            if acknowledged && let Some(written) = &self.shared.written {
+                let _ = written.send(key);
             }
         }
     }

@@ -64,6 +64,12 @@ struct Data {
     /// does not undo it.
     edits: u64,
     edited: BTreeMap<String, u64>,
+    /// Keys changed here that etcd has not acknowledged yet (kept in the state file, so that
+    /// a restart before etcd is back still sends them); only with `[cluster]`.
+    unsynced: std::collections::BTreeSet<String>,
+    /// Whether the overrides are shared through etcd (`[cluster]`): only then are the
+    /// unsynced keys kept.
+    fleet: bool,
 }
 
 #[derive(Debug)]
@@ -103,9 +109,10 @@ impl StateStore {
                 file::Read::Missing => {
                     tracing::info!(state_file = %p.display(), "no state file yet: no overrides to apply");
                 }
-                file::Read::Found(records) => {
+                file::Read::Found(records, unsynced) => {
                     tracing::info!(state_file = %p.display(), overrides = records.len(), "state file read");
                     data.records = records;
+                    data.unsynced = unsynced;
                 }
                 file::Read::Bad { why, aside } => {
                     data.keep_out = aside.is_err();
@@ -169,6 +176,9 @@ impl StateStore {
             }
             data.records = records;
             data.files = files;
+            if data.fleet {
+                data.unsynced.extend(cleared.iter().map(|(k, _)| k.clone()));
+            }
         }
         for d in &plan.dropped {
             tracing::warn!(
@@ -205,6 +215,26 @@ impl StateStore {
     /// `state_file`, if there is one.
     pub fn path(&self) -> Option<&std::path::Path> {
         self.inner.path.as_deref()
+    }
+
+    /// From now on the overrides are shared through etcd: the keys changed here are kept as
+    /// unsynced (in the state file too) until [`StateStore::synced`]. Returns those a former
+    /// run left unsynced, with their values now (`None`: cleared), to write to etcd before
+    /// anything is read from it.
+    pub fn share_with_fleet(&self) -> BTreeMap<String, Option<Vec<u8>>> {
+        let mut data = lock(&self.inner.data);
+        data.fleet = true;
+        data.unsynced
+            .iter()
+            .map(|k| (k.clone(), data.records.get(k).map(Record::to_bytes)))
+            .collect()
+    }
+
+    /// etcd acknowledged the latest value of `key`.
+    pub fn synced(&self, key: &str) {
+        if lock(&self.inner.data).unsynced.remove(key) {
+            self.save();
+        }
     }
 
     /// The running proxy: remote changes are applied to it from now on.
@@ -348,7 +378,10 @@ impl StateStore {
                 tracing::error!(state_file = %path.display(), "the state file is not written: a bad one is still there (see the error at start); move it away, and the next change writes a new one");
                 return;
             }
-            file::text(&data.records)
+            if !data.fleet {
+                data.unsynced.clear();
+            }
+            file::text(&data.records, &data.unsynced)
         };
         if let Err(e) = file::write(path, &text) {
             tracing::error!(state_file = %path.display(), error = %e, "cannot write the state file: the overrides stay in force but would not survive a restart; make its directory writable by fulcrum");
@@ -369,6 +402,9 @@ impl StateStore {
                 return;
             }
             set(&mut data, &key_text, new.clone());
+            if data.fleet {
+                data.unsynced.insert(key_text.clone());
+            }
             new
         };
         if let Some(u) = self.running(upstream) {

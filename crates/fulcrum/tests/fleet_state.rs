@@ -435,3 +435,74 @@ fn a_change_made_without_etcd_reaches_the_fleet(
         }
     });
 }
+
+/// A change made while etcd is down survives a restart of the instance it was made on: the
+/// state file keeps it as not yet acknowledged, and the restarted instance writes it to etcd
+/// before it reads the fleet's state, so the other instance gets it too (before, the first
+/// read replaced it with etcd's older state on both).
+#[test]
+fn a_change_made_without_etcd_survives_a_restart_before_etcd_is_back() {
+    if !installed("etcd", "--version") {
+        return;
+    }
+    let mut etcd = Etcd::start();
+    let backends = [Backend::start(), Backend::start()];
+    let [b1, b2] = &backends;
+    let dir = common::TempDir::new("fleet", "unsynced");
+    let files: Vec<TempFile> = (0..2)
+        .map(|i| {
+            let state = dir.0.join(format!("state-{i}.json"));
+            let text = format!(
+                "state_file = \"{}\"\n{}",
+                state.display(),
+                config(&[b1, b2], &etcd)
+            );
+            TempFile::new(&format!("fleet-unsynced-{i}.toml"), &text)
+        })
+        .collect();
+    let other = Running::start(&files[0], 1);
+    let mut changed = Running::start(&files[1], 1);
+    let connected = |admin: SocketAddr| {
+        wait_until(CONVERGE, "in contact with etcd", || {
+            match gauge(admin, "fulcrum_cluster_connected") {
+                Some(1.0) => Ok(()),
+                v => Err(format!("connected = {v:?}")),
+            }
+        })
+    };
+    connected(other.admin.unwrap());
+    connected(changed.admin.unwrap());
+    etcd.kill();
+    patch(changed.admin.unwrap(), b1.addr, r#"{"state": "drain"}"#);
+    let state_file = dir.0.join("state-1.json");
+    let text = std::fs::read_to_string(&state_file).unwrap();
+    assert!(text.contains("\"unsynced\""), "{text}");
+    // Restarted before etcd is back: the drain comes from its state file.
+    drop(changed);
+    changed = Running::start(&files[1], 1);
+    assert_eq!(state_of(changed.admin.unwrap(), b1.addr), "drain");
+    etcd.restart();
+    for (who, admin) in [
+        ("the other", other.admin.unwrap()),
+        ("the restarted", changed.admin.unwrap()),
+    ] {
+        wait_until(
+            CONVERGE,
+            "the drain reaches both instances",
+            || match state_of(admin, b1.addr).as_str() {
+                "drain" => Ok(()),
+                s => Err(format!("{who} instance shows {b1:?} {s}", b1 = b1.addr)),
+            },
+        );
+    }
+    wait_until(CONVERGE, "etcd acknowledged it", || {
+        let text = std::fs::read_to_string(&state_file).unwrap();
+        if text.contains("\"unsynced\"") {
+            Err(format!("still unsynced: {text}"))
+        } else {
+            Ok(())
+        }
+    });
+    // Both keep it: the restarted instance read it back from etcd.
+    assert_eq!(state_of(changed.admin.unwrap(), b1.addr), "drain");
+}

@@ -36,8 +36,16 @@ pub(super) fn share(
         prefix = %settings.prefix,
         "sharing the admin API's changes with the fleet through etcd"
     );
-    let (cluster, events) = Cluster::start(settings, stop.clone());
+    // What a former run changed and etcd never acknowledged (etcd was away, then this
+    // instance restarted) is written first, before the first read replaces anything.
+    let unsynced = store.share_with_fleet();
+    if !unsynced.is_empty() {
+        tracing::info!(target: LOG, keys = ?unsynced.keys().collect::<Vec<_>>(), "changes etcd has not acknowledged yet (from the state file): written to it first");
+    }
+    let (written, acknowledged) = mpsc::unbounded_channel();
+    let (cluster, events) = Cluster::start_with(settings, stop.clone(), unsynced, Some(written));
     tokio::spawn(publish(store.local_changes(), cluster.clone()));
+    tokio::spawn(synced(acknowledged, store.clone()));
     tokio::spawn(apply(events, store.clone()));
     admin::ClusterView(Arc::new(move || {
         let s = cluster.status();
@@ -60,6 +68,13 @@ async fn publish(
             Some(value) => cluster.put(&key, value),
             None => cluster.delete(&key),
         }
+    }
+}
+
+/// etcd's acknowledgements: the state file no longer lists those keys as unsynced.
+async fn synced(mut acknowledged: mpsc::UnboundedReceiver<String>, store: StateStore) {
+    while let Some(key) = acknowledged.recv().await {
+        store.synced(&key);
     }
 }
 

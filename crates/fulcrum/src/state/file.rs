@@ -2,13 +2,15 @@
 //! replace and read at start, as HAProxy's `server-state-file` keeps server states across
 //! reloads.
 //!
-//! The form: `{"version": 1, "overrides": {KEY: VALUE, ...}}`, keys and values those of
-//! [`super::record`]. A write goes to a temporary file in the same directory, is synced,
+//! The form: `{"version": 1, "overrides": {KEY: VALUE, ...}, "unsynced": [KEY, ...]}`, keys
+//! and values those of [`super::record`]; `unsynced` (left out when empty) lists the keys
+//! changed here that etcd has not acknowledged yet (`[cluster]`): they are written to etcd
+//! before anything is read from it, even after a restart. A write goes to a temporary file in the same directory, is synced,
 //! renamed over the old one and the directory synced: a crash leaves the old file or the new
 //! one, never half of one. A file that cannot be read is set aside under a new name, never
 //! overwritten, and fulcrum starts on its configuration alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -24,7 +26,8 @@ const VERSION: u64 = 1;
 pub enum Read {
     /// No file yet: no overrides.
     Missing,
-    Found(Records),
+    /// The overrides, and the keys etcd has not acknowledged yet.
+    Found(Records, BTreeSet<String>),
     /// It could not be read or parsed: why, and where it was set aside (`None`: it could not
     /// be, and stays where it is).
     Bad {
@@ -46,7 +49,7 @@ pub fn read(path: &Path) -> Read {
         }
     };
     match parse(&text) {
-        Ok(records) => Read::Found(records),
+        Ok((records, unsynced)) => Read::Found(records, unsynced),
         Err(why) => Read::Bad {
             why,
             aside: set_aside(path),
@@ -54,8 +57,8 @@ pub fn read(path: &Path) -> Read {
     }
 }
 
-/// The records of a state file's text; an error says what is wrong.
-pub fn parse(text: &[u8]) -> Result<Records, String> {
+/// The records of a state file's text, and its unsynced keys; an error says what is wrong.
+pub fn parse(text: &[u8]) -> Result<(Records, BTreeSet<String>), String> {
     let doc: Value = serde_json::from_slice(text).map_err(|e| format!("it is not JSON: {e}"))?;
     let version = doc.get("version").and_then(Value::as_u64);
     if version != Some(VERSION) {
@@ -74,17 +77,32 @@ pub fn parse(text: &[u8]) -> Result<Records, String> {
         let bytes = serde_json::to_vec(value).unwrap_or_default();
         records.insert(key.clone(), Record::parse(key, &bytes)?);
     }
-    Ok(records)
+    let unsynced = match doc.get("unsynced") {
+        None => BTreeSet::new(),
+        Some(Value::Array(keys)) => keys
+            .iter()
+            .map(|k| {
+                k.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("\"unsynced\" holds {k}, not a key"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(format!("its \"unsynced\" is {other}, not a list of keys")),
+    };
+    Ok((records, unsynced))
 }
 
-/// The text of a state file holding `records`.
-pub fn text(records: &Records) -> Vec<u8> {
+/// The text of a state file holding `records`, with the keys etcd has not acknowledged.
+pub fn text(records: &Records, unsynced: &BTreeSet<String>) -> Vec<u8> {
     let overrides: serde_json::Map<String, Value> = records
         .iter()
         .map(|(k, r)| (k.clone(), r.to_json()))
         .collect();
-    let mut text = serde_json::to_vec_pretty(&json!({"version": VERSION, "overrides": overrides}))
-        .unwrap_or_default();
+    let mut doc = json!({"version": VERSION, "overrides": overrides});
+    if !unsynced.is_empty() {
+        doc["unsynced"] = json!(unsynced);
+    }
+    let mut text = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     text.push(b'\n');
     text
 }
@@ -166,9 +184,16 @@ mod tests {
         let key = "upstreams/web/backends/127.0.0.1:9001";
         let r = Record::parse(key, br#"{"state":{"value":"drain","file":"up"}}"#).unwrap();
         let records: Records = [(key.to_owned(), r)].into();
-        write(&path, &text(&records)).unwrap();
+        write(&path, &text(&records, &BTreeSet::new())).unwrap();
         match read(&path) {
-            Read::Found(back) => assert_eq!(back, records),
+            Read::Found(back, unsynced) => assert_eq!((back, unsynced.len()), (records.clone(), 0)),
+            other => panic!("{other:?}"),
+        }
+        // The keys etcd has not acknowledged are kept with them.
+        let unsynced: BTreeSet<String> = [key.to_owned()].into();
+        write(&path, &text(&records, &unsynced)).unwrap();
+        match read(&path) {
+            Read::Found(back, kept) => assert_eq!((back, kept), (records, unsynced)),
             other => panic!("{other:?}"),
         }
         // Nothing but the file itself is left in the directory.

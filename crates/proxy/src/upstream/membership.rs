@@ -230,3 +230,76 @@ fn carried_members(
     }
     members
 }
+
+#[cfg(test)]
+mod pin_tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::BackendSettings;
+    use crate::settings::Pin;
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, i], 80))
+    }
+
+    fn settings(backends: &[u8], pins: &[(u8, Pin)]) -> UpstreamSettings {
+        let backends = backends
+            .iter()
+            .map(|&i| BackendSettings::new(addr(i)))
+            .collect();
+        let mut s = UpstreamSettings::new("p", balance::Algorithm::WeightedRoundRobin, backends);
+        s.pins = pins.iter().map(|&(i, p)| (addr(i), p)).collect();
+        s
+    }
+
+    fn states(u: &Upstream) -> Vec<(SocketAddr, AdminState, u32, bool)> {
+        u.snapshot()
+            .iter()
+            .map(|b| (b.addr, b.state, b.static_weight, b.available))
+            .collect()
+    }
+
+    const DRAIN_4: Pin = Pin {
+        state: Some(AdminState::Drain),
+        weight: Some(4),
+    };
+
+    /// A pinned address takes its pin when it joins (any `Keep`), at the start, and when a
+    /// reload applies the settings; a member that stays through an API change keeps its own.
+    #[test]
+    fn a_pinned_address_joins_and_reloads_with_its_pin() {
+        let u = Upstream::new(settings(&[1, 2], &[(1, DRAIN_4)]));
+        assert_eq!(
+            states(&u),
+            vec![
+                (addr(1), AdminState::Drain, 4, false),
+                (addr(2), AdminState::Up, 1, true)
+            ]
+        );
+        // Pinned while running: 3 joins drained (as a backend DNS discovery adds would).
+        assert!(u.set_state(addr(1), AdminState::Up).is_ok());
+        u.set_pins(HashMap::from([(addr(3), DRAIN_4)]));
+        let mut grown = u.runtime_settings();
+        grown.backends.push(BackendSettings::new(addr(3)));
+        u.reconfigure(grown, Keep::Runtime);
+        assert_eq!(
+            states(&u),
+            vec![
+                (addr(1), AdminState::Up, 4, true),
+                (addr(2), AdminState::Up, 1, true),
+                (addr(3), AdminState::Drain, 4, false)
+            ]
+        );
+        // A reload: the file's values, but for the pinned address.
+        u.reconfigure(settings(&[1, 2, 3], &[(3, DRAIN_4)]), Keep::Settings);
+        assert_eq!(
+            states(&u),
+            vec![
+                (addr(1), AdminState::Up, 1, true),
+                (addr(2), AdminState::Up, 1, true),
+                (addr(3), AdminState::Drain, 4, false)
+            ]
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! What an upstream keeps of its DNS discovery sources, as data: each source's record (its
 //! last good answer, its failures) and what a reload carries over of the backends they found.
-//! Imports none of the files beside it ([`super::discovery`] gives [`super::Upstream`] its
-//! jobs over this data).
+//! Imports none of the files beside it (discovery.rs, beside it, gives the upstream its jobs
+//! over this data).
 
 use tokio::time::Instant;
 

@@ -70,19 +70,7 @@ impl Dnsmasq {
                     .spawn()
                     .expect("dnsmasq runs (Debian: apt-get install -y dnsmasq-base)"),
             );
-            let stderr = child.stderr.take().unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                use std::io::BufRead as _;
-                for line in std::io::BufReader::new(stderr)
-                    .lines()
-                    .map_while(Result::ok)
-                {
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
+            let rx = common::lines_of(child.stderr.take().unwrap());
             let deadline = Instant::now() + Duration::from_secs(10);
             while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
             {

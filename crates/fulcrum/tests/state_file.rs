@@ -314,20 +314,8 @@ fn a_corrupt_state_file_is_set_aside_and_fulcrum_serves() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let lines = common::lines_of(child.stderr.take().unwrap());
     let guard = common::ChildGuard(child);
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead as _;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut error = None;
     let mut proxy = None;

@@ -471,6 +471,17 @@ fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
     let before = settings.backends.len();
     settings.backends.retain(|b| b.addr != addr);
     if settings.backends.len() == before {
+        // Not a backend now, but with overrides kept for it (DNS gave it once): they go.
+        if view
+            .overrides
+            .as_ref()
+            .is_some_and(|o| o.forget(u.name(), addr))
+        {
+            tracing::info!(upstream = %u.name(), backend = %addr, "overrides of an address that is not a backend now cleared by the admin API");
+            let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
+            r.headers_mut().remove(header::CONTENT_TYPE);
+            return r;
+        }
         return change_error(ChangeError::NoSuchBackend {
             upstream: u.name().to_owned(),
             addr,

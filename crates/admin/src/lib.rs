@@ -110,6 +110,9 @@ pub trait Overrides: Send + Sync + std::fmt::Debug {
     /// The overrides of one upstream as a whole (its algorithm, its removed backends), shown
     /// as its `overrides` (`{}`: none).
     fn upstream(&self, upstream: &str) -> serde_json::Value;
+    /// Clears the overrides kept for `addr`, an address that is not a backend of `upstream`
+    /// now (one DNS no longer gives); whether there were any.
+    fn forget(&self, upstream: &str, addr: SocketAddr) -> bool;
 }
 
 /// The function behind [`Balancing`].

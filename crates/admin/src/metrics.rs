@@ -357,7 +357,7 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     ]
 }
 
-/// Each DNS discovery source (per upstream, DNS name and record type), from the moment it is
+/// Each DNS discovery source (per upstream, DNS name, record type and port), from the moment it is
 /// configured: the age of its last good answer (since it was configured, while it has had
 /// none; it grows while the DNS server is down), the backends that answer gave, and its failed
 /// lookups.
@@ -372,6 +372,12 @@ fn discovery_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
                     ("upstream", u.name().to_owned()),
                     ("name", d.query.name.clone()),
                     ("type", d.query.kind.name().to_owned()),
+                    // Two sources may share a name and differ by port (`app:8080` and
+                    // `app:8081`): without it their series would collide. Empty for SRV.
+                    (
+                        "port",
+                        d.query.port.map_or_else(String::new, |p| p.to_string()),
+                    ),
                 ]
             };
             age.push((l(), d.age.as_secs_f64()));

@@ -182,8 +182,11 @@ async fn lookup_srv(
                     }
                     ips = found.iter().collect();
                 }
+                // A target that does not resolve fails the whole lookup, so the last known
+                // set stays: applying the rest would take that target's backends out on a
+                // DNS hiccup (a resolver that drops the additional section, a SERVFAIL).
                 Err(e) => {
-                    tracing::debug!(target_name = %s.target, error = %e, "an SRV target does not resolve");
+                    return Err(format!("the SRV target {} does not resolve: {e}", s.target));
                 }
             }
         }

@@ -313,6 +313,13 @@ impl StateStore {
     fn set_remote(&self, key: &str, record: Option<Record>) -> bool {
         let (old, new) = {
             let mut data = lock(&self.inner.data);
+            // A key changed here that etcd has not acknowledged yet keeps the local value:
+            // what etcd says of it now is older (this instance's own earlier write coming
+            // back, say), and the local value is on its way to etcd, which then tells every
+            // instance, this one included.
+            if data.unsynced.contains(key) {
+                return false;
+            }
             let new = record.and_then(|r| holding(key, r, &data.files));
             let old = data.records.get(key).cloned();
             if old == new {
@@ -628,7 +635,49 @@ impl admin::Overrides for StateStore {
         if !removed.is_empty() {
             shown.insert("removed".into(), json!(removed));
         }
+        // Overrides kept for addresses that are not backends now (DNS gave them once): they
+        // apply if the address comes back; `DELETE .../backends/ADDR` clears them.
+        let members: Vec<SocketAddr> = self
+            .running(upstream)
+            .map(|u| u.snapshot().iter().map(|b| b.addr).collect())
+            .unwrap_or_default();
+        let absent: serde_json::Map<String, Value> = data
+            .records
+            .iter()
+            .filter_map(|(k, r)| match (Key::parse(k), r) {
+                (Some(Key::Backend { upstream: u, addr }), Record::Backend(b))
+                    if u == upstream && !b.removed && !members.contains(&addr) =>
+                {
+                    Some((addr.to_string(), r.to_json()))
+                }
+                _ => None,
+            })
+            .collect();
+        if !absent.is_empty() {
+            shown.insert("absent".into(), Value::Object(absent));
+        }
         Value::Object(shown)
+    }
+
+    fn forget(&self, upstream: &str, addr: SocketAddr) -> bool {
+        let key = Key::backend(upstream, addr);
+        {
+            let mut data = lock(&self.inner.data);
+            match data.records.get(&key) {
+                Some(Record::Backend(b)) if !b.removed => {}
+                _ => return false,
+            }
+            set(&mut data, &key, None);
+            if data.fleet {
+                data.unsynced.insert(key.clone());
+            }
+        }
+        if let Some(u) = self.running(upstream) {
+            self.pin(&u);
+        }
+        self.save();
+        self.send_local((key, None));
+        true
     }
 }
 
@@ -726,6 +775,37 @@ algorithm = "weighted_round_robin"
         assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
         assert!(web.settings().pins.is_empty());
         assert!(local.try_recv().is_err(), "remote changes are not told");
+    }
+
+    /// Shared through etcd: this instance's own earlier write coming back after a newer local
+    /// change (drain, then up; the drain's echo arrives late) does not undo the newer one,
+    /// nor does a snapshot; once etcd acknowledged the newer value, remote changes apply again.
+    #[tokio::test]
+    async fn an_echo_older_than_a_local_change_does_not_undo_it() {
+        let store = StateStore::open(None);
+        let (_proxy, web) = started(&store).await;
+        assert!(store.share_with_fleet().is_empty());
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        let drain = br#"{"state":{"value":"drain","file":"up"}}"#;
+        for state in [proxy::AdminState::Drain, proxy::AdminState::Up] {
+            assert!(web.set_state(addr(9001), state).is_ok());
+            store.changed(admin::Change::State {
+                upstream: "web",
+                addr: addr(9001),
+                state,
+            });
+        }
+        store.apply_remote(key, Some(drain));
+        store.replace_all([(key.to_owned(), drain.to_vec())].into());
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
+        assert!(store.records().is_empty());
+        // etcd acknowledged the clearing: what it says from now on is newer.
+        store.synced(key);
+        store.apply_remote(key, Some(drain));
+        assert_eq!(
+            state_of(&web, addr(9001)),
+            Some((proxy::AdminState::Drain, 1))
+        );
     }
 
     /// A change made while a reload is under way (between its prepare and its commit) is

@@ -623,12 +623,23 @@ fn a_drained_discovered_backend_stays_drained_when_it_comes_back_and_after_a_rel
             None => Ok(()),
             Some(s) => Err(format!("b is still listed, {s}")),
         });
+        // Meanwhile the API shows the drain kept for an address that is not a backend now.
+        let upstream = || async {
+            let text = common::admin_get(admin, "/api/upstreams/web").await.text();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        };
+        let shown = upstream().await;
+        assert_eq!(
+            shown["overrides"]["absent"][b.to_string()]["state"]["value"], "drain",
+            "{shown}"
+        );
         dns.set_hosts(&hosts(name, &[a.ip(), b.ip()]));
         wait_until(Duration::from_secs(5), "b is back", || match state_of(admin, b) {
             Some(_) => Ok(()),
             None => Err("b is not listed".into()),
         });
         assert_eq!(state_of(admin, b).as_deref(), Some("drain"), "b came back drained");
+        assert!(upstream().await["overrides"].get("absent").is_none());
         // A reload with an unrelated change: still drained.
         let text = std::fs::read_to_string(&cfg.0).unwrap();
         std::fs::write(&cfg.0, text.replace(&discovery("5s"), &discovery("4s"))).unwrap();
@@ -647,5 +658,70 @@ fn a_drained_discovered_backend_stays_drained_when_it_comes_back_and_after_a_rel
             assert_eq!(Client::new(addr).get("/").await.unwrap().status, 200);
         }
         assert_eq!(bs[1].requests(), before, "the drained backend got nothing");
+        // Gone from DNS again, its drain cleared through the API (DELETE of the address):
+        // when DNS gives it back, it comes back up.
+        dns.set_hosts(&hosts(name, &[a.ip()]));
+        wait_until(Duration::from_secs(5), "b leaves", || match state_of(admin, b) {
+            None => Ok(()),
+            Some(s) => Err(format!("b is still listed, {s}")),
+        });
+        let (status, body) = common::admin_call(
+            admin,
+            "DELETE",
+            &format!("/api/upstreams/web/backends/{b}"),
+            &[("Host", &admin.to_string()), ("Content-Type", "application/json")],
+            "",
+        );
+        assert_eq!(status, 204, "{body}");
+        dns.set_hosts(&hosts(name, &[a.ip(), b.ip()]));
+        wait_until(Duration::from_secs(5), "b is back, up", || {
+            match state_of(admin, b).as_deref() {
+                Some("up") => Ok(()),
+                other => Err(format!("b: {other:?}")),
+            }
+        });
+    });
+}
+
+/// An SRV answer one of whose targets no longer resolves is a failed lookup: the last known
+/// set stays whole (the failure is counted), rather than losing that target's backend to a
+/// DNS hiccup.
+#[test]
+fn an_srv_target_that_stops_resolving_keeps_the_last_set() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv-target");
+        let bs = backends_on([127, 0, 37], &["t1", "t2"]).await;
+        let line = |i: usize| format!("{} t{}.fulcrum.test\n", bs[i].addr().ip(), i + 1);
+        let srv: Vec<String> = (0..2)
+            .map(|i| {
+                format!(
+                    "--srv-host=_http._tcp.targets.fulcrum.test,t{}.fulcrum.test,{},0,1",
+                    i + 1,
+                    bs[i].addr().port()
+                )
+            })
+            .collect();
+        let dns = Dnsmasq::start(&dir, &(line(0) + &line(1)), &srv);
+        let name = "_http._tcp.targets.fulcrum.test";
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"{name}\"\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        assert_eq!(listed(admin).len(), 2);
+        let failures = metric(admin, "fulcrum_discovery_lookup_failures_total", name).await;
+        // t2's address record goes: the SRV record still names it.
+        dns.set_hosts(&line(0));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(admin, "fulcrum_discovery_lookup_failures_total", name).await <= failures {
+            assert!(Instant::now() < deadline, "no failed lookup counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(listed(admin).len(), 2, "both backends stay");
     });
 }

@@ -463,11 +463,19 @@ impl DiscoverySettings {
     pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(1);
     pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(60);
 
-    /// The backend it makes of a found address.
+    /// The backend it makes of a found address. Its name — what nginx's ring (`hash ...
+    /// consistent`) places it by — is the one written for a backend written with a host name
+    /// (`app.internal:8080`, as nginx names the peers of `server app.internal:8080 resolve`,
+    /// so that every key keeps its place when the addresses change), and the address for
+    /// `[upstream.discovery]`, whose template is named by no host.
     pub fn backend(&self, addr: SocketAddr) -> BackendSettings {
+        let name = match self.template.name.parse::<SocketAddr>() {
+            Ok(_) => addr.to_string(),
+            Err(_) => self.template.name.clone(),
+        };
         BackendSettings {
             addr,
-            name: addr.to_string(),
+            name,
             discovered: Some(self.query.clone()),
             ..self.template.clone()
         }

@@ -259,7 +259,9 @@ fn backend(
             .filter(|b| b.addr != addr)
             .cloned()
             .collect();
-        if rest.iter().all(|b| b.backup) {
+        // An upstream with DNS discovery may lose its last static primary, as through the API:
+        // its discovered backends are not in `settings` yet (they join after the reload).
+        if settings.discovery.is_empty() && rest.iter().all(|b| b.backup) {
             drop(
                 "removed",
                 "removed".into(),
@@ -621,5 +623,24 @@ mod tests {
         let p = plan(&records, &mut upstreams, &files);
         assert_eq!(p.dropped.len(), 1, "{:?}", p.dropped);
         assert_eq!(upstreams[0].backends.len(), 1);
+        // With DNS discovery the last static primary may go, as through the API (the
+        // discovered backends join after the reload): both removals hold.
+        let (mut upstreams, files) = file(1, "");
+        let mut source = proxy::DiscoverySettings {
+            query: proxy::DiscoveryQuery {
+                kind: proxy::RecordKind::A,
+                name: "api.fulcrum.test".into(),
+                port: Some(80),
+            },
+            resolvers: Vec::new(),
+            min_interval: std::time::Duration::from_secs(1),
+            max_interval: std::time::Duration::from_secs(60),
+            template: BackendSettings::new(a(80)),
+        };
+        source.template.weight = 1;
+        upstreams[0].discovery = vec![source];
+        let p = plan(&records, &mut upstreams, &files);
+        assert!(p.dropped.is_empty(), "{:?}", p.dropped);
+        assert!(upstreams[0].backends.is_empty());
     }
 }

@@ -126,6 +126,26 @@ pub struct BackendRecord {
 }
 
 impl BackendRecord {
+    /// Itself if every weight it sets is one the admin API would take (1 to
+    /// [`proxy::MAX_WEIGHT`]): a state file or an etcd key written by hand passes the same
+    /// check as a call, so no value from either can build a pool the API would refuse.
+    fn weights_in_range(self) -> Result<BackendRecord, String> {
+        let weights = self
+            .weight
+            .map(|w| w.value)
+            .into_iter()
+            .chain(self.added.map(|a| a.weight));
+        for w in weights {
+            if !(1..=proxy::MAX_WEIGHT).contains(&w) {
+                return Err(format!(
+                    "a weight is from 1 to {}, not {w}",
+                    proxy::MAX_WEIGHT
+                ));
+            }
+        }
+        Ok(self)
+    }
+
     /// Whether it overrides nothing (then it is no record at all).
     pub fn is_empty(&self) -> bool {
         *self == BackendRecord::default()
@@ -169,8 +189,9 @@ impl Record {
                 .map_err(|e| format!("{key}: {e}"))
                 .and_then(|r| match r.is_empty() {
                     true => Err(format!("{key}: an override of nothing")),
-                    false => Ok(Record::Backend(r)),
-                }),
+                    false => r.weights_in_range().map_err(|e| format!("{key}: {e}")),
+                })
+                .map(Record::Backend),
             Some(Key::Algorithm { .. }) => serde_json::from_slice(value)
                 .map(Record::Algorithm)
                 .map_err(|e| format!("{key}: {e}")),
@@ -201,6 +222,20 @@ pub type Records = BTreeMap<String, Record>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_out_of_range_are_refused() {
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        for bad in [
+            r#"{"weight":{"value":0,"file":1}}"#,
+            r#"{"weight":{"value":4294967295,"file":1}}"#,
+            r#"{"added":{"weight":1000001}}"#,
+        ] {
+            let e = Record::parse(key, bad.as_bytes()).unwrap_err();
+            assert!(e.contains("a weight is from 1 to 1000000"), "{bad}: {e}");
+        }
+        assert!(Record::parse(key, br#"{"added":{"weight":1000000}}"#).is_ok());
+    }
 
     #[test]
     fn keys_read_back() {

@@ -75,14 +75,23 @@ impl Upstream {
         // No reload may replace the settings this change is computed from meanwhile.
         let _change = lock(&self.membership);
         let current = self.settings();
+        // An answer to a lookup a reload made moot (the source removed or changed while it
+        // was out) adds nothing: its backends would stay with no loop to follow them.
+        if !current.discovery.iter().any(|d| &d.query == query) {
+            return None;
+        }
         let mine = |b: &BackendSettings| b.discovered.as_ref() == Some(query);
+        // Sets by address, so that a large answer costs in proportion to its size.
+        let elsewhere: std::collections::HashSet<SocketAddr> = current
+            .backends
+            .iter()
+            .filter(|b| !mine(b))
+            .map(|b| b.addr)
+            .collect();
+        let mut seen = std::collections::HashSet::with_capacity(found.len());
         let mut kept: Vec<BackendSettings> = Vec::with_capacity(found.len());
         for f in found {
-            let elsewhere = current
-                .backends
-                .iter()
-                .any(|b| b.addr == f.addr && !mine(b));
-            if !elsewhere && !kept.iter().any(|k| k.addr == f.addr) {
+            if !elsewhere.contains(&f.addr) && seen.insert(f.addr) {
                 kept.push(f);
             }
         }
@@ -180,6 +189,17 @@ mod tests {
         u.snapshot().iter().map(|b| b.addr).collect()
     }
 
+    /// A backend written with a host name keeps that name for the ring at every address it
+    /// resolves to (nginx's peers of `server NAME resolve`); `[upstream.discovery]`'s are named
+    /// by their address.
+    #[test]
+    fn a_host_name_backend_keeps_its_written_name() {
+        let mut named = source("app.internal");
+        named.template.name = "app.internal:8080".to_owned();
+        assert_eq!(named.backend(addr(1)).name, "app.internal:8080");
+        assert_eq!(source("app.internal").backend(addr(1)).name, "10.0.0.1:80");
+    }
+
     #[test]
     fn an_upstream_without_backends_has_none_to_pick_and_gains_them_from_dns() {
         let src = source("app.test");
@@ -209,6 +229,18 @@ mod tests {
             .apply_discovered(&src.query, found(&src, &[2, 3]))
             .unwrap();
         assert_eq!((done.added, done.removed), (vec![addr(3)], vec![addr(1)]));
+
+        // A reload removes the source while a lookup of it is out: the answer that comes
+        // back afterwards adds nothing.
+        let mut reloaded = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        reloaded.discovery = vec![source("other.test")];
+        u.reconfigure(reloaded, Keep::Settings);
+        assert!(addrs(&u).is_empty(), "the removed source's backends left");
+        assert!(u.apply_discovered(&src.query, found(&src, &[4])).is_none());
+        assert!(
+            addrs(&u).is_empty(),
+            "a late answer of a removed source adds nothing"
+        );
     }
 
     /// Every algorithm, with sticky sessions and health checks: an upstream DNS has given

@@ -146,7 +146,16 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
             false => method_not_allowed("GET, HEAD"),
         },
         ["api", "health"] => match reading {
-            true => json_answer(StatusCode::OK, &health(&shared.view)),
+            true => {
+                let (healthy, body) = health(&shared.view);
+                // A cloud balancer's, HAProxy's `httpchk` or Kubernetes' probe reads the
+                // status alone: 503 while some upstream has no backend a request may go to.
+                let status = match healthy {
+                    true => StatusCode::OK,
+                    false => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                json_answer(status, &body)
+            }
             false => method_not_allowed("GET, HEAD"),
         },
         ["api", "reload"] => match *req.method() {
@@ -593,19 +602,29 @@ fn errors(view: &View, u: &Upstream) -> Errors {
 }
 
 /// `GET /api/health`: what `fulcrum health` checks — the listeners (it connects to each) and
-/// each upstream's usable backends.
-fn health(view: &View) -> Value {
-    json!({
-        "listeners": view.proxy.listeners().iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-        "upstreams": view.proxy.upstreams().iter().map(|u| {
+/// each upstream's usable backends — and whether every upstream has one.
+fn health(view: &View) -> (bool, Value) {
+    let upstreams: Vec<(String, usize, usize)> = view
+        .proxy
+        .upstreams()
+        .iter()
+        .map(|u| {
             let backends = u.snapshot();
-            json!({
-                "name": u.name(),
-                "usable": backends.iter().filter(|b| b.available).count(),
-                "backends": backends.len(),
-            })
-        }).collect::<Vec<_>>(),
-    })
+            let usable = backends.iter().filter(|b| b.available).count();
+            (u.name().to_owned(), usable, backends.len())
+        })
+        .collect();
+    let healthy = upstreams.iter().all(|&(_, usable, _)| usable > 0);
+    let body = json!({
+        "healthy": healthy,
+        "listeners": view.proxy.listeners().iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "upstreams": upstreams.iter().map(|(name, usable, backends)| json!({
+            "name": name,
+            "usable": usable,
+            "backends": backends,
+        })).collect::<Vec<_>>(),
+    });
+    (healthy, body)
 }
 
 /// `GET /api/listeners`: each listener, its upstream and its routes in force, in file order.

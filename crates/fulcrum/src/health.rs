@@ -24,7 +24,8 @@ pub async fn check(admin: SocketAddr, within: Duration) -> Result<String, Unheal
     .map_err(|_| format!("the admin listener {admin} did not answer within {within:?}"))?
     .map_err(|e| format!("the admin listener {admin}: {}", e.0))?;
     let (status, body) = answer;
-    if status != http::StatusCode::OK {
+    // 503 says an upstream has no usable backend; its body says which, as 200's does.
+    if status != http::StatusCode::OK && status != http::StatusCode::SERVICE_UNAVAILABLE {
         return Err(format!("GET /api/health on {admin} answered {status}"));
     }
     let health: Value = serde_json::from_slice(&body)

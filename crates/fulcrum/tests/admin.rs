@@ -1469,6 +1469,13 @@ fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend()
             line.starts_with("unhealthy: upstream \"web\" has no usable backend (2 configured"),
             "{line}"
         );
+        // A probe that reads the status alone (a cloud balancer, HAProxy's httpchk,
+        // Kubernetes) sees it too: 503, with the same body.
+        let (status, body) = call(admin, "GET", "/api/health", None, "").await;
+        assert_eq!(status, 503, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["healthy"], false, "{body}");
+        assert_eq!(body["upstreams"][0]["usable"], 0, "{body}");
         assert!(took < Duration::from_secs(1), "{took:?}");
         // One back: healthy again.
         let path = format!("/api/upstreams/web/backends/{}", b.addr());

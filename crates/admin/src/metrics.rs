@@ -7,6 +7,7 @@
 //! itself (a 502 after every backend failed, a 400 for a bad request).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use prometheus::proto::{
@@ -125,7 +126,8 @@ fn upstream_families(
         let name = u.name().to_owned();
         let counts = totals.get(u.name()).cloned().unwrap_or_default();
         s.requests.extend(answers(&name, &counts));
-        s.failures.extend(failed_attempts(&name, &counts));
+        let members: Vec<SocketAddr> = u.snapshot().iter().map(|b| b.addr).collect();
+        s.failures.extend(failed_attempts(&name, &counts, &members));
         s.retries
             .push((vec![("upstream", name.clone())], counts.retries));
         s.budget_exhausted
@@ -206,15 +208,25 @@ fn answers(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
     series
 }
 
-/// An upstream's failed attempts by backend and reason, in backend order; reasons never seen
-/// are left out.
-fn failed_attempts(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
-    let mut failed: Vec<_> = counts.failures.iter().collect();
-    failed.sort_by_key(|(b, _)| **b);
+/// An upstream's failed attempts by backend and reason, in backend order: every reason of
+/// every backend it has now, 0 until one fails (so that `rate()` and `increase()` alerts have
+/// a series from the start, as Prometheus's practice asks), and the reasons seen on backends
+/// it no longer has.
+fn failed_attempts(
+    upstream: &str,
+    counts: &UpstreamCounts,
+    members: &[SocketAddr],
+) -> Vec<(Labels, u64)> {
+    let mut backends: Vec<SocketAddr> = counts.failures.keys().copied().collect();
+    backends.extend(members.iter().copied());
+    backends.sort();
+    backends.dedup();
     let mut series = Vec::new();
-    for (backend, reasons) in failed {
-        for (&fault, &n) in FAULTS.iter().zip(reasons) {
-            if n > 0 {
+    for backend in backends {
+        let member = members.contains(&backend);
+        let reasons = counts.failures.get(&backend).copied().unwrap_or_default();
+        for (&fault, &n) in FAULTS.iter().zip(&reasons) {
+            if n > 0 || member {
                 let l = vec![
                     ("upstream", upstream.to_owned()),
                     ("backend", backend.to_string()),

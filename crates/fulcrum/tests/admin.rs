@@ -316,6 +316,13 @@ fn metrics_pass_promtool_and_count_every_request() {
             "fulcrum_upstream_failures_total{{upstream=\"web\",backend=\"{dead}\",reason=\"connect_failed\"}} 1"
         );
         assert!(text.contains(&failed), "{failed} in\n{text}");
+        // A backend that never failed has its series too, at 0: a rate() alert has them from
+        // the start.
+        let never = format!(
+            "fulcrum_upstream_failures_total{{upstream=\"web\",backend=\"{}\",reason=\"read_timeout\"}} 0",
+            a.addr()
+        );
+        assert!(text.contains(&never), "{never} in\n{text}");
         assert!(text.contains("fulcrum_upstream_retries_total{upstream=\"web\"} 1"), "{text}");
         assert!(
             text.contains("fulcrum_request_duration_seconds_count{upstream=\"web\"} 51"),

@@ -226,7 +226,7 @@ async fn backend_resource(
         Method::GET | Method::HEAD => match u.snapshot().iter().find(|b| b.addr == addr) {
             Some(b) => json_answer(
                 StatusCode::OK,
-                &backend_json(&shared.view, u.name(), b, &errors(&shared.view, &u)),
+                &backend_json(&shared.view, &u, b, &errors(&shared.view, &u)),
             ),
             None => error(
                 StatusCode::NOT_FOUND,
@@ -349,10 +349,7 @@ async fn patch_backend(
         }
     }
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(
-            StatusCode::OK,
-            &backend_json(view, u.name(), b, &errors(view, u)),
-        ),
+        Some(b) => json_answer(StatusCode::OK, &backend_json(view, u, b, &errors(view, u))),
         None => error(StatusCode::NOT_FOUND, "the backend went away meanwhile"),
     }
 }
@@ -457,7 +454,7 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
     match u.snapshot().iter().find(|b| b.addr == addr) {
         Some(b) => json_answer(
             StatusCode::CREATED,
-            &backend_json(view, u.name(), b, &errors(view, u)),
+            &backend_json(view, u, b, &errors(view, u)),
         ),
         None => error(StatusCode::CONFLICT, "the backend went away meanwhile"),
     }
@@ -708,7 +705,7 @@ fn upstream(view: &View, u: &Upstream, errors: &Errors) -> Value {
             "size": s.queue,
             "timeout_seconds": s.queue_timeout.as_secs_f64(),
         },
-        "backends": u.snapshot().iter().map(|b| backend_json(view, u.name(), b, errors)).collect::<Vec<_>>(),
+        "backends": u.snapshot().iter().map(|b| backend_json(view, u, b, errors)).collect::<Vec<_>>(),
         "overrides": view.overrides.as_ref().map_or_else(|| json!({}), |o| o.upstream(u.name())),
     })
 }
@@ -731,7 +728,8 @@ fn why_not(b: &BackendSnapshot) -> Option<String> {
     })
 }
 
-fn backend_json(view: &View, upstream: &str, b: &BackendSnapshot, errors: &Errors) -> Value {
+fn backend_json(view: &View, u: &Upstream, b: &BackendSnapshot, errors: &Errors) -> Value {
+    let upstream = u.name();
     let by_reason = errors.get(&b.addr).copied().unwrap_or_default();
     let errors: serde_json::Map<String, Value> = FAULTS
         .iter()
@@ -752,7 +750,12 @@ fn backend_json(view: &View, upstream: &str, b: &BackendSnapshot, errors: &Error
         "health": {
             "available": b.available,
             "why": why_not(b),
-            "active_check": if b.check_failed { "failing" } else { "passing" },
+            // "none" without [upstream.health_check]: no check runs, so none passes.
+            "active_check": match (u.settings().health_check.is_some(), b.check_failed) {
+                (false, _) => "none",
+                (true, true) => "failing",
+                (true, false) => "passing",
+            },
             "passive": { "failed": b.passive_failed, "fails": b.fails, "max_fails": b.max_fails },
         },
         "slow_start": b.ramp,

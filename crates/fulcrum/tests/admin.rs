@@ -145,6 +145,8 @@ fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_n
             assert_eq!(backends[i]["addr"], addr.to_string());
             assert_eq!(backends[i]["state"], "up");
             assert_eq!(backends[i]["health"]["available"], true);
+            // No [upstream.health_check]: no check runs, so none is said to pass.
+            assert_eq!(backends[i]["health"]["active_check"], "none");
             assert_eq!(backends[i]["weight"]["static"], 1);
         }
 

@@ -59,7 +59,7 @@ pub enum Command {
     /// and `fulcrum lab run`, every load-aware algorithm's median p99 relative to each row's
     /// best, with paired-bootstrap intervals, and the commands that made every input.
     Evidence(EvidenceArgs),
-    /// The lab: emulated backends, load generation, and (later) scenarios and reports.
+    /// The lab: emulated backends, load generation, scenarios run on real sockets, and their reports.
     Lab {
         #[command(subcommand)]
         command: lab::LabCommand,

@@ -115,13 +115,65 @@ fn help_and_version() {
         &["check", "--help"],
         &["demo", "--help"],
         &["lab", "backend", "--help"],
+        &["lab", "--help"],
     ] {
         let out = fulcrum().args(cmd).output().unwrap();
         assert!(out.status.success(), "{cmd:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage: fulcrum"), "{cmd:?}");
+        // Help says what is there, not what was once planned.
+        assert!(!text.contains("(later)"), "{cmd:?}: {text}");
+    }
+}
+
+/// The README counts the algorithms fulcrum has and names each, and the example
+/// configuration lists each: both follow `balance::Algorithm::ALL`.
+#[test]
+fn the_readme_and_the_example_name_every_algorithm() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let example = std::fs::read_to_string(format!("{root}/examples/fulcrum.toml")).unwrap();
+    let all = balance::Algorithm::ALL;
+    let words = [
+        "",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "twenty-one",
+        "twenty-two",
+        "twenty-three",
+    ];
+    let count = words.get(all.len()).copied().unwrap_or("");
+    assert!(
+        readme.contains(&format!("{count} balancing algorithms"))
+            && readme.contains(&format!("* {count} algorithms")),
+        "the README counts {} algorithms as \"{count}\"",
+        all.len()
+    );
+    for a in all {
+        let name = a.name();
         assert!(
-            String::from_utf8_lossy(&out.stdout).contains("Usage: fulcrum"),
-            "{cmd:?}"
+            readme.contains(&format!("`{name}`")),
+            "the README names `{name}`"
         );
+        assert!(example.contains(name), "examples/fulcrum.toml names {name}");
     }
 }
 

@@ -182,7 +182,7 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
         _ => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/reload, /api/listeners, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
+                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/health, /api/reload, /api/listeners, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
     }
@@ -720,8 +720,10 @@ fn why_not(b: &BackendSnapshot) -> Option<String> {
         AdminState::Disabled => "disabled (by the admin API or `down = true`)".to_owned(),
         AdminState::Up if b.check_failed => "failing its active health checks".to_owned(),
         AdminState::Up if b.passive_failed => format!(
-            "{} failures within fail_timeout (max_fails = {})",
-            b.fails, b.max_fails
+            "{} failure{} within fail_timeout (max_fails = {})",
+            b.fails,
+            if b.fails == 1 { "" } else { "s" },
+            b.max_fails
         ),
         AdminState::Up if b.weight == 0 => "its weight is 0".to_owned(),
         AdminState::Up => "not usable".to_owned(),

@@ -149,6 +149,18 @@ fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_n
             assert_eq!(backends[i]["health"]["active_check"], "none");
             assert_eq!(backends[i]["weight"]["static"], 1);
         }
+        // A path it does not serve: 404, naming every one it does.
+        let (status, body) = call(admin, "GET", "/api/nothing", None, "").await;
+        assert_eq!(status, 404);
+        for path in [
+            "/metrics",
+            "/api/health",
+            "/api/reload",
+            "/api/listeners",
+            "/api/upstreams",
+        ] {
+            assert!(body.contains(path), "{path} in {body}");
+        }
 
         // Four slow requests: round robin puts two on each backend.
         let slow: Vec<_> = (0..4)
@@ -318,6 +330,16 @@ fn metrics_pass_promtool_and_count_every_request() {
             "fulcrum_upstream_failures_total{{upstream=\"web\",backend=\"{dead}\",reason=\"connect_failed\"}} 1"
         );
         assert!(text.contains(&failed), "{failed} in\n{text}");
+        // Why it gets no requests, in words (one failure: singular).
+        let shown = json(admin, "/api/upstreams").await;
+        let why = shown["upstreams"][0]["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["addr"] == dead.to_string())
+            .map(|b| b["health"]["why"].clone())
+            .unwrap();
+        assert_eq!(why, "1 failure within fail_timeout (max_fails = 1)");
         // A backend that never failed has its series too, at 0: a rate() alert has them from
         // the start.
         let never = format!(

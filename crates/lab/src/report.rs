@@ -309,7 +309,15 @@ pub fn machine() -> String {
         .map(|l| l.trim_start_matches([' ', '\t', ':']).trim().to_owned())
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{host}: {cores} cores ({cpu}), Linux {kernel}")
+    format!("{host}: {} ({cpu}), Linux {kernel}", counted(cores, "core"))
+}
+
+/// `n` and `word`, plural but for one: "1 core", "2 cores".
+fn counted(n: usize, word: &str) -> String {
+    match n {
+        1 => format!("1 {word}"),
+        n => format!("{n} {word}s"),
+    }
 }
 
 /// What the machine line says: where the run was measured, or simulated.
@@ -376,8 +384,12 @@ fn backends_line(results: &Results) -> String {
                 n => format!("{0}-1 … {0}-{n}", b.name),
             };
             let mut s = format!(
-                "{} ({} × {} workers, speed {}, weight {}",
-                name, b.mode, b.workers, b.speed, b.weight
+                "{} ({} × {}, speed {}, weight {}",
+                name,
+                b.mode,
+                counted(b.workers as usize, "worker"),
+                b.speed,
+                b.weight
             );
             if let Some(a) = &b.antagonist {
                 write!(s, ", antagonist {a}").ok();
@@ -1100,6 +1112,13 @@ pub fn write(results: &Results, dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(counted(1, "worker"), "1 worker");
+        assert_eq!(counted(4, "worker"), "4 workers");
+        assert_eq!(counted(0, "core"), "0 cores");
+    }
 
     #[test]
     fn medians() {

@@ -35,14 +35,26 @@ fn not_an_address(text: &str, role: &str, example: &str) -> Option<String> {
     })
 }
 
+/// An IP address whose port is a number above 65535 (`127.0.0.1:80800`): said as such.
+fn port_too_large(text: &str) -> Option<String> {
+    let (ip, port) = text.rsplit_once(':')?;
+    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>().ok()?;
+    let port: u64 = port.parse().ok()?;
+    (port > 65535)
+        .then(|| format!("\"{text}\": the port {port} is above 65535, the largest a port can be"))
+}
+
 /// A listener's address: an IP address and port.
 pub(super) fn listen(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
-    Err(not_an_address(text, "listener", "127.0.0.1:8080").unwrap_or_else(|| {
-        format!("\"{text}\" is not an IP address and port, like \"127.0.0.1:8080\" or \"[::1]:8080\"")
-    }))
+    Err(not_an_address(text, "listener", "127.0.0.1:8080")
+        .or_else(|| port_too_large(text))
+        .unwrap_or_else(|| {
+            format!("\"{text}\" is not an IP address and port, like \"127.0.0.1:8080\" or \"[::1]:8080\"")
+        }))
 }
 
 /// A backend's address: an IP address and port, or a host name and port resolved now.
@@ -50,7 +62,9 @@ pub(super) fn backend(text: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = text.parse::<SocketAddr>() {
         return Ok(a);
     }
-    if let Some(why) = not_an_address(text, "backend", "127.0.0.1:9001") {
+    if let Some(why) =
+        not_an_address(text, "backend", "127.0.0.1:9001").or_else(|| port_too_large(text))
+    {
         return Err(why);
     }
     if !text.contains(':') {
@@ -91,7 +105,9 @@ pub(super) fn backend_target(text: &str) -> Result<Target, String> {
     if let Ok(a) = text.parse::<SocketAddr>() {
         return Ok(Target::Addr(a));
     }
-    if let Some(why) = not_an_address(text, "backend", "127.0.0.1:9001") {
+    if let Some(why) =
+        not_an_address(text, "backend", "127.0.0.1:9001").or_else(|| port_too_large(text))
+    {
         return Err(why);
     }
     let Some((host, port)) = text.rsplit_once(':') else {
@@ -200,6 +216,17 @@ mod tests {
         ] {
             assert!(backend_target(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_port_above_65535_is_said_so() {
+        for text in ["127.0.0.1:80800", "[::1]:65536"] {
+            let e = listen(text).unwrap_err();
+            assert!(e.contains("is above 65535"), "{e}");
+            let e = backend(text).unwrap_err();
+            assert!(e.contains("is above 65535"), "{e}");
+        }
+        assert!(listen("127.0.0.1:65535").is_ok());
     }
 
     #[test]

@@ -84,8 +84,18 @@ pub struct RunArgs {
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// The configuration file to check.
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(short, long, value_name = "FILE", required_unless_present = "file")]
+    pub config: Option<PathBuf>,
+    /// The configuration file, also taken without --config (`fulcrum check fulcrum.toml`).
+    #[arg(value_name = "FILE", conflicts_with = "config")]
+    pub file: Option<PathBuf>,
+}
+
+impl CheckArgs {
+    /// The file to check, however it was given (clap requires one of the two).
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.config.as_deref().or(self.file.as_deref())
+    }
 }
 
 /// `fulcrum import`.

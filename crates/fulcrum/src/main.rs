@@ -37,7 +37,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => serve::run(&args.config, args.upgrade_socket.as_deref()),
-        Command::Check(args) => commands::check::run(&args.config),
+        Command::Check(args) => match args.path() {
+            Some(path) => commands::check::run(path),
+            None => Err(anyhow::anyhow!(
+                "name the configuration file: fulcrum check --config FILE"
+            )),
+        },
         Command::Health(args) => commands::health::run(&args),
         Command::Demo(args) => commands::play::demo(&args.out),
         Command::Agent(args) => commands::agent::run(args),

@@ -104,6 +104,25 @@ read_timeout = \"0s\"
     assert!(!stderr.contains("serde"), "{stderr}");
 }
 
+/// `fulcrum check FILE` checks FILE as `--config FILE` does (it was a usage error).
+#[test]
+fn check_takes_the_file_without_config_too() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/fulcrum.toml");
+    let out = fulcrum().args(["check", example]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Both at once is a usage error that says so.
+    let out = fulcrum()
+        .args(["check", example, "--config", example])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}
+
 #[test]
 fn help_and_version() {
     let out = fulcrum().arg("--version").output().unwrap();

@@ -765,6 +765,10 @@ fn backend_json(view: &View, u: &Upstream, b: &BackendSnapshot, errors: &Errors)
             "cpu": r.cpu, "mem": r.mem, "disk": r.disk, "net": r.net,
             "container_mem": r.container_mem,
             "age_seconds": age.as_secs_f64(),
+            // Its source missed stale_after polls in a row: these numbers are old, and the
+            // backend is weighted as the average of the fresh ones.
+            "stale": b.polls.stale,
+            "failed_polls": b.polls.failed,
         })),
         "connections": { "open": b.connections_open, "idle": b.connections_idle },
         "overrides": view.overrides.as_ref().map_or_else(|| json!({}), |o| o.backend(upstream, b.addr)),

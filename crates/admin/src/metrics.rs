@@ -272,9 +272,24 @@ struct BackendSeries {
     connections: Vec<(Labels, f64)>,
     probes: Vec<(Labels, u64)>,
     probe_failures: Vec<(Labels, u64)>,
+    report_stale: Vec<(Labels, f64)>,
+    poll_failures: Vec<(Labels, u64)>,
 }
 
 impl BackendSeries {
+    /// A polled backend's load-source series: its report's staleness and its failed polls.
+    fn add_polls(&mut self, upstream: &str, b: &BackendSnapshot) {
+        let l = || {
+            vec![
+                ("upstream", upstream.to_owned()),
+                ("backend", b.addr.to_string()),
+            ]
+        };
+        self.report_stale
+            .push((l(), if b.polls.stale { 1.0 } else { 0.0 }));
+        self.poll_failures.push((l(), b.polls.failed));
+    }
+
     /// One backend's point in each family (its report's age only when it has one; its probes
     /// when its upstream probes, `probing`, or once did).
     fn add(&mut self, upstream: &str, b: &BackendSnapshot, probing: bool) {
@@ -316,8 +331,20 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     let mut s = BackendSeries::default();
     for u in upstreams {
         let probing = u.probes_backends();
+        // The backends whose load source is polled (an agent, a node_exporter, a memcached):
+        // their staleness and failed polls are shown from the start.
+        let settings = u.settings();
+        let polled: Vec<std::net::SocketAddr> = settings
+            .backends
+            .iter()
+            .filter(|b| b.load_source.is_some_and(|l| l.gives_load_reports()))
+            .map(|b| b.addr)
+            .collect();
         for b in u.snapshot() {
             s.add(u.name(), &b, probing);
+            if polled.contains(&b.addr) {
+                s.add_polls(u.name(), &b);
+            }
         }
     }
     vec![
@@ -350,6 +377,16 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
             "fulcrum_backend_load_report_age_seconds",
             "How long ago the backend's latest load report came.",
             s.report_age,
+        ),
+        gauges(
+            "fulcrum_backend_load_report_stale",
+            "1 while the backend's load source has missed stale_after polls in a row (it is weighted as the average of the fresh reports), else 0.",
+            s.report_stale,
+        ),
+        counters(
+            "fulcrum_backend_load_poll_failures_total",
+            "Polls of the backend's load source (agent, node_exporter, memcached) that failed.",
+            s.poll_failures,
         ),
         gauges(
             "fulcrum_upstream_connections",

@@ -160,6 +160,16 @@ impl Feedback {
         let round = self.feed.round(&polls, &counts, now);
         let name = self.upstream.name();
         for (i, (backend, error)) in self.names.iter().zip(&errors).enumerate() {
+            // For the admin API and the metrics: the failed polls, and the staleness.
+            let stale = if round.became_stale.contains(&i) {
+                Some(true)
+            } else if round.became_fresh.contains(&i) {
+                Some(false)
+            } else {
+                None
+            };
+            self.upstream
+                .note_poll(self.generation, BackendId(i as u32), error.is_some(), stale);
             if round.became_fresh.contains(&i) {
                 tracing::info!(upstream = %name, backend = %backend, "load reports are fresh again");
             }

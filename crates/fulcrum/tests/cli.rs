@@ -553,6 +553,7 @@ fn reported_with_weights(
             b.addr()
         );
     }
+    text += "\n[admin]\nlisten = \"127.0.0.1:0\"\n";
     let config = TempFile::new(&format!("{algorithm}.toml"), &text);
     let fulcrum = Running::start(&config, 1);
     Reported {
@@ -633,6 +634,36 @@ fn dwlc_follows_agent_reports_and_a_stale_agent_gets_the_average() {
     });
     let applied = wait_for_weights("[40, 25, 10]");
     assert!(applied.contains("cpu=0.75"), "{applied}");
+    // The API and the metrics say the report is stale, not only its age.
+    let admin = fulcrum.admin.unwrap();
+    let b_addr = pool._backends[1].addr();
+    let shown = rt
+        .block_on(common::admin_get(admin, "/api/upstreams"))
+        .text();
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let report = shown["upstreams"][0]["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["addr"] == b_addr.to_string())
+        .map(|b| b["load_report"].clone())
+        .unwrap();
+    assert_eq!(report["stale"], true, "{report}");
+    assert!(report["failed_polls"].as_u64().unwrap() >= 2, "{report}");
+    let metrics = rt.block_on(common::admin_get(admin, "/metrics")).text();
+    let stale =
+        format!("fulcrum_backend_load_report_stale{{upstream=\"web\",backend=\"{b_addr}\"}} 1");
+    assert!(metrics.contains(&stale), "{stale} in\n{metrics}");
+    let fresh = format!(
+        "fulcrum_backend_load_report_stale{{upstream=\"web\",backend=\"{}\"}} 0",
+        pool._backends[0].addr()
+    );
+    assert!(metrics.contains(&fresh), "{fresh} in\n{metrics}");
+    assert!(
+        metrics.contains("fulcrum_backend_load_poll_failures_total{"),
+        "{metrics}"
+    );
+    common::assert_promtool_accepts(&metrics);
     let (sent, failed) = rt.block_on(client_task).unwrap();
     assert_eq!(
         failed, 0,

@@ -138,6 +138,6 @@ pub use settings::{DiscoveryQuery, DiscoverySettings, RecordKind};
 pub use sticky::{SameSite, StickySettings};
 pub use upstream::SourceStatus;
 pub use upstream::{
-    AdminState, BackendSnapshot, ChangeError, Keep, MAX_WEIGHT, Reconfigured, Upstream,
+    AdminState, BackendSnapshot, ChangeError, Keep, LoadPolls, MAX_WEIGHT, Reconfigured, Upstream,
 };
 pub use upstream_tls::BackendProtocol;

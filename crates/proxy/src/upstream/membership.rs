@@ -220,6 +220,7 @@ fn carried_members(
                     report: None,
                     since: generation,
                     probes: ProbeCounts::default(),
+                    polls: Default::default(),
                 }
             }
         };

@@ -57,7 +57,7 @@ mod workers;
 pub use discovery::SourceStatus;
 pub use membership::{Keep, Reconfigured};
 pub(crate) use pick::Attempt;
-pub use state::{AdminState, ProbeCounts};
+pub use state::{AdminState, LoadPolls, ProbeCounts};
 pub(crate) use state::{Unpicked, WorkerPools};
 pub use view::{BackendSnapshot, ChangeError, MAX_WEIGHT};
 
@@ -127,6 +127,7 @@ impl Upstream {
                 report: None,
                 since: 0,
                 probes: ProbeCounts::default(),
+                polls: Default::default(),
             })
             .collect();
         let budget = settings

@@ -30,6 +30,17 @@ pub(super) struct Member {
     pub(super) since: u64,
     /// Prequal's probes of it: sent, and failed (no answer in time, or a bad one).
     pub(super) probes: ProbeCounts,
+    /// Its load source's polls: failed so far, and whether its report is stale now.
+    pub(super) polls: LoadPolls,
+}
+
+/// A backend's load-source polls (agent, node_exporter, memcached), for the admin API and the
+/// metrics: how many failed, and whether its report is stale (its source missed `stale_after`
+/// polls in a row: the backend is weighted as the average of the fresh ones meanwhile).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadPolls {
+    pub failed: u64,
+    pub stale: bool,
 }
 
 /// A backend's probes so far (`prequal`), for the admin API's metrics.

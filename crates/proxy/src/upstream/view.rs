@@ -62,6 +62,8 @@ pub struct BackendSnapshot {
     pub ramp: f64,
     /// The latest load report and how long ago it came.
     pub report: Option<(LoadReport, Duration)>,
+    /// Its load source's failed polls, and whether its report is stale now.
+    pub polls: super::LoadPolls,
     /// Connections open to the backend, over every worker (busy or idle).
     pub connections_open: usize,
     /// Of those, the idle ones kept for reuse.
@@ -129,6 +131,21 @@ impl Upstream {
         }
         if let Some(m) = st.members.get_mut(id.index()) {
             m.report = Some((report, Instant::now()));
+        }
+    }
+
+    /// Notes a poll of backend `id`'s load source (pool order of `generation`): whether it
+    /// failed, and the report's staleness when it changed (`None`: as it was).
+    pub fn note_poll(&self, generation: u64, id: BackendId, failed: bool, stale: Option<bool>) {
+        let mut st = lock(&self.state);
+        if st.generation != generation {
+            return;
+        }
+        if let Some(m) = st.members.get_mut(id.index()) {
+            m.polls.failed += u64::from(failed);
+            if let Some(stale) = stale {
+                m.polls.stale = stale;
+            }
         }
     }
 
@@ -263,6 +280,7 @@ impl Upstream {
                     latency: s.latency().map(Duration::from),
                     ramp: f64::from(s.ramp()) / f64::from(balance::RAMP_FULL),
                     report: m.report.map(|(r, at)| (r, at.elapsed())),
+                    polls: m.polls,
                     connections_open: open,
                     connections_idle: idle,
                     probes: m.probes,

@@ -903,8 +903,11 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let [a, b] = backends(["a", "b"]).await;
+        // A second upstream whose weights its (unreachable) load agent sets: the page offers
+        // no weight to set there (the API would refuse it, 409).
+        let fed = "[[upstream]]\nname = \"fed\"\nalgorithm = \"dwlc\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9\"\n  agent = \"127.0.0.1:9\"";
         let (mut fulcrum, admin, _files) =
-            start("admin-dashboard", &[a.addr(), b.addr()], None, &[]);
+            start("admin-dashboard", &[a.addr(), b.addr()], None, &[fed]);
         let proxy = fulcrum.addr_of("web");
         // Requests flow while the page is open, so its numbers change.
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -943,6 +946,15 @@ fn the_dashboard_renders_live_numbers_in_chromium() {
             assert!(dom.contains(&addr.to_string()), "{addr} in the table");
         }
         assert!(dom.contains("weighted_round_robin"));
+        assert_eq!(
+            dom.matches(">set weight</button>").count(),
+            2,
+            "a weight to set for web's two backends, none for fed's"
+        );
+        assert!(
+            dom.contains(">weight from load reports</span>"),
+            "fed's row says why"
+        );
         // The charts were drawn (uPlot makes a canvas for each).
         assert!(dom.matches("<canvas").count() >= 2, "two charts");
         assert!(fulcrum.terminate().success());

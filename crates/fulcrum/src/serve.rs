@@ -266,7 +266,14 @@ fn spawn_admin(
 
 /// Runs the proxy until SIGTERM, SIGINT or a successor's takeover, and its drain.
 async fn serve_until_stopped(proxy: proxy::Proxy, mut replaced: watch::Receiver<bool>) {
-    let signal = shutdown::signal();
+    let (signal, again) = shutdown::signals();
+    // A second SIGTERM or SIGINT during the drain: stop now, without waiting for open
+    // connections (the first one's graceful stop can last `shutdown_timeout`).
+    tokio::spawn(async move {
+        again.await;
+        tracing::warn!(target: LOG, "a second stop signal: exiting now, without waiting for open connections");
+        std::process::exit(1);
+    });
     proxy
         .run(async move {
             tokio::select! {

@@ -1,6 +1,7 @@
 //! The operator's stop: SIGTERM (systemd, docker, kill) or SIGINT (Ctrl-C). Every long-running
 //! command — `run`, `agent`, `lab backend` — ends on the first of them, each after its own
-//! drain.
+//! drain; `run` ends at once on a second one ([`signals`]), as an operator pressing Ctrl-C
+//! twice expects.
 
 use crate::LOG;
 
@@ -17,4 +18,32 @@ pub fn signal() -> impl Future<Output = ()> {
             _ = int.recv() => tracing::info!(target: LOG, "SIGINT received"),
         }
     }
+}
+
+/// The first and the second SIGTERM or SIGINT: the first starts the graceful stop, the second
+/// says not to wait for it. The handlers are installed at the call, as [`signal`]'s.
+pub fn signals() -> (impl Future<Output = ()>, impl Future<Output = ()>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    let (count, _) = tokio::sync::watch::channel(0u32);
+    let counted = count.clone();
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            let n = *counted.borrow() + 1;
+            tracing::info!(target: LOG, "{name} received");
+            counted.send_replace(n);
+        }
+    });
+    let reached = move |at_least: u32| {
+        let mut seen = count.subscribe();
+        async move {
+            let _ = seen.wait_for(|&n| n >= at_least).await;
+        }
+    };
+    (reached(1), reached(2))
 }

@@ -1500,3 +1500,61 @@ fn the_access_log_goes_to_a_file_as_json_and_sigusr1_reopens_it() {
         assert!(fulcrum.terminate().success());
     });
 }
+
+/// The first SIGTERM drains (a request in flight may finish, up to `shutdown_timeout`); a
+/// second one stops at once, as Ctrl-C pressed twice should.
+#[test]
+fn a_second_sigterm_during_the_drain_stops_at_once() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backend = rt
+        .block_on(Backend::start("slow", "127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    let config = TempFile::new(
+        "twice.toml",
+        &format!(
+            "workers = 1\naccess_log = false\nshutdown_timeout = \"60s\"\n\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+             [[upstream]]\nname = \"web\"\n{}",
+            backend_block(&[(backend.addr(), 1)])
+        ),
+    );
+    let mut fulcrum = Running::start(&config, 1);
+    let addr = fulcrum.addr_of("web");
+    // A request that takes 30 s holds the drain open.
+    let slow = rt.spawn(async move { Client::new(addr).get("/?delay_ms=30000").await });
+    let started = Instant::now();
+    while backend.requests() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the slow request arrives"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = fulcrum.child.id().to_string();
+    let kill = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill("-TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fulcrum.next_line(deadline).contains("shutting down") {}
+    // Still draining: the slow request holds it.
+    assert!(fulcrum.child.try_wait().unwrap().is_none());
+    let second = Instant::now();
+    kill("-TERM");
+    let exited = loop {
+        if let Some(status) = fulcrum.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            second.elapsed() < Duration::from_secs(5),
+            "a second SIGTERM stops fulcrum at once"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(!exited.success(), "{exited:?}");
+    slow.abort();
+}

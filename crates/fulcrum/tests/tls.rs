@@ -500,8 +500,8 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
     let fulcrum = Running::start(&file, 1);
     let addr = fulcrum.addr_of("web");
 
-    // Plain HTTP to a TLS listener: not a ClientHello. The connection ends (an alert at
-    // most, then the end of the stream) at once, not at the timeout.
+    // Plain HTTP to a TLS listener: not a ClientHello. Answered 400 at once, saying why (as
+    // nginx answers it), then closed — not at the timeout.
     let mut plain = TcpStream::connect(addr).unwrap();
     plain
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -518,9 +518,11 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
         "closed at once, took {:?}",
         started.elapsed()
     );
+    let answer = String::from_utf8_lossy(&got);
     assert!(
-        !String::from_utf8_lossy(&got).contains("HTTP/1.1"),
-        "no HTTP answer over a TLS listener: {got:?}"
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n")
+            && answer.contains("a plain HTTP request was sent to an HTTPS port"),
+        "{answer:?}"
     );
 
     // A client that starts a ClientHello and stalls, then one that sends nothing: each is

@@ -362,8 +362,20 @@ impl ServerTls {
         stop: &mut tokio::sync::watch::Receiver<bool>,
     ) -> Result<TlsStream<TcpStream>, HandshakeFailure> {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.config));
+        let accepted = async move {
+            // A request line where a ClientHello (0x16) should be: plain HTTP sent to this
+            // TLS port. Answered 400 as nginx answers it, rather than closed without a word.
+            let mut first = [0u8; 1];
+            if matches!(stream.peek(&mut first).await, Ok(1)) && first[0].is_ascii_uppercase() {
+                answer_plain_http(stream).await;
+                return Err(std::io::Error::other(
+                    "plain HTTP sent to a TLS port (answered 400)",
+                ));
+            }
+            acceptor.accept(stream).await
+        };
         tokio::select! {
-            done = tokio::time::timeout(timeout, acceptor.accept(stream)) => match done {
+            done = tokio::time::timeout(timeout, accepted) => match done {
                 Ok(Ok(tls)) => Ok(tls),
                 Ok(Err(e)) => {
                     tracing::debug!(client = %peer, error = %e, "TLS handshake failed");
@@ -377,6 +389,30 @@ impl ServerTls {
             _ = stop.changed() => Err(HandshakeFailure::Stopping),
         }
     }
+}
+
+/// What nginx answers a plain HTTP request on an HTTPS port (`400 The plain HTTP request was
+/// sent to HTTPS port`), in our words: the head read (up to 8 KiB, so that closing does not
+/// reset the connection before the client reads the answer), the answer written, the
+/// connection closed.
+async fn answer_plain_http(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    const BODY: &str =
+        "400 Bad Request: a plain HTTP request was sent to an HTTPS port; use https://\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
 }
 
 /// How a handshake ended without a session.

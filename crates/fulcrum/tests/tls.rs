@@ -499,6 +499,15 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
     let file = TempFile::new("tls-garbage.toml", &text);
     let fulcrum = Running::start(&file, 1);
     let addr = fulcrum.addr_of("web");
+    // The start-up line says the listener speaks TLS.
+    assert!(
+        fulcrum
+            .started
+            .iter()
+            .any(|l| l.contains(" listening") && l.contains("protocol=https ")),
+        "{:?}",
+        fulcrum.started
+    );
 
     // Plain HTTP to a TLS listener: not a ClientHello. Answered 400 at once, saying why (as
     // nginx answers it), then closed — not at the timeout.

@@ -409,7 +409,7 @@ impl Proxy {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         for l in self.live.registry().listeners.iter() {
-            tracing::info!(listen = %l.bound, upstream = %names_of(&l.ctx.borrow()), "listening");
+            tracing::info!(listen = %l.bound, protocol = %speaks(&l.ctx.borrow()), upstream = %names_of(&l.ctx.borrow()), "listening");
         }
         let workers = self.live.workers;
         // Deal the descriptors out: worker i gets descriptor i of every listener.
@@ -489,6 +489,20 @@ fn find(upstreams: &[Arc<Upstream>], name: &str) -> Option<Arc<Upstream>> {
 fn names_of(ctx: &ListenerContext) -> String {
     let names: Vec<&str> = ctx.upstreams.iter().map(|u| u.name()).collect();
     names.join(",")
+}
+
+/// What a listener speaks, for its start-up line: `tcp`, or `http` with `+tls` and `+h2` as
+/// configured (`https+h2`: TLS with HTTP/2 by ALPN; `http+h2`: h2c beside HTTP/1.1).
+fn speaks(ctx: &ListenerContext) -> String {
+    let s = &ctx.settings;
+    if s.protocol == crate::Protocol::Tcp {
+        return "tcp".to_owned();
+    }
+    let base = if ctx.tls.is_some() { "https" } else { "http" };
+    match s.http2.is_some() {
+        true => format!("{base}+h2"),
+        false => base.to_owned(),
+    }
 }
 
 /// What a listener's requests may go to: the upstreams (its own first, then those its routes
@@ -876,7 +890,7 @@ impl Live {
                 _ => {
                     let (listener, entry) = bound.next().expect("bound in prepare, in order");
                     done.new_listeners.push(entry.bound);
-                    tracing::info!(listen = %entry.bound, upstream = %names_of(&listener.ctx.borrow()), "listening");
+                    tracing::info!(listen = %entry.bound, protocol = %speaks(&listener.ctx.borrow()), upstream = %names_of(&listener.ctx.borrow()), "listening");
                     added.push(listener);
                     listeners.push(entry);
                 }

@@ -115,6 +115,8 @@ pub struct Running {
     pub lines: mpsc::Receiver<String>,
     /// (upstream, address) of each listener, as logged.
     pub listening: Vec<(String, SocketAddr)>,
+    /// The lines it logged while starting (up to its last listening line).
+    pub started: Vec<String>,
     /// The admin listener's address, as logged.
     pub admin: Option<SocketAddr>,
 }
@@ -140,6 +142,7 @@ impl Running {
             child,
             lines,
             listening: Vec::new(),
+            started: Vec::new(),
             admin: None,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -151,6 +154,7 @@ impl Running {
                     .find_map(|w| w.strip_prefix("listen="))
                     .and_then(|a| a.parse().ok());
             }
+            running.started.push(line.clone());
             if line.contains(" listening") {
                 let field = |name: &str| {
                     line.split_whitespace()

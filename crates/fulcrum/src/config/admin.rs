@@ -63,7 +63,12 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
     }
     let token = match &token_file {
         Some(path) => match read_token(path.get_ref()) {
-            Ok(token) => Some(token),
+            Ok(token) => {
+                if let Some(why) = readable_by_others(path.get_ref()) {
+                    r.warn(&path.span(), why);
+                }
+                Some(token)
+            }
             Err(why) => {
                 r.error(path.span(), &t.key("token_file"), why);
                 return None;
@@ -146,6 +151,20 @@ fn allowed_host(text: &str) -> Result<String, String> {
 }
 
 /// The token in `path`: its first line, trimmed.
+/// Why the token file may leak its secret: readable by its group or by everyone (as ssh
+/// refuses a private key others can read); `None` when only its owner can.
+fn readable_by_others(path: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "the token file {path:?} can be read by {} (mode {:o}): anyone who reads it can change everything through the admin API; chmod 600 it",
+            if mode & 0o004 != 0 { "every user" } else { "its group" },
+            mode & 0o777
+        )
+    })
+}
+
 fn read_token(path: &str) -> Result<String, String> {
     use std::io::Read as _;
     let file = std::fs::File::open(path)
@@ -174,6 +193,26 @@ mod tests {
 
     fn with_admin(lines: &str) -> String {
         format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:9900\"\n{lines}\n")
+    }
+
+    /// A token file others can read is a warning naming it and the fix; one only its owner
+    /// reads is not.
+    #[test]
+    fn a_token_file_others_can_read_is_a_warning() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = std::env::temp_dir().join(format!("fulcrum-token-{}", std::process::id()));
+        std::fs::write(&path, "a-secret-long-enough-for-the-admin-api\n").unwrap();
+        let config = with_admin(&format!("token_file = \"{}\"", path.display()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let warned = ok(&config).warnings.join("\n");
+        assert!(
+            warned.contains("can be read by every user (mode 644)") && warned.contains("chmod 600"),
+            "{warned}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let warned = ok(&config).warnings.join("\n");
+        assert!(!warned.contains("token file"), "{warned}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

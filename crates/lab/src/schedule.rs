@@ -121,7 +121,8 @@ impl std::str::FromStr for Pattern {
             Ok((positive(a, "a rate")?, positive(b, "a rate")?))
         };
         match parts.as_slice() {
-            ["constant", rps] => Ok(Pattern::Constant {
+            // `const` as well, as a cost is written (`--cost const:MS`).
+            ["constant" | "const", rps] => Ok(Pattern::Constant {
                 rps: positive(rps, "the rate")?,
             }),
             ["sine", r, period] => {
@@ -446,6 +447,11 @@ mod tests {
         assert_eq!(
             "constant:3000".parse::<Pattern>(),
             Ok(Pattern::Constant { rps: 3000.0 })
+        );
+        // As a cost is written (`const:MS`).
+        assert_eq!(
+            "const:10".parse::<Pattern>(),
+            Ok(Pattern::Constant { rps: 10.0 })
         );
         assert_eq!(
             "sine:40-100:60s".parse::<Pattern>(),

@@ -3,9 +3,10 @@
 //! probe (see [`crate::target`]); any other path is 404, any other method on those 405.
 //! Keep-alive is hyper's default, so a poller may reuse one connection.
 //!
-//! Until the first sample exists (one interval after start, since CPU, disk and network are
-//! deltas) both answer 503 with `Retry-After`: a made-up figure would be worse than none, and
-//! a balancer treats a missing report as no report.
+//! The agent serves only once its first sample exists (one interval after start, since CPU,
+//! disk and network are deltas): a request that comes before waits in the socket's backlog.
+//! Were there no sample all the same, both would answer 503 with `Retry-After`: a made-up
+//! figure would be worse than none, and a balancer treats a missing report as no report.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -138,6 +138,19 @@ impl Agent {
         if let Some(prober) = &prober {
             tasks.spawn(target::run(Arc::clone(prober), shutdown.clone()));
         }
+        // The first sample before the first answer: a request that comes meanwhile waits in
+        // the listening socket's backlog (one interval at most) rather than get 503.
+        let stop = std::pin::pin!(stop);
+        let mut stop = stop;
+        let mut first = latest.clone();
+        tokio::select! {
+            _ = first.wait_for(Option::is_some) => {}
+            () = &mut stop => {
+                trigger.fire();
+                while tasks.join_next().await.is_some() {}
+                return;
+            }
+        }
         tasks.spawn(http::serve(
             self.http,
             latest.clone(),

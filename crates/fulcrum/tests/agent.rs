@@ -77,7 +77,7 @@ impl Agent {
             .collect()
     }
 
-    /// `GET path`, once the first sample is there (503 until then).
+    /// `GET path` (the agent answers once its first sample is there; 503 would mean none).
     fn get(&self, path: &str) -> (u16, String) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -216,6 +216,14 @@ fn load_answers_the_protocol_json_on_a_kept_alive_connection() {
         std::fs::write(dir.join("memory.current"), current).unwrap();
     }
     let agent = Agent::start(&["--interval", "200ms", "--cgroup-root", cgroups.path()]);
+    // Asked at once, before its first sample would be due: it answers the sample, not 503
+    // (the first sample is taken before it answers anything).
+    let mut at_once = TcpStream::connect(agent.http).unwrap();
+    at_once
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (status, body) = exchange(&mut at_once, "/load", true);
+    assert_eq!(status, 200, "{body}");
     let first = agent.load();
     assert_eq!(first.container_mem, 0.5);
 

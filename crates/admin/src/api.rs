@@ -368,9 +368,19 @@ async fn reload(view: &View) -> Answer {
     }
     match result.await {
         Ok(Ok(done)) => json_answer(StatusCode::OK, &json!({ "reloaded": done })),
-        Ok(Err(why)) => error(
+        Ok(Err(problems)) => json_answer(
             StatusCode::UNPROCESSABLE_ENTITY,
-            format!("the configuration was not applied; the running one stays: {why}"),
+            &json!({
+                "error": format!(
+                    "the configuration was not applied; the running one stays: {}",
+                    match problems.as_slice() {
+                        [] => "no reason given".to_owned(),
+                        [one] => one.clone(),
+                        [first, ..] => format!("{} problems, the first: {first}", problems.len()),
+                    }
+                ),
+                "problems": problems,
+            }),
         ),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "fulcrum is stopping"),
     }

@@ -46,8 +46,10 @@ pub struct Settings {
     pub access: Access,
 }
 
-/// How `POST /api/reload` hears how the reload went: what was done, or why nothing was.
-pub type ReloadReply = tokio::sync::oneshot::Sender<Result<String, String>>;
+/// How `POST /api/reload` hears how the reload went: what was done, or why nothing was —
+/// one line per problem (a configuration problem's location and message, without the
+/// underlined line `fulcrum check` prints under it).
+pub type ReloadReply = tokio::sync::oneshot::Sender<Result<String, Vec<String>>>;
 
 /// What the admin listener sees of the running proxy.
 #[derive(Debug, Clone)]

@@ -1548,3 +1548,54 @@ fn fulcrum_health_fails_within_a_second_when_an_upstream_has_no_usable_backend()
         assert!(line.contains("has no [admin]"), "{line}");
     });
 }
+
+/// A refused reload says each problem once: one log event per problem (no underline art) and
+/// a JSON array in `POST /api/reload`'s answer.
+#[test]
+fn a_refused_reload_gives_one_event_and_one_item_per_problem() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let [a] = backends(["a"]).await;
+        let (fulcrum, admin, files) = start("admin-refused", &[a.addr()], None, &[]);
+        // Two problems: an unknown algorithm and a backend without a port.
+        let good = std::fs::read_to_string(&files.config.0).unwrap();
+        let bad = good
+            .replace("weighted_round_robin", "fastest")
+            .replace(&a.addr().to_string(), "127.0.0.1");
+        std::fs::write(&files.config.0, bad).unwrap();
+        let (status, body) = call(admin, "POST", "/api/reload", None, "").await;
+        assert_eq!(status, 422, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let problems = body["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 2, "{body}");
+        for p in problems {
+            let p = p.as_str().unwrap();
+            assert!(p.contains("admin-refused.toml:"), "{p}");
+            assert!(
+                !p.contains('\n') && !p.contains('^'),
+                "one line, no underline: {p}"
+            );
+        }
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("2 problems, the first: "),
+            "{body}"
+        );
+        // The log: the two problems, then the refusal; nothing else at ERROR.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut errors = Vec::new();
+        loop {
+            let line = fulcrum.next_line(deadline);
+            if line.contains("ERROR") {
+                errors.push(line.clone());
+            }
+            if line.contains("reload refused") {
+                break;
+            }
+        }
+        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert!(errors[2].contains("problems=2"), "{}", errors[2]);
+    });
+}

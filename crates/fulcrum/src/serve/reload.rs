@@ -52,7 +52,7 @@ async fn reload(
     proxy: &proxy::ProxyHandle,
     store: &StateStore,
     running_admin: Option<&config::admin::Admin>,
-) -> Result<String, String> {
+) -> Result<String, Vec<String>> {
     let mut cfg = checked_config(path)?;
     let mut not_applied = Vec::new();
     if cfg.admin.as_ref() != running_admin {
@@ -74,27 +74,35 @@ async fn reload(
         }
         Err(e) => {
             tracing::error!(target: LOG, error = %e, "reload refused; the running configuration stays");
-            Err(e.to_string())
+            Err(vec![e.to_string()])
         }
     }
 }
 
 /// The file read, checked (its warnings logged) and fitted to the open-files limit; `Err`:
 /// why it is refused, logged.
-fn checked_config(path: &Path) -> Result<config::Config, String> {
+fn checked_config(path: &Path) -> Result<config::Config, Vec<String>> {
     let mut cfg = match config::load(path) {
         Ok(cfg) => cfg,
         Err(e) => {
-            let text = e.to_string();
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                tracing::error!(target: LOG, "{line}");
+            // One event per problem: its location and message (the underlined line `fulcrum
+            // check` prints under it is for a terminal, not a log).
+            let problems: Vec<String> = e
+                .problems
+                .iter()
+                .filter_map(|p| p.lines().next())
+                .map(str::to_owned)
+                .collect();
+            for problem in &problems {
+                tracing::error!(target: LOG, "{problem}");
             }
             tracing::error!(
                 target: LOG,
+                problems = problems.len(),
                 "reload refused: {} has errors; the running configuration stays",
                 path.display()
             );
-            return Err(text);
+            return Err(problems);
         }
     };
     for w in &cfg.warnings {
@@ -104,7 +112,7 @@ fn checked_config(path: &Path) -> Result<config::Config, String> {
     if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
         let text = format!("{}: {e}", path.display());
         tracing::error!(target: LOG, "reload refused: {text}; the running configuration stays");
-        return Err(text);
+        return Err(vec![text]);
     }
     Ok(cfg)
 }

@@ -93,8 +93,15 @@ fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
     tracing::info!(
         target: LOG,
         open_files_limit = %limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
-        needed = proxy::limits::descriptors_needed(&cfg.proxy),
-        max_connections = ?cfg.proxy.listeners.iter().map(|l| l.connection_limit()).collect::<Vec<_>>(),
+        descriptors_needed = proxy::limits::descriptors_needed(&cfg.proxy),
+        // Each listener's limit beside its address: `127.0.0.1:8080=9195,...`.
+        max_connections = %cfg
+            .proxy
+            .listeners
+            .iter()
+            .map(|l| format!("{}={}", l.listen, l.connection_limit()))
+            .collect::<Vec<_>>()
+            .join(","),
         "file descriptors"
     );
     Ok(cfg)

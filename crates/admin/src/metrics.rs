@@ -6,7 +6,7 @@
 //! on counters. `backend=""` on `fulcrum_requests_total` counts the answers fulcrum gave
 //! itself (a 502 after every backend failed, a 400 for a bad request).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -126,7 +126,7 @@ fn upstream_families(
         let name = u.name().to_owned();
         let counts = totals.get(u.name()).cloned().unwrap_or_default();
         s.requests.extend(answers(&name, &counts));
-        let members: Vec<SocketAddr> = u.snapshot().iter().map(|b| b.addr).collect();
+        let members: HashSet<SocketAddr> = u.snapshot().iter().map(|b| b.addr).collect();
         s.failures.extend(failed_attempts(&name, &counts, &members));
         s.retries
             .push((vec![("upstream", name.clone())], counts.retries));
@@ -215,7 +215,7 @@ fn answers(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
 fn failed_attempts(
     upstream: &str,
     counts: &UpstreamCounts,
-    members: &[SocketAddr],
+    members: &HashSet<SocketAddr>,
 ) -> Vec<(Labels, u64)> {
     let mut backends: Vec<SocketAddr> = counts.failures.keys().copied().collect();
     backends.extend(members.iter().copied());
@@ -334,7 +334,7 @@ fn backend_families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
         // The backends whose load source is polled (an agent, a node_exporter, a memcached):
         // their staleness and failed polls are shown from the start.
         let settings = u.settings();
-        let polled: Vec<std::net::SocketAddr> = settings
+        let polled: HashSet<SocketAddr> = settings
             .backends
             .iter()
             .filter(|b| b.load_source.is_some_and(|l| l.gives_load_reports()))

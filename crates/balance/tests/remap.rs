@@ -13,7 +13,13 @@
 //!   repopulated and some slots change hands (the paper, §3.4 and §5.3: "a small number of
 //!   other entries" change, fewer as M/N grows). Bounds: the same `1.6/n + 0.01` for the
 //!   removed backend's share (the table gives each backend its share to within one slot), plus
-//!   at most 2% of keys moved between backends that stayed.
+//!   at most 10% of keys moved between backends that stayed in any one case, and at most 1% on
+//!   average over the 60 fixed cases. The tail is heavy: over 24,000 random cases (n = 3..20,
+//!   M = 65537, the exact table difference) the mean was 0.03–0.34% by n, the 99th percentile
+//!   at most 0.58%, the 99.9th at most 1.85%, and the largest 6.84% (n = 15). A per-case bound
+//!   of 2% failed once in CI (2.44%, n = 3); it bounded the tail, not the property.
+//!
+//! The property test runs from a fixed seed, so every run checks the same cases.
 //!
 //! `report_moved_fractions` prints the means and maxima over 60 fixed cases (run with
 //! `--nocapture`); docs/algorithms.md quotes them.
@@ -25,8 +31,10 @@ use proptest::prelude::*;
 
 const KEYS: usize = 10_000;
 
-/// Extra moves allowed for Maglev, as a fraction of all keys.
-const MAGLEV_EXTRA: f64 = 0.02;
+/// Extra moves allowed for Maglev in one case, as a fraction of all keys.
+const MAGLEV_EXTRA: f64 = 0.10;
+/// Extra moves allowed for Maglev on average over the fixed cases.
+const MAGLEV_EXTRA_MEAN: f64 = 0.01;
 
 fn bound(n: usize) -> f64 {
     1.6 / n as f64 + 0.01
@@ -118,7 +126,10 @@ fn names_strategy() -> impl Strategy<Value = Vec<String>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6d61_676c_6576),
+        ..ProptestConfig::with_cases(48)
+    })]
 
     #[test]
     fn removing_one_backend_moves_about_one_nth(
@@ -182,5 +193,12 @@ fn report_moved_fractions() {
             mean(&extras),
             max(&extras)
         );
+        if alg == Algorithm::Maglev {
+            assert!(
+                mean(&extras) <= MAGLEV_EXTRA_MEAN,
+                "maglev: on average {:.4} of keys moved between remaining backends",
+                mean(&extras)
+            );
+        }
     }
 }

@@ -153,7 +153,12 @@ fn check(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    // A fixed seed: the bounds are statistical (4.5 sigma over some 2,400 comparisons), so a
+    // random seed would fail a run now and then with nothing wrong.
+    #![proptest_config(ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7368_6172_6573),
+        ..ProptestConfig::with_cases(24)
+    })]
 
     #[test]
     fn shares_converge_to_weights(

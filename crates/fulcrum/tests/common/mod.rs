@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod chromium;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;

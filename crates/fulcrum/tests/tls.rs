@@ -572,6 +572,95 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
     );
 }
 
+/// What a client that is not speaking TLS gets on a TLS port, against Debian's nginx on an
+/// `ssl` listener with the same certificate: for each probe the status (0: closed without an
+/// answer) and whether the connection was closed after it. nginx (`ngx_http_ssl_handshake`)
+/// peeks at the first byte: 0x16 (a TLS record) or one with the high bit set (an SSLv2 hello)
+/// starts a handshake; anything else is read as plain HTTP and answered 400 (its code 497),
+/// the connection then closed.
+#[test]
+fn plain_http_on_a_tls_port_is_answered_as_nginx_answers_it() {
+    if !common::installed("nginx", "-v") {
+        return;
+    }
+    let dir = TempDir::new("tls", "plain-nginx");
+    let ca = Ca::new();
+    let site = ca.site(&dir.0, "localhost", &["localhost"]);
+    let port = common::HeldPort::for_server();
+    let d = dir.path();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nevents {{ worker_connections 64; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n  \
+         uwsgi_temp_path {d}; scgi_temp_path {d};\n  \
+         server {{ listen 127.0.0.1:{} ssl; ssl_certificate {}; ssl_certificate_key {};\n    \
+         location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
+        port.port(),
+        site.cert.display(),
+        site.key.display()
+    );
+    let _nginx = common::spawn_nginx(&dir, &conf);
+    let nginx = port.addr;
+    common::wait_until(Duration::from_secs(10), "nginx answers", || {
+        TcpStream::connect(nginx)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let file = TempFile::new(
+        "tls-plain-nginx.toml",
+        &config_text(echo_backend(), &[&site], ""),
+    );
+    let fulcrum = Running::start(&file, 1);
+    let ours = fulcrum.addr_of("web");
+
+    let probes: [(&str, &[u8]); 5] = [
+        ("GET", b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+        ("HEAD, HTTP/1.0", b"HEAD / HTTP/1.0\r\n\r\n"),
+        (
+            "a lower-case method",
+            b"get / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ),
+        ("control bytes", b"\x01\x02\x03\x04 / HTTP/1.1\r\n\r\n"),
+        (
+            "an SSLv2-style first byte",
+            b"\x80\x2e\x01\x00\x02\x00\x15\x00\x00\x00\x10",
+        ),
+    ];
+    // (status or 0, closed by the server)
+    let answer = |to: SocketAddr, bytes: &[u8]| -> (u16, bool) {
+        let mut s = TcpStream::connect(to).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut got = Vec::new();
+        let closed = s.read_to_end(&mut got).is_ok() || got.is_empty();
+        let text = String::from_utf8_lossy(&got);
+        let status = text
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|r| r.get(..3))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, closed)
+    };
+    for (what, bytes) in probes {
+        let theirs = answer(nginx, bytes);
+        let mine = answer(ours, bytes);
+        assert_eq!(
+            mine, theirs,
+            "{what}: fulcrum (status, closed) against nginx's"
+        );
+    }
+    // Our body says why, in our words.
+    let mut s = TcpStream::connect(ours).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"get / HTTP/1.1\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        String::from_utf8_lossy(&got).contains("a plain HTTP request was sent to an HTTPS port"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
 #[test]
 fn check_names_the_line_of_a_missing_a_non_pem_and_a_mismatched_file() {
     let dir = TempDir::new("tls", "check");

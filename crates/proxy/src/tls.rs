@@ -363,10 +363,12 @@ impl ServerTls {
     ) -> Result<TlsStream<TcpStream>, HandshakeFailure> {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.config));
         let accepted = async move {
-            // A request line where a ClientHello (0x16) should be: plain HTTP sent to this
-            // TLS port. Answered 400 as nginx answers it, rather than closed without a word.
+            // Not a TLS record (0x16) and not an SSLv2-style hello (high bit set): plain HTTP,
+            // or something else, sent to this TLS port. Answered 400 as nginx answers it
+            // (`ngx_http_ssl_handshake` makes the same test on the first byte), rather than
+            // closed without a word.
             let mut first = [0u8; 1];
-            if matches!(stream.peek(&mut first).await, Ok(1)) && first[0].is_ascii_uppercase() {
+            if matches!(stream.peek(&mut first).await, Ok(1)) && !starts_a_handshake(first[0]) {
                 answer_plain_http(stream).await;
                 return Err(std::io::Error::other(
                     "plain HTTP sent to a TLS port (answered 400)",
@@ -389,6 +391,12 @@ impl ServerTls {
             _ = stop.changed() => Err(HandshakeFailure::Stopping),
         }
     }
+}
+
+/// Whether a connection's first byte can begin a TLS handshake: a TLS record of type
+/// handshake (0x16), or the two-byte length of an SSLv2-style ClientHello (high bit set).
+fn starts_a_handshake(first: u8) -> bool {
+    first == 0x16 || first & 0x80 != 0
 }
 
 /// What nginx answers a plain HTTP request on an HTTPS port (`400 The plain HTTP request was

@@ -245,8 +245,21 @@ fn reopen_logs_on_usr1(
         loop {
             tokio::select! {
                 _ = usr1.recv() => {
-                    tracing::info!(target: LOG, "SIGUSR1 received: reopening the access log");
-                    reopen.reopen_logs();
+                    // Said once done, so that whoever waits for the line (logrotate's
+                    // postrotate, a test) knows later lines go to the new file.
+                    let proxy = reopen.clone();
+                    match tokio::task::spawn_blocking(move || proxy.reopen_logs()).await {
+                        Ok(proxy::Reopened::Done) => {
+                            tracing::info!(target: LOG, "SIGUSR1 received: the access log reopened");
+                        }
+                        Ok(proxy::Reopened::Soon) => {
+                            tracing::info!(target: LOG, "SIGUSR1 received: the access log is reopened at its writer's next flush (it was busy)");
+                        }
+                        Ok(proxy::Reopened::NoFile) => {
+                            tracing::info!(target: LOG, "SIGUSR1 received: no access log to reopen");
+                        }
+                        Err(e) => tracing::error!(target: LOG, error = %e, "SIGUSR1: reopening the access log failed"),
+                    }
                 }
                 _ = stop.changed() => return,
             }

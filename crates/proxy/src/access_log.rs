@@ -180,14 +180,15 @@ impl AccessLog {
     /// Has the writer write what the workers hold to the file, then reopen it (after
     /// logrotate moved it; nothing more for stderr), and waits for that (up to a second:
     /// lines logged from then on go to the new file). With the writer's queue full, it is
-    /// done within [`FLUSH_EVERY`] instead.
-    pub fn reopen(&self) {
+    /// done within [`FLUSH_EVERY`] instead. Whether the writer said it was done.
+    pub fn reopen(&self) -> bool {
         let (done, reopened) = std::sync::mpsc::channel();
         match self.batches.try_send(Message::Reopen(done)) {
-            Ok(()) => {
-                let _ = reopened.recv_timeout(Duration::from_secs(1));
+            Ok(()) => reopened.recv_timeout(Duration::from_secs(1)).is_ok(),
+            Err(_) => {
+                self.shared.reopen.store(true, Ordering::Relaxed);
+                false
             }
-            Err(_) => self.shared.reopen.store(true, Ordering::Relaxed),
         }
     }
 

@@ -128,7 +128,7 @@ pub mod upstream_tls;
 
 pub use balance::StickyKey;
 pub use http1::MAX_HEADERS_LIMIT;
-pub use server::{Proxy, ProxyHandle, Reloaded, StartError};
+pub use server::{Proxy, ProxyHandle, Reloaded, Reopened, StartError};
 pub use settings::{
     BackendSettings, CheckKind, HashKey, HealthCheckSettings, Http2Settings, ListenerSettings,
     LoadSource, Protocol, ProxyProtocol, ProxySettings, Redirect, RouteAction, RouteSettings,

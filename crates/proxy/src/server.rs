@@ -624,6 +624,18 @@ pub struct Reloaded {
     pub not_applied: Vec<String>,
 }
 
+/// What [`ProxyHandle::reopen_logs`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reopened {
+    /// No access log is configured.
+    NoFile,
+    /// The writer wrote what it held to the old file and opened the new one: lines logged
+    /// from now on go there.
+    Done,
+    /// The writer was busy; it reopens within its next flush (a tenth of a second).
+    Soon,
+}
+
 impl ProxyHandle {
     /// The upstreams in force, by name.
     pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
@@ -677,10 +689,13 @@ impl ProxyHandle {
             .collect()
     }
 
-    /// Reopens the access log's file (SIGUSR1, after logrotate moved it).
-    pub fn reopen_logs(&self) {
-        if let Some(log) = &self.live.registry().access_log {
-            log.reopen();
+    /// Reopens the access log's file (SIGUSR1, after logrotate moved it); blocks up to a
+    /// second for the log's writer.
+    pub fn reopen_logs(&self) -> Reopened {
+        match &self.live.registry().access_log {
+            None => Reopened::NoFile,
+            Some(log) if log.reopen() => Reopened::Done,
+            Some(_) => Reopened::Soon,
         }
     }
 

@@ -24,7 +24,7 @@
 //! # Memory
 //!
 //! [`KEEP`] samples per backend ([`SAMPLE_BYTES`] each, about 35 KiB per backend), plus the
-//! seconds' times (16 bytes each, 14 KiB in all). A backend that leaves keeps its samples until they are
+//! seconds' times (16 bytes each, 14 KiB in all), for at most [`MAX_BACKENDS`] backends. A backend that leaves keeps its samples until they are
 //! older than [`KEEP`] seconds, then its ring goes; one that joins starts with an empty one.
 
 use std::collections::{HashMap, VecDeque};
@@ -41,6 +41,11 @@ use crate::View;
 
 /// Seconds kept: 15 minutes, the span an operator looks back over while something happens.
 pub const KEEP: usize = 900;
+
+/// Backends kept at most (35 MiB of samples): an upstream DNS fills with thousands of
+/// backends would otherwise take hundreds of megabytes for a page no one can read at that
+/// size. The backends seen first are kept; the others are counted (`not_kept`).
+pub const MAX_BACKENDS: usize = 1000;
 
 /// One backend's second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,6 +96,8 @@ struct Rings {
     /// The counts summed at the second before, by upstream (what a second's numbers are the
     /// difference from); `None` before the first second.
     before: Option<HashMap<Arc<str>, UpstreamCounts>>,
+    /// Backends of the last second left out for want of room ([`MAX_BACKENDS`]).
+    not_kept: usize,
 }
 
 /// The history of every backend, shared by the sampler and the API.
@@ -183,6 +190,7 @@ impl History {
         Some(json!({
             "interval_seconds": 1,
             "kept_seconds": KEEP,
+            "not_kept": rings.not_kept,
             "time": window.iter().map(|&(_, t)| t).collect::<Vec<_>>(),
             "upstreams": upstreams,
         }))
@@ -201,6 +209,8 @@ impl Rings {
             self.seconds.pop_front();
         }
         let oldest = self.seconds.front().map_or(second, |&(n, _)| n);
+        let mut kept: usize = self.upstreams.iter().map(|(_, rings)| rings.len()).sum();
+        self.not_kept = 0;
         for (name, backends) in seen {
             let at = match self.upstreams.iter().position(|(n, _)| *n == name) {
                 Some(at) => at,
@@ -215,7 +225,11 @@ impl Rings {
             for Seen { addr, sample } in backends {
                 match rings.iter_mut().find(|(a, _)| *a == addr) {
                     Some((_, ring)) => ring.push_back((second, sample)),
-                    None => rings.push((addr, VecDeque::from([(second, sample)]))),
+                    None if kept >= MAX_BACKENDS => self.not_kept += 1,
+                    None => {
+                        kept += 1;
+                        rings.push((addr, VecDeque::from([(second, sample)])));
+                    }
                 }
             }
         }
@@ -383,6 +397,23 @@ mod tests {
             overridden: false,
             report_stale: false,
         }
+    }
+
+    #[test]
+    fn backends_beyond_the_cap_are_counted_not_kept() {
+        let mut rings = Rings::default();
+        let seen: Vec<Seen> = (0..MAX_BACKENDS as u16 + 5)
+            .map(|i| Seen {
+                addr: SocketAddr::from(([127, 0, 0, 1], i)),
+                sample: sample(1),
+            })
+            .collect();
+        let again: Vec<Seen> = seen.iter().map(|s| Seen { ..*s }).collect();
+        rings.push(0.0, vec![("web".to_owned(), seen)]);
+        rings.push(1.0, vec![("web".to_owned(), again)]);
+        assert_eq!(rings.upstreams[0].1.len(), MAX_BACKENDS);
+        assert!(rings.upstreams[0].1.iter().all(|(_, ring)| ring.len() == 2));
+        assert_eq!(rings.not_kept, 5);
     }
 
     #[test]

@@ -226,6 +226,45 @@ fn the_history_holds_each_backends_seconds_from_before_anyone_asked() {
                 false => Err(h.to_string()),
             }
         });
+        // A backend that joins gets its seconds from then on; one that leaves keeps its past,
+        // and has none (null) after.
+        let c = Backend::start("c", loopback).await.unwrap();
+        let host = admin.to_string();
+        let headers = [
+            ("host", host.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let body = format!(r#"{{"addr": "{}"}}"#, c.addr());
+        let (status, text) = admin_call(
+            admin,
+            "POST",
+            "/api/upstreams/web/backends",
+            &headers,
+            &body,
+        );
+        assert_eq!(status, 201, "{text}");
+        wait_until(Duration::from_secs(20), "c's seconds", || {
+            let h = get_json(admin, "/api/history?upstream=web&seconds=2");
+            match backend(&h, "web", c.addr())["state"] == serde_json::json!(["up", "up"]) {
+                true => Ok(()),
+                false => Err(h.to_string()),
+            }
+        });
+        let path = format!("/api/upstreams/web/backends/{}", c.addr());
+        let (status, text) = admin_call(admin, "DELETE", &path, &headers, "");
+        assert_eq!(status, 204, "{text}");
+        wait_until(Duration::from_secs(20), "c gone, its past kept", || {
+            let h = get_json(admin, "/api/history?upstream=web");
+            let states = backend(&h, "web", c.addr())["state"].clone();
+            let states = states.as_array().cloned().unwrap_or_default();
+            let ok = states.first() == Some(&Value::Null)
+                && states.iter().any(|s| s == "up")
+                && states.last() == Some(&Value::Null);
+            match ok {
+                true => Ok(()),
+                false => Err(h.to_string()),
+            }
+        });
         // Only what was asked: one upstream, the last seconds.
         let h = get_json(admin, "/api/history?upstream=fed&seconds=2");
         assert_eq!(h["upstreams"].as_array().unwrap().len(), 1, "{h}");

@@ -501,6 +501,21 @@ fn the_dashboard_fits_1400_and_1920_px_and_draws_the_minutes_before_it_opened() 
                 let text = legend.as_str().unwrap();
                 assert!(!text.contains("--"), "{width}: legend {text:?}");
             }
+            // And it keeps going: newer seconds come in.
+            let first = tab.evaluate("lastTime").await.unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let now = tab.evaluate("lastTime").await.unwrap();
+                if now.as_f64() > first.as_f64() {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{width}: no second after {first}"
+                );
+                // Poll interval of a loop bounded by `deadline`.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             let png = tab.screenshot().await.unwrap();
             assert!(png.starts_with(b"\x89PNG"), "a PNG");
             std::fs::write(dir.join(format!("dashboard-{width}.png")), png).unwrap();

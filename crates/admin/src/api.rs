@@ -3,6 +3,8 @@
 //! * `GET /api/upstreams`: every upstream and backend with its live state.
 //! * `PATCH /api/upstreams/{upstream}/backends/{addr}` with `{"weight": N}` and/or
 //!   `{"state": "up" | "drain" | "disabled"}`.
+//! * `GET /api/history` (`?upstream=NAME&seconds=N`): each backend's last 15 minutes, second
+//!   by second ([`crate::history`]).
 //! * `GET /metrics`: the Prometheus text exposition.
 //!
 //! Every request first passes [`crate::guard`]: addressed to this listener (`Host`), not sent
@@ -27,7 +29,8 @@ use proxy::{AdminState, BackendSnapshot, ChangeError, Keep, Upstream};
 use crate::guard::{Access, Guard};
 use crate::{Balancing, Change, View};
 
-/// The dashboard (`GET /`): one page, our own, that polls `/api/upstreams`.
+/// The dashboard (`GET /`): one page, our own, that draws `/api/history` and polls it and
+/// `/api/upstreams`.
 const DASHBOARD: &str = include_str!("../assets/dashboard.html");
 
 /// The charting library the dashboard draws with: uPlot 1.6.32 (MIT, its LICENSE beside it),
@@ -50,7 +53,9 @@ const MAX_BODY: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct Shared {
     guard: Guard,
-    view: View,
+    pub(crate) view: View,
+    /// The backends' last minutes, which the listener's sampler fills.
+    pub(crate) history: Arc<crate::history::History>,
 }
 
 impl Shared {
@@ -59,6 +64,7 @@ impl Shared {
         Shared {
             guard: Guard::new(access, bound),
             view,
+            history: Arc::default(),
         }
     }
 }
@@ -141,6 +147,10 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
             true => json_answer(StatusCode::OK, &upstreams(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
         },
+        ["api", "history"] => match reading {
+            true => history(shared, req.uri().query()),
+            false => method_not_allowed("GET, HEAD"),
+        },
         ["api", "listeners"] => match reading {
             true => json_answer(StatusCode::OK, &listeners(&shared.view)),
             false => method_not_allowed("GET, HEAD"),
@@ -182,9 +192,68 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
         _ => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/health, /api/reload, /api/listeners, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
+                "no such resource {path:?}: the admin listener serves / (the dashboard), /metrics, /api/health, /api/history, /api/reload, /api/listeners, /api/upstreams, /api/upstreams/NAME, /api/upstreams/NAME/backends and /api/upstreams/NAME/backends/ADDR"
             ),
         ),
+    }
+}
+
+/// `GET /api/history?upstream=NAME&seconds=N`: the last `N` seconds (all that is kept
+/// without it) of `NAME`'s backends (every upstream's without it).
+fn history(shared: &Shared, query: Option<&str>) -> Answer {
+    use crate::history::KEEP;
+    let mut upstream = None;
+    let mut seconds = KEEP;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(value)
+            .decode_utf8_lossy()
+            .into_owned();
+        match key {
+            "upstream" => upstream = Some(value),
+            "seconds" => match value.parse::<usize>() {
+                Ok(n) if (1..=KEEP).contains(&n) => seconds = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "seconds={value:?}: give a whole number of seconds from 1 to {KEEP} (the history keeps {KEEP})"
+                        ),
+                    );
+                }
+            },
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "unknown parameter {key:?}: /api/history takes upstream=NAME and seconds=N (1 to {KEEP})"
+                    ),
+                );
+            }
+        }
+    }
+    match shared.history.json(upstream.as_deref(), seconds) {
+        // Compact: 900 values a series, one a line pretty-printed, would triple its size.
+        Some(v) => respond(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec(&v).unwrap_or_default(),
+        ),
+        // No samples of it: an upstream that exists but was not sampled yet has an empty
+        // history; any other name is not an upstream.
+        None => match upstream.as_deref().map(|name| find(&shared.view, name)) {
+            Some(Err(e)) => refused(e),
+            _ => json_answer(
+                StatusCode::OK,
+                &json!({
+                    "interval_seconds": 1,
+                    "kept_seconds": KEEP,
+                    "not_kept": 0,
+                    "time": [],
+                    "upstreams": [],
+                }),
+            ),
+        },
     }
 }
 

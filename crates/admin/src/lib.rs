@@ -13,6 +13,8 @@
 //! * [`api`]: routing and the JSON API.
 //! * [`metrics`]: the Prometheus exposition (text format 0.0.4), through the `prometheus`
 //!   crate's data model and text encoder.
+//! * [`history`]: the last 15 minutes of every backend, sampled each second, which the
+//!   dashboard draws on opening (`GET /api/history`).
 //!
 //! Changes made through the API are not written to the configuration file: they are told to
 //! [`View::overrides`] (the binary's state store), which keeps them across reloads and
@@ -20,6 +22,7 @@
 
 pub mod api;
 pub mod guard;
+pub mod history;
 pub mod metrics;
 
 use std::convert::Infallible;
@@ -165,6 +168,15 @@ impl std::fmt::Debug for ClusterView {
     }
 }
 
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How long open connections get to finish after shutdown begins.
 const DRAIN: Duration = Duration::from_secs(2);
 
@@ -210,8 +222,15 @@ impl Admin {
         self.listener.local_addr()
     }
 
-    /// Serves until `stop` resolves, then gives open connections [`DRAIN`] to finish.
+    /// Serves until `stop` resolves, then gives open connections [`DRAIN`] to finish. The
+    /// dashboard's history is sampled meanwhile (and only then).
     pub async fn run(self, stop: impl Future<Output = ()>) {
+        let sampler = tokio::spawn(history::run(
+            Arc::clone(&self.shared.history),
+            self.shared.view.clone(),
+        ));
+        // Stopped however this ends, dropped mid-way too.
+        let _sampler = AbortOnDrop(sampler);
         let graceful = GracefulShutdown::new();
         tokio::pin!(stop);
         loop {

@@ -3,8 +3,9 @@
 //! text encoder.
 //!
 //! Names follow Prometheus' conventions: a `fulcrum_` prefix, base units (seconds), `_total`
-//! on counters. `backend=""` on `fulcrum_requests_total` counts the answers fulcrum gave
-//! itself (a 502 after every backend failed, a 400 for a bad request).
+//! on counters. `backend=""` on `fulcrum_requests_total` and `fulcrum_request_duration_seconds`
+//! counts the answers fulcrum gave itself (a 502 after every backend failed, a 400 for a bad
+//! request).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -94,6 +95,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     all.extend(backend_families(&upstreams));
     all.extend(discovery_families(&upstreams));
     all.push(route_family(view));
+    all.push(route_durations_family(view));
     all.push(limited_family(view));
     all.extend(client_families(view));
     all.extend(cluster_families(view));
@@ -143,8 +145,7 @@ fn upstream_families(
         }
         s.queued
             .push((vec![("upstream", name.clone())], u.queued() as f64));
-        s.durations
-            .push(duration_histogram(name, &counts.durations));
+        s.durations.extend(durations(&name, &counts, &members));
     }
     vec![
         counters(
@@ -154,7 +155,7 @@ fn upstream_families(
         ),
         family(
             "fulcrum_request_duration_seconds",
-            "Time from a request's head to the end of its answer.",
+            "Time from a request's head to the end of its answer, by upstream and the backend that answered (empty: fulcrum's own answer).",
             MetricType::HISTOGRAM,
             s.durations,
         ),
@@ -192,8 +193,8 @@ fn answers(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
     let mut answered: Vec<_> = counts.responses.iter().collect();
     answered.sort_by_key(|(b, _)| **b);
     let mut series = Vec::new();
-    for (backend, classes) in answered {
-        for (class, &n) in CODE_CLASSES.iter().zip(classes) {
+    for (backend, answers) in answered {
+        for (class, &n) in CODE_CLASSES.iter().zip(&answers.classes) {
             if n > 0 {
                 let backend = backend.map(|b| b.to_string()).unwrap_or_default();
                 let l = vec![
@@ -239,8 +240,36 @@ fn failed_attempts(
     series
 }
 
-/// An upstream's request durations as a Prometheus histogram (cumulative buckets).
-fn duration_histogram(upstream: String, d: &Durations) -> Metric {
+/// An upstream's request durations by backend, in backend order: fulcrum's own answers
+/// (`backend=""`) and every backend it has now from the start (empty until they answer, so
+/// that the series exist before the first request), and the backends it no longer has that
+/// answered.
+fn durations(
+    upstream: &str,
+    counts: &UpstreamCounts,
+    members: &HashSet<SocketAddr>,
+) -> Vec<Metric> {
+    let mut backends: Vec<Option<SocketAddr>> = counts.responses.keys().copied().collect();
+    backends.push(None);
+    backends.extend(members.iter().map(|&a| Some(a)));
+    backends.sort();
+    backends.dedup();
+    let none = Durations::default();
+    backends
+        .into_iter()
+        .map(|b| {
+            let d = counts.responses.get(&b).map_or(&none, |a| &a.durations);
+            let backend = b.map(|a| a.to_string()).unwrap_or_default();
+            duration_histogram(
+                vec![("upstream", upstream.to_owned()), ("backend", backend)],
+                d,
+            )
+        })
+        .collect()
+}
+
+/// Request durations as a Prometheus histogram (cumulative buckets) with `labels`.
+fn duration_histogram(l: Labels, d: &Durations) -> Metric {
     let mut h = Histogram::default();
     h.set_sample_count(d.count);
     h.set_sample_sum(d.sum_seconds);
@@ -255,7 +284,7 @@ fn duration_histogram(upstream: String, d: &Durations) -> Metric {
             })
             .collect(),
     );
-    let mut m = Metric::from_label(labels(vec![("upstream", upstream)]));
+    let mut m = Metric::from_label(labels(l));
     m.set_histogram(h);
     m
 }
@@ -474,6 +503,31 @@ fn route_family(view: &View) -> MetricFamily {
     counters(
         "fulcrum_route_requests_total",
         "Requests answered, by the listener (as configured), the route that took them ([[listener.route]] name) and the status class.",
+        series,
+    )
+}
+
+/// How long the requests each named route sent to an upstream took, by listener and route:
+/// every route configured since start, from the start.
+fn route_durations_family(view: &View) -> MetricFamily {
+    let mut totals: Vec<_> = view.proxy.metrics().route_durations().into_iter().collect();
+    totals.sort_by(|a, b| a.0.cmp(&b.0));
+    let series = totals
+        .into_iter()
+        .map(|((listener, route), d)| {
+            duration_histogram(
+                vec![
+                    ("listener", listener.to_string()),
+                    ("route", route.to_string()),
+                ],
+                &d,
+            )
+        })
+        .collect();
+    family(
+        "fulcrum_route_request_duration_seconds",
+        "Time from a request's head to the end of its answer, for the requests a route ([[listener.route]] name) sent to an upstream, by the listener (as configured) and the route.",
+        MetricType::HISTOGRAM,
         series,
     )
 }

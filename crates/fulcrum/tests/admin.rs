@@ -349,8 +349,16 @@ fn metrics_pass_promtool_and_count_every_request() {
         );
         assert!(text.contains(&never), "{never} in\n{text}");
         assert!(text.contains("fulcrum_upstream_retries_total{upstream=\"web\"} 1"), "{text}");
+        // Durations by the backend that answered, fulcrum's own answers apart.
+        let by_a = format!(
+            "fulcrum_request_duration_seconds_count{{upstream=\"web\",backend=\"{}\"}} 50",
+            a.addr()
+        );
+        assert!(text.contains(&by_a), "{by_a} in\n{text}");
         assert!(
-            text.contains("fulcrum_request_duration_seconds_count{upstream=\"web\"} 51"),
+            text.contains(
+                "fulcrum_request_duration_seconds_count{upstream=\"web\",backend=\"\"} 1"
+            ),
             "{text}"
         );
         assert!(text.contains(&format!(
@@ -1136,6 +1144,46 @@ fn every_answer_of_the_api_is_what_docs_openapi_json_says() {
         assert_eq!(
             run("/api/health", "get", "/api/health", None, "").await.0,
             200
+        );
+        // Once a second has been sampled, so that a backend's history is checked too.
+        let own = admin.to_string();
+        common::wait_until(Duration::from_secs(20), "a second sampled", || {
+            let (_, text) = admin_call(admin, "GET", "/api/history", &[("host", &own)], "");
+            match text.contains("\"addr\"") {
+                true => Ok(()),
+                false => Err(text),
+            }
+        });
+        assert_eq!(
+            run("/api/history", "get", "/api/history", None, "").await.0,
+            200
+        );
+        let (status, history) = run(
+            "/api/history",
+            "get",
+            "/api/history?upstream=web&seconds=5",
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(status, 200, "{history}");
+        assert_eq!(
+            run("/api/history", "get", "/api/history?seconds=0", None, "")
+                .await
+                .0,
+            400
+        );
+        assert_eq!(
+            run(
+                "/api/history",
+                "get",
+                "/api/history?upstream=nope",
+                None,
+                ""
+            )
+            .await
+            .0,
+            404
         );
         let (status, listeners) = run("/api/listeners", "get", "/api/listeners", None, "").await;
         assert_eq!(status, 200);

@@ -59,7 +59,7 @@
 //!   await), split by job (`pick`, `queue`, `membership`, `workers`, `view`). `Attempt`
 //!   completes its ticket exactly once, even when the client goes away.
 //! * [`metrics`]: what the workers count (answers by upstream, backend and status class,
-//!   durations, failed attempts by reason, retries), each into its own counts, summed when
+//!   durations by upstream and backend and by route, failed attempts by reason, retries), each into its own counts, summed when
 //!   scraped. [`access_log`]: one line per request, nginx's `combined` or JSON, written by a
 //!   thread of its own to stderr or a file (reopened on SIGUSR1); a worker never waits for it.
 //! * `connections`: each worker's connections to one backend: reuse known, idle expiry,

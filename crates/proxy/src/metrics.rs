@@ -1,5 +1,6 @@
 //! What the data plane counts for `/metrics` and the admin API: every request answered, by
-//! upstream, backend and status class, its duration, and every failed attempt by reason.
+//! upstream, backend and status class, its duration (by upstream and backend), and every
+//! failed attempt by reason.
 //!
 //! Counting must not slow the workers down or make them wait on each other, so each worker
 //! counts into its own [`WorkerStats`] (a mutex only that worker and a scrape ever take; the
@@ -76,7 +77,8 @@ impl Durations {
         self.count += 1;
     }
 
-    fn add(&mut self, other: &Durations) {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Durations) {
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
             *a += b;
         }
@@ -98,12 +100,20 @@ impl Durations {
     }
 }
 
+/// The answers one backend (or fulcrum itself) gave for an upstream: by status class (index
+/// into [`CODE_CLASSES`]), and how long their requests took. Both in one entry, so that a
+/// request costs one map lookup.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answers {
+    pub classes: [u64; 5],
+    pub durations: Durations,
+}
+
 /// One upstream's counts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpstreamCounts {
-    /// Answers by the backend that gave them (`None`: fulcrum's own answer, no backend's) and
-    /// status class (index into [`CODE_CLASSES`]).
-    pub responses: CountMap<Option<SocketAddr>, [u64; 5]>,
+    /// Answers by the backend that gave them (`None`: fulcrum's own answer, no backend's).
+    pub responses: CountMap<Option<SocketAddr>, Answers>,
     /// Failed attempts by backend and reason (index into [`FAULTS`]).
     pub failures: CountMap<SocketAddr, [u64; FAULTS.len()]>,
     /// Attempts after a request's first (on another backend or a fresh connection).
@@ -114,17 +124,16 @@ pub struct UpstreamCounts {
     /// (or off), or they waited `queue_timeout` in it.
     pub queue_full: u64,
     pub queue_timeouts: u64,
-    /// How long requests took, from their head to the end of the answer.
-    pub durations: Durations,
 }
 
 impl UpstreamCounts {
     fn add(&mut self, other: &UpstreamCounts) {
         for (k, v) in &other.responses {
             let mine = self.responses.entry(*k).or_default();
-            for (a, b) in mine.iter_mut().zip(v) {
+            for (a, b) in mine.classes.iter_mut().zip(&v.classes) {
                 *a += b;
             }
+            mine.durations.add(&v.durations);
         }
         for (k, v) in &other.failures {
             let mine = self.failures.entry(*k).or_default();
@@ -136,12 +145,21 @@ impl UpstreamCounts {
         self.budget_exhausted += other.budget_exhausted;
         self.queue_full += other.queue_full;
         self.queue_timeouts += other.queue_timeouts;
-        self.durations.add(&other.durations);
     }
 
     /// Requests answered, all backends and classes.
     pub fn requests(&self) -> u64 {
-        self.responses.values().flatten().sum()
+        self.responses.values().flat_map(|a| a.classes).sum()
+    }
+
+    /// How long requests took, from their head to the end of the answer: every backend's
+    /// (and fulcrum's own answers') summed.
+    pub fn durations(&self) -> Durations {
+        let mut all = Durations::default();
+        for a in self.responses.values() {
+            all.add(&a.durations);
+        }
+        all
     }
 }
 
@@ -194,6 +212,8 @@ struct Counts {
     upstreams: CountMap<Arc<str>, UpstreamCounts>,
     /// Answers by route (its [`route_id`]) and status class, on listeners with routes.
     routes: Vec<[u64; 5]>,
+    /// How long the requests a route sent to an upstream took, by route (its [`route_id`]).
+    route_durations: Vec<Durations>,
     /// Requests not let through, by route (its [`route_id`]; a listener's own requests under
     /// its empty route name) and [`crate::admission::Reason`].
     limited: Vec<[u64; 3]>,
@@ -238,14 +258,23 @@ impl WorkerStats {
         let mut counts = self.lock();
         if let Some(route) = route {
             counts.route(route, class);
+            if counts.route_durations.len() <= route {
+                counts
+                    .route_durations
+                    .resize(route + 1, Durations::default());
+            }
+            if let Some(d) = counts.route_durations.get_mut(route) {
+                d.record(took);
+            }
         }
         // Looked up by reference first: `entry` would clone the name's `Arc` every time.
         let c = match counts.upstreams.get_mut(upstream) {
             Some(c) => c,
             None => counts.upstreams.entry(Arc::clone(upstream)).or_default(),
         };
-        c.responses.entry(backend).or_default()[class] += 1;
-        c.durations.record(took);
+        let answers = c.responses.entry(backend).or_default();
+        answers.classes[class] += 1;
+        answers.durations.record(took);
     }
 
     /// A request of the route numbered `id` ([`route_id`]) was not let through, for `why`.
@@ -344,6 +373,32 @@ impl Metrics {
         self.by_route(|c| &c.limited)
     }
 
+    /// How long the requests each route (by listener and name) sent to an upstream took,
+    /// every worker's summed: every named route configured since start, with nothing counted
+    /// yet too (so that its series exists from the start).
+    pub fn route_durations(&self) -> HashMap<RouteKey, Durations> {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let keys = route_keys().keys.clone();
+        let mut by_id = vec![Durations::default(); keys.len()];
+        for w in workers {
+            let counts = w.lock();
+            for (mine, theirs) in by_id.iter_mut().zip(&counts.route_durations) {
+                mine.add(theirs);
+            }
+        }
+        keys.iter()
+            .zip(by_id)
+            .filter_map(|(key, d)| {
+                let (listener, route) = key.split_once('\0')?;
+                (!route.is_empty()).then(|| ((listener.into(), route.into()), d))
+            })
+            .collect()
+    }
+
     /// Every worker's counts by interned route id (`of` picks which), summed by (listener,
     /// route); a route with nothing counted on a worker gives no series from it.
     fn by_route<const N: usize>(
@@ -423,6 +478,17 @@ mod tests {
             totals[&(Arc::from("127.0.0.1:81"), Arc::from("api"))],
             [0, 0, 0, 1, 0]
         );
+        // Its durations: the one answer that went to an upstream; the other route's series
+        // is there, empty.
+        let durations = m.route_durations();
+        assert_eq!(
+            durations[&(Arc::from("127.0.0.1:80"), Arc::from("api"))].count,
+            1
+        );
+        assert_eq!(
+            durations[&(Arc::from("127.0.0.1:81"), Arc::from("api"))].count,
+            0
+        );
     }
 
     #[test]
@@ -438,17 +504,20 @@ mod tests {
         b.failed(&web, x, Fault::ConnectFailed);
         a.retried(&web, 2);
         let t = &m.totals()[&web];
-        assert_eq!(t.responses[&Some(x)], [0, 2, 0, 0, 0]);
-        assert_eq!(t.responses[&None], [0, 0, 0, 0, 1]);
+        assert_eq!(t.responses[&Some(x)].classes, [0, 2, 0, 0, 0]);
+        assert_eq!(t.responses[&None].classes, [0, 0, 0, 0, 1]);
+        // By backend too: x's two, fulcrum's own one.
+        assert_eq!(t.responses[&Some(x)].durations.count, 2);
+        assert_eq!(t.responses[&None].durations.cumulative()[10], (10.0, 0));
         assert_eq!(t.failures[&x][1], 2);
         assert_eq!(t.retries, 2);
         assert_eq!(t.requests(), 3);
-        assert_eq!(t.durations.count, 3);
+        assert_eq!(t.durations().count, 3);
         // 3 ms in the first bucket, 30 ms in the fourth (≤ 50 ms), 20 s above them all.
-        let c = t.durations.cumulative();
+        let c = t.durations().cumulative();
         assert_eq!(c[0], (0.005, 1));
         assert_eq!(c[3], (0.05, 2));
         assert_eq!(c[10], (10.0, 2));
-        assert!((t.durations.sum_seconds - 20.033).abs() < 1e-9);
+        assert!((t.durations().sum_seconds - 20.033).abs() < 1e-9);
     }
 }

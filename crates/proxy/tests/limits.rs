@@ -155,7 +155,7 @@ async fn a_delayed_request_waits_before_it_is_forwarded_and_not_at_all_if_its_cl
         let gone = totals
             .get("u")
             .and_then(|u| u.responses.get(&None))
-            .map_or(0, |classes| classes[3]);
+            .map_or(0, |answers| answers.classes[3]);
         async move { gone == 1 }
     })
     .await;

@@ -24,7 +24,9 @@
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
 //! * [`table`]: one TOML table read key by key, in the docs' words; unknown keys with a
 //!   suggestion.
-//! * [`report`]: problems collected and shown with their line; [`ConfigError`].
+//! * [`source`]: the main file and the files it `include`s, merged into one document, with
+//!   `${NAME}` replaced from the environment.
+//! * [`report`]: problems collected and shown with their file and line; [`ConfigError`].
 //! * [`settings`]: the one place a checked file becomes [`proxy::ProxySettings`].
 
 mod access;
@@ -44,6 +46,7 @@ mod listener;
 mod report;
 mod route;
 mod settings;
+mod source;
 mod sticky;
 mod table;
 mod tls;
@@ -52,10 +55,10 @@ mod upstream;
 use std::path::Path;
 
 use proxy::ProxySettings;
-use toml::de::DeTable;
 
 pub use report::ConfigError;
 use report::Report;
+use source::Sources;
 
 /// A configuration ready to run.
 #[derive(Debug, Clone)]
@@ -83,34 +86,42 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(path, &text)
 }
 
-/// Checks configuration text; `path` is only used in messages.
+/// Checks configuration text read from `path` (files it includes are read from disk, relative
+/// to `path`'s directory; `${NAME}` is read from the environment).
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let mut report = Report::new(path, text);
-    match DeTable::parse(text) {
-        // A syntax error leaves the rest of the file unreadable: it is the one problem shown.
-        Err(e) => {
-            let message = e.message().replace('\n', " ");
-            match e.span() {
-                Some(span) => report.error(span, "", message.trim()),
-                None => report.error_in_file("", message.trim()),
-            }
-            Err(report.into_error())
-        }
-        Ok(doc) => {
-            let mut file = file::read(&mut report, &doc);
-            let warnings = report.finish()?;
-            let admin = file.admin.take();
-            let cluster = file.cluster.take();
-            let state_file = file.state_file.take();
-            Ok(Config {
-                proxy: settings::proxy(file),
-                admin,
-                cluster,
-                warnings,
-                state_file,
-            })
-        }
+    parse_with(path, text, &|name| std::env::var(name).ok())
+}
+
+/// [`parse`], with environment variables looked up through `env`.
+fn parse_with(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut sources = Sources::gather(path, text.to_owned());
+    let pending = sources.take_pending();
+    let mut report = Report::new(&sources);
+    for (span, key, message) in pending {
+        report.error(span, &key, message);
     }
+    // A syntax error leaves the rest of its file unreadable: the configuration is not checked
+    // further (its missing parts would be reported as problems).
+    if !sources.readable() {
+        return Err(report.into_error());
+    }
+    let doc = sources.document(&mut report, env);
+    let mut file = file::read(&mut report, &doc);
+    let warnings = report.finish()?;
+    let admin = file.admin.take();
+    let cluster = file.cluster.take();
+    let state_file = file.state_file.take();
+    Ok(Config {
+        proxy: settings::proxy(file),
+        admin,
+        cluster,
+        warnings,
+        state_file,
+    })
 }
 
 #[cfg(test)]
@@ -330,6 +341,125 @@ mod tests {
         }
         // The edges within bounds pass: the file around them is valid.
         assert!(passed > 100, "{passed}");
+    }
+
+    /// Issue 32's twelve kinds of problem in one file: each reported in one run, in the
+    /// order of the file, each with its line:col (one of them hid others, named a value the
+    /// user never wrote, or had no place).
+    const TWELVE: &str = r#"workers = 0
+
+[admin]
+listen = "127.0.0.1:18081"
+
+[[listener]]
+listen = "127.0.0.1:18080"
+upstream = "nosuch"
+
+[[listener]]
+listen = "127.0.0.1:18080"
+upstream = "web"
+
+[[listener]]
+listen = "127.0.0.1:18081"
+upstream = "web"
+
+[[upstream]]
+name = "web"
+algorithm = "least_connections"
+table_size = 65537
+shutdown_timeout = "5s"
+
+  [upstream.health_check]
+  path = "/health"
+
+  [[upstream.backend]]
+  addr = "127.0.0.1:9001"
+  weight = "x"
+  agent = "127.0.0.1"
+  agent_check = "127.0.0.1:9102"
+
+  [[upstream.backend]]
+  addr = "127.0.0.1:80800"
+"#;
+
+    #[test]
+    fn twelve_problems_at_once_in_file_order() {
+        let e = refused(TWELVE);
+        let mut at = 0;
+        for want in [
+            "t.toml:1:11: workers: must be between 1 and 1024",
+            "t.toml:8:12: listener[0].upstream: no upstream is named \"nosuch\"",
+            "t.toml:11:10: listener[1].listen: 127.0.0.1:18080 is already used by the listener at line 7",
+            "t.toml:15:10: listener[2].listen: 127.0.0.1:18081 is already used by the admin listener at line 4",
+            "t.toml:20:13: upstream[0].algorithm: unknown algorithm \"least_connections\"; did you mean \"least_conn\"?",
+            "t.toml:21:14: upstream[0].table_size: table_size is an option of maglev; algorithm \"least_connections\" does not use it",
+            "t.toml:22:1: upstream[0].shutdown_timeout: `shutdown_timeout` is a top-level key: move it above the first [table] header",
+            "t.toml:24:3: upstream[0].health_check: backend 127.0.0.1:9001 has agent_check",
+            "t.toml:29:12: upstream[0].backend[0].weight: expected an integer",
+            "t.toml:30:11: upstream[0].backend[0].agent: \"127.0.0.1\" has no port",
+            "t.toml:31:17: upstream[0].backend[0].agent_check: a backend has one load source",
+            "t.toml:34:10: upstream[0].backend[1].addr: \"127.0.0.1:80800\": the port 80800 is above 65535",
+            "12 problems in t.toml",
+        ] {
+            let found = e[at..].find(want);
+            assert!(found.is_some(), "{want:?} not in order in:\n{e}");
+            at += found.unwrap_or(0);
+        }
+        assert!(
+            !e.contains("weighted_round_robin"),
+            "a value never written: {e}"
+        );
+        assert!(!e.contains("the keys of"), "no list of keys: {e}");
+    }
+
+    /// An admin listener after the listeners is blamed at its own line, naming theirs.
+    #[test]
+    fn an_admin_port_clash_has_a_place() {
+        let e = refused(&format!("{GOOD}\n[admin]\nlisten = \"127.0.0.1:8080\"\n"));
+        assert!(
+            e.starts_with("t.toml:22:10: admin.listen: 127.0.0.1:8080 is already used by the listener at line 5: give the admin listener its own port"),
+            "{e}"
+        );
+    }
+
+    /// A TOML syntax error ends parsing; an unquoted value says to quote it, and the rest of
+    /// the file is still checked with the value quoted.
+    #[test]
+    fn an_unquoted_value_is_to_be_quoted_and_the_rest_is_checked() {
+        let text = GOOD
+            .replace("\"127.0.0.1:8080\"", "127.0.0.1:8080")
+            .replace("weight = 3", "weight = \"3\"");
+        let e = refused(&text);
+        assert!(
+            e.starts_with("t.toml:5:10: listen: a value that is not a number, true or false is written in quotes: write listen = \"127.0.0.1:8080\"\n"),
+            "{e}"
+        );
+        assert!(!e.contains("invalid float"), "{e}");
+        assert!(
+            e.contains("t.toml:15:12: upstream[0].backend[0].weight: expected an integer"),
+            "{e}"
+        );
+        assert!(e.contains("2 problems in t.toml"), "{e}");
+    }
+
+    /// Warnings are listed in the order of the file, like problems.
+    #[test]
+    fn warnings_come_in_file_order() {
+        let c = ok(&GOOD.replace("least_conn", "round_robin").replace(
+            "upstream = \"web\"\n",
+            "upstream = \"web\"\nidle_timeout = \"5s\"\n",
+        ));
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with("t.toml:7: listener[0].idle_timeout"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            c.warnings[1].starts_with("t.toml:9: upstream \"web\": round_robin ignores weights"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

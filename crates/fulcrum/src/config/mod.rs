@@ -98,7 +98,7 @@ fn parse_with(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let mut sources = Sources::gather(path, text.to_owned());
+    let mut sources = Sources::gather(path, text.to_owned(), env);
     let pending = sources.take_pending();
     let mut report = Report::new(&sources);
     for (span, key, message) in pending {
@@ -460,6 +460,212 @@ shutdown_timeout = "5s"
             "{:?}",
             c.warnings
         );
+    }
+
+    /// A directory of files for one test, removed after it.
+    struct Files(std::path::PathBuf);
+
+    impl Files {
+        fn new(test: &str, files: &[(&str, &str)]) -> Files {
+            let dir = std::env::temp_dir().join(format!("fulcrum-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            for (name, text) in files {
+                let path = dir.join(name);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, text).unwrap();
+            }
+            Files(dir)
+        }
+
+        fn parse(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<super::Config, String> {
+            let main = self.0.join("main.toml");
+            let text = std::fs::read_to_string(&main).unwrap();
+            super::parse_with(&main, &text, env).map_err(|e| e.to_string())
+        }
+
+        fn path(&self, name: &str) -> String {
+            self.0.join(name).display().to_string()
+        }
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    const WEB: &str =
+        "[[upstream]]\nname = \"web\"\n\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9001\"\n";
+    const API: &str = "[[listener]]\nlisten = \"127.0.0.1:8081\"\nupstream = \"api\"\n\n[[upstream]]\nname = \"api\"\n\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9002\"\n";
+    const MAIN: &str = "workers = 2\ninclude = [\"conf.d/*.toml\"]\n\n[[listener]]\nlisten = \"127.0.0.1:8080\"\nupstream = \"web\"\n";
+
+    /// `include`: a pattern's files in sorted order, merged after the including file; arrays
+    /// of tables gather entries from every file; hidden files and other names do not match.
+    #[test]
+    fn included_files_are_merged_in_order() {
+        let files = Files::new(
+            "include-merge",
+            &[
+                ("main.toml", MAIN),
+                ("conf.d/20-api.toml", API),
+                ("conf.d/10-web.toml", WEB),
+                ("conf.d/.30-hidden.toml", "workers = 3\n"),
+                ("conf.d/40-old.toml.bak", "workers = 4\n"),
+            ],
+        );
+        let c = files.parse(&no_env).unwrap();
+        assert_eq!(c.proxy.workers, 2);
+        let names: Vec<&str> = c.proxy.upstreams.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["web", "api"]);
+        assert_eq!(c.proxy.listeners.len(), 2);
+        // A pattern that matches nothing is no problem; a file named must exist.
+        let files = Files::new(
+            "include-none",
+            &[("main.toml", &(MAIN.replace("conf.d/", "none.d/") + WEB))],
+        );
+        files.parse(&no_env).unwrap();
+        let files = Files::new(
+            "include-missing",
+            &[(
+                "main.toml",
+                &(MAIN.replace("conf.d/*.toml", "web.toml") + WEB),
+            )],
+        );
+        let e = files.parse(&no_env).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{}:2:12: include: cannot read {}",
+                files.path("main.toml"),
+                files.path("web.toml")
+            )),
+            "{e}"
+        );
+    }
+
+    /// A problem in an included file is shown at its own file:line:col, after the including
+    /// file's; a key set in two files is refused naming both places.
+    #[test]
+    fn problems_in_included_files_name_them() {
+        let files = Files::new(
+            "include-problems",
+            &[
+                ("main.toml", &MAIN.replace("workers = 2", "workers = 0")),
+                (
+                    "conf.d/10-web.toml",
+                    &WEB.replace("9001\"", "9001\"\n  weight = \"x\""),
+                ),
+                ("conf.d/20-api.toml", &format!("workers = 3\n{API}")),
+                ("conf.d/30-bad.toml", "[[listener]\n"),
+            ],
+        );
+        let e = files.parse(&no_env).unwrap_err();
+        // A syntax error in one file leaves the configuration unchecked, and says where.
+        assert!(
+            e.starts_with(&format!("{}:1:", files.path("conf.d/30-bad.toml"))),
+            "{e}"
+        );
+        std::fs::remove_file(files.0.join("conf.d/30-bad.toml")).unwrap();
+        let e = files.parse(&no_env).unwrap_err();
+        let mut at = 0;
+        for want in [
+            format!(
+                "{}:1:11: workers: must be between 1 and 1024",
+                files.path("main.toml")
+            ),
+            format!(
+                "{}:6:12: upstream[0].backend[0].weight: expected an integer",
+                files.path("conf.d/10-web.toml")
+            ),
+            format!(
+                "{}:1:1: workers: already set at {}:1: a key is set in one file only",
+                files.path("conf.d/20-api.toml"),
+                files.path("main.toml")
+            ),
+            format!("3 problems in {}", files.path("main.toml")),
+        ] {
+            let found = e[at..].find(&want);
+            assert!(found.is_some(), "{want:?} not in order in:\n{e}");
+            at += found.unwrap_or(0);
+        }
+    }
+
+    /// Includes nest; a file that includes itself, through another, is refused.
+    #[test]
+    fn includes_nest_without_cycles() {
+        let files = Files::new(
+            "include-nest",
+            &[
+                ("main.toml", &MAIN.replace("conf.d/*.toml", "a.toml")),
+                ("a.toml", &format!("include = [\"b/b.toml\"]\n{WEB}")),
+                ("b/b.toml", "include = [\"../a.toml\"]\n"),
+            ],
+        );
+        let e = files.parse(&no_env).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{}:1:12: include: {}/../a.toml is already being read (it includes itself",
+                files.path("b/b.toml"),
+                files.path("b")
+            )),
+            "{e}"
+        );
+        std::fs::write(files.0.join("b/b.toml"), API).unwrap();
+        let c = files.parse(&no_env).unwrap();
+        assert_eq!(c.proxy.upstreams.len(), 2);
+    }
+
+    /// `${NAME}` in string values, after parsing: a value cannot add TOML; an unset variable
+    /// is a problem at its string; `$${` is a literal `${`.
+    #[test]
+    fn environment_variables_in_string_values() {
+        let text = "include = [\"${CONF}/*.toml\"]\n[[listener]]\nlisten = \"${LISTEN}\"\nupstream = \"web\"\n\n[[upstream]]\nname = \"web\"\n  [[upstream.backend]]\n  addr = \"127.0.0.1:9001\"\n";
+        let files = Files::new("env", &[("main.toml", text)]);
+        let env = |name: &str| match name {
+            "LISTEN" => Some("127.0.0.1:8088".to_owned()),
+            "CONF" => Some("conf.d".to_owned()),
+            _ => None,
+        };
+        let c = files.parse(&env).unwrap();
+        assert_eq!(c.proxy.listeners[0].listen.to_string(), "127.0.0.1:8088");
+        let e = files.parse(&no_env).unwrap_err();
+        let main = files.path("main.toml");
+        assert!(
+            e.starts_with(&format!(
+                "{main}:1:12: include[0]: the environment variable CONF is not set"
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "\n{main}:3:10: listener[0].listen: the environment variable LISTEN is not set"
+            )),
+            "{e}"
+        );
+        assert!(e.contains("2 problems"), "{e}");
+        // A value is a string, whatever it holds.
+        let inject = |name: &str| match name {
+            "LISTEN" => Some("127.0.0.1:8088\"\nworkers = 3".to_owned()),
+            _ => Some("conf.d".to_owned()),
+        };
+        let e = files.parse(&inject).unwrap_err();
+        assert!(
+            e.contains("listener[0].listen: \"127.0.0.1:8088\"\nworkers = 3\""),
+            "{e}"
+        );
+        let c = ok(&GOOD.replace(
+            "workers = 2",
+            "workers = 2\naccess_log_format = '$${remote_addr} $status'",
+        ));
+        match c.proxy.access_log.unwrap().format {
+            proxy::access_log::Format::Template(t) => {
+                assert_eq!(t.source(), "${remote_addr} $status")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub(super) struct Report<'a> {
     sources: &'a Sources,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
+    /// Where values are that could not be read at all (a `${NAME}` not set): a further
+    /// problem there would be about a value the user did not write.
+    unread: std::collections::HashSet<usize>,
 }
 
 impl<'a> Report<'a> {
@@ -79,6 +82,7 @@ impl<'a> Report<'a> {
             sources,
             problems: Vec::new(),
             warnings: Vec::new(),
+            unread: std::collections::HashSet::new(),
         }
     }
 
@@ -99,6 +103,9 @@ impl<'a> Report<'a> {
     /// the user would write it (`upstream[0].backend[1].weight`; empty for a TOML syntax
     /// error).
     pub(super) fn error(&mut self, span: Range<usize>, key: &str, message: impl fmt::Display) {
+        if self.unread.contains(&span.start) {
+            return;
+        }
         let (path, text, start) = self.locate(&span);
         let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
         let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
@@ -123,6 +130,13 @@ impl<'a> Report<'a> {
             at: Some(span.start),
             text: out,
         });
+    }
+
+    /// A problem with the value at `span`, which makes it unreadable: no other problem is
+    /// reported there.
+    pub(super) fn unreadable(&mut self, span: Range<usize>, key: &str, message: impl fmt::Display) {
+        self.error(span.clone(), key, message);
+        self.unread.insert(span.start);
     }
 
     /// A problem with the configuration as a whole, which no line shows.

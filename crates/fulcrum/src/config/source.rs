@@ -17,7 +17,9 @@
 //!   our words and the file is parsed again with the value quoted, so its other problems are
 //!   found in the same run. Any other syntax error ends the reading of that file.
 //! * `${NAME}` in a string value is replaced by the environment variable `NAME`, after
-//!   parsing, so a variable cannot add TOML of its own; `$${` is a literal `${`.
+//!   parsing, so a variable cannot add TOML of its own; `$${` is a literal `${`. Not in the
+//!   keys that take nginx's variables (`access_log_format`, `request_headers`,
+//!   `response_headers`), where `${name}` is nginx's.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -601,6 +603,10 @@ fn tables(items: &DeArray<'_>) -> bool {
         .all(|v| matches!(v.get_ref(), DeValue::Table(_)))
 }
 
+/// The keys whose values are templates of nginx's variables, where `${name}` is nginx's
+/// (`${remote_addr}`), not the environment's: their strings are left as written.
+const NGINX_TEMPLATES: [&str; 3] = ["access_log_format", "request_headers", "response_headers"];
+
 fn substitute_table(
     r: &mut Report<'_>,
     path: &str,
@@ -608,6 +614,9 @@ fn substitute_table(
     env: &dyn Fn(&str) -> Option<String>,
 ) {
     for (key, value) in table.iter_mut() {
+        if NGINX_TEMPLATES.contains(&key.get_ref().as_ref()) {
+            continue;
+        }
         substitute(r, &join(path, key.get_ref()), value, env);
     }
 }

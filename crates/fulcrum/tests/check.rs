@@ -10,6 +10,12 @@ use common::{Running, TempDir, TempFile, fulcrum};
 
 /// `fulcrum check FILE` with `env` set, run to its end: its exit code and stderr.
 fn check(file: &Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let (code, _, stderr) = check_output(file, env);
+    (code, stderr)
+}
+
+/// `fulcrum check FILE` with `env` set: its exit code, stdout and stderr.
+fn check_output(file: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut command = fulcrum();
     command.arg("check").arg(file);
     for (name, value) in env {
@@ -18,6 +24,7 @@ fn check(file: &Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let out = command.output().unwrap();
     (
         out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
@@ -94,8 +101,9 @@ fn web(backend: &str) -> String {
     format!("[[upstream]]\nname = \"web\"\n\n  [[upstream.backend]]\n  addr = \"{backend}\"\n")
 }
 
-/// check reads the included files and the environment: a problem in an included file is
-/// shown at that file's line; an unset variable is named at its value.
+/// check reads the included files and the environment, and names the files a good
+/// configuration was made of; a problem in an included file is shown at that file's line; an
+/// unset variable is named at its value.
 #[test]
 fn check_reads_included_files_and_the_environment() {
     let dir = TempDir::new("check", "include");
@@ -105,8 +113,17 @@ fn check_reads_included_files_and_the_environment() {
     let web_file = dir.0.join("conf.d/web.toml");
     std::fs::write(&web_file, web("${BACKEND}")).unwrap();
 
-    let (code, stderr) = check(&main, &[("BACKEND", "127.0.0.1:9001")]);
+    // A good file says which files it was made of.
+    let (code, stdout, stderr) = check_output(&main, &[("BACKEND", "127.0.0.1:9001")]);
     assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: configuration is valid (with 1 included file: {})\n",
+            main.display(),
+            web_file.display()
+        )
+    );
 
     let (code, stderr) = check(&main, &[]);
     assert_eq!(code, Some(1), "{stderr}");

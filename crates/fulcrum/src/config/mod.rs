@@ -72,6 +72,8 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// `state_file`: where the admin API's changes are kept across restarts.
     pub state_file: Option<std::path::PathBuf>,
+    /// The files `include` read, in the order they were merged.
+    pub included: Vec<std::path::PathBuf>,
 }
 
 /// Reads and checks a configuration file.
@@ -109,6 +111,12 @@ fn parse_with(
     if !sources.readable() {
         return Err(report.into_error());
     }
+    let included = sources
+        .files
+        .iter()
+        .skip(1)
+        .map(|f| f.path.clone())
+        .collect();
     let doc = sources.document(&mut report, env);
     let mut file = file::read(&mut report, &doc);
     let warnings = report.finish()?;
@@ -121,6 +129,7 @@ fn parse_with(
         cluster,
         warnings,
         state_file,
+        included,
     })
 }
 

@@ -625,6 +625,27 @@ shutdown_timeout = "5s"
         std::fs::write(files.0.join("b/b.toml"), API).unwrap();
         let c = files.parse(&no_env).unwrap();
         assert_eq!(c.proxy.upstreams.len(), 2);
+        // Only regular files: a device could be read forever.
+        std::fs::write(files.0.join("b/b.toml"), "include = [\"/dev/zero\"]\n").unwrap();
+        let e = files.parse(&no_env).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{}:1:12: include: /dev/zero is not a regular file",
+                files.path("b/b.toml")
+            )),
+            "{e}"
+        );
+        // Also when a pattern matches a link to one.
+        std::fs::write(files.0.join("b/b.toml"), "include = [\"*.toml\"]\n").unwrap();
+        std::os::unix::fs::symlink("/dev/zero", files.0.join("b/zero.toml")).unwrap();
+        let e = files.parse(&no_env).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "include: {}/zero.toml is not a regular file",
+                files.path("b")
+            )),
+            "{e}"
+        );
     }
 
     /// `${NAME}` in string values, after parsing: a value cannot add TOML; an unset variable

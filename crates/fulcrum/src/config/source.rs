@@ -36,6 +36,9 @@ pub(super) const MAX_DEPTH: usize = 8;
 /// The most files one configuration may be made of.
 const MAX_FILES: usize = 1000;
 
+/// The largest file included: a configuration of 10,000 backends is about 1 MiB.
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
 /// How many unquoted values one file may have before reading stops.
 const MAX_REPAIRS: usize = 100;
 
@@ -237,6 +240,21 @@ impl Sources {
                 file.display()
             ));
         }
+        // A regular file of a sane size: not a device or a pipe, which could be read forever.
+        match std::fs::metadata(file) {
+            Ok(m) if !m.is_file() => {
+                return Some(format!("{} is not a regular file", file.display()));
+            }
+            Ok(m) if m.len() > MAX_FILE_BYTES => {
+                return Some(format!(
+                    "{} is larger than {} MiB: not a configuration file",
+                    file.display(),
+                    MAX_FILE_BYTES >> 20
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
+        }
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
             Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
@@ -360,8 +378,7 @@ fn expand(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
             ));
         }
         return match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => Ok(vec![path]),
-            Ok(_) => Err(format!("{} is not a file", path.display())),
+            Ok(_) => Ok(vec![path]),
             Err(e) => Err(format!(
                 "cannot read {}: {e} (a pattern such as \"conf.d/*.toml\" may match nothing; a file named must exist)",
                 path.display()

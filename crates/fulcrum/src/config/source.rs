@@ -166,7 +166,8 @@ impl Sources {
     ) {
         let index = self.add(path, text);
         let source = &self.files[index];
-        if !source.readable {
+        // Parsing again is what costs: only a file that may include others is.
+        if !source.readable || !source.parsed.contains("include") {
             return;
         }
         let patterns = match DeTable::parse(&source.parsed) {
@@ -293,7 +294,12 @@ impl Sources {
             };
             let map = |at: usize| source.base + source.written(at);
             let span = doc.span();
-            let mut table = rebase_table(doc.into_inner(), &map);
+            // The main file without repairs is where it was parsed: nothing to move.
+            let mut table = if source.base == 0 && source.quotes.is_empty() {
+                doc.into_inner()
+            } else {
+                rebase_table(doc.into_inner(), &map)
+            };
             table.remove("include");
             match &mut merged {
                 None => merged = Some(Spanned::new(map(span.start)..map(span.end), table)),

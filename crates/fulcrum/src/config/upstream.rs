@@ -154,7 +154,7 @@ pub(super) struct Upstream {
 
 /// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
 /// is still checked). Keys are read, and their problems found, in the same order as ever:
-/// problems at one place keep the order they were found in, and warnings are not sorted.
+/// problems and warnings at one place keep the order they were found in.
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let name = read_name(r, t);
     let balancing = algorithm::read(r, t, t.count("backend"));

@@ -1,6 +1,8 @@
 //! The file as a whole: its top-level keys, its sections, and what ties sections together —
 //! upstream names are unique, every listener sends to an upstream that exists, and no address
-//! is listened on twice.
+//! is listened on twice (by two listeners, or a listener and the admin listener). A problem
+//! between two places is shown at the later one, naming the other; an address is checked
+//! against the others' even when the rest of its listener is wrong.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -10,7 +10,8 @@
 //! A key the section does not know is reported with the closest known key (`did you mean`, as
 //! `git` and `cargo` answer a mistyped command; here by optimal string alignment distance, in
 //! which a swap of two neighbouring letters is one edit), and with the full list only when
-//! nothing is close. Keys of the design that arrive later (health checks,
+//! nothing is close. A top-level key written after a `[table]` header (where TOML puts it in
+//! that table) is said to be one. Keys of the design that arrive later (health checks,
 //! admin, TLS, …) are reported as not supported yet rather than unknown.
 
 use std::ops::{Range, RangeInclusive};

@@ -585,6 +585,32 @@ mod tests {
         assert_eq!(u.backends[1].slow_start, None);
     }
 
+    /// An unknown algorithm: a did-you-mean when one is close, the checks that depend on it
+    /// made for that one, and their messages naming what was written (issue 32: they named
+    /// the default, weighted_round_robin, which the user never wrote).
+    #[test]
+    fn options_after_an_unknown_algorithm_name_what_was_written() {
+        let e = refused(&with_algorithm(
+            "maglve",
+            "table_size = 251\nhash_key = \"uri\"",
+        ));
+        assert!(
+            e.starts_with("t.toml:10:13: upstream[0].algorithm: unknown algorithm \"maglve\"; did you mean \"maglev\"?\n"),
+            "{e}"
+        );
+        assert!(!e.contains("problems in"), "maglev takes both options: {e}");
+        let e = refused(&with_algorithm("fastest", "table_size = 251"));
+        assert!(
+            e.contains("unknown algorithm \"fastest\"; known algorithms: "),
+            "{e}"
+        );
+        assert!(
+            e.contains("table_size: table_size is an option of maglev; algorithm \"fastest\" does not use it"),
+            "{e}"
+        );
+        assert!(!e.contains("weighted_round_robin\" does not"), "{e}");
+    }
+
     #[test]
     fn options_of_another_algorithm_and_bad_values_are_refused() {
         let e = refused(&with_algorithm("least_conn", "consistent = true"));

@@ -169,6 +169,14 @@ impl<'a> Report<'a> {
         }
     }
 
+    /// The text of `span` as written in its file (with its quotes; before `${NAME}` is
+    /// replaced).
+    pub(super) fn written(&self, span: &Range<usize>) -> &'a str {
+        let (_, text, start) = self.locate(span);
+        let end = floor_char_boundary(text, start + span.end.saturating_sub(span.start));
+        &text[start..end.max(start)]
+    }
+
     /// The 1-based line `span` starts on, in its file.
     pub(super) fn line_of(&self, span: &Range<usize>) -> usize {
         let (_, text, start) = self.locate(span);

@@ -602,6 +602,30 @@ shutdown_timeout = "5s"
         }
     }
 
+    /// A `[[upstream.backend]]` in a file without its `[[upstream]]` is said to belong with it.
+    #[test]
+    fn a_sub_section_apart_from_its_section_is_refused_as_such() {
+        let files = Files::new(
+            "include-apart",
+            &[
+                ("main.toml", &(MAIN.to_owned() + WEB)),
+                (
+                    "conf.d/more.toml",
+                    "[[upstream.backend]]\naddr = \"127.0.0.1:9009\"\n",
+                ),
+            ],
+        );
+        let e = files.parse(&no_env).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{}:1:3: upstream: a table here, while [[upstream]] (at {}:7) is an array of tables: a file holds whole sections, so a [[upstream.…]] goes in the file of its [[upstream]]",
+                files.path("conf.d/more.toml"),
+                files.path("main.toml")
+            )),
+            "{e}"
+        );
+    }
+
     /// Includes nest; a file that includes itself, through another, is refused.
     #[test]
     fn includes_nest_without_cycles() {

@@ -605,6 +605,18 @@ fn merge<'a>(r: &mut Report<'_>, path: &str, into: &mut DeTable<'a>, from: DeTab
                     a.push(item);
                 }
             }
+            // `[[upstream.backend]]` in a file without its `[[upstream]]`: TOML makes
+            // `upstream` a table there.
+            (DeValue::Array(a), DeValue::Table(_)) if tables(a) => {
+                let place = r.place(&first_span, &key.span());
+                r.error(
+                    key.span(),
+                    &name,
+                    format!(
+                        "a table here, while [[{name}]] (at {place}) is an array of tables: a file holds whole sections, so a [[{name}.…]] goes in the file of its [[{name}]]"
+                    ),
+                );
+            }
             _ => {
                 let place = r.place(&first_span, &key.span());
                 r.error(

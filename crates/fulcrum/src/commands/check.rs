@@ -18,7 +18,20 @@ pub fn run(path: &Path) -> anyhow::Result<ExitCode> {
             for w in cfg.warnings.iter().chain(&dns) {
                 eprintln!("warning: {w}");
             }
-            println!("{}: configuration is valid", path.display());
+            match cfg.included.as_slice() {
+                [] => println!("{}: configuration is valid", path.display()),
+                files => {
+                    let names: Vec<String> =
+                        files.iter().map(|f| f.display().to_string()).collect();
+                    println!(
+                        "{}: configuration is valid (with {} included file{}: {})",
+                        path.display(),
+                        files.len(),
+                        if files.len() == 1 { "" } else { "s" },
+                        names.join(", ")
+                    );
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

@@ -1,9 +1,10 @@
 //! `[admin]`: the admin listener (JSON API, `/metrics`, dashboard) and who may change things
 //! through it.
 //!
-//! Loopback by default. A `listen` anyone else can reach must have a `token_file`: without
-//! one, anybody who reaches the port could drain every backend. With a token, every mutating
-//! call needs `Authorization: Bearer <token>`, on any address.
+//! Loopback by default. A `listen` anyone else can reach must have a token, from a
+//! `token_file` or as `token` (meant for `${NAME}`, a secret passed by the environment):
+//! without one, anybody who reaches the port could drain every backend. With a token, every
+//! mutating call needs `Authorization: Bearer <token>`, on any address.
 //!
 //! `allowed_hosts`: the names (or addresses) a request may be addressed to besides the
 //! listener's own address and `localhost` (the admin listener refuses any other `Host`,
@@ -21,7 +22,7 @@ use super::table::{Section, Table};
 
 pub(super) const SECTION: Section = Section {
     title: "[admin]",
-    keys: &["listen", "token_file", "allowed_hosts"],
+    keys: &["listen", "token_file", "token", "allowed_hosts"],
     not_yet: &[],
 };
 
@@ -61,8 +62,20 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
     if t.value("token_file").is_some() && token_file.is_none() {
         return None;
     }
-    let token = match &token_file {
-        Some(path) => match read_token(path.get_ref()) {
+    let written = t.text(r, "token", "a secret", "${FULCRUM_ADMIN_TOKEN}");
+    if t.value("token").is_some() && written.is_none() {
+        return None;
+    }
+    let token = match (&token_file, &written) {
+        (Some(_), Some(written)) => {
+            r.error(
+                written.span(),
+                &t.key("token"),
+                "the token is given twice, here and by token_file: keep one",
+            );
+            return None;
+        }
+        (Some(path), None) => match read_token(path.get_ref()) {
             Ok(token) => {
                 if let Some(why) = readable_by_others(path.get_ref()) {
                     r.warn(&path.span(), why);
@@ -74,7 +87,24 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
                 return None;
             }
         },
-        None => None,
+        (None, Some(written)) => match checked_token(written.get_ref(), "the token") {
+            Ok(token) => {
+                // A secret in the file is read by whoever reads the file (and its backups,
+                // and its repository).
+                if !r.written(&written.span()).contains("${") {
+                    r.warn(
+                        &written.span(),
+                        "admin.token: the secret is written in the configuration file itself: take it from the environment, token = \"${FULCRUM_ADMIN_TOKEN}\", or from a file only fulcrum reads, token_file",
+                    );
+                }
+                Some(token)
+            }
+            Err(why) => {
+                r.error(written.span(), &t.key("token"), why);
+                return None;
+            }
+        },
+        (None, None) => None,
     };
     let allowed_hosts = allowed_hosts(r, t)?;
     let addr = listen
@@ -86,7 +116,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Admin> {
             span,
             &t.key("listen"),
             format!(
-                "{addr} can be reached from other machines, and the admin API can change everything: add token_file = \"/etc/fulcrum/admin.token\" (a file holding a secret of at least {MIN_TOKEN_CHARS} characters), or listen on 127.0.0.1"
+                "{addr} can be reached from other machines, and the admin API can change everything: add token_file = \"/etc/fulcrum/admin.token\" (a file holding a secret of at least {MIN_TOKEN_CHARS} characters) or token = \"${{FULCRUM_ADMIN_TOKEN}}\" (the secret from the environment), or listen on 127.0.0.1"
             ),
         );
         return None;
@@ -173,18 +203,24 @@ fn read_token(path: &str) -> Result<String, String> {
     file.take(MAX_TOKEN_BYTES)
         .read_to_string(&mut text)
         .map_err(|e| format!("cannot read the token file {path:?}: {e} (it must be UTF-8 text)"))?;
-    let token = text.lines().next().unwrap_or("").trim().to_owned();
+    let token = text.lines().next().unwrap_or("");
+    checked_token(token, &format!("the token in {path:?}"))
+}
+
+/// `token`, trimmed, if it is long enough and printable; `what` names it in messages.
+fn checked_token(token: &str, what: &str) -> Result<String, String> {
+    let token = token.trim();
     if token.chars().count() < MIN_TOKEN_CHARS {
         return Err(format!(
-            "the token in {path:?} is shorter than {MIN_TOKEN_CHARS} characters: write a longer secret on its first line (e.g. `head -c 32 /dev/urandom | base64`)"
+            "{what} is shorter than {MIN_TOKEN_CHARS} characters: make it a longer secret (e.g. `head -c 32 /dev/urandom | base64`)"
         ));
     }
     if token.chars().any(|c| c.is_control()) {
         return Err(format!(
-            "the token in {path:?} holds control characters: write it on one line of printable text"
+            "{what} holds control characters: make it one line of printable text"
         ));
     }
-    Ok(token)
+    Ok(token.to_owned())
 }
 
 #[cfg(test)]
@@ -213,6 +249,56 @@ mod tests {
         let warned = ok(&config).warnings.join("\n");
         assert!(!warned.contains("token file"), "{warned}");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `token`: the secret itself, from the environment (as containers pass secrets); written
+    /// in the file it is a warning; with token_file, or too short, refused.
+    #[test]
+    fn a_token_from_the_environment() {
+        let env = |name: &str| {
+            (name == "ADMIN_TOKEN").then(|| "a-secret-long-enough-for-the-admin-api".to_owned())
+        };
+        let text =
+            with_admin("token = \"${ADMIN_TOKEN}\"").replace("127.0.0.1:9900", "0.0.0.0:9900");
+        let c = crate::config::parse_with(std::path::Path::new("t.toml"), &text, &env).unwrap();
+        assert_eq!(
+            c.admin.unwrap().token.as_deref(),
+            Some("a-secret-long-enough-for-the-admin-api")
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let e = crate::config::parse_with(std::path::Path::new("t.toml"), &text, &|_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "t.toml:23:9: admin.token: the environment variable ADMIN_TOKEN is not set"
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("shorter than"), "{e}");
+
+        let c = ok(&with_admin(
+            "token = \"a-secret-long-enough-for-the-admin-api\"",
+        ));
+        assert!(
+            c.warnings.iter().any(|w| w.starts_with(
+                "t.toml:23: admin.token: the secret is written in the configuration file itself"
+            )),
+            "{:?}",
+            c.warnings
+        );
+        let e = refused(&with_admin("token = \"short\""));
+        assert!(
+            e.contains("admin.token: the token is shorter than 16 characters"),
+            "{e}"
+        );
+        let e = refused(&with_admin(
+            "token_file = \"/nonexistent\"\ntoken = \"a-secret-long-enough-for-the-admin-api\"",
+        ));
+        assert!(
+            e.contains("admin.token: the token is given twice, here and by token_file: keep one"),
+            "{e}"
+        );
     }
 
     #[test]

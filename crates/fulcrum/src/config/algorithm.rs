@@ -25,34 +25,106 @@ pub(super) struct Balancing {
     /// `read_timeout`, which is what seed 002 sets it to (its timeout), filled in with the
     /// other defaults.
     pub penalty: Option<Duration>,
+    /// The algorithm as checked, and as written when that is not an algorithm.
+    pub chosen: Chosen,
+}
+
+/// An upstream's algorithm as read. When the name written is no algorithm (reported), the
+/// checks that depend on it go on with the algorithm it most likely meant, or the default,
+/// and their messages name what was written: `algorithm "least_connections" does not use
+/// it`, never a value the user did not write.
+#[derive(Debug, Clone)]
+pub(super) struct Chosen {
+    pub algorithm: Algorithm,
+    /// The name written, when it is not an algorithm.
+    pub unknown: Option<String>,
+}
+
+impl std::ops::Deref for Chosen {
+    type Target = Algorithm;
+
+    fn deref(&self) -> &Algorithm {
+        &self.algorithm
+    }
+}
+
+impl std::fmt::Display for Chosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.unknown {
+            Some(written) => f.write_str(written),
+            None => write!(f, "{}", self.algorithm),
+        }
+    }
+}
+
+/// The algorithm a name that is not one most likely meant: one a couple of edits away, or
+/// one the name starts with (`least_connections`: `least_conn`), the longest such.
+fn likely_algorithm(written: &str) -> Option<Algorithm> {
+    let written = written.trim().to_ascii_lowercase().replace('-', "_");
+    let names: Vec<&'static str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    let near = super::table::likely(&written, &names).or_else(|| {
+        names
+            .iter()
+            .filter(|n| {
+                n.len() >= 4
+                    && (written.starts_with(*n) || n.starts_with(&written))
+                    && written.len() >= 4
+            })
+            .max_by_key(|n| n.len())
+            .copied()
+    })?;
+    near.parse().ok()
 }
 
 /// Reads the balancing keys of an upstream with `backends` backends.
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, backends: usize) -> Balancing {
-    let algorithm = match t.text(r, "algorithm", "an algorithm", "least_conn") {
-        None => Algorithm::WeightedRoundRobin,
+    let chosen = match t.text(r, "algorithm", "an algorithm", "least_conn") {
+        None => Chosen {
+            algorithm: Algorithm::WeightedRoundRobin,
+            unknown: t
+                .value("algorithm")
+                .map(|v| super::table::found(v.get_ref())),
+        },
         Some(a) => match a.get_ref().parse::<Algorithm>() {
-            Ok(alg) => alg,
+            Ok(algorithm) => Chosen {
+                algorithm,
+                unknown: None,
+            },
             Err(e) => {
-                r.error(a.span(), &t.key("algorithm"), e);
-                Algorithm::WeightedRoundRobin
+                let likely = likely_algorithm(a.get_ref());
+                match likely {
+                    Some(l) => r.error(
+                        a.span(),
+                        &t.key("algorithm"),
+                        format!(
+                            "unknown algorithm \"{}\"; did you mean \"{l}\"?",
+                            a.get_ref()
+                        ),
+                    ),
+                    None => r.error(a.span(), &t.key("algorithm"), e),
+                }
+                Chosen {
+                    algorithm: likely.unwrap_or(Algorithm::WeightedRoundRobin),
+                    unknown: Some(a.get_ref().to_string()),
+                }
             }
         },
     };
-    let hash_key = hash_key(r, t, algorithm);
-    let options = options(r, t, algorithm, backends);
+    let hash_key = hash_key(r, t, &chosen);
+    let options = options(r, t, &chosen, backends);
     // 0 is allowed: failures then add nothing to a backend's estimate.
-    let penalty = used(r, t, OptionKey::Penalty, algorithm)
+    let penalty = used(r, t, OptionKey::Penalty, &chosen)
         .and_then(|_| t.duration(r, OptionKey::Penalty.name(), Zero::Allowed));
     Balancing {
-        algorithm,
+        algorithm: chosen.algorithm,
         hash_key,
         options,
         penalty,
+        chosen,
     }
 }
 
-fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> HashKey {
+fn hash_key(r: &mut Report<'_>, t: &Table<'_>, algorithm: &Chosen) -> HashKey {
     let Some(hk) = t.text(r, "hash_key", "a key", "client_ip") else {
         return HashKey::ClientIp;
     };
@@ -103,7 +175,7 @@ fn used(
     r: &mut Report<'_>,
     t: &Table<'_>,
     option: OptionKey,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
 ) -> Option<Range<usize>> {
     let span = t.span_of(option.name())?;
     if algorithm.takes(option) {
@@ -126,7 +198,7 @@ fn used(
 pub(super) fn slow_start(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
 ) -> Option<Duration> {
     used(r, t, OptionKey::SlowStart, algorithm)?;
     t.duration(r, OptionKey::SlowStart.name(), Zero::Allowed)
@@ -138,7 +210,7 @@ pub(super) fn slow_start(
 fn options(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     backends: usize,
 ) -> balance::Options {
     let mut options = balance::Options::default();
@@ -156,7 +228,7 @@ fn options(
 fn hash_options(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     backends: usize,
     options: &mut balance::Options,
 ) {
@@ -201,7 +273,7 @@ fn hash_options(
 fn table_size(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     backends: usize,
 ) -> Option<u32> {
     let span = used(r, t, OptionKey::TableSize, algorithm)?;
@@ -234,7 +306,7 @@ fn table_size(
 fn latency_options(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     options: &mut balance::Options,
 ) {
     if used(r, t, OptionKey::Window, algorithm).is_some()
@@ -263,7 +335,7 @@ fn latency_options(
 fn utilization_options(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     options: &mut balance::Options,
 ) {
     if used(r, t, OptionKey::BlackoutPeriod, algorithm).is_some()
@@ -301,7 +373,7 @@ fn utilization_options(
 fn prequal_options(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     options: &mut balance::PrequalOptions,
 ) {
     if used(r, t, OptionKey::PoolSize, algorithm).is_some()
@@ -375,7 +447,7 @@ fn prequal_options(
 fn thresholds(
     r: &mut Report<'_>,
     t: &Table<'_>,
-    algorithm: Algorithm,
+    algorithm: &Chosen,
     options: &mut balance::Options,
 ) {
     let mut read = |option: OptionKey, example: &str| -> Option<f64> {
@@ -511,6 +583,32 @@ mod tests {
         assert_eq!(u.options.slow_start, Some(balance::Nanos(30_000_000_000)));
         assert_eq!(u.backends[0].slow_start, Some(Duration::ZERO));
         assert_eq!(u.backends[1].slow_start, None);
+    }
+
+    /// An unknown algorithm: a did-you-mean when one is close, the checks that depend on it
+    /// made for that one, and their messages naming what was written (issue 32: they named
+    /// the default, weighted_round_robin, which the user never wrote).
+    #[test]
+    fn options_after_an_unknown_algorithm_name_what_was_written() {
+        let e = refused(&with_algorithm(
+            "maglve",
+            "table_size = 251\nhash_key = \"uri\"",
+        ));
+        assert!(
+            e.starts_with("t.toml:10:13: upstream[0].algorithm: unknown algorithm \"maglve\"; did you mean \"maglev\"?\n"),
+            "{e}"
+        );
+        assert!(!e.contains("problems in"), "maglev takes both options: {e}");
+        let e = refused(&with_algorithm("fastest", "table_size = 251"));
+        assert!(
+            e.contains("unknown algorithm \"fastest\"; known algorithms: "),
+            "{e}"
+        );
+        assert!(
+            e.contains("table_size: table_size is an option of maglev; algorithm \"fastest\" does not use it"),
+            "{e}"
+        );
+        assert!(!e.contains("weighted_round_robin\" does not"), "{e}");
     }
 
     #[test]

@@ -8,10 +8,11 @@ use balance::Algorithm;
 use proxy::LoadSource;
 use toml::Spanned;
 
+use super::address;
+use super::algorithm::{self, Chosen};
 use super::duration::Zero;
 use super::report::Report;
 use super::table::{Section, Table};
-use super::{address, algorithm};
 
 pub(super) const SECTION: Section = Section {
     title: "[[upstream.backend]]",
@@ -91,20 +92,31 @@ type MakeSource = fn(std::net::SocketAddr) -> LoadSource;
 /// The backend's load source, one at most: `agent = "host:port"` (a `fulcrum agent`),
 /// `node_exporter = "host:port"` or `memcached = "host:port"` (where agents push); only for
 /// algorithms that use load reports (anywhere else it would be polled for nothing).
-fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<LoadSource> {
+fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: &Chosen) -> Option<LoadSource> {
     let keys: [(&str, &str, MakeSource); 4] = [
         ("agent", "127.0.0.1:9101", LoadSource::Agent),
         ("node_exporter", "127.0.0.1:9100", LoadSource::NodeExporter),
         ("memcached", "127.0.0.1:11211", LoadSource::Memcached),
         ("agent_check", "127.0.0.1:9102", LoadSource::AgentCheck),
     ];
-    let mut given = keys
+    let given = keys
         .iter()
         .filter_map(|&(key, example, make)| {
             t.text(r, key, "an address", example)
                 .map(|value| (key, value, make))
         })
         .collect::<Vec<_>>();
+    // Every address is checked, whatever else is wrong with the backend.
+    let mut sources = Vec::new();
+    for (key, value, make) in &given {
+        match address::backend(value.get_ref()) {
+            Ok(addr) => sources.push(Some(make(addr))),
+            Err(why) => {
+                r.error(value.span(), &t.key(key), why);
+                sources.push(None);
+            }
+        }
+    }
     if given.len() > 1 {
         let (key, value, _) = &given[1];
         r.error(
@@ -114,8 +126,8 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
         );
         return None;
     }
-    let (key, value, make) = given.pop()?;
-    if key == "agent_check" {
+    let (key, value, _) = given.first()?;
+    if *key == "agent_check" {
         // HAProxy's agent-check sets weights itself: not for an algorithm whose model does.
         if algorithm.reads_load_reports() {
             r.error(
@@ -138,18 +150,12 @@ fn load_source(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Optio
         );
         return None;
     }
-    match address::backend(value.get_ref()) {
-        Ok(addr) => Some(make(addr)),
-        Err(why) => {
-            r.error(value.span(), &t.key(key), why);
-            None
-        }
-    }
+    sources.pop().flatten()
 }
 
 /// Reads one backend of an upstream balanced by `algorithm`; `None` when its address is
 /// missing or wrong (the other keys are still checked).
-pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<Backend> {
+pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: &Chosen) -> Option<Backend> {
     let addr = t.required_text(r, "addr", "an address", "127.0.0.1:9001");
     let addr = addr.and_then(|a| match address::backend_target(a.get_ref()) {
         Ok(target) => Some((Spanned::new(a.span(), target), a.get_ref().to_string())),
@@ -195,9 +201,9 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> O
 
 /// `probe = "host:port"`: where `prequal` sends its `GET /probe` for this backend (a
 /// `fulcrum agent --probe-target`, or another port of the backend); only for `prequal`.
-fn probe(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<SocketAddr> {
+fn probe(r: &mut Report<'_>, t: &Table<'_>, algorithm: &Chosen) -> Option<SocketAddr> {
     let value = t.text(r, "probe", "an address", "127.0.0.1:9101")?;
-    if algorithm != Algorithm::Prequal {
+    if algorithm.algorithm != Algorithm::Prequal {
         r.error(
             value.span(),
             &t.key("probe"),

@@ -7,7 +7,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use balance::Algorithm;
 use proxy::{DiscoveryQuery, DiscoverySettings, RecordKind};
 
 use super::duration::Zero;
@@ -86,7 +85,11 @@ impl Discovery {
 
 /// Reads `[upstream.discovery]` of an upstream balanced by `algorithm`; `None` when it is
 /// wrong (every problem reported).
-pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>, algorithm: Algorithm) -> Option<Discovery> {
+pub(super) fn read(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    algorithm: &algorithm::Chosen,
+) -> Option<Discovery> {
     let kind = t
         .required_text(r, "type", "a record type", "a")
         .and_then(|k| match *k.get_ref() {

@@ -1,6 +1,8 @@
 //! The file as a whole: its top-level keys, its sections, and what ties sections together —
 //! upstream names are unique, every listener sends to an upstream that exists, and no address
-//! is listened on twice.
+//! is listened on twice (by two listeners, or a listener and the admin listener). A problem
+//! between two places is shown at the later one, naming the other; an address is checked
+//! against the others' even when the rest of its listener is wrong.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,6 +33,7 @@ pub(super) const SECTION: Section = Section {
         "upstream",
         "admin",
         "cluster",
+        "include",
     ],
     not_yet: &[],
 };
@@ -98,12 +101,14 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
             "no [[upstream]]: add one with at least one [[upstream.backend]]",
         );
     }
-    let admin = top
-        .section(r, "admin", &admin::SECTION)
-        .and_then(|t| admin::read(r, &t));
-    if let Some(a) = &admin {
-        listeners.check_admin_port(r, a);
+    let admin = top.section(r, "admin", &admin::SECTION).and_then(|t| {
+        let at = t.span_of("listen").unwrap_or_else(|| t.span());
+        admin::read(r, &t).map(|a| (a, at))
+    });
+    if let Some((a, at)) = &admin {
+        listeners.check_admin_port(r, a, at.clone());
     }
+    let admin = admin.map(|(a, _)| a);
     let cluster = top
         .section(r, "cluster", &cluster::SECTION)
         .and_then(|t| cluster::read(r, &t));
@@ -148,8 +153,8 @@ fn access_log_format(r: &mut Report<'_>, top: &Table<'_>) -> Option<Format> {
 /// The `[[upstream]]`s that could be read, and their names, which must be unique.
 struct Upstreams {
     read: Vec<Upstream>,
-    /// The line each name is first defined on.
-    first_defined: HashMap<String, usize>,
+    /// Where each name is first defined.
+    first_defined: HashMap<String, std::ops::Range<usize>>,
     /// Whether some upstream's name could not be read.
     unnamed: bool,
 }
@@ -169,17 +174,16 @@ impl Upstreams {
             };
             let name = u.name.get_ref();
             if let Some(first) = upstreams.first_defined.get(name) {
+                let first = r.place(first, &u.name.span());
                 r.error(
                     u.name.span(),
                     &t.key("name"),
                     format!(
-                        "upstream \"{name}\" is already defined at line {first}: names must be unique"
+                        "upstream \"{name}\" is already defined at {first}: names must be unique"
                     ),
                 );
             } else {
-                upstreams
-                    .first_defined
-                    .insert(name.clone(), r.line_of(&u.name.span()));
+                upstreams.first_defined.insert(name.clone(), u.name.span());
             }
             upstreams.read.push(u);
         }
@@ -198,48 +202,71 @@ impl Upstreams {
 /// The `[[listener]]`s that could be read, and the addresses they take.
 struct Listeners {
     read: Vec<Listener>,
-    /// The line of the listener on each address (of the last, when two share one); listeners
+    /// Where the listener on each address says so (the last, when two share one); listeners
     /// on port 0 are left out: each gets a free port of its own.
-    lines: HashMap<SocketAddr, usize>,
+    at: HashMap<SocketAddr, (std::ops::Range<usize>, String)>,
 }
 
 impl Listeners {
     /// Reads every listener; `upstreams`: the names it may send to (see [`listener::read`]).
+    /// An address is checked for its uniqueness even when the rest of its listener is wrong.
     fn read(r: &mut Report<'_>, top: &Table<'_>, upstreams: Option<&[&str]>) -> Listeners {
         let mut listeners = Listeners {
             read: Vec::new(),
-            lines: HashMap::new(),
+            at: HashMap::new(),
         };
         let tables = top.sections(r, "listener", &listener::SECTION);
         for t in &tables {
-            let Some(l) = listener::read(r, t, upstreams) else {
-                continue;
-            };
-            let addr = *l.listen.get_ref();
+            let (listen, l) = listener::read(r, t, upstreams);
             // Port 0 asks the system for a free port: several such listeners never collide.
-            if addr.port() != 0
-                && let Some(first) = listeners.lines.insert(addr, r.line_of(&l.listen.span()))
+            if let Some(listen) = listen
+                && listen.get_ref().port() != 0
+                && let Some((first, _)) = listeners
+                    .at
+                    .insert(*listen.get_ref(), (listen.span(), t.key("listen")))
             {
+                let place = r.place(&first, &listen.span());
                 r.error(
-                    l.listen.span(),
+                    listen.span(),
                     &t.key("listen"),
-                    format!("{addr} is already used by the listener at line {first}"),
+                    format!(
+                        "{} is already used by the listener at {place}",
+                        listen.get_ref()
+                    ),
                 );
             }
-            listeners.read.push(l);
+            listeners.read.extend(l);
         }
         listeners
     }
 
-    /// Refuses an admin listener on a listener's address.
-    fn check_admin_port(&self, r: &mut Report<'_>, a: &Admin) {
-        if let Some(line) = self.lines.get(&a.listen)
-            && a.listen.port() != 0
-        {
-            r.error_in_file(
+    /// Refuses an admin listener on a listener's address: at the later of the two, naming
+    /// the other; `admin` is where the admin listener's address is written (its `[admin]`
+    /// header when the address is the default).
+    fn check_admin_port(&self, r: &mut Report<'_>, a: &Admin, admin: std::ops::Range<usize>) {
+        if a.listen.port() == 0 {
+            return;
+        }
+        let Some((listener, key)) = self.at.get(&a.listen) else {
+            return;
+        };
+        if admin.start > listener.start {
+            let place = r.place(listener, &admin);
+            r.error(
+                admin,
                 "admin.listen",
                 format!(
-                    "{} is already used by the listener at line {line}: give the admin listener its own port",
+                    "{} is already used by the listener at {place}: give the admin listener its own port",
+                    a.listen
+                ),
+            );
+        } else {
+            let place = r.place(&admin, listener);
+            r.error(
+                listener.clone(),
+                key,
+                format!(
+                    "{} is already used by the admin listener at {place}: give the admin listener its own port",
                     a.listen
                 ),
             );

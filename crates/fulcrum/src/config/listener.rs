@@ -156,16 +156,27 @@ impl Listener {
 }
 
 /// Reads one listener; `upstreams` are the names defined in the file, sorted (`None` when
-/// some upstream's name could not be read: then any name may be right). `None` when the
-/// listener's address or upstream is missing or wrong (the rest is still checked). Keys are
-/// read, and their problems found, in the same order as ever: problems at one place keep the
-/// order they were found in, and warnings are not sorted.
+/// some upstream's name could not be read: then any name may be right). Its address when it
+/// reads well (checked against the others' even when the rest is wrong), and the listener;
+/// `None` when its address or upstream is missing or wrong (the rest is still checked).
+/// Problems at one place keep the order they were found in.
 pub(super) fn read(
     r: &mut Report<'_>,
     t: &Table<'_>,
     upstreams: Option<&[&str]>,
-) -> Option<Listener> {
+) -> (Option<Spanned<SocketAddr>>, Option<Listener>) {
     let listen = read_listen(r, t);
+    let listener = read_rest(r, t, upstreams, listen.clone());
+    (listen, listener)
+}
+
+/// The listener on `listen` (`None`: wrong, reported) with the rest of its keys.
+fn read_rest(
+    r: &mut Report<'_>,
+    t: &Table<'_>,
+    upstreams: Option<&[&str]>,
+    listen: Option<Spanned<SocketAddr>>,
+) -> Option<Listener> {
     let has_routes = !t.no_items("route");
     let upstream = read_upstream(r, t, upstreams, has_routes);
     let routes = super::route::read(r, t, upstreams);

@@ -18,6 +18,8 @@ use std::fmt::{self, Write as _};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::source::Sources;
+
 /// Everything wrong with a configuration file, ready to print.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -49,29 +51,38 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// One problem, with where it starts in the file (for ordering).
+/// One problem or warning, with where it starts in the configuration (for ordering).
 #[derive(Debug)]
 struct Problem {
     at: Option<usize>,
     text: String,
 }
 
-/// The problems and warnings found in one file, rendered against its text.
+/// Problems and warnings in the order of the configuration: by place, those without one
+/// last; stable, so problems at one place keep the order they were found in.
+fn in_order(mut problems: Vec<Problem>) -> Vec<String> {
+    problems.sort_by_key(|p| p.at.unwrap_or(usize::MAX));
+    problems.into_iter().map(|p| p.text).collect()
+}
+
+/// The problems and warnings found in a configuration, rendered against its files' text.
 #[derive(Debug)]
 pub(super) struct Report<'a> {
-    path: &'a Path,
-    text: &'a str,
+    sources: &'a Sources,
     problems: Vec<Problem>,
-    warnings: Vec<String>,
+    warnings: Vec<Problem>,
+    /// Where values are that could not be read at all (a `${NAME}` not set): a further
+    /// problem there would be about a value the user did not write.
+    unread: std::collections::HashSet<usize>,
 }
 
 impl<'a> Report<'a> {
-    pub(super) fn new(path: &'a Path, text: &'a str) -> Report<'a> {
+    pub(super) fn new(sources: &'a Sources) -> Report<'a> {
         Report {
-            path,
-            text,
+            sources,
             problems: Vec::new(),
             warnings: Vec::new(),
+            unread: std::collections::HashSet::new(),
         }
     }
 
@@ -80,21 +91,32 @@ impl<'a> Report<'a> {
         self.problems.len()
     }
 
-    /// A problem at `span` (a byte range of the file) with `key`, the key path as the user
-    /// would write it (`upstream[0].backend[1].weight`; empty for a TOML syntax error).
+    /// The file `span` starts in, its text, and where `span` starts in it.
+    fn locate(&self, span: &Range<usize>) -> (&'a Path, &'a str, usize) {
+        match self.sources.locate(span.start) {
+            Some((f, at)) => (&f.path, &f.text, floor_char_boundary(&f.text, at)),
+            None => (self.sources.main_path(), "", 0),
+        }
+    }
+
+    /// A problem at `span` (a byte range of the configuration) with `key`, the key path as
+    /// the user would write it (`upstream[0].backend[1].weight`; empty for a TOML syntax
+    /// error).
     pub(super) fn error(&mut self, span: Range<usize>, key: &str, message: impl fmt::Display) {
-        let start = floor_char_boundary(self.text, span.start);
-        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = self.text[start..]
-            .find('\n')
-            .map_or(self.text.len(), |i| start + i);
-        let end = floor_char_boundary(self.text, span.end.clamp(start, line_end));
-        let line_no = self.line_of(&span);
-        let col = self.text[line_start..start].chars().count() + 1;
-        let width = self.text[start..end].chars().count().max(1);
-        let line = self.text[line_start..line_end].trim_end_matches('\r');
+        if self.unread.contains(&span.start) {
+            return;
+        }
+        let (path, text, start) = self.locate(&span);
+        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+        let local_end = span.end.saturating_sub(span.start) + start;
+        let end = floor_char_boundary(text, local_end.clamp(start, line_end));
+        let line_no = text[..start].matches('\n').count() + 1;
+        let col = text[line_start..start].chars().count() + 1;
+        let width = text[start..end].chars().count().max(1);
+        let line = text[line_start..line_end].trim_end_matches('\r');
         let gutter = " ".repeat(line_no.to_string().len());
-        let mut out = format!("{}:{line_no}:{col}: ", self.path.display());
+        let mut out = format!("{}:{line_no}:{col}: ", path.display());
         if !key.is_empty() {
             let _ = write!(out, "{key}: ");
         }
@@ -105,48 +127,79 @@ impl<'a> Report<'a> {
             "^".repeat(width),
         );
         self.problems.push(Problem {
-            at: Some(start),
+            at: Some(span.start),
             text: out,
         });
     }
 
-    /// A problem with the file as a whole, which no line shows.
+    /// A problem with the value at `span`, which makes it unreadable: no other problem is
+    /// reported there.
+    pub(super) fn unreadable(&mut self, span: Range<usize>, key: &str, message: impl fmt::Display) {
+        self.error(span.clone(), key, message);
+        self.unread.insert(span.start);
+    }
+
+    /// A problem with the configuration as a whole, which no line shows.
     pub(super) fn error_in_file(&mut self, key: &str, message: impl fmt::Display) {
+        let path = self.sources.main_path().display();
         let text = if key.is_empty() {
-            format!("{}: {message}", self.path.display())
+            format!("{path}: {message}")
         } else {
-            format!("{}: {key}: {message}", self.path.display())
+            format!("{path}: {key}: {message}")
         };
         self.problems.push(Problem { at: None, text });
     }
 
     /// Something allowed but probably not meant: `file:line: message`.
     pub(super) fn warn(&mut self, span: &Range<usize>, message: impl fmt::Display) {
+        let (path, _, _) = self.locate(span);
         let line = self.line_of(span);
-        self.warnings
-            .push(format!("{}:{line}: {message}", self.path.display()));
+        self.warnings.push(Problem {
+            at: Some(span.start),
+            text: format!("{}:{line}: {message}", path.display()),
+        });
     }
 
-    /// The directory of the configuration file, against which relative paths in it are read
-    /// (as nginx reads them against its configuration prefix).
-    pub(super) fn dir(&self) -> &Path {
-        match self.path.parent() {
+    /// The directory of the main configuration file, against which relative paths in it
+    /// (and in the files it includes) are read, as nginx reads them against its prefix.
+    pub(super) fn dir(&self) -> &'a Path {
+        match self.sources.main_path().parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         }
     }
 
-    /// The 1-based line `span` starts on.
+    /// The text of `span` as written in its file (with its quotes; before `${NAME}` is
+    /// replaced).
+    pub(super) fn written(&self, span: &Range<usize>) -> &'a str {
+        let (_, text, start) = self.locate(span);
+        let end = floor_char_boundary(text, start + span.end.saturating_sub(span.start));
+        &text[start..end.max(start)]
+    }
+
+    /// The 1-based line `span` starts on, in its file.
     pub(super) fn line_of(&self, span: &Range<usize>) -> usize {
-        let start = floor_char_boundary(self.text, span.start);
-        self.text[..start].matches('\n').count() + 1
+        let (_, text, start) = self.locate(span);
+        text[..start].matches('\n').count() + 1
+    }
+
+    /// Where `span` is, for a message about a problem at `from`: `line 12` in the same file,
+    /// `conf.d/web.toml:12` in another.
+    pub(super) fn place(&self, span: &Range<usize>, from: &Range<usize>) -> String {
+        let line = self.line_of(span);
+        let (file, _, _) = self.locate(span);
+        if file == self.locate(from).0 {
+            format!("line {line}")
+        } else {
+            format!("{}:{line}", file.display())
+        }
     }
 
     /// The warnings if there is no problem; every problem, in the order of the file, if
     /// there is.
     pub(super) fn finish(self) -> Result<Vec<String>, ConfigError> {
         if self.problems.is_empty() {
-            Ok(self.warnings)
+            Ok(in_order(self.warnings))
         } else {
             Err(self.into_error())
         }
@@ -154,12 +207,9 @@ impl<'a> Report<'a> {
 
     /// Every problem, in the order of the file.
     pub(super) fn into_error(self) -> ConfigError {
-        let mut problems = self.problems;
-        // Stable: problems at one place keep the order they were found in.
-        problems.sort_by_key(|p| p.at.unwrap_or(usize::MAX));
         ConfigError {
-            path: self.path.to_owned(),
-            problems: problems.into_iter().map(|p| p.text).collect(),
+            path: self.sources.main_path().to_owned(),
+            problems: in_order(self.problems),
         }
     }
 }
@@ -180,7 +230,8 @@ mod tests {
     #[test]
     fn problems_come_in_file_order_with_the_line_underlined() {
         let text = "a = 1\nb = \"é\"\n";
-        let mut r = Report::new(Path::new("t.toml"), text);
+        let sources = Sources::one(Path::new("t.toml"), text);
+        let mut r = Report::new(&sources);
         r.error(10..14, "b", "second");
         r.error_in_file("c", "whole file");
         r.error(0..1, "a", "first");
@@ -196,8 +247,8 @@ mod tests {
 
     #[test]
     fn spans_off_the_text_or_inside_a_character_do_not_panic() {
-        let text = "é";
-        let mut r = Report::new(Path::new("t.toml"), text);
+        let sources = Sources::one(Path::new("t.toml"), "é");
+        let mut r = Report::new(&sources);
         r.error(1..100, "k", "inside");
         r.error(100..200, "k", "after");
         assert_eq!(r.finish().unwrap_err().problems.len(), 2);

@@ -10,7 +10,8 @@
 //! A key the section does not know is reported with the closest known key (`did you mean`, as
 //! `git` and `cargo` answer a mistyped command; here by optimal string alignment distance, in
 //! which a swap of two neighbouring letters is one edit), and with the full list only when
-//! nothing is close. Keys of the design that arrive later (health checks,
+//! nothing is close. A top-level key written after a `[table]` header (where TOML puts it in
+//! that table) is said to be one. Keys of the design that arrive later (health checks,
 //! admin, TLS, …) are reported as not supported yet rather than unknown.
 
 use std::ops::{Range, RangeInclusive};
@@ -63,7 +64,10 @@ impl<'a> Table<'a> {
             if section.keys.contains(&name) {
                 continue;
             }
-            let message = if section.not_yet.contains(&name) {
+            let message = if !table.path.is_empty() && top_level_key(name) {
+                // TOML puts every key after a [table] header into that table.
+                format!("`{name}` is a top-level key: move it above the first [table] header")
+            } else if section.not_yet.contains(&name) {
                 format!("`{name}` is not supported yet (see \"Not yet\" in docs/configuration.md)")
             } else if let Some(likely) = likely(name, section.keys) {
                 format!("unknown key `{name}`; did you mean `{likely}`?")
@@ -426,6 +430,13 @@ impl<'a> Table<'a> {
     }
 }
 
+/// Whether `name` is a key of the top level that is not a section of its own (`workers`,
+/// `shutdown_timeout`): written after a header, it lands in that header's table.
+fn top_level_key(name: &str) -> bool {
+    const SECTIONS: [&str; 4] = ["listener", "upstream", "admin", "cluster"];
+    super::file::SECTION.keys.contains(&name) && !SECTIONS.contains(&name)
+}
+
 /// What the user wrote, in words: `the string "3"`, `the number 2`, `a list`.
 pub(super) fn found(value: &DeValue<'_>) -> String {
     match value {
@@ -450,7 +461,7 @@ pub(super) fn found(value: &DeValue<'_>) -> String {
 /// The known key a mistyped one most likely meant: at most two edits away (a transposition
 /// counts as one), and at most one edit per three characters written, so that a short,
 /// unrelated key is not "corrected". Case and `-` for `_` are forgiven.
-fn likely(written: &str, keys: &[&'static str]) -> Option<&'static str> {
+pub(super) fn likely(written: &str, keys: &[&'static str]) -> Option<&'static str> {
     let normal = written.to_ascii_lowercase().replace('-', "_");
     let length = normal.chars().count();
     keys.iter()
@@ -573,7 +584,8 @@ mod tests {
         };
         let text = "now = 1\nlater = 2\n";
         let doc = DeTable::parse(text).unwrap();
-        let mut r = Report::new(std::path::Path::new("t.toml"), text);
+        let sources = super::super::source::Sources::one(std::path::Path::new("t.toml"), text);
+        let mut r = Report::new(&sources);
         let _ = Table::new(&mut r, String::new(), 0..0, doc.get_ref(), &LATER);
         let e = r.finish().unwrap_err().to_string();
         assert!(e.contains("`later` is not supported yet"), "{e}");

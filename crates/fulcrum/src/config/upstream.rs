@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use balance::Algorithm;
 use toml::Spanned;
+use toml::de::DeValue;
 
 use super::algorithm::{self, Balancing};
 use super::backend::{self, Backend};
@@ -153,7 +154,7 @@ pub(super) struct Upstream {
 
 /// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
 /// is still checked). Keys are read, and their problems found, in the same order as ever:
-/// problems at one place keep the order they were found in, and warnings are not sorted.
+/// problems and warnings at one place keep the order they were found in.
 pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let name = read_name(r, t);
     let balancing = algorithm::read(r, t, t.count("backend"));
@@ -184,7 +185,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
     let discovered = t.value("discovery").is_some();
     let backends = read_backends(r, t, &balancing, &shown, discovered);
     check_ring_weight(r, t, &balancing, &backends);
-    check_health_checks_and_agents(r, t, health_check.is_some(), &backends);
+    check_health_checks_and_agents(r, t);
     check_queue_has_max_conns(r, t, &shown, &backends);
     let plain = tls.is_none()
         && backend_protocol
@@ -241,7 +242,7 @@ fn read_discovery(
 ) -> (Option<super::discovery::Discovery>, Vec<SocketAddr>) {
     let discovery = t
         .section(r, "discovery", &super::discovery::SECTION)
-        .and_then(|d| super::discovery::read(r, &d, balancing.algorithm));
+        .and_then(|d| super::discovery::read(r, &d, &balancing.chosen));
     let resolvers = if t.value("resolvers").is_some() {
         super::discovery::resolvers(r, t)
     } else {
@@ -585,7 +586,7 @@ fn read_backends(
     // line walks the text, which for every one of 10,000 backends would take seconds).
     let mut seen: HashMap<super::address::Target, _> = HashMap::new();
     for b in &tables {
-        let Some(backend) = backend::read(r, b, balancing.algorithm) else {
+        let Some(backend) = backend::read(r, b, &balancing.chosen) else {
             continue;
         };
         let addr = backend.addr.get_ref().clone();
@@ -614,24 +615,29 @@ fn read_backends(
 }
 
 /// An agent's up/down and the health checks would overrule each other (HAProxy keeps two
-/// states for them; fulcrum has one): one or the other.
-fn check_health_checks_and_agents(
-    r: &mut Report<'_>,
-    t: &Table<'_>,
-    health_checked: bool,
-    backends: &[Backend],
-) {
-    if health_checked
-        && let Some(b) = backends
-            .iter()
-            .find(|b| matches!(b.load_source, Some(proxy::LoadSource::AgentCheck(_))))
-    {
+/// states for them; fulcrum has one): one or the other. Found from the keys written, so that
+/// it is reported however wrong the rest of the section or the backend is.
+fn check_health_checks_and_agents(r: &mut Report<'_>, t: &Table<'_>) {
+    let Some(health_check) = t.span_of("health_check") else {
+        return;
+    };
+    let Some(DeValue::Array(backends)) = t.value("backend").map(Spanned::get_ref) else {
+        return;
+    };
+    let agent_checked = backends.iter().find_map(|b| match b.get_ref() {
+        DeValue::Table(keys) if keys.contains_key("agent_check") => Some(keys),
+        _ => None,
+    });
+    if let Some(keys) = agent_checked {
+        let backend = match keys.get("addr").map(Spanned::get_ref) {
+            Some(DeValue::String(addr)) => format!("backend {addr}"),
+            _ => "a backend".to_owned(),
+        };
         r.error(
-            t.span_of("health_check").unwrap_or_else(|| t.span()),
+            health_check,
             &t.key("health_check"),
             format!(
-                "backend {} has agent_check, whose up and down would overrule the health checks (and theirs the agent's): use one or the other",
-                b.addr.get_ref()
+                "{backend} has agent_check, whose up and down would overrule the health checks (and theirs the agent's): use one or the other"
             ),
         );
     }

@@ -33,7 +33,7 @@ fn the_supermarket_report_plots_answers_per_second_and_the_theory() {
             .collect();
         assert_eq!(runs.len(), 2);
         let t = &runs[0].tally;
-        let frame = Frame::of(&results, t);
+        let frame = Frame::of(&results, &runs);
         // Buckets of 2 s (the runs are longer than 600 s): a count per bucket would read
         // twice the rate.
         assert_eq!(t.bucket_width().as_secs(), 2);

@@ -8,6 +8,7 @@
 //! ([`super::windows`]), shaded. Rates are per second whatever the bucket's width, so a chart
 //! reads the same for a 24 s lab run and a 10⁷-request simulation.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use super::chart::{Axis, Chart, Series, line_chart};
@@ -44,54 +45,72 @@ fn first_runs(results: &Results) -> Vec<&Measured> {
 /// What the time charts of a run share.
 #[derive(Debug)]
 pub struct Frame {
-    /// "second", or "6 s" for wider buckets: what a chart's time buckets are.
+    /// "second", or "6 s" for wider buckets (or "26–49 s" when the runs differ in length):
+    /// what a chart's time buckets are.
     per: String,
-    /// The first bucket plotted: after the warm-up, the first whole bucket measured.
-    first: usize,
-    /// With a warm-up, the end (exclusive) of the whole buckets measured, within the traffic's
-    /// length: the steady state the run measured, without the drain after the last arrival.
-    end: Option<usize>,
+    /// A simulated run with a warm-up: only its measured window is plotted ([`Frame::shown`]).
+    warmup: bool,
+    /// Where the x axis starts, in seconds: the earliest bucket plotted.
+    from: f64,
     windows: Vec<Window>,
 }
 
 impl Frame {
-    /// The frame of `results`, from the tally of its first run.
-    pub fn of(results: &Results, t: &Tally) -> Frame {
+    /// The frame of `results`' plotted `runs`.
+    pub fn of(results: &Results, runs: &[&Measured]) -> Frame {
         let warmup = results.scenario.sim.as_ref().is_some_and(|s| s.warmup > 0);
-        let width = t.bucket_width().as_secs().max(1);
-        let (first, end) = if warmup {
-            // The bucket the first measured request fell in holds warm-up requests too.
-            // So does the last one (arrivals stop at the last request, a little before or
-            // after the length), and after it the backends drain.
-            let offered = t.offered();
-            let first = offered.iter().position(|&n| n > 0).map_or(0, |k| k + 1);
-            let last = offered.iter().rposition(|&n| n > 0).unwrap_or(0);
-            (
-                first,
-                Some(last.min((t.length().as_secs() / width) as usize)),
-            )
-        } else {
-            (0, None)
+        let widths: Vec<u64> = runs
+            .iter()
+            .map(|m| m.tally.bucket_width().as_secs().max(1))
+            .collect();
+        let (lo, hi) = (
+            widths.iter().copied().min().unwrap_or(1),
+            widths.iter().copied().max().unwrap_or(1),
+        );
+        let per = match (lo, hi) {
+            (1, 1) => "second".into(),
+            (lo, hi) if lo == hi => format!("{lo} s"),
+            (lo, hi) => format!("{lo}–{hi} s"),
         };
-        Frame {
-            per: match width {
-                1 => "second".into(),
-                n => format!("{n} s"),
-            },
-            first,
-            end,
-            windows: windows::of(&results.scenario, t.length()),
+        let length = runs
+            .iter()
+            .map(|m| m.tally.length())
+            .max()
+            .unwrap_or_default();
+        let mut frame = Frame {
+            per,
+            warmup,
+            from: 0.0,
+            windows: windows::of(&results.scenario, length),
+        };
+        frame.from = runs
+            .iter()
+            .map(|m| frame.start(&m.tally))
+            .fold(f64::INFINITY, f64::min);
+        if !frame.from.is_finite() {
+            frame.from = 0.0;
         }
+        frame
     }
 
-    /// Where the x axis starts, in seconds.
-    fn from(&self, t: &Tally) -> f64 {
-        self.first as f64 * t.bucket_width().as_secs_f64()
+    /// The buckets of `t` plotted: every one, or after a warm-up the whole buckets measured —
+    /// from the one after the first measured request's (that one holds warm-up requests too)
+    /// to the last measured request's (arrivals stop there, a little before or after the
+    /// length, and the backends drain), excluded: the steady state the run measured.
+    pub fn shown(&self, t: &Tally) -> Range<usize> {
+        if !self.warmup {
+            return 0..usize::MAX;
+        }
+        let offered = t.offered();
+        let first = offered.iter().position(|&n| n > 0).map_or(0, |k| k + 1);
+        let last = offered.iter().rposition(|&n| n > 0).unwrap_or(0);
+        let whole = (t.length().as_secs() / t.bucket_width().as_secs().max(1)) as usize;
+        first..last.min(whole)
     }
 
-    /// Whether bucket `k` is plotted.
-    fn shows(&self, k: usize) -> bool {
-        k >= self.first && self.end.is_none_or(|end| k < end)
+    /// Where `t`'s plotted buckets start, in seconds.
+    fn start(&self, t: &Tally) -> f64 {
+        self.shown(t).start as f64 * t.bucket_width().as_secs_f64()
     }
 }
 
@@ -103,10 +122,10 @@ fn bucket_x(t: &Tally, k: usize) -> f64 {
 /// Every chart of the page, in order (see the module's documentation).
 pub fn all(results: &Results) -> anyhow::Result<Vec<Figure>> {
     let runs = first_runs(results);
-    let Some(first) = runs.first() else {
+    if runs.is_empty() {
         return Ok(Vec::new());
-    };
-    let frame = Frame::of(results, &first.tally);
+    }
+    let frame = Frame::of(results, &runs);
     let mut figures = vec![latency_cdf(&runs, &results.traffic.load)?];
     figures.extend(latency_over_time(&runs, &frame)?);
     figures.push(throughput_over_time(&runs, &frame)?);
@@ -156,8 +175,9 @@ fn per_bucket(
     runs.iter()
         .map(|m| {
             let t = &m.tally;
+            let shown = frame.shown(t);
             let points = (0..t.offered().len())
-                .filter(|&k| frame.shows(k))
+                .filter(|k| shown.contains(k))
                 .filter_map(|k| f(t, k).map(|y| (bucket_x(t, k), y)))
                 .collect();
             (m.label.clone(), points)
@@ -165,19 +185,19 @@ fn per_bucket(
         .collect()
 }
 
-/// A time chart of `series`, from the frame's start, its windows shaded.
+/// A time chart of `series`, its x axis from `from`, the frame's windows shaded.
 fn time_chart(
     title: &str,
     y_desc: &str,
     series: &[Series],
     frame: &Frame,
-    t: &Tally,
+    from: f64,
 ) -> anyhow::Result<Chart> {
     line_chart(
         title,
         ("seconds", y_desc),
         series,
-        Axis::From(frame.from(t)),
+        Axis::From(from),
         &frame.windows,
     )
 }
@@ -191,9 +211,6 @@ fn latency_read(frame: &Frame) -> Option<&'static str> {
 
 /// The p99 and the mean latency per time bucket.
 fn latency_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<[Figure; 2]> {
-    let Some(t) = runs.first().map(|m| &m.tally) else {
-        anyhow::bail!("no run to plot");
-    };
     Ok([
         figure(
             latency_read(frame),
@@ -202,7 +219,7 @@ fn latency_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<[Figur
                 "p99 latency, ms",
                 &per_bucket(runs, frame, &|t, k| t.quantile_ms(k, 0.99)),
                 frame,
-                t,
+                frame.from,
             )?,
         ),
         figure(
@@ -212,7 +229,7 @@ fn latency_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<[Figur
                 "mean latency, ms",
                 &per_bucket(runs, frame, &|t, k| t.mean_ms(k)),
                 frame,
-                t,
+                frame.from,
             )?,
         ),
     ])
@@ -237,11 +254,12 @@ pub fn per_second(
                 .max(t.offered().len() - 1)
                 .min(ended.len() - 1);
             let width = t.bucket_width().as_secs_f64();
+            let shown = frame.shown(t);
             let points = counts(t)
                 .iter()
                 .enumerate()
                 .take(last + 1)
-                .filter(|&(k, _)| frame.shows(k))
+                .filter(|(k, _)| shown.contains(k))
                 .map(|(k, &n)| (bucket_x(t, k), n as f64 / width))
                 .collect();
             (m.label.clone(), points)
@@ -256,11 +274,12 @@ pub fn throughput(runs: &[&Measured], frame: &Frame) -> Vec<Series> {
     if let Some(m) = runs.first() {
         let t = &m.tally;
         let width = t.bucket_width().as_secs_f64();
+        let shown = frame.shown(t);
         let points = t
             .offered()
             .iter()
             .enumerate()
-            .filter(|&(k, _)| frame.shows(k))
+            .filter(|(k, _)| shown.contains(k))
             .map(|(k, &n)| (bucket_x(t, k), n as f64 / width))
             .collect();
         series.push(("offered".into(), points));
@@ -278,9 +297,6 @@ fn per_second_title(what: &str, frame: &Frame) -> String {
 
 /// Throughput: answers per second by the bucket they ended in, and the offered load.
 fn throughput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Figure> {
-    let Some(t) = runs.first().map(|m| &m.tally) else {
-        anyhow::bail!("no run to plot");
-    };
     Ok(figure(
         Some("Answers keep up with the offered line when nothing queues or fails."),
         time_chart(
@@ -288,7 +304,7 @@ fn throughput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Fig
             "requests per second",
             &throughput(runs, frame),
             frame,
-            t,
+            frame.from,
         )?,
     ))
 }
@@ -296,9 +312,6 @@ fn throughput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Fig
 /// Goodput: successful answers by the bucket they ended in (drawn when some answer failed:
 /// then the answers' count hides what the clients got).
 fn goodput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Figure> {
-    let Some(t) = runs.first().map(|m| &m.tally) else {
-        anyhow::bail!("no run to plot");
-    };
     Ok(figure(
         Some("Below the throughput chart's line by the answers that failed."),
         time_chart(
@@ -306,7 +319,7 @@ fn goodput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Figure
             "successes per second",
             &per_second(runs, frame, &Tally::succeeded_by_end),
             frame,
-            t,
+            frame.from,
         )?,
     ))
 }
@@ -315,6 +328,7 @@ fn goodput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Figure
 /// backends, each backend's share over the whole run, sorted.
 fn shares(results: &Results, m: &Measured, many: bool, frame: &Frame) -> anyhow::Result<Figure> {
     let t = &m.tally;
+    let shown = frame.shown(t);
     if many {
         let mut shares: Vec<f64> = t
             .served()
@@ -347,7 +361,7 @@ fn shares(results: &Results, m: &Measured, many: bool, frame: &Frame) -> anyhow:
                 .offered()
                 .iter()
                 .enumerate()
-                .filter(|&(k, &n)| n > 0 && frame.shows(k))
+                .filter(|&(k, &n)| n > 0 && shown.contains(&k))
                 .map(|(k, &n)| {
                     let mine = t.served_in(k, b).unwrap_or(0);
                     (bucket_x(t, k), mine as f64 / n as f64)
@@ -364,7 +378,7 @@ fn shares(results: &Results, m: &Measured, many: bool, frame: &Frame) -> anyhow:
             "share",
             &shares,
             frame,
-            t,
+            frame.start(t),
         )?,
     ))
 }
@@ -417,7 +431,7 @@ fn utilization(
     many: bool,
     frame: &Frame,
 ) -> anyhow::Result<Figure> {
-    let from = frame.from(&m.tally);
+    let from = frame.start(&m.tally);
     let util: Vec<Series> = if many {
         utilization_spread(m, from)
     } else {
@@ -451,7 +465,7 @@ fn utilization(
     };
     Ok(figure(
         Some("Near 1 a backend is saturated; lines apart are an imbalance."),
-        time_chart(&title, "cpu", &util, frame, &m.tally)?,
+        time_chart(&title, "cpu", &util, frame, from)?,
     ))
 }
 

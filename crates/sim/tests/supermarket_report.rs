@@ -25,46 +25,50 @@ fn the_supermarket_report_plots_answers_per_second_and_the_theory() {
     let s = scenario(&text);
     let n = 1000.0;
     let results = play(&s, &[contender(&s, "random"), contender(&s, "random_two")]);
-    for load in [0.5, 0.9] {
-        let runs: Vec<&lab::run::Measured> = results
-            .runs
+    // As the report plots them: every contender at every load on one chart, one frame.
+    let runs: Vec<&lab::run::Measured> = results.runs.iter().collect();
+    assert_eq!(runs.len(), 4);
+    let frame = Frame::of(&results, &runs);
+    let series = throughput(&runs, &frame);
+    assert_eq!(series.len(), 5, "four runs and the offered load");
+    for (label, points) in series {
+        // The offered load is the first run's (random at λ = 0.5).
+        let run = runs
             .iter()
-            .filter(|m| m.offered_load == Some(load))
-            .collect();
-        assert_eq!(runs.len(), 2);
-        let t = &runs[0].tally;
-        let frame = Frame::of(&results, &runs);
+            .find(|m| m.label == label)
+            .copied()
+            .unwrap_or(runs[0]);
+        let load = run.offered_load.unwrap();
+        let t = &run.tally;
         // Buckets of 2 s (the runs are longer than 600 s): a count per bucket would read
         // twice the rate.
         assert_eq!(t.bucket_width().as_secs(), 2);
         // The warm-up is a third of the arrivals: the measured window starts a third in.
         let warmup_end = t.length().as_secs_f64() / 3.0;
-        for (label, points) in throughput(&runs, &frame) {
-            assert!(points.len() > 100, "{label}: {} points", points.len());
-            let mean = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
-            let expected = load * n;
-            println!(
-                "λ={load} {label}: {mean:.1} answers/s over {} points (expected {expected}), from {:.0} s (warm-up to {warmup_end:.0} s)",
-                points.len(),
-                points[0].0
-            );
+        assert!(points.len() > 100, "{label}: {} points", points.len());
+        let mean = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
+        let expected = load * n;
+        println!(
+            "λ={load} {label}: {mean:.1} answers/s over {} points (expected {expected}), from {:.0} s (warm-up to {warmup_end:.0} s)",
+            points.len(),
+            points[0].0
+        );
+        assert!(
+            (mean - expected).abs() / expected < 0.02,
+            "λ={load} {label}: plotted {mean:.1} per second, expected {expected}"
+        );
+        assert!(
+            points[0].0 >= warmup_end * 0.98,
+            "λ={load} {label}: the warm-up is plotted (first point at {} s)",
+            points[0].0
+        );
+        // No cliff: every plotted bucket reads the rate within 20% (Poisson noise over
+        // buckets of 2 s is a few %).
+        for (x, y) in &points {
             assert!(
-                (mean - expected).abs() / expected < 0.02,
-                "λ={load} {label}: plotted {mean:.1} per second, expected {expected}"
+                (y - expected).abs() / expected < 0.2,
+                "λ={load} {label}: {y:.1} per second at {x:.0} s"
             );
-            assert!(
-                points[0].0 >= warmup_end * 0.98,
-                "λ={load} {label}: the warm-up is plotted (first point at {} s)",
-                points[0].0
-            );
-            // No cliff: every plotted bucket reads the rate within 20% (Poisson noise over
-            // buckets of a few seconds is a few %).
-            for (x, y) in &points {
-                assert!(
-                    (y - expected).abs() / expected < 0.2,
-                    "λ={load} {label}: {y:.1} per second at {x:.0} s"
-                );
-            }
         }
     }
     let md = lab::report::markdown(&results);

@@ -3,8 +3,9 @@
 //! It plays `lab/scenarios/demo.toml` (built in): three unequal emulated backends, one of them
 //! losing most of its capacity to background load half of the time, and a sine wave of
 //! traffic replayed through round_robin, least_conn, latency, p2c_ewma and dwlc, each behind
-//! fresh backends and a fresh fulcrum. It prints the results table and where the HTML report
-//! with the plots is.
+//! fresh backends and a fresh fulcrum. It prints the results table, the verdict (which
+//! contender won on p99 and on mean, by how much, [`lab::report::verdict`]) and where the HTML
+//! report with the plots is.
 
 use std::path::Path;
 use std::process::ExitCode;

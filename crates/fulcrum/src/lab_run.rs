@@ -1,11 +1,13 @@
 //! `fulcrum lab run` and the demo: a scenario played on a runtime of its own, stopped cleanly
-//! on SIGINT or SIGTERM, its results written and its table printed.
+//! on SIGINT or SIGTERM, its results written, its table and its verdict printed (the verdict's
+//! words are `results.md`'s, [`lab::report::verdict`]).
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-/// Plays `scenario`, writes its results and report into `out`, and prints the table. Blocks
+/// Plays `scenario`, writes its results and report into `out`, and prints the table and the
+/// verdict. Blocks
 /// the calling thread, which must be the main thread and outside any runtime: the runner's
 /// children carry a parent-death signal tied to the thread that started them.
 pub fn play(
@@ -34,6 +36,10 @@ pub fn play(
                 lab::report::write(&results, out)?;
                 println!("\n{}\n", scenario.name);
                 print!("{}", lab::report::table(&results));
+                let verdict = lab::report::verdict(&results);
+                if !verdict.is_empty() {
+                    println!("\nVerdict. {verdict}");
+                }
                 println!(
                     "\nresults: {0}/results.csv, {0}/results.md\nreport:  {0}/report.html",
                     out.display()

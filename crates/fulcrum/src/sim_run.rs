@@ -130,6 +130,10 @@ pub fn play(scenario: &Scenario, out: &Path, progress: bool) -> anyhow::Result<E
     lab::report::write(&results, out)?;
     println!("\n{} (simulated)\n", scenario.name);
     print!("{}", lab::report::table(&results));
+    let verdict = lab::report::verdict(&results);
+    if !verdict.is_empty() {
+        println!("\nVerdict. {verdict}");
+    }
     let secs = elapsed.as_secs_f64().max(1e-9);
     println!(
         "\n{} requests and {} events simulated in {:.2} s: {:.2} M requests/s",

@@ -1,7 +1,11 @@
 //! The results of a lab run, written out: `results.csv` (one row per contender, the medians
-//! over the repetitions), `results.md` (the same table with the scenario, the date and the
-//! machine) and `report.html` (one self-contained page with the table and plots drawn by
-//! `plotters` as inline SVG).
+//! over the repetitions), `results.md` (the verdict, the same table with the scenario, the
+//! date and the machine) and `report.html` (one self-contained page: the verdict, the table
+//! with the best of each column marked, and plots drawn by `plotters` as inline SVG, laid out
+//! two a row on a wide screen, [`figures`]).
+//!
+//! **The verdict** ([`verdict`]): which contender had the lowest p99 and mean, by how much, and
+//! whether that is distinguishable from noise; `fulcrum lab run` and `fulcrum demo` print it.
 //!
 //! **Over repetitions** (paired: repetition `r` is the same seeded trace for every contender):
 //! each report gives the median of p50, p95, p99 and mean with a 95% percentile-bootstrap
@@ -11,33 +15,37 @@
 //! (what `fulcrum evidence` pairs) and `wins.csv` the win counts. One repetition has no
 //! interval and no win count, and the reports say so.
 //!
-//! Everything is read from each run's [`Tally`] and its backends' samples, never from
-//! per-request records, so that the simulator's runs (ten million requests, ten thousand
-//! backends) write the same files as the lab's. Many backends are summarized: above
-//! [`SHARE_COLUMN_LIMIT`] the shares become their minimum, median and maximum; above
-//! [`SHARE_CHART_LIMIT`] the share chart sorts the backends' shares over the run and the
-//! utilization chart draws the lowest, mean and highest backend. A run longer than ten
-//! minutes is plotted per a few seconds rather than per second ([`Tally::bucket_width`]).
+//! Everything is read from each run's [`Tally`](crate::tally::Tally) and its backends'
+//! samples, never from per-request records, so that the simulator's runs (ten million
+//! requests, ten thousand backends) write the same files as the lab's. Many backends are
+//! summarized: above [`SHARE_COLUMN_LIMIT`] the shares become their minimum, median and
+//! maximum; above [`SHARE_CHART_LIMIT`](crate::tally::SHARE_CHART_LIMIT) the share chart sorts
+//! the backends' shares over the run and the utilization chart draws the lowest, mean and
+//! highest backend. A run longer than ten minutes is plotted per a few seconds rather than per
+//! second ([`Tally::bucket_width`](crate::tally::Tally::bucket_width)), as a rate per second.
+//! A simulated supermarket-model run gets a theory column ([`theory`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use plotters::prelude::*;
 
-use crate::load::closed::Users;
-use crate::run::{Measured, Results, Row};
+use crate::run::{Results, Row};
 use crate::scenario::Load;
-use crate::schedule::Pattern;
 use crate::stats::{self, Interval};
 
+pub mod chart;
+pub mod figures;
 mod repetitions;
-use crate::tally::{SHARE_CHART_LIMIT, Tally};
+pub mod theory;
+mod verdict;
+pub mod windows;
+use figures::Figure;
 pub use repetitions::{
     REPETITION_COLUMNS, WIN_COLUMNS, cases, group_cases, p99_best_in, p99_wins, split_label,
     without_delay,
 };
+pub use verdict::verdict;
 
 /// Up to this many backends `results.csv` has a `share_<name>` column per backend and
 /// `results.md` lists every share; above it, their minimum, median and maximum.
@@ -437,9 +445,39 @@ const HEADINGS: [&str; 14] = [
     "util σ",
 ];
 
-/// A line's cells in the tables of `results.md` and `report.html`, rounded for reading.
-fn cells(l: &Line) -> [String; 14] {
+/// Which way each of the [`HEADINGS`] is better: lower for latencies, timeouts and failures,
+/// higher for the answers per second; `None` where neither is (a count of requests, a peak,
+/// a spread that a weighted algorithm makes on purpose).
+const BETTER: [Option<Better>; 14] = {
+    use Better::{Higher, Lower};
     [
+        None,
+        None,
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Lower),
+        Some(Higher),
+        None,
+        None,
+    ]
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Lower,
+    Higher,
+}
+
+/// A line's cells in the tables of `results.md` and `report.html`, rounded for reading, and
+/// the theory column's when the run is the supermarket model.
+fn cells(results: &Results, l: &Line, theory: bool) -> Vec<String> {
+    let mut cells = vec![
         l.label.clone(),
         count(l.requests),
         format!("{:.1}", l.mean_ms),
@@ -454,18 +492,98 @@ fn cells(l: &Line) -> [String; 14] {
         format!("{:.1}", l.throughput_rps),
         count(l.peak_concurrency),
         format!("{:.3}", l.util_stddev),
-    ]
+    ];
+    if theory {
+        cells.push(
+            theory::expected_ms(results, &l.label, l.offered_load)
+                .map_or_else(|| "—".into(), |t| format!("{t:.1}")),
+        );
+    }
+    cells
 }
 
-/// The results table as Markdown (also printed by `fulcrum lab run` and the demo).
+/// Whether the table has the theory column: some row is the supermarket model.
+fn has_theory(results: &Results, lines: &[Line]) -> bool {
+    lines
+        .iter()
+        .any(|l| theory::expected_ms(results, &l.label, l.offered_load).is_some())
+}
+
+/// A row of the table: its cells, and for each whether it is the best of its column.
+type Marked = (Vec<String>, Vec<bool>);
+
+/// The table's headings and rows: each line's cells, and which of them are the best of their
+/// column among the contenders of the line's case (ties all; as rounded, so what reads equal
+/// is equal).
+fn rows(results: &Results) -> (Vec<String>, Vec<Marked>) {
+    let lines = lines(results);
+    let theory = has_theory(results, &lines);
+    let mut headings: Vec<String> = HEADINGS.map(String::from).to_vec();
+    if theory {
+        headings.push("theory ms".into());
+    }
+    let table: Vec<Vec<String>> = lines.iter().map(|l| cells(results, l, theory)).collect();
+    let cases = cases(results);
+    let rows = lines
+        .iter()
+        .zip(&table)
+        .map(|(l, row)| {
+            let peers: Vec<&Vec<String>> = cases
+                .iter()
+                .find(|(_, labels)| labels.contains(&l.label))
+                .map(|(_, labels)| {
+                    lines
+                        .iter()
+                        .zip(&table)
+                        .filter(|(o, _)| labels.contains(&o.label))
+                        .map(|(_, r)| r)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let best = row
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| {
+                    let Some(better) = BETTER.get(c).copied().flatten() else {
+                        return false;
+                    };
+                    let value = |s: &str| s.parse::<f64>().ok();
+                    let (Some(x), true) = (value(cell), peers.len() > 1) else {
+                        return false;
+                    };
+                    peers
+                        .iter()
+                        .filter_map(|p| value(&p[c]))
+                        .all(|y| match better {
+                            Better::Lower => x <= y,
+                            Better::Higher => x >= y,
+                        })
+                })
+                .collect();
+            (row.clone(), best)
+        })
+        .collect();
+    (headings, rows)
+}
+
+/// The results table as Markdown (also printed by `fulcrum lab run` and the demo), the best
+/// value of each column in bold.
 pub fn table(results: &Results) -> String {
+    let (headings, rows) = rows(results);
     let mut out = format!(
         "| {} |\n|---|{}\n",
-        HEADINGS.join(" | "),
-        "---:|".repeat(HEADINGS.len() - 1)
+        headings.join(" | "),
+        "---:|".repeat(headings.len() - 1)
     );
-    for l in lines(results) {
-        let row = cells(&l).map(|c| c.replace('|', "\\|"));
+    for (row, best) in rows {
+        let row: Vec<String> = row
+            .iter()
+            .zip(best)
+            .map(|(c, b)| {
+                let c = c.replace('|', "\\|");
+                if b { format!("**{c}**") } else { c }
+            })
+            .collect();
         writeln!(out, "| {} |", row.join(" | ")).ok();
     }
     out
@@ -480,12 +598,38 @@ fn latency_origin(load: &Load) -> &'static str {
     }
 }
 
+/// Where `util σ`'s utilizations come from.
+fn utilization_source(results: &Results) -> &'static str {
+    if results.simulated {
+        "as the simulator's model of each backend meters it: the share of its slots busy, weighted by the capacity an antagonist leaves — what the lab backend's `/load` would report"
+    } else {
+        "from their `/load`"
+    }
+}
+
+/// What the table says, under it.
+fn table_notes(results: &Results) -> Vec<String> {
+    let mut notes = vec![format!(
+        "Latencies count {}; a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization ({}), averaged over the run. Bold: the best of its column among the contenders compared (lowest latency, timeouts and failures; most answers per second).",
+        latency_origin(&results.traffic.load),
+        utilization_source(results)
+    )];
+    if has_theory(results, &lines(results)) {
+        notes.push(theory::NOTE.into());
+    }
+    notes
+}
+
 /// `results.md`.
 pub fn markdown(results: &Results) -> String {
     let s = &results.scenario;
     let mut out = format!("# {}\n\n", s.name);
     if !s.description.is_empty() {
         writeln!(out, "{}\n", s.description).ok();
+    }
+    let verdict = verdict(results);
+    if !verdict.is_empty() {
+        writeln!(out, "**Verdict.** {verdict}\n").ok();
     }
     writeln!(out, "* date: {}", date(results)).ok();
     writeln!(out, "* {}: {}", machine_label(results), machine()).ok();
@@ -499,12 +643,9 @@ pub fn markdown(results: &Results) -> String {
     )
     .ok();
     out.push_str(&table(results));
-    writeln!(
-        out,
-        "\nLatencies count {}; a timeout counts at the timeout. `util σ` is the standard deviation of the backends' CPU utilization (from their `/load`), averaged over the run.",
-        latency_origin(&results.traffic.load)
-    )
-    .ok();
+    for note in table_notes(results) {
+        writeln!(out, "\n{note}").ok();
+    }
     let shares: Vec<String> = lines(results)
         .iter()
         .map(|l| {
@@ -561,183 +702,10 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A series: its name and its points.
-type Series = (String, Vec<(f64, f64)>);
-
-const WIDTH: u32 = 760;
-const HEIGHT: u32 = 380;
-
-fn color(i: usize) -> RGBColor {
-    // Distinct on white, and told apart by most colour-blind readers (Okabe–Ito).
-    const COLORS: [RGBColor; 8] = [
-        RGBColor(0, 114, 178),
-        RGBColor(213, 94, 0),
-        RGBColor(0, 158, 115),
-        RGBColor(204, 121, 167),
-        RGBColor(230, 159, 0),
-        RGBColor(86, 180, 233),
-        RGBColor(0, 0, 0),
-        RGBColor(240, 228, 66),
-    ];
-    COLORS[i % COLORS.len()]
-}
-
-fn upper(series: &[Series], f: fn(&(f64, f64)) -> f64) -> f64 {
-    series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(f))
-        .fold(0.0, f64::max)
-}
-
-/// A chart of lines, as SVG; `log_x` draws x on a log scale (from 1).
-fn line_chart(
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[Series],
-    log_x: bool,
-) -> anyhow::Result<String> {
-    let x_max = upper(series, |p| p.0).max(if log_x { 10.0 } else { 1.0 }) * 1.02;
-    let y_max = upper(series, |p| p.1).max(1e-9) * 1.08;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut builder = ChartBuilder::on(&root);
-        builder
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64);
-        macro_rules! draw {
-            ($chart:expr) => {{
-                let mut chart = $chart.map_err(|e| anyhow::anyhow!("{e}"))?;
-                chart
-                    .configure_mesh()
-                    .x_desc(x_desc)
-                    .y_desc(y_desc)
-                    .light_line_style(RGBColor(235, 235, 235))
-                    .draw()
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                for (i, (name, points)) in series.iter().enumerate() {
-                    let c = color(i);
-                    chart
-                        .draw_series(LineSeries::new(
-                            points
-                                .iter()
-                                .map(|&(x, y)| (if log_x { x.max(1.0) } else { x }, y)),
-                            c.stroke_width(2),
-                        ))
-                        .map_err(|e| anyhow::anyhow!("{e}"))?
-                        .label(name.as_str())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                        });
-                }
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(RGBColor(180, 180, 180))
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .draw()
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-            }};
-        }
-        if log_x {
-            draw!(builder.build_cartesian_2d((1f64..x_max).log_scale(), 0f64..y_max));
-        } else {
-            draw!(builder.build_cartesian_2d(0f64..x_max, 0f64..y_max));
-        }
-        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    Ok(svg)
-}
-
-/// The first repetition of every contender (the plots show one run each).
-fn first_runs(results: &Results) -> Vec<&Measured> {
-    results
-        .labels
-        .iter()
-        .filter_map(|l| results.runs.iter().find(|m| &m.label == l))
-        .collect()
-}
-
-/// "second", or "6 s" for wider buckets: what a chart's time buckets are.
-fn bucket_name(t: &Tally) -> String {
-    match t.bucket_width().as_secs() {
-        1 => "second".into(),
-        n => format!("{n} s"),
-    }
-}
-
-/// A bucket's middle, in seconds.
-fn bucket_x(t: &Tally, k: usize) -> f64 {
-    (k as f64 + 0.5) * t.bucket_width().as_secs_f64()
-}
-
-/// A ramp's offered load at a time, and its unit: the open loop's rate steps, or the closed
-/// loop's user steps.
-type Ramp = (Box<dyn Fn(Duration) -> f64>, &'static str);
-
-fn ramp(load: &Load) -> Option<Ramp> {
-    match *load {
-        Load::Open(pattern @ Pattern::Steps { .. }) => Some((
-            Box::new(move |t| pattern.rate_at(t).unwrap_or_default()),
-            "offered rate (requests per second)",
-        )),
-        Load::Closed(users @ Users::Steps { .. }) => Some((
-            Box::new(move |t| f64::from(users.at(t))),
-            "users (closed loop)",
-        )),
-        _ => None,
-    }
-}
-
-/// The backends' CPU utilization at one sampling instant: lowest, sum, highest, how many.
-#[derive(Clone, Copy)]
-struct Spread {
-    min: f64,
-    sum: f64,
-    max: f64,
-    n: usize,
-}
-
-/// For a run over more than [`SHARE_CHART_LIMIT`] backends: at each sampling instant, the
-/// lowest, the mean and the highest CPU utilization across backends.
-fn utilization_spread(m: &Measured) -> Vec<Series> {
-    let mut by_instant: std::collections::BTreeMap<Duration, Spread> = Default::default();
-    for s in &m.samples {
-        let e = by_instant.entry(s.at).or_insert(Spread {
-            min: f64::INFINITY,
-            sum: 0.0,
-            max: f64::NEG_INFINITY,
-            n: 0,
-        });
-        e.min = e.min.min(s.cpu);
-        e.sum += s.cpu;
-        e.max = e.max.max(s.cpu);
-        e.n += 1;
-    }
-    let series = |name: &str, f: fn(&Spread) -> f64| -> Series {
-        let points = by_instant
-            .iter()
-            .map(|(at, e)| (at.as_secs_f64(), f(e)))
-            .collect();
-        (name.into(), points)
-    };
-    vec![
-        series("min", |e| e.min),
-        series("mean", |e| e.sum / e.n as f64),
-        series("max", |e| e.max),
-    ]
-}
-
-/// A figure of the page: its caption, and its chart as SVG.
-type Figure = (String, String);
-
-/// `report.html`: the table and the plots, one self-contained page.
+/// `report.html`: the verdict, the table and the plots, one self-contained page laid out for
+/// a wide screen (two charts a row from 1200 px, one below).
 pub fn html(results: &Results) -> anyhow::Result<String> {
-    let figures = figures(results)?;
+    let figures = figures::all(results)?;
     let mut page = String::new();
     write_head(&mut page, results);
     write_table(&mut page, results);
@@ -746,294 +714,35 @@ pub fn html(results: &Results) -> anyhow::Result<String> {
     Ok(page)
 }
 
-/// Every chart of the page, in order: latency, throughput, then each contender's backends,
-/// then (for a ramp) the figures against the offered load. The plots show the first
-/// repetition of each contender.
-fn figures(results: &Results) -> anyhow::Result<Vec<Figure>> {
-    let runs = first_runs(results);
-    let per = runs
-        .first()
-        .map_or_else(|| "second".into(), |m| bucket_name(&m.tally));
-    let mut figures = vec![latency_cdf(&runs, &results.traffic.load)?];
-    figures.extend(latency_over_time(&runs, &per)?);
-    figures.push(throughput_over_time(&runs, &per)?);
-    if runs.iter().any(|m| m.row.summary.failed > 0) {
-        figures.push(goodput_over_time(&runs, &per)?);
-    }
-    // Per contender: each backend's share of the requests, and its utilization.
-    let many = results.backends.len() > SHARE_CHART_LIMIT;
-    for m in &runs {
-        figures.push(shares(results, m, many)?);
-        figures.push(utilization(results, m, many)?);
-    }
-    if let Some(ramp) = ramp(&results.traffic.load) {
-        figures.extend(against_offered_load(&runs, ramp)?);
-    }
-    Ok(figures)
-}
+/// The page's style: a grid of charts that scale to their cells, and tables that scroll
+/// inside their own box rather than widen the page.
+const STYLE: &str = "\
+body { font-family: sans-serif; margin: 1.5em auto; padding: 0 16px; max-width: 1800px; color: #222; }
+h1 { margin-bottom: 0.3em; }
+ul.run { overflow-wrap: anywhere; }
+.verdict { font-size: 110%; line-height: 1.45; background: #f3f6fa; border-left: 4px solid #0072b2; padding: 0.6em 1em; }
+.table { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+td.best { font-weight: bold; background: #e8f4ea; }
+p.note { font-size: 90%; color: #444; }
+.charts { display: grid; grid-template-columns: minmax(0, 1fr); gap: 16px 24px; }
+@media (min-width: 1200px) { .charts { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
+figure { margin: 0; min-width: 0; }
+figure svg { display: block; width: 100%; height: auto; }
+.legend { display: flex; flex-wrap: wrap; gap: 2px 14px; font-size: 85%; margin: 2px 0 0 64px; }
+.legend i { display: inline-block; width: 18px; height: 3px; margin: 0 5px 3px 0; vertical-align: middle; }
+figcaption { font-size: 90%; color: #555; margin-top: 4px; }
+";
 
-/// Each contender's latency CDF over the whole run.
-fn latency_cdf(runs: &[&Measured], load: &Load) -> anyhow::Result<Figure> {
-    let cdfs: Vec<Series> = runs
-        .iter()
-        .map(|m| (m.label.clone(), m.tally.cdf()))
-        .collect();
-    Ok((
-        "Latency CDF".into(),
-        line_chart(
-            match load {
-                Load::Open(_) => "Latency CDF (from the intended send time)",
-                Load::Closed(_) => "Latency CDF (from the send)",
-            },
-            "latency, ms (log scale)",
-            "fraction of requests",
-            &cdfs,
-            true,
-        )?,
-    ))
-}
-
-/// One series per contender: `f` of each time bucket that has a value, at the bucket's
-/// middle.
-fn per_bucket(runs: &[&Measured], f: &dyn Fn(&Tally, usize) -> Option<f64>) -> Vec<Series> {
-    runs.iter()
-        .map(|m| {
-            let t = &m.tally;
-            let points = (0..t.offered().len())
-                .filter_map(|k| f(t, k).map(|y| (bucket_x(t, k), y)))
-                .collect();
-            (m.label.clone(), points)
-        })
-        .collect()
-}
-
-/// The p99 and the mean latency per time bucket (`per`: what a bucket is).
-fn latency_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<[Figure; 2]> {
-    Ok([
-        (
-            "p99 latency over time".into(),
-            line_chart(
-                &format!("p99 latency per {per} of the run"),
-                "seconds",
-                "p99 latency, ms",
-                &per_bucket(runs, &|t, k| t.quantile_ms(k, 0.99)),
-                false,
-            )?,
-        ),
-        (
-            "Mean latency over time".into(),
-            line_chart(
-                &format!("Mean latency per {per} of the run"),
-                "seconds",
-                "mean latency, ms",
-                &per_bucket(runs, &|t, k| t.mean_ms(k)),
-                false,
-            )?,
-        ),
-    ])
-}
-
-/// Throughput: answers by the bucket they ended in, and the offered load.
-fn throughput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure> {
-    let mut throughput = per_end_bucket(runs, &Tally::answered_by_end);
-    if let Some(m) = runs.first() {
-        let t = &m.tally;
-        let points = t
-            .offered()
-            .iter()
-            .enumerate()
-            .map(|(k, &n)| (bucket_x(t, k), n as f64))
-            .collect();
-        throughput.push(("offered".into(), points));
-    }
-    Ok((
-        "Throughput over time".into(),
-        line_chart(
-            &format!("Answers per {per} (and requests offered)"),
-            "seconds",
-            &format!("requests per {per}"),
-            &throughput,
-            false,
-        )?,
-    ))
-}
-
-/// Goodput: successful answers by the bucket they ended in (drawn when some answer failed:
-/// then the answers' count hides what the clients got).
-fn goodput_over_time(runs: &[&Measured], per: &str) -> anyhow::Result<Figure> {
-    Ok((
-        "Successful answers over time".into(),
-        line_chart(
-            &format!("Successful (2xx) answers per {per}"),
-            "seconds",
-            &format!("successes per {per}"),
-            &per_end_bucket(runs, &Tally::succeeded_by_end),
-            false,
-        )?,
-    ))
-}
-
-/// One series per contender: `counts` of its tally per bucket of the time answers ended, up
-/// to the last answer (the run's length at least).
-fn per_end_bucket(runs: &[&Measured], counts: &dyn Fn(&Tally) -> &[u64]) -> Vec<Series> {
-    runs.iter()
-        .map(|m| {
-            let t = &m.tally;
-            let ended = t.answered_by_end();
-            let last = ended
-                .iter()
-                .rposition(|&n| n > 0)
-                .unwrap_or(0)
-                .max(t.offered().len() - 1)
-                .min(ended.len() - 1);
-            let points = counts(t)
-                .iter()
-                .take(last + 1)
-                .enumerate()
-                .map(|(k, &n)| (bucket_x(t, k), n as f64))
-                .collect();
-            (m.label.clone(), points)
-        })
-        .collect()
-}
-
-/// A contender's share of the requests per backend: per time bucket, or with `many`
-/// backends, each backend's share over the whole run, sorted.
-fn shares(results: &Results, m: &Measured, many: bool) -> anyhow::Result<Figure> {
-    let t = &m.tally;
-    let chart = if many {
-        let mut shares: Vec<f64> = t
-            .served()
-            .iter()
-            .map(|&n| n as f64 / t.answered().max(1) as f64)
-            .collect();
-        shares.sort_by(|a, b| b.total_cmp(a));
-        let points = shares
-            .iter()
-            .enumerate()
-            .map(|(k, &s)| ((k + 1) as f64, s))
-            .collect();
-        line_chart(
-            &format!("{}: each backend's share over the run, sorted", m.label),
-            "backend rank",
-            "share",
-            &[("share".into(), points)],
-            false,
-        )?
-    } else {
-        let shares: Vec<Series> = results
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(b, name)| {
-                let points = t
-                    .offered()
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &n)| n > 0)
-                    .map(|(k, &n)| {
-                        let mine = t.served_in(k, b).unwrap_or(0);
-                        (bucket_x(t, k), mine as f64 / n as f64)
-                    })
-                    .collect();
-                (name.clone(), points)
-            })
-            .collect();
-        line_chart(
-            &format!("{}: each backend's share of the requests", m.label),
-            "seconds",
-            "share",
-            &shares,
-            false,
-        )?
-    };
-    Ok((format!("{}: share per backend", m.label), chart))
-}
-
-/// A contender's backends' CPU utilization as they reported it: each backend's, or with
-/// `many` backends, the lowest, mean and highest.
-fn utilization(results: &Results, m: &Measured, many: bool) -> anyhow::Result<Figure> {
-    let util: Vec<Series> = if many {
-        utilization_spread(m)
-    } else {
-        results
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(k, name)| {
-                let points = m
-                    .samples
-                    .iter()
-                    .filter(|s| s.backend == k)
-                    .map(|s| (s.at.as_secs_f64(), s.cpu))
-                    .collect();
-                (name.clone(), points)
-            })
-            .collect()
-    };
-    let title = if many {
-        format!(
-            "{}: the backends' CPU utilization, lowest, mean and highest (their /load)",
-            m.label
-        )
-    } else {
-        format!("{}: each backend's CPU utilization (its /load)", m.label)
-    };
-    Ok((
-        format!("{}: utilization per backend", m.label),
-        line_chart(&title, "seconds", "cpu", &util, false)?,
-    ))
-}
-
-/// Ramps: throughput and mean latency against the offered load, step by step.
-fn against_offered_load(runs: &[&Measured], (offered, unit): Ramp) -> anyhow::Result<[Figure; 2]> {
-    let mut tput: Vec<Series> = Vec::new();
-    let mut mean: Vec<Series> = Vec::new();
-    for m in runs {
-        let t = &m.tally;
-        let Some(hold) = t.ramp_hold() else { continue };
-        let (mut a, mut l) = (Vec::new(), Vec::new());
-        for (k, step) in t.steps().iter().enumerate() {
-            let x = offered(hold * k as u32 + hold / 2);
-            a.push((x, step.answered as f64 / hold.as_secs_f64()));
-            if let Some(y) = step.mean_ms() {
-                l.push((x, y));
-            }
-        }
-        tput.push((m.label.clone(), a));
-        mean.push((m.label.clone(), l));
-    }
-    Ok([
-        (
-            "Throughput against offered load".into(),
-            line_chart(
-                &format!("Answers per second against the {unit}"),
-                unit,
-                "answers per second",
-                &tput,
-                false,
-            )?,
-        ),
-        (
-            "Mean latency against offered load".into(),
-            line_chart(
-                &format!("Mean latency against the {unit}"),
-                unit,
-                "mean latency, ms",
-                &mean,
-                false,
-            )?,
-        ),
-    ])
-}
-
-/// The page's head (title, style) and what was run: the scenario, the date, the machine, the
-/// traffic, the backends.
+/// The page's head (title, style), the verdict and what was run: the scenario, the date, the
+/// machine, the traffic, the backends.
 fn write_head(page: &mut String, results: &Results) {
     let s = &results.scenario;
     write!(
         page,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{name} — fulcrum {tool}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em auto; max-width: 1600px; color: #222; }}\ntable {{ border-collapse: collapse; margin: 1em 0; }}\nth, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}\nth:first-child, td:first-child {{ text-align: left; }}\n.charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}\nfigure {{ margin: 0; }}\nfigcaption {{ font-size: 90%; color: #555; }}\n</style></head><body>\n<h1>{name}</h1>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{name} — fulcrum {tool}</title>\n<style>\n{STYLE}</style></head><body>\n<h1>{name}</h1>\n",
         name = escape(&s.name),
         tool = if results.simulated { "sim" } else { "lab" }
     )
@@ -1041,9 +750,13 @@ fn write_head(page: &mut String, results: &Results) {
     if !s.description.is_empty() {
         writeln!(page, "<p>{}</p>", escape(&s.description)).ok();
     }
+    let verdict = verdict(results);
+    if !verdict.is_empty() {
+        writeln!(page, "<p class=\"verdict\">{}</p>", escape(&verdict)).ok();
+    }
     writeln!(
         page,
-        "<ul><li>date: {}</li><li>{}: {}</li><li>traffic: {}</li><li>backends: {}</li><li>repetitions: {} (medians; the plots show the first)</li></ul>",
+        "<ul class=\"run\"><li>date: {}</li><li>{}: {}</li><li>traffic: {}</li><li>backends: {}</li><li>repetitions: {} (medians; the plots show the first)</li></ul>",
         escape(&date(results)),
         machine_label(results),
         escape(&machine()),
@@ -1054,33 +767,47 @@ fn write_head(page: &mut String, results: &Results) {
     .ok();
 }
 
-/// The results table: one row per contender, as in `results.md`.
+/// The results table: one row per contender, as in `results.md`, the best of each column
+/// marked (class `best`, bold).
 fn write_table(page: &mut String, results: &Results) {
-    page.push_str("<table><tr>");
-    for h in HEADINGS {
+    let (headings, rows) = rows(results);
+    page.push_str("<div class=\"table\"><table class=\"results\"><tr>");
+    for h in &headings {
         write!(page, "<th>{}</th>", escape(h)).ok();
     }
     page.push_str("</tr>\n");
-    for l in lines(results) {
+    for (row, best) in rows {
         page.push_str("<tr>");
-        for cell in cells(&l) {
-            write!(page, "<td>{}</td>", escape(&cell)).ok();
+        for (cell, best) in row.iter().zip(best) {
+            if best {
+                write!(page, "<td class=\"best\"><b>{}</b></td>", escape(cell)).ok();
+            } else {
+                write!(page, "<td>{}</td>", escape(cell)).ok();
+            }
         }
         page.push_str("</tr>\n");
     }
-    page.push_str("</table>\n");
-}
-
-/// The charts, each with its caption, and the end of the page.
-fn write_figures(page: &mut String, figures: Vec<Figure>) {
-    page.push_str("<div class=\"charts\">\n");
-    for (caption, svg) in figures {
+    page.push_str("</table></div>\n");
+    for note in table_notes(results) {
         writeln!(
             page,
-            "<figure>{svg}<figcaption>{}</figcaption></figure>",
-            escape(&caption)
+            "<p class=\"note\">{}</p>",
+            escape(&note.replace('`', ""))
         )
         .ok();
+    }
+}
+
+/// The charts, each with what to read from it, and the end of the page.
+fn write_figures(page: &mut String, figures: Vec<Figure>) {
+    page.push_str("<div class=\"charts\">\n");
+    for f in figures {
+        page.push_str("<figure class=\"chart\">");
+        page.push_str(&f.chart.html());
+        if let Some(read) = f.read {
+            write!(page, "<figcaption>{}</figcaption>", escape(&read)).ok();
+        }
+        page.push_str("</figure>\n");
     }
     page.push_str("</div>\n</body></html>\n");
 }
@@ -1112,6 +839,10 @@ pub fn write(results: &Results, dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::closed::Users;
+    use crate::run::Measured;
+    use crate::tally::Tally;
+    use std::time::Duration;
 
     #[test]
     fn one_is_singular() {
@@ -1455,11 +1186,204 @@ mod tests {
         assert!(few.contains("random: each backend&apos;s share of the requests"));
         assert!(!few.contains("share over the run, sorted"));
         let many = html(&simulated(17, None)).unwrap();
-        let figures = |page: &str| page.matches("<figure>").count();
+        let figures = |page: &str| page.matches("<figure class=\"chart\">").count();
+        assert!(figures(&few) > 4);
         assert_eq!(figures(&many), figures(&few));
         assert!(many.contains("random: each backend&apos;s share over the run, sorted"));
         assert!(many.contains("round_robin: each backend&apos;s share over the run, sorted"));
         assert!(many.contains("lowest, mean and highest"));
         assert!(!many.contains("share of the requests"));
+    }
+
+    /// The `<figure>`s of a page.
+    fn figures_of(page: &str) -> Vec<&str> {
+        page.split("<figure class=\"chart\">")
+            .skip(1)
+            .map(|f| &f[..f.find("</figure>").unwrap()])
+            .collect()
+    }
+
+    #[test]
+    fn the_page_is_a_grid_of_charts_that_scale_to_their_cells() {
+        let page = html(&simulated(3, None)).unwrap();
+        assert!(page.contains("@media (min-width: 1200px) { .charts { grid-template-columns: repeat(2, minmax(0, 1fr)); } }"));
+        assert!(
+            page.contains("<div class=\"table\"><table"),
+            "wide tables scroll in a box"
+        );
+        assert!(page.contains(".table { overflow-x: auto;"));
+        let figures = figures_of(&page);
+        assert!(figures.len() >= 7, "{}", figures.len());
+        for f in &figures {
+            assert!(
+                f.starts_with("<svg width=\"100%\" viewBox=\"0 0 760 380\""),
+                "{}",
+                &f[..80]
+            );
+        }
+        assert!(!page.contains("<svg width=\"760\""));
+        // Legends are HTML under the charts, never drawn over the data.
+        assert!(page.contains(
+            "<div class=\"legend\"><span><i style=\"background:#0072b2\"></i>random</span>"
+        ));
+    }
+
+    #[test]
+    fn captions_say_what_to_read_not_the_title() {
+        let mut results = simulated(3, None);
+        results.scenario.backends[0].antagonist = Some("0.3:1s:10s:1s".into());
+        let page = html(&results).unwrap();
+        let mut captions = 0;
+        for f in figures_of(&page) {
+            let Some(at) = f.find("<figcaption>") else {
+                continue;
+            };
+            captions += 1;
+            let caption = &f[at + 12..f.find("</figcaption>").unwrap()];
+            let svg = &f[..at];
+            // The chart's title is the SVG's first text.
+            let title = svg.split("<text").nth(1).unwrap();
+            let title = &title[title.find('>').unwrap() + 1..title.find("</text>").unwrap()];
+            let words = |t: &str| -> Vec<String> {
+                t.split_whitespace()
+                    .take(2)
+                    .map(str::to_lowercase)
+                    .collect()
+            };
+            assert!(caption.ends_with('.'), "{caption:?}");
+            assert_ne!(
+                words(caption),
+                words(title),
+                "{caption:?} repeats {title:?}"
+            );
+            assert!(
+                !title.to_lowercase().contains(&caption.to_lowercase()),
+                "{caption:?}"
+            );
+        }
+        assert!(captions >= 4, "{captions}");
+    }
+
+    #[test]
+    fn time_charts_shade_the_antagonist_windows() {
+        let mut results = simulated(3, None);
+        results.scenario.backends[0].antagonist = Some("0.3:1.5s:10s:1s".into());
+        let page = html(&results).unwrap();
+        let figures = figures_of(&page);
+        // The CDF has no time axis; the p99 over time has the band, with its label.
+        assert!(!figures[0].contains("class=\"window"));
+        assert!(figures[1].contains("p99 latency per second"));
+        assert!(
+            figures[1].contains("<g class=\"window antagonist\"><title>antagonist: b 30% from 1 s to 2.5 s</title><rect "),
+            "{}",
+            figures[1]
+        );
+        assert!(figures[1].contains(">b 30%</text>"));
+        assert!(
+            !html(&simulated(3, None))
+                .unwrap()
+                .contains("class=\"window")
+        );
+    }
+
+    #[test]
+    fn the_best_value_of_each_column_is_marked() {
+        let results = repeated(&[
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+            &[11.0, 19.0, 31.0, 41.0, 50.0],
+            &[12.0, 21.0, 29.0, 39.0, 49.0],
+        ]);
+        let md = markdown(&results);
+        let row = |label: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| {label} |")))
+                .unwrap()
+                .to_owned()
+        };
+        // p99 medians 30, 31, 29 at λ = 0.50 and 60, 62, 58 at λ = 0.90: the lowest of each
+        // case in bold, not the lowest over both; equal columns (the mean) all bold.
+        assert!(row("least_conn λ=0.50").contains("| **29.0** |"), "{md}");
+        assert!(row("random λ=0.50").contains("| 30.0 |"), "{md}");
+        assert!(row("least_conn λ=0.90").contains("| **58.0** |"), "{md}");
+        assert!(row("random λ=0.90").contains("| 60.0 |"), "{md}");
+        for label in ["random λ=0.50", "round_robin λ=0.90"] {
+            let mean = row(label).split(" | ").nth(2).unwrap().to_owned();
+            assert!(mean.starts_with("**"), "{label}: {mean}");
+        }
+        // Not the request count (neither better).
+        assert!(
+            !row("random λ=0.50").starts_with("| random λ=0.50 | **"),
+            "{md}"
+        );
+        let page = html(&results).unwrap();
+        assert!(
+            page.contains("<td class=\"best\"><b>29.0</b></td>"),
+            "{page}"
+        );
+        assert!(page.contains("td.best { font-weight: bold;"));
+    }
+
+    #[test]
+    fn the_verdict_names_the_winner_by_how_much_and_whether_it_is_noise() {
+        let close = repeated(&[
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+            &[11.0, 19.0, 31.0, 41.0, 50.0],
+            &[12.0, 21.0, 29.0, 39.0, 49.0],
+        ]);
+        let v = verdict(&close);
+        assert!(
+            v.starts_with("At λ=0.50: on p99, least_conn is lowest at 29.0 ms ["),
+            "{v}"
+        );
+        assert!(v.contains("3% lower than random's 30.0 ms ["), "{v}");
+        assert!(
+            v.contains("not distinguishable from random: the intervals overlap"),
+            "{v}"
+        );
+        assert!(
+            v.contains(", and 6% lower than round_robin's 31.0 ms ["),
+            "{v}"
+        );
+        assert!(
+            v.contains("on mean, random, round_robin and least_conn tie at"),
+            "{v}"
+        );
+        assert!(v.contains("Medians of 5 paired repetitions"), "{v}");
+        let clear = repeated(&[
+            &[10.0, 11.0, 12.0, 10.0, 11.0],
+            &[50.0, 52.0, 51.0, 53.0, 50.0],
+            &[20.0, 21.0, 22.0, 20.0, 21.0],
+        ]);
+        let v = verdict(&clear);
+        assert!(v.contains("At λ=0.50: on p99, random is lowest at 11.0 ms [10.0, 12.0], 48% lower than least_conn's 21.0 ms [20.0, 22.0], and 4.6× lower than round_robin's 51.0 ms"), "{v}");
+        assert!(!v.contains("not distinguishable from"), "{v}");
+        // At the top of results.md and of the page.
+        let md = markdown(&clear);
+        assert!(md.contains(&format!("**Verdict.** {v}\n")), "{md}");
+        assert!(md.find("**Verdict.**") < md.find("| algorithm |"));
+        assert!(
+            html(&clear)
+                .unwrap()
+                .contains("<p class=\"verdict\">At λ=0.50: on p99, random")
+        );
+        let one = verdict(&simulated(2, None));
+        assert!(
+            one.starts_with("On p99, random and round_robin tie at"),
+            "{one}"
+        );
+        assert!(one.contains("One repetition: no interval"), "{one}");
+    }
+
+    #[test]
+    fn the_simulator_s_util_sigma_is_not_from_a_load_endpoint() {
+        let mut results = simulated(2, None);
+        let md = markdown(&results);
+        assert!(!md.contains("from their `/load`"), "{md}");
+        assert!(
+            md.contains("the simulator's model of each backend meters it"),
+            "{md}"
+        );
+        results.simulated = false;
+        assert!(markdown(&results).contains("(from their `/load`)"));
     }
 }

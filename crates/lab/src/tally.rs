@@ -252,6 +252,18 @@ impl Tally {
         }
     }
 
+    /// Counts an answer that ended at `at` (from the start of the load) to a request that is
+    /// not measured (the simulator's warm-up) in the answers-by-end series only, so that the
+    /// throughput after the warm-up counts every answer the backends gave, not only those to
+    /// measured requests (which would read low while the warm-up's requests drain).
+    pub fn record_unmeasured_answer(&mut self, at: Duration, ok: bool) {
+        let end = ((at.as_secs() / self.width) as usize).min(self.ended.len() - 1);
+        self.ended[end] += 1;
+        if ok {
+            self.ended_ok[end] += 1;
+        }
+    }
+
     /// The most requests in flight at once (the producer knows it: the lab computes it from
     /// its outcomes with [`crate::run::peak_concurrency`], the simulator tracks it).
     pub fn set_peak_concurrency(&mut self, n: u64) {

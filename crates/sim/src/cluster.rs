@@ -1161,6 +1161,9 @@ impl Sim<'_> {
                 backend,
                 timed_out: false,
             });
+        } else {
+            self.tally
+                .record_unmeasured_answer(Duration::from_nanos(self.now), status < 500);
         }
         self.release(i);
     }

@@ -174,6 +174,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
         handle.clone(),
         store.clone(),
         admin_settings,
+        workers,
         hangups,
         reload_requests,
         stopped.clone(),

@@ -51,6 +51,8 @@ const MAX_BODY: usize = 64 * 1024;
 pub struct Shared {
     guard: Guard,
     view: View,
+    /// The 401s, logged sparingly.
+    unauthorized: crate::guard::Unauthorized,
 }
 
 impl Shared {
@@ -59,6 +61,7 @@ impl Shared {
         Shared {
             guard: Guard::new(access, bound),
             view,
+            unauthorized: Default::default(),
         }
     }
 }
@@ -105,11 +108,14 @@ fn method_not_allowed(allow: &'static str) -> Answer {
     r
 }
 
-/// One request to the admin listener, which came in on a connection to `local`.
+/// One request to the admin listener, which came in on a connection to `local`. (Its log
+/// lines are in the span the listener opens for it, naming the caller, the method and the
+/// path: a change or a refusal says who asked.)
 pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) -> Answer {
     if let Err((status, message)) = shared.guard.admit(&req, local) {
         let mut r = error(status, message);
         if status == StatusCode::UNAUTHORIZED {
+            shared.unauthorized.refused();
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -159,7 +165,10 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
             false => method_not_allowed("GET, HEAD"),
         },
         ["api", "reload"] => match *req.method() {
-            Method::POST => reload(&shared.view).await,
+            Method::POST => {
+                tracing::info!("reload asked through the admin API");
+                reload(&shared.view).await
+            }
             _ => method_not_allowed("POST"),
         },
         ["api", "upstreams", name] => match find(&shared.view, name) {

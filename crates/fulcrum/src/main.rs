@@ -36,7 +36,7 @@ const LOG: &str = "fulcrum";
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => serve::run(&args.config, args.upgrade_socket.as_deref()),
+        Command::Run(args) => serve::run(&args),
         Command::Check(args) => match args.path() {
             Some(path) => commands::check::run(path),
             None => Err(anyhow::anyhow!(

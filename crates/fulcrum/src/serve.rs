@@ -37,8 +37,9 @@ use tokio::sync::{mpsc, watch};
 use crate::{LOG, logs, shutdown};
 
 /// Runs the load balancer until it is stopped or replaced; 1 when the start is refused.
-pub fn run(path: &Path, upgrade_socket: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let _logs = logs::init("info");
+pub fn run(args: &crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
+    let _logs = logs::init_with(args.log_level, args.log_format);
+    let (path, upgrade_socket) = (args.config.as_path(), args.upgrade_socket.as_deref());
     let cfg = match checked_config(path) {
         Ok(cfg) => cfg,
         Err(code) => return Ok(code),
@@ -144,6 +145,8 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let handle = proxy.handle();
     store.attach(handle.clone());
     let (reloads, reload_requests) = mpsc::channel(4);
+    // How the reloads go, for /metrics.
+    let reload_record = admin::Reloads::default();
     // The fleet's shared state (`[cluster]`): started before the admin listener, whose
     // /metrics shows it, and stopped with the control plane.
     let (stop_fleet, fleet_stopped) = watch::channel(false);
@@ -153,7 +156,12 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let mut admin_handover = None;
     let admin = match admin_settings.clone() {
         Some(a) => {
-            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads, &store, cluster)?;
+            let hooks = AdminHooks {
+                reloads,
+                reload_record: reload_record.clone(),
+                cluster,
+            };
+            let (admin, socket) = bind_admin(a, &mut inherited, &handle, &store, hooks)?;
             admin_handover = Some(socket);
             Some(admin)
         }
@@ -169,12 +177,16 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     // listener run on this runtime, beside the workers.
     let (stop_control, stopped) = watch::channel(false);
     tokio::spawn(control::follow(handle.upstream_set(), stopped.clone()));
-    tokio::spawn(reload::reloader(
+    let reloading = reload::Reloading {
         path,
-        handle.clone(),
-        store.clone(),
-        admin_settings,
+        proxy: handle.clone(),
+        store: store.clone(),
+        admin: admin_settings,
         workers,
+        record: reload_record,
+    };
+    tokio::spawn(reload::reloader(
+        reloading,
         hangups,
         reload_requests,
         stopped.clone(),
@@ -203,28 +215,37 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the admin listener is connected to beside the proxy and the state store.
+struct AdminHooks {
+    /// Where `POST /api/reload` asks for a reload.
+    reloads: mpsc::Sender<admin::ReloadReply>,
+    /// How the reloads went, for /metrics.
+    reload_record: admin::Reloads,
+    cluster: Option<admin::ClusterView>,
+}
+
 /// The admin listener on its socket — the one handed over, or a new one — and a copy of
 /// the socket for the next upgrade's handover.
 fn bind_admin(
     settings: config::admin::Admin,
     inherited: &mut Inherited,
     proxy: &proxy::ProxyHandle,
-    reloads: mpsc::Sender<admin::ReloadReply>,
     store: &StateStore,
-    cluster: Option<admin::ClusterView>,
+    hooks: AdminHooks,
 ) -> anyhow::Result<(admin::Admin, std::net::TcpListener)> {
     let socket = match inherited.take("admin") {
         Some(socket) => socket,
         None => std::net::TcpListener::bind(settings.listen)
-            .with_context(|| format!("admin listener: cannot listen on {}", settings.listen))?,
+            .map_err(|e| admin_bind_error(settings.listen, &e))?,
     };
     let handover = socket.try_clone()?;
     let view = admin::View {
         proxy: proxy.clone(),
-        reload: Some(reloads),
+        reload: Some(hooks.reloads),
         balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
         overrides: Some(Arc::new(store.clone())),
-        cluster,
+        cluster: hooks.cluster,
+        reloads: hooks.reload_record,
     };
     let access = admin::Access {
         token: settings.token,
@@ -232,6 +253,16 @@ fn bind_admin(
     };
     let admin = admin::Admin::from_listener(socket, access, view)?;
     Ok((admin, handover))
+}
+
+/// Why the admin listener cannot listen, once, and what to do about it.
+fn admin_bind_error(listen: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        " (another process is using this address: stop it or choose another [admin] listen)"
+    } else {
+        ""
+    };
+    anyhow::anyhow!("admin listener: cannot listen on {listen}: {e}{hint}")
 }
 
 /// SIGUSR1 reopens the access log's file, as nginx's does (logrotate's postrotate), until

@@ -49,15 +49,17 @@ use crate::{dispatch, proxy_protocol, tcp};
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    // `error` is not this error's `source`: its words are already in the message, and a
+    // chain printed whole (`{:#}`) would say them twice.
     #[error(
-        "cannot listen on {addr}: {source}{hint}",
-        hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+        "cannot listen on {addr}: {error}{hint}",
+        hint = if error.kind() == std::io::ErrorKind::AddrInUse {
             " (another process is using this address: stop it or choose another `listen`)"
         } else { "" }
     )]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "cannot open the access log {destination:?}: {source} (check the directory exists and fulcrum may write there)"
@@ -245,9 +247,9 @@ fn bind_listener(
     // Certificates first: a bad one leaves nothing bound.
     let resumption = Resumption::new().map_err(|e| tls_error(e.into()))?;
     let tls = server_tls(&settings, &resumption).map_err(tls_error)?;
-    let bind_error = |source| StartError::Bind {
+    let bind_error = |error| StartError::Bind {
         addr: configured,
-        source,
+        error,
     };
     let socket = match inherited.take(&handover::name_of(configured)) {
         Some(socket) => {
@@ -451,7 +453,19 @@ impl Proxy {
         }
         *self.live.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
         shutdown.await;
-        tracing::info!("shutting down: no new connections; finishing requests in flight");
+        // Said once for every worker and listener: each worker then drains its own.
+        let open: usize = self
+            .live
+            .registry()
+            .listeners
+            .iter()
+            .map(|l| l.permits.saturating_sub(l.limit.available_permits()))
+            .sum();
+        tracing::info!(
+            open_connections = open,
+            shutdown_timeout_s = self.live.shutdown_timeout.as_secs_f64(),
+            "shutting down: no new connections; waiting for open connections to finish"
+        );
         for l in self.live.registry().listeners.iter_mut() {
             l.handover = None;
         }
@@ -1192,7 +1206,7 @@ impl AcceptLoop {
 /// closes those left.
 async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
     if !connections.is_empty() {
-        tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
+        tracing::debug!(listen = %addr, connections = connections.len(), "worker: waiting for its open connections");
     }
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, drained).await.is_err() {

@@ -14,28 +14,44 @@ use tokio::sync::{mpsc, watch};
 
 use crate::LOG;
 
+/// What the reloads work on.
+pub struct Reloading {
+    /// The configuration file, read again at each reload.
+    pub path: PathBuf,
+    pub proxy: proxy::ProxyHandle,
+    pub store: StateStore,
+    /// The `[admin]` section the process started with (a change takes a restart).
+    pub admin: Option<config::admin::Admin>,
+    /// The workers running (a change takes a restart).
+    pub workers: usize,
+    /// How the reloads went, for /metrics.
+    pub record: admin::Reloads,
+}
+
 /// Reloads the configuration on SIGHUP and on `POST /api/reload`, one at a time, until the
 /// proxy stops.
 pub async fn reloader(
-    path: PathBuf,
-    proxy: proxy::ProxyHandle,
-    store: StateStore,
-    admin: Option<config::admin::Admin>,
-    workers: usize,
+    on: Reloading,
     mut hangups: Signal,
     mut requests: mpsc::Receiver<admin::ReloadReply>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Reloading {
+        path,
+        proxy,
+        store,
+        admin,
+        workers,
+        record,
+    } = on;
     loop {
         let reply = tokio::select! {
             _ = hangups.recv() => {
                 tracing::info!(target: LOG, "SIGHUP received: reloading the configuration");
                 None
             }
-            Some(reply) = requests.recv() => {
-                tracing::info!(target: LOG, "reload asked through the admin API");
-                Some(reply)
-            }
+            // Logged by the admin listener, with the caller's address.
+            Some(reply) = requests.recv() => Some(reply),
             _ = stop.changed() => return,
         };
         let running = Running {
@@ -43,6 +59,7 @@ pub async fn reloader(
             workers,
         };
         let result = reload(&path, &proxy, &store, running).await;
+        record.record(result.is_ok());
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }

@@ -277,8 +277,10 @@ impl Admin {
             let shared = Arc::clone(&self.shared);
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = Arc::clone(&shared);
-                // Every line a call logs (a change, a refusal) names its caller.
-                let span = tracing::info_span!("admin", caller = %caller, method = %req.method(), path = %req.uri().path());
+                // Every line a call logs (a change, a refusal) names its caller. At WARN, so
+                // that it is on as long as the refusals' WARN lines are (a span below the
+                // filter's level would be off, and its fields missing from them).
+                let span = tracing::warn_span!("admin", caller = %caller, method = %req.method(), path = %req.uri().path());
                 async move { Ok::<_, Infallible>(api::handle(&shared, local, req).await) }
                     .instrument(span)
             });

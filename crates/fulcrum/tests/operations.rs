@@ -246,10 +246,23 @@ fn start_quiet(file: &TempFile, args: &[&str]) -> (Running, SocketAddr) {
 #[test]
 fn the_log_level_flag_filters_and_wins_over_rust_logs_level() {
     let dead = HeldPort::refusing();
-    let file = TempFile::new("ops-level.toml", &config(&[dead.addr], ""));
+    let token = TempFile::new("ops-level.token", "s3cret-token-for-tests\n");
+    let admin_lines = format!("token_file = \"{}\"", token.0.display());
+    let held = HeldPort::for_server();
+    let admin = held.addr;
+    let text = config(&[dead.addr], &admin_lines).replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        &format!("[admin]\nlisten = \"{admin}\""),
+    );
+    let file = TempFile::new("ops-level.toml", &text);
     let (mut quiet, addr) = start_quiet(&file, &["--log-level", "warn"]);
+    drop(held);
     // A request to a dead backend: a WARN line (the attempt failed) that must show.
     let _ = http_get(addr, "/");
+    // A refused call: its WARN line names the caller at this level too.
+    let host = admin.to_string();
+    let (status, _) = admin_call(admin, "POST", "/api/reload", &[("Host", host.as_str())], "");
+    assert_eq!(status, 401);
     signal(&quiet.child, "TERM");
     let (lines, status) = until_exit(&mut quiet, Duration::from_secs(30));
     assert!(status.success());
@@ -260,6 +273,12 @@ fn the_log_level_flag_filters_and_wins_over_rust_logs_level() {
     assert!(
         lines.iter().any(|l| l.contains(" WARN ")),
         "WARN lines at warn: {lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("refused 401") && l.contains("caller=127.0.0.1:")),
+        "the refusal names its caller at warn: {lines:#?}"
     );
 
     let file = TempFile::new("ops-level.toml", &config(&[dead.addr], ""));

@@ -449,9 +449,13 @@ fn the_log_has_no_debug_output_and_says_each_thing_once() {
         .filter(|l| l.contains("waiting for open connections"))
         .count();
     assert_eq!(waiting, 1, "{lines:#?}");
+    let failed = lines
+        .iter()
+        .find(|l| l.contains("attempt failed"))
+        .unwrap_or_else(|| panic!("the dead backend's failure is in the log: {lines:#?}"));
     assert!(
-        lines.iter().any(|l| l.contains("attempt failed")),
-        "the dead backend's failure is in the log: {lines:#?}"
+        failed.contains(" connection=new request_sent=none "),
+        "{failed}"
     );
     drop(open);
 }

@@ -697,11 +697,12 @@ pub(crate) fn log_failure(
             upstream = %upstream.name(),
             %backend,
             error = %why,
-            connection = match failure.connection {
+            // In words, unquoted (scripts/soak reads them).
+            connection = %match failure.connection {
                 balance::Connection::Fresh => "new",
-                balance::Connection::Reused => "kept-alive",
+                balance::Connection::Reused => "reused",
             },
-            request_sent = match failure.request {
+            request_sent = %match failure.request {
                 balance::RequestSent::Nothing => "none",
                 balance::RequestSent::Partly => "part",
                 balance::RequestSent::Whole => "all",

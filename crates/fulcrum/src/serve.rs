@@ -277,8 +277,10 @@ fn reopen_logs_on_usr1(
         loop {
             tokio::select! {
                 _ = usr1.recv() => {
-                    tracing::info!(target: LOG, "SIGUSR1 received: reopening the access log");
+                    // Said once done (the reopen waits for the log's thread): a line logged
+                    // after this one goes to the new file.
                     reopen.reopen_logs();
+                    tracing::info!(target: LOG, "SIGUSR1 received: the access log reopened");
                 }
                 _ = stop.changed() => return,
             }

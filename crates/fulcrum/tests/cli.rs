@@ -1488,7 +1488,7 @@ fn the_access_log_goes_to_a_file_as_json_and_sigusr1_reopens_it() {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !fulcrum
             .next_line(deadline)
-            .contains("reopening the access log")
+            .contains("the access log reopened")
         {}
         assert_eq!(client.get("/two").await.unwrap().status, 200);
         let lines = lines_in(&log, 1);

@@ -506,7 +506,8 @@ fn a_port_in_use_is_said_once_with_what_to_do() {
 }
 
 /// The admin API's refusals (401) are logged with the caller, the method and the path, at
-/// most one line a second however many come; every change says who made it.
+/// most one line a second however many come; every change (state, weight, added and removed
+/// backend, algorithm, reload) says who made it.
 #[test]
 fn refused_calls_and_changes_through_the_api_name_the_caller() {
     let dead = HeldPort::refusing();
@@ -541,17 +542,39 @@ fn refused_calls_and_changes_through_the_api_name_the_caller() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = change("Bearer s3cret-token-for-tests", "{\"weight\": 3}");
     assert_eq!(status, 200, "{body}");
-    let (status, body) = admin_call(
-        admin,
+    let call = |method: &str, path: &str, body: &str| {
+        admin_call(
+            admin,
+            method,
+            path,
+            &[
+                ("Host", host.as_str()),
+                ("Authorization", "Bearer s3cret-token-for-tests"),
+                ("Content-Type", "application/json"),
+            ],
+            body,
+        )
+    };
+    let other = HeldPort::refusing();
+    let (status, body) = call(
         "POST",
-        "/api/reload",
-        &[
-            ("Host", host.as_str()),
-            ("Authorization", "Bearer s3cret-token-for-tests"),
-            ("Content-Type", "application/json"),
-        ],
+        "/api/upstreams/web/backends",
+        &format!("{{\"addr\": \"{}\"}}", other.addr),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(
+        "DELETE",
+        &format!("/api/upstreams/web/backends/{}", other.addr),
         "",
     );
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = call(
+        "PATCH",
+        "/api/upstreams/web",
+        "{\"algorithm\": \"least_conn\"}",
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call("POST", "/api/reload", "");
     assert_eq!(status, 200, "{body}");
     signal(&fulcrum.child, "TERM");
     let (lines, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
@@ -572,6 +595,9 @@ fn refused_calls_and_changes_through_the_api_name_the_caller() {
     }
     for said in [
         "backend state changed by the admin API",
+        "backend added by the admin API",
+        "backend removed by the admin API",
+        "algorithm changed by the admin API",
         "reload asked through the admin API",
     ] {
         let line = lines

@@ -612,3 +612,54 @@ fn refused_calls_and_changes_through_the_api_name_the_caller() {
         .unwrap_or_else(|| panic!("the weight change is logged: {lines:#?}"));
     assert!(weight.contains("caller=127.0.0.1:"), "{weight}");
 }
+
+/// Requests a stop cannot wait for: each of 8 requests held by a backend that never answers,
+/// spread over 2 workers. At `shutdown_timeout` the closing is said once, with how many,
+/// however many workers close theirs; the process still exits 0.
+#[test]
+fn connections_closed_at_shutdown_timeout_are_said_once() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = silent.local_addr().unwrap();
+    let (stop, stopped) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            match silent.accept() {
+                Ok((s, _)) => held.push(s),
+                Err(_) => return,
+            }
+        }
+        let _ = stopped.recv_timeout(Duration::from_secs(60));
+    });
+    let text =
+        config(&[backend], "").replace("shutdown_timeout = \"20s\"", "shutdown_timeout = \"1s\"");
+    let file = TempFile::new("ops-timeout.toml", &text);
+    let mut fulcrum = Running::start(&file, 1);
+    let addr = fulcrum.addr_of("web");
+    let admin = fulcrum.admin.unwrap();
+    let clients: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || http_get(addr, "/")))
+        .collect();
+    wait_until(
+        Duration::from_secs(20),
+        "8 requests in flight",
+        || match common::in_flight(admin, "web").as_slice() {
+            [8] => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    signal(&fulcrum.child, "TERM");
+    let (lines, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
+    assert!(status.success(), "{lines:#?}");
+    let closing: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("still open after shutdown_timeout"))
+        .collect();
+    assert_eq!(closing.len(), 1, "{lines:#?}");
+    assert!(closing[0].contains("open_connections=8"), "{}", closing[0]);
+    for c in clients {
+        let _ = c.join();
+    }
+    let _ = stop.send(());
+    holder.join().unwrap();
+}

@@ -454,25 +454,34 @@ impl Proxy {
         *self.live.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
         shutdown.await;
         // Said once for every worker and listener: each worker then drains its own.
-        let open: usize = self
-            .live
-            .registry()
-            .listeners
-            .iter()
-            .map(|l| l.permits.saturating_sub(l.limit.available_permits()))
-            .sum();
+        let grace = self.live.shutdown_timeout;
         tracing::info!(
-            open_connections = open,
-            shutdown_timeout_s = self.live.shutdown_timeout.as_secs_f64(),
+            open_connections = self.live.open_connections(),
+            shutdown_timeout_s = grace.as_secs_f64(),
             "shutting down: no new connections; waiting for open connections to finish"
         );
         for l in self.live.registry().listeners.iter_mut() {
             l.handover = None;
         }
         let _ = stop_tx.send(true);
-        for done in finished {
-            // Resolves (with an error) when the worker drops its sender, on any exit.
-            let _ = done.await;
+        let workers_done = async {
+            for done in finished {
+                // Resolves (with an error) when the worker drops its sender, on any exit.
+                let _ = done.await;
+            }
+        };
+        tokio::pin!(workers_done);
+        if tokio::time::timeout(grace, &mut workers_done)
+            .await
+            .is_err()
+        {
+            // Each worker closes its own at the same deadline; said once here.
+            tracing::warn!(
+                open_connections = self.live.open_connections(),
+                shutdown_timeout_s = grace.as_secs_f64(),
+                "connections still open after shutdown_timeout; closing them"
+            );
+            workers_done.await;
         }
         // The lines the workers still hold are written before the process ends (a stalled
         // disk holds it no longer than this).
@@ -761,6 +770,15 @@ struct Prepared {
 }
 
 impl Live {
+    /// The client connections every listener is serving now.
+    fn open_connections(&self) -> usize {
+        self.registry()
+            .listeners
+            .iter()
+            .map(|l| l.permits.saturating_sub(l.limit.available_permits()))
+            .sum()
+    }
+
     /// What of `settings` a reload cannot apply.
     fn restart_only(&self, settings: &ProxySettings) -> Vec<String> {
         let mut not_applied = Vec::new();
@@ -1210,10 +1228,11 @@ async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
     }
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!(
+        // Said once for the whole proxy ([`Proxy::run`]).
+        tracing::debug!(
             listen = %addr,
-            grace = ?grace,
-            "connections still open after shutdown_timeout; closing them"
+            connections = connections.len(),
+            "worker: closing its connections still open after shutdown_timeout"
         );
         connections.abort_all();
     }

@@ -663,3 +663,32 @@ fn connections_closed_at_shutdown_timeout_are_said_once() {
     let _ = stop.send(());
     holder.join().unwrap();
 }
+
+/// An access log that cannot be opened is named by its path (not Rust's `File("...")`), and
+/// why is said once.
+#[test]
+fn an_access_log_that_cannot_be_opened_is_named_by_its_path_once() {
+    let dead = HeldPort::refusing();
+    let text = config(&[dead.addr], "").replace(
+        "access_log = false",
+        "access_log = \"/nonexistent-fulcrum-ops-dir/access.log\"",
+    );
+    let file = TempFile::new("ops-access-log.toml", &text);
+    let out = common::fulcrum()
+        .args(["run", "--config"])
+        .arg(&file.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot open the access log /nonexistent-fulcrum-ops-dir/access.log: "),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("File("), "{stderr}");
+}

@@ -61,12 +61,13 @@ pub enum StartError {
         addr: SocketAddr,
         error: std::io::Error,
     },
+    // `error`, not `source`, as for `Bind`.
     #[error(
-        "cannot open the access log {destination:?}: {source} (check the directory exists and fulcrum may write there)"
+        "cannot open the access log {destination}: {error} (check the directory exists and fulcrum may write there)"
     )]
     AccessLog {
         destination: Destination,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("listener {listen}: {source}")]
     Tls {
@@ -496,9 +497,9 @@ impl Proxy {
 fn open_access_log(settings: Option<&AccessLogSettings>) -> Result<Option<AccessLog>, StartError> {
     settings
         .map(|s| {
-            AccessLog::open(s.clone()).map_err(|source| StartError::AccessLog {
+            AccessLog::open(s.clone()).map_err(|error| StartError::AccessLog {
                 destination: s.destination.clone(),
-                source,
+                error,
             })
         })
         .transpose()

@@ -45,7 +45,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the backend-side load reporter: samples CPU, memory, disk, network and container
     /// memory every interval and serves them as GET /load (JSON) and GET /metrics (Prometheus),
-    /// until SIGTERM or SIGINT.
+    /// until SIGTERM, SIGINT or SIGQUIT.
     Agent(AgentArgs),
     /// Simulate a lab scenario in virtual time with fulcrum's own balancing code (many
     /// backends, many balancer instances, late load reports); writes results.csv, results.md

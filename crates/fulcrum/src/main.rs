@@ -13,7 +13,7 @@
 //! * [`commands`]: every other subcommand — `check`, `health`, `agent`, `demo`, `sim` and the
 //!   lab's.
 //! * [`logs`]: where every command's logs go (stderr, through a writer thread).
-//! * [`shutdown`]: SIGTERM or SIGINT, the stop of every long-running command.
+//! * [`shutdown`]: SIGTERM, SIGINT or SIGQUIT, the stop of every long-running command.
 
 mod cli;
 mod commands;

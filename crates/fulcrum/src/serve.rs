@@ -12,7 +12,7 @@
 //! 3. Change while serving: SIGHUP or `POST /api/reload` reload the file ([`reload`]); SIGUSR1
 //!    reopens the access log; a new fulcrum on the upgrade socket takes the sockets over
 //!    ([`upgrade`]).
-//! 4. Stop: at SIGTERM or SIGINT, or once replaced, the proxy drains its connections, then
+//! 4. Stop: at SIGTERM, SIGINT or SIGQUIT, or once replaced, the proxy drains its connections, then
 //!    the control plane stops.
 //!
 //! The order matters where a comment says so: every handler is installed and every socket
@@ -308,7 +308,7 @@ fn spawn_admin(
 /// Runs the proxy until SIGTERM, SIGINT or a successor's takeover, and its drain.
 async fn serve_until_stopped(proxy: proxy::Proxy, mut replaced: watch::Receiver<bool>) {
     let (signal, again) = shutdown::signals();
-    // A second SIGTERM or SIGINT during the drain: stop now, without waiting for open
+    // A second SIGTERM, SIGINT or SIGQUIT during the drain: stop now, without waiting for open
     // connections (the first one's graceful stop can last `shutdown_timeout`).
     tokio::spawn(async move {
         again.await;

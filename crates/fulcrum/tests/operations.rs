@@ -692,3 +692,50 @@ fn an_access_log_that_cannot_be_opened_is_named_by_its_path_once() {
     );
     assert!(!stderr.contains("File("), "{stderr}");
 }
+
+/// The other long-running commands stop on SIGQUIT as on SIGTERM too: `lab backend` exits 0.
+#[test]
+fn lab_backend_stops_gracefully_on_sigquit() {
+    let held = HeldPort::for_server();
+    let addr = held.addr;
+    let mut backend = common::ChildGuard(
+        common::fulcrum()
+            .args([
+                "lab",
+                "backend",
+                "--listen",
+                &addr.to_string(),
+                "--name",
+                "q",
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(Duration::from_secs(20), "the backend accepts", || {
+        TcpStream::connect(addr)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    drop(held);
+    signal(&backend.0, "QUIT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = backend.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGQUIT");
+        // Poll interval of a loop bounded by `deadline`.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut log = String::new();
+    backend
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("SIGQUIT received"), "{log}");
+}

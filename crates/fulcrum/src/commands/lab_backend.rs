@@ -1,5 +1,5 @@
-//! `fulcrum lab backend`: one emulated backend, served until SIGTERM or SIGINT (or until it
-//! dies as `--die-after` asks). Its capacity model and faults are the lab's
+//! `fulcrum lab backend`: one emulated backend, served until SIGTERM, SIGINT or SIGQUIT (or
+//! until it dies as `--die-after` asks). Its capacity model and faults are the lab's
 //! [`lab::backend`]; here, the arguments turned into them.
 
 use std::net::SocketAddr;

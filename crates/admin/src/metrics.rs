@@ -4,7 +4,13 @@
 //!
 //! Names follow Prometheus' conventions: a `fulcrum_` prefix, base units (seconds), `_total`
 //! on counters. `backend=""` on `fulcrum_requests_total` counts the answers fulcrum gave
-//! itself (a 502 after every backend failed, a 400 for a bad request).
+//! itself (a 502 after every backend failed, a 400 for a bad request). Beside fulcrum's own:
+//! the standard `process_*` families (the crate's process collector), `fulcrum_build_info`,
+//! and how the last reload went under Prometheus' own names for it.
+//!
+//! Every family is written from the start, one without a series yet as its HELP and TYPE
+//! alone, so that an alert or a dashboard has its metric before the first event; the table of
+//! docs/operations.md lists each, and a test checks the two against each other.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -78,15 +78,15 @@ pub struct RunArgs {
     /// The configuration file (TOML; see docs/configuration.md).
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
-    /// The lowest level logged, for every target [default: info]. RUST_LOG's directives
-    /// still apply on top of it (`RUST_LOG=proxy=debug`); its bare level gives way
-    /// to this flag.
+    /// The lowest level logged, for every target [default: the file's log_level, else
+    /// info]. RUST_LOG's directives still apply on top of it (`RUST_LOG=proxy=debug`); its
+    /// bare level gives way to this flag (and to log_level).
     #[arg(long, value_name = "LEVEL", value_enum)]
     pub log_level: Option<crate::logs::Level>,
     /// How log lines are written: `text` for a person, `json` one JSON object per line for a
-    /// log shipper.
-    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
-    pub log_format: crate::logs::Format,
+    /// log shipper [default: the file's log_format, else text].
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub log_format: Option<crate::logs::Format>,
 }
 
 /// `fulcrum check`.

@@ -2,11 +2,12 @@
 //! slow log sink (a full pipe to journald or docker) never blocks a worker in the middle of
 //! its connections.
 //!
-//! What is written: the level a command chose (`fulcrum run --log-level`, else `info`) for
-//! every target, with `RUST_LOG`'s directives added on top — a directive naming a target
+//! What is written: the level a command chose (`fulcrum run --log-level`, else the file's
+//! `log_level`, else `info`) for every target, with `RUST_LOG`'s directives added on top — a directive naming a target
 //! (`proxy=debug`, `control=warn`) applies to it, and a bare level in `RUST_LOG`
 //! (`RUST_LOG=warn`) is the level when `--log-level` is not given (the flag wins over it).
-//! How: text lines, or one JSON object per line (`--log-format json`) for a log shipper.
+//! How: text lines, or one JSON object per line (`--log-format json`, or `log_format =
+//! "json"`) for a log shipper.
 
 use tracing_subscriber::EnvFilter;
 
@@ -22,6 +23,11 @@ pub enum Level {
 }
 
 impl Level {
+    /// The level `log_level` names (one of `config::log::LEVELS`).
+    pub fn named(name: &str) -> Option<Level> {
+        <Level as clap::ValueEnum>::from_str(name, false).ok()
+    }
+
     fn directive(self) -> &'static str {
         match self {
             Level::Error => "error",
@@ -43,6 +49,13 @@ pub enum Format {
     /// One JSON object per line (`timestamp`, `level`, `target`, `fields` with `message`):
     /// for a log shipper (Loki, Elasticsearch, journald's JSON readers).
     Json,
+}
+
+impl Format {
+    /// The format `log_format` names (one of `config::log::FORMATS`).
+    pub fn named(name: &str) -> Option<Format> {
+        <Format as clap::ValueEnum>::from_str(name, false).ok()
+    }
 }
 
 /// Starts the log writer at `default` (a filter directive) or `RUST_LOG`, as text lines; see
@@ -122,5 +135,11 @@ mod tests {
             "debug,fulcrum::access=off"
         );
         assert_eq!(directives(Some(Level::Warn), ""), "warn");
+        for name in fulcrum::config::log::LEVELS {
+            assert!(Level::named(name).is_some(), "{name}");
+        }
+        for name in fulcrum::config::log::FORMATS {
+            assert!(Format::named(name).is_some(), "{name}");
+        }
     }
 }

@@ -38,9 +38,18 @@ use crate::{LOG, logs, shutdown};
 
 /// Runs the load balancer until it is stopped or replaced; 1 when the start is refused.
 pub fn run(args: &crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
-    let _logs = logs::init_with(args.log_level, args.log_format);
     let (path, upgrade_socket) = (args.config.as_path(), args.upgrade_socket.as_deref());
-    let cfg = match checked_config(path) {
+    // The file first (quietly): its log_level and log_format start the log, below the flags.
+    let loaded = config::load(path);
+    let from_file = loaded.as_ref().map(|c| c.log.clone()).unwrap_or_default();
+    let _logs = logs::init_with(
+        args.log_level
+            .or_else(|| from_file.level.and_then(logs::Level::named)),
+        args.log_format
+            .or_else(|| from_file.format.and_then(logs::Format::named))
+            .unwrap_or_default(),
+    );
+    let cfg = match checked_config(path, loaded) {
         Ok(cfg) => cfg,
         Err(code) => return Ok(code),
     };
@@ -67,8 +76,11 @@ pub fn run(args: &crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
 /// The configuration to serve: read and checked (its warnings logged), and fitted to the
 /// open-files limit, raised as far as it goes. `Err`: refused, the reasons on stderr, and the
 /// exit status to end with.
-fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
-    let cfg = match config::load(path) {
+fn checked_config(
+    path: &Path,
+    loaded: Result<config::Config, config::ConfigError>,
+) -> Result<config::Config, ExitCode> {
+    let cfg = match loaded {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("{e}");
@@ -132,6 +144,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     } = start;
     let workers = cfg.proxy.workers;
     let admin_settings = cfg.admin.clone();
+    let log_settings = cfg.log.clone();
     // Installed before anything is served: an operator's `systemctl reload` (SIGHUP) must
     // never kill the process, however early it comes.
     let hangups = signal(SignalKind::hangup()).context("installing a SIGHUP handler")?;
@@ -183,6 +196,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
         store: store.clone(),
         admin: admin_settings,
         workers,
+        log: log_settings,
         record: reload_record,
     };
     tokio::spawn(reload::reloader(

@@ -614,8 +614,9 @@ fn refused_calls_and_changes_through_the_api_name_the_caller() {
 }
 
 /// Requests a stop cannot wait for: each of 8 requests held by a backend that never answers,
-/// spread over 2 workers. At `shutdown_timeout` the closing is said once, with how many,
-/// however many workers close theirs; the process still exits 0.
+/// spread over 2 workers. How many are open is said when the stop begins; at
+/// `shutdown_timeout` the closing is said once, with how many, however many workers close
+/// theirs; the process still exits 0.
 #[test]
 fn connections_closed_at_shutdown_timeout_are_said_once() {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -656,7 +657,18 @@ fn connections_closed_at_shutdown_timeout_are_said_once() {
         .filter(|l| l.contains("still open after shutdown_timeout"))
         .collect();
     assert_eq!(closing.len(), 1, "{lines:#?}");
-    assert!(closing[0].contains("open_connections=8"), "{}", closing[0]);
+    assert!(
+        closing[0].contains("closed_connections=8"),
+        "{}",
+        closing[0]
+    );
+    // How many were open: said when the stop began.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("shutting down") && l.contains("open_connections=8")),
+        "{lines:#?}"
+    );
     for c in clients {
         let _ = c.join();
     }
@@ -738,4 +750,62 @@ fn lab_backend_stops_gracefully_on_sigquit() {
         .unwrap();
     assert!(status.success(), "{status}: {log}");
     assert!(log.contains("SIGQUIT received"), "{log}");
+}
+
+/// `log_level` and `log_format` in the file set the log as the flags do; a flag wins over its
+/// key; a change of them at a reload is said not applied.
+#[test]
+fn the_log_keys_set_the_log_and_the_flags_win() {
+    let dead = HeldPort::refusing();
+    let text = config(&[dead.addr], "").replace(
+        "workers = 2\n",
+        "workers = 2\nlog_level = \"warn\"\nlog_format = \"json\"\n",
+    );
+    let file = TempFile::new("ops-log-keys.toml", &text);
+    let (mut fulcrum, addr) = start_quiet(&file, &[]);
+    let _ = http_get(addr, "/");
+    let changed = std::fs::read_to_string(&file.0)
+        .unwrap()
+        .replace("log_level = \"warn\"", "log_level = \"debug\"");
+    std::fs::write(&file.0, changed).unwrap();
+    fulcrum.hangup();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !fulcrum
+        .next_line(deadline)
+        .contains("log_level, log_format: take a restart")
+    {}
+    signal(&fulcrum.child, "TERM");
+    let (lines, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
+    assert!(status.success());
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"));
+        assert!(
+            v["level"] != "INFO",
+            "no INFO at log_level = \"warn\": {line}"
+        );
+    }
+
+    // The flags win over the keys (debug, json in this file).
+    let file = TempFile::new(
+        "ops-log-keys.toml",
+        &text.replace("log_level = \"warn\"", "log_level = \"debug\""),
+    );
+    let (mut fulcrum, addr) = start_quiet(&file, &["--log-level", "info", "--log-format", "text"]);
+    let _ = http_get(addr, "/");
+    signal(&fulcrum.child, "TERM");
+    let (lines, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
+    assert!(status.success());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" INFO fulcrum: fulcrum started")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains(" DEBUG ") && !l.starts_with('{')),
+        "{lines:#?}"
+    );
 }

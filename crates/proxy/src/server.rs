@@ -425,7 +425,8 @@ impl Proxy {
         let mut finished = Vec::new();
         let mut commands = Vec::new();
         for (i, sockets) in per_worker.into_iter().enumerate() {
-            let (done_tx, done_rx) = oneshot::channel::<()>();
+            // The worker's end, with how many connections it closed at `shutdown_timeout`.
+            let (done_tx, done_rx) = oneshot::channel::<usize>();
             let (command_tx, command_rx) = mpsc::unbounded_channel();
             let stop = stop_rx.clone();
             let grace = self.live.shutdown_timeout;
@@ -437,12 +438,15 @@ impl Proxy {
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt.block_on(worker(sockets, command_rx, stats, stop, grace)),
+                        Ok(rt) => {
+                            let closed =
+                                rt.block_on(worker(sockets, command_rx, stats, stop, grace));
+                            let _ = done_tx.send(closed);
+                        }
                         Err(e) => {
                             tracing::error!(worker = i, error = %e, "cannot start a worker runtime")
                         }
                     }
-                    drop(done_tx);
                 });
             match spawned {
                 Ok(_) => {
@@ -465,24 +469,18 @@ impl Proxy {
             l.handover = None;
         }
         let _ = stop_tx.send(true);
-        let workers_done = async {
-            for done in finished {
-                // Resolves (with an error) when the worker drops its sender, on any exit.
-                let _ = done.await;
-            }
-        };
-        tokio::pin!(workers_done);
-        if tokio::time::timeout(grace, &mut workers_done)
-            .await
-            .is_err()
-        {
-            // Each worker closes its own at the same deadline; said once here.
+        let mut closed = 0;
+        for done in finished {
+            // Resolves (with an error) when the worker drops its sender, on any exit.
+            closed += done.await.unwrap_or(0);
+        }
+        if closed > 0 {
+            // Each worker closed its own at the deadline; said once here, for them all.
             tracing::warn!(
-                open_connections = self.live.open_connections(),
+                closed_connections = closed,
                 shutdown_timeout_s = grace.as_secs_f64(),
-                "connections still open after shutdown_timeout; closing them"
+                "connections still open after shutdown_timeout were closed"
             );
-            workers_done.await;
         }
         // The lines the workers still hold are written before the process ends (a stalled
         // disk holds it no longer than this).
@@ -1036,10 +1034,10 @@ async fn worker(
     stats: Arc<WorkerStats>,
     stop: watch::Receiver<bool>,
     grace: Duration,
-) {
+) -> usize {
     let mut loops = JoinSet::new();
     let reaped: Reaped = Arc::default();
-    let start = |s: WorkerSocket, loops: &mut JoinSet<()>| {
+    let start = |s: WorkerSocket, loops: &mut JoinSet<usize>| {
         let listener = match TcpListener::from_std(s.socket) {
             Ok(listener) => listener,
             Err(e) => {
@@ -1068,13 +1066,19 @@ async fn worker(
     }
     let reaper = tokio::spawn(reap_idle(Arc::clone(&reaped), stop.clone()));
     let mut stopping = stop.clone();
+    // Connections closed at `shutdown_timeout` by the loops that ended with the stop.
+    let mut closed = 0;
     loop {
         if *stopping.borrow() && loops.is_empty() {
             break;
         }
         tokio::select! {
             Some(s) = commands.recv(), if !*stopping.borrow() => start(s, &mut loops),
-            Some(_) = loops.join_next() => {}
+            Some(ended) = loops.join_next() => {
+                if *stopping.borrow() {
+                    closed += ended.unwrap_or(0);
+                }
+            }
             changed = stopping.changed() => {
                 if changed.is_err() && loops.is_empty() {
                     break;
@@ -1083,6 +1087,7 @@ async fn worker(
         }
     }
     reaper.abort();
+    closed
 }
 
 /// Closes idle backend connections that expired (`keepalive_timeout`) or that their backend
@@ -1222,8 +1227,8 @@ impl AcceptLoop {
 }
 
 /// Waits for a stopped listener's open connections to finish, for at most `grace`; then
-/// closes those left.
-async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
+/// closes those left, and says how many.
+async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) -> usize {
     if !connections.is_empty() {
         tracing::debug!(listen = %addr, connections = connections.len(), "worker: waiting for its open connections");
     }
@@ -1235,11 +1240,16 @@ async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
             connections = connections.len(),
             "worker: closing its connections still open after shutdown_timeout"
         );
+        let left = connections.len();
         connections.abort_all();
+        return left;
     }
+    0
 }
 
-async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) {
+/// Accepts on one listener until the proxy stops or the listener is retired, then drains its
+/// connections; how many had to be closed at `grace`.
+async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) -> usize {
     let mut connections = JoinSet::new();
     let addr = a
         .listener
@@ -1306,7 +1316,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
     let listener = a.listener;
     drop(listener);
     close_unserved(&mut a.inbox, &a.spread.open[a.worker]);
-    drain(connections, grace, &addr).await;
+    drain(connections, grace, &addr).await
 }
 
 /// Serves one accepted connection as its listener says: after the PROXY protocol header that

@@ -19,6 +19,7 @@
 //!   read them.
 //! * [`admin`]: the admin listener and its token.
 //! * [`cluster`]: the etcd a fleet shares its admin-API changes through.
+//! * [`log`]: `log_level` and `log_format`, fulcrum's own log.
 //! * [`balancing`]: an algorithm and its options from the admin API, checked as in a file.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
@@ -41,6 +42,7 @@ mod header_rules;
 mod health;
 mod limits;
 mod listener;
+pub mod log;
 mod report;
 mod route;
 mod settings;
@@ -69,6 +71,8 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// `state_file`: where the admin API's changes are kept across restarts.
     pub state_file: Option<std::path::PathBuf>,
+    /// `log_level` and `log_format`: fulcrum's own log.
+    pub log: log::Log,
 }
 
 /// Reads and checks a configuration file.
@@ -102,12 +106,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             let admin = file.admin.take();
             let cluster = file.cluster.take();
             let state_file = file.state_file.take();
+            let log = std::mem::take(&mut file.log);
             Ok(Config {
                 proxy: settings::proxy(file),
                 admin,
                 cluster,
                 warnings,
                 state_file,
+                log,
             })
         }
     }

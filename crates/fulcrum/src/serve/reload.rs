@@ -24,6 +24,8 @@ pub struct Reloading {
     pub admin: Option<config::admin::Admin>,
     /// The workers running (a change takes a restart).
     pub workers: usize,
+    /// The file's `log_level` and `log_format` at the start (a change takes a restart).
+    pub log: config::log::Log,
     /// How the reloads went, for /metrics.
     pub record: admin::Reloads,
 }
@@ -42,6 +44,7 @@ pub async fn reloader(
         store,
         admin,
         workers,
+        log,
         record,
     } = on;
     loop {
@@ -57,6 +60,7 @@ pub async fn reloader(
         let running = Running {
             admin: admin.as_ref(),
             workers,
+            log: &log,
         };
         let result = reload(&path, &proxy, &store, running).await;
         record.record(result.is_ok());
@@ -72,6 +76,7 @@ struct Running<'a> {
     admin: Option<&'a config::admin::Admin>,
     /// The workers serving: the listeners are sized for them until a restart.
     workers: usize,
+    log: &'a config::log::Log,
 }
 
 /// One reload: the file is read and checked as `fulcrum check` does; a file with errors
@@ -90,6 +95,9 @@ async fn reload(
     }
     if cfg.state_file.as_deref() != store.path() {
         not_applied.push("state_file: takes a restart".to_owned());
+    }
+    if &cfg.log != running.log {
+        not_applied.push("log_level, log_format: take a restart".to_owned());
     }
     // The admin API's changes, over the file's settings; kept once the proxy takes them.
     let text = std::fs::read_to_string(path).unwrap_or_default();

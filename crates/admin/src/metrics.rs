@@ -135,7 +135,8 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
 
 /// The standard process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
 /// `process_open_fds`, ...), as every Prometheus client library exports them, read from
-/// `/proc/self` by the `prometheus` crate's collector.
+/// `/proc/self` by the `prometheus` crate's collector (Linux only, as /proc is).
+#[cfg(target_os = "linux")]
 fn process_families() -> Vec<MetricFamily> {
     use prometheus::core::Collector as _;
     static PROCESS: std::sync::OnceLock<prometheus::process_collector::ProcessCollector> =
@@ -143,6 +144,12 @@ fn process_families() -> Vec<MetricFamily> {
     PROCESS
         .get_or_init(prometheus::process_collector::ProcessCollector::for_self)
         .collect()
+}
+
+/// No /proc: no process metrics.
+#[cfg(not(target_os = "linux"))]
+fn process_families() -> Vec<MetricFamily> {
+    Vec::new()
 }
 
 /// `fulcrum_build_info{version, profile} 1`: which build runs (Prometheus' `*_build_info`

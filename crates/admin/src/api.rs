@@ -56,6 +56,8 @@ pub struct Shared {
     pub(crate) view: View,
     /// The backends' last minutes, which the listener's sampler fills.
     pub(crate) history: Arc<crate::history::History>,
+    /// The 401s, logged sparingly.
+    unauthorized: crate::guard::Unauthorized,
 }
 
 impl Shared {
@@ -65,6 +67,7 @@ impl Shared {
             guard: Guard::new(access, bound),
             view,
             history: Arc::default(),
+            unauthorized: Default::default(),
         }
     }
 }
@@ -111,11 +114,14 @@ fn method_not_allowed(allow: &'static str) -> Answer {
     r
 }
 
-/// One request to the admin listener, which came in on a connection to `local`.
+/// One request to the admin listener, which came in on a connection to `local`. (Its log
+/// lines are in the span the listener opens for it, naming the caller, the method and the
+/// path: a change or a refusal says who asked.)
 pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) -> Answer {
     if let Err((status, message)) = shared.guard.admit(&req, local) {
         let mut r = error(status, message);
         if status == StatusCode::UNAUTHORIZED {
+            shared.unauthorized.refused();
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -169,7 +175,10 @@ pub async fn handle(shared: &Shared, local: SocketAddr, req: Request<Incoming>) 
             false => method_not_allowed("GET, HEAD"),
         },
         ["api", "reload"] => match *req.method() {
-            Method::POST => reload(&shared.view).await,
+            Method::POST => {
+                tracing::info!("reload asked through the admin API");
+                reload(&shared.view).await
+            }
             _ => method_not_allowed("POST"),
         },
         ["api", "upstreams", name] => match find(&shared.view, name) {

@@ -73,6 +73,35 @@ impl std::fmt::Debug for Guard {
     }
 }
 
+/// Calls refused 401 (no token, or a wrong one), logged at WARN at most once a
+/// [`UNAUTHORIZED_LOG_EVERY`]: a client guessing tokens must not flood the log (nor fill the
+/// disk), and one line still says who tried, where, and how many more were refused since.
+#[derive(Debug, Default)]
+pub(crate) struct Unauthorized(std::sync::Mutex<(Option<std::time::Instant>, u64)>);
+
+/// How often a 401 is logged at most.
+pub(crate) const UNAUTHORIZED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Unauthorized {
+    /// Logs a refusal, unless one was logged less than [`UNAUTHORIZED_LOG_EVERY`] ago (then
+    /// it is counted, and told with the next one logged). The call's caller, method and path
+    /// are in the span the admin listener opens for each request.
+    pub(crate) fn refused(&self) {
+        let now = std::time::Instant::now();
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match last.0 {
+            Some(at) if now.duration_since(at) < UNAUTHORIZED_LOG_EVERY => last.1 += 1,
+            _ => {
+                tracing::warn!(
+                    not_logged_since = last.1,
+                    "admin API: call refused 401: no token or a wrong one"
+                );
+                *last = (Some(now), 0);
+            }
+        }
+    }
+}
+
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut out = [0; 32];

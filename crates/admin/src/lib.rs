@@ -36,6 +36,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tracing::Instrument as _;
 
 use proxy::ProxyHandle;
 
@@ -70,6 +71,44 @@ pub struct View {
     /// Where the fleet's shared state stands (`[cluster]`; `None`: no cluster, no metrics
     /// about it).
     pub cluster: Option<ClusterView>,
+    /// How the reloads went, for `/metrics`.
+    pub reloads: Reloads,
+}
+
+/// How the configuration's reloads went: whether the last one was applied, and when the
+/// configuration in force was (the start, or the last reload applied). The binary's reloader
+/// writes it; `/metrics` reads it.
+#[derive(Debug, Clone)]
+pub struct Reloads(Arc<std::sync::Mutex<(bool, f64)>>);
+
+impl Default for Reloads {
+    /// The configuration of the start, applied now.
+    fn default() -> Reloads {
+        Reloads(Arc::new(std::sync::Mutex::new((true, unix_now()))))
+    }
+}
+
+impl Reloads {
+    /// A reload was applied (`true`, now) or refused.
+    pub fn record(&self, applied: bool) {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        last.0 = applied;
+        if applied {
+            last.1 = unix_now();
+        }
+    }
+
+    /// Whether the last reload was applied, and the Unix time of the last configuration that
+    /// was.
+    pub fn last(&self) -> (bool, f64) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// One change the API made to a running upstream, told to [`Overrides::changed`] once it
@@ -234,9 +273,9 @@ impl Admin {
         let graceful = GracefulShutdown::new();
         tokio::pin!(stop);
         loop {
-            let stream = tokio::select! {
+            let (stream, caller) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of descriptors and the like: back off instead of spinning.
                         tracing::warn!(error = %e, "admin listener: cannot accept a connection");
@@ -255,9 +294,14 @@ impl Admin {
                 continue;
             };
             let shared = Arc::clone(&self.shared);
-            let service = service_fn(move |req| {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let shared = Arc::clone(&shared);
+                // Every line a call logs (a change, a refusal) names its caller. At WARN, so
+                // that it is on as long as the refusals' WARN lines are (a span below the
+                // filter's level would be off, and its fields missing from them).
+                let span = tracing::warn_span!("admin", caller = %caller, method = %req.method(), path = %req.uri().path());
                 async move { Ok::<_, Infallible>(api::handle(&shared, local, req).await) }
+                    .instrument(span)
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())

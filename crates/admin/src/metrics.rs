@@ -4,8 +4,13 @@
 //!
 //! Names follow Prometheus' conventions: a `fulcrum_` prefix, base units (seconds), `_total`
 //! on counters. `backend=""` on `fulcrum_requests_total` and `fulcrum_request_duration_seconds`
-//! counts the answers fulcrum gave itself (a 502 after every backend failed, a 400 for a bad
-//! request).
+//! counts the answers fulcrum gave itself (a 502 after every backend failed, a 400 for a bad request). Beside fulcrum's own:
+//! the standard `process_*` families (the crate's process collector), `fulcrum_build_info`,
+//! and how the last reload went under Prometheus' own names for it.
+//!
+//! Every family is written from the start, one without a series yet as its HELP and TYPE
+//! alone, so that an alert or a dashboard has its metric before the first event; the table of
+//! docs/operations.md lists each, and a test checks the two against each other.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -78,16 +83,40 @@ fn gauges(name: &str, help: &str, series: Vec<(Labels, f64)>) -> MetricFamily {
 /// The text of one scrape.
 pub fn exposition(view: &View) -> String {
     let mut text = Vec::new();
-    // Encoding into memory fails only on a malformed family (a bug): then the scrape gets
-    // what was written, which the scraper rejects as a whole, and the proxy goes on.
-    if let Err(e) = TextEncoder::new().encode(&families(view), &mut text) {
-        tracing::error!(error = %e, "cannot encode the metrics");
+    for f in families(view) {
+        if f.get_metric().is_empty() {
+            // A family without a series yet: its HELP and TYPE alone (the encoder refuses an
+            // empty family), so that every family is known from the start.
+            text.extend_from_slice(metadata(&f).as_bytes());
+            continue;
+        }
+        // Encoding into memory fails only on a malformed family (a bug): then the scrape
+        // gets what was written, which the scraper rejects as a whole, and the proxy goes on.
+        if let Err(e) = TextEncoder::new().encode(std::slice::from_ref(&f), &mut text) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
     }
     String::from_utf8_lossy(&text).into_owned()
 }
 
+/// The `# HELP` and `# TYPE` lines of a family, as the text format writes them.
+fn metadata(f: &MetricFamily) -> String {
+    let kind = match f.get_field_type() {
+        MetricType::COUNTER => "counter",
+        MetricType::GAUGE => "gauge",
+        MetricType::HISTOGRAM => "histogram",
+        MetricType::SUMMARY => "summary",
+        MetricType::UNTYPED => "untyped",
+    };
+    // The format escapes a backslash and a line feed in HELP.
+    let help = f.help().replace('\\', "\\\\").replace('\n', "\\n");
+    format!("# HELP {0} {help}\n# TYPE {0} {kind}\n", f.name())
+}
+
 /// Every metric family, in a fixed order: what the workers counted per upstream, then each
-/// backend's state, then the client side.
+/// backend's state, then the client side, the process and the configuration's reloads.
+/// Every family is there from the start, a family without a series yet with its HELP and
+/// TYPE alone (those of `[cluster]` only with a cluster).
 pub fn families(view: &View) -> Vec<MetricFamily> {
     let totals = view.proxy.metrics().totals();
     let upstreams = view.proxy.upstreams();
@@ -99,10 +128,68 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     all.push(limited_family(view));
     all.extend(client_families(view));
     all.extend(cluster_families(view));
-    all.into_iter()
-        // An empty family is not written at all (its HELP alone would be a lint error).
-        .filter(|f| !f.get_metric().is_empty())
+    all.extend(process_families());
+    all.push(build_info());
+    all.extend(reload_families(&view.reloads));
+    all
+}
+
+/// The standard process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, ...), as every Prometheus client library exports them, read from
+/// `/proc/self` by the `prometheus` crate's collector (Linux only, as /proc is).
+#[cfg(target_os = "linux")]
+fn process_families() -> Vec<MetricFamily> {
+    use prometheus::core::Collector as _;
+    static PROCESS: std::sync::OnceLock<prometheus::process_collector::ProcessCollector> =
+        std::sync::OnceLock::new();
+    PROCESS
+        .get_or_init(prometheus::process_collector::ProcessCollector::for_self)
         .collect()
+}
+
+/// No /proc: no process metrics.
+#[cfg(not(target_os = "linux"))]
+fn process_families() -> Vec<MetricFamily> {
+    Vec::new()
+}
+
+/// `fulcrum_build_info{version, profile} 1`: which build runs (Prometheus' `*_build_info`
+/// convention, joined onto other series by `on() group_left`).
+fn build_info() -> MetricFamily {
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    gauges(
+        "fulcrum_build_info",
+        "Always 1: the version of fulcrum running, and whether it is a release or a debug build.",
+        vec![(
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").to_owned()),
+                ("profile", profile.to_owned()),
+            ],
+            1.0,
+        )],
+    )
+}
+
+/// Whether the last reload took, and when one last did: Prometheus' own
+/// `prometheus_config_last_reload_*` pair, under fulcrum's prefix.
+fn reload_families(reloads: &crate::Reloads) -> [MetricFamily; 2] {
+    let (successful, at) = reloads.last();
+    [
+        gauges(
+            "fulcrum_config_last_reload_successful",
+            "1 if the last reload of the configuration (SIGHUP or POST /api/reload) was applied, 0 if it was refused; 1 before any.",
+            vec![(Labels::new(), if successful { 1.0 } else { 0.0 })],
+        ),
+        gauges(
+            "fulcrum_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last configuration applied: the start, or the last reload that was.",
+            vec![(Labels::new(), at)],
+        ),
+    ]
 }
 
 /// The series of the families the workers' counts make, gathered upstream by upstream.

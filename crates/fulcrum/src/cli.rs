@@ -45,7 +45,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the backend-side load reporter: samples CPU, memory, disk, network and container
     /// memory every interval and serves them as GET /load (JSON) and GET /metrics (Prometheus),
-    /// until SIGTERM or SIGINT.
+    /// until SIGTERM, SIGINT or SIGQUIT.
     Agent(AgentArgs),
     /// Simulate a lab scenario in virtual time with fulcrum's own balancing code (many
     /// backends, many balancer instances, late load reports); writes results.csv, results.md
@@ -78,6 +78,15 @@ pub struct RunArgs {
     /// The configuration file (TOML; see docs/configuration.md).
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
+    /// The lowest level logged, for every target [default: the file's log_level, else
+    /// info]. RUST_LOG's directives still apply on top of it (`RUST_LOG=proxy=debug`); its
+    /// bare level gives way to this flag (and to log_level).
+    #[arg(long, value_name = "LEVEL", value_enum)]
+    pub log_level: Option<crate::logs::Level>,
+    /// How log lines are written: `text` for a person, `json` one JSON object per line for a
+    /// log shipper [default: the file's log_format, else text].
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub log_format: Option<crate::logs::Format>,
 }
 
 /// `fulcrum check`.

@@ -13,7 +13,7 @@
 //! * [`commands`]: every other subcommand — `check`, `health`, `agent`, `demo`, `sim` and the
 //!   lab's.
 //! * [`logs`]: where every command's logs go (stderr, through a writer thread).
-//! * [`shutdown`]: SIGTERM or SIGINT, the stop of every long-running command.
+//! * [`shutdown`]: SIGTERM, SIGINT or SIGQUIT, the stop of every long-running command.
 
 mod cli;
 mod commands;
@@ -36,7 +36,7 @@ const LOG: &str = "fulcrum";
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => serve::run(&args.config, args.upgrade_socket.as_deref()),
+        Command::Run(args) => serve::run(&args),
         Command::Check(args) => match args.path() {
             Some(path) => commands::check::run(path),
             None => Err(anyhow::anyhow!(

@@ -12,7 +12,7 @@
 //! 3. Change while serving: SIGHUP or `POST /api/reload` reload the file ([`reload`]); SIGUSR1
 //!    reopens the access log; a new fulcrum on the upgrade socket takes the sockets over
 //!    ([`upgrade`]).
-//! 4. Stop: at SIGTERM or SIGINT, or once replaced, the proxy drains its connections, then
+//! 4. Stop: at SIGTERM, SIGINT or SIGQUIT, or once replaced, the proxy drains its connections, then
 //!    the control plane stops.
 //!
 //! The order matters where a comment says so: every handler is installed and every socket
@@ -37,9 +37,19 @@ use tokio::sync::{mpsc, watch};
 use crate::{LOG, logs, shutdown};
 
 /// Runs the load balancer until it is stopped or replaced; 1 when the start is refused.
-pub fn run(path: &Path, upgrade_socket: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let _logs = logs::init("info");
-    let cfg = match checked_config(path) {
+pub fn run(args: &crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
+    let (path, upgrade_socket) = (args.config.as_path(), args.upgrade_socket.as_deref());
+    // The file first (quietly): its log_level and log_format start the log, below the flags.
+    let loaded = config::load(path);
+    let from_file = loaded.as_ref().map(|c| c.log.clone()).unwrap_or_default();
+    let _logs = logs::init_with(
+        args.log_level
+            .or_else(|| from_file.level.and_then(logs::Level::named)),
+        args.log_format
+            .or_else(|| from_file.format.and_then(logs::Format::named))
+            .unwrap_or_default(),
+    );
+    let cfg = match checked_config(path, loaded) {
         Ok(cfg) => cfg,
         Err(code) => return Ok(code),
     };
@@ -66,8 +76,11 @@ pub fn run(path: &Path, upgrade_socket: Option<&Path>) -> anyhow::Result<ExitCod
 /// The configuration to serve: read and checked (its warnings logged), and fitted to the
 /// open-files limit, raised as far as it goes. `Err`: refused, the reasons on stderr, and the
 /// exit status to end with.
-fn checked_config(path: &Path) -> Result<config::Config, ExitCode> {
-    let cfg = match config::load(path) {
+fn checked_config(
+    path: &Path,
+    loaded: Result<config::Config, config::ConfigError>,
+) -> Result<config::Config, ExitCode> {
+    let cfg = match loaded {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("{e}");
@@ -131,6 +144,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     } = start;
     let workers = cfg.proxy.workers;
     let admin_settings = cfg.admin.clone();
+    let log_settings = cfg.log.clone();
     // Installed before anything is served: an operator's `systemctl reload` (SIGHUP) must
     // never kill the process, however early it comes.
     let hangups = signal(SignalKind::hangup()).context("installing a SIGHUP handler")?;
@@ -144,6 +158,8 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let handle = proxy.handle();
     store.attach(handle.clone());
     let (reloads, reload_requests) = mpsc::channel(4);
+    // How the reloads go, for /metrics.
+    let reload_record = admin::Reloads::default();
     // The fleet's shared state (`[cluster]`): started before the admin listener, whose
     // /metrics shows it, and stopped with the control plane.
     let (stop_fleet, fleet_stopped) = watch::channel(false);
@@ -153,7 +169,12 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     let mut admin_handover = None;
     let admin = match admin_settings.clone() {
         Some(a) => {
-            let (admin, socket) = bind_admin(a, &mut inherited, &handle, reloads, &store, cluster)?;
+            let hooks = AdminHooks {
+                reloads,
+                reload_record: reload_record.clone(),
+                cluster,
+            };
+            let (admin, socket) = bind_admin(a, &mut inherited, &handle, &store, hooks)?;
             admin_handover = Some(socket);
             Some(admin)
         }
@@ -169,11 +190,17 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     // listener run on this runtime, beside the workers.
     let (stop_control, stopped) = watch::channel(false);
     tokio::spawn(control::follow(handle.upstream_set(), stopped.clone()));
-    tokio::spawn(reload::reloader(
+    let reloading = reload::Reloading {
         path,
-        handle.clone(),
-        store.clone(),
-        admin_settings,
+        proxy: handle.clone(),
+        store: store.clone(),
+        admin: admin_settings,
+        workers,
+        log: log_settings,
+        record: reload_record,
+    };
+    tokio::spawn(reload::reloader(
+        reloading,
         hangups,
         reload_requests,
         stopped.clone(),
@@ -202,28 +229,37 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the admin listener is connected to beside the proxy and the state store.
+struct AdminHooks {
+    /// Where `POST /api/reload` asks for a reload.
+    reloads: mpsc::Sender<admin::ReloadReply>,
+    /// How the reloads went, for /metrics.
+    reload_record: admin::Reloads,
+    cluster: Option<admin::ClusterView>,
+}
+
 /// The admin listener on its socket — the one handed over, or a new one — and a copy of
 /// the socket for the next upgrade's handover.
 fn bind_admin(
     settings: config::admin::Admin,
     inherited: &mut Inherited,
     proxy: &proxy::ProxyHandle,
-    reloads: mpsc::Sender<admin::ReloadReply>,
     store: &StateStore,
-    cluster: Option<admin::ClusterView>,
+    hooks: AdminHooks,
 ) -> anyhow::Result<(admin::Admin, std::net::TcpListener)> {
     let socket = match inherited.take("admin") {
         Some(socket) => socket,
         None => std::net::TcpListener::bind(settings.listen)
-            .with_context(|| format!("admin listener: cannot listen on {}", settings.listen))?,
+            .map_err(|e| admin_bind_error(settings.listen, &e))?,
     };
     let handover = socket.try_clone()?;
     let view = admin::View {
         proxy: proxy.clone(),
-        reload: Some(reloads),
+        reload: Some(hooks.reloads),
         balancing: Some(admin::Balancing(Arc::new(config::balancing::apply))),
         overrides: Some(Arc::new(store.clone())),
-        cluster,
+        cluster: hooks.cluster,
+        reloads: hooks.reload_record,
     };
     let access = admin::Access {
         token: settings.token,
@@ -231,6 +267,16 @@ fn bind_admin(
     };
     let admin = admin::Admin::from_listener(socket, access, view)?;
     Ok((admin, handover))
+}
+
+/// Why the admin listener cannot listen, once, and what to do about it.
+fn admin_bind_error(listen: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        " (another process is using this address: stop it or choose another [admin] listen)"
+    } else {
+        ""
+    };
+    anyhow::anyhow!("admin listener: cannot listen on {listen}: {e}{hint}")
 }
 
 /// SIGUSR1 reopens the access log's file, as nginx's does (logrotate's postrotate), until
@@ -287,7 +333,7 @@ fn spawn_admin(
 /// Runs the proxy until SIGTERM, SIGINT or a successor's takeover, and its drain.
 async fn serve_until_stopped(proxy: proxy::Proxy, mut replaced: watch::Receiver<bool>) {
     let (signal, again) = shutdown::signals();
-    // A second SIGTERM or SIGINT during the drain: stop now, without waiting for open
+    // A second SIGTERM, SIGINT or SIGQUIT during the drain: stop now, without waiting for open
     // connections (the first one's graceful stop can last `shutdown_timeout`).
     tokio::spawn(async move {
         again.await;

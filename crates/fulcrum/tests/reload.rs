@@ -183,3 +183,64 @@ fn ten_reloads_under_steady_load_lose_no_request() {
         assert!(fulcrum.terminate().success());
     });
 }
+
+/// A reload says what it changed, and only that: an unchanged file changes nothing; a new
+/// `workers` or `[admin]` (both take a restart) changes no listener and no upstream, and is
+/// said not applied; a new weight reconfigures its upstream.
+#[test]
+fn a_reload_says_what_changed_and_nothing_else() {
+    let backend = common::HeldPort::refusing();
+    let addr: SocketAddr = format!("127.0.0.1:{}", backend.port()).parse().unwrap();
+    let first = config("round_robin", &[(addr, 1)]);
+    let file = TempFile::new("reload-honest.toml", &first);
+    let fulcrum = Running::start(&file, 1);
+
+    fulcrum.hangup();
+    // Every line of the reload: none says the upstream was reconfigured.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = Vec::new();
+    while !lines
+        .last()
+        .is_some_and(|l: &String| l.contains("configuration reloaded"))
+    {
+        lines.push(fulcrum.next_line(deadline));
+    }
+    let line = lines.last().unwrap();
+    assert!(
+        line.contains("configuration reloaded: nothing changed"),
+        "{line}"
+    );
+    assert!(!line.contains("web"), "{line}");
+    assert!(
+        lines.iter().all(|l| !l.contains("upstream reconfigured")),
+        "{lines:#?}"
+    );
+
+    // Only workers and [admin]: neither the upstream nor the listener changes.
+    let restart_only = first.replace("workers = 2", "workers = 3").replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n",
+        "[admin]\nlisten = \"127.0.0.1:0\"\nallowed_hosts = [\"localhost\"]\n",
+    );
+    assert_ne!(restart_only, first);
+    std::fs::write(&file.0, &restart_only).unwrap();
+    fulcrum.hangup();
+    let line = reload_logged(&fulcrum);
+    assert!(
+        line.contains("configuration reloaded: nothing changed"),
+        "{line}"
+    );
+    assert!(!line.contains("listeners"), "{line}");
+    assert!(!line.contains("reconfigured"), "{line}");
+    assert!(
+        line.contains("workers = 3 (running with 2): takes a restart"),
+        "{line}"
+    );
+    assert!(line.contains("[admin]: takes a restart"), "{line}");
+
+    // A new weight: the upstream, and only it, is reconfigured.
+    std::fs::write(&file.0, restart_only.replace("weight = 1", "weight = 2")).unwrap();
+    fulcrum.hangup();
+    let line = reload_logged(&fulcrum);
+    assert!(line.contains("upstreams reconfigured: web"), "{line}");
+    assert!(!line.contains("listeners"), "{line}");
+}

@@ -67,6 +67,16 @@ pub enum Destination {
     File(PathBuf),
 }
 
+/// As an operator names it: `stderr`, or the file's path.
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Stderr => f.write_str("stderr"),
+            Destination::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// What the access log is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessLogSettings {
@@ -372,7 +382,7 @@ impl Writer {
         match open(&self.destination) {
             Ok(new) => self.out = new,
             Err(e) => {
-                tracing::error!(log = ?self.destination, error = %e, "cannot reopen the access log; writing on to the old file")
+                tracing::error!(log = %self.destination, error = %e, "cannot reopen the access log; writing on to the old file")
             }
         }
     }

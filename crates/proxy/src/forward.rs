@@ -697,8 +697,16 @@ pub(crate) fn log_failure(
             upstream = %upstream.name(),
             %backend,
             error = %why,
-            connection = ?failure.connection,
-            request_sent = ?failure.request,
+            // In words, unquoted (scripts/soak reads them).
+            connection = %match failure.connection {
+                balance::Connection::Fresh => "new",
+                balance::Connection::Reused => "reused",
+            },
+            request_sent = %match failure.request {
+                balance::RequestSent::Nothing => "none",
+                balance::RequestSent::Partly => "part",
+                balance::RequestSent::Whole => "all",
+            },
             blamed = step.decision.blame == balance::Blame::Backend,
             next,
             "attempt failed"

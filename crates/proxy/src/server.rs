@@ -49,22 +49,25 @@ use crate::{dispatch, proxy_protocol, tcp};
 /// A proxy that cannot start, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    // `error` is not this error's `source`: its words are already in the message, and a
+    // chain printed whole (`{:#}`) would say them twice.
     #[error(
-        "cannot listen on {addr}: {source}{hint}",
-        hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+        "cannot listen on {addr}: {error}{hint}",
+        hint = if error.kind() == std::io::ErrorKind::AddrInUse {
             " (another process is using this address: stop it or choose another `listen`)"
         } else { "" }
     )]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    // `error`, not `source`, as for `Bind`.
     #[error(
-        "cannot open the access log {destination:?}: {source} (check the directory exists and fulcrum may write there)"
+        "cannot open the access log {destination}: {error} (check the directory exists and fulcrum may write there)"
     )]
     AccessLog {
         destination: Destination,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("listener {listen}: {source}")]
     Tls {
@@ -245,9 +248,9 @@ fn bind_listener(
     // Certificates first: a bad one leaves nothing bound.
     let resumption = Resumption::new().map_err(|e| tls_error(e.into()))?;
     let tls = server_tls(&settings, &resumption).map_err(tls_error)?;
-    let bind_error = |source| StartError::Bind {
+    let bind_error = |error| StartError::Bind {
         addr: configured,
-        source,
+        error,
     };
     let socket = match inherited.take(&handover::name_of(configured)) {
         Some(socket) => {
@@ -422,7 +425,8 @@ impl Proxy {
         let mut finished = Vec::new();
         let mut commands = Vec::new();
         for (i, sockets) in per_worker.into_iter().enumerate() {
-            let (done_tx, done_rx) = oneshot::channel::<()>();
+            // The worker's end, with how many connections it closed at `shutdown_timeout`.
+            let (done_tx, done_rx) = oneshot::channel::<usize>();
             let (command_tx, command_rx) = mpsc::unbounded_channel();
             let stop = stop_rx.clone();
             let grace = self.live.shutdown_timeout;
@@ -434,12 +438,15 @@ impl Proxy {
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt.block_on(worker(sockets, command_rx, stats, stop, grace)),
+                        Ok(rt) => {
+                            let closed =
+                                rt.block_on(worker(sockets, command_rx, stats, stop, grace));
+                            let _ = done_tx.send(closed);
+                        }
                         Err(e) => {
                             tracing::error!(worker = i, error = %e, "cannot start a worker runtime")
                         }
                     }
-                    drop(done_tx);
                 });
             match spawned {
                 Ok(_) => {
@@ -451,14 +458,29 @@ impl Proxy {
         }
         *self.live.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
         shutdown.await;
-        tracing::info!("shutting down: no new connections; finishing requests in flight");
+        // Said once for every worker and listener: each worker then drains its own.
+        let grace = self.live.shutdown_timeout;
+        tracing::info!(
+            open_connections = self.live.open_connections(),
+            shutdown_timeout_s = grace.as_secs_f64(),
+            "shutting down: no new connections; waiting for open connections to finish"
+        );
         for l in self.live.registry().listeners.iter_mut() {
             l.handover = None;
         }
         let _ = stop_tx.send(true);
+        let mut closed = 0;
         for done in finished {
             // Resolves (with an error) when the worker drops its sender, on any exit.
-            let _ = done.await;
+            closed += done.await.unwrap_or(0);
+        }
+        if closed > 0 {
+            // Each worker closed its own at the deadline; said once here, for them all.
+            tracing::warn!(
+                closed_connections = closed,
+                shutdown_timeout_s = grace.as_secs_f64(),
+                "connections still open after shutdown_timeout were closed"
+            );
         }
         // The lines the workers still hold are written before the process ends (a stalled
         // disk holds it no longer than this).
@@ -473,9 +495,9 @@ impl Proxy {
 fn open_access_log(settings: Option<&AccessLogSettings>) -> Result<Option<AccessLog>, StartError> {
     settings
         .map(|s| {
-            AccessLog::open(s.clone()).map_err(|source| StartError::AccessLog {
+            AccessLog::open(s.clone()).map_err(|error| StartError::AccessLog {
                 destination: s.destination.clone(),
-                source,
+                error,
             })
         })
         .transpose()
@@ -762,6 +784,15 @@ struct Prepared {
 }
 
 impl Live {
+    /// The client connections every listener is serving now.
+    fn open_connections(&self) -> usize {
+        self.registry()
+            .listeners
+            .iter()
+            .map(|l| l.permits.saturating_sub(l.limit.available_permits()))
+            .sum()
+    }
+
     /// What of `settings` a reload cannot apply.
     fn restart_only(&self, settings: &ProxySettings) -> Vec<String> {
         let mut not_applied = Vec::new();
@@ -1018,10 +1049,10 @@ async fn worker(
     stats: Arc<WorkerStats>,
     stop: watch::Receiver<bool>,
     grace: Duration,
-) {
+) -> usize {
     let mut loops = JoinSet::new();
     let reaped: Reaped = Arc::default();
-    let start = |s: WorkerSocket, loops: &mut JoinSet<()>| {
+    let start = |s: WorkerSocket, loops: &mut JoinSet<usize>| {
         let listener = match TcpListener::from_std(s.socket) {
             Ok(listener) => listener,
             Err(e) => {
@@ -1050,13 +1081,19 @@ async fn worker(
     }
     let reaper = tokio::spawn(reap_idle(Arc::clone(&reaped), stop.clone()));
     let mut stopping = stop.clone();
+    // Connections closed at `shutdown_timeout` by the loops that ended with the stop.
+    let mut closed = 0;
     loop {
         if *stopping.borrow() && loops.is_empty() {
             break;
         }
         tokio::select! {
             Some(s) = commands.recv(), if !*stopping.borrow() => start(s, &mut loops),
-            Some(_) = loops.join_next() => {}
+            Some(ended) = loops.join_next() => {
+                if *stopping.borrow() {
+                    closed += ended.unwrap_or(0);
+                }
+            }
             changed = stopping.changed() => {
                 if changed.is_err() && loops.is_empty() {
                     break;
@@ -1065,6 +1102,7 @@ async fn worker(
         }
     }
     reaper.abort();
+    closed
 }
 
 /// Closes idle backend connections that expired (`keepalive_timeout`) or that their backend
@@ -1204,23 +1242,29 @@ impl AcceptLoop {
 }
 
 /// Waits for a stopped listener's open connections to finish, for at most `grace`; then
-/// closes those left.
-async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) {
+/// closes those left, and says how many.
+async fn drain(mut connections: JoinSet<()>, grace: Duration, addr: &str) -> usize {
     if !connections.is_empty() {
-        tracing::info!(listen = %addr, connections = connections.len(), "waiting for open connections");
+        tracing::debug!(listen = %addr, connections = connections.len(), "worker: waiting for its open connections");
     }
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, drained).await.is_err() {
-        tracing::warn!(
+        // Said once for the whole proxy ([`Proxy::run`]).
+        tracing::debug!(
             listen = %addr,
-            grace = ?grace,
-            "connections still open after shutdown_timeout; closing them"
+            connections = connections.len(),
+            "worker: closing its connections still open after shutdown_timeout"
         );
+        let left = connections.len();
         connections.abort_all();
+        return left;
     }
+    0
 }
 
-async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) {
+/// Accepts on one listener until the proxy stops or the listener is retired, then drains its
+/// connections; how many had to be closed at `grace`.
+async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: Duration) -> usize {
     let mut connections = JoinSet::new();
     let addr = a
         .listener
@@ -1287,7 +1331,7 @@ async fn accept_loop(mut a: AcceptLoop, mut stop: watch::Receiver<bool>, grace: 
     let listener = a.listener;
     drop(listener);
     close_unserved(&mut a.inbox, &a.spread.open[a.worker]);
-    drain(connections, grace, &addr).await;
+    drain(connections, grace, &addr).await
 }
 
 /// Serves one accepted connection as its listener says: after the PROXY protocol header that

@@ -332,7 +332,7 @@ impl fmt::Display for HashKey {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamSettings {
     pub name: String,
     pub algorithm: Algorithm,

@@ -60,6 +60,17 @@ pub struct BackendTls {
     protocol: BackendProtocol,
 }
 
+/// The same TLS only when it is the very same one: each load of the configuration reads the
+/// CA files again and builds a new one, so a reload of an upstream with TLS counts as a change
+/// (its files may have been renewed) — what a reload reports as reconfigured.
+impl PartialEq for BackendTls {
+    fn eq(&self, other: &BackendTls) -> bool {
+        Arc::ptr_eq(&self.config, &other.config)
+            && self.server_name == other.server_name
+            && self.protocol == other.protocol
+    }
+}
+
 /// Why an upstream's TLS settings cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendTlsError {

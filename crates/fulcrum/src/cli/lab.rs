@@ -14,11 +14,11 @@ use super::values::{
 
 #[derive(Debug, Subcommand)]
 pub enum LabCommand {
-    /// Run one emulated backend until SIGTERM or SIGINT (or --die-after): it answers every
-    /// request with its name (and `X-Backend`) after the request's cost (`X-Lab-Cost: <ms>`, or
-    /// `?delay_ms=N`). With --workers it emulates a server of limited capacity (modes, an
-    /// antagonist, faults, a cost distribution; see docs/lab.md) and serves its utilization at
-    /// GET /load in the agent's format.
+    /// Run one emulated backend until SIGTERM, SIGINT or SIGQUIT (or --die-after): it answers
+    /// every request with its name (and `X-Backend`) after the request's cost
+    /// (`X-Lab-Cost: <ms>`, or `?delay_ms=N`). With --workers it emulates a server of limited
+    /// capacity (modes, an antagonist, faults, a cost distribution; see docs/lab.md) and serves
+    /// its utilization at GET /load in the agent's format.
     Backend(BackendArgs),
     /// Load against a URL. Open loop (--pattern, the default way): requests leave on schedule
     /// whether or not earlier ones returned, and latency counts from the intended send time

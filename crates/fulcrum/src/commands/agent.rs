@@ -1,6 +1,6 @@
 //! `fulcrum agent`: the backend-side load reporter started from the command line — its
-//! settings from the arguments, its listeners bound, and served until SIGTERM or SIGINT. What
-//! it measures and how it answers is the `agent` crate's.
+//! settings from the arguments, its listeners bound, and served until SIGTERM, SIGINT or
+//! SIGQUIT. What it measures and how it answers is the `agent` crate's.
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
-//! `fulcrum lab backend`: one emulated backend, served until SIGTERM or SIGINT (or until it
-//! dies as `--die-after` asks). Its capacity model and faults are the lab's
+//! `fulcrum lab backend`: one emulated backend, served until SIGTERM, SIGINT or SIGQUIT (or
+//! until it dies as `--die-after` asks). Its capacity model and faults are the lab's
 //! [`lab::backend`]; here, the arguments turned into them.
 
 use std::net::SocketAddr;
@@ -61,7 +61,17 @@ async fn serve(
     let backend = lab::Backend::start_faulty(&name, listen, capacity, faults)
         .await
         .with_context(|| format!("cannot start the backend on {listen}"))?;
-    tracing::info!(target: LOG, listen = %backend.addr(), name = %name, capacity = ?capacity, faults = ?faults, "lab backend listening");
+    tracing::info!(
+        target: LOG,
+        listen = %backend.addr(),
+        name = %name,
+        capacity = %capacity.map_or_else(
+            || "unlimited".to_owned(),
+            |c| format!("{} workers at speed {}, queue {}", c.workers, c.speed, c.max_queue)
+        ),
+        faults = %faults_in_words(&faults),
+        "lab backend listening"
+    );
     tokio::select! {
         () = shutdown::signal() => backend.kill().await,
         () = backend.died() => tracing::info!(
@@ -71,4 +81,29 @@ async fn serve(
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The faults a backend was started with, as its flags name them (`none` without any).
+fn faults_in_words(f: &lab::backend::Faults) -> String {
+    let mut words = Vec::new();
+    if f.fail_rate > 0.0 {
+        words.push(format!(
+            "fail_rate={} fail_status={}",
+            f.fail_rate, f.fail_status
+        ));
+    }
+    if let Some(d) = f.deadline {
+        words.push(format!("deadline={}ms", d.as_millis()));
+    }
+    if let Some(n) = f.stall_after {
+        words.push(format!("stall_after={n}"));
+    }
+    if let Some(n) = f.die_after {
+        words.push(format!("die_after={n}"));
+    }
+    if words.is_empty() {
+        "none".to_owned()
+    } else {
+        words.join(" ")
+    }
 }

@@ -29,6 +29,8 @@ pub(super) const SECTION: Section = Section {
         "access_log_format",
         "shutdown_timeout",
         "state_file",
+        "log_level",
+        "log_format",
         "listener",
         "upstream",
         "admin",
@@ -54,6 +56,8 @@ pub(super) struct File {
     pub shutdown_timeout: Option<Duration>,
     /// Where the admin API's changes are kept across restarts (`None`: in memory only).
     pub state_file: Option<std::path::PathBuf>,
+    /// `log_level` and `log_format`.
+    pub log: super::log::Log,
     pub listeners: Vec<Listener>,
     pub upstreams: Vec<Upstream>,
     /// `None`: no `[admin]`, no admin listener.
@@ -78,6 +82,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
     // 0: close what is open at once, without a grace period.
     let shutdown_timeout = top.duration(r, "shutdown_timeout", Zero::Allowed);
     let state_file = state_file(r, &top);
+    let log = super::log::read(r, &top);
     let upstreams = Upstreams::read(r, &top);
     let listeners = Listeners::read(r, &top, upstreams.names().as_deref());
     tcp_upstreams(r, &listeners.read, &upstreams.read);
@@ -118,6 +123,7 @@ pub(super) fn read<'a>(r: &mut Report<'_>, doc: &'a Spanned<DeTable<'a>>) -> Fil
         access_log_format,
         shutdown_timeout,
         state_file,
+        log,
         listeners: listeners.read,
         upstreams: upstreams.read,
         admin,

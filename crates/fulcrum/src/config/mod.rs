@@ -19,6 +19,7 @@
 //!   read them.
 //! * [`admin`]: the admin listener and its token.
 //! * [`cluster`]: the etcd a fleet shares its admin-API changes through.
+//! * [`log`]: `log_level` and `log_format`, fulcrum's own log.
 //! * [`balancing`]: an algorithm and its options from the admin API, checked as in a file.
 //! * [`address`]: how listen, backend and trusted-proxy addresses are written.
 //! * [`duration`]: `"250ms"`, the one-year bound, and what 0 means per key.
@@ -43,6 +44,7 @@ mod header_rules;
 mod health;
 mod limits;
 mod listener;
+pub mod log;
 mod report;
 mod route;
 mod settings;
@@ -74,6 +76,8 @@ pub struct Config {
     pub state_file: Option<std::path::PathBuf>,
     /// The files `include` read, in the order they were merged.
     pub included: Vec<std::path::PathBuf>,
+    /// `log_level` and `log_format`: fulcrum's own log.
+    pub log: log::Log,
 }
 
 /// Reads and checks a configuration file.
@@ -123,6 +127,7 @@ fn parse_with(
     let admin = file.admin.take();
     let cluster = file.cluster.take();
     let state_file = file.state_file.take();
+    let log = std::mem::take(&mut file.log);
     Ok(Config {
         proxy: settings::proxy(file),
         admin,
@@ -130,6 +135,7 @@ fn parse_with(
         warnings,
         state_file,
         included,
+        log,
     })
 }
 

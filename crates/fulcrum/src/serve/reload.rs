@@ -14,34 +14,69 @@ use tokio::sync::{mpsc, watch};
 
 use crate::LOG;
 
+/// What the reloads work on.
+pub struct Reloading {
+    /// The configuration file, read again at each reload.
+    pub path: PathBuf,
+    pub proxy: proxy::ProxyHandle,
+    pub store: StateStore,
+    /// The `[admin]` section the process started with (a change takes a restart).
+    pub admin: Option<config::admin::Admin>,
+    /// The workers running (a change takes a restart).
+    pub workers: usize,
+    /// The file's `log_level` and `log_format` at the start (a change takes a restart).
+    pub log: config::log::Log,
+    /// How the reloads went, for /metrics.
+    pub record: admin::Reloads,
+}
+
 /// Reloads the configuration on SIGHUP and on `POST /api/reload`, one at a time, until the
 /// proxy stops.
 pub async fn reloader(
-    path: PathBuf,
-    proxy: proxy::ProxyHandle,
-    store: StateStore,
-    admin: Option<config::admin::Admin>,
+    on: Reloading,
     mut hangups: Signal,
     mut requests: mpsc::Receiver<admin::ReloadReply>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Reloading {
+        path,
+        proxy,
+        store,
+        admin,
+        workers,
+        log,
+        record,
+    } = on;
     loop {
         let reply = tokio::select! {
             _ = hangups.recv() => {
                 tracing::info!(target: LOG, "SIGHUP received: reloading the configuration");
                 None
             }
-            Some(reply) = requests.recv() => {
-                tracing::info!(target: LOG, "reload asked through the admin API");
-                Some(reply)
-            }
+            // Logged by the admin listener, with the caller's address.
+            Some(reply) = requests.recv() => Some(reply),
             _ = stop.changed() => return,
         };
-        let result = reload(&path, &proxy, &store, admin.as_ref()).await;
+        let running = Running {
+            admin: admin.as_ref(),
+            workers,
+            log: &log,
+        };
+        let result = reload(&path, &proxy, &store, running).await;
+        record.record(result.is_ok());
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
     }
+}
+
+/// What a reload cannot change: the process's settings as it started.
+#[derive(Clone, Copy)]
+struct Running<'a> {
+    admin: Option<&'a config::admin::Admin>,
+    /// The workers serving: the listeners are sized for them until a restart.
+    workers: usize,
+    log: &'a config::log::Log,
 }
 
 /// One reload: the file is read and checked as `fulcrum check` does; a file with errors
@@ -51,21 +86,37 @@ async fn reload(
     path: &Path,
     proxy: &proxy::ProxyHandle,
     store: &StateStore,
-    running_admin: Option<&config::admin::Admin>,
+    running: Running<'_>,
 ) -> Result<String, Vec<String>> {
-    let mut cfg = checked_config(path)?;
+    let mut cfg = checked_config(path, running.workers)?;
     let mut not_applied = Vec::new();
-    if cfg.admin.as_ref() != running_admin {
+    if cfg.admin.as_ref() != running.admin {
         not_applied.push("[admin]: takes a restart".to_owned());
     }
     if cfg.state_file.as_deref() != store.path() {
         not_applied.push("state_file: takes a restart".to_owned());
     }
+    if &cfg.log != running.log {
+        not_applied.push("log_level, log_format: take a restart".to_owned());
+    }
     // The admin API's changes, over the file's settings; kept once the proxy takes them.
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let prepared = store.prepare(&mut cfg.proxy, &text);
+    // Each upstream's settings in force before, to tell those the reload changed from those
+    // it only rebuilt the same.
+    let before: Vec<_> = proxy
+        .upstreams()
+        .iter()
+        .map(|u| (u.name().to_owned(), u.settings()))
+        .collect();
     match proxy.reload(cfg.proxy).await {
-        Ok(done) => {
+        Ok(mut done) => {
+            done.reconfigured.retain(|name| {
+                let now = proxy.upstreams();
+                let was = before.iter().find(|(n, _)| n == name).map(|(_, s)| s);
+                let is = now.iter().find(|u| u.name() == name).map(|u| u.settings());
+                !matches!((was, is), (Some(was), Some(is)) if **was == *is)
+            });
             // The control plane follows the set of upstreams (control::follow): those this
             // reload added get their loops without a word from here.
             not_applied.extend(done.not_applied.iter().cloned());
@@ -79,9 +130,10 @@ async fn reload(
     }
 }
 
-/// The file read, checked (its warnings logged) and fitted to the open-files limit; `Err`:
-/// why it is refused, logged.
-fn checked_config(path: &Path) -> Result<config::Config, Vec<String>> {
+/// The file read, checked (its warnings logged) and fitted to the open-files limit as the
+/// running `workers` use it (a new `workers` takes a restart, so the listeners' share of the
+/// limit must not change with it); `Err`: why it is refused, logged.
+fn checked_config(path: &Path, workers: usize) -> Result<config::Config, Vec<String>> {
     let mut cfg = match config::load(path) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -109,7 +161,10 @@ fn checked_config(path: &Path) -> Result<config::Config, Vec<String>> {
         tracing::warn!(target: LOG, "{w}");
     }
     let (limit, _) = proxy::limits::raise_open_files_limit();
-    if let Err(e) = proxy::limits::fit_to_limit(&mut cfg.proxy, limit) {
+    let asked = std::mem::replace(&mut cfg.proxy.workers, workers);
+    let fitted = proxy::limits::fit_to_limit(&mut cfg.proxy, limit);
+    cfg.proxy.workers = asked;
+    if let Err(e) = fitted {
         let text = format!("{}: {e}", path.display());
         tracing::error!(target: LOG, "reload refused: {text}; the running configuration stays");
         return Err(vec![text]);
@@ -117,44 +172,47 @@ fn checked_config(path: &Path) -> Result<config::Config, Vec<String>> {
     Ok(cfg)
 }
 
-/// An applied reload, logged, and the answer to whoever asked for it.
+/// An applied reload, logged, and the answer to whoever asked for it: what changed, in
+/// words, or that nothing did.
 fn reloaded(done: &proxy::Reloaded, not_applied: &[String], overrides: &Summary) -> String {
     for n in not_applied {
         tracing::warn!(target: LOG, "reload: not applied: {n}");
     }
-    let new_upstreams: Vec<&str> = done.new_upstreams.iter().map(|u| u.name()).collect();
-    tracing::info!(
-        target: LOG,
-        reconfigured = ?done.reconfigured,
-        new_upstreams = ?new_upstreams,
-        removed_upstreams = ?done.removed_upstreams,
-        new_listeners = ?done.new_listeners,
-        changed_listeners = ?done.changed_listeners,
-        removed_listeners = ?done.removed_listeners,
-        overrides_applied = ?overrides.applied,
-        overrides_dropped = overrides.dropped.len(),
-        "configuration reloaded"
-    );
-    format!(
-        "reloaded: upstreams reconfigured {:?}, new {:?}, removed {:?}; listeners new {:?}, changed {:?}, removed {:?}{}{}",
-        done.reconfigured,
-        new_upstreams,
-        done.removed_upstreams,
-        done.new_listeners,
-        done.changed_listeners,
-        done.removed_listeners,
-        if overrides.applied.is_empty() && overrides.dropped.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; overrides applied {:?}, dropped {:?}",
-                overrides.applied, overrides.dropped
-            )
-        },
-        if not_applied.is_empty() {
-            String::new()
-        } else {
-            format!("; not applied: {}", not_applied.join("; "))
-        }
-    )
+    let addrs = |a: &[std::net::SocketAddr]| a.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let new_upstreams: Vec<String> = done
+        .new_upstreams
+        .iter()
+        .map(|u| u.name().to_owned())
+        .collect();
+    let parts = [
+        ("upstreams reconfigured", done.reconfigured.clone()),
+        ("new upstreams", new_upstreams),
+        ("removed upstreams", done.removed_upstreams.clone()),
+        ("new listeners", addrs(&done.new_listeners)),
+        ("changed listeners", addrs(&done.changed_listeners)),
+        ("removed listeners", addrs(&done.removed_listeners)),
+        ("admin API changes dropped", overrides.dropped.clone()),
+    ];
+    let changes: Vec<String> = parts
+        .iter()
+        .filter(|(_, items)| !items.is_empty())
+        .map(|(what, items)| format!("{what}: {}", items.join(", ")))
+        .collect();
+    let mut text = if changes.is_empty() {
+        "nothing changed".to_owned()
+    } else {
+        changes.join("; ")
+    };
+    // The admin API's changes applied again over the file: kept, not a change.
+    if !overrides.applied.is_empty() {
+        text.push_str(&format!(
+            "; admin API changes kept: {}",
+            overrides.applied.join(", ")
+        ));
+    }
+    if !not_applied.is_empty() {
+        text.push_str(&format!("; not applied: {}", not_applied.join("; ")));
+    }
+    tracing::info!(target: LOG, "configuration reloaded: {text}");
+    format!("reloaded: {text}")
 }

@@ -69,6 +69,8 @@ impl Upstream {
             // A reload: what DNS found for the sources still configured stays.
             super::sources::carry_discovered(&self.settings(), &mut settings);
         }
+        // Rebuilt all the same (a reload of an unchanged file): not said as a change.
+        let unchanged = *self.settings() == settings;
         {
             let mut sources = lock(&self.sources);
             *sources = super::sources::source_records(&settings, &sources);
@@ -139,13 +141,17 @@ impl Upstream {
         WorkerPools::forget(&workers, &done.removed);
         self.changes.send_modify(|c| c.0 = self.generation());
         self.serve_waiting();
-        tracing::info!(
-            upstream = %self.name(),
-            added = ?done.added,
-            removed = ?done.removed,
-            kept = done.kept,
-            "upstream reconfigured"
-        );
+        if unchanged {
+            tracing::debug!(upstream = %self.name(), kept = done.kept, "upstream rebuilt unchanged");
+        } else {
+            tracing::info!(
+                upstream = %self.name(),
+                added = ?done.added,
+                removed = ?done.removed,
+                kept = done.kept,
+                "upstream reconfigured"
+            );
+        }
         done
     }
 

@@ -151,8 +151,7 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
     // The admin API's changes made before the last stop, applied again where the file did
     // not change the same item since: in the settings the proxy starts with.
     let store = StateStore::open(cfg.state_file.clone());
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let prepared = store.prepare(&mut cfg.proxy, &text);
+    let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
     store.commit(prepared);
     let proxy = proxy::Proxy::bind_inherited(cfg.proxy, &mut inherited).await?;
     let handle = proxy.handle();

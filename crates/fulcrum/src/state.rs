@@ -131,11 +131,12 @@ impl StateStore {
         }
     }
 
-    /// Applies the overrides to `proxy`, the settings of the configuration file whose text
-    /// is `text`: those that hold become pins, backends and algorithms in `proxy`; the others
-    /// are noted to be dropped. Nothing changes here until [`StateStore::commit`].
-    pub fn prepare(&self, proxy: &mut ProxySettings, text: &str) -> Prepared {
-        let files = plan::files(proxy, &crate::config::balancing::written(text));
+    /// Applies the overrides to `proxy`, the settings of a configuration whose upstreams'
+    /// balancing options are as `written` (`Config::written`): those that hold become pins,
+    /// backends and algorithms in `proxy`; the others are noted to be dropped. Nothing
+    /// changes here until [`StateStore::commit`].
+    pub fn prepare(&self, proxy: &mut ProxySettings, written: &plan::Written) -> Prepared {
+        let files = plan::files(proxy, written);
         let data = lock(&self.inner.data);
         let plan = plan::plan(&data.records, &mut proxy.upstreams, &files);
         Prepared {
@@ -712,7 +713,7 @@ algorithm = "weighted_round_robin"
     /// A store over a proxy bound from [`FILE`] with the store's overrides.
     async fn started(store: &StateStore) -> (proxy::Proxy, Arc<Upstream>) {
         let mut cfg = crate::config::parse(Path::new("t.toml"), FILE).unwrap();
-        let prepared = store.prepare(&mut cfg.proxy, FILE);
+        let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
         store.commit(prepared);
         let proxy = proxy::Proxy::bind(cfg.proxy).await.unwrap();
         store.attach(proxy.handle());
@@ -815,7 +816,7 @@ algorithm = "weighted_round_robin"
         let store = StateStore::open(None);
         let (proxy, web) = started(&store).await;
         let mut cfg = crate::config::parse(Path::new("t.toml"), FILE).unwrap();
-        let prepared = store.prepare(&mut cfg.proxy, FILE);
+        let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
         assert!(web.set_state(addr(9002), proxy::AdminState::Drain).is_ok());
         store.changed(admin::Change::State {
             upstream: "web",

@@ -354,3 +354,64 @@ fn a_corrupt_state_file_is_set_aside_and_fulcrum_serves() {
     assert_eq!(common::status_from([127, 0, 0, 1], proxy.unwrap()), 200);
     drop(guard);
 }
+
+/// An upstream written in an included file: an algorithm override made through the API is
+/// dropped when that file changes the upstream's balancing options (here maglev's
+/// `table_size`), as for an upstream of the main file, and the log says why.
+#[test]
+fn an_included_files_edit_of_the_balancing_options_drops_the_algorithm_override() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "included");
+    std::fs::create_dir_all(dir.0.join("conf.d")).unwrap();
+    let web = |table_size: u32| {
+        format!(
+            "[[upstream]]\nname = \"web\"\nalgorithm = \"maglev\"\ntable_size = {table_size}\n{}",
+            common::backend_block(&[(a, 1), (b, 1)])
+        )
+    };
+    let included = dir.0.join("conf.d/web.toml");
+    std::fs::write(&included, web(65537)).unwrap();
+    let main = format!(
+        "workers = 1\naccess_log = false\nstate_file = \"{0}/state.json\"\ninclude = [\"{0}/conf.d/*.toml\"]\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nupstream = \"web\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n",
+        dir.path()
+    );
+    let file = TempFile::new("state-included.toml", &main);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    call(
+        admin,
+        "PATCH",
+        "/api/upstreams/web",
+        r#"{"algorithm": "least_conn"}"#,
+        200,
+    );
+    let shown = upstream(admin)["overrides"].clone();
+    assert_eq!(
+        shown["algorithm"]["file"]["options"]["table_size"], 65537,
+        "the file's options, from the included file: {shown}"
+    );
+
+    // An unrelated reload keeps the override.
+    reload(
+        &fulcrum,
+        &file,
+        &format!("shutdown_timeout = \"5s\"\n{main}"),
+    );
+    assert_eq!(upstream(admin)["algorithm"], "least_conn");
+
+    // The included file changes the upstream's options: the file wins.
+    std::fs::write(&included, web(1009)).unwrap();
+    let lines = reload(&fulcrum, &file, &main);
+    assert_eq!(upstream(admin)["algorithm"], "maglev", "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("algorithm") && l.contains("dropped")),
+        "the log names the dropped override: {lines:#?}"
+    );
+    assert_eq!(upstream(admin)["overrides"], serde_json::json!({}));
+}

@@ -78,6 +78,9 @@ pub struct Config {
     pub included: Vec<std::path::PathBuf>,
     /// `log_level` and `log_format`: fulcrum's own log.
     pub log: log::Log,
+    /// Each upstream's balancing options as written, in whichever file (see
+    /// [`balancing::written`]): what the state file's algorithm overrides are compared with.
+    pub written: std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Reads and checks a configuration file.
@@ -121,6 +124,13 @@ fn parse_with(
         .skip(1)
         .map(|f| f.path.clone())
         .collect();
+    // Each upstream is in one file (one named twice is refused): the union is the whole
+    // configuration's.
+    let written = sources
+        .files
+        .iter()
+        .flat_map(|f| balancing::written(&f.text))
+        .collect();
     let doc = sources.document(&mut report, env);
     let mut file = file::read(&mut report, &doc);
     let warnings = report.finish()?;
@@ -136,6 +146,7 @@ fn parse_with(
         state_file,
         included,
         log,
+        written,
     })
 }
 

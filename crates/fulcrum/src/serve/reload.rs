@@ -100,8 +100,7 @@ async fn reload(
         not_applied.push("log_level, log_format: take a restart".to_owned());
     }
     // The admin API's changes, over the file's settings; kept once the proxy takes them.
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let prepared = store.prepare(&mut cfg.proxy, &text);
+    let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
     // Each upstream's settings in force before, to tell those the reload changed from those
     // it only rebuilt the same.
     let before: Vec<_> = proxy

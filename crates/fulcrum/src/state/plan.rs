@@ -19,6 +19,9 @@ use super::record::{
     Added, AlgorithmRecord, BackendRecord, Balancing, Item, Key, Record, Records, State,
 };
 
+/// Each upstream's balancing options as its file writes them, by upstream name.
+pub type Written = BTreeMap<String, serde_json::Map<String, serde_json::Value>>;
+
 /// What the configuration file says of one upstream.
 #[derive(Debug, Clone)]
 pub struct FileUpstream {
@@ -59,10 +62,7 @@ pub type Files = BTreeMap<String, FileUpstream>;
 
 /// The file's upstreams: `proxy`'s settings (no override applied yet) with each one's
 /// options as written (`written`, by upstream name: see [`crate::config::balancing::written`]).
-pub fn files(
-    proxy: &ProxySettings,
-    written: &BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
-) -> Files {
+pub fn files(proxy: &ProxySettings, written: &Written) -> Files {
     proxy
         .upstreams
         .iter()

@@ -85,12 +85,9 @@ pub struct Config {
 
 /// Reads and checks a configuration file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let text = source::read_main(path).map_err(|e| ConfigError {
         path: path.to_owned(),
-        problems: vec![format!(
-            "{}: cannot read the configuration file: {e}",
-            path.display()
-        )],
+        problems: vec![format!("{}: {e}", path.display())],
     })?;
     parse(path, &text)
 }
@@ -651,15 +648,17 @@ shutdown_timeout = "5s"
             &[
                 ("main.toml", &MAIN.replace("conf.d/*.toml", "a.toml")),
                 ("a.toml", &format!("include = [\"b/b.toml\"]\n{WEB}")),
-                ("b/b.toml", "include = [\"../a.toml\"]\n"),
+                // Relative to the main file's directory, as nginx's prefix: a.toml, not
+                // b/a.toml.
+                ("b/b.toml", "include = [\"a.toml\"]\n"),
             ],
         );
         let e = files.parse(&no_env).unwrap_err();
         assert!(
             e.starts_with(&format!(
-                "{}:1:12: include: {}/../a.toml is already being read (it includes itself",
+                "{}:1:12: include: {} is already being read (it includes itself",
                 files.path("b/b.toml"),
-                files.path("b")
+                files.path("a.toml")
             )),
             "{e}"
         );
@@ -677,7 +676,7 @@ shutdown_timeout = "5s"
             "{e}"
         );
         // Also when a pattern matches a link to one.
-        std::fs::write(files.0.join("b/b.toml"), "include = [\"*.toml\"]\n").unwrap();
+        std::fs::write(files.0.join("b/b.toml"), "include = [\"b/*.toml\"]\n").unwrap();
         std::os::unix::fs::symlink("/dev/zero", files.0.join("b/zero.toml")).unwrap();
         let e = files.parse(&no_env).unwrap_err();
         assert!(

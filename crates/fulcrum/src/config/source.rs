@@ -2,9 +2,10 @@
 //! into one TOML document.
 //!
 //! * `include = ["conf.d/*.toml"]`, a top-level key, names more files, as nginx's `include`:
-//!   relative to the including file's directory; `*` and `?` in the file name (not in a
-//!   directory) match names in sorted order, and a pattern that matches nothing is no
-//!   problem, while a plain path that does not exist is (nginx's rule). Includes nest, at
+//!   relative to the main file's directory, whichever file names them (nginx's prefix);
+//!   `*`, `?` and `[...]` (glob(3)'s, in directories too) match names in sorted order, and a
+//!   pattern that matches nothing is no problem, while a plain path that does not exist is
+//!   (nginx's rule). Includes nest, at
 //!   most [`MAX_DEPTH`] deep; a file that includes itself, directly or not, is refused.
 //! * Merging: the including file first, then each included file in turn. An array of tables
 //!   (`[[upstream]]`, `[[listener]]`) takes the entries of every file; a table (`[admin]`)
@@ -174,7 +175,11 @@ impl Sources {
             Ok(doc) => includes(source, doc.get_ref(), env),
             Err(_) => return,
         };
-        let dir = match path.parent() {
+        // Relative to the main file's directory, whichever file names them: nginx resolves
+        // an `include` against its prefix, and fulcrum's other paths (`cert`, `state_file`)
+        // are read from there too.
+        let main = self.files.first().map_or(path, |f| f.path.as_path());
+        let dir = match main.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
             _ => PathBuf::from("."),
         };
@@ -241,24 +246,9 @@ impl Sources {
                 file.display()
             ));
         }
-        // A regular file of a sane size: not a device or a pipe, which could be read forever.
-        match std::fs::metadata(file) {
-            Ok(m) if !m.is_file() => {
-                return Some(format!("{} is not a regular file", file.display()));
-            }
-            Ok(m) if m.len() > MAX_FILE_BYTES => {
-                return Some(format!(
-                    "{} is larger than {} MiB: not a configuration file",
-                    file.display(),
-                    MAX_FILE_BYTES >> 20
-                ));
-            }
-            Ok(_) => {}
-            Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
-        }
-        let text = match std::fs::read_to_string(file) {
+        let text = match read_bounded(file) {
             Ok(t) => t,
-            Err(e) => return Some(format!("cannot read {}: {e}", file.display())),
+            Err(e) => return Some(e),
         };
         chain.push(id);
         self.visit(file, text, chain, env);
@@ -368,21 +358,58 @@ fn includes(
         .collect()
 }
 
-/// The files `pattern` names, relative to `dir`: one for a plain path (which must exist),
-/// those matching for a pattern, in sorted order.
+/// The main configuration file's text, at most [`MAX_FILE_BYTES`] of it (a pipe, as
+/// `fulcrum check <(generate)` gives, is read too); `Err`: what went wrong.
+pub(super) fn read_main(file: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let opened = std::fs::File::open(file)
+        .map_err(|e| format!("cannot read the configuration file: {e}"))?;
+    let mut text = String::new();
+    opened
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the configuration file: {e}"))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "larger than {} MiB: not a configuration file",
+            MAX_FILE_BYTES >> 20
+        ));
+    }
+    Ok(text)
+}
+
+/// A configuration file's text: a regular file (not a device or a pipe, which could be read
+/// forever) of at most [`MAX_FILE_BYTES`], checked on the file opened (not its path again) and
+/// read no further than that.
+pub(super) fn read_bounded(file: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", file.display());
+    let opened = std::fs::File::open(file).map_err(cannot)?;
+    let meta = opened.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", file.display()));
+    }
+    let mut text = String::new();
+    opened
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than {} MiB: not a configuration file",
+            file.display(),
+            MAX_FILE_BYTES >> 20
+        ));
+    }
+    Ok(text)
+}
+
+/// The files `pattern` names, relative to `dir` (the main file's directory): one for a plain
+/// path (which must exist), those matching for a pattern (`*`, `?`, `[...]`, in any part of
+/// the path, as glob(3) that nginx uses), in sorted order; none is no problem.
 fn expand(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
-    let path = dir.join(pattern);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let parent = path.parent().unwrap_or(Path::new("."));
-    if !wild(&name) {
-        if wild(&parent.to_string_lossy()) {
-            return Err(format!(
-                "\"{pattern}\": * and ? match file names only, not directories"
-            ));
-        }
+    if !pattern.contains(['*', '?', '[']) {
+        let path = dir.join(pattern);
         return match std::fs::metadata(&path) {
             Ok(_) => Ok(vec![path]),
             Err(e) => Err(format!(
@@ -391,55 +418,44 @@ fn expand(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
             )),
         };
     }
-    if wild(&parent.to_string_lossy()) {
+    // The directory is a path, not a pattern: its own `*` or `[` are taken literally.
+    let full = if Path::new(pattern).is_absolute() {
+        pattern.to_owned()
+    } else {
+        format!(
+            "{}/{pattern}",
+            glob::Pattern::escape(&dir.to_string_lossy())
+        )
+    };
+    if pattern.contains("**") {
         return Err(format!(
-            "\"{pattern}\": * and ? match file names only, not directories"
+            "\"{pattern}\": ** is not a pattern here (glob(3), which nginx uses, has no recursive match): name each directory level, as conf.d/*/*.toml"
         ));
     }
-    // A directory that does not exist holds no match: as nginx, no problem.
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return Ok(Vec::new());
+    // The leading-dot rule is ours (below): the crate's own drops every name starting with
+    // `.`, even for a pattern that starts with one.
+    let options = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: false,
     };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
-        .filter(|e| matches(&name, &e.file_name().to_string_lossy()))
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-fn wild(text: &str) -> bool {
-    text.contains(['*', '?'])
-}
-
-/// Whether `name` matches `pattern`: `*` any run of characters, `?` one; as the shell, a
-/// name starting with `.` is matched only by a pattern starting with `.`.
-fn matches(pattern: &str, name: &str) -> bool {
-    if name.starts_with('.') && !pattern.starts_with('.') {
-        return false;
-    }
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    // The classic two-pointer match with backtracking to the last star.
-    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
-    while j < n.len() {
-        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '*' {
-            star = Some(i);
-            mark = j;
-            i += 1;
-        } else if let Some(s) = star {
-            i = s + 1;
-            mark += 1;
-            j = mark;
-        } else {
-            return false;
+    let paths = glob::glob_with(&full, options)
+        .map_err(|e| format!("\"{pattern}\" is not a valid pattern: {}", e.msg))?;
+    let wanted: Vec<&str> = pattern.split('/').collect();
+    let mut files = Vec::new();
+    // A directory that cannot be read holds no match, as for glob(3) without GLOB_ERR.
+    for path in paths.flatten() {
+        // As the shell: a name starting with `.` only by a pattern (part) starting with one.
+        let names: Vec<_> = path.components().rev().take(wanted.len()).collect();
+        let hidden = names.iter().rev().zip(&wanted).any(|(name, part)| {
+            name.as_os_str().as_encoded_bytes().starts_with(b".") && !part.starts_with('.')
+        });
+        if !hidden {
+            files.push(path);
         }
     }
-    p[i..].iter().all(|&c| c == '*')
+    files.sort();
+    Ok(files)
 }
 
 /// A problem found while repairing: its span in the text as written, key, message.
@@ -735,15 +751,58 @@ pub(super) fn expand_env(
 mod tests {
     use super::*;
 
+    /// glob(3)'s rules, as nginx's `include` has them: `*`, `?` and `[...]` in file names and
+    /// directories, sorted, a leading `.` matched only literally; a directory of the
+    /// configuration whose name has `[` in it is a path, not a pattern.
     #[test]
-    fn patterns_match_as_the_shell() {
-        assert!(matches("*.toml", "a.toml"));
-        assert!(!matches("*.toml", ".hidden.toml"));
-        assert!(matches("a?c*", "abc.toml"));
-        assert!(!matches("*.toml", "a.toml.bak"));
-        assert!(matches("*", "x"));
-        assert!(matches("**a", "ba"));
-        assert!(!matches("a*b", "acbx"));
+    fn patterns_match_as_glob_does() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-glob-{}-[x]", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for f in [
+            "conf.d/b.toml",
+            "conf.d/a.toml",
+            "conf.d/.hidden.toml",
+            "conf.d/c.toml.bak",
+            "sites/one/x.toml",
+            "sites/two/x.toml",
+        ] {
+            let path = dir.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "").unwrap();
+        }
+        let names = |pattern: &str| -> Vec<String> {
+            expand(&dir, pattern)
+                .unwrap()
+                .iter()
+                .map(|p| p.strip_prefix(&dir).unwrap().display().to_string())
+                .collect()
+        };
+        assert_eq!(names("conf.d/*.toml"), ["conf.d/a.toml", "conf.d/b.toml"]);
+        assert_eq!(
+            names("conf.d/[ab].toml"),
+            ["conf.d/a.toml", "conf.d/b.toml"]
+        );
+        assert_eq!(
+            names("conf.d/?.toml*"),
+            ["conf.d/a.toml", "conf.d/b.toml", "conf.d/c.toml.bak"]
+        );
+        assert_eq!(names("conf.d/.*.toml"), ["conf.d/.hidden.toml"]);
+        assert_eq!(
+            names("sites/*/x.toml"),
+            ["sites/one/x.toml", "sites/two/x.toml"]
+        );
+        assert!(names("none.d/*.toml").is_empty());
+        assert!(expand(&dir, "none.toml").is_err());
+        assert!(expand(&dir, "conf.d/[.toml").is_err());
+        assert!(expand(&dir, "**/*.toml").is_err());
+        std::fs::create_dir_all(dir.join("sites/.old")).unwrap();
+        std::fs::write(dir.join("sites/.old/x.toml"), "").unwrap();
+        assert_eq!(
+            names("sites/*/x.toml"),
+            ["sites/one/x.toml", "sites/two/x.toml"]
+        );
+        assert_eq!(names("sites/.*/x.toml"), ["sites/.old/x.toml"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -243,24 +243,15 @@ fn history(shared: &Shared, query: Option<&str>) -> Answer {
     }
     match shared.history.json(upstream.as_deref(), seconds) {
         // Compact: 900 values a series, one a line pretty-printed, would triple its size.
-        Some(v) => respond(
-            StatusCode::OK,
-            "application/json",
-            serde_json::to_vec(&v).unwrap_or_default(),
-        ),
+        Some(body) => respond(StatusCode::OK, "application/json", body),
         // No samples of it: an upstream that exists but was not sampled yet has an empty
         // history; any other name is not an upstream.
         None => match upstream.as_deref().map(|name| find(&shared.view, name)) {
             Some(Err(e)) => refused(e),
-            _ => json_answer(
+            _ => respond(
                 StatusCode::OK,
-                &json!({
-                    "interval_seconds": 1,
-                    "kept_seconds": KEEP,
-                    "not_kept": 0,
-                    "time": [],
-                    "upstreams": [],
-                }),
+                "application/json",
+                crate::history::History::empty_json(),
             ),
         },
     }

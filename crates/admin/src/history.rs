@@ -32,8 +32,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
-
 use proxy::AdminState;
 use proxy::metrics::{Answers, DURATION_BUCKETS, Durations, UpstreamCounts};
 
@@ -165,35 +163,157 @@ impl History {
     }
 
     /// `GET /api/history`: the last `seconds` (at most [`KEEP`]) of `upstream`'s backends, or
-    /// of every upstream's; `None` if no upstream of that name has any.
-    pub fn json(&self, upstream: Option<&str>, seconds: usize) -> Option<Value> {
-        let rings = self.lock();
-        let skip = rings.seconds.len().saturating_sub(seconds);
-        let window: Vec<(u32, f64)> = rings.seconds.iter().skip(skip).copied().collect();
-        let upstreams: Vec<Value> = rings
-            .upstreams
-            .iter()
-            .filter(|(name, _)| upstream.is_none_or(|u| u == name))
-            .map(|(name, backends)| {
-                json!({
-                    "name": name,
-                    "backends": backends
+    /// of every upstream's, as compact JSON; `None` if no upstream of that name has any.
+    ///
+    /// The samples of the window are copied under the lock (plain numbers, at most
+    /// [`MAX_BACKENDS`] × [`KEEP`] of them, about 36 MB at the very most) and written out
+    /// after it, straight from them: no tree of JSON values, and the sampler is never held up
+    /// by a large answer being written.
+    pub fn json(&self, upstream: Option<&str>, seconds: usize) -> Option<Vec<u8>> {
+        let (window, upstreams, not_kept) = {
+            let rings = self.lock();
+            let skip = rings.seconds.len().saturating_sub(seconds);
+            let window: Vec<(u32, f64)> = rings.seconds.iter().skip(skip).copied().collect();
+            let upstreams: Vec<(String, Vec<(SocketAddr, Vec<Option<Sample>>)>)> = rings
+                .upstreams
+                .iter()
+                .filter(|(name, _)| upstream.is_none_or(|u| u == name))
+                .map(|(name, backends)| {
+                    let backends = backends
                         .iter()
-                        .map(|(addr, ring)| backend_json(*addr, ring, &window))
-                        .collect::<Vec<_>>(),
+                        .map(|(addr, ring)| (*addr, aligned(ring, &window)))
+                        .collect();
+                    (name.clone(), backends)
                 })
-            })
-            .collect();
+                .collect();
+            (window, upstreams, rings.not_kept)
+        };
         if upstream.is_some() && upstreams.is_empty() {
             return None;
         }
-        Some(json!({
-            "interval_seconds": 1,
-            "kept_seconds": KEEP,
-            "not_kept": rings.not_kept,
-            "time": window.iter().map(|&(_, t)| t).collect::<Vec<_>>(),
-            "upstreams": upstreams,
-        }))
+        let answer = Answer {
+            interval_seconds: 1,
+            kept_seconds: KEEP,
+            not_kept,
+            time: window.iter().map(|&(_, t)| t).collect(),
+            upstreams: upstreams
+                .iter()
+                .map(|(name, backends)| UpstreamAnswer {
+                    name,
+                    backends: backends
+                        .iter()
+                        .map(|(addr, samples)| BackendAnswer::of(*addr, samples))
+                        .collect(),
+                })
+                .collect(),
+        };
+        // Numbers, strings and booleans only: writing them cannot fail.
+        serde_json::to_vec(&answer).ok()
+    }
+
+    /// The answer with no second in it (an upstream not sampled yet).
+    pub fn empty_json() -> Vec<u8> {
+        let answer = Answer {
+            interval_seconds: 1,
+            kept_seconds: KEEP,
+            not_kept: 0,
+            time: Vec::new(),
+            upstreams: Vec::new(),
+        };
+        serde_json::to_vec(&answer).unwrap_or_default()
+    }
+}
+
+/// `GET /api/history`'s answer (docs/openapi.json's `History`).
+#[derive(serde::Serialize)]
+struct Answer<'a> {
+    interval_seconds: u32,
+    kept_seconds: usize,
+    not_kept: usize,
+    /// Each second's wall-clock time (Unix seconds).
+    time: Vec<f64>,
+    upstreams: Vec<UpstreamAnswer<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct UpstreamAnswer<'a> {
+    name: &'a str,
+    backends: Vec<BackendAnswer<'a>>,
+}
+
+/// One backend's samples over the window, one value per second (`null` where it has none:
+/// before it joined, after it left, or a percentile of a second without answers).
+#[derive(serde::Serialize)]
+struct BackendAnswer<'a> {
+    addr: String,
+    requests: Column<'a, u32>,
+    errors_4xx: Column<'a, u32>,
+    errors_5xx: Column<'a, u32>,
+    failed_attempts: Column<'a, u32>,
+    p50_ms: Column<'a, f64>,
+    p99_ms: Column<'a, f64>,
+    weight: Column<'a, u32>,
+    in_flight: Column<'a, u32>,
+    state: Column<'a, &'static str>,
+    available: Column<'a, bool>,
+    overridden: Column<'a, bool>,
+    report_stale: Column<'a, bool>,
+}
+
+impl<'a> BackendAnswer<'a> {
+    fn of(addr: SocketAddr, samples: &'a [Option<Sample>]) -> BackendAnswer<'a> {
+        let column = |value| Column { samples, value };
+        BackendAnswer {
+            addr: addr.to_string(),
+            requests: column(|s| Some(s.requests)),
+            errors_4xx: column(|s| Some(s.errors_4xx)),
+            errors_5xx: column(|s| Some(s.errors_5xx)),
+            failed_attempts: column(|s| Some(s.failed_attempts)),
+            p50_ms: Column {
+                samples,
+                value: |s| ms(s.p50_ms),
+            },
+            p99_ms: Column {
+                samples,
+                value: |s| ms(s.p99_ms),
+            },
+            weight: column(|s| Some(s.weight)),
+            in_flight: column(|s| Some(s.in_flight)),
+            state: Column {
+                samples,
+                value: |s| Some(s.state.name()),
+            },
+            available: Column {
+                samples,
+                value: |s| Some(s.available),
+            },
+            overridden: Column {
+                samples,
+                value: |s| Some(s.overridden),
+            },
+            report_stale: Column {
+                samples,
+                value: |s| Some(s.report_stale),
+            },
+        }
+    }
+}
+
+/// A percentile in milliseconds, rounded to the microsecond (the buckets are far coarser);
+/// `None` for a second without answers.
+fn ms(v: f32) -> Option<f64> {
+    v.is_finite().then(|| (f64::from(v) * 1e3).round() / 1e3)
+}
+
+/// One field of a backend's samples, written as a JSON array as it is read.
+struct Column<'a, T> {
+    samples: &'a [Option<Sample>],
+    value: fn(&Sample) -> Option<T>,
+}
+
+impl<T: serde::Serialize> serde::Serialize for Column<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_seq(self.samples.iter().map(|s| s.as_ref().and_then(self.value)))
     }
 }
 
@@ -228,7 +348,9 @@ impl Rings {
                     None if kept >= MAX_BACKENDS => self.not_kept += 1,
                     None => {
                         kept += 1;
-                        rings.push((addr, VecDeque::from([(second, sample)])));
+                        let mut ring = VecDeque::with_capacity(KEEP + 1);
+                        ring.push_back((second, sample));
+                        rings.push((addr, ring));
                     }
                 }
             }
@@ -320,55 +442,28 @@ pub fn quantile_ms(buckets: &[u64], q: f64) -> f32 {
     (DURATION_BUCKETS[DURATION_BUCKETS.len() - 1] * 1e3) as f32
 }
 
-/// One backend's samples over `window`, one value per second (`null` where it has none:
-/// before it joined, after it left, or a percentile of a second without answers).
-fn backend_json(addr: SocketAddr, ring: &Ring, window: &[(u32, f64)]) -> Value {
+/// One backend's samples over `window`, one per second (`None` where it has none: before it
+/// joined, after it left).
+fn aligned(ring: &Ring, window: &[(u32, f64)]) -> Vec<Option<Sample>> {
     let mut at = ring.iter().peekable();
-    let aligned: Vec<Option<&Sample>> = window
+    window
         .iter()
         .map(|&(second, _)| {
             while at.peek().is_some_and(|&&(n, _)| n < second) {
                 at.next();
             }
             match at.peek() {
-                Some(&&(n, ref s)) if n == second => Some(s),
+                Some(&&(n, s)) if n == second => Some(s),
                 _ => None,
             }
         })
-        .collect();
-    let series = |f: &dyn Fn(&Sample) -> Value| -> Value {
-        Value::Array(
-            aligned
-                .iter()
-                .map(|s| s.map_or(Value::Null, f))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let ms = |v: f32| match v.is_finite() {
-        // Rounded to the microsecond: the buckets are far coarser.
-        true => json!((f64::from(v) * 1e3).round() / 1e3),
-        false => Value::Null,
-    };
-    json!({
-        "addr": addr.to_string(),
-        "requests": series(&|s| json!(s.requests)),
-        "errors_4xx": series(&|s| json!(s.errors_4xx)),
-        "errors_5xx": series(&|s| json!(s.errors_5xx)),
-        "failed_attempts": series(&|s| json!(s.failed_attempts)),
-        "p50_ms": series(&|s| ms(s.p50_ms)),
-        "p99_ms": series(&|s| ms(s.p99_ms)),
-        "weight": series(&|s| json!(s.weight)),
-        "in_flight": series(&|s| json!(s.in_flight)),
-        "state": series(&|s| json!(s.state.name())),
-        "available": series(&|s| json!(s.available)),
-        "overridden": series(&|s| json!(s.overridden)),
-        "report_stale": series(&|s| json!(s.report_stale)),
-    })
+        .collect()
 }
 
 /// Samples `history` once a second from `view`, for as long as it is polled (the admin
 /// listener drops it when it stops). A late second (a busy machine) is skipped, not caught
-/// up: its numbers go into the next.
+/// up: its numbers go into the next, whose time says how long it was (the dashboard divides
+/// by that).
 pub async fn run(history: Arc<History>, view: View) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -381,6 +476,7 @@ pub async fn run(history: Arc<History>, view: View) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn sample(requests: u32) -> Sample {
         Sample {
@@ -459,14 +555,16 @@ mod tests {
         let history = History {
             rings: Mutex::new(rings),
         };
-        let v = history.json(None, KEEP).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&history.json(None, KEEP).unwrap()).unwrap();
         assert_eq!(v["time"], json!([0.0, 1.0, 2.0]));
         let backends = &v["upstreams"][0]["backends"];
         assert_eq!(backends[0]["requests"], json!([7, 7, null]));
         assert_eq!(backends[1]["requests"], json!([null, 7, 7]));
         assert_eq!(backends[1]["p99_ms"], json!([null, null, null]));
         // The last two seconds only.
-        let v = history.json(Some("web"), 2).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&history.json(Some("web"), 2).unwrap()).unwrap();
         assert_eq!(
             v["upstreams"][0]["backends"][0]["requests"],
             json!([7, null])

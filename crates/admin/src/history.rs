@@ -77,6 +77,9 @@ pub const SAMPLE_BYTES: usize = std::mem::size_of::<(u32, Sample)>();
 // Fifteen minutes of a backend in 36 KiB (what the docs promise), checked at compile time.
 const _: () = assert!(SAMPLE_BYTES * KEEP <= 36 * 1024);
 
+/// One backend's samples over a window of seconds (`None`: none that second).
+type Window = (SocketAddr, Vec<Option<Sample>>);
+
 /// One backend's samples, oldest first, each with the number of its second.
 type Ring = VecDeque<(u32, Sample)>;
 
@@ -174,7 +177,7 @@ impl History {
             let rings = self.lock();
             let skip = rings.seconds.len().saturating_sub(seconds);
             let window: Vec<(u32, f64)> = rings.seconds.iter().skip(skip).copied().collect();
-            let upstreams: Vec<(String, Vec<(SocketAddr, Vec<Option<Sample>>)>)> = rings
+            let upstreams: Vec<(String, Vec<Window>)> = rings
                 .upstreams
                 .iter()
                 .filter(|(name, _)| upstream.is_none_or(|u| u == name))

@@ -1265,6 +1265,31 @@ mod tests {
     }
 
     #[test]
+    fn the_throughput_chart_has_an_offered_line_per_offered_load() {
+        let labels = |results: &Results| -> Vec<String> {
+            let runs: Vec<&Measured> = results.runs.iter().collect();
+            let frame = figures::Frame::of(results, &runs);
+            figures::throughput(&runs, &frame)
+                .into_iter()
+                .map(|(label, _)| label)
+                .collect()
+        };
+        // The same traffic for both (the lab, or one load): one line.
+        assert_eq!(
+            labels(&simulated(2, None)),
+            ["random", "round_robin", "offered"]
+        );
+        let mut results = simulated(2, Some(0.5));
+        assert_eq!(labels(&results), ["random", "round_robin", "offered"]);
+        // Two loads on one chart: a line for each, named by it.
+        results.runs[1].offered_load = Some(0.9);
+        assert_eq!(
+            labels(&results),
+            ["random", "round_robin", "offered λ=0.50", "offered λ=0.90"]
+        );
+    }
+
+    #[test]
     fn time_charts_shade_the_antagonist_windows() {
         let mut results = simulated(3, None);
         results.scenario.backends[0].antagonist = Some("0.3:1.5s:10s:1s".into());

@@ -1265,6 +1265,31 @@ mod tests {
     }
 
     #[test]
+    fn the_throughput_chart_has_an_offered_line_per_offered_load() {
+        let labels = |results: &Results| -> Vec<String> {
+            let runs: Vec<&Measured> = results.runs.iter().collect();
+            let frame = figures::Frame::of(results, &runs);
+            figures::throughput(&runs, &frame)
+                .into_iter()
+                .map(|(label, _)| label)
+                .collect()
+        };
+        // The same traffic for both (the lab, or one load): one line.
+        assert_eq!(
+            labels(&simulated(2, None)),
+            ["random", "round_robin", "offered"]
+        );
+        let mut results = simulated(2, Some(0.5));
+        assert_eq!(labels(&results), ["random", "round_robin", "offered"]);
+        // Two loads on one chart: a line for each, named by it.
+        results.runs[1].offered_load = Some(0.9);
+        assert_eq!(
+            labels(&results),
+            ["random", "round_robin", "offered λ=0.50", "offered λ=0.90"]
+        );
+    }
+
+    #[test]
     fn time_charts_shade_the_antagonist_windows() {
         let mut results = simulated(3, None);
         results.scenario.backends[0].antagonist = Some("0.3:1.5s:10s:1s".into());
@@ -1337,7 +1362,7 @@ mod tests {
         );
         assert!(v.contains("3% lower than random's 30.0 ms ["), "{v}");
         assert!(
-            v.contains("not distinguishable from random: the intervals overlap"),
+            v.contains("could not tell least_conn and random apart"),
             "{v}"
         );
         assert!(
@@ -1356,7 +1381,7 @@ mod tests {
         ]);
         let v = verdict(&clear);
         assert!(v.contains("At λ=0.50: on p99, random is lowest at 11.0 ms [10.0, 12.0], 48% lower than least_conn's 21.0 ms [20.0, 22.0], and 4.6× lower than round_robin's 51.0 ms"), "{v}");
-        assert!(!v.contains("not distinguishable from"), "{v}");
+        assert!(v.contains("distinguishable from least_conn"), "{v}");
         // At the top of results.md and of the page.
         let md = markdown(&clear);
         assert!(md.contains(&format!("**Verdict.** {v}\n")), "{md}");
@@ -1372,6 +1397,115 @@ mod tests {
             "{one}"
         );
         assert!(one.contains("One repetition: no interval"), "{one}");
+    }
+
+    /// `repeated`'s runs of `label` with `failed` of 100 requests failed (and none answered
+    /// when all failed: an empty histogram, p99 and mean 0).
+    fn failing(results: &mut Results, label: &str, failed: u64) {
+        for m in results.runs.iter_mut().filter(|m| m.label == label) {
+            let s = &mut m.row.summary;
+            (s.sent, s.ok, s.failed, s.timeouts) = (100, 100 - failed, failed, 0);
+            if failed == 100 {
+                (s.p99_ms, s.mean_ms, s.p50_ms) = (0.0, 0.0, 0.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_contender_that_answered_nothing_is_not_the_winner() {
+        let mut results = repeated(&[
+            &[10.0, 11.0, 12.0, 10.0, 11.0],
+            &[50.0, 52.0, 51.0, 53.0, 50.0],
+            &[20.0, 21.0, 22.0, 20.0, 21.0],
+        ]);
+        for label in results.labels.clone() {
+            failing(&mut results, &label, 0);
+        }
+        failing(&mut results, "random λ=0.50", 100);
+        let v = verdict(&results);
+        let at_50 = &v[..v.find("At λ=0.90").unwrap()];
+        assert!(!at_50.contains("random is lowest"), "{v}");
+        assert!(
+            v.contains("At λ=0.50: on p99, least_conn is lowest at 21.0 ms [20.0, 22.0], 2.4× lower than round_robin's"),
+            "{v}"
+        );
+        assert!(
+            v.contains("; random answered no request (all 500 failed or timed out), so not ranked. At λ=0.90"),
+            "{v}"
+        );
+        // Every contender silent: nothing ranked.
+        for label in results.labels.clone() {
+            failing(&mut results, &label, 100);
+        }
+        let v = verdict(&results);
+        assert!(
+            v.starts_with("At λ=0.50: no contender answered a request in every repetition; "),
+            "{v}"
+        );
+        assert!(!v.contains("is lowest"), "{v}");
+    }
+
+    #[test]
+    fn a_winner_that_failed_more_requests_says_so() {
+        let mut results = repeated(&[
+            &[10.0, 11.0, 12.0, 10.0, 11.0],
+            &[50.0, 52.0, 51.0, 53.0, 50.0],
+            &[20.0, 21.0, 22.0, 20.0, 21.0],
+        ]);
+        for label in results.labels.clone() {
+            failing(&mut results, &label, 0);
+        }
+        failing(&mut results, "random λ=0.50", 12);
+        failing(&mut results, "round_robin λ=0.50", 1);
+        let v = verdict(&results);
+        assert!(
+            v.contains("on p99, random is lowest at 11.0 ms [10.0, 12.0], 48% lower than least_conn's 21.0 ms [20.0, 22.0], and "),
+            "{v}"
+        );
+        assert!(
+            v.contains("random was lower by 10.0 ms [10.0, 10.0], but 12% of its requests failed or timed out against 0% of least_conn's; on mean"),
+            "{v}"
+        );
+        assert!(
+            v.contains("; requests failed or timed out: random 12%, round_robin 1.0%, least_conn 0%. At λ=0.90"),
+            "{v}"
+        );
+        // No failures at λ = 0.90: no clause and no list.
+        let at_90 = &v[v.find("At λ=0.90").unwrap()..];
+        assert!(!at_90.contains("failed or timed out"), "{v}");
+    }
+
+    #[test]
+    fn repetitions_are_told_apart_by_their_paired_difference() {
+        // The per-contender intervals overlap, but least_conn was lower by 1 ms in every
+        // repetition: the paired difference tells them apart.
+        let paired = repeated(&[
+            &[11.0, 21.0, 31.0, 41.0, 51.0],
+            &[60.0, 70.0, 80.0, 90.0, 99.0],
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+        ]);
+        let v = verdict(&paired);
+        assert!(
+            v.contains("least_conn is lowest at 30.0 ms [10.0, 50.0], 3% lower than random's 31.0 ms [11.0, 51.0], and 2.7× lower than round_robin's 80.0 ms [60.0, 99.0] — distinguishable from random: paired by repetition, least_conn was lower by 1.0 ms [1.0, 1.0]"),
+            "{v}"
+        );
+        assert!(!v.contains("overlap"), "{v}");
+        // Lower in three repetitions, higher in two: the paired interval holds 0.
+        let close = repeated(&[
+            &[10.0, 20.0, 30.0, 40.0, 50.0],
+            &[11.0, 19.0, 31.0, 41.0, 50.0],
+            &[12.0, 21.0, 29.0, 39.0, 49.0],
+        ]);
+        let v = verdict(&close);
+        assert!(
+            v.contains("these runs could not tell least_conn and random apart: paired by repetition, the difference is 1.0 ms [-2.0, 1.0], which includes 0"),
+            "{v}"
+        );
+        assert!(!v.contains("distinguishable from random"), "{v}");
+        assert!(
+            v.contains("when the 95% interval of their paired difference"),
+            "{v}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The report of `lab/scenarios/sim-supermarket.toml` (the scenario itself, shortened: 4·10⁵
 //! measured requests after 2·10⁵ of warm-up, one repetition, λ = 0.5 and 0.9): its throughput
-//! chart plots answers per second, λ × 1000 for each λ within 2%, from the end of the warm-up
-//! on (no zeros before the measured window); its table has the theory column.
+//! chart plots answers per second, λ × 1000 for each λ within 2%, and an offered line per λ
+//! at the same rate, from the end of the warm-up on (no zeros before the measured window); its
+//! table has the theory column.
 
 mod common;
 
@@ -30,14 +31,29 @@ fn the_supermarket_report_plots_answers_per_second_and_the_theory() {
     assert_eq!(runs.len(), 4);
     let frame = Frame::of(&results, &runs);
     let series = throughput(&runs, &frame);
-    assert_eq!(series.len(), 5, "four runs and the offered load");
+    let labels: Vec<&str> = series.iter().map(|(label, _)| label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "random λ=0.50",
+            "random_two λ=0.50",
+            "random λ=0.90",
+            "random_two λ=0.90",
+            "offered λ=0.50",
+            "offered λ=0.90"
+        ],
+        "four runs and an offered line per load"
+    );
     for (label, points) in series {
-        // The offered load is the first run's (random at λ = 0.5).
-        let run = runs
-            .iter()
-            .find(|m| m.label == label)
-            .copied()
-            .unwrap_or(runs[0]);
+        // An offered line is the first run's at its load.
+        let run = match label.strip_prefix("offered λ=") {
+            Some(load) => runs
+                .iter()
+                .find(|m| m.label.ends_with(&format!(" λ={load}")))
+                .copied(),
+            None => runs.iter().find(|m| m.label == label).copied(),
+        }
+        .unwrap_or_else(|| panic!("{label}: no run"));
         let load = run.offered_load.unwrap();
         let t = &run.tally;
         // Buckets of 2 s (the runs are longer than 600 s): a count per bucket would read

@@ -268,23 +268,39 @@ pub fn per_second(
 }
 
 /// The throughput chart's series: answers per second by the bucket they ended in, per
-/// contender, and the requests offered per second (of the first run).
+/// contender, then the requests offered per second: one line per distinct offered load of the
+/// simulator's runs (each from the first run at that load, labelled `offered λ=0.50` when
+/// there are several), or one `offered` line when the runs share their traffic (the lab:
+/// every contender replays the same trace).
 pub fn throughput(runs: &[&Measured], frame: &Frame) -> Vec<Series> {
     let mut series = per_second(runs, frame, &Tally::answered_by_end);
-    if let Some(m) = runs.first() {
-        let t = &m.tally;
-        let width = t.bucket_width().as_secs_f64();
-        let shown = frame.shown(t);
-        let points = t
-            .offered()
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| shown.contains(k))
-            .map(|(k, &n)| (bucket_x(t, k), n as f64 / width))
-            .collect();
-        series.push(("offered".into(), points));
+    let mut loads: Vec<(Option<f64>, &Measured)> = Vec::new();
+    for m in runs {
+        if !loads.iter().any(|(load, _)| *load == m.offered_load) {
+            loads.push((m.offered_load, m));
+        }
+    }
+    let several = loads.len() > 1;
+    for (load, m) in loads {
+        let label = match load {
+            Some(load) if several => format!("offered λ={load:.2}"),
+            _ => "offered".to_owned(),
+        };
+        series.push((label, offered_per_second(&m.tally, frame)));
     }
     series
+}
+
+/// The requests a run offered per second, by the bucket they were meant to start in.
+fn offered_per_second(t: &Tally, frame: &Frame) -> Vec<(f64, f64)> {
+    let width = t.bucket_width().as_secs_f64();
+    let shown = frame.shown(t);
+    t.offered()
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| shown.contains(k))
+        .map(|(k, &n)| (bucket_x(t, k), n as f64 / width))
+        .collect()
 }
 
 /// The title of a per-second chart: the rate, and the buckets it is averaged over.
@@ -298,7 +314,7 @@ fn per_second_title(what: &str, frame: &Frame) -> String {
 /// Throughput: answers per second by the bucket they ended in, and the offered load.
 fn throughput_over_time(runs: &[&Measured], frame: &Frame) -> anyhow::Result<Figure> {
     Ok(figure(
-        Some("Answers keep up with the offered line when nothing queues or fails."),
+        Some("Answers keep up with their offered line when nothing queues or fails."),
         time_chart(
             &per_second_title("Answers (and requests offered)", frame),
             "requests per second",

@@ -69,8 +69,11 @@ fn trim(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-/// Every window of `scenario` within the first `length` of the load, in time order (at most
-/// [`MOST`]). Backends of one `[[backend]]` table share a window, named after the table.
+/// Every window of `scenario` within the first `length` of the load, in time order (the
+/// first [`MOST`]). Backends of one `[[backend]]` table share a window, named after the table.
+/// Each table's antagonist yields at most its first [`MOST`] windows: no later one of it could
+/// be among the first [`MOST`] of all, and one table's many short drops cannot crowd out
+/// another's.
 pub fn of(scenario: &Scenario, length: Duration) -> Vec<Window> {
     let end = length.as_secs_f64();
     let mut out = Vec::new();
@@ -90,7 +93,8 @@ pub fn of(scenario: &Scenario, length: Duration) -> Vec<Window> {
         let (on, every) = (a.on.as_secs_f64(), a.every.as_secs_f64());
         // The drop that covers or follows 0, then one per period.
         let mut start = a.offset.as_secs_f64() - ((a.offset.as_secs_f64() / every).ceil()) * every;
-        while start < end && out.len() <= MOST * 4 {
+        let before = out.len();
+        while start < end && out.len() - before < MOST {
             let until = (start + on).min(end);
             if until > 0.0 {
                 out.push(Window {
@@ -159,6 +163,39 @@ mod tests {
         );
         assert_eq!(w[0].text(), "antagonist: a 30% from 1.5 s to 4.5 s");
         assert_eq!(w[1].kind.class(), "outage");
+    }
+
+    #[test]
+    fn one_backend_s_many_drops_do_not_crowd_out_another_s() {
+        let s = Scenario::parse(
+            r#"
+            [[backend]]
+            name = "a"
+            antagonist = "0.5:0.5s:1s"
+            [[backend]]
+            name = "b"
+            antagonist = "0.3:2s:100s:5s"
+            [traffic]
+            pattern = "constant:10"
+            duration = "200s"
+            [[algorithm]]
+            name = "random"
+            "#,
+            "w",
+        )
+        .unwrap();
+        let w = of(&s, Duration::from_secs(200));
+        assert_eq!(w.len(), MOST);
+        // a drops every second from 0 s, b at 5 s: b's is among the first, in time order.
+        let b: Vec<(f64, f64)> = w
+            .iter()
+            .filter(|w| w.label == "b 30%")
+            .map(|w| (w.from, w.until))
+            .collect();
+        assert_eq!(b, vec![(5.0, 7.0)]);
+        assert_eq!(w[6].label, "b 30%");
+        assert!(w.windows(2).all(|p| p[0].from <= p[1].from));
+        assert_eq!(w.last().map(|w| w.from), Some(22.0));
     }
 
     #[test]

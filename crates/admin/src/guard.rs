@@ -76,29 +76,72 @@ impl std::fmt::Debug for Guard {
 /// Calls refused 401 (no token, or a wrong one), logged at WARN at most once a
 /// [`UNAUTHORIZED_LOG_EVERY`]: a client guessing tokens must not flood the log (nor fill the
 /// disk), and one line still says who tried, where, and how many more were refused since.
+/// The ones refused in the second after a logged one are said in one line when that second
+/// ends, so that the last burst's count is not left waiting for another refusal.
 #[derive(Debug, Default)]
-pub(crate) struct Unauthorized(std::sync::Mutex<(Option<std::time::Instant>, u64)>);
+pub(crate) struct Unauthorized(std::sync::Arc<std::sync::Mutex<Window>>);
+
+/// The second begun by the last 401 logged, and the refusals not logged in it.
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    logged_at: Option<std::time::Instant>,
+    not_logged: u64,
+}
 
 /// How often a 401 is logged at most.
 pub(crate) const UNAUTHORIZED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Unauthorized {
+    fn lock(window: &std::sync::Mutex<Window>) -> std::sync::MutexGuard<'_, Window> {
+        // Two numbers: a panic elsewhere cannot leave them inconsistent.
+        window.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Logs a refusal, unless one was logged less than [`UNAUTHORIZED_LOG_EVERY`] ago (then
-    /// it is counted, and told with the next one logged). The call's caller, method and path
-    /// are in the span the admin listener opens for each request.
+    /// it is counted, and the count said when that second ends). The call's caller, method
+    /// and path are in the span the admin listener opens for each request.
     pub(crate) fn refused(&self) {
         let now = std::time::Instant::now();
-        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match last.0 {
-            Some(at) if now.duration_since(at) < UNAUTHORIZED_LOG_EVERY => last.1 += 1,
+        let mut window = Self::lock(&self.0);
+        match window.logged_at {
+            Some(at) if now.duration_since(at) < UNAUTHORIZED_LOG_EVERY => {
+                window.not_logged += 1;
+                if window.not_logged == 1 {
+                    self.say_count_at(at + UNAUTHORIZED_LOG_EVERY);
+                }
+            }
             _ => {
+                // Those of the second before, if its count was not said yet.
                 tracing::warn!(
-                    not_logged_since = last.1,
+                    not_logged_since = window.not_logged,
                     "admin API: call refused 401: no token or a wrong one"
                 );
-                *last = (Some(now), 0);
+                *window = Window {
+                    logged_at: Some(now),
+                    not_logged: 0,
+                };
             }
         }
+    }
+
+    /// Says at `end` how many were refused without a line of their own since the last one
+    /// logged (outside a runtime, as in unit tests, they are said with the next one).
+    fn say_count_at(&self, end: std::time::Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = std::sync::Arc::clone(&self.0);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(end.into()).await;
+            let mut window = Self::lock(&shared);
+            if window.not_logged > 0 {
+                tracing::warn!(
+                    refused = window.not_logged,
+                    "admin API: more calls refused (401) in the second after the one logged"
+                );
+                window.not_logged = 0;
+            }
+        });
     }
 }
 

@@ -576,9 +576,39 @@ fn refused_calls_and_changes_through_the_api_name_the_caller() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = call("POST", "/api/reload", "");
     assert_eq!(status, 200, "{body}");
+    // Every refusal is told: a line of its own, or counted in the next one's
+    // `not_logged_since`, or in the line that ends its second (`refused=`).
+    let told = |lines: &[String]| -> u64 {
+        let field = |line: &str, name: &str| -> u64 {
+            line.split_once(&format!("{name}="))
+                .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        lines
+            .iter()
+            .map(|l| {
+                if l.contains("refused 401") {
+                    1 + field(l, "not_logged_since")
+                } else if l.contains("more calls refused (401)") {
+                    field(l, "refused")
+                } else {
+                    0
+                }
+            })
+            .sum()
+    };
+    let mut early = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while told(&early) < 50 {
+        early.push(fulcrum.next_line(deadline));
+    }
+    assert_eq!(told(&early), 50, "{early:#?}");
     signal(&fulcrum.child, "TERM");
-    let (lines, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
+    let (rest, status) = until_exit(&mut fulcrum, Duration::from_secs(30));
     assert!(status.success());
+    let lines: Vec<String> = early.into_iter().chain(rest).collect();
+    assert_eq!(told(&lines), 50, "each refusal told once: {lines:#?}");
     let refused: Vec<&String> = lines.iter().filter(|l| l.contains("refused 401")).collect();
     assert!(!refused.is_empty(), "{lines:#?}");
     // At most one a second (and one more for a second begun).

@@ -515,18 +515,14 @@ fn garbage_and_stalled_handshakes_are_closed_and_counted() {
     plain
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let started = Instant::now();
     plain
         .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
         .unwrap();
     let mut got = Vec::new();
     let end = plain.read_to_end(&mut got);
     assert!(end.is_ok() || got.is_empty(), "{end:?}");
-    assert!(
-        started.elapsed() < Duration::from_millis(900),
-        "closed at once, took {:?}",
-        started.elapsed()
-    );
+    // Answered, so not closed by the handshake timeout (which closes without a word); no
+    // bound on the time, which a loaded machine could break.
     let answer = String::from_utf8_lossy(&got);
     assert!(
         answer.starts_with("HTTP/1.1 400 Bad Request\r\n")

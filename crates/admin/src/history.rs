@@ -265,39 +265,20 @@ struct BackendAnswer<'a> {
 
 impl<'a> BackendAnswer<'a> {
     fn of(addr: SocketAddr, samples: &'a [Option<Sample>]) -> BackendAnswer<'a> {
-        let column = |value| Column { samples, value };
         BackendAnswer {
             addr: addr.to_string(),
-            requests: column(|s| Some(s.requests)),
-            errors_4xx: column(|s| Some(s.errors_4xx)),
-            errors_5xx: column(|s| Some(s.errors_5xx)),
-            failed_attempts: column(|s| Some(s.failed_attempts)),
-            p50_ms: Column {
-                samples,
-                value: |s| ms(s.p50_ms),
-            },
-            p99_ms: Column {
-                samples,
-                value: |s| ms(s.p99_ms),
-            },
-            weight: column(|s| Some(s.weight)),
-            in_flight: column(|s| Some(s.in_flight)),
-            state: Column {
-                samples,
-                value: |s| Some(s.state.name()),
-            },
-            available: Column {
-                samples,
-                value: |s| Some(s.available),
-            },
-            overridden: Column {
-                samples,
-                value: |s| Some(s.overridden),
-            },
-            report_stale: Column {
-                samples,
-                value: |s| Some(s.report_stale),
-            },
+            requests: Column::of(samples, |s| Some(s.requests)),
+            errors_4xx: Column::of(samples, |s| Some(s.errors_4xx)),
+            errors_5xx: Column::of(samples, |s| Some(s.errors_5xx)),
+            failed_attempts: Column::of(samples, |s| Some(s.failed_attempts)),
+            p50_ms: Column::of(samples, |s| ms(s.p50_ms)),
+            p99_ms: Column::of(samples, |s| ms(s.p99_ms)),
+            weight: Column::of(samples, |s| Some(s.weight)),
+            in_flight: Column::of(samples, |s| Some(s.in_flight)),
+            state: Column::of(samples, |s| Some(s.state.name())),
+            available: Column::of(samples, |s| Some(s.available)),
+            overridden: Column::of(samples, |s| Some(s.overridden)),
+            report_stale: Column::of(samples, |s| Some(s.report_stale)),
         }
     }
 }
@@ -312,6 +293,12 @@ fn ms(v: f32) -> Option<f64> {
 struct Column<'a, T> {
     samples: &'a [Option<Sample>],
     value: fn(&Sample) -> Option<T>,
+}
+
+impl<'a, T> Column<'a, T> {
+    fn of(samples: &'a [Option<Sample>], value: fn(&Sample) -> Option<T>) -> Column<'a, T> {
+        Column { samples, value }
+    }
 }
 
 impl<T: serde::Serialize> serde::Serialize for Column<'_, T> {

@@ -347,6 +347,14 @@ impl Metrics {
         stats
     }
 
+    /// Every worker's counts, taken out of the list (which is not held while they are read).
+    fn every_worker(&self) -> Vec<Arc<WorkerStats>> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// TLS handshakes that failed or timed out, every worker's.
     pub fn tls_handshake_failures(&self) -> u64 {
         self.workers
@@ -377,11 +385,7 @@ impl Metrics {
     /// every worker's summed: every named route configured since start, with nothing counted
     /// yet too (so that its series exists from the start).
     pub fn route_durations(&self) -> HashMap<RouteKey, Durations> {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let workers = self.every_worker();
         let keys = route_keys().keys.clone();
         let mut by_id = vec![Durations::default(); keys.len()];
         for w in workers {
@@ -405,11 +409,7 @@ impl Metrics {
         &self,
         of: impl Fn(&Counts) -> &Vec<[u64; N]>,
     ) -> HashMap<RouteKey, [u64; N]> {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let workers = self.every_worker();
         let keys = route_keys().keys.clone();
         let mut totals: HashMap<RouteKey, [u64; N]> = HashMap::new();
         for w in workers {
@@ -432,11 +432,7 @@ impl Metrics {
 
     /// The counts of every worker, summed, by upstream name.
     pub fn totals(&self) -> HashMap<Arc<str>, UpstreamCounts> {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let workers = self.every_worker();
         let mut totals: HashMap<Arc<str>, UpstreamCounts> = HashMap::new();
         for w in workers {
             for (name, counts) in w.lock().upstreams.iter() {

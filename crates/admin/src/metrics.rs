@@ -299,7 +299,7 @@ fn answers(upstream: &str, counts: &UpstreamCounts) -> Vec<(Labels, u64)> {
 /// An upstream's failed attempts by backend and reason, in backend order: every reason of
 /// every backend it has now, 0 until one fails (so that `rate()` and `increase()` alerts have
 /// a series from the start, as Prometheus's practice asks), and the reasons seen on backends
-/// it no longer has.
+/// it no longer has (for [`proxy::metrics::KEEP_DEPARTED`] after they left).
 fn failed_attempts(
     upstream: &str,
     counts: &UpstreamCounts,
@@ -330,7 +330,7 @@ fn failed_attempts(
 /// An upstream's request durations by backend, in backend order: fulcrum's own answers
 /// (`backend=""`) and every backend it has now from the start (empty until they answer, so
 /// that the series exist before the first request), and the backends it no longer has that
-/// answered.
+/// answered (for [`proxy::metrics::KEEP_DEPARTED`] after they left).
 fn durations(
     upstream: &str,
     counts: &UpstreamCounts,

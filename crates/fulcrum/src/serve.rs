@@ -185,10 +185,16 @@ async fn serve(start: Start) -> anyhow::Result<ExitCode> {
         version = env!("CARGO_PKG_VERSION"),
         "fulcrum started"
     );
-    // The control plane (load feedback, health checks), the reloads and the admin
-    // listener run on this runtime, beside the workers.
+    // The control plane (load feedback, health checks), the reloads, the forgetting of
+    // departed backends' counts and the admin listener run on this runtime, beside the
+    // workers.
     let (stop_control, stopped) = watch::channel(false);
     tokio::spawn(control::follow(handle.upstream_set(), stopped.clone()));
+    tokio::spawn(proxy::metrics::forget_departed(
+        handle.metrics(),
+        handle.upstream_set(),
+        stopped.clone(),
+    ));
     let reloading = reload::Reloading {
         path,
         proxy: handle.clone(),

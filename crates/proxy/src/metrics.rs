@@ -5,15 +5,30 @@
 //! Counting must not slow the workers down or make them wait on each other, so each worker
 //! counts into its own [`WorkerStats`] (a mutex only that worker and a scrape ever take; the
 //! worker holds it for a few hash-map updates) and a scrape sums the workers' counts
-//! ([`Metrics::totals`]). Counts only grow; a backend removed at runtime keeps its series
-//! until the process restarts, as Prometheus counters must not go back.
+//! ([`Metrics::totals`]). Counts only grow while their backend is in its upstream. A backend
+//! that leaves it (DNS discovery dropped it, the admin API removed it, a reload) keeps its
+//! counts for [`KEEP_DEPARTED`], long enough for every scrape to read their last values, and
+//! is then forgotten ([`Metrics::forget_departed`]): under the churn of a Kubernetes service
+//! the series of departed pods would otherwise pile up in every scrape and in memory. One
+//! that comes back later counts from 0 again, which Prometheus reads as a counter reset.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use balance::Fault;
+use tokio::sync::watch;
+
+use crate::upstream::Upstream;
+
+/// How long the counts of a backend that left its upstream, or of an upstream a reload
+/// removed, are kept: five minutes, Prometheus's own look-back for a series that stopped,
+/// and several times any usual scrape interval.
+pub const KEEP_DEPARTED: Duration = Duration::from_secs(300);
+
+/// How often [`forget_departed`] looks for counts to forget.
+const FORGET_EVERY: Duration = Duration::from_secs(10);
 
 /// Upper bounds of the request-duration histogram, in seconds (Prometheus client libraries'
 /// default buckets, which span 5 ms to 10 s).
@@ -334,7 +349,12 @@ impl WorkerStats {
 #[derive(Debug, Default)]
 pub struct Metrics {
     workers: Mutex<Vec<Arc<WorkerStats>>>,
+    /// Counts whose backend (or upstream: `None`) is gone, and since when it was seen gone.
+    departed: Mutex<HashMap<Counted, Instant>>,
 }
+
+/// Whose counts: an upstream's backend, or (`None`) the whole upstream.
+type Counted = (Arc<str>, Option<SocketAddr>);
 
 impl Metrics {
     /// A new worker's own counts.
@@ -430,6 +450,67 @@ impl Metrics {
         totals
     }
 
+    /// Forgets the counts of every backend that has been out of its upstream, and of every
+    /// upstream that has been out of `present` (the upstreams in force, with their backends'
+    /// addresses), for [`KEEP_DEPARTED`] at `now`. A backend seen gone starts its time then; one
+    /// back in its upstream before the time is up keeps its counts. An answer a departed
+    /// backend gives after its counts were forgotten (a request that was in flight) counts
+    /// anew and is forgotten in turn.
+    pub fn forget_departed(&self, present: &HashMap<Arc<str>, HashSet<SocketAddr>>, now: Instant) {
+        let workers = self.every_worker();
+        let mut gone: HashSet<Counted> = HashSet::new();
+        for w in &workers {
+            for (name, counts) in &w.lock().upstreams {
+                let Some(members) = present.get(name) else {
+                    gone.insert((Arc::clone(name), None));
+                    continue;
+                };
+                let counted = counts
+                    .responses
+                    .keys()
+                    .flatten()
+                    .chain(counts.failures.keys());
+                for addr in counted.filter(|a| !members.contains(a)) {
+                    gone.insert((Arc::clone(name), Some(*addr)));
+                }
+            }
+        }
+        let expired: Vec<_> = {
+            let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+            // Back, or forgotten already.
+            departed.retain(|key, _| gone.contains(key));
+            for key in gone {
+                departed.entry(key).or_insert(now);
+            }
+            let expired = departed
+                .iter()
+                .filter(|&(_, &since)| now.saturating_duration_since(since) >= KEEP_DEPARTED)
+                .map(|(key, _)| key.clone())
+                .collect();
+            departed.retain(|_, since| now.saturating_duration_since(*since) < KEEP_DEPARTED);
+            expired
+        };
+        if expired.is_empty() {
+            return;
+        }
+        for w in &workers {
+            let mut counts = w.lock();
+            for (name, addr) in &expired {
+                match addr {
+                    None => {
+                        counts.upstreams.remove(name);
+                    }
+                    Some(addr) => {
+                        if let Some(c) = counts.upstreams.get_mut(name) {
+                            c.responses.remove(&Some(*addr));
+                            c.failures.remove(addr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The counts of every worker, summed, by upstream name.
     pub fn totals(&self) -> HashMap<Arc<str>, UpstreamCounts> {
         let workers = self.every_worker();
@@ -440,6 +521,38 @@ impl Metrics {
             }
         }
         totals
+    }
+}
+
+/// Forgets departed backends' counts ([`Metrics::forget_departed`]) every [`FORGET_EVERY`],
+/// against the upstreams `upstreams` tells, until `stop`.
+pub async fn forget_departed(
+    metrics: Arc<Metrics>,
+    upstreams: watch::Receiver<Vec<Arc<Upstream>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(FORGET_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let present: HashMap<Arc<str>, HashSet<SocketAddr>> = upstreams
+            .borrow()
+            .iter()
+            .map(|u| {
+                (
+                    Arc::clone(u.shared_name()),
+                    u.snapshot().iter().map(|b| b.addr).collect(),
+                )
+            })
+            .collect();
+        // tokio's clock, which tests can pause and advance.
+        metrics.forget_departed(&present, tokio::time::Instant::now().into_std());
     }
 }
 
@@ -485,6 +598,96 @@ mod tests {
             durations[&(Arc::from("127.0.0.1:81"), Arc::from("api"))].count,
             0
         );
+    }
+
+    #[test]
+    fn a_departed_backend_s_counts_are_kept_for_a_while_then_forgotten() {
+        let m = Metrics::default();
+        let (a, b) = (m.worker(), m.worker());
+        let (web, old): (Arc<str>, Arc<str>) = (Arc::from("web"), Arc::from("old"));
+        let [x, y, z]: [SocketAddr; 3] =
+            ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"].map(|a| a.parse().unwrap());
+        let ms = Duration::from_millis(1);
+        a.answered(&web, Some(x), 200, ms, None);
+        b.answered(&web, Some(y), 200, ms, None);
+        a.answered(&web, Some(y), 500, ms, None);
+        b.failed(&web, z, Fault::ConnectFailed);
+        a.answered(&web, None, 503, ms, None);
+        a.answered(&old, Some(x), 200, ms, None);
+        let with = |members: &[SocketAddr]| {
+            HashMap::from([(Arc::clone(&web), members.iter().copied().collect())])
+        };
+        let secs = Duration::from_secs;
+        let t0 = Instant::now();
+        // y and z left web, and a reload removed old: all kept for now.
+        m.forget_departed(&with(&[x]), t0);
+        let t = m.totals();
+        assert_eq!(t[&web].responses[&Some(y)].classes, [0, 1, 0, 0, 1]);
+        assert!(t[&web].failures.contains_key(&z));
+        assert!(t.contains_key(&old));
+        // y comes back before its time is up and keeps its counts; z and old are forgotten,
+        // in both workers' counts; fulcrum's own answers stay.
+        m.forget_departed(&with(&[x, y]), t0 + KEEP_DEPARTED - secs(1));
+        m.forget_departed(&with(&[x, y]), t0 + KEEP_DEPARTED);
+        let t = m.totals();
+        assert_eq!(t[&web].responses[&Some(y)].classes, [0, 1, 0, 0, 1]);
+        assert!(!t[&web].failures.contains_key(&z), "{:?}", t[&web].failures);
+        assert!(!t.contains_key(&old));
+        assert_eq!(t[&web].responses[&None].classes, [0, 0, 0, 0, 1]);
+        assert_eq!(t[&web].responses[&Some(x)].classes, [0, 1, 0, 0, 0]);
+        // y leaves again: its time starts anew, from when it was seen gone.
+        let left = t0 + KEEP_DEPARTED + secs(10);
+        m.forget_departed(&with(&[x]), left);
+        m.forget_departed(&with(&[x]), left + KEEP_DEPARTED - secs(1));
+        assert!(m.totals()[&web].responses.contains_key(&Some(y)));
+        m.forget_departed(&with(&[x]), left + KEEP_DEPARTED);
+        let t = m.totals();
+        assert!(!t[&web].responses.contains_key(&Some(y)));
+        assert_eq!(t[&web].requests(), 2);
+        // An answer y gives afterwards (a request that was in flight) counts anew.
+        b.answered(&web, Some(y), 200, ms, None);
+        assert_eq!(
+            m.totals()[&web].responses[&Some(y)].classes,
+            [0, 1, 0, 0, 0]
+        );
+    }
+
+    /// The loop a proxy runs: it reads the upstreams in force and forgets a backend the
+    /// upstream no longer has once [`KEEP_DEPARTED`] is up, and not before.
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_forgets_a_backend_its_upstream_no_longer_has() {
+        let [x, y]: [SocketAddr; 2] =
+            ["127.0.0.1:9001", "127.0.0.1:9002"].map(|a| a.parse().unwrap());
+        let settings = crate::UpstreamSettings::new(
+            "web",
+            balance::Algorithm::RoundRobin,
+            vec![crate::BackendSettings::new(x)],
+        );
+        let web = Arc::new(Upstream::new(settings));
+        let m = Arc::new(Metrics::default());
+        let w = m.worker();
+        let ms = Duration::from_millis(1);
+        w.answered(web.shared_name(), Some(x), 200, ms, None);
+        w.answered(web.shared_name(), Some(y), 200, ms, None);
+        let (_upstreams, told) = watch::channel(vec![web]);
+        let (stop, stopped) = watch::channel(false);
+        let looping = tokio::spawn(forget_departed(Arc::clone(&m), told, stopped));
+        let name: Arc<str> = Arc::from("web");
+        tokio::time::sleep(KEEP_DEPARTED - FORGET_EVERY).await;
+        assert!(
+            m.totals()[&name].responses.contains_key(&Some(y)),
+            "kept for now"
+        );
+        tokio::time::sleep(3 * FORGET_EVERY).await;
+        let t = m.totals();
+        assert!(
+            !t[&name].responses.contains_key(&Some(y)),
+            "{:?}",
+            t[&name].responses
+        );
+        assert!(t[&name].responses.contains_key(&Some(x)));
+        stop.send_replace(true);
+        looping.await.unwrap();
     }
 
     #[test]

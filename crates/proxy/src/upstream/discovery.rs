@@ -289,6 +289,24 @@ mod tests {
         }
     }
 
+    /// A backend DNS adds joins as a new one does through the API: with the slow start its
+    /// source gives it (Envoy's rule for new hosts), while the one already there stays at full
+    /// weight.
+    #[test]
+    fn a_backend_dns_adds_ramps_up_with_its_slow_start() {
+        let mut src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        u.apply_discovered(&src.query, found(&src, &[1]));
+        src.template.slow_start = Some(Duration::from_secs(60));
+        u.apply_discovered(&src.query, found(&src, &[1, 2]));
+        let ramp = |a| u.snapshot().iter().find(|b| b.addr == a).map(|b| b.ramp);
+        assert_eq!(ramp(addr(1)), Some(1.0), "the backend already there");
+        let new = ramp(addr(2)).unwrap();
+        assert!(new < 0.5, "the new backend ramps up: {new}");
+    }
+
     #[test]
     fn a_new_weight_from_dns_applies_and_the_operators_drain_stays() {
         let src = source("app.test");

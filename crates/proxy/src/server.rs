@@ -635,7 +635,8 @@ pub struct ProxyHandle {
 pub struct Reloaded {
     /// Upstreams that are new: their control loops must be started.
     pub new_upstreams: Vec<Arc<Upstream>>,
-    /// Upstreams reconfigured in place, by name.
+    /// Upstreams reconfigured in place with settings that changed, by name (one rebuilt the
+    /// same, what DNS found carried, is not listed).
     pub reconfigured: Vec<String>,
     /// Upstreams no longer in the configuration (retired: their control loops stop).
     pub removed_upstreams: Vec<String>,
@@ -904,8 +905,9 @@ impl Live {
             access_log,
         } = prepared;
         for u in &upstream_settings {
-            if let Some(existing) = find(&old_upstreams, &u.name) {
-                existing.reconfigure(u.clone(), Keep::Settings);
+            if let Some(existing) = find(&old_upstreams, &u.name)
+                && !existing.reconfigure(u.clone(), Keep::Settings).unchanged
+            {
                 done.reconfigured.push(u.name.clone());
             }
         }

@@ -101,21 +101,8 @@ async fn reload(
     }
     // The admin API's changes, over the file's settings; kept once the proxy takes them.
     let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
-    // Each upstream's settings in force before, to tell those the reload changed from those
-    // it only rebuilt the same.
-    let before: Vec<_> = proxy
-        .upstreams()
-        .iter()
-        .map(|u| (u.name().to_owned(), u.settings()))
-        .collect();
     match proxy.reload(cfg.proxy).await {
-        Ok(mut done) => {
-            done.reconfigured.retain(|name| {
-                let now = proxy.upstreams();
-                let was = before.iter().find(|(n, _)| n == name).map(|(_, s)| s);
-                let is = now.iter().find(|u| u.name() == name).map(|u| u.settings());
-                !matches!((was, is), (Some(was), Some(is)) if **was == *is)
-            });
+        Ok(done) => {
             // The control plane follows the set of upstreams (control::follow): those this
             // reload added get their loops without a word from here.
             not_applied.extend(done.not_applied.iter().cloned());

@@ -20,6 +20,9 @@ pub struct Reconfigured {
     pub added: Vec<SocketAddr>,
     pub removed: Vec<SocketAddr>,
     pub kept: usize,
+    /// The settings were those in force already (a reload of an unchanged upstream, what DNS
+    /// found carried): the upstream was rebuilt the same.
+    pub unchanged: bool,
 }
 
 /// Where a reconfiguration's backend states and weights come from.
@@ -87,7 +90,10 @@ impl Upstream {
             let generation = st.generation + 1;
             let same: Vec<Option<BackendId>> = order.iter().map(|b| st.position(b.addr)).collect();
             pool.carry_over(&st.pool, &same, now);
-            let mut done = Reconfigured::default();
+            let mut done = Reconfigured {
+                unchanged,
+                ..Reconfigured::default()
+            };
             let members = carried_members(
                 &st,
                 (&settings, &order),

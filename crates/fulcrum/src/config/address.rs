@@ -57,10 +57,21 @@ pub(super) fn listen(text: &str) -> Result<SocketAddr, String> {
         }))
 }
 
+/// An address to connect to, with port 0 refused: nothing listens there (nginx refuses it
+/// too, "invalid port").
+fn connectable(text: &str, addr: SocketAddr) -> Result<SocketAddr, String> {
+    match addr.port() {
+        0 => Err(format!(
+            "\"{text}\": port 0 cannot be connected to; write the port the backend listens on, like \"127.0.0.1:9001\""
+        )),
+        _ => Ok(addr),
+    }
+}
+
 /// A backend's address: an IP address and port, or a host name and port resolved now.
 pub(super) fn backend(text: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = text.parse::<SocketAddr>() {
-        return Ok(a);
+        return connectable(text, a);
     }
     if let Some(why) =
         not_an_address(text, "backend", "127.0.0.1:9001").or_else(|| port_too_large(text))
@@ -75,7 +86,8 @@ pub(super) fn backend(text: &str) -> Result<SocketAddr, String> {
     match text.to_socket_addrs() {
         Ok(mut addrs) => addrs
             .next()
-            .ok_or_else(|| format!("\"{text}\" resolves to no address")),
+            .ok_or_else(|| format!("\"{text}\" resolves to no address"))
+            .and_then(|a| connectable(text, a)),
         Err(e) => Err(format!(
             "cannot resolve \"{text}\": {e}; write host:port, like \"127.0.0.1:9001\""
         )),
@@ -103,7 +115,7 @@ impl std::fmt::Display for Target {
 /// upstream's discovery, not now: a name that does not resolve yet is not an error).
 pub(super) fn backend_target(text: &str) -> Result<Target, String> {
     if let Ok(a) = text.parse::<SocketAddr>() {
-        return Ok(Target::Addr(a));
+        return connectable(text, a).map(Target::Addr);
     }
     if let Some(why) =
         not_an_address(text, "backend", "127.0.0.1:9001").or_else(|| port_too_large(text))
@@ -227,6 +239,24 @@ mod tests {
             assert!(e.contains("is above 65535"), "{e}");
         }
         assert!(listen("127.0.0.1:65535").is_ok());
+    }
+
+    /// nginx refuses `server 127.0.0.1:0;` ("invalid port"): nothing can be connected to there.
+    #[test]
+    fn a_backend_on_port_0_is_refused() {
+        for text in ["127.0.0.1:0", "[::1]:0"] {
+            for e in [
+                backend(text).unwrap_err(),
+                backend_target(text).unwrap_err(),
+            ] {
+                assert!(e.contains("port 0 cannot be connected to"), "{e}");
+            }
+        }
+        assert!(backend_target("app.internal:0").is_err());
+        assert_eq!(
+            backend_target("127.0.0.1:1"),
+            Ok(Target::Addr(SocketAddr::from(([127, 0, 0, 1], 1))))
+        );
     }
 
     #[test]

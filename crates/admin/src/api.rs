@@ -473,11 +473,16 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
         Ok(n) => n,
         Err(e) => return refused(e),
     };
-    let Ok(addr) = new.addr.parse::<SocketAddr>() else {
+    let Some(addr) = new
+        .addr
+        .parse::<SocketAddr>()
+        .ok()
+        .filter(|a| a.port() != 0)
+    else {
         return error(
             StatusCode::BAD_REQUEST,
             format!(
-                "addr {:?}: write an IP address and port, such as \"127.0.0.1:9001\"",
+                "addr {:?}: write an IP address and a port from 1 to 65535 (port 0 cannot be connected to), such as \"127.0.0.1:9001\"",
                 new.addr
             ),
         );

@@ -259,6 +259,17 @@ fn the_api_shows_the_backends_and_a_drained_one_finishes_its_requests_and_gets_n
             assert_eq!(got, status, "{body}: {text}");
             assert!(error_of(&text).contains(says), "{body}: {text}");
         }
+        // Port 0, which nothing can be connected to (nginx refuses it in a server line).
+        let (got, text) = call(
+            admin,
+            "POST",
+            "/api/upstreams/web/backends",
+            None,
+            r#"{"addr": "127.0.0.1:0"}"#,
+        )
+        .await;
+        assert_eq!(got, 400, "{text}");
+        assert!(error_of(&text).contains("port 0"), "{text}");
         let (got, text) = call(
             admin,
             "PATCH",

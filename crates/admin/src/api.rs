@@ -509,6 +509,9 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
             format!("upstream \"{}\" already has backend {addr}", u.name()),
         );
     }
+    if let Err(e) = u.fits_ring(addr, weight) {
+        return change_error(e);
+    }
     let mut backend = proxy::BackendSettings::new(addr);
     if let Some(first) = settings.backends.first() {
         backend.max_fails = first.max_fails;
@@ -661,6 +664,7 @@ fn change_error(e: ChangeError) -> Answer {
         ChangeError::NoSuchBackend { .. } => StatusCode::NOT_FOUND,
         ChangeError::WeightsFromReports { .. } => StatusCode::CONFLICT,
         ChangeError::WeightOutOfRange { .. } => StatusCode::BAD_REQUEST,
+        ChangeError::RingTooHeavy(_) => StatusCode::CONFLICT,
     };
     error(status, e)
 }

@@ -183,6 +183,7 @@ impl StateStore {
         }
         for d in &plan.dropped {
             tracing::warn!(
+                key = %d.key,
                 upstream = %d.upstream,
                 backend = %d.backend.map_or_else(String::new, |b| b.to_string()),
                 item = d.item,
@@ -321,7 +322,7 @@ impl StateStore {
             if data.unsynced.contains(key) {
                 return false;
             }
-            let new = record.and_then(|r| holding(key, r, &data.files));
+            let new = record.and_then(|r| holding(key, r, &data.records, &data.files));
             let old = data.records.get(key).cloned();
             if old == new {
                 return false;
@@ -452,16 +453,24 @@ fn set(data: &mut Data, key: &str, record: Option<Record>) {
 
 /// The part of a remote `record` that holds against this instance's `files` (its items of
 /// which the file's value is still their base); what does not is logged as a reload would.
-fn holding(key: &str, record: Record, files: &Files) -> Option<Record> {
+fn holding(key: &str, record: Record, records: &Records, files: &Files) -> Option<Record> {
     let k = Key::parse(key)?;
     let mut scratch: Vec<proxy::UpstreamSettings> = files
         .get(k.upstream())
         .map(|f| f.settings.clone())
         .into_iter()
         .collect();
-    let one: Records = [(key.to_owned(), record)].into();
-    let mut p = plan::plan(&one, &mut scratch, files);
-    for d in &p.dropped {
+    // Checked after the records in force, as the admin API checks a change against the
+    // running upstream (a weight the ring could not take beside the others is not applied).
+    let others: Records = records
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .map(|(k, r)| (k.clone(), r.clone()))
+        .collect();
+    let mut p = plan::plan(&others, &mut scratch, files);
+    let before = p.dropped.len();
+    plan::plan_one(key, &record, &mut scratch, files, &mut p);
+    for d in &p.dropped[before..] {
         tracing::warn!(key, "shared override not applied: {d}");
     }
     p.records.remove(key)
@@ -522,8 +531,9 @@ fn enforce_backend(
         .or(in_file.map(|b| b.weight));
     if let Some(w) = weight
         && !u.weights_from_reports()
+        && let Err(e) = u.set_static_weight(addr, u64::from(w))
     {
-        let _ = u.set_static_weight(addr, u64::from(w));
+        tracing::warn!(upstream = %u.name(), backend = %addr, error = %e, "a shared weight is not applied");
     }
 }
 
@@ -833,6 +843,53 @@ algorithm = "weighted_round_robin"
         assert_eq!(
             web.settings().pins[&addr(9002)].state,
             Some(proxy::AdminState::Drain)
+        );
+    }
+
+    /// A weight from the fleet that the ring of a `hash` upstream with `consistent` could not
+    /// be built for (10,000 in all) is not applied, alone or beside one in force, by a key or
+    /// in a snapshot; one within the bound is.
+    #[tokio::test]
+    async fn a_shared_weight_past_the_rings_bound_is_not_applied() {
+        let store = StateStore::open(None);
+        let ring = FILE.replace(
+            "algorithm = \"weighted_round_robin\"",
+            "algorithm = \"hash\"\nconsistent = true",
+        );
+        let mut cfg = crate::config::parse(Path::new("t.toml"), &ring).unwrap();
+        let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
+        store.commit(prepared);
+        let proxy = proxy::Proxy::bind(cfg.proxy).await.unwrap();
+        store.attach(proxy.handle());
+        let web = proxy.upstreams().remove(0);
+        let key = "upstreams/web/backends/127.0.0.1:9002";
+        let other = "upstreams/web/backends/127.0.0.1:9001";
+        store.apply_remote(key, Some(br#"{"weight":{"value":100000,"file":1}}"#));
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert!(store.records().is_empty());
+        let heavy = br#"{"weight":{"value":6000,"file":1}}"#;
+        store.apply_remote(other, Some(heavy));
+        store.apply_remote(key, Some(heavy));
+        assert_eq!(
+            state_of(&web, addr(9001)),
+            Some((proxy::AdminState::Up, 6000))
+        );
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert_eq!(store.records().len(), 1);
+        store.replace_all(
+            [(
+                key.to_owned(),
+                br#"{"weight":{"value":10001,"file":1}}"#.to_vec(),
+            )]
+            .into(),
+        );
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert!(store.records().is_empty());
+        store.apply_remote(key, Some(br#"{"weight":{"value":9999,"file":1}}"#));
+        assert_eq!(
+            state_of(&web, addr(9002)),
+            Some((proxy::AdminState::Up, 9999))
         );
     }
 

@@ -415,3 +415,84 @@ fn an_included_files_edit_of_the_balancing_options_drops_the_algorithm_override(
     );
     assert_eq!(upstream(admin)["overrides"], serde_json::json!({}));
 }
+
+/// A ring upstream (`hash` with `consistent = true`) takes no weight its ring could not be
+/// built for (10,000 in all, as the configuration): the API refuses one (409, saying the
+/// bound and what to do) and the weights stay; the same value in the state file is dropped
+/// at start with a WARN naming its key, and requests are answered throughout. (Such a weight
+/// used to stall the upstream's requests for tens of seconds while its ring was rebuilt.)
+#[test]
+fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "ring");
+    let heavy = format!("upstreams/web/backends/{b}");
+    let state = serde_json::json!({
+        "version": 1,
+        "overrides": {
+            heavy.clone(): {"weight": {"value": 100000, "file": 1}},
+            format!("upstreams/web/backends/{a}"): {"state": {"value": "drain", "file": "up"}},
+        }
+    });
+    std::fs::write(dir.0.join("state.json"), state.to_string()).unwrap();
+    let text = config(&dir, "hash", &[(a, 1), (b, 1)], "").replace(
+        "algorithm = \"hash\"",
+        "algorithm = \"hash\"\nconsistent = true",
+    );
+    let file = TempFile::new("state.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    let warned = fulcrum
+        .started
+        .iter()
+        .find(|l| l.contains("override dropped") && l.contains(&heavy))
+        .unwrap_or_else(|| panic!("a WARN naming {heavy}: {:#?}", fulcrum.started));
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("at most 10000"), "the bound: {warned}");
+    // The drain beside it holds; b keeps the file's weight.
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(backend(admin, b)["weight"]["static"], 1);
+    assert_eq!(requests_reaching(&fulcrum, 3, b), 3);
+
+    // Through the API: refused with the bound and what to do, nothing changed.
+    call(
+        admin,
+        "PATCH",
+        &format!("/api/upstreams/web/backends/{a}"),
+        r#"{"state": "up"}"#,
+        200,
+    );
+    let path_b = format!("/api/upstreams/web/backends/{b}");
+    let answer = call(admin, "PATCH", &path_b, r#"{"weight": 100000}"#, 409);
+    assert!(answer.contains("at most 10000"), "{answer}");
+    assert!(answer.contains("lower the others"), "{answer}");
+    let answer = call(
+        admin,
+        "POST",
+        "/api/upstreams/web/backends",
+        r#"{"addr": "127.0.0.1:9", "weight": 9999}"#,
+        409,
+    );
+    assert!(answer.contains("at most 10000"), "{answer}");
+    let weights: Vec<u64> = upstream(admin)["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["weight"]["static"].as_u64().unwrap())
+        .collect();
+    assert_eq!(weights, vec![1, 1]);
+    assert!(
+        state_file(&dir).get(&heavy).is_none(),
+        "{:?}",
+        state_file(&dir)
+    );
+    // Within the bound it is taken.
+    call(admin, "PATCH", &path_b, r#"{"weight": 9999}"#, 200);
+    for _ in 0..5 {
+        assert_eq!(
+            common::status_from([127, 0, 0, 1], fulcrum.addr_of("web")),
+            200
+        );
+    }
+}

@@ -109,10 +109,11 @@ impl StateStore {
                 file::Read::Missing => {
                     tracing::info!(state_file = %p.display(), "no state file yet: no overrides to apply");
                 }
-                file::Read::Found(records, unsynced) => {
-                    tracing::info!(state_file = %p.display(), overrides = records.len(), "state file read");
-                    data.records = records;
-                    data.unsynced = unsynced;
+                file::Read::Found(parsed) => {
+                    tracing::info!(state_file = %p.display(), overrides = parsed.records.len(), "state file read");
+                    dropped_entries(p, &parsed);
+                    data.records = parsed.records;
+                    data.unsynced = parsed.unsynced;
                 }
                 file::Read::Bad { why, aside } => {
                     data.keep_out = aside.is_err();
@@ -421,6 +422,22 @@ impl StateStore {
         }
         self.save();
         self.send_local((key_text, new.map(|r| r.to_bytes())));
+    }
+}
+
+/// Logs each entry of a state file that could not be used (a WARN each: what, where, what
+/// to do); the others are applied.
+fn dropped_entries(path: &std::path::Path, parsed: &file::Parsed) {
+    let kept = match &parsed.copy {
+        Some(Ok(copy)) => format!("the file as it was is kept as {}", copy.display()),
+        Some(Err(e)) => format!("the file as it was could not be kept ({e})"),
+        None => String::new(),
+    };
+    for why in &parsed.dropped {
+        tracing::warn!(
+            state_file = %path.display(),
+            "a state file entry cannot be used and is dropped ({why}); the other overrides are applied, and {kept}: make this change again through the admin API if it is still wanted"
+        );
     }
 }
 

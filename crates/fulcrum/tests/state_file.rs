@@ -496,3 +496,53 @@ fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
         );
     }
 }
+
+/// One bad entry in the state file (a weight of 0, written by hand) costs only itself: the
+/// drain beside it holds from the start (it used to be thrown away with the whole file, and
+/// the drained backend took traffic), a WARN names the bad key and where the file as it was
+/// is kept, and that copy holds it whole.
+#[test]
+fn a_bad_entry_in_the_state_file_drops_only_itself() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "entry");
+    let bad = format!("upstreams/web/backends/{b}");
+    let text = serde_json::json!({
+        "version": 1,
+        "overrides": {
+            format!("upstreams/web/backends/{a}"): {"state": {"value": "drain", "file": "up"}},
+            bad.clone(): {"weight": {"value": 0, "file": 1}},
+        }
+    })
+    .to_string();
+    std::fs::write(dir.0.join("state.json"), &text).unwrap();
+    let file = TempFile::new(
+        "state.toml",
+        &config(&dir, "round_robin", &[(a, 1), (b, 1)], ""),
+    );
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(requests_reaching(&fulcrum, 4, b), 4);
+    let warned = fulcrum
+        .started
+        .iter()
+        .find(|l| l.contains("entry cannot be used") && l.contains(&bad))
+        .unwrap_or_else(|| panic!("a WARN naming {bad}: {:#?}", fulcrum.started));
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("a weight is from 1"), "what: {warned}");
+    assert!(
+        warned.contains("through the admin API"),
+        "what to do: {warned}"
+    );
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(requests_reaching(&fulcrum, 4, b), 4);
+    // The file as it was, kept under the name the WARN gives.
+    let copy = warned
+        .split("kept as ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("where the file is kept: {warned}"));
+    assert_eq!(std::fs::read_to_string(copy).unwrap(), text);
+}

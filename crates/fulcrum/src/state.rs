@@ -51,6 +51,15 @@ struct Inner {
     /// The running proxy, once it runs: where remote changes are applied.
     proxy: OnceLock<ProxyHandle>,
     local: Mutex<Local>,
+    writes: Mutex<Writes>,
+}
+
+/// How the state file's writes went: for `/metrics` and the admin API's answers.
+#[derive(Debug, Default)]
+struct Writes {
+    failures: u64,
+    /// Why the last write failed (`None`: it succeeded, or none was needed yet).
+    failing: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +137,7 @@ impl StateStore {
                 data: Mutex::new(data),
                 proxy: OnceLock::new(),
                 local: Mutex::new(Local { tx, rx: Some(rx) }),
+                writes: Mutex::new(Writes::default()),
             }),
         }
     }
@@ -385,7 +395,12 @@ impl StateStore {
             // Until the bad file that could not be set aside is moved away.
             data.keep_out &= path.exists();
             if data.keep_out {
+                drop(data);
                 tracing::error!(state_file = %path.display(), "the state file is not written: a bad one is still there (see the error at start); move it away, and the next change writes a new one");
+                self.wrote(Err(format!(
+                    "the state file {} is not written: a bad one is still there; move it away",
+                    path.display()
+                )));
                 return;
             }
             if !data.fleet {
@@ -393,8 +408,34 @@ impl StateStore {
             }
             file::text(&data.records, &data.unsynced)
         };
-        if let Err(e) = file::write(path, &text) {
-            tracing::error!(state_file = %path.display(), error = %e, "cannot write the state file: the overrides stay in force but would not survive a restart; make its directory writable by fulcrum");
+        match file::write(path, &text) {
+            Ok(()) => self.wrote(Ok(())),
+            Err(e) => {
+                let advice = write_advice(path, &e);
+                tracing::error!(state_file = %path.display(), error = %e, "cannot write the state file: the overrides stay in force but would not survive a restart; {advice} (the next change written saves them all)");
+                self.wrote(Err(format!(
+                    "the change is applied, but the state file {} could not be written ({e}): it would not survive a restart; {advice}",
+                    path.display()
+                )));
+            }
+        }
+    }
+
+    /// Notes how a write of the state file went.
+    fn wrote(&self, result: Result<(), String>) {
+        let mut w = lock(&self.inner.writes);
+        match result {
+            Ok(()) => {
+                if w.failing.take().is_some()
+                    && let Some(path) = &self.inner.path
+                {
+                    tracing::info!(state_file = %path.display(), "the state file is written again: the overrides in force are saved");
+                }
+            }
+            Err(why) => {
+                w.failures += 1;
+                w.failing = Some(why);
+            }
         }
     }
 
@@ -422,6 +463,23 @@ impl StateStore {
         }
         self.save();
         self.send_local((key_text, new.map(|r| r.to_bytes())));
+    }
+}
+
+/// What to do about a failed write of the state file at `path`, by its error.
+fn write_advice(path: &std::path::Path, e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let dir = file::directory(path).display();
+    match e.kind() {
+        K::StorageFull | K::QuotaExceeded => {
+            format!("the filesystem of {dir} is full: free space there")
+        }
+        K::ReadOnlyFilesystem => format!(
+            "{dir} is on a read-only filesystem: remount it read-write, or set state_file elsewhere (a restart)"
+        ),
+        K::PermissionDenied => format!("make {dir} writable by fulcrum's user"),
+        K::NotFound | K::NotADirectory => format!("{dir} is not a directory (any more): create it"),
+        _ => format!("check {dir} and the filesystem it is on"),
     }
 }
 
@@ -706,6 +764,19 @@ impl admin::Overrides for StateStore {
         self.save();
         self.send_local((key, None));
         true
+    }
+
+    fn unsaved(&self) -> Option<String> {
+        lock(&self.inner.writes).failing.clone()
+    }
+
+    fn writes(&self) -> Option<admin::StateFileWrites> {
+        self.inner.path.as_ref()?;
+        let w = lock(&self.inner.writes);
+        Some(admin::StateFileWrites {
+            last_successful: w.failing.is_none(),
+            failures: w.failures,
+        })
     }
 }
 

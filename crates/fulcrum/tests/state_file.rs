@@ -546,3 +546,108 @@ fn a_bad_entry_in_the_state_file_drops_only_itself() {
         .unwrap_or_else(|| panic!("where the file is kept: {warned}"));
     assert_eq!(std::fs::read_to_string(copy).unwrap(), text);
 }
+
+/// The value of the series `name` (written without labels) in a scrape of `/metrics`.
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let reply = common::http_get(admin, "/metrics").unwrap();
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {reply}"))
+        .parse()
+        .unwrap()
+}
+
+/// A state file that cannot be written (its directory replaced by a regular file, which stops
+/// root too): the change is applied, and its answer says it is not saved and why; the log
+/// says what to do for that error; `/metrics` shows it (present from the start); once the
+/// directory is back the next change saves every override and the warning goes.
+#[test]
+fn a_failed_state_file_write_is_told_in_the_answer_and_the_metrics() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "unwritable");
+    let sub = dir.0.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let text = config(&dir, "round_robin", &[(a, 1), (b, 1)], "").replace(
+        &format!("{}/state.json", dir.path()),
+        &format!("{}/state.json", sub.display()),
+    );
+    let file = TempFile::new("state.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        1.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        0.0
+    );
+    let path_a = format!("/api/upstreams/web/backends/{a}");
+    let answer = call(admin, "PATCH", &path_a, r#"{"state": "drain"}"#, 200);
+    assert!(!answer.contains("warning"), "{answer}");
+
+    std::fs::remove_dir_all(&sub).unwrap();
+    std::fs::write(&sub, "not a directory").unwrap();
+    let answer = call(admin, "PATCH", &path_a, r#"{"weight": 2}"#, 200);
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    let warning = v["warning"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert!(warning.contains("is applied"), "{warning}");
+    assert!(warning.contains("would not survive a restart"), "{warning}");
+    assert!(
+        warning.contains("not a directory"),
+        "why and what to do: {warning}"
+    );
+    assert_eq!(v["weight"]["static"], 2, "applied: {answer}");
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        0.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        1.0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let logged = loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("cannot write the state file") {
+            break line;
+        }
+    };
+    assert!(logged.contains("ERROR"), "{logged}");
+    assert!(
+        logged.contains("create it"),
+        "the advice fits the error: {logged}"
+    );
+    assert!(!logged.contains("writable by"), "{logged}");
+    // DELETE, whose answer has no body otherwise, says so too.
+    let answer = call(
+        admin,
+        "DELETE",
+        &format!("/api/upstreams/web/backends/{b}"),
+        "",
+        200,
+    );
+    assert!(answer.contains("would not survive a restart"), "{answer}");
+
+    // The directory back: the next change saves them all, and says nothing.
+    std::fs::remove_file(&sub).unwrap();
+    std::fs::create_dir(&sub).unwrap();
+    let answer = call(admin, "PATCH", &path_a, r#"{"weight": 3}"#, 200);
+    assert!(!answer.contains("warning"), "{answer}");
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        1.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        2.0
+    );
+    let saved = std::fs::read_to_string(sub.join("state.json")).unwrap();
+    assert!(
+        saved.contains("\"drain\"") && saved.contains("\"removed\""),
+        "{saved}"
+    );
+}

@@ -31,6 +31,10 @@
 //! * A silent etcd is a lost one: the task asks for a progress report on the watch every
 //!   second (etcd 3.4's `WatchProgressRequest`) and gives the connection up when nothing came
 //!   for 5 s, which a half-open connection (a host gone without a FIN) would otherwise hide.
+//! * Only the keys fulcrum writes are read and watched: those under `{prefix}upstreams/`
+//!   ([`RECORDS`]). Another fleet whose prefix is nested in this one's (`/fulcrum/edge/` under
+//!   `/fulcrum/`, as the docs' own example has it) writes `/fulcrum/edge/upstreams/...`, which
+//!   this fleet never sees: neither applied nor logged.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -46,6 +50,10 @@ const LOG: &str = "fulcrum";
 
 /// `prefix` when `[cluster]` leaves it out.
 pub const DEFAULT_PREFIX: &str = "/fulcrum/";
+
+/// Where under the prefix the fleet's records are: every key fulcrum writes starts so
+/// (`upstreams/{upstream}/backends/{addr}`, `upstreams/{upstream}/algorithm`).
+pub const RECORDS: &str = "upstreams/";
 
 /// How long a connection to an etcd endpoint may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -256,7 +264,7 @@ impl Sync {
             .with_keep_alive(KEEP_ALIVE_EVERY, SILENCE_LIMIT);
         let mut client = call(Client::connect(&self.settings.endpoints, Some(options))).await?;
         // Where etcd stands, before anything is written: the cluster and its revision.
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let count = GetOptions::new().with_prefix().with_count_only();
         let head = call(client.get(prefix.as_str(), Some(count))).await?;
         let header = head.header().ok_or("etcd's answer has no header")?;
@@ -310,7 +318,7 @@ impl Sync {
 
     /// Reads every record under the prefix and passes them on as one snapshot.
     async fn snapshot(&mut self, client: &mut Client) -> Result<(), String> {
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let all = GetOptions::new().with_prefix();
         let answer = call(client.get(prefix.as_str(), Some(all))).await?;
         let revision = answer
@@ -335,7 +343,7 @@ impl Sync {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(self.revision + 1);
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let stream = call(client.watch(prefix.as_str(), Some(options))).await?;
         let (mut requests, mut answers) = stream.split();
         let mut progress = tokio::time::interval(PROGRESS_EVERY);
@@ -366,6 +374,11 @@ impl Sync {
                 }
             }
         }
+    }
+
+    /// The key prefix of the records read and watched: `{prefix}upstreams/`.
+    fn records(&self) -> String {
+        format!("{}{RECORDS}", self.settings.prefix)
     }
 
     /// Passes on one watch answer's changes; `Some` when the watch ended.

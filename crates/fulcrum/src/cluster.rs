@@ -98,13 +98,24 @@ pub enum Event {
         records: BTreeMap<String, Vec<u8>>,
         revision: i64,
     },
+    /// `key` set to `value` at etcd's `revision`.
     Put {
         key: String,
         value: Vec<u8>,
+        revision: i64,
     },
-    Delete {
-        key: String,
-    },
+    /// `key` removed at etcd's `revision`.
+    Delete { key: String, revision: i64 },
+}
+
+/// etcd acknowledged this instance's latest write of `key`: `value` (`None`: a delete) is
+/// what it holds from `revision` on (its put or delete answer's revision). Changes at or
+/// below it are this write or older; changes above it are newer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+    pub revision: i64,
 }
 
 /// Where the sync stands, for metrics.
@@ -137,7 +148,7 @@ struct Shared {
     /// Wakes the sync task when a write is queued.
     wake: Notify,
     /// Told each key whose latest queued value etcd acknowledged.
-    written: Option<mpsc::UnboundedSender<String>>,
+    written: Option<mpsc::UnboundedSender<Written>>,
 }
 
 /// A lock whose holder panicked still guards consistent data here (each holder makes one
@@ -164,7 +175,7 @@ impl Cluster {
         settings: ClusterSettings,
         stop: watch::Receiver<bool>,
         pending: BTreeMap<String, Option<Vec<u8>>>,
-        written: Option<mpsc::UnboundedSender<String>>,
+        written: Option<mpsc::UnboundedSender<Written>>,
     ) -> (Cluster, mpsc::Receiver<Event>) {
         let shared = Arc::new(Shared {
             pending: Mutex::new(pending),
@@ -301,17 +312,25 @@ impl Sync {
                 return Ok(());
             };
             let full = format!("{}{key}", self.settings.prefix);
-            match &value {
-                Some(v) => call(client.put(full, v.clone(), None)).await.map(drop)?,
-                None => call(client.delete(full, None)).await.map(drop)?,
-            }
+            let header = match &value {
+                Some(v) => call(client.put(full, v.clone(), None))
+                    .await?
+                    .header()
+                    .cloned(),
+                None => call(client.delete(full, None)).await?.header().cloned(),
+            };
+            let revision = header.ok_or("etcd's answer has no header")?.revision();
             self.contact();
             let acknowledged = {
                 let mut pending = lock(&self.shared.pending);
                 pending.get(&key) == Some(&value) && pending.remove(&key).is_some()
             };
             if acknowledged && let Some(written) = &self.shared.written {
-                let _ = written.send(key);
+                let _ = written.send(Written {
+                    key,
+                    value,
+                    revision,
+                });
             }
         }
     }
@@ -410,8 +429,9 @@ impl Sync {
                     EventType::Put => Event::Put {
                         key,
                         value: kv.value().to_vec(),
+                        revision,
                     },
-                    EventType::Delete => Event::Delete { key },
+                    EventType::Delete => Event::Delete { key, revision },
                 };
                 self.pass(change).await;
             }

@@ -79,6 +79,13 @@ struct Data {
     /// Whether the overrides are shared through etcd (`[cluster]`): only then are the
     /// unsynced keys kept.
     fleet: bool,
+    /// The etcd revision of this instance's last acknowledged write of each key (since the
+    /// last snapshot): a change of the key at or below it is that write or older.
+    acked: BTreeMap<String, i64>,
+    /// For an unsynced key: the newest change from the fleet seen meanwhile, with its
+    /// revision (`None`: cleared). Whether it is newer than this instance's write is known
+    /// once etcd acknowledges the write ([`StateStore::synced`]): then it applies, or not.
+    held: BTreeMap<String, (i64, Option<Record>)>,
 }
 
 #[derive(Debug)]
@@ -243,9 +250,25 @@ impl StateStore {
             .collect()
     }
 
-    /// etcd acknowledged the latest value of `key`.
-    pub fn synced(&self, key: &str) {
-        if lock(&self.inner.data).unsynced.remove(key) {
+    /// etcd acknowledged this instance's write of `key` (`value`: what was written, `None` a
+    /// delete) at `revision`. If it is the key's value here now, the key is synced: changes
+    /// from the fleet above `revision` apply (one seen meanwhile applies now), those at or
+    /// below do not. An older write's acknowledgement (changed here again since) changes
+    /// nothing: the newer one's follows.
+    pub fn synced(&self, key: &str, value: Option<&[u8]>, revision: i64) {
+        let (was, held) = {
+            let mut data = lock(&self.inner.data);
+            let ours = data.records.get(key).map(Record::to_bytes);
+            if ours.as_deref() != value {
+                return;
+            }
+            let was = data.unsynced.remove(key);
+            data.acked.insert(key.to_owned(), revision);
+            let held = data.held.remove(key).filter(|(at, _)| *at > revision);
+            (was, held)
+        };
+        let applied = held.is_some_and(|(at, record)| self.set_remote(key, record, at));
+        if was || applied {
             self.save();
         }
     }
@@ -270,11 +293,11 @@ impl StateStore {
         }
     }
 
-    /// A change from elsewhere (another instance, through etcd): applied to the running proxy
-    /// as the admin API would apply it, kept in the state file; not sent to
+    /// A change from elsewhere (another instance, through etcd, at `revision`): applied to the
+    /// running proxy as the admin API would apply it, kept in the state file; not sent to
     /// [`StateStore::local_changes`]. A value that does not parse is logged and ignored; an
     /// override of an item this instance's file changed since is dropped, as at a reload.
-    pub fn apply_remote(&self, key: &str, value: Option<&[u8]>) {
+    pub fn apply_remote(&self, key: &str, value: Option<&[u8]>, revision: i64) {
         let record = match value.map(|v| Record::parse(key, v)) {
             None => None,
             Some(Ok(r)) => Some(r),
@@ -283,15 +306,22 @@ impl StateStore {
                 return;
             }
         };
-        if self.set_remote(key, record) {
+        if self.set_remote(key, record, revision) {
             self.save();
         }
     }
 
-    /// The whole set from elsewhere (an etcd snapshot): every override replaced by these
-    /// (those not in it cleared, the running proxy put back to the file's values for them).
-    pub fn replace_all(&self, records: BTreeMap<String, Vec<u8>>) {
-        let mut keys: Vec<String> = lock(&self.inner.data).records.keys().cloned().collect();
+    /// The whole set from elsewhere (an etcd snapshot at `revision`): every override replaced
+    /// by these (those not in it cleared, the running proxy put back to the file's values for
+    /// them), but for the keys changed here that etcd has not acknowledged yet.
+    pub fn replace_all(&self, records: BTreeMap<String, Vec<u8>>, revision: i64) {
+        let mut keys: Vec<String> = {
+            let mut data = lock(&self.inner.data);
+            // The snapshot is etcd's state from its revision on (perhaps another etcd's, whose
+            // revisions are not comparable with those remembered): it is the base now.
+            data.acked.clear();
+            data.records.keys().cloned().collect()
+        };
         keys.extend(records.keys().cloned());
         keys.sort();
         keys.dedup();
@@ -305,7 +335,7 @@ impl StateStore {
                     continue;
                 }
             };
-            any |= self.set_remote(&key, record);
+            any |= self.set_remote(&key, record, revision);
         }
         if any {
             self.save();
@@ -321,16 +351,24 @@ impl StateStore {
             .collect()
     }
 
-    /// Sets `key` to `record` from elsewhere, checked against this instance's file, and
-    /// applies it to the running proxy; whether anything changed.
-    fn set_remote(&self, key: &str, record: Option<Record>) -> bool {
+    /// Sets `key` to `record` from elsewhere (etcd's change at `revision`), checked against
+    /// this instance's file, and applies it to the running proxy; whether anything changed.
+    fn set_remote(&self, key: &str, record: Option<Record>, revision: i64) -> bool {
         let (old, new) = {
             let mut data = lock(&self.inner.data);
-            // A key changed here that etcd has not acknowledged yet keeps the local value:
-            // what etcd says of it now is older (this instance's own earlier write coming
-            // back, say), and the local value is on its way to etcd, which then tells every
-            // instance, this one included.
+            // A key changed here that etcd has not acknowledged yet keeps the local value for
+            // now: what etcd says of it is older than the local write (its own echo, say), or
+            // newer (another instance wrote after it). Which, the acknowledgement's revision
+            // tells: the newest change seen is held until then.
             if data.unsynced.contains(key) {
+                if data.held.get(key).is_none_or(|(at, _)| *at < revision) {
+                    data.held.insert(key.to_owned(), (revision, record));
+                }
+                return false;
+            }
+            // This instance's acknowledged write, or older: etcd holds the local value or a
+            // newer one, whose change follows.
+            if data.acked.get(key).is_some_and(|&at| revision <= at) {
                 return false;
             }
             let new = record.and_then(|r| holding(key, r, &data.records, &data.files));
@@ -858,6 +896,7 @@ algorithm = "weighted_round_robin"
         store.apply_remote(
             other,
             Some(br#"{"weight":{"value":4,"file":1},"state":{"value":"drain","file":"up"}}"#),
+            1,
         );
         assert_eq!(
             state_of(&web, addr(9002)),
@@ -865,12 +904,12 @@ algorithm = "weighted_round_robin"
         );
         assert_eq!(web.settings().pins[&addr(9002)].weight, Some(4));
         // A value that does not parse, or made against another file: nothing changes.
-        store.apply_remote(key, Some(b"{\"state\": 3}"));
-        store.apply_remote(key, Some(br#"{"weight":{"value":4,"file":7}}"#));
+        store.apply_remote(key, Some(b"{\"state\": 3}"), 2);
+        store.apply_remote(key, Some(br#"{"weight":{"value":4,"file":7}}"#), 3);
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
         assert_eq!(store.records().len(), 1);
         // Cleared from elsewhere: the file's values again.
-        store.apply_remote(other, None);
+        store.apply_remote(other, None, 4);
         assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
         assert!(web.settings().pins.is_empty());
         assert!(local.try_recv().is_err(), "remote changes are not told");
@@ -894,16 +933,87 @@ algorithm = "weighted_round_robin"
                 state,
             });
         }
-        store.apply_remote(key, Some(drain));
-        store.replace_all([(key.to_owned(), drain.to_vec())].into());
+        // The drain was written at revision 5, its clearing at 6.
+        store.apply_remote(key, Some(drain), 5);
+        store.replace_all([(key.to_owned(), drain.to_vec())].into(), 5);
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
         assert!(store.records().is_empty());
         // etcd acknowledged the clearing: what it says from now on is newer.
-        store.synced(key);
-        store.apply_remote(key, Some(drain));
+        store.synced(key, None, 6);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
+        store.apply_remote(key, Some(drain), 7);
         assert_eq!(
             state_of(&web, addr(9001)),
             Some((proxy::AdminState::Drain, 1))
+        );
+    }
+
+    /// Another instance's write that lands between this instance's write and etcd's
+    /// acknowledgement of it (a higher revision) is the newer: it applies once the
+    /// acknowledgement says so, whichever of the two this instance hears first; this
+    /// instance's own echo and older changes do not, and an acknowledgement of a value
+    /// changed here since leaves the key unsynced.
+    #[tokio::test]
+    async fn a_fleet_write_newer_than_an_unacknowledged_local_one_wins() {
+        let store = StateStore::open(None);
+        let (_proxy, web) = started(&store).await;
+        assert!(store.share_with_fleet().is_empty());
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        let drain = br#"{"state":{"value":"drain","file":"up"}}"#;
+        let disabled = br#"{"state":{"value":"disabled","file":"up"}}"#;
+        let weighted = br#"{"weight":{"value":3,"file":1}}"#;
+        let local = |state| {
+            assert!(web.set_state(addr(9001), state).is_ok());
+            store.changed(admin::Change::State {
+                upstream: "web",
+                addr: addr(9001),
+                state,
+            });
+        };
+        // Drained here, written at 10; another instance disables it at 11. The watch brings
+        // both before the acknowledgement: the drain holds meanwhile, then the newer wins.
+        local(proxy::AdminState::Drain);
+        store.apply_remote(key, Some(drain), 10);
+        store.apply_remote(key, Some(disabled), 11);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
+        );
+        store.synced(key, Some(drain), 10);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Disabled
+        );
+        assert_eq!(store.records()[key], disabled.to_vec());
+
+        // Drained again here, written at 20 and acknowledged first: the echo (20) and an older
+        // change (19) do not apply, a newer one (21) does.
+        local(proxy::AdminState::Drain);
+        store.synced(key, Some(drain), 20);
+        store.apply_remote(key, Some(disabled), 19);
+        store.apply_remote(key, Some(drain), 20);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
+        );
+        store.apply_remote(key, Some(weighted), 21);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
+
+        // Disabled here, then up again before etcd acknowledged the first: that
+        // acknowledgement leaves the key unsynced (a change from the fleet is held), the
+        // second's applies what is newer than it.
+        local(proxy::AdminState::Disabled);
+        let first = store.records()[key].clone();
+        local(proxy::AdminState::Up);
+        let second = store.records()[key].clone();
+        assert_eq!(second, weighted.to_vec());
+        store.synced(key, Some(&first), 30);
+        store.apply_remote(key, Some(drain), 32);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
+        store.synced(key, Some(&second), 31);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
         );
     }
 
@@ -952,12 +1062,12 @@ algorithm = "weighted_round_robin"
         let web = proxy.upstreams().remove(0);
         let key = "upstreams/web/backends/127.0.0.1:9002";
         let other = "upstreams/web/backends/127.0.0.1:9001";
-        store.apply_remote(key, Some(br#"{"weight":{"value":100000,"file":1}}"#));
+        store.apply_remote(key, Some(br#"{"weight":{"value":100000,"file":1}}"#), 7);
         assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
         assert!(store.records().is_empty());
         let heavy = br#"{"weight":{"value":6000,"file":1}}"#;
-        store.apply_remote(other, Some(heavy));
-        store.apply_remote(key, Some(heavy));
+        store.apply_remote(other, Some(heavy), 8);
+        store.apply_remote(key, Some(heavy), 9);
         assert_eq!(
             state_of(&web, addr(9001)),
             Some((proxy::AdminState::Up, 6000))
@@ -970,11 +1080,12 @@ algorithm = "weighted_round_robin"
                 br#"{"weight":{"value":10001,"file":1}}"#.to_vec(),
             )]
             .into(),
+            101,
         );
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
         assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
         assert!(store.records().is_empty());
-        store.apply_remote(key, Some(br#"{"weight":{"value":9999,"file":1}}"#));
+        store.apply_remote(key, Some(br#"{"weight":{"value":9999,"file":1}}"#), 10);
         assert_eq!(
             state_of(&web, addr(9002)),
             Some((proxy::AdminState::Up, 9999))
@@ -988,6 +1099,7 @@ algorithm = "weighted_round_robin"
         store.apply_remote(
             "upstreams/web/backends/127.0.0.1:9001",
             Some(br#"{"weight":{"value":3,"file":1}}"#),
+            11,
         );
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
         let added = "upstreams/web/backends/127.0.0.1:9003";
@@ -1002,7 +1114,7 @@ algorithm = "weighted_round_robin"
             ),
         ]
         .into();
-        store.replace_all(snapshot.clone());
+        store.replace_all(snapshot.clone(), 102);
         assert_eq!(store.records(), snapshot);
         // 9001 back to the file's weight, 9002 gone, 9003 in, the algorithm changed.
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
@@ -1010,7 +1122,7 @@ algorithm = "weighted_round_robin"
         assert_eq!(state_of(&web, addr(9003)), Some((proxy::AdminState::Up, 2)));
         assert_eq!(web.settings().algorithm, balance::Algorithm::LeastConn);
         // An empty snapshot puts everything back as the file has it.
-        store.replace_all(BTreeMap::new());
+        store.replace_all(BTreeMap::new(), 103);
         assert!(store.records().is_empty());
         let addrs: Vec<SocketAddr> = web.snapshot().iter().map(|b| b.addr).collect();
         assert_eq!(addrs, vec![addr(9001), addr(9002)]);

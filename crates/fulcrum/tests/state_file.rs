@@ -475,6 +475,14 @@ fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
         409,
     );
     assert!(answer.contains("at most 10000"), "{answer}");
+    // Not a backend: that is what the answer says, whatever the weight.
+    call(
+        admin,
+        "PATCH",
+        "/api/upstreams/web/backends/127.0.0.1:9",
+        r#"{"weight": 100000}"#,
+        404,
+    );
     let weights: Vec<u64> = upstream(admin)["backends"]
         .as_array()
         .unwrap()

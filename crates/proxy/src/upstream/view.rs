@@ -181,6 +181,9 @@ impl Upstream {
                 weight,
                 max: MAX_WEIGHT,
             })?;
+        if lock(&self.state).position(addr).is_none() {
+            return Err(self.no_such_backend(addr));
+        }
         self.fits_ring(addr, weight)?;
         let was = self.change_member(addr, |pool, id, member, now| {
             pool.set_weight(id, weight, now);

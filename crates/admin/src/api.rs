@@ -418,7 +418,11 @@ async fn patch_backend(
         }
     }
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(StatusCode::OK, &backend_json(view, u, b, &errors(view, u))),
+        Some(b) => changed_answer(
+            view,
+            StatusCode::OK,
+            backend_json(view, u, b, &errors(view, u)),
+        ),
         None => error(StatusCode::NOT_FOUND, "the backend went away meanwhile"),
     }
 }
@@ -514,6 +518,9 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
             format!("upstream \"{}\" already has backend {addr}", u.name()),
         );
     }
+    if let Err(e) = u.fits_ring(addr, weight) {
+        return change_error(e);
+    }
     let mut backend = proxy::BackendSettings::new(addr);
     if let Some(first) = settings.backends.first() {
         backend.max_fails = first.max_fails;
@@ -536,9 +543,10 @@ async fn add_backend(view: &View, u: &Upstream, req: Request<Incoming>) -> Answe
         },
     );
     match u.snapshot().iter().find(|b| b.addr == addr) {
-        Some(b) => json_answer(
+        Some(b) => changed_answer(
+            view,
             StatusCode::CREATED,
-            &backend_json(view, u, b, &errors(view, u)),
+            backend_json(view, u, b, &errors(view, u)),
         ),
         None => error(StatusCode::CONFLICT, "the backend went away meanwhile"),
     }
@@ -568,9 +576,7 @@ fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
             .is_some_and(|o| o.forget(u.name(), addr))
         {
             tracing::info!(upstream = %u.name(), backend = %addr, "overrides of an address that is not a backend now cleared by the admin API");
-            let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
-            r.headers_mut().remove(header::CONTENT_TYPE);
-            return r;
+            return no_content(view);
         }
         return change_error(ChangeError::NoSuchBackend {
             upstream: u.name().to_owned(),
@@ -596,9 +602,7 @@ fn remove_backend(view: &View, u: &Upstream, addr: SocketAddr) -> Answer {
             addr,
         },
     );
-    let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
-    r.headers_mut().remove(header::CONTENT_TYPE);
-    r
+    no_content(view)
 }
 
 /// The body of `PATCH /api/upstreams/{upstream}`.
@@ -651,7 +655,7 @@ async fn patch_upstream(view: &View, u: &Upstream, req: Request<Incoming>) -> An
             options: &change.options,
         },
     );
-    json_answer(StatusCode::OK, &upstream(view, u, &errors(view, u)))
+    changed_answer(view, StatusCode::OK, upstream(view, u, &errors(view, u)))
 }
 
 /// Tells the state store, if there is one, of a change the API made.
@@ -661,11 +665,34 @@ fn tell(view: &View, change: Change<'_>) {
     }
 }
 
+/// A change's answer, with a `warning` when the change is applied but not saved (the state
+/// file could not be written): it would not survive a restart.
+fn changed_answer(view: &View, status: StatusCode, mut body: Value) -> Answer {
+    if let (Some(why), Value::Object(fields)) =
+        (view.overrides.as_ref().and_then(|o| o.unsaved()), &mut body)
+    {
+        fields.insert("warning".into(), Value::String(why));
+    }
+    json_answer(status, &body)
+}
+
+/// The answer to a change that has no body to show (`204`), or `200` with a `warning` when
+/// it is applied but not saved (see [`changed_answer`]).
+fn no_content(view: &View) -> Answer {
+    if let Some(why) = view.overrides.as_ref().and_then(|o| o.unsaved()) {
+        return json_answer(StatusCode::OK, &serde_json::json!({ "warning": why }));
+    }
+    let mut r = respond(StatusCode::NO_CONTENT, "application/json", Bytes::new());
+    r.headers_mut().remove(header::CONTENT_TYPE);
+    r
+}
+
 fn change_error(e: ChangeError) -> Answer {
     let status = match e {
         ChangeError::NoSuchBackend { .. } => StatusCode::NOT_FOUND,
         ChangeError::WeightsFromReports { .. } => StatusCode::CONFLICT,
         ChangeError::WeightOutOfRange { .. } => StatusCode::BAD_REQUEST,
+        ChangeError::RingTooHeavy(_) => StatusCode::CONFLICT,
     };
     error(status, e)
 }

@@ -157,6 +157,25 @@ pub trait Overrides: Send + Sync + std::fmt::Debug {
     /// Clears the overrides kept for `addr`, an address that is not a backend of `upstream`
     /// now (one DNS no longer gives); whether there were any.
     fn forget(&self, upstream: &str, addr: SocketAddr) -> bool;
+    /// Why the overrides in force are not all saved (the state file's last write failed):
+    /// a change just made is applied but would not survive a restart. `None`: saved, or no
+    /// state file to save them in.
+    fn unsaved(&self) -> Option<String> {
+        None
+    }
+    /// How the state file's writes went, for `/metrics` (`None`: no state file).
+    fn writes(&self) -> Option<StateFileWrites> {
+        None
+    }
+}
+
+/// How the state file's writes went, as `/metrics` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateFileWrites {
+    /// Whether the last write succeeded (true before any).
+    pub last_successful: bool,
+    /// Writes that failed (or could not be made) since the start.
+    pub failures: u64,
 }
 
 /// The function behind [`Balancing`].

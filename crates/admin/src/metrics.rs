@@ -128,6 +128,7 @@ pub fn families(view: &View) -> Vec<MetricFamily> {
     all.push(limited_family(view));
     all.extend(client_families(view));
     all.extend(cluster_families(view));
+    all.extend(state_file_families(view));
     all.extend(process_families());
     all.push(build_info());
     all.extend(reload_families(&view.reloads));
@@ -661,6 +662,26 @@ fn client_families(view: &View) -> [MetricFamily; 2] {
             "fulcrum_tls_handshake_failures_total",
             "Client TLS handshakes that failed (not TLS, no common protocol or cipher, an alert) or did not finish within client_header_timeout.",
             vec![(Vec::new(), view.proxy.metrics().tls_handshake_failures())],
+        ),
+    ]
+}
+
+/// The state file's writes (`state_file`): written from the start whenever there is one, so
+/// that an alert on a failed write has its series before the first failure.
+fn state_file_families(view: &View) -> Vec<MetricFamily> {
+    let Some(w) = view.overrides.as_ref().and_then(|o| o.writes()) else {
+        return Vec::new();
+    };
+    vec![
+        gauges(
+            "fulcrum_state_file_last_write_successful",
+            "1 if the state file's last write succeeded (or none was needed yet), 0 if it failed: the admin-API changes in force would not survive a restart.",
+            vec![(Labels::new(), if w.last_successful { 1.0 } else { 0.0 })],
+        ),
+        counters(
+            "fulcrum_state_file_write_failures_total",
+            "Writes of the state file that failed since the start.",
+            vec![(Labels::new(), w.failures)],
         ),
     ]
 }

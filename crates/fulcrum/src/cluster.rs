@@ -31,6 +31,10 @@
 //! * A silent etcd is a lost one: the task asks for a progress report on the watch every
 //!   second (etcd 3.4's `WatchProgressRequest`) and gives the connection up when nothing came
 //!   for 5 s, which a half-open connection (a host gone without a FIN) would otherwise hide.
+//! * Only the keys fulcrum writes are read and watched: those under `{prefix}upstreams/`
+//!   ([`RECORDS`]). Another fleet whose prefix is nested in this one's (`/fulcrum/edge/` under
+//!   `/fulcrum/`, as the docs' own example has it) writes `/fulcrum/edge/upstreams/...`, which
+//!   this fleet never sees: neither applied nor logged.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -46,6 +50,10 @@ const LOG: &str = "fulcrum";
 
 /// `prefix` when `[cluster]` leaves it out.
 pub const DEFAULT_PREFIX: &str = "/fulcrum/";
+
+/// Where under the prefix the fleet's records are: every key fulcrum writes starts so
+/// (`upstreams/{upstream}/backends/{addr}`, `upstreams/{upstream}/algorithm`).
+pub const RECORDS: &str = "upstreams/";
 
 /// How long a connection to an etcd endpoint may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -90,13 +98,24 @@ pub enum Event {
         records: BTreeMap<String, Vec<u8>>,
         revision: i64,
     },
+    /// `key` set to `value` at etcd's `revision`.
     Put {
         key: String,
         value: Vec<u8>,
+        revision: i64,
     },
-    Delete {
-        key: String,
-    },
+    /// `key` removed at etcd's `revision`.
+    Delete { key: String, revision: i64 },
+}
+
+/// etcd acknowledged this instance's latest write of `key`: `value` (`None`: a delete) is
+/// what it holds from `revision` on (its put or delete answer's revision). Changes at or
+/// below it are this write or older; changes above it are newer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+    pub revision: i64,
 }
 
 /// Where the sync stands, for metrics.
@@ -129,7 +148,7 @@ struct Shared {
     /// Wakes the sync task when a write is queued.
     wake: Notify,
     /// Told each key whose latest queued value etcd acknowledged.
-    written: Option<mpsc::UnboundedSender<String>>,
+    written: Option<mpsc::UnboundedSender<Written>>,
 }
 
 /// A lock whose holder panicked still guards consistent data here (each holder makes one
@@ -156,7 +175,7 @@ impl Cluster {
         settings: ClusterSettings,
         stop: watch::Receiver<bool>,
         pending: BTreeMap<String, Option<Vec<u8>>>,
-        written: Option<mpsc::UnboundedSender<String>>,
+        written: Option<mpsc::UnboundedSender<Written>>,
     ) -> (Cluster, mpsc::Receiver<Event>) {
         let shared = Arc::new(Shared {
             pending: Mutex::new(pending),
@@ -256,7 +275,7 @@ impl Sync {
             .with_keep_alive(KEEP_ALIVE_EVERY, SILENCE_LIMIT);
         let mut client = call(Client::connect(&self.settings.endpoints, Some(options))).await?;
         // Where etcd stands, before anything is written: the cluster and its revision.
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let count = GetOptions::new().with_prefix().with_count_only();
         let head = call(client.get(prefix.as_str(), Some(count))).await?;
         let header = head.header().ok_or("etcd's answer has no header")?;
@@ -293,24 +312,32 @@ impl Sync {
                 return Ok(());
             };
             let full = format!("{}{key}", self.settings.prefix);
-            match &value {
-                Some(v) => call(client.put(full, v.clone(), None)).await.map(drop)?,
-                None => call(client.delete(full, None)).await.map(drop)?,
-            }
+            let header = match &value {
+                Some(v) => call(client.put(full, v.clone(), None))
+                    .await?
+                    .header()
+                    .cloned(),
+                None => call(client.delete(full, None)).await?.header().cloned(),
+            };
+            let revision = header.ok_or("etcd's answer has no header")?.revision();
             self.contact();
             let acknowledged = {
                 let mut pending = lock(&self.shared.pending);
                 pending.get(&key) == Some(&value) && pending.remove(&key).is_some()
             };
             if acknowledged && let Some(written) = &self.shared.written {
-                let _ = written.send(key);
+                let _ = written.send(Written {
+                    key,
+                    value,
+                    revision,
+                });
             }
         }
     }
 
     /// Reads every record under the prefix and passes them on as one snapshot.
     async fn snapshot(&mut self, client: &mut Client) -> Result<(), String> {
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let all = GetOptions::new().with_prefix();
         let answer = call(client.get(prefix.as_str(), Some(all))).await?;
         let revision = answer
@@ -335,7 +362,7 @@ impl Sync {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(self.revision + 1);
-        let prefix = self.settings.prefix.clone();
+        let prefix = self.records();
         let stream = call(client.watch(prefix.as_str(), Some(options))).await?;
         let (mut requests, mut answers) = stream.split();
         let mut progress = tokio::time::interval(PROGRESS_EVERY);
@@ -368,6 +395,11 @@ impl Sync {
         }
     }
 
+    /// The key prefix of the records read and watched: `{prefix}upstreams/`.
+    fn records(&self) -> String {
+        format!("{}{RECORDS}", self.settings.prefix)
+    }
+
     /// Passes on one watch answer's changes; `Some` when the watch ended.
     async fn follow(&mut self, answer: WatchResponse) -> Result<Option<WatchEnd>, String> {
         if answer.compact_revision() > 0 {
@@ -397,8 +429,9 @@ impl Sync {
                     EventType::Put => Event::Put {
                         key,
                         value: kv.value().to_vec(),
+                        revision,
                     },
-                    EventType::Delete => Event::Delete { key },
+                    EventType::Delete => Event::Delete { key, revision },
                 };
                 self.pass(change).await;
             }

@@ -51,6 +51,15 @@ struct Inner {
     /// The running proxy, once it runs: where remote changes are applied.
     proxy: OnceLock<ProxyHandle>,
     local: Mutex<Local>,
+    writes: Mutex<Writes>,
+}
+
+/// How the state file's writes went: for `/metrics` and the admin API's answers.
+#[derive(Debug, Default)]
+struct Writes {
+    failures: u64,
+    /// Why the last write failed (`None`: it succeeded, or none was needed yet).
+    failing: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +79,13 @@ struct Data {
     /// Whether the overrides are shared through etcd (`[cluster]`): only then are the
     /// unsynced keys kept.
     fleet: bool,
+    /// The etcd revision of this instance's last acknowledged write of each key (since the
+    /// last snapshot): a change of the key at or below it is that write or older.
+    acked: BTreeMap<String, i64>,
+    /// For an unsynced key: the newest change from the fleet seen meanwhile, with its
+    /// revision (`None`: cleared). Whether it is newer than this instance's write is known
+    /// once etcd acknowledges the write ([`StateStore::synced`]): then it applies, or not.
+    held: BTreeMap<String, (i64, Option<Record>)>,
 }
 
 #[derive(Debug)]
@@ -109,10 +125,11 @@ impl StateStore {
                 file::Read::Missing => {
                     tracing::info!(state_file = %p.display(), "no state file yet: no overrides to apply");
                 }
-                file::Read::Found(records, unsynced) => {
-                    tracing::info!(state_file = %p.display(), overrides = records.len(), "state file read");
-                    data.records = records;
-                    data.unsynced = unsynced;
+                file::Read::Found(parsed) => {
+                    tracing::info!(state_file = %p.display(), overrides = parsed.records.len(), "state file read");
+                    dropped_entries(p, &parsed);
+                    data.records = parsed.records;
+                    data.unsynced = parsed.unsynced;
                 }
                 file::Read::Bad { why, aside } => {
                     data.keep_out = aside.is_err();
@@ -127,6 +144,7 @@ impl StateStore {
                 data: Mutex::new(data),
                 proxy: OnceLock::new(),
                 local: Mutex::new(Local { tx, rx: Some(rx) }),
+                writes: Mutex::new(Writes::default()),
             }),
         }
     }
@@ -183,6 +201,7 @@ impl StateStore {
         }
         for d in &plan.dropped {
             tracing::warn!(
+                key = %d.key,
                 upstream = %d.upstream,
                 backend = %d.backend.map_or_else(String::new, |b| b.to_string()),
                 item = d.item,
@@ -231,9 +250,25 @@ impl StateStore {
             .collect()
     }
 
-    /// etcd acknowledged the latest value of `key`.
-    pub fn synced(&self, key: &str) {
-        if lock(&self.inner.data).unsynced.remove(key) {
+    /// etcd acknowledged this instance's write of `key` (`value`: what was written, `None` a
+    /// delete) at `revision`. If it is the key's value here now, the key is synced: changes
+    /// from the fleet above `revision` apply (one seen meanwhile applies now), those at or
+    /// below do not. An older write's acknowledgement (changed here again since) changes
+    /// nothing: the newer one's follows.
+    pub fn synced(&self, key: &str, value: Option<&[u8]>, revision: i64) {
+        let (was, held) = {
+            let mut data = lock(&self.inner.data);
+            let ours = data.records.get(key).map(Record::to_bytes);
+            if ours.as_deref() != value {
+                return;
+            }
+            let was = data.unsynced.remove(key);
+            data.acked.insert(key.to_owned(), revision);
+            let held = data.held.remove(key).filter(|(at, _)| *at > revision);
+            (was, held)
+        };
+        let applied = held.is_some_and(|(at, record)| self.set_remote(key, record, at));
+        if was || applied {
             self.save();
         }
     }
@@ -258,11 +293,11 @@ impl StateStore {
         }
     }
 
-    /// A change from elsewhere (another instance, through etcd): applied to the running proxy
-    /// as the admin API would apply it, kept in the state file; not sent to
+    /// A change from elsewhere (another instance, through etcd, at `revision`): applied to the
+    /// running proxy as the admin API would apply it, kept in the state file; not sent to
     /// [`StateStore::local_changes`]. A value that does not parse is logged and ignored; an
     /// override of an item this instance's file changed since is dropped, as at a reload.
-    pub fn apply_remote(&self, key: &str, value: Option<&[u8]>) {
+    pub fn apply_remote(&self, key: &str, value: Option<&[u8]>, revision: i64) {
         let record = match value.map(|v| Record::parse(key, v)) {
             None => None,
             Some(Ok(r)) => Some(r),
@@ -271,15 +306,22 @@ impl StateStore {
                 return;
             }
         };
-        if self.set_remote(key, record) {
+        if self.set_remote(key, record, revision) {
             self.save();
         }
     }
 
-    /// The whole set from elsewhere (an etcd snapshot): every override replaced by these
-    /// (those not in it cleared, the running proxy put back to the file's values for them).
-    pub fn replace_all(&self, records: BTreeMap<String, Vec<u8>>) {
-        let mut keys: Vec<String> = lock(&self.inner.data).records.keys().cloned().collect();
+    /// The whole set from elsewhere (an etcd snapshot at `revision`): every override replaced
+    /// by these (those not in it cleared, the running proxy put back to the file's values for
+    /// them), but for the keys changed here that etcd has not acknowledged yet.
+    pub fn replace_all(&self, records: BTreeMap<String, Vec<u8>>, revision: i64) {
+        let mut keys: Vec<String> = {
+            let mut data = lock(&self.inner.data);
+            // The snapshot is etcd's state from its revision on (perhaps another etcd's, whose
+            // revisions are not comparable with those remembered): it is the base now.
+            data.acked.clear();
+            data.records.keys().cloned().collect()
+        };
         keys.extend(records.keys().cloned());
         keys.sort();
         keys.dedup();
@@ -293,7 +335,7 @@ impl StateStore {
                     continue;
                 }
             };
-            any |= self.set_remote(&key, record);
+            any |= self.set_remote(&key, record, revision);
         }
         if any {
             self.save();
@@ -309,19 +351,27 @@ impl StateStore {
             .collect()
     }
 
-    /// Sets `key` to `record` from elsewhere, checked against this instance's file, and
-    /// applies it to the running proxy; whether anything changed.
-    fn set_remote(&self, key: &str, record: Option<Record>) -> bool {
+    /// Sets `key` to `record` from elsewhere (etcd's change at `revision`), checked against
+    /// this instance's file, and applies it to the running proxy; whether anything changed.
+    fn set_remote(&self, key: &str, record: Option<Record>, revision: i64) -> bool {
         let (old, new) = {
             let mut data = lock(&self.inner.data);
-            // A key changed here that etcd has not acknowledged yet keeps the local value:
-            // what etcd says of it now is older (this instance's own earlier write coming
-            // back, say), and the local value is on its way to etcd, which then tells every
-            // instance, this one included.
+            // A key changed here that etcd has not acknowledged yet keeps the local value for
+            // now: what etcd says of it is older than the local write (its own echo, say), or
+            // newer (another instance wrote after it). Which, the acknowledgement's revision
+            // tells: the newest change seen is held until then.
             if data.unsynced.contains(key) {
+                if data.held.get(key).is_none_or(|(at, _)| *at < revision) {
+                    data.held.insert(key.to_owned(), (revision, record));
+                }
                 return false;
             }
-            let new = record.and_then(|r| holding(key, r, &data.files));
+            // This instance's acknowledged write, or older: etcd holds the local value or a
+            // newer one, whose change follows.
+            if data.acked.get(key).is_some_and(|&at| revision <= at) {
+                return false;
+            }
+            let new = record.and_then(|r| holding(key, r, &data.records, &data.files));
             let old = data.records.get(key).cloned();
             if old == new {
                 return false;
@@ -383,7 +433,12 @@ impl StateStore {
             // Until the bad file that could not be set aside is moved away.
             data.keep_out &= path.exists();
             if data.keep_out {
+                drop(data);
                 tracing::error!(state_file = %path.display(), "the state file is not written: a bad one is still there (see the error at start); move it away, and the next change writes a new one");
+                self.wrote(Err(format!(
+                    "the state file {} is not written: a bad one is still there; move it away",
+                    path.display()
+                )));
                 return;
             }
             if !data.fleet {
@@ -391,8 +446,34 @@ impl StateStore {
             }
             file::text(&data.records, &data.unsynced)
         };
-        if let Err(e) = file::write(path, &text) {
-            tracing::error!(state_file = %path.display(), error = %e, "cannot write the state file: the overrides stay in force but would not survive a restart; make its directory writable by fulcrum");
+        match file::write(path, &text) {
+            Ok(()) => self.wrote(Ok(())),
+            Err(e) => {
+                let advice = write_advice(path, &e);
+                tracing::error!(state_file = %path.display(), error = %e, "cannot write the state file: the overrides stay in force but would not survive a restart; {advice} (the next change written saves them all)");
+                self.wrote(Err(format!(
+                    "the change is applied, but the state file {} could not be written ({e}): it would not survive a restart; {advice}",
+                    path.display()
+                )));
+            }
+        }
+    }
+
+    /// Notes how a write of the state file went.
+    fn wrote(&self, result: Result<(), String>) {
+        let mut w = lock(&self.inner.writes);
+        match result {
+            Ok(()) => {
+                if w.failing.take().is_some()
+                    && let Some(path) = &self.inner.path
+                {
+                    tracing::info!(state_file = %path.display(), "the state file is written again: the overrides in force are saved");
+                }
+            }
+            Err(why) => {
+                w.failures += 1;
+                w.failing = Some(why);
+            }
         }
     }
 
@@ -420,6 +501,39 @@ impl StateStore {
         }
         self.save();
         self.send_local((key_text, new.map(|r| r.to_bytes())));
+    }
+}
+
+/// What to do about a failed write of the state file at `path`, by its error.
+fn write_advice(path: &std::path::Path, e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let dir = file::directory(path).display();
+    match e.kind() {
+        K::StorageFull | K::QuotaExceeded => {
+            format!("the filesystem of {dir} is full: free space there")
+        }
+        K::ReadOnlyFilesystem => format!(
+            "{dir} is on a read-only filesystem: remount it read-write, or set state_file elsewhere (a restart)"
+        ),
+        K::PermissionDenied => format!("make {dir} writable by fulcrum's user"),
+        K::NotFound | K::NotADirectory => format!("{dir} is not a directory (any more): create it"),
+        _ => format!("check {dir} and the filesystem it is on"),
+    }
+}
+
+/// Logs each entry of a state file that could not be used (a WARN each: what, where, what
+/// to do); the others are applied.
+fn dropped_entries(path: &std::path::Path, parsed: &file::Parsed) {
+    let kept = match &parsed.copy {
+        Some(Ok(copy)) => format!("the file as it was is kept as {}", copy.display()),
+        Some(Err(e)) => format!("the file as it was could not be kept ({e})"),
+        None => String::new(),
+    };
+    for why in &parsed.dropped {
+        tracing::warn!(
+            state_file = %path.display(),
+            "a state file entry cannot be used and is dropped ({why}); the other overrides are applied, and {kept}: make this change again through the admin API if it is still wanted"
+        );
     }
 }
 
@@ -452,16 +566,24 @@ fn set(data: &mut Data, key: &str, record: Option<Record>) {
 
 /// The part of a remote `record` that holds against this instance's `files` (its items of
 /// which the file's value is still their base); what does not is logged as a reload would.
-fn holding(key: &str, record: Record, files: &Files) -> Option<Record> {
+fn holding(key: &str, record: Record, records: &Records, files: &Files) -> Option<Record> {
     let k = Key::parse(key)?;
     let mut scratch: Vec<proxy::UpstreamSettings> = files
         .get(k.upstream())
         .map(|f| f.settings.clone())
         .into_iter()
         .collect();
-    let one: Records = [(key.to_owned(), record)].into();
-    let mut p = plan::plan(&one, &mut scratch, files);
-    for d in &p.dropped {
+    // Checked after the records in force, as the admin API checks a change against the
+    // running upstream (a weight the ring could not take beside the others is not applied).
+    let others: Records = records
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .map(|(k, r)| (k.clone(), r.clone()))
+        .collect();
+    let mut p = plan::plan(&others, &mut scratch, files);
+    let before = p.dropped.len();
+    plan::plan_one(key, &record, &mut scratch, files, &mut p);
+    for d in &p.dropped[before..] {
         tracing::warn!(key, "shared override not applied: {d}");
     }
     p.records.remove(key)
@@ -522,8 +644,9 @@ fn enforce_backend(
         .or(in_file.map(|b| b.weight));
     if let Some(w) = weight
         && !u.weights_from_reports()
+        && let Err(e) = u.set_static_weight(addr, u64::from(w))
     {
-        let _ = u.set_static_weight(addr, u64::from(w));
+        tracing::warn!(upstream = %u.name(), backend = %addr, error = %e, "a shared weight is not applied");
     }
 }
 
@@ -680,6 +803,19 @@ impl admin::Overrides for StateStore {
         self.send_local((key, None));
         true
     }
+
+    fn unsaved(&self) -> Option<String> {
+        lock(&self.inner.writes).failing.clone()
+    }
+
+    fn writes(&self) -> Option<admin::StateFileWrites> {
+        self.inner.path.as_ref()?;
+        let w = lock(&self.inner.writes);
+        Some(admin::StateFileWrites {
+            last_successful: w.failing.is_none(),
+            failures: w.failures,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -760,6 +896,7 @@ algorithm = "weighted_round_robin"
         store.apply_remote(
             other,
             Some(br#"{"weight":{"value":4,"file":1},"state":{"value":"drain","file":"up"}}"#),
+            1,
         );
         assert_eq!(
             state_of(&web, addr(9002)),
@@ -767,12 +904,12 @@ algorithm = "weighted_round_robin"
         );
         assert_eq!(web.settings().pins[&addr(9002)].weight, Some(4));
         // A value that does not parse, or made against another file: nothing changes.
-        store.apply_remote(key, Some(b"{\"state\": 3}"));
-        store.apply_remote(key, Some(br#"{"weight":{"value":4,"file":7}}"#));
+        store.apply_remote(key, Some(b"{\"state\": 3}"), 2);
+        store.apply_remote(key, Some(br#"{"weight":{"value":4,"file":7}}"#), 3);
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
         assert_eq!(store.records().len(), 1);
         // Cleared from elsewhere: the file's values again.
-        store.apply_remote(other, None);
+        store.apply_remote(other, None, 4);
         assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
         assert!(web.settings().pins.is_empty());
         assert!(local.try_recv().is_err(), "remote changes are not told");
@@ -796,16 +933,87 @@ algorithm = "weighted_round_robin"
                 state,
             });
         }
-        store.apply_remote(key, Some(drain));
-        store.replace_all([(key.to_owned(), drain.to_vec())].into());
+        // The drain was written at revision 5, its clearing at 6.
+        store.apply_remote(key, Some(drain), 5);
+        store.replace_all([(key.to_owned(), drain.to_vec())].into(), 5);
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
         assert!(store.records().is_empty());
         // etcd acknowledged the clearing: what it says from now on is newer.
-        store.synced(key);
-        store.apply_remote(key, Some(drain));
+        store.synced(key, None, 6);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
+        store.apply_remote(key, Some(drain), 7);
         assert_eq!(
             state_of(&web, addr(9001)),
             Some((proxy::AdminState::Drain, 1))
+        );
+    }
+
+    /// Another instance's write that lands between this instance's write and etcd's
+    /// acknowledgement of it (a higher revision) is the newer: it applies once the
+    /// acknowledgement says so, whichever of the two this instance hears first; this
+    /// instance's own echo and older changes do not, and an acknowledgement of a value
+    /// changed here since leaves the key unsynced.
+    #[tokio::test]
+    async fn a_fleet_write_newer_than_an_unacknowledged_local_one_wins() {
+        let store = StateStore::open(None);
+        let (_proxy, web) = started(&store).await;
+        assert!(store.share_with_fleet().is_empty());
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        let drain = br#"{"state":{"value":"drain","file":"up"}}"#;
+        let disabled = br#"{"state":{"value":"disabled","file":"up"}}"#;
+        let weighted = br#"{"weight":{"value":3,"file":1}}"#;
+        let local = |state| {
+            assert!(web.set_state(addr(9001), state).is_ok());
+            store.changed(admin::Change::State {
+                upstream: "web",
+                addr: addr(9001),
+                state,
+            });
+        };
+        // Drained here, written at 10; another instance disables it at 11. The watch brings
+        // both before the acknowledgement: the drain holds meanwhile, then the newer wins.
+        local(proxy::AdminState::Drain);
+        store.apply_remote(key, Some(drain), 10);
+        store.apply_remote(key, Some(disabled), 11);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
+        );
+        store.synced(key, Some(drain), 10);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Disabled
+        );
+        assert_eq!(store.records()[key], disabled.to_vec());
+
+        // Drained again here, written at 20 and acknowledged first: the echo (20) and an older
+        // change (19) do not apply, a newer one (21) does.
+        local(proxy::AdminState::Drain);
+        store.synced(key, Some(drain), 20);
+        store.apply_remote(key, Some(disabled), 19);
+        store.apply_remote(key, Some(drain), 20);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
+        );
+        store.apply_remote(key, Some(weighted), 21);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
+
+        // Disabled here, then up again before etcd acknowledged the first: that
+        // acknowledgement leaves the key unsynced (a change from the fleet is held), the
+        // second's applies what is newer than it.
+        local(proxy::AdminState::Disabled);
+        let first = store.records()[key].clone();
+        local(proxy::AdminState::Up);
+        let second = store.records()[key].clone();
+        assert_eq!(second, weighted.to_vec());
+        store.synced(key, Some(&first), 30);
+        store.apply_remote(key, Some(drain), 32);
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
+        store.synced(key, Some(&second), 31);
+        assert_eq!(
+            state_of(&web, addr(9001)).unwrap().0,
+            proxy::AdminState::Drain
         );
     }
 
@@ -836,6 +1044,54 @@ algorithm = "weighted_round_robin"
         );
     }
 
+    /// A weight from the fleet that the ring of a `hash` upstream with `consistent` could not
+    /// be built for (10,000 in all) is not applied, alone or beside one in force, by a key or
+    /// in a snapshot; one within the bound is.
+    #[tokio::test]
+    async fn a_shared_weight_past_the_rings_bound_is_not_applied() {
+        let store = StateStore::open(None);
+        let ring = FILE.replace(
+            "algorithm = \"weighted_round_robin\"",
+            "algorithm = \"hash\"\nconsistent = true",
+        );
+        let mut cfg = crate::config::parse(Path::new("t.toml"), &ring).unwrap();
+        let prepared = store.prepare(&mut cfg.proxy, &cfg.written);
+        store.commit(prepared);
+        let proxy = proxy::Proxy::bind(cfg.proxy).await.unwrap();
+        store.attach(proxy.handle());
+        let web = proxy.upstreams().remove(0);
+        let key = "upstreams/web/backends/127.0.0.1:9002";
+        let other = "upstreams/web/backends/127.0.0.1:9001";
+        store.apply_remote(key, Some(br#"{"weight":{"value":100000,"file":1}}"#), 7);
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert!(store.records().is_empty());
+        let heavy = br#"{"weight":{"value":6000,"file":1}}"#;
+        store.apply_remote(other, Some(heavy), 8);
+        store.apply_remote(key, Some(heavy), 9);
+        assert_eq!(
+            state_of(&web, addr(9001)),
+            Some((proxy::AdminState::Up, 6000))
+        );
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert_eq!(store.records().len(), 1);
+        store.replace_all(
+            [(
+                key.to_owned(),
+                br#"{"weight":{"value":10001,"file":1}}"#.to_vec(),
+            )]
+            .into(),
+            101,
+        );
+        assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
+        assert_eq!(state_of(&web, addr(9002)), Some((proxy::AdminState::Up, 1)));
+        assert!(store.records().is_empty());
+        store.apply_remote(key, Some(br#"{"weight":{"value":9999,"file":1}}"#), 10);
+        assert_eq!(
+            state_of(&web, addr(9002)),
+            Some((proxy::AdminState::Up, 9999))
+        );
+    }
+
     #[tokio::test]
     async fn a_snapshot_replaces_every_override() {
         let store = StateStore::open(None);
@@ -843,6 +1099,7 @@ algorithm = "weighted_round_robin"
         store.apply_remote(
             "upstreams/web/backends/127.0.0.1:9001",
             Some(br#"{"weight":{"value":3,"file":1}}"#),
+            11,
         );
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 3)));
         let added = "upstreams/web/backends/127.0.0.1:9003";
@@ -857,7 +1114,7 @@ algorithm = "weighted_round_robin"
             ),
         ]
         .into();
-        store.replace_all(snapshot.clone());
+        store.replace_all(snapshot.clone(), 102);
         assert_eq!(store.records(), snapshot);
         // 9001 back to the file's weight, 9002 gone, 9003 in, the algorithm changed.
         assert_eq!(state_of(&web, addr(9001)), Some((proxy::AdminState::Up, 1)));
@@ -865,7 +1122,7 @@ algorithm = "weighted_round_robin"
         assert_eq!(state_of(&web, addr(9003)), Some((proxy::AdminState::Up, 2)));
         assert_eq!(web.settings().algorithm, balance::Algorithm::LeastConn);
         // An empty snapshot puts everything back as the file has it.
-        store.replace_all(BTreeMap::new());
+        store.replace_all(BTreeMap::new(), 103);
         assert!(store.records().is_empty());
         let addrs: Vec<SocketAddr> = web.snapshot().iter().map(|b| b.addr).collect();
         assert_eq!(addrs, vec![addr(9001), addr(9002)]);

@@ -58,10 +58,10 @@ impl View {
     fn apply(&mut self, event: Event) {
         match &event {
             Event::Snapshot { records, .. } => self.records = records.clone(),
-            Event::Put { key, value } => {
+            Event::Put { key, value, .. } => {
                 self.records.insert(key.clone(), value.clone());
             }
-            Event::Delete { key } => {
+            Event::Delete { key, .. } => {
                 self.records.remove(key);
             }
         }
@@ -140,11 +140,10 @@ async fn puts_and_deletes_reach_another_instance() {
     a_view
         .until(&[(key, r#"{"state":"drain"}"#)], PROPAGATION)
         .await;
-    assert_eq!(
-        a_view.log.last(),
-        Some(&Event::Delete {
-            key: "upstreams/web/algorithm".to_owned()
-        })
+    assert!(
+        matches!(a_view.log.last(), Some(Event::Delete { key, .. }) if key == "upstreams/web/algorithm"),
+        "{:?}",
+        a_view.log
     );
     assert_eq!(
         etcd.ctl(&["get", "--print-value-only", &format!("/fulcrum/{key}")])
@@ -170,19 +169,21 @@ async fn writes_made_while_etcd_is_down_are_written_when_it_is_back() {
     let (_stop, stop) = watch::channel(false);
     let (a, _a_view) = start(&etcd.url(), &stop);
     let (b, mut b_view) = start(&etcd.url(), &stop);
-    a.put("k1", b"v1".to_vec());
-    b_view.until(&[("k1", "v1")], PROPAGATION).await;
+    a.put("upstreams/k1", b"v1".to_vec());
+    b_view.until(&[("upstreams/k1", "v1")], PROPAGATION).await;
     let seen = b_view.log.len();
     etcd.kill();
     for c in [&a, &b] {
         status_until(c, "contact lost", PROPAGATION, |s| !s.connected).await;
     }
-    a.put("k2", b"v2".to_vec());
-    a.put("k2", b"v2 again".to_vec());
-    a.delete("k1");
+    a.put("upstreams/k2", b"v2".to_vec());
+    a.put("upstreams/k2", b"v2 again".to_vec());
+    a.delete("upstreams/k1");
     assert_eq!(a.status().pending, 2, "the latest write per key, queued");
     etcd.restart();
-    b_view.until(&[("k2", "v2 again")], PROPAGATION).await;
+    b_view
+        .until(&[("upstreams/k2", "v2 again")], PROPAGATION)
+        .await;
     let after: Vec<_> = b_view.log[seen..].to_vec();
     assert!(
         after.iter().all(|e| !matches!(e, Event::Snapshot { .. })),
@@ -193,12 +194,12 @@ async fn writes_made_while_etcd_is_down_are_written_when_it_is_back() {
     })
     .await;
     assert_eq!(
-        etcd.ctl(&["get", "--print-value-only", "/fulcrum/k2"])
+        etcd.ctl(&["get", "--print-value-only", "/fulcrum/upstreams/k2"])
             .trim(),
         "v2 again"
     );
     assert_eq!(
-        etcd.ctl(&["get", "--print-value-only", "/fulcrum/k1"])
+        etcd.ctl(&["get", "--print-value-only", "/fulcrum/upstreams/k1"])
             .trim(),
         ""
     );
@@ -212,11 +213,11 @@ async fn an_instance_started_without_etcd_catches_up() {
         return;
     }
     let mut etcd = Etcd::start();
-    etcd.ctl(&["put", "/fulcrum/there", "before"]);
+    etcd.ctl(&["put", "/fulcrum/upstreams/there", "before"]);
     etcd.kill();
     let (_stop, stop) = watch::channel(false);
     let (a, mut a_view) = start(&etcd.url(), &stop);
-    a.put("mine", b"queued".to_vec());
+    a.put("upstreams/mine", b"queued".to_vec());
     let s = a.status();
     assert!(
         !s.connected && s.pending == 1 && s.last_contact.is_none(),
@@ -224,7 +225,10 @@ async fn an_instance_started_without_etcd_catches_up() {
     );
     etcd.restart();
     a_view
-        .until(&[("mine", "queued"), ("there", "before")], PROPAGATION)
+        .until(
+            &[("upstreams/mine", "queued"), ("upstreams/there", "before")],
+            PROPAGATION,
+        )
         .await;
     assert!(
         matches!(&a_view.log[0], Event::Snapshot { records, .. } if records.len() == 2),
@@ -302,20 +306,20 @@ async fn a_compacted_revision_gives_a_snapshot() {
     let relay = Relay::start(etcd_addr).await;
     let (a, _a_view) = start(&etcd.url(), &stop);
     let (b, mut b_view) = start(&format!("http://{}", relay.addr), &stop);
-    a.put("gone", b"1".to_vec());
-    b_view.until(&[("gone", "1")], PROPAGATION).await;
+    a.put("upstreams/gone", b"1".to_vec());
+    b_view.until(&[("upstreams/gone", "1")], PROPAGATION).await;
     let seen = b_view.log.len();
     relay.cut();
     status_until(&b, "contact lost", PROPAGATION, |s| !s.connected).await;
-    a.delete("gone");
-    a.put("new", b"2".to_vec());
+    a.delete("upstreams/gone");
+    a.put("upstreams/new", b"2".to_vec());
     status_until(&a, "writes done", PROPAGATION, |s| s.pending == 0).await;
     let status = etcd.ctl(&["endpoint", "status", "--write-out", "json"]);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let revision = status[0]["Status"]["header"]["revision"].as_i64().unwrap();
     etcd.ctl(&["compact", &revision.to_string()]);
     relay.restore();
-    b_view.until(&[("new", "2")], PROPAGATION).await;
+    b_view.until(&[("upstreams/new", "2")], PROPAGATION).await;
     assert!(
         matches!(&b_view.log[seen..], [Event::Snapshot { revision: r, .. }] if *r >= revision),
         "one snapshot at or after the compaction ({revision}): {:?}",
@@ -352,8 +356,83 @@ async fn a_silent_etcd_is_a_lost_one() {
         "MEASURED contact given up {:?} after etcd froze",
         frozen.elapsed()
     );
-    a.put("while-frozen", b"1".to_vec());
+    a.put("upstreams/while-frozen", b"1".to_vec());
     signal("-CONT");
-    a_view.until(&[("while-frozen", "1")], PROPAGATION).await;
+    a_view
+        .until(&[("upstreams/while-frozen", "1")], PROPAGATION)
+        .await;
     status_until(&a, "back", PROPAGATION, |s| s.connected && s.pending == 0).await;
+}
+
+/// Two fleets on one etcd, B's prefix nested in A's (`/fulcrum/edge/` under `/fulcrum/`, the
+/// docs' own example): B's records never reach A — not in A's snapshot, not through its watch
+/// (A's own later write arrives with nothing of B's before it) — and A's never reach B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_fleets_records_are_not_this_fleets() {
+    if !installed("etcd", "--version") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let (_stop, stop) = watch::channel(false);
+    let start_at = |prefix: &str| {
+        let settings = ClusterSettings {
+            endpoints: vec![etcd.url()],
+            prefix: prefix.to_owned(),
+        };
+        let (cluster, events) = Cluster::start(settings, stop.clone());
+        (cluster, View::new(events))
+    };
+    let (b, mut b_view) = start_at("/fulcrum/edge/");
+    let drain = "upstreams/web/backends/127.0.0.1:9001";
+    b.put(
+        drain,
+        br#"{"state":{"value":"drain","file":"up"}}"#.to_vec(),
+    );
+    b_view
+        .until(
+            &[(drain, r#"{"state":{"value":"drain","file":"up"}}"#)],
+            PROPAGATION,
+        )
+        .await;
+    // A starts after B's write: its snapshot has none of B's.
+    let (a, mut a_view) = start_at("/fulcrum/");
+    a_view.until(&[], PROPAGATION).await;
+    // B writes again while A watches, then A writes: A sees its own write and nothing else.
+    b.put("upstreams/web/algorithm", b"edge".to_vec());
+    b_view
+        .until(
+            &[
+                (drain, r#"{"state":{"value":"drain","file":"up"}}"#),
+                ("upstreams/web/algorithm", "edge"),
+            ],
+            PROPAGATION,
+        )
+        .await;
+    a.put("upstreams/api/algorithm", b"core".to_vec());
+    a_view
+        .until(&[("upstreams/api/algorithm", "core")], PROPAGATION)
+        .await;
+    assert!(
+        matches!(&a_view.log[..], [_, Event::Put { key, value, .. }] if key == "upstreams/api/algorithm" && value == b"core"),
+        "A saw only its own records: {:?}",
+        a_view.log
+    );
+    assert!(
+        matches!(&a_view.log[0], Event::Snapshot { records, .. } if records.is_empty()),
+        "{:?}",
+        a_view.log
+    );
+    // Nor does A's write reach B: B's next event is its own.
+    b.delete(drain);
+    b_view
+        .until(&[("upstreams/web/algorithm", "edge")], PROPAGATION)
+        .await;
+    assert!(
+        b_view
+            .log
+            .iter()
+            .all(|e| !matches!(e, Event::Put { key, .. } if key.contains("api"))),
+        "{:?}",
+        b_view.log
+    );
 }

@@ -415,3 +415,247 @@ fn an_included_files_edit_of_the_balancing_options_drops_the_algorithm_override(
     );
     assert_eq!(upstream(admin)["overrides"], serde_json::json!({}));
 }
+
+/// A ring upstream (`hash` with `consistent = true`) takes no weight its ring could not be
+/// built for (10,000 in all, as the configuration): the API refuses one (409, saying the
+/// bound and what to do) and the weights stay; the same value in the state file is dropped
+/// at start with a WARN naming its key, and requests are answered throughout. (Such a weight
+/// used to stall the upstream's requests for tens of seconds while its ring was rebuilt.)
+#[test]
+fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "ring");
+    let heavy = format!("upstreams/web/backends/{b}");
+    let state = serde_json::json!({
+        "version": 1,
+        "overrides": {
+            heavy.clone(): {"weight": {"value": 100000, "file": 1}},
+            format!("upstreams/web/backends/{a}"): {"state": {"value": "drain", "file": "up"}},
+        }
+    });
+    std::fs::write(dir.0.join("state.json"), state.to_string()).unwrap();
+    let text = config(&dir, "hash", &[(a, 1), (b, 1)], "").replace(
+        "algorithm = \"hash\"",
+        "algorithm = \"hash\"\nconsistent = true",
+    );
+    let file = TempFile::new("state.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    let warned = fulcrum
+        .started
+        .iter()
+        .find(|l| l.contains("override dropped") && l.contains(&heavy))
+        .unwrap_or_else(|| panic!("a WARN naming {heavy}: {:#?}", fulcrum.started));
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("at most 10000"), "the bound: {warned}");
+    // The drain beside it holds; b keeps the file's weight.
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(backend(admin, b)["weight"]["static"], 1);
+    assert_eq!(requests_reaching(&fulcrum, 3, b), 3);
+
+    // Through the API: refused with the bound and what to do, nothing changed.
+    call(
+        admin,
+        "PATCH",
+        &format!("/api/upstreams/web/backends/{a}"),
+        r#"{"state": "up"}"#,
+        200,
+    );
+    let path_b = format!("/api/upstreams/web/backends/{b}");
+    let answer = call(admin, "PATCH", &path_b, r#"{"weight": 100000}"#, 409);
+    assert!(answer.contains("at most 10000"), "{answer}");
+    assert!(answer.contains("lower the others"), "{answer}");
+    let answer = call(
+        admin,
+        "POST",
+        "/api/upstreams/web/backends",
+        r#"{"addr": "127.0.0.1:9", "weight": 9999}"#,
+        409,
+    );
+    assert!(answer.contains("at most 10000"), "{answer}");
+    // Not a backend: that is what the answer says, whatever the weight.
+    call(
+        admin,
+        "PATCH",
+        "/api/upstreams/web/backends/127.0.0.1:9",
+        r#"{"weight": 100000}"#,
+        404,
+    );
+    let weights: Vec<u64> = upstream(admin)["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["weight"]["static"].as_u64().unwrap())
+        .collect();
+    assert_eq!(weights, vec![1, 1]);
+    assert!(
+        state_file(&dir).get(&heavy).is_none(),
+        "{:?}",
+        state_file(&dir)
+    );
+    // Within the bound it is taken.
+    call(admin, "PATCH", &path_b, r#"{"weight": 9999}"#, 200);
+    for _ in 0..5 {
+        assert_eq!(
+            common::status_from([127, 0, 0, 1], fulcrum.addr_of("web")),
+            200
+        );
+    }
+}
+
+/// One bad entry in the state file (a weight of 0, written by hand) costs only itself: the
+/// drain beside it holds from the start (it used to be thrown away with the whole file, and
+/// the drained backend took traffic), a WARN names the bad key and where the file as it was
+/// is kept, and that copy holds it whole.
+#[test]
+fn a_bad_entry_in_the_state_file_drops_only_itself() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "entry");
+    let bad = format!("upstreams/web/backends/{b}");
+    let text = serde_json::json!({
+        "version": 1,
+        "overrides": {
+            format!("upstreams/web/backends/{a}"): {"state": {"value": "drain", "file": "up"}},
+            bad.clone(): {"weight": {"value": 0, "file": 1}},
+        }
+    })
+    .to_string();
+    std::fs::write(dir.0.join("state.json"), &text).unwrap();
+    let file = TempFile::new(
+        "state.toml",
+        &config(&dir, "round_robin", &[(a, 1), (b, 1)], ""),
+    );
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(requests_reaching(&fulcrum, 4, b), 4);
+    let warned = fulcrum
+        .started
+        .iter()
+        .find(|l| l.contains("entry cannot be used") && l.contains(&bad))
+        .unwrap_or_else(|| panic!("a WARN naming {bad}: {:#?}", fulcrum.started));
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("a weight is from 1"), "what: {warned}");
+    assert!(
+        warned.contains("through the admin API"),
+        "what to do: {warned}"
+    );
+    assert_eq!(backend(admin, a)["state"], "drain");
+    assert_eq!(requests_reaching(&fulcrum, 4, b), 4);
+    // The file as it was, kept under the name the WARN gives.
+    let copy = warned
+        .split("kept as ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("where the file is kept: {warned}"));
+    assert_eq!(std::fs::read_to_string(copy).unwrap(), text);
+}
+
+/// The value of the series `name` (written without labels) in a scrape of `/metrics`.
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let reply = common::http_get(admin, "/metrics").unwrap();
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {reply}"))
+        .parse()
+        .unwrap()
+}
+
+/// A state file that cannot be written (its directory replaced by a regular file, which stops
+/// root too): the change is applied, and its answer says it is not saved and why; the log
+/// says what to do for that error; `/metrics` shows it (present from the start); once the
+/// directory is back the next change saves every override and the warning goes.
+#[test]
+fn a_failed_state_file_write_is_told_in_the_answer_and_the_metrics() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backends = rt.block_on(common::backends(&["a", "b"]));
+    let [a, b] = [0, 1].map(|i| backends[i].addr());
+    let dir = TempDir::new("state", "unwritable");
+    let sub = dir.0.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let text = config(&dir, "round_robin", &[(a, 1), (b, 1)], "").replace(
+        &format!("{}/state.json", dir.path()),
+        &format!("{}/state.json", sub.display()),
+    );
+    let file = TempFile::new("state.toml", &text);
+    let fulcrum = Running::start(&file, 1);
+    let admin = fulcrum.admin.unwrap();
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        1.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        0.0
+    );
+    let path_a = format!("/api/upstreams/web/backends/{a}");
+    let answer = call(admin, "PATCH", &path_a, r#"{"state": "drain"}"#, 200);
+    assert!(!answer.contains("warning"), "{answer}");
+
+    std::fs::remove_dir_all(&sub).unwrap();
+    std::fs::write(&sub, "not a directory").unwrap();
+    let answer = call(admin, "PATCH", &path_a, r#"{"weight": 2}"#, 200);
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    let warning = v["warning"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    assert!(warning.contains("is applied"), "{warning}");
+    assert!(warning.contains("would not survive a restart"), "{warning}");
+    assert!(
+        warning.contains("not a directory"),
+        "why and what to do: {warning}"
+    );
+    assert_eq!(v["weight"]["static"], 2, "applied: {answer}");
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        0.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        1.0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let logged = loop {
+        let line = fulcrum.next_line(deadline);
+        if line.contains("cannot write the state file") {
+            break line;
+        }
+    };
+    assert!(logged.contains("ERROR"), "{logged}");
+    assert!(
+        logged.contains("create it"),
+        "the advice fits the error: {logged}"
+    );
+    assert!(!logged.contains("writable by"), "{logged}");
+    // DELETE, whose answer has no body otherwise, says so too.
+    let answer = call(
+        admin,
+        "DELETE",
+        &format!("/api/upstreams/web/backends/{b}"),
+        "",
+        200,
+    );
+    assert!(answer.contains("would not survive a restart"), "{answer}");
+
+    // The directory back: the next change saves them all, and says nothing.
+    std::fs::remove_file(&sub).unwrap();
+    std::fs::create_dir(&sub).unwrap();
+    let answer = call(admin, "PATCH", &path_a, r#"{"weight": 3}"#, 200);
+    assert!(!answer.contains("warning"), "{answer}");
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_last_write_successful"),
+        1.0
+    );
+    assert_eq!(
+        metric(admin, "fulcrum_state_file_write_failures_total"),
+        2.0
+    );
+    let saved = std::fs::read_to_string(sub.join("state.json")).unwrap();
+    assert!(
+        saved.contains("\"drain\"") && saved.contains("\"removed\""),
+        "{saved}"
+    );
+}

@@ -635,15 +635,36 @@ impl UpstreamSettings {
     /// proxy cannot build in time or memory.
     pub const MAX_RING_WEIGHT: u64 = 10_000;
 
+    /// The ring this upstream balances on, named as the configuration writes it (`hash` with
+    /// `consistent`, `bounded_load`: nginx's ketama ring, 160 points per unit of weight);
+    /// `None` for an algorithm without one.
+    pub fn ring(&self) -> Option<&'static str> {
+        match self.algorithm {
+            Algorithm::Hash if self.options.consistent => Some("hash with consistent = true"),
+            Algorithm::BoundedLoad => Some("bounded_load"),
+            _ => None,
+        }
+    }
+
+    /// Refuses a total weight `total` of this upstream's backends that its ring (if it has
+    /// one) could not be built for within [`Self::MAX_RING_WEIGHT`]: what the configuration
+    /// refuses of a file, said to an operator who changes a weight at runtime.
+    pub fn check_ring_weight(&self, total: u64) -> Result<(), String> {
+        match self.ring() {
+            Some(ring) if total > Self::MAX_RING_WEIGHT => Err(format!(
+                "upstream \"{}\" balances by {ring}, whose ring has 160 points per unit of weight: its backends' total weight would be {total}, and the ring is built for at most {}; keep the total within it (weights are relative: lower the others instead), or change the algorithm first",
+                self.name,
+                Self::MAX_RING_WEIGHT
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Scales the weights of `found` (what the source `query` found) down in proportion, each
     /// at least 1, where this upstream's ring would outgrow [`Self::MAX_RING_WEIGHT`] with them
     /// beside its other backends. Returns whether it did.
     pub fn fit_to_ring(&self, query: &DiscoveryQuery, found: &mut [BackendSettings]) -> bool {
-        let ring = match self.algorithm {
-            Algorithm::Hash => self.options.consistent,
-            Algorithm::BoundedLoad => true,
-            _ => false,
-        };
+        let ring = self.ring().is_some();
         let others: u64 = self
             .backends
             .iter()

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use fulcrum::cluster::{Cluster, ClusterSettings, Event};
+use fulcrum::cluster::{Cluster, ClusterSettings, Event, Written};
 use fulcrum::state::StateStore;
 use tokio::sync::{mpsc, watch};
 
@@ -71,10 +71,11 @@ async fn publish(
     }
 }
 
-/// etcd's acknowledgements: the state file no longer lists those keys as unsynced.
-async fn synced(mut acknowledged: mpsc::UnboundedReceiver<String>, store: StateStore) {
-    while let Some(key) = acknowledged.recv().await {
-        store.synced(&key);
+/// etcd's acknowledgements: the state file no longer lists those keys as unsynced, and the
+/// fleet's changes to them newer than this instance's write apply again.
+async fn synced(mut acknowledged: mpsc::UnboundedReceiver<Written>, store: StateStore) {
+    while let Some(w) = acknowledged.recv().await {
+        store.synced(&w.key, w.value.as_deref(), w.revision);
     }
 }
 
@@ -89,15 +90,19 @@ async fn apply(mut events: mpsc::Receiver<Event>, store: StateStore) {
                     overrides = records.len(),
                     "the fleet's state read from etcd: applied"
                 );
-                store.replace_all(records);
+                store.replace_all(records, revision);
             }
-            Event::Put { key, value } => {
-                tracing::debug!(target: LOG, key, "a change from the fleet");
-                store.apply_remote(&key, Some(&value));
+            Event::Put {
+                key,
+                value,
+                revision,
+            } => {
+                tracing::debug!(target: LOG, key, revision, "a change from the fleet");
+                store.apply_remote(&key, Some(&value), revision);
             }
-            Event::Delete { key } => {
-                tracing::debug!(target: LOG, key, "an override cleared by the fleet");
-                store.apply_remote(&key, None);
+            Event::Delete { key, revision } => {
+                tracing::debug!(target: LOG, key, revision, "an override cleared by the fleet");
+                store.apply_remote(&key, None, revision);
             }
         }
     }

@@ -8,9 +8,11 @@
 //! before anything is read from it, even after a restart. A write goes to a temporary file in the same directory, is synced,
 //! renamed over the old one and the directory synced: a crash leaves the old file or the new
 //! one, never half of one. A file that cannot be read is set aside under a new name, never
-//! overwritten, and fulcrum starts on its configuration alone.
+//! overwritten, and fulcrum starts on its configuration alone. One bad override in a good file
+//! (a value written by hand, a field a newer fulcrum wrote) costs only itself: the others are
+//! applied, and the file as it was is kept under a new name for the operator to read.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +29,7 @@ pub enum Read {
     /// No file yet: no overrides.
     Missing,
     /// The overrides, and the keys etcd has not acknowledged yet.
-    Found(Records, BTreeSet<String>),
+    Found(Parsed),
     /// It could not be read or parsed: why, and where it was set aside (`None`: it could not
     /// be, and stays where it is).
     Bad {
@@ -49,7 +51,12 @@ pub fn read(path: &Path) -> Read {
         }
     };
     match parse(&text) {
-        Ok((records, unsynced)) => Read::Found(records, unsynced),
+        Ok(mut parsed) => {
+            if !parsed.dropped.is_empty() {
+                parsed.copy = Some(keep_copy(path, false));
+            }
+            Read::Found(parsed)
+        }
         Err(why) => Read::Bad {
             why,
             aside: set_aside(path),
@@ -57,8 +64,21 @@ pub fn read(path: &Path) -> Read {
     }
 }
 
-/// The records of a state file's text, and its unsynced keys; an error says what is wrong.
-pub fn parse(text: &[u8]) -> Result<(Records, BTreeSet<String>), String> {
+/// A state file's contents that could be used.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub records: Records,
+    /// The keys etcd has not acknowledged yet.
+    pub unsynced: BTreeSet<String>,
+    /// The entries that could not be used, each with what is wrong (its key first).
+    pub dropped: Vec<String>,
+    /// With entries dropped: where the file as it was is kept (see [`read`]).
+    pub copy: Option<Result<PathBuf, String>>,
+}
+
+/// The records of a state file's text, its unsynced keys, and what could not be used of
+/// them, entry by entry; an error (the whole file unusable) says what is wrong.
+pub fn parse(text: &[u8]) -> Result<Parsed, String> {
     let doc: Value = serde_json::from_slice(text).map_err(|e| format!("it is not JSON: {e}"))?;
     let version = doc.get("version").and_then(Value::as_u64);
     if version != Some(VERSION) {
@@ -72,24 +92,35 @@ pub fn parse(text: &[u8]) -> Result<(Records, BTreeSet<String>), String> {
         .get("overrides")
         .and_then(Value::as_object)
         .ok_or("it has no \"overrides\" object")?;
-    let mut records = BTreeMap::new();
+    let mut parsed = Parsed::default();
     for (key, value) in overrides {
         let bytes = serde_json::to_vec(value).unwrap_or_default();
-        records.insert(key.clone(), Record::parse(key, &bytes)?);
+        match Record::parse(key, &bytes) {
+            Ok(r) => {
+                parsed.records.insert(key.clone(), r);
+            }
+            Err(e) => parsed.dropped.push(e),
+        }
     }
-    let unsynced = match doc.get("unsynced") {
-        None => BTreeSet::new(),
-        Some(Value::Array(keys)) => keys
-            .iter()
-            .map(|k| {
-                k.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("\"unsynced\" holds {k}, not a key"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(format!("its \"unsynced\" is {other}, not a list of keys")),
-    };
-    Ok((records, unsynced))
+    match doc.get("unsynced") {
+        None => {}
+        Some(Value::Array(keys)) => {
+            for k in keys {
+                match k.as_str() {
+                    Some(k) => {
+                        parsed.unsynced.insert(k.to_owned());
+                    }
+                    None => parsed
+                        .dropped
+                        .push(format!("\"unsynced\" holds {k}, not a key")),
+                }
+            }
+        }
+        Some(other) => parsed
+            .dropped
+            .push(format!("its \"unsynced\" is {other}, not a list of keys")),
+    }
+    Ok(parsed)
 }
 
 /// The text of a state file holding `records`, with the keys etcd has not acknowledged.
@@ -139,6 +170,13 @@ pub fn directory(path: &Path) -> &Path {
 /// Moves a bad state file to `{path}.bad-{unix seconds}[-n]`, a name no file has: linked
 /// there first (which fails rather than overwrite), then unlinked from its own name.
 fn set_aside(path: &Path) -> Result<PathBuf, String> {
+    keep_copy(path, true)
+}
+
+/// Links the state file to `{path}.bad-{unix seconds}[-n]`, a name no file has (linking fails
+/// rather than overwrite), and unlinks it from its own name if `moved`. Without, the copy
+/// stays as the file was: the next write replaces the file by a new one, never in place.
+fn keep_copy(path: &Path, moved: bool) -> Result<PathBuf, String> {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -149,6 +187,7 @@ fn set_aside(path: &Path) -> Result<PathBuf, String> {
             n => format!("{base}-{n}"),
         });
         match std::fs::hard_link(path, &aside) {
+            Ok(()) if !moved => return Ok(aside),
             Ok(()) => {
                 return match std::fs::remove_file(path) {
                     Ok(()) => Ok(aside),
@@ -186,14 +225,14 @@ mod tests {
         let records: Records = [(key.to_owned(), r)].into();
         write(&path, &text(&records, &BTreeSet::new())).unwrap();
         match read(&path) {
-            Read::Found(back, unsynced) => assert_eq!((back, unsynced.len()), (records.clone(), 0)),
+            Read::Found(p) => assert_eq!((p.records, p.unsynced.len()), (records.clone(), 0)),
             other => panic!("{other:?}"),
         }
         // The keys etcd has not acknowledged are kept with them.
         let unsynced: BTreeSet<String> = [key.to_owned()].into();
         write(&path, &text(&records, &unsynced)).unwrap();
         match read(&path) {
-            Read::Found(back, kept) => assert_eq!((back, kept), (records, unsynced)),
+            Read::Found(p) => assert_eq!((p.records, p.unsynced), (records, unsynced)),
             other => panic!("{other:?}"),
         }
         // Nothing but the file itself is left in the directory.
@@ -212,7 +251,7 @@ mod tests {
         for (n, bad) in [
             &b"{\"version\": 1, \"overrides\": "[..],
             b"{\"version\": 7, \"overrides\": {}}",
-            b"{\"version\": 1, \"overrides\": {\"upstreams/web/backends/x\": {}}}",
+            b"{\"version\": 1, \"overrides\": []}",
         ]
         .into_iter()
         .enumerate()
@@ -228,6 +267,43 @@ mod tests {
         }
         // Three set aside, under three names.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// One bad entry costs only itself: the good ones are read, each bad one is told with its
+    /// key, and the file as it was is kept beside it (it stays where it is, to be rewritten).
+    #[test]
+    fn a_bad_entry_is_dropped_alone_and_the_file_kept() {
+        let dir = scratch("entry");
+        let path = dir.join("state.json");
+        let good = "upstreams/web/backends/127.0.0.1:9001";
+        let text = format!(
+            r#"{{"version": 1, "overrides": {{
+                "{good}": {{"state": {{"value": "drain", "file": "up"}}}},
+                "upstreams/web/backends/127.0.0.1:9002": {{"weight": {{"value": 0, "file": 1}}}},
+                "upstreams/web/backends/127.0.0.1:9003": {{"state": {{"value": "drain", "file": "up"}}, "colour": "red"}},
+                "elsewhere": {{}}
+            }}, "unsynced": ["{good}", 7]}}"#
+        );
+        std::fs::write(&path, &text).unwrap();
+        let Read::Found(p) = read(&path) else {
+            panic!("a good file with bad entries read as bad")
+        };
+        assert_eq!(p.records.keys().collect::<Vec<_>>(), vec![good]);
+        assert_eq!(p.unsynced, [good.to_owned()].into());
+        assert_eq!(p.dropped.len(), 4, "{:?}", p.dropped);
+        let told = |what: &str, why: &str| {
+            p.dropped
+                .iter()
+                .any(|d| d.contains(what) && d.contains(why))
+        };
+        assert!(told("127.0.0.1:9002", "from 1"), "{:?}", p.dropped);
+        assert!(told("127.0.0.1:9003", "colour"), "{:?}", p.dropped);
+        assert!(told("elsewhere", "not a key"), "{:?}", p.dropped);
+        assert!(told("unsynced", "7"), "{:?}", p.dropped);
+        let copy = p.copy.unwrap().unwrap();
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

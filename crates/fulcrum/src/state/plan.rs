@@ -92,7 +92,7 @@ pub struct Dropped {
     pub item: &'static str,
     /// The override's value.
     pub value: String,
-    /// The file's value when the override was made, and now.
+    /// The file's value when the override was made, and now (empty: the file is not why).
     pub file_was: String,
     pub file_now: String,
     /// Why, in an operator's words.
@@ -107,9 +107,17 @@ impl fmt::Display for Dropped {
         }
         write!(
             f,
-            ": {} override {} dropped: {} (the file had {}, it now has {})",
-            self.item, self.value, self.why, self.file_was, self.file_now
-        )
+            ": {} override {} dropped: {}",
+            self.item, self.value, self.why
+        )?;
+        match self.file_was.is_empty() {
+            true => Ok(()),
+            false => write!(
+                f,
+                " (the file had {}, it now has {})",
+                self.file_was, self.file_now
+            ),
+        }
     }
 }
 
@@ -143,42 +151,77 @@ pub fn plan(records: &Records, upstreams: &mut [UpstreamSettings], files: &Files
         .iter()
         .partition(|(_, r)| matches!(r, Record::Backend(_)));
     for (key, record) in backends.into_iter().chain(algorithms) {
-        let Some(k) = Key::parse(key) else { continue };
-        let file = files.get(k.upstream());
-        let settings = upstreams.iter_mut().find(|u| u.name == k.upstream());
-        let (Some(file), Some(settings)) = (file, settings) else {
-            plan.dropped.push(Dropped {
-                key: key.clone(),
-                upstream: k.upstream().to_owned(),
-                backend: match k {
-                    Key::Backend { addr, .. } => Some(addr),
-                    Key::Algorithm { .. } => None,
-                },
-                item: "every",
-                value: record.to_json().to_string(),
-                file_was: "the upstream".to_owned(),
-                file_now: "no such upstream".to_owned(),
-                why: "the configuration file no longer has this upstream".to_owned(),
-            });
-            continue;
-        };
-        let kept = match (record, k) {
-            (Record::Backend(r), Key::Backend { addr, .. }) => {
-                backend(key, addr, r, file, settings, &mut plan).map(Record::Backend)
-            }
-            (Record::Algorithm(r), Key::Algorithm { .. }) => {
-                algorithm(key, r, file, settings, &mut plan).map(Record::Algorithm)
-            }
-            _ => None,
-        };
-        if let Some(kept) = kept {
-            plan.records.insert(key.clone(), kept);
-        }
+        plan_one(key, record, upstreams, files, &mut plan);
     }
     for u in upstreams.iter_mut() {
         u.pins = pins(&plan.records, &u.name);
     }
     plan
+}
+
+/// Applies one more record to `upstreams`, beside those `plan` holds already (see [`plan`]):
+/// what a record from the fleet is checked by, after the records in force.
+pub fn plan_one(
+    key: &str,
+    record: &Record,
+    upstreams: &mut [UpstreamSettings],
+    files: &Files,
+    plan: &mut Plan,
+) {
+    let Some(k) = Key::parse(key) else { return };
+    let file = files.get(k.upstream());
+    let settings = upstreams.iter_mut().find(|u| u.name == k.upstream());
+    let (Some(file), Some(settings)) = (file, settings) else {
+        plan.dropped.push(Dropped {
+            key: key.to_owned(),
+            upstream: k.upstream().to_owned(),
+            backend: match k {
+                Key::Backend { addr, .. } => Some(addr),
+                Key::Algorithm { .. } => None,
+            },
+            item: "every",
+            value: record.to_json().to_string(),
+            file_was: "the upstream".to_owned(),
+            file_now: "no such upstream".to_owned(),
+            why: "the configuration file no longer has this upstream".to_owned(),
+        });
+        return;
+    };
+    let kept = match (record, k) {
+        (Record::Backend(r), Key::Backend { addr, .. }) => {
+            backend(key, addr, r, file, settings, plan).map(Record::Backend)
+        }
+        (Record::Algorithm(r), Key::Algorithm { .. }) => {
+            algorithm(key, r, file, settings, plan).map(Record::Algorithm)
+        }
+        _ => None,
+    };
+    if let Some(kept) = kept {
+        plan.records.insert(key.to_owned(), kept);
+    }
+    settings.pins = pins(&plan.records, &settings.name);
+}
+
+/// The total weight of `settings`' backends with their pinned weights (the records `plan`
+/// kept), and backend `addr` at `weight` (`None`: as it is; a backend not there joining).
+fn ring_total(settings: &UpstreamSettings, addr: SocketAddr, weight: Option<u32>) -> u64 {
+    let mut present = false;
+    let mut total: u64 = 0;
+    for b in &settings.backends {
+        let pinned = settings.pins.get(&b.addr).and_then(|p| p.weight);
+        let w = match (b.addr == addr, weight) {
+            (true, Some(w)) => {
+                present = true;
+                w
+            }
+            _ => pinned.unwrap_or(b.weight),
+        };
+        total += u64::from(w);
+    }
+    if !present && let Some(w) = weight {
+        total += u64::from(w);
+    }
+    total
 }
 
 /// One backend's overrides against the file: those that hold, applied to `settings`'
@@ -275,6 +318,24 @@ fn backend(
             plan.applied.push(format!("{name} {addr} removed"));
         }
     }
+    // A weight the ring could not be built for is never applied (the admin API refuses it).
+    for (item, w) in [
+        ("weight", kept.weight.map(|w| w.value)),
+        ("added", kept.added.map(|a| a.weight)),
+    ] {
+        let Some(w) = w else { continue };
+        if let Err(e) = settings.check_ring_weight(ring_total(settings, addr, Some(w))) {
+            let value = match item {
+                "weight" => w.to_string(),
+                _ => format!("(weight {w})"),
+            };
+            drop(item, value, String::new(), String::new(), &e);
+            match item {
+                "weight" => kept.weight = None,
+                _ => kept.added = None,
+            }
+        }
+    }
     if let Some(a) = kept.added {
         settings.backends.push(joining(settings, addr, a));
         plan.applied
@@ -328,7 +389,20 @@ fn algorithm(
         plan.dropped.push(dropped(FILE_CHANGED.to_owned()));
         return None;
     }
-    match crate::config::balancing::apply(settings, &r.value.algorithm, &r.value.options) {
+    // Checked with the weights the backends' records set, which the file's settings carry
+    // as pins only.
+    let mut weighted = settings.clone();
+    for b in &mut weighted.backends {
+        if let Some(w) = settings.pins.get(&b.addr).and_then(|p| p.weight) {
+            b.weight = w;
+        }
+    }
+    match crate::config::balancing::apply(&weighted, &r.value.algorithm, &r.value.options).map(
+        |s| UpstreamSettings {
+            backends: std::mem::take(&mut settings.backends),
+            ..s
+        },
+    ) {
         Ok(s) => {
             plan.applied
                 .push(format!("{} algorithm {}", settings.name, r.value));

@@ -27,6 +27,10 @@ pub enum ChangeError {
     },
     #[error("a weight is from 1 to {max}, not {weight}")]
     WeightOutOfRange { weight: u64, max: u32 },
+    /// The upstream's ring would outgrow [`UpstreamSettings::MAX_RING_WEIGHT`]: the message
+    /// of [`UpstreamSettings::check_ring_weight`].
+    #[error("{0}")]
+    RingTooHeavy(String),
 }
 
 /// The most a weight can be set to (as in the configuration).
@@ -177,6 +181,10 @@ impl Upstream {
                 weight,
                 max: MAX_WEIGHT,
             })?;
+        if lock(&self.state).position(addr).is_none() {
+            return Err(self.no_such_backend(addr));
+        }
+        self.fits_ring(addr, weight)?;
         let was = self.change_member(addr, |pool, id, member, now| {
             pool.set_weight(id, weight, now);
             std::mem::replace(&mut member.static_weight, weight)
@@ -185,6 +193,26 @@ impl Upstream {
             tracing::info!(upstream = %self.name(), backend = %addr, from = was, to = weight, "backend weight changed by the admin API");
         }
         Ok(was)
+    }
+
+    /// Whether this upstream's ring (if it has one) takes backend `addr` at `weight` (a
+    /// backend not there yet joining with it) beside the others' weights in force: a weight
+    /// past [`UpstreamSettings::MAX_RING_WEIGHT`] in all would stall the ring's rebuild for
+    /// seconds and every request waiting on it.
+    pub fn fits_ring(&self, addr: SocketAddr, weight: u32) -> Result<(), ChangeError> {
+        let settings = self.settings();
+        if settings.ring().is_none() {
+            return Ok(());
+        }
+        let others: u64 = lock(&self.state)
+            .members
+            .iter()
+            .filter(|m| m.addr != addr)
+            .map(|m| u64::from(m.static_weight))
+            .sum();
+        settings
+            .check_ring_weight(others + u64::from(weight))
+            .map_err(ChangeError::RingTooHeavy)
     }
 
     /// The settings in force with what the operator set at runtime written in (weights; a

@@ -622,7 +622,8 @@ impl UpstreamSettings {
             .iter()
             .find(|b| b.addr == addr)
             .map_or("", |b| match &b.discovered {
-                Some(q) => q.name.as_str(),
+                // Less the trailing dot of an absolute name: not part of a host name.
+                Some(q) => q.name.strip_suffix('.').unwrap_or(&q.name),
                 None => b.name.as_str(),
             });
         Some((tls, written))

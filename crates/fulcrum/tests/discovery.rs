@@ -725,3 +725,85 @@ fn an_srv_target_that_stops_resolving_keeps_the_last_set() {
         assert_eq!(listed(admin).len(), 2, "both backends stay");
     });
 }
+
+/// A name written with a trailing dot (absolute: no search list) resolves end to end, and
+/// the API shows it as written.
+#[test]
+fn a_name_with_a_trailing_dot_is_followed() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "fqdn");
+        let bs = backends_on([127, 0, 38], &["f1"]).await;
+        let dns = Dnsmasq::start(&dir, &hosts("fq.fulcrum.test", &[bs[0].addr().ip()]), &[]);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"fq.fulcrum.test.\"\n  port = {}\n  resolvers = [\"{}\"]\n",
+            bs[0].addr().port(),
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        assert_eq!(
+            listed(fulcrum.admin.unwrap()),
+            vec![(
+                bs[0].addr().to_string(),
+                Some("fq.fulcrum.test.".to_owned())
+            )]
+        );
+        assert_eq!(status(fulcrum.addr_of("web")).await, 200);
+    });
+}
+
+/// An SRV answer that gives one address twice (priority 0 weight 1, priority 1 weight 5),
+/// and a record of port 0, which dnsmasq lists in a new order at each lookup: one backend,
+/// a primary of weight 1, and nothing changes at the lookups that follow (before, the first
+/// record listed won: weight and tier flipped); the port-0 record is skipped and said once.
+#[test]
+fn an_srv_answer_with_a_duplicate_and_port_0_settles() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv-dup");
+        let bs = backends_on([127, 0, 38], &["d1"]).await;
+        let port = bs[0].addr().port();
+        let target = "d1.fulcrum.test";
+        let srv = [
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},{port},0,1"),
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},{port},1,5"),
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},0,0,3"),
+        ];
+        let dns = Dnsmasq::start(&dir, &hosts(target, &[bs[0].addr().ip()]), &srv);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"_http._tcp.dup.fulcrum.test\"\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n  max_interval = \"1s\"\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let only = |why: &str| {
+            let b = common::backends_of(admin, "web");
+            assert_eq!(b.len(), 1, "{why}: {b:?}");
+            assert_eq!(b[0]["addr"], bs[0].addr().to_string(), "{why}");
+            assert_eq!(b[0]["weight"]["static"], 1, "{why}: {b:?}");
+            assert_eq!(b[0]["backup"], false, "{why}: {b:?}");
+        };
+        only("at start");
+        // Six lookups' time (one a second): what the log says meanwhile.
+        let (mut changes, mut port_zero) = (0, 0);
+        let until = Instant::now() + Duration::from_secs(6);
+        while let Ok(line) = fulcrum
+            .lines
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            changes += usize::from(line.contains("upstream reconfigured"));
+            port_zero += usize::from(line.contains("give port 0"));
+            only("meanwhile");
+        }
+        assert_eq!(changes, 0, "the upstream changed at a later lookup");
+        assert_eq!(port_zero, 1, "the port-0 record is said once");
+        only("at the end");
+        assert_eq!(status(fulcrum.addr_of("web")).await, 200);
+    });
+}

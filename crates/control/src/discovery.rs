@@ -367,7 +367,7 @@ async fn lookup_srv(
             // hiccup (a resolver that drops the additional section, a SERVFAIL).
             let (found, t) = addresses(resolver, &s.target)
                 .await
-                .map_err(|e| format!("the SRV target {}: {e}", s.target))?;
+                .map_err(|e| format!("the SRV target {e}"))?;
             if let Some(t) = t {
                 ttl = ttl.min(t);
             }

@@ -39,14 +39,22 @@ impl Dnsmasq {
     /// waits until it has read the file (it binds its sockets before that). A port taken
     /// between our probe and its bind makes it exit: then another port is tried.
     fn start(dir: &TempDir, hosts: &str, extra: &[String]) -> Dnsmasq {
+        Dnsmasq::start_on(dir, hosts, extra, None)
+    }
+
+    /// As [`Dnsmasq::start`], on `port` if given (a server started again with other records,
+    /// where fulcrum asks the first).
+    fn start_on(dir: &TempDir, hosts: &str, extra: &[String], port: Option<u16>) -> Dnsmasq {
         let path = dir.0.join("hosts");
         std::fs::write(&path, hosts).unwrap();
         for _ in 0..5 {
-            let port = UdpSocket::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = port.unwrap_or_else(|| {
+                UdpSocket::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            });
             let mut child = ChildGuard(
                 Command::new(DNSMASQ)
                     .args([
@@ -723,6 +731,14 @@ fn an_srv_target_that_stops_resolving_keeps_the_last_set() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(listed(admin).len(), 2, "both backends stay");
+        // The warning names the target and what its lookup found (both families).
+        let warned = std::iter::from_fn(|| fulcrum.lines.try_recv().ok())
+            .find(|l| l.contains("lookup failed"))
+            .expect("the failure is logged");
+        assert!(
+            warned.contains("the SRV target t2.fulcrum.test. does not resolve: it has no A or AAAA record"),
+            "{warned}"
+        );
     });
 }
 
@@ -805,5 +821,76 @@ fn an_srv_answer_with_a_duplicate_and_port_0_settles() {
         assert_eq!(port_zero, 1, "the port-0 record is said once");
         only("at the end");
         assert_eq!(status(fulcrum.addr_of("web")).await, 200);
+    });
+}
+
+/// A weight set through the API on a backend an SRV record gives stays in force when the
+/// record's weight changes (the other backend takes the new weight), the API shows it as the
+/// override, and the log says the change was DNS's, not the API's.
+#[test]
+fn an_srv_weight_change_leaves_the_operators_weight() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv-weight");
+        let bs = backends_on([127, 0, 39], &["w1", "w2"]).await;
+        let port = bs[0].addr().port();
+        let hosts_file: String = (0..2)
+            .map(|i| format!("{} w{}.fulcrum.test\n", bs[i].addr().ip(), i + 1))
+            .collect();
+        let records = |w: u16| -> Vec<String> {
+            (1..=2)
+                .map(|i| format!("--srv-host=_http._tcp.w.fulcrum.test,w{i}.fulcrum.test,{port},0,{w}"))
+                .collect()
+        };
+        let dns = Dnsmasq::start(&dir, &hosts_file, &records(5));
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"_http._tcp.w.fulcrum.test\"\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n  max_interval = \"1s\"\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let backend = |i: usize| {
+            common::backends_of(admin, "web")
+                .into_iter()
+                .find(|b| b["addr"] == bs[i].addr().to_string())
+                .unwrap_or_else(|| panic!("no backend {}", bs[i].addr()))
+        };
+        let (code, body) = common::admin_call(
+            admin,
+            "PATCH",
+            &format!("/api/upstreams/web/backends/{}", bs[0].addr()),
+            &[("Host", "localhost"), ("Content-Type", "application/json")],
+            r#"{"weight":10}"#,
+        );
+        assert_eq!(code, 200, "{body}");
+        // The records' weight goes from 5 to 7: the server starts again with them.
+        let dns_port = dns.addr.port();
+        dns.stop();
+        let _dns = Dnsmasq::start_on(&dir, &hosts_file, &records(7), Some(dns_port));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while backend(1)["weight"]["static"] != 7 {
+            assert!(Instant::now() < deadline, "w2 never took weight 7: {}", backend(1));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let w1 = backend(0);
+        assert_eq!(w1["weight"]["static"], 10, "{w1}");
+        assert_eq!(w1["overrides"]["weight"]["value"], 10, "{w1}");
+        let mut log = Vec::new();
+        while let Ok(line) = fulcrum.lines.try_recv() {
+            log.push(line);
+        }
+        let dns_said = log.iter().any(|l| {
+            l.contains("DNS discovery changed a backend's weight")
+                && l.contains(&bs[1].addr().to_string())
+                && l.contains("to=7")
+        });
+        assert!(dns_said, "{log:#?}");
+        assert!(
+            !log.iter().any(|l| l.contains("by the admin API") && l.contains("to=7")),
+            "{log:#?}"
+        );
     });
 }

@@ -102,13 +102,16 @@ fn system_config(
     if rotates(resolv_conf) {
         o.server_ordering_strategy = ServerOrderingStrategy::RoundRobin;
     }
+    // `timeout:0` (glibc waits a second then) or `attempts:0` would make every lookup
+    // fail at once: at least a second, at least one attempt.
+    o.timeout = o.timeout.max(Duration::from_secs(1));
+    o.attempts = o.attempts.max(1);
     o.use_hosts_file = ResolveHosts::Auto;
     bound_cache(&mut o, min_interval, max_interval);
     Ok((config, o))
 }
 
-/// Whether resolv.conf's `options` say `rotate` (the last `options` line that says so wins,
-/// as every one adds to the options).
+/// Whether one of resolv.conf's `options` lines says `rotate`.
 fn rotates(resolv_conf: &[u8]) -> bool {
     String::from_utf8_lossy(resolv_conf).lines().any(|l| {
         let mut words = l.split_whitespace();
@@ -744,6 +747,13 @@ mod tests {
             lookup_bound(&opts(Duration::from_secs(1), Duration::from_secs(60))),
             LOOKUP_TIMEOUT
         );
+        let (_, zero) = system_config(
+            b"nameserver 127.0.0.1\noptions timeout:0 attempts:0\n",
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!((zero.timeout, zero.attempts), (Duration::from_secs(1), 1));
         assert!(
             system_config(
                 b"search x\n",

@@ -45,6 +45,17 @@ impl Dnsmasq {
     /// As [`Dnsmasq::start`], on `port` if given (a server started again with other records,
     /// where fulcrum asks the first).
     fn start_on(dir: &TempDir, hosts: &str, extra: &[String], port: Option<u16>) -> Dnsmasq {
+        Dnsmasq::start_at(dir, hosts, extra, [127, 0, 0, 1], port)
+    }
+
+    /// As [`Dnsmasq::start_on`], listening on `ip`.
+    fn start_at(
+        dir: &TempDir,
+        hosts: &str,
+        extra: &[String],
+        ip: [u8; 4],
+        port: Option<u16>,
+    ) -> Dnsmasq {
         let path = dir.0.join("hosts");
         std::fs::write(&path, hosts).unwrap();
         for _ in 0..5 {
@@ -64,7 +75,7 @@ impl Dnsmasq {
                         "--no-poll",
                         "--conf-file=/dev/null",
                         "--pid-file=",
-                        "--listen-address=127.0.0.1",
+                        &format!("--listen-address={}", IpAddr::from(ip)),
                         "--bind-interfaces",
                         "--local=/fulcrum.test/",
                         "--local-ttl=1",
@@ -85,7 +96,7 @@ impl Dnsmasq {
                 if line.contains("read ") && line.contains("hosts") {
                     return Dnsmasq {
                         child,
-                        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                        addr: SocketAddr::from((ip, port)),
                         hosts: path,
                     };
                 }
@@ -892,5 +903,116 @@ fn an_srv_weight_change_leaves_the_operators_weight() {
             !log.iter().any(|l| l.contains("by the admin API") && l.contains("to=7")),
             "{log:#?}"
         );
+    });
+}
+
+/// Where the system-resolver test's DNS server listens: port 53 (resolv.conf names no port),
+/// on a loopback address of its own.
+const SYSTEM_DNS: [u8; 4] = [127, 0, 0, 153];
+
+/// Whether `fulcrum` can run in a mount namespace of its own with another /etc/resolv.conf
+/// bound over the system's (root, and util-linux's unshare); says why the test skips when not.
+fn can_bind_resolv_conf() -> bool {
+    let ok = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount --bind /dev/null /etc/resolv.conf"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!(
+            "SKIPPED: needs root and unshare (util-linux) to give fulcrum a resolv.conf of its own"
+        );
+    }
+    ok
+}
+
+/// The system's resolver, as a Kubernetes pod has it (`search` and `options ndots:5`), with a
+/// wildcard under the search domain: a name written with a trailing dot whose record goes
+/// (`NXDOMAIN`) keeps its last set, and no query goes through the search list; before, the
+/// dot was dropped and fulcrum switched to the wildcard's address. Runs fulcrum under
+/// `unshare -m` with the test's resolv.conf bound over /etc/resolv.conf; dnsmasq on
+/// 127.0.0.153:53. Skips without root; tests that take port 53 take a lock file first.
+#[test]
+fn a_dotted_name_never_falls_through_the_system_search_list() {
+    if !dnsmasq_installed() || !can_bind_resolv_conf() {
+        return;
+    }
+    let lock =
+        std::fs::File::create(std::env::temp_dir().join("fulcrum-test-port-53.lock")).unwrap();
+    lock.lock().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "search-list");
+        let bs = backends_on([127, 0, 40], &["s1"]).await;
+        let name = "api.fulcrum.test";
+        let dns = Dnsmasq::start_at(
+            &dir,
+            &hosts(name, &[bs[0].addr().ip()]),
+            &["--address=/corp.test/127.9.9.9".to_owned()],
+            SYSTEM_DNS,
+            Some(53),
+        );
+        let resolv = dir.0.join("resolv.conf");
+        std::fs::write(
+            &resolv,
+            format!(
+                "nameserver {}\nsearch corp.test\noptions ndots:5\n",
+                IpAddr::from(SYSTEM_DNS)
+            ),
+        )
+        .unwrap();
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}.\"\n  port = {}\n  min_interval = \"1s\"\n",
+            bs[0].addr().port()
+        ));
+        let mut child = common::ChildGuard(
+            Command::new("unshare")
+                .args(["-m", "sh", "-c", "mount --bind \"$1\" /etc/resolv.conf && shift && exec \"$@\"", "sh"])
+                .arg(&resolv)
+                .arg(env!("CARGO_BIN_EXE_fulcrum"))
+                .args(["run", "--config"])
+                .arg(&cfg.0)
+                .env("RUST_LOG", "info")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let lines = common::lines_of(child.stderr.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let admin: SocketAddr = loop {
+            let line = lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("fulcrum logs its admin listener");
+            if let Some(a) = line.contains(" admin listener").then(|| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))
+                    .and_then(|a| a.parse().ok())
+            }).flatten() {
+                break a;
+            }
+        };
+        let addrs = || -> Vec<String> { listed(admin).into_iter().map(|b| b.0).collect() };
+        let found = vec![bs[0].addr().to_string()];
+        wait_until(Duration::from_secs(10), "the name's backend is listed", || {
+            let now = addrs();
+            if now == found {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        });
+        // The source as the API names it (its metrics' label).
+        let source = listed(admin)[0].1.clone().unwrap_or_default();
+        let failures = metric(admin, "fulcrum_discovery_lookup_failures_total", &source).await;
+        // The record goes: NXDOMAIN for the name, while the wildcard answers under corp.test.
+        dns.set_hosts("");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(admin, "fulcrum_discovery_lookup_failures_total", &source).await <= failures {
+            assert_eq!(addrs(), found, "the set changed instead of failing");
+            assert!(Instant::now() < deadline, "no failed lookup counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(addrs(), found, "the last set stays");
+        drop(child);
     });
 }

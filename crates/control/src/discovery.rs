@@ -3,7 +3,8 @@
 //! `[min_interval, max_interval]`, and what it finds becomes the upstream's backends of that
 //! source ([`proxy::Upstream::apply_discovered`]: the same carry-over as the admin API's).
 //!
-//! * A: every A and AAAA address of the name, with the source's port.
+//! * A: every A and AAAA address of the name, with the source's port; the two queries are
+//!   asked apart, and either failing (but for "no record of this type") fails the lookup.
 //! * SRV: each record's target, resolved to its addresses (from the answer's additional
 //!   section when the server put them there, else looked up), with the record's port; the
 //!   record's weight is the backend's (weight 0 becomes 1: RFC 2782 gives weight-0 records "a
@@ -12,6 +13,12 @@
 //!   backups — NGINX Plus's rule for `service=` ("Highest-priority SRV records (records with
 //!   the same lowest-number priority value) are resolved as primary servers, the rest of SRV
 //!   records are resolved as backup servers", ngx_http_upstream_module, `server`).
+//!   A record with port 0 is skipped; an address several records give is one backend
+//!   ([`merge_srv`]).
+//!
+//! A name written with a trailing dot is absolute: the system's search list never applies to
+//! it. The system's resolver is configured from `/etc/resolv.conf` as glibc reads it
+//! ([`system_config`]).
 //!
 //! A failed lookup (a timeout, SERVFAIL, REFUSED, NXDOMAIN, or no usable record) keeps the
 //! last known set, is counted, and is retried after `min_interval`; the log says so once when
@@ -25,21 +32,24 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{
     ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts,
+    ServerOrderingStrategy,
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::proto::rr::{RData, Record};
+use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 use proxy::{BackendSettings, DiscoveryQuery, DiscoverySettings, RecordKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// The longest one lookup may take (each server asked twice, 2 s each, by [`opts`]): past it
-/// the lookup counts as failed and the source is asked again after `min_interval`.
+/// The shortest bound on one lookup: past it the lookup counts as failed and the source is
+/// asked again after `min_interval`. A resolver whose options allow longer (the system's
+/// `timeout` × `attempts`) gets that, and a second more ([`lookup_bound`]).
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What one good lookup found: the backends and how long the answer holds.
@@ -48,42 +58,89 @@ pub struct Answer {
     pub backends: Vec<BackendSettings>,
     /// The smallest TTL of the records used (unclamped).
     pub ttl: Duration,
+    /// SRV records skipped for their port 0 (no backend listens there).
+    pub port_zero: usize,
 }
 
-/// The resolver options for sources with these bounds: hickory's cache may hold an answer no
-/// longer than the loop waits before asking again (`max_interval` for an answer, since the
-/// loop waits at least `min_interval` and at most `max_interval`, and `min_interval` for a
+/// Bounds hickory's cache for sources with these bounds: it may hold an answer no longer
+/// than the loop waits before asking again (`max_interval` for an answer, since the loop
+/// waits at least `min_interval` and at most `max_interval`, and `min_interval` for a
 /// negative one, after which a failed source is asked again), so every lookup the loop makes
-/// reaches the server.
-fn opts(min_interval: Duration, max_interval: Duration, system: bool) -> ResolverOpts {
-    let mut o = ResolverOpts::default();
-    o.timeout = Duration::from_secs(2);
-    o.attempts = 2;
+/// reaches the server. The rest of `o` stays as it is.
+fn bound_cache(o: &mut ResolverOpts, min_interval: Duration, max_interval: Duration) {
     o.positive_max_ttl = Some(max_interval);
     o.negative_max_ttl = Some(min_interval);
     o.positive_min_ttl = None;
     o.negative_min_ttl = None;
-    // The hosts file is the system's, as the system's resolver reads it; servers named in
-    // the configuration are asked alone.
-    o.use_hosts_file = if system {
-        ResolveHosts::Auto
-    } else {
-        ResolveHosts::Never
-    };
+}
+
+/// The resolver options for servers named in the configuration: each asked twice, 2 s
+/// each, alone (no hosts file).
+fn opts(min_interval: Duration, max_interval: Duration) -> ResolverOpts {
+    let mut o = ResolverOpts::default();
+    o.timeout = Duration::from_secs(2);
+    o.attempts = 2;
+    o.use_hosts_file = ResolveHosts::Never;
+    bound_cache(&mut o, min_interval, max_interval);
     o
 }
 
+/// The system's resolver configuration, from the text of its `/etc/resolv.conf`: its
+/// servers, search list and options (`ndots`, `timeout`, `attempts`, `rotate`, `edns0`) as
+/// the system's resolver would use them, the hosts file read as the system reads it; fulcrum
+/// sets only the bounds of the cache ([`bound_cache`]).
+fn system_config(
+    resolv_conf: &[u8],
+    min_interval: Duration,
+    max_interval: Duration,
+) -> Result<(ResolverConfig, ResolverOpts), String> {
+    let (config, mut o) =
+        hickory_resolver::system_conf::parse_resolv_conf(resolv_conf).map_err(|e| {
+            format!("cannot read the system's resolver configuration (/etc/resolv.conf): {e}")
+        })?;
+    // hickory reads no `rotate`: glibc's round robin over the servers.
+    if rotates(resolv_conf) {
+        o.server_ordering_strategy = ServerOrderingStrategy::RoundRobin;
+    }
+    // `timeout:0` (glibc waits a second then) or `attempts:0` would make every lookup
+    // fail at once: at least a second, at least one attempt.
+    o.timeout = o.timeout.max(Duration::from_secs(1));
+    o.attempts = o.attempts.max(1);
+    o.use_hosts_file = ResolveHosts::Auto;
+    bound_cache(&mut o, min_interval, max_interval);
+    Ok((config, o))
+}
+
+/// Whether one of resolv.conf's `options` lines says `rotate`.
+fn rotates(resolv_conf: &[u8]) -> bool {
+    String::from_utf8_lossy(resolv_conf).lines().any(|l| {
+        let mut words = l.split_whitespace();
+        words.next() == Some("options") && words.any(|w| w == "rotate")
+    })
+}
+
+/// How long one lookup with `o` may take: every attempt's timeout, and a second more; at
+/// least [`LOOKUP_TIMEOUT`].
+fn lookup_bound(o: &ResolverOpts) -> Duration {
+    let attempts = u32::try_from(o.attempts.max(1)).unwrap_or(u32::MAX);
+    o.timeout
+        .saturating_mul(attempts)
+        .saturating_add(Duration::from_secs(1))
+        .max(LOOKUP_TIMEOUT)
+}
+
 /// A resolver asking `servers` (UDP, TCP for a truncated answer); none: the system's
-/// (`/etc/resolv.conf`).
+/// (`/etc/resolv.conf`, with its search list and options).
 pub fn resolver(
     servers: &[SocketAddr],
     min_interval: Duration,
     max_interval: Duration,
 ) -> Result<TokioResolver, String> {
-    let options = opts(min_interval, max_interval, servers.is_empty());
-    let mut builder = if servers.is_empty() {
-        TokioResolver::builder_tokio()
-            .map_err(|e| format!("cannot read the system's resolver configuration: {e}"))?
+    let (config, options) = if servers.is_empty() {
+        let text = std::fs::read("/etc/resolv.conf").map_err(|e| {
+            format!("cannot read the system's resolver configuration (/etc/resolv.conf): {e}")
+        })?;
+        system_config(&text, min_interval, max_interval)?
     } else {
         let name_servers = servers
             .iter()
@@ -95,11 +152,12 @@ pub fn resolver(
                 NameServerConfig::new(s.ip(), true, vec![udp, tcp])
             })
             .collect();
-        TokioResolver::builder_with_config(
+        (
             ResolverConfig::from_name_servers(name_servers),
-            TokioRuntimeProvider::default(),
+            opts(min_interval, max_interval),
         )
     };
+    let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
     *builder.options_mut() = options;
     builder
         .build()
@@ -111,16 +169,24 @@ pub async fn lookup(
     resolver: &TokioResolver,
     source: &DiscoverySettings,
 ) -> Result<Answer, String> {
-    let found = tokio::time::timeout(LOOKUP_TIMEOUT, async {
+    let bound = lookup_bound(resolver.options());
+    let found = tokio::time::timeout(bound, async {
         match source.query.kind {
             RecordKind::A => lookup_a(resolver, source).await,
             RecordKind::Srv => lookup_srv(resolver, source).await,
         }
     })
     .await
-    .unwrap_or_else(|_| Err(format!("no answer within {LOOKUP_TIMEOUT:?}")))?;
+    .unwrap_or_else(|_| Err(format!("no answer within {bound:?}")))?;
     if found.backends.is_empty() {
-        return Err("the answer has no usable record".to_owned());
+        return Err(if found.port_zero > 0 {
+            format!(
+                "the answer has no usable record: its {} SRV record(s) give port 0",
+                found.port_zero
+            )
+        } else {
+            "the answer has no usable record".to_owned()
+        });
     }
     Ok(found)
 }
@@ -130,28 +196,150 @@ fn min_ttl<'a>(records: impl Iterator<Item = &'a Record>) -> Option<Duration> {
     records.map(|r| Duration::from_secs(u64::from(r.ttl))).min()
 }
 
+/// What the query of one address family (A or AAAA) gave.
+#[derive(Debug, Clone, PartialEq)]
+enum Family {
+    /// Addresses, and the smallest TTL of the answer's records.
+    Found(Vec<IpAddr>, Option<Duration>),
+    /// No record of this type (NOERROR with no answer, or NXDOMAIN).
+    NoRecords,
+    /// Anything else: a timeout, SERVFAIL, REFUSED...
+    Failed(String),
+}
+
+/// Asks `name`'s records of type `kind` (A or AAAA).
+async fn family(resolver: &TokioResolver, name: &Name, kind: RecordType) -> Family {
+    match resolver.lookup(name.clone(), kind).await {
+        Ok(found) => {
+            let ips: Vec<IpAddr> = found
+                .answers()
+                .iter()
+                .filter_map(|r| r.data.ip_addr())
+                .collect();
+            if ips.is_empty() {
+                Family::NoRecords
+            } else {
+                Family::Found(ips, min_ttl(found.answers().iter()))
+            }
+        }
+        Err(e) if e.is_no_records_found() => Family::NoRecords,
+        Err(e) => Family::Failed(e.to_string()),
+    }
+}
+
+/// The addresses of `name` from its A and AAAA queries, asked apart: a lookup one of whose
+/// queries failed (but for "no record of this type") fails whole, so that a DNS hiccup on one
+/// family never takes the other family's backends away; neither having a record fails too.
+fn combine(name: &str, v4: Family, v6: Family) -> Result<(Vec<IpAddr>, Option<Duration>), String> {
+    match (v4, v6) {
+        (Family::Failed(a), Family::Failed(aaaa)) => Err(format!(
+            "{name} does not resolve: its A query failed ({a}) and its AAAA query failed ({aaaa})"
+        )),
+        (Family::Failed(e), _) => Err(format!("{name} does not resolve: its A query failed ({e})")),
+        (_, Family::Failed(e)) => Err(format!(
+            "{name} does not resolve: its AAAA query failed ({e})"
+        )),
+        (Family::NoRecords, Family::NoRecords) => Err(format!(
+            "{name} does not resolve: it has no A or AAAA record"
+        )),
+        (a, b) => {
+            let mut ips = Vec::new();
+            let mut ttl: Option<Duration> = None;
+            for f in [a, b] {
+                if let Family::Found(found, t) = f {
+                    ips.extend(found);
+                    ttl = match (ttl, t) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
+            }
+            Ok((ips, ttl))
+        }
+    }
+}
+
+/// The addresses of `name` (A and AAAA, asked at once), and the smallest TTL of the records.
+async fn addresses(
+    resolver: &TokioResolver,
+    name: &Name,
+) -> Result<(Vec<IpAddr>, Option<Duration>), String> {
+    let (v4, v6) = tokio::join!(
+        family(resolver, name, RecordType::A),
+        family(resolver, name, RecordType::AAAA)
+    );
+    combine(&name.to_string(), v4, v6)
+}
+
+/// `text` as a DNS name: one written with a trailing dot stays absolute (fully qualified),
+/// so the search list never applies to it.
+fn dns_name(text: &str) -> Result<Name, String> {
+    Name::from_str(text).map_err(|e| format!("\"{text}\" is not a DNS name: {e}"))
+}
+
 async fn lookup_a(resolver: &TokioResolver, source: &DiscoverySettings) -> Result<Answer, String> {
     let port = source.query.port.unwrap_or(0);
-    let ips = resolver
-        .lookup_ip(source.query.name.as_str())
-        .await
-        .map_err(|e| e.to_string())?;
-    let ttl = min_ttl(ips.as_lookup().answers().iter()).unwrap_or(source.min_interval);
+    let written = &source.query.name;
+    // An address written as the name is that address (as getaddrinfo has it).
+    let (ips, ttl) = match written.trim_end_matches('.').parse::<IpAddr>() {
+        Ok(ip) => (vec![ip], None),
+        Err(_) => addresses(resolver, &dns_name(written)?).await?,
+    };
     let backends = ips
-        .iter()
+        .into_iter()
         .map(|ip| source.backend(SocketAddr::new(ip, port)))
         .collect();
-    Ok(Answer { backends, ttl })
+    Ok(Answer {
+        backends,
+        ttl: ttl.unwrap_or(source.min_interval),
+        port_zero: 0,
+    })
+}
+
+/// One backend an SRV answer gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SrvBackend {
+    addr: SocketAddr,
+    priority: u16,
+    /// The record's weight (0 stays 0 here).
+    weight: u32,
+}
+
+/// The SRV answer's backends with each address once, in the order they first appear: the
+/// same address in several records (one target written twice, or two targets with one
+/// address) takes the lowest priority value among them (its best tier: it is a primary if
+/// any record makes it one), and the sum of the weights of its records of that priority —
+/// RFC 2782 picks among the records of a priority in proportion to their weights, so an
+/// address named by two records gets both their shares. Whatever order the server lists
+/// them in, the result is the same set with the same weights and tiers.
+fn merge_srv(found: Vec<SrvBackend>) -> Vec<SrvBackend> {
+    let mut out: Vec<SrvBackend> = Vec::with_capacity(found.len());
+    let mut at: HashMap<SocketAddr, usize> = HashMap::with_capacity(found.len());
+    for f in found {
+        match at.get(&f.addr) {
+            None => {
+                at.insert(f.addr, out.len());
+                out.push(f);
+            }
+            Some(&i) => {
+                let o = &mut out[i];
+                if f.priority < o.priority {
+                    *o = f;
+                } else if f.priority == o.priority {
+                    o.weight = o.weight.saturating_add(f.weight);
+                }
+            }
+        }
+    }
+    out
 }
 
 async fn lookup_srv(
     resolver: &TokioResolver,
     source: &DiscoverySettings,
 ) -> Result<Answer, String> {
-    let srv = resolver
-        .srv_lookup(source.query.name.as_str())
-        .await
-        .map_err(|e| e.to_string())?;
+    let name = dns_name(&source.query.name)?;
+    let srv = resolver.srv_lookup(name).await.map_err(|e| e.to_string())?;
     let mut ttl = min_ttl(srv.answers().iter()).unwrap_or(source.min_interval);
     let records: Vec<_> = srv
         .answers()
@@ -162,11 +350,13 @@ async fn lookup_srv(
             _ => None,
         })
         .collect();
-    let Some(primary) = records.iter().map(|s| s.priority).min() else {
+    if records.is_empty() {
         return Err("no SRV record with a target".to_owned());
-    };
-    let mut backends = Vec::new();
-    for s in &records {
+    }
+    // A record with port 0 names no backend that can be connected to: skipped (and said).
+    let port_zero = records.iter().filter(|s| s.port == 0).count();
+    let mut found = Vec::new();
+    for s in records.iter().filter(|s| s.port != 0) {
         // The target's addresses from the additional section, when the server sent them.
         let mut ips: Vec<IpAddr> = srv
             .additionals()
@@ -175,29 +365,41 @@ async fn lookup_srv(
             .filter_map(|r| r.data.ip_addr())
             .collect();
         if ips.is_empty() {
-            match resolver.lookup_ip(s.target.clone()).await {
-                Ok(found) => {
-                    if let Some(t) = min_ttl(found.as_lookup().answers().iter()) {
-                        ttl = ttl.min(t);
-                    }
-                    ips = found.iter().collect();
-                }
-                // A target that does not resolve fails the whole lookup, so the last known
-                // set stays: applying the rest would take that target's backends out on a
-                // DNS hiccup (a resolver that drops the additional section, a SERVFAIL).
-                Err(e) => {
-                    return Err(format!("the SRV target {} does not resolve: {e}", s.target));
-                }
+            // A target that does not resolve fails the whole lookup, so the last known set
+            // stays: applying the rest would take that target's backends out on a DNS
+            // hiccup (a resolver that drops the additional section, a SERVFAIL).
+            let (found, t) = addresses(resolver, &s.target)
+                .await
+                .map_err(|e| format!("the SRV target {e}"))?;
+            if let Some(t) = t {
+                ttl = ttl.min(t);
             }
+            ips = found;
         }
         for ip in ips {
-            let mut b = source.backend(SocketAddr::new(ip, s.port));
-            b.weight = u32::from(s.weight).max(1);
-            b.backup = s.priority != primary;
-            backends.push(b);
+            found.push(SrvBackend {
+                addr: SocketAddr::new(ip, s.port),
+                priority: s.priority,
+                weight: u32::from(s.weight),
+            });
         }
     }
-    Ok(Answer { backends, ttl })
+    let found = merge_srv(found);
+    let primary = found.iter().map(|f| f.priority).min();
+    let backends = found
+        .into_iter()
+        .map(|f| {
+            let mut b = source.backend(f.addr);
+            b.weight = f.weight.clamp(1, proxy::MAX_WEIGHT);
+            b.backup = Some(f.priority) != primary;
+            b
+        })
+        .collect();
+    Ok(Answer {
+        backends,
+        ttl,
+        port_zero,
+    })
 }
 
 /// The wait before asking again: the TTL within the source's bounds.
@@ -211,6 +413,9 @@ struct Followed {
     due: Instant,
     /// Since when its lookups fail, if they do (logged once, then once at recovery).
     failing: Option<Instant>,
+    /// Whether the log said its answers have SRV records of port 0 (once, until an answer
+    /// has none).
+    port_zero_told: bool,
 }
 
 /// Resolvers by their servers and bounds (one per distinct list and bounds).
@@ -260,6 +465,7 @@ fn reconcile(upstream: &proxy::Upstream, followed: &mut Vec<Followed>, resolvers
                 settings: s,
                 due: Instant::now(),
                 failing: None,
+                port_zero_told: false,
             });
         }
     }
@@ -290,6 +496,16 @@ async fn round(upstream: &proxy::Upstream, f: &mut Followed, resolvers: &mut Res
         },
     };
     let name = upstream.name();
+    let port_zero = match &result {
+        Ok(answer) => answer.port_zero,
+        Err(_) => 0,
+    };
+    if port_zero == 0 && result.is_ok() {
+        f.port_zero_told = false;
+    } else if port_zero > 0 && !f.port_zero_told {
+        f.port_zero_told = true;
+        tracing::warn!(upstream = %name, source = %s.query, records = port_zero, "DNS discovery skips SRV records that give port 0: no backend can be connected to there");
+    }
     match result {
         Ok(answer) => {
             if let Some(since) = f.failing.take() {
@@ -476,9 +692,226 @@ mod tests {
 
     #[test]
     fn the_cache_holds_nothing_longer_than_the_loop_waits() {
-        let o = opts(Duration::from_secs(1), Duration::from_secs(60), false);
+        let o = opts(Duration::from_secs(1), Duration::from_secs(60));
         assert_eq!(o.positive_max_ttl, Some(Duration::from_secs(60)));
         assert_eq!(o.negative_max_ttl, Some(Duration::from_secs(1)));
         assert_eq!(o.use_hosts_file, ResolveHosts::Never);
+    }
+
+    /// Kubernetes' resolv.conf: its search list and options are the resolver's, fulcrum sets
+    /// the cache's bounds alone.
+    const POD_RESOLV_CONF: &str = "nameserver 127.0.0.153\nsearch corp.test svc.cluster.local\noptions ndots:5 timeout:3 attempts:4 rotate\n";
+
+    #[test]
+    fn the_systems_options_are_kept_but_for_the_cache_bounds() {
+        let (config, o) = system_config(
+            POD_RESOLV_CONF.as_bytes(),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let search: Vec<String> = config.search().iter().map(ToString::to_string).collect();
+        assert_eq!(search, vec!["corp.test", "svc.cluster.local"]);
+        assert_eq!(o.ndots, 5);
+        assert_eq!(o.timeout, Duration::from_secs(3));
+        assert_eq!(o.attempts, 4);
+        assert_eq!(
+            o.server_ordering_strategy,
+            ServerOrderingStrategy::RoundRobin
+        );
+        assert_eq!(o.use_hosts_file, ResolveHosts::Auto);
+        assert_eq!(o.positive_max_ttl, Some(Duration::from_secs(60)));
+        assert_eq!(o.negative_max_ttl, Some(Duration::from_secs(1)));
+        assert_eq!(
+            lookup_bound(&o),
+            Duration::from_secs(13),
+            "3 s × 4, and 1 s"
+        );
+        let (_, plain) = system_config(
+            b"nameserver 127.0.0.1\n",
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!(plain.ndots, 1);
+        assert_ne!(
+            plain.server_ordering_strategy,
+            ServerOrderingStrategy::RoundRobin
+        );
+        assert_eq!(
+            (plain.timeout, plain.attempts, lookup_bound(&plain)),
+            (Duration::from_secs(5), 2, Duration::from_secs(11)),
+            "glibc's defaults"
+        );
+        assert_eq!(
+            lookup_bound(&opts(Duration::from_secs(1), Duration::from_secs(60))),
+            LOOKUP_TIMEOUT
+        );
+        let (_, zero) = system_config(
+            b"nameserver 127.0.0.1\noptions timeout:0 attempts:0\n",
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!((zero.timeout, zero.attempts), (Duration::from_secs(1), 1));
+        assert!(
+            system_config(
+                b"search x\n",
+                Duration::from_secs(1),
+                Duration::from_secs(60)
+            )
+            .is_err(),
+            "no server"
+        );
+    }
+
+    /// A DNS server on a loopback port that answers NXDOMAIN to every query and tells the
+    /// names it was asked.
+    async fn nxdomain_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use hickory_resolver::proto::op::{Message, OpCode, ResponseCode};
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                let Ok(query) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                for q in &query.queries {
+                    let _ = tx.send(q.name().to_string().to_lowercase());
+                }
+                let mut answer =
+                    Message::error_msg(query.metadata.id, OpCode::Query, ResponseCode::NXDomain);
+                answer.add_queries(query.queries.clone());
+                if let Ok(bytes) = answer.to_vec() {
+                    let _ = socket.send_to(&bytes, from).await;
+                }
+            }
+        });
+        (addr, rx)
+    }
+
+    /// The names a resolver configured by `POD_RESOLV_CONF` (its server the test's) asks
+    /// for when looking `name` up.
+    async fn names_asked_for(name: &str) -> Vec<String> {
+        let (server, mut asked) = nxdomain_server().await;
+        let (config, mut o) = system_config(
+            POD_RESOLV_CONF.as_bytes(),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        o.use_hosts_file = ResolveHosts::Never;
+        let mut udp = ConnectionConfig::udp();
+        udp.port = server.port();
+        let config = ResolverConfig::from_parts(
+            config.domain().cloned(),
+            config.search().to_vec(),
+            vec![NameServerConfig::new(server.ip(), true, vec![udp])],
+        );
+        let mut builder =
+            TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
+        *builder.options_mut() = o;
+        let resolver = builder.build().unwrap();
+        let mut s = source(1, 60);
+        s.query.name = name.to_owned();
+        let found = lookup(&resolver, &s).await;
+        assert!(found.is_err(), "{found:?}");
+        let mut names = Vec::new();
+        while let Ok(n) = asked.try_recv() {
+            names.push(n);
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// A name written with a trailing dot is absolute: with Kubernetes' `ndots:5` and a
+    /// search list, only the name itself is asked (an NXDOMAIN never falls through to
+    /// whatever a search domain's wildcard answers); without the dot the search list applies,
+    /// as getaddrinfo would apply it.
+    #[tokio::test]
+    async fn a_name_with_a_trailing_dot_never_goes_through_the_search_list() {
+        assert_eq!(
+            names_asked_for("api.fulcrum.test.").await,
+            vec!["api.fulcrum.test."]
+        );
+        let relative = names_asked_for("app.fulcrum.test").await;
+        assert!(
+            relative.contains(&"app.fulcrum.test.corp.test.".to_owned())
+                && relative.contains(&"app.fulcrum.test.".to_owned()),
+            "{relative:?}"
+        );
+    }
+
+    fn v4(ips: &[u8], ttl: u64) -> Family {
+        Family::Found(
+            ips.iter().map(|&i| IpAddr::from([10, 0, 0, i])).collect(),
+            Some(Duration::from_secs(ttl)),
+        )
+    }
+
+    /// A and AAAA are asked apart: one that fails (but for having no record) fails the
+    /// lookup, so the last known set stays whole.
+    #[test]
+    fn a_lookup_fails_when_either_family_fails() {
+        let v6 = Family::Found(
+            vec![IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1])],
+            Some(Duration::from_secs(3)),
+        );
+        let servfail = || Family::Failed("error response: Server Failure".to_owned());
+        let e = combine("app.test", v4(&[1], 5), servfail()).unwrap_err();
+        assert!(
+            e.contains("app.test") && e.contains("AAAA query failed"),
+            "{e}"
+        );
+        let e = combine("app.test", servfail(), v6.clone()).unwrap_err();
+        assert!(e.contains("its A query failed"), "{e}");
+        let e = combine("app.test", servfail(), servfail()).unwrap_err();
+        assert!(
+            e.contains("A query failed") && e.contains("AAAA query failed"),
+            "{e}"
+        );
+        assert_eq!(
+            combine("app.test", v4(&[1, 2], 5), Family::NoRecords).unwrap(),
+            (
+                vec![IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2])],
+                Some(Duration::from_secs(5))
+            )
+        );
+        assert_eq!(
+            combine("app.test", v4(&[1], 5), v6).unwrap(),
+            (
+                vec![
+                    IpAddr::from([10, 0, 0, 1]),
+                    IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1])
+                ],
+                Some(Duration::from_secs(3))
+            )
+        );
+        let e = combine("app.test", Family::NoRecords, Family::NoRecords).unwrap_err();
+        assert!(e.contains("no A or AAAA record"), "{e}");
+    }
+
+    fn srv(port: u16, priority: u16, weight: u32) -> SrvBackend {
+        SrvBackend {
+            addr: SocketAddr::from(([127, 0, 41, 2], port)),
+            priority,
+            weight,
+        }
+    }
+
+    /// One address in two records of an answer: the lowest priority value wins, the weights
+    /// of its records at that priority add up; the server's order makes no difference.
+    #[test]
+    fn an_address_twice_in_an_srv_answer_is_merged_the_same_in_any_order() {
+        let other = srv(9000, 1, 3);
+        let one = merge_srv(vec![srv(18101, 0, 1), other, srv(18101, 1, 5)]);
+        let two = merge_srv(vec![srv(18101, 1, 5), other, srv(18101, 0, 1)]);
+        assert_eq!(one, vec![srv(18101, 0, 1), other]);
+        assert_eq!(two, vec![srv(18101, 0, 1), other]);
+        let summed = merge_srv(vec![srv(18101, 0, 2), srv(18101, 0, 5), srv(18101, 1, 9)]);
+        assert_eq!(summed, vec![srv(18101, 0, 7)]);
     }
 }

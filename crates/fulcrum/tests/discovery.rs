@@ -39,14 +39,33 @@ impl Dnsmasq {
     /// waits until it has read the file (it binds its sockets before that). A port taken
     /// between our probe and its bind makes it exit: then another port is tried.
     fn start(dir: &TempDir, hosts: &str, extra: &[String]) -> Dnsmasq {
+        Dnsmasq::start_on(dir, hosts, extra, None)
+    }
+
+    /// As [`Dnsmasq::start`], on `port` if given (a server started again with other records,
+    /// where fulcrum asks the first).
+    fn start_on(dir: &TempDir, hosts: &str, extra: &[String], port: Option<u16>) -> Dnsmasq {
+        Dnsmasq::start_at(dir, hosts, extra, [127, 0, 0, 1], port)
+    }
+
+    /// As [`Dnsmasq::start_on`], listening on `ip`.
+    fn start_at(
+        dir: &TempDir,
+        hosts: &str,
+        extra: &[String],
+        ip: [u8; 4],
+        port: Option<u16>,
+    ) -> Dnsmasq {
         let path = dir.0.join("hosts");
         std::fs::write(&path, hosts).unwrap();
         for _ in 0..5 {
-            let port = UdpSocket::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = port.unwrap_or_else(|| {
+                UdpSocket::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            });
             let mut child = ChildGuard(
                 Command::new(DNSMASQ)
                     .args([
@@ -56,7 +75,7 @@ impl Dnsmasq {
                         "--no-poll",
                         "--conf-file=/dev/null",
                         "--pid-file=",
-                        "--listen-address=127.0.0.1",
+                        &format!("--listen-address={}", IpAddr::from(ip)),
                         "--bind-interfaces",
                         "--local=/fulcrum.test/",
                         "--local-ttl=1",
@@ -77,7 +96,7 @@ impl Dnsmasq {
                 if line.contains("read ") && line.contains("hosts") {
                     return Dnsmasq {
                         child,
-                        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                        addr: SocketAddr::from((ip, port)),
                         hosts: path,
                     };
                 }
@@ -723,5 +742,277 @@ fn an_srv_target_that_stops_resolving_keeps_the_last_set() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(listed(admin).len(), 2, "both backends stay");
+        // The warning names the target and what its lookup found (both families).
+        let warned = std::iter::from_fn(|| fulcrum.lines.try_recv().ok())
+            .find(|l| l.contains("lookup failed"))
+            .expect("the failure is logged");
+        assert!(
+            warned.contains("the SRV target t2.fulcrum.test. does not resolve: it has no A or AAAA record"),
+            "{warned}"
+        );
+    });
+}
+
+/// A name written with a trailing dot (absolute: no search list) resolves end to end, and
+/// the API shows it as written.
+#[test]
+fn a_name_with_a_trailing_dot_is_followed() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "fqdn");
+        let bs = backends_on([127, 0, 38], &["f1"]).await;
+        let dns = Dnsmasq::start(&dir, &hosts("fq.fulcrum.test", &[bs[0].addr().ip()]), &[]);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"fq.fulcrum.test.\"\n  port = {}\n  resolvers = [\"{}\"]\n",
+            bs[0].addr().port(),
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        assert_eq!(
+            listed(fulcrum.admin.unwrap()),
+            vec![(
+                bs[0].addr().to_string(),
+                Some("fq.fulcrum.test.".to_owned())
+            )]
+        );
+        assert_eq!(status(fulcrum.addr_of("web")).await, 200);
+    });
+}
+
+/// An SRV answer that gives one address twice (priority 0 weight 1, priority 1 weight 5),
+/// and a record of port 0, which dnsmasq lists in a new order at each lookup: one backend,
+/// a primary of weight 1, and nothing changes at the lookups that follow (before, the first
+/// record listed won: weight and tier flipped); the port-0 record is skipped and said once.
+#[test]
+fn an_srv_answer_with_a_duplicate_and_port_0_settles() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv-dup");
+        let bs = backends_on([127, 0, 38], &["d1"]).await;
+        let port = bs[0].addr().port();
+        let target = "d1.fulcrum.test";
+        let srv = [
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},{port},0,1"),
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},{port},1,5"),
+            format!("--srv-host=_http._tcp.dup.fulcrum.test,{target},0,0,3"),
+        ];
+        let dns = Dnsmasq::start(&dir, &hosts(target, &[bs[0].addr().ip()]), &srv);
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"_http._tcp.dup.fulcrum.test\"\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n  max_interval = \"1s\"\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let only = |why: &str| {
+            let b = common::backends_of(admin, "web");
+            assert_eq!(b.len(), 1, "{why}: {b:?}");
+            assert_eq!(b[0]["addr"], bs[0].addr().to_string(), "{why}");
+            assert_eq!(b[0]["weight"]["static"], 1, "{why}: {b:?}");
+            assert_eq!(b[0]["backup"], false, "{why}: {b:?}");
+        };
+        only("at start");
+        // Six lookups' time (one a second): what the log says meanwhile.
+        let (mut changes, mut port_zero) = (0, 0);
+        let until = Instant::now() + Duration::from_secs(6);
+        while let Ok(line) = fulcrum
+            .lines
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            changes += usize::from(line.contains("upstream reconfigured"));
+            port_zero += usize::from(line.contains("give port 0"));
+            only("meanwhile");
+        }
+        assert_eq!(changes, 0, "the upstream changed at a later lookup");
+        assert_eq!(port_zero, 1, "the port-0 record is said once");
+        only("at the end");
+        assert_eq!(status(fulcrum.addr_of("web")).await, 200);
+    });
+}
+
+/// A weight set through the API on a backend an SRV record gives stays in force when the
+/// record's weight changes (the other backend takes the new weight), the API shows it as the
+/// override, and the log says the change was DNS's, not the API's.
+#[test]
+fn an_srv_weight_change_leaves_the_operators_weight() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "srv-weight");
+        let bs = backends_on([127, 0, 39], &["w1", "w2"]).await;
+        let port = bs[0].addr().port();
+        let hosts_file: String = (0..2)
+            .map(|i| format!("{} w{}.fulcrum.test\n", bs[i].addr().ip(), i + 1))
+            .collect();
+        let records = |w: u16| -> Vec<String> {
+            (1..=2)
+                .map(|i| format!("--srv-host=_http._tcp.w.fulcrum.test,w{i}.fulcrum.test,{port},0,{w}"))
+                .collect()
+        };
+        let dns = Dnsmasq::start(&dir, &hosts_file, &records(5));
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"srv\"\n  name = \"_http._tcp.w.fulcrum.test\"\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n  max_interval = \"1s\"\n",
+            dns.addr
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let backend = |i: usize| {
+            common::backends_of(admin, "web")
+                .into_iter()
+                .find(|b| b["addr"] == bs[i].addr().to_string())
+                .unwrap_or_else(|| panic!("no backend {}", bs[i].addr()))
+        };
+        let (code, body) = common::admin_call(
+            admin,
+            "PATCH",
+            &format!("/api/upstreams/web/backends/{}", bs[0].addr()),
+            &[("Host", "localhost"), ("Content-Type", "application/json")],
+            r#"{"weight":10}"#,
+        );
+        assert_eq!(code, 200, "{body}");
+        // The records' weight goes from 5 to 7: the server starts again with them.
+        let dns_port = dns.addr.port();
+        dns.stop();
+        let _dns = Dnsmasq::start_on(&dir, &hosts_file, &records(7), Some(dns_port));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while backend(1)["weight"]["static"] != 7 {
+            assert!(Instant::now() < deadline, "w2 never took weight 7: {}", backend(1));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let w1 = backend(0);
+        assert_eq!(w1["weight"]["static"], 10, "{w1}");
+        assert_eq!(w1["overrides"]["weight"]["value"], 10, "{w1}");
+        let mut log = Vec::new();
+        while let Ok(line) = fulcrum.lines.try_recv() {
+            log.push(line);
+        }
+        let dns_said = log.iter().any(|l| {
+            l.contains("DNS discovery changed a backend's weight")
+                && l.contains(&bs[1].addr().to_string())
+                && l.contains("to=7")
+        });
+        assert!(dns_said, "{log:#?}");
+        assert!(
+            !log.iter().any(|l| l.contains("by the admin API") && l.contains("to=7")),
+            "{log:#?}"
+        );
+    });
+}
+
+/// Where the system-resolver test's DNS server listens: port 53 (resolv.conf names no port),
+/// on a loopback address of its own.
+const SYSTEM_DNS: [u8; 4] = [127, 0, 0, 153];
+
+/// Whether `fulcrum` can run in a mount namespace of its own with another /etc/resolv.conf
+/// bound over the system's (root, and util-linux's unshare); says why the test skips when not.
+fn can_bind_resolv_conf() -> bool {
+    let ok = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount --bind /dev/null /etc/resolv.conf"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!(
+            "SKIPPED: needs root and unshare (util-linux) to give fulcrum a resolv.conf of its own"
+        );
+    }
+    ok
+}
+
+/// The system's resolver, as a Kubernetes pod has it (`search` and `options ndots:5`), with a
+/// wildcard under the search domain: a name written with a trailing dot whose record goes
+/// (`NXDOMAIN`) keeps its last set, and no query goes through the search list; before, the
+/// dot was dropped and fulcrum switched to the wildcard's address. Runs fulcrum under
+/// `unshare -m` with the test's resolv.conf bound over /etc/resolv.conf; dnsmasq on
+/// 127.0.0.153:53. Skips without root; tests that take port 53 take a lock file first.
+#[test]
+fn a_dotted_name_never_falls_through_the_system_search_list() {
+    if !dnsmasq_installed() || !can_bind_resolv_conf() {
+        return;
+    }
+    let lock =
+        std::fs::File::create(std::env::temp_dir().join("fulcrum-test-port-53.lock")).unwrap();
+    lock.lock().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "search-list");
+        let bs = backends_on([127, 0, 40], &["s1"]).await;
+        let name = "api.fulcrum.test";
+        let dns = Dnsmasq::start_at(
+            &dir,
+            &hosts(name, &[bs[0].addr().ip()]),
+            &["--address=/corp.test/127.9.9.9".to_owned()],
+            SYSTEM_DNS,
+            Some(53),
+        );
+        let resolv = dir.0.join("resolv.conf");
+        std::fs::write(
+            &resolv,
+            format!(
+                "nameserver {}\nsearch corp.test\noptions ndots:5\n",
+                IpAddr::from(SYSTEM_DNS)
+            ),
+        )
+        .unwrap();
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}.\"\n  port = {}\n  min_interval = \"1s\"\n",
+            bs[0].addr().port()
+        ));
+        let mut child = common::ChildGuard(
+            Command::new("unshare")
+                .args(["-m", "sh", "-c", "mount --bind \"$1\" /etc/resolv.conf && shift && exec \"$@\"", "sh"])
+                .arg(&resolv)
+                .arg(env!("CARGO_BIN_EXE_fulcrum"))
+                .args(["run", "--config"])
+                .arg(&cfg.0)
+                .env("RUST_LOG", "info")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let lines = common::lines_of(child.stderr.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let admin: SocketAddr = loop {
+            let line = lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("fulcrum logs its admin listener");
+            if let Some(a) = line.contains(" admin listener").then(|| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))
+                    .and_then(|a| a.parse().ok())
+            }).flatten() {
+                break a;
+            }
+        };
+        let addrs = || -> Vec<String> { listed(admin).into_iter().map(|b| b.0).collect() };
+        let found = vec![bs[0].addr().to_string()];
+        wait_until(Duration::from_secs(10), "the name's backend is listed", || {
+            let now = addrs();
+            if now == found {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        });
+        // The source as the API names it (its metrics' label).
+        let source = listed(admin)[0].1.clone().unwrap_or_default();
+        let failures = metric(admin, "fulcrum_discovery_lookup_failures_total", &source).await;
+        // The record goes: NXDOMAIN for the name, while the wildcard answers under corp.test.
+        dns.set_hosts("");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(admin, "fulcrum_discovery_lookup_failures_total", &source).await <= failures {
+            assert_eq!(addrs(), found, "the set changed instead of failing");
+            assert!(Instant::now() < deadline, "no failed lookup counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(addrs(), found, "the last set stays");
+        drop(child);
     });
 }

@@ -622,7 +622,8 @@ impl UpstreamSettings {
             .iter()
             .find(|b| b.addr == addr)
             .map_or("", |b| match &b.discovered {
-                Some(q) => q.name.as_str(),
+                // Less the trailing dot of an absolute name: not part of a host name.
+                Some(q) => q.name.strip_suffix('.').unwrap_or(&q.name),
                 None => b.name.as_str(),
             });
         Some((tls, written))
@@ -836,6 +837,38 @@ impl BackendSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend found by a name written with a trailing dot (absolute) is verified by the
+    /// host name, without the dot.
+    #[test]
+    fn a_discovered_backend_is_verified_by_its_name_less_a_trailing_dot() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-settings-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = rcgen::CertificateParams::new(vec!["ca.test".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let tls = crate::upstream_tls::BackendTls::new(
+            Some(&ca_file),
+            None,
+            crate::upstream_tls::BackendProtocol::Http1,
+        )
+        .unwrap();
+        let addr = SocketAddr::from(([10, 0, 0, 1], 443));
+        let mut b = BackendSettings::new(addr);
+        b.discovered = Some(DiscoveryQuery {
+            kind: RecordKind::A,
+            name: "api.fulcrum.test.".to_owned(),
+            port: Some(443),
+        });
+        let mut u = UpstreamSettings::new("d", balance::Algorithm::RoundRobin, vec![b]);
+        u.tls = Some(std::sync::Arc::new(tls));
+        assert_eq!(u.backend_tls(addr).map(|t| t.1), Some("api.fulcrum.test"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn hash_keys_parse_and_print_as_configured() {

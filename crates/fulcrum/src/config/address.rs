@@ -141,7 +141,8 @@ pub(super) fn backend_target(text: &str) -> Result<Target, String> {
         ));
     }
     super::discovery::dns_name(host)?;
-    Ok(Target::Name(host.trim_end_matches('.').to_owned(), port))
+    // A trailing dot stays: it makes the name absolute (no search list).
+    Ok(Target::Name(host.to_owned(), port))
 }
 
 /// A trusted proxy: an address (`192.168.1.5`, `::1`: that address alone) or a CIDR range
@@ -214,6 +215,11 @@ mod tests {
         assert_eq!(
             backend_target("app.internal:8080"),
             Ok(Target::Name("app.internal".into(), 8080))
+        );
+        assert_eq!(
+            backend_target("app.internal.:8080"),
+            Ok(Target::Name("app.internal.".into(), 8080)),
+            "the trailing dot of an absolute name stays"
         );
         assert_eq!(
             backend_target("127.0.0.1:80"),

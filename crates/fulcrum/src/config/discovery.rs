@@ -109,7 +109,8 @@ pub(super) fn read(
     let name = t
         .required_text(r, "name", "a DNS name", "api.service.consul")
         .and_then(|n| match dns_name(n.get_ref()) {
-            Ok(()) => Some(n.get_ref().trim_end_matches('.').to_owned()),
+            // A trailing dot stays: it makes the name absolute (no search list).
+            Ok(()) => Some((*n.get_ref()).to_owned()),
             Err(why) => {
                 t.error(r, "name", why);
                 None
@@ -296,6 +297,26 @@ mod tests {
             (Duration::from_secs(2), Duration::from_secs(30))
         );
         assert_eq!(d.template.max_fails, 4, "the upstream's max_fails");
+    }
+
+    /// A name written with a trailing dot is absolute (the search list never applies to
+    /// it): the dot stays for the resolver to see.
+    #[test]
+    fn a_trailing_dot_stays() {
+        let c = ok(&discovered(
+            "  type = \"a\"\n  name = \"api.fulcrum.test.\"\n  port = 80",
+        ));
+        assert_eq!(
+            c.proxy.upstreams[0].discovery[0].query.name,
+            "api.fulcrum.test."
+        );
+        let c = ok(&discovered(
+            "  type = \"a\"\n  name = \"api.fulcrum.test\"\n  port = 80",
+        ));
+        assert_eq!(
+            c.proxy.upstreams[0].discovery[0].query.name,
+            "api.fulcrum.test"
+        );
     }
 
     #[test]

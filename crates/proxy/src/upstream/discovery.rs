@@ -66,7 +66,8 @@ impl Upstream {
     /// A good answer of `query`: its backends become `found` (an address another source or
     /// the configuration already has stays theirs). `None` when nothing changed; otherwise the
     /// membership change, made as the admin API makes one: what the operator set on the other
-    /// backends stays.
+    /// backends stays, and a record's new weight applies but where the operator overrode the
+    /// weight (a pinned weight stays in force).
     pub fn apply_discovered(
         &self,
         query: &DiscoveryQuery,
@@ -104,31 +105,71 @@ impl Upstream {
                     .iter()
                     .any(|b| b.addr == k.addr && b.backup == k.backup)
             });
-        // A kept backend whose record now gives another weight (SRV) gets it as the operator's
-        // weight would be set; refused (and left) where load reports set the weights.
+        // A record that now gives another weight (SRV) is written in the settings (what a
+        // reload carries, and what the address takes when it has no override)...
+        let settings_reweighted = kept.iter().any(|k| {
+            before
+                .iter()
+                .any(|b| b.addr == k.addr && b.weight != k.weight)
+        });
+        // ... and applied to the backend in force, unless the operator set its weight (an
+        // override, pinned by address: it stays in force, as a reload keeps it) or load
+        // reports set the weights. Compared with the weight in force, so that a backend
+        // whose override was cleared takes DNS's weight again at the next answer.
+        let pinned = |addr: SocketAddr| current.pins.get(&addr).is_some_and(|p| p.weight.is_some());
+        let in_force: std::collections::HashMap<SocketAddr, u32> =
+            if super::view::reports_set_weights(&current) {
+                std::collections::HashMap::new()
+            } else {
+                lock(&self.state)
+                    .members
+                    .iter()
+                    .map(|m| (m.addr, m.static_weight))
+                    .collect()
+            };
         let reweighted: Vec<(SocketAddr, u32)> = kept
             .iter()
-            .filter(|k| {
-                before
-                    .iter()
-                    .any(|b| b.addr == k.addr && b.weight != k.weight)
-            })
+            .filter(|k| !pinned(k.addr))
+            .filter(|k| in_force.get(&k.addr).is_some_and(|&w| w != k.weight))
             .map(|k| (k.addr, k.weight))
             .collect();
-        if same_set && reweighted.is_empty() {
+        if same_set && !settings_reweighted && reweighted.is_empty() {
             return None;
         }
-        let mut settings = self.runtime_settings();
-        settings.backends.retain(|b| !mine(b));
-        settings.backends.extend(kept);
-        if scaled {
-            tracing::warn!(upstream = %self.name(), source = %query, "DNS gives more weight than the ring of {} is built for ({} in all): the weights are scaled down in proportion", current.algorithm.name(), UpstreamSettings::MAX_RING_WEIGHT);
-        }
-        let done = self.reconfigure(settings, Keep::Runtime);
+        let done = if same_set && !settings_reweighted {
+            Reconfigured {
+                kept: kept.len(),
+                unchanged: true,
+                ..Reconfigured::default()
+            }
+        } else {
+            let mut settings = self.runtime_settings();
+            settings.backends.retain(|b| !mine(b));
+            settings.backends.extend(kept);
+            if scaled {
+                tracing::warn!(upstream = %self.name(), source = %query, "DNS gives more weight than the ring of {} is built for ({} in all): the weights are scaled down in proportion", current.algorithm.name(), UpstreamSettings::MAX_RING_WEIGHT);
+            }
+            self.reconfigure(settings, Keep::Runtime)
+        };
         for (addr, w) in reweighted {
-            let _ = self.set_static_weight(addr, u64::from(w));
+            self.set_weight_from_dns(query, addr, w);
         }
         Some(done)
+    }
+
+    /// Gives the backend at `addr` the weight its record gives now, logged as DNS's change
+    /// (not the operator's).
+    fn set_weight_from_dns(&self, query: &DiscoveryQuery, addr: SocketAddr, weight: u32) {
+        let weight = weight.clamp(1, super::MAX_WEIGHT);
+        let was = self.change_member(addr, |pool, id, member, now| {
+            pool.set_weight(id, weight, now);
+            std::mem::replace(&mut member.static_weight, weight)
+        });
+        if let Ok(was) = was
+            && was != weight
+        {
+            tracing::info!(upstream = %self.name(), source = %query, backend = %addr, from = was, to = weight, "DNS discovery changed a backend's weight");
+        }
     }
 
     /// Records a good answer of `query` that gave `backends` backends.
@@ -324,6 +365,60 @@ mod tests {
             snap[1].state,
             crate::AdminState::Drain,
             "a DNS refresh keeps it"
+        );
+    }
+
+    /// A weight the operator set on a discovered backend (an override, pinned by address)
+    /// stays in force when its record's weight changes, through a reload too, and no
+    /// answer flips it; the other backend takes DNS's new weight; once the override is
+    /// cleared, the next answer gives DNS's weight.
+    #[test]
+    fn a_weight_the_operator_set_stays_when_dns_changes_it() {
+        let src = source("app.test");
+        let mut s = UpstreamSettings::new("d", Algorithm::WeightedRoundRobin, Vec::new());
+        s.discovery = vec![src.clone()];
+        let u = Upstream::new(s);
+        let weighted = |w: u32| {
+            let mut f = found(&src, &[1, 2]);
+            for b in &mut f {
+                b.weight = w;
+            }
+            f
+        };
+        u.apply_discovered(&src.query, weighted(5));
+        u.set_static_weight(addr(1), 10).unwrap();
+        u.set_pins(std::collections::HashMap::from([(
+            addr(1),
+            crate::settings::Pin {
+                state: None,
+                weight: Some(10),
+            },
+        )]));
+        let statics =
+            |u: &Upstream| -> Vec<u32> { u.snapshot().iter().map(|b| b.static_weight).collect() };
+        assert!(u.apply_discovered(&src.query, weighted(7)).is_some());
+        assert_eq!(
+            statics(&u),
+            vec![10, 7],
+            "the override stays; the other follows DNS"
+        );
+        assert!(
+            u.apply_discovered(&src.query, weighted(7)).is_none(),
+            "the same answer changes nothing"
+        );
+        u.reconfigure((*u.settings()).clone(), Keep::Settings);
+        assert_eq!(statics(&u), vec![10, 7], "a reload keeps the override");
+        assert!(
+            u.apply_discovered(&src.query, weighted(7)).is_none(),
+            "no flip after the reload"
+        );
+        assert_eq!(statics(&u), vec![10, 7]);
+        u.set_pins(std::collections::HashMap::new());
+        assert!(u.apply_discovered(&src.query, weighted(7)).is_some());
+        assert_eq!(
+            statics(&u),
+            vec![7, 7],
+            "the override cleared: DNS's weight"
         );
     }
 

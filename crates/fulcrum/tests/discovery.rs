@@ -931,15 +931,12 @@ fn can_bind_resolv_conf() -> bool {
 /// (`NXDOMAIN`) keeps its last set, and no query goes through the search list; before, the
 /// dot was dropped and fulcrum switched to the wildcard's address. Runs fulcrum under
 /// `unshare -m` with the test's resolv.conf bound over /etc/resolv.conf; dnsmasq on
-/// 127.0.0.153:53. Skips without root; tests that take port 53 take a lock file first.
+/// 127.0.0.153:53 (the only test on port 53: resolv.conf names no port). Skips without root.
 #[test]
 fn a_dotted_name_never_falls_through_the_system_search_list() {
     if !dnsmasq_installed() || !can_bind_resolv_conf() {
         return;
     }
-    let lock =
-        std::fs::File::create(std::env::temp_dir().join("fulcrum-test-port-53.lock")).unwrap();
-    lock.lock().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let dir = TempDir::new("discovery", "search-list");

@@ -842,15 +842,7 @@ mod tests {
     /// host name, without the dot.
     #[test]
     fn a_discovered_backend_is_verified_by_its_name_less_a_trailing_dot() {
-        let dir = std::env::temp_dir().join(format!("fulcrum-settings-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let ca = rcgen::CertificateParams::new(vec!["ca.test".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let ca_file = dir.join("ca.pem");
-        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let (dir, ca_file) = crate::upstream_tls::test_ca("settings-tls");
         let tls = crate::upstream_tls::BackendTls::new(
             Some(&ca_file),
             None,

@@ -277,21 +277,29 @@ impl BackendIo for BackendStream {
     }
 }
 
+/// A directory of its own (named after `tag` and the process) holding a self-signed CA's
+/// certificate, and that file (`ca.pem`): what a test's `BackendTls` trusts.
+#[cfg(test)]
+pub(crate) fn test_ca(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("fulcrum-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let ca = rcgen::CertificateParams::new(vec!["ca.test".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    (dir, ca_file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_name_is_the_host_as_written_unless_one_is_given() {
-        let dir = std::env::temp_dir().join(format!("fulcrum-upstream-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let ca = rcgen::CertificateParams::new(vec!["ca.test".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let ca_file = dir.join("ca.pem");
-        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let (dir, ca_file) = test_ca("upstream-tls");
         let tls = BackendTls::new(Some(&ca_file), None, BackendProtocol::Http1).unwrap();
         let name = |w: &str| tls.name_for(w).map(|n| n.to_str().into_owned());
         assert_eq!(name("app.internal:8443").as_deref(), Some("app.internal"));

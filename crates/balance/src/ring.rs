@@ -26,6 +26,28 @@ use crate::backend::{BackendId, Backends};
 /// Points per unit of weight (nginx's constant, from Cache::Memcached::Fast).
 pub const POINTS_PER_WEIGHT: u32 = 160;
 
+/// The most weight a ring is built for: 1.6 million points. fulcrum's configuration refuses a
+/// larger total, and the admin API a change that would make one; a total that still gets past
+/// them (an operator's weights kept for addresses DNS gives back later, say) is scaled down to
+/// it in proportion ([`fit_weights`]), since a ring ten times larger takes ten times the time
+/// and memory to build, under the lock every pick takes. nginx has no such bound: below it,
+/// the ring is nginx's point for point.
+pub const MAX_RING_WEIGHT: u64 = 10_000;
+
+/// `weights` (in order), scaled down in proportion where their total passes
+/// [`MAX_RING_WEIGHT`]: each `w` becomes `⌊w · MAX_RING_WEIGHT / total⌋`, at least 1 (a
+/// weight of 0 stays 0: no points). Below the bound, unchanged.
+pub fn fit_weights(weights: &mut [u32]) {
+    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+    if total <= MAX_RING_WEIGHT {
+        return;
+    }
+    for w in weights.iter_mut().filter(|w| **w > 0) {
+        let scaled = u64::from(*w) * MAX_RING_WEIGHT / total;
+        *w = u32::try_from(scaled).unwrap_or(u32::MAX).max(1);
+    }
+}
+
 /// One point of the ring: its hash and the server name (an index into [`Ring::groups`]) it
 /// belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,10 +116,13 @@ impl Ring {
     }
 
     /// The ring over `(name, weight)` pairs in configuration order; backend `i` is the `i`-th.
+    /// Weights totalling more than [`MAX_RING_WEIGHT`] are scaled down to it ([`fit_weights`]).
     pub fn from_servers<'a>(servers: impl IntoIterator<Item = (&'a str, u32)>) -> Ring {
+        let (names, mut weights): (Vec<&str>, Vec<u32>) = servers.into_iter().unzip();
+        fit_weights(&mut weights);
         let mut groups: Vec<(String, Vec<BackendId>)> = Vec::new();
         let mut points = Vec::new();
-        for (i, (name, weight)) in servers.into_iter().enumerate() {
+        for (i, (name, weight)) in names.into_iter().zip(weights).enumerate() {
             let id = BackendId(i as u32);
             let group = match groups.iter().position(|(n, _)| n == name) {
                 Some(g) => {
@@ -176,6 +201,26 @@ mod tests {
     /// The points are a CRC over the growing stream `host 0 port prev…`, computed here from
     /// scratch with a bitwise CRC-32 written from the IEEE polynomial (0xEDB88320 reflected),
     /// independently of crc32fast.
+    /// A total past the bound builds the ring of the weights scaled down to it: 1.6 million
+    /// points at most, whatever the weights (an operator's 9000s on eleven addresses gave a
+    /// 99,001 total that took 45 s to build in a debug build, under the pick lock).
+    #[test]
+    fn a_ring_is_built_for_at_most_max_ring_weight() {
+        let heavy = Ring::from_servers([("a:1", 90_000), ("b:1", 10_000), ("c:1", 0)]);
+        let fitted = Ring::from_servers([("a:1", 9_000), ("b:1", 1_000), ("c:1", 0)]);
+        assert_eq!(heavy.points(), fitted.points());
+        assert!(heavy.len() <= (MAX_RING_WEIGHT * u64::from(POINTS_PER_WEIGHT)) as usize);
+        let mut w = [9_000; 11];
+        w[0] = 1;
+        fit_weights(&mut w);
+        assert_eq!(w[0], 1, "each at least 1");
+        assert_eq!(w[1], 999, "⌊9000 · 10000 / 90001⌋");
+        assert!(w.iter().map(|&x| u64::from(x)).sum::<u64>() <= MAX_RING_WEIGHT);
+        let mut under = [5_000, 5_000];
+        fit_weights(&mut under);
+        assert_eq!(under, [5_000, 5_000], "at the bound: unchanged");
+    }
+
     #[test]
     fn points_are_crc_of_the_concatenation() {
         fn crc(bytes: &[u8]) -> u32 {

@@ -644,9 +644,16 @@ fn enforce_backend(
         .or(in_file.map(|b| b.weight));
     if let Some(w) = weight
         && !u.weights_from_reports()
-        && let Err(e) = u.set_static_weight(addr, u64::from(w))
     {
-        tracing::warn!(upstream = %u.name(), backend = %addr, error = %e, "a shared weight is not applied");
+        match u.set_static_weight(addr, u64::from(w)) {
+            Ok(_) => {}
+            // An address that is not a backend now (DNS does not give it): its override is
+            // kept and applies when it comes back.
+            Err(proxy::ChangeError::NoSuchBackend { .. }) => {}
+            Err(e) => {
+                tracing::warn!(upstream = %u.name(), backend = %addr, error = %e, "a shared weight is not applied")
+            }
+        }
     }
 }
 

@@ -630,11 +630,11 @@ impl UpstreamSettings {
     }
 
     /// The most total weight DNS may give an upstream balanced on nginx's ketama ring (`hash`
-    /// with `consistent`, `bounded_load`): the bound the configuration holds static backends to
-    /// (160 points per unit of weight; `MAX_RING_WEIGHT` in the fulcrum crate's
-    /// config/upstream.rs), so that no answer — SRV weights go to 65535 — makes a ring the
-    /// proxy cannot build in time or memory.
-    pub const MAX_RING_WEIGHT: u64 = 10_000;
+    /// with `consistent`, `bounded_load`), and the admin API may set: the ring's own bound
+    /// ([`balance::ring::MAX_RING_WEIGHT`], which the configuration holds static backends to),
+    /// so that no answer — SRV weights go to 65535 — and no call makes a ring the proxy cannot
+    /// build in time or memory.
+    pub const MAX_RING_WEIGHT: u64 = balance::ring::MAX_RING_WEIGHT;
 
     /// The ring this upstream balances on, named as the configuration writes it (`hash` with
     /// `consistent`, `bounded_load`: nginx's ketama ring, 160 points per unit of weight);

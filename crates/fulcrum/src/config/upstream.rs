@@ -106,8 +106,9 @@ const MAX_STALE_AFTER: i64 = 100;
 /// `consistent = true`, and `bounded_load`). The ring has 160 points per unit of weight and
 /// is built again whenever membership changes: 10000 units make 1.6 million points (about
 /// 13 MB, built in tens of milliseconds), while a million-weight backend alone would need
-/// 160 million (1.3 GB) before the proxy could start.
-const MAX_RING_WEIGHT: u64 = 10_000;
+/// 160 million (1.3 GB) before the proxy could start. The ring's own bound: past it, weights
+/// set at runtime are scaled down to it.
+const MAX_RING_WEIGHT: u64 = balance::ring::MAX_RING_WEIGHT;
 
 /// A checked upstream.
 #[derive(Debug)]

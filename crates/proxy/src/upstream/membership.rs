@@ -108,6 +108,7 @@ impl Upstream {
                 .filter(|m| m.since == generation)
                 .map(|m| m.addr)
                 .collect();
+            ring_past_its_bound(&settings, &members);
             // The weight in force: a weight model's carries over; otherwise the static one
             // (the file's on a reload, the operator's on a change through the API).
             if !weights_from_reports {
@@ -193,6 +194,24 @@ impl Upstream {
             self.serve_waiting();
         }
         changed
+    }
+}
+
+/// Warns where the weights of `members` pass what `settings`' ring is built for: the ring
+/// places its points for them scaled down ([`balance::ring::fit_weights`]). The admin API
+/// refuses a change that would do it, but an operator's weights kept for addresses DNS gives
+/// back later, or from the state file or etcd, can add up past it.
+fn ring_past_its_bound(settings: &UpstreamSettings, members: &[Member]) {
+    let total: u64 = members.iter().map(|m| u64::from(m.static_weight)).sum();
+    if let Some(ring) = settings.ring()
+        && total > UpstreamSettings::MAX_RING_WEIGHT
+    {
+        tracing::warn!(
+            upstream = %settings.name,
+            total,
+            "the backends' weights total {total}, more than the ring of {ring} is built for ({}): it places them scaled down in proportion; lower the weights set through the admin API (kept, too, for the addresses DNS does not give now: see the upstream's overrides)",
+            UpstreamSettings::MAX_RING_WEIGHT
+        );
     }
 }
 

@@ -441,7 +441,10 @@ impl StateStore {
                 )));
                 return;
             }
-            if !data.fleet {
+            // Without a fleet, a former run's unsynced keys are let go; but the start's write
+            // (overrides it dropped) comes before the proxy is attached and the fleet, if
+            // any, is told (`share_with_fleet`): they are kept for it until then.
+            if !data.fleet && self.inner.proxy.get().is_some() {
                 data.unsynced.clear();
             }
             file::text(&data.records, &data.unsynced)
@@ -1130,5 +1133,41 @@ algorithm = "weighted_round_robin"
             web.settings().algorithm,
             balance::Algorithm::WeightedRoundRobin
         );
+    }
+
+    /// The overrides a start drops (the file changed their base, or no longer has their
+    /// upstream) cost only themselves: the keys a former run left unsynced are still written
+    /// to etcd first, and the state file still lists them. (The start's write of the state
+    /// file, before the store knew it shares with a fleet, used to clear them.)
+    #[tokio::test]
+    async fn a_start_that_drops_an_override_keeps_the_unsynced_keys() {
+        let dir =
+            std::env::temp_dir().join(format!("fulcrum-state-unsynced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"version": 1, "overrides": {{
+                    "{key}": {{"state": {{"value": "drain", "file": "up"}}}},
+                    "upstreams/gone/backends/127.0.0.1:9001": {{"state": {{"value": "drain", "file": "up"}}}}
+                }}, "unsynced": ["{key}"]}}"#
+            ),
+        )
+        .unwrap();
+        let store = StateStore::open(Some(path.clone()));
+        let (_proxy, web) = started(&store).await;
+        assert_eq!(
+            state_of(&web, addr(9001)).map(|s| s.0),
+            Some(proxy::AdminState::Drain)
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("gone"), "{text}");
+        assert!(text.contains("\"unsynced\""), "{text}");
+        let unsynced = store.share_with_fleet();
+        assert_eq!(unsynced.keys().collect::<Vec<_>>(), vec![key]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

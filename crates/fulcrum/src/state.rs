@@ -117,9 +117,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl StateStore {
     /// A store with the overrides of the state file at `path` (none without one). A file that
-    /// cannot be read or parsed is logged and set aside; the store starts empty.
+    /// cannot be read or parsed is logged and set aside; the store starts empty. One with
+    /// entries that cannot be used is kept as it was beside it and written again without them.
     pub fn open(path: Option<PathBuf>) -> StateStore {
         let mut data = Data::default();
+        // A file with entries dropped is written again at once without them (its copy as it
+        // was kept first), so no later start reads them, warns and keeps a copy again.
+        let mut rewrite = false;
         if let Some(p) = &path {
             match file::read(p) {
                 file::Read::Missing => {
@@ -128,6 +132,7 @@ impl StateStore {
                 file::Read::Found(parsed) => {
                     tracing::info!(state_file = %p.display(), overrides = parsed.records.len(), "state file read");
                     dropped_entries(p, &parsed);
+                    rewrite = matches!(parsed.copy, Some(Ok(_)));
                     data.records = parsed.records;
                     data.unsynced = parsed.unsynced;
                 }
@@ -138,7 +143,7 @@ impl StateStore {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        StateStore {
+        let store = StateStore {
             inner: Arc::new(Inner {
                 path,
                 data: Mutex::new(data),
@@ -146,7 +151,11 @@ impl StateStore {
                 local: Mutex::new(Local { tx, rx: Some(rx) }),
                 writes: Mutex::new(Writes::default()),
             }),
+        };
+        if rewrite {
+            store.save();
         }
+        store
     }
 
     /// Applies the overrides to `proxy`, the settings of a configuration whose upstreams'

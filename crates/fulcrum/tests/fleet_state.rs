@@ -562,6 +562,12 @@ fn a_dropped_entry_listed_as_unsynced_is_not_written_to_etcd() {
         .unwrap_or_else(|| panic!("a WARN naming {key}: {:#?}", second.started));
     assert!(warned.contains("since"), "what: {warned}");
     assert!(warned.contains("not written to etcd"), "{warned}");
+    // Its state file is written again without the entry, nor the key as unsynced.
+    let text = std::fs::read_to_string(&state1).unwrap();
+    assert!(
+        !text.contains("since") && !text.contains("\"unsynced\""),
+        "{text}"
+    );
     wait_until(
         CONVERGE,
         "the second instance reads the drain from etcd",

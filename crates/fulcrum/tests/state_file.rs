@@ -508,7 +508,7 @@ fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
 /// One bad entry in the state file (a weight of 0, written by hand) costs only itself: the
 /// drain beside it holds from the start (it used to be thrown away with the whole file, and
 /// the drained backend took traffic), a WARN names the bad key and where the file as it was
-/// is kept, and that copy holds it whole.
+/// is kept, that copy holds it whole, and the state file is rewritten without it.
 #[test]
 fn a_bad_entry_in_the_state_file_drops_only_itself() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -557,6 +557,10 @@ fn a_bad_entry_in_the_state_file_drops_only_itself() {
         .find(|l| l.contains("entry cannot be used") && l.contains(&port0))
         .unwrap_or_else(|| panic!("a WARN naming {port0}: {:#?}", fulcrum.started));
     assert!(refused.contains("a port from 1 to 65535"), "{refused}");
+    // The state file is written again at once without the dropped entries: a later start
+    // does not read them again.
+    let kept: Vec<String> = state_file(&dir).keys().cloned().collect();
+    assert_eq!(kept, vec![format!("upstreams/web/backends/{a}")]);
     // The file as it was, kept under the name the WARN gives.
     let copy = warned
         .split("kept as ")

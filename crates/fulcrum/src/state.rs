@@ -117,9 +117,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl StateStore {
     /// A store with the overrides of the state file at `path` (none without one). A file that
-    /// cannot be read or parsed is logged and set aside; the store starts empty.
+    /// cannot be read or parsed is logged and set aside; the store starts empty. One with
+    /// entries that cannot be used is kept as it was beside it and written again without them.
     pub fn open(path: Option<PathBuf>) -> StateStore {
         let mut data = Data::default();
+        // A file with entries dropped is written again at once without them (its copy as it
+        // was kept first), so no later start reads them, warns and keeps a copy again.
+        let mut rewrite = false;
         if let Some(p) = &path {
             match file::read(p) {
                 file::Read::Missing => {
@@ -128,6 +132,7 @@ impl StateStore {
                 file::Read::Found(parsed) => {
                     tracing::info!(state_file = %p.display(), overrides = parsed.records.len(), "state file read");
                     dropped_entries(p, &parsed);
+                    rewrite = matches!(parsed.copy, Some(Ok(_)));
                     data.records = parsed.records;
                     data.unsynced = parsed.unsynced;
                 }
@@ -138,7 +143,7 @@ impl StateStore {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        StateStore {
+        let store = StateStore {
             inner: Arc::new(Inner {
                 path,
                 data: Mutex::new(data),
@@ -146,7 +151,11 @@ impl StateStore {
                 local: Mutex::new(Local { tx, rx: Some(rx) }),
                 writes: Mutex::new(Writes::default()),
             }),
+        };
+        if rewrite {
+            store.save();
         }
+        store
     }
 
     /// Applies the overrides to `proxy`, the settings of a configuration whose upstreams'
@@ -441,7 +450,10 @@ impl StateStore {
                 )));
                 return;
             }
-            if !data.fleet {
+            // Without a fleet, a former run's unsynced keys are let go; but the start's write
+            // (overrides it dropped) comes before the proxy is attached and the fleet, if
+            // any, is told (`share_with_fleet`): they are kept for it until then.
+            if !data.fleet && self.inner.proxy.get().is_some() {
                 data.unsynced.clear();
             }
             file::text(&data.records, &data.unsynced)
@@ -1137,5 +1149,41 @@ algorithm = "weighted_round_robin"
             web.settings().algorithm,
             balance::Algorithm::WeightedRoundRobin
         );
+    }
+
+    /// The overrides a start drops (the file changed their base, or no longer has their
+    /// upstream) cost only themselves: the keys a former run left unsynced are still written
+    /// to etcd first, and the state file still lists them. (The start's write of the state
+    /// file, before the store knew it shares with a fleet, used to clear them.)
+    #[tokio::test]
+    async fn a_start_that_drops_an_override_keeps_the_unsynced_keys() {
+        let dir =
+            std::env::temp_dir().join(format!("fulcrum-state-unsynced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        let key = "upstreams/web/backends/127.0.0.1:9001";
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"version": 1, "overrides": {{
+                    "{key}": {{"state": {{"value": "drain", "file": "up"}}}},
+                    "upstreams/gone/backends/127.0.0.1:9001": {{"state": {{"value": "drain", "file": "up"}}}}
+                }}, "unsynced": ["{key}"]}}"#
+            ),
+        )
+        .unwrap();
+        let store = StateStore::open(Some(path.clone()));
+        let (_proxy, web) = started(&store).await;
+        assert_eq!(
+            state_of(&web, addr(9001)).map(|s| s.0),
+            Some(proxy::AdminState::Drain)
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("gone"), "{text}");
+        assert!(text.contains("\"unsynced\""), "{text}");
+        let unsynced = store.share_with_fleet();
+        assert_eq!(unsynced.keys().collect::<Vec<_>>(), vec![key]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

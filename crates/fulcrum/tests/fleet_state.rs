@@ -506,3 +506,85 @@ fn a_change_made_without_etcd_survives_a_restart_before_etcd_is_back() {
     // Both keep it: the restarted instance read it back from etcd.
     assert_eq!(state_of(changed.admin.unwrap(), b1.addr), "drain");
 }
+
+/// A state-file entry that cannot be used (a field this fulcrum does not know), listed as not
+/// yet acknowledged by etcd, is not written to etcd: etcd keeps the fleet's drain of the
+/// backend, and the restarted instance reads it from there. Before, the entry was dropped but
+/// its key stayed unsynced with no value, so it was written first as a delete: etcd was
+/// emptied and the backend up on every instance (review 31b).
+#[test]
+fn a_dropped_entry_listed_as_unsynced_is_not_written_to_etcd() {
+    if !installed("etcd", "--version") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let backends = [Backend::start(), Backend::start()];
+    let [b1, b2] = &backends;
+    let dir = common::TempDir::new("fleet", "dropped");
+    let instance = |i: usize| {
+        let state = dir.0.join(format!("state-{i}.json"));
+        let text = format!(
+            "state_file = \"{}\"\n{}",
+            state.display(),
+            config(&[b1, b2], &etcd)
+        );
+        (
+            state,
+            TempFile::new(&format!("fleet-dropped-{i}.toml"), &text),
+        )
+    };
+    let key = format!("upstreams/web/backends/{}", b1.addr);
+    let (state0, file0) = instance(0);
+    let first = Running::start(&file0, 1);
+    patch(first.admin.unwrap(), b1.addr, r#"{"state": "drain"}"#);
+    // etcd acknowledged the drain: the first instance's state file holds it, and no longer
+    // as unsynced.
+    wait_until(CONVERGE, "etcd acknowledged the drain", || {
+        let text = std::fs::read_to_string(&state0).unwrap_or_default();
+        match text.contains(&key) && !text.contains("\"unsynced\"") {
+            true => Ok(()),
+            false => Err(text),
+        }
+    });
+    let (state1, file1) = instance(1);
+    std::fs::write(
+        &state1,
+        format!(
+            r#"{{"version": 1, "overrides": {{"{key}": {{"state": {{"value": "drain", "file": "up"}}, "since": 12345}}}}, "unsynced": ["{key}"]}}"#
+        ),
+    )
+    .unwrap();
+    let second = Running::start(&file1, 1);
+    let warned = second
+        .started
+        .iter()
+        .find(|l| l.contains("entry cannot be used") && l.contains(&key))
+        .unwrap_or_else(|| panic!("a WARN naming {key}: {:#?}", second.started));
+    assert!(warned.contains("since"), "what: {warned}");
+    assert!(warned.contains("not written to etcd"), "{warned}");
+    // Its state file is written again without the entry, nor the key as unsynced.
+    let text = std::fs::read_to_string(&state1).unwrap();
+    assert!(
+        !text.contains("since") && !text.contains("\"unsynced\""),
+        "{text}"
+    );
+    wait_until(
+        CONVERGE,
+        "the second instance reads the drain from etcd",
+        || match state_of(second.admin.unwrap(), b1.addr).as_str() {
+            "drain" => Ok(()),
+            s => Err(format!("the second instance shows {} {s}", b1.addr)),
+        },
+    );
+    assert_eq!(state_of(first.admin.unwrap(), b1.addr), "drain");
+    // etcd itself still holds it.
+    if installed("etcdctl", "version") {
+        let out = std::process::Command::new("etcdctl")
+            .args(["--endpoints", &etcd.url(), "get", "--print-value-only"])
+            .arg(format!("/fleet-test/{key}"))
+            .output()
+            .unwrap();
+        let value = String::from_utf8_lossy(&out.stdout);
+        assert!(value.contains("drain"), "etcd holds {value:?}");
+    }
+}

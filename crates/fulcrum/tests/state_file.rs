@@ -508,7 +508,7 @@ fn a_weight_past_the_rings_bound_is_refused_and_dropped_from_the_state_file() {
 /// One bad entry in the state file (a weight of 0, written by hand) costs only itself: the
 /// drain beside it holds from the start (it used to be thrown away with the whole file, and
 /// the drained backend took traffic), a WARN names the bad key and where the file as it was
-/// is kept, and that copy holds it whole.
+/// is kept, that copy holds it whole, and the state file is rewritten without it.
 #[test]
 fn a_bad_entry_in_the_state_file_drops_only_itself() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -516,11 +516,15 @@ fn a_bad_entry_in_the_state_file_drops_only_itself() {
     let [a, b] = [0, 1].map(|i| backends[i].addr());
     let dir = TempDir::new("state", "entry");
     let bad = format!("upstreams/web/backends/{b}");
+    // Nothing can be connected to on port 0: the file and the API refuse it, and so does
+    // the state file (it was added and shown up).
+    let port0 = "upstreams/web/backends/127.0.0.9:0".to_owned();
     let text = serde_json::json!({
         "version": 1,
         "overrides": {
             format!("upstreams/web/backends/{a}"): {"state": {"value": "drain", "file": "up"}},
             bad.clone(): {"weight": {"value": 0, "file": 1}},
+            port0.clone(): {"added": {"weight": 1}},
         }
     })
     .to_string();
@@ -546,6 +550,17 @@ fn a_bad_entry_in_the_state_file_drops_only_itself() {
     );
     assert_eq!(backend(admin, a)["state"], "drain");
     assert_eq!(requests_reaching(&fulcrum, 4, b), 4);
+    assert_eq!(addrs(admin), vec![a.to_string(), b.to_string()]);
+    let refused = fulcrum
+        .started
+        .iter()
+        .find(|l| l.contains("entry cannot be used") && l.contains(&port0))
+        .unwrap_or_else(|| panic!("a WARN naming {port0}: {:#?}", fulcrum.started));
+    assert!(refused.contains("a port from 1 to 65535"), "{refused}");
+    // The state file is written again at once without the dropped entries: a later start
+    // does not read them again.
+    let kept: Vec<String> = state_file(&dir).keys().cloned().collect();
+    assert_eq!(kept, vec![format!("upstreams/web/backends/{a}")]);
     // The file as it was, kept under the name the WARN gives.
     let copy = warned
         .split("kept as ")

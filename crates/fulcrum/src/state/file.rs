@@ -10,7 +10,9 @@
 //! one, never half of one. A file that cannot be read is set aside under a new name, never
 //! overwritten, and fulcrum starts on its configuration alone. One bad override in a good file
 //! (a value written by hand, a field a newer fulcrum wrote) costs only itself: the others are
-//! applied, and the file as it was is kept under a new name for the operator to read.
+//! applied, and the file as it was is kept under a new name for the operator to read. A
+//! dropped entry is never written to etcd: its key leaves `unsynced`, where with no record it
+//! would be written as a delete of the fleet's value.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -18,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::record::{Record, Records};
+use super::record::{Key, Record, Records};
 
 /// The form written; a file of another version is refused (set aside) rather than misread.
 const VERSION: u64 = 1;
@@ -93,13 +95,18 @@ pub fn parse(text: &[u8]) -> Result<Parsed, String> {
         .and_then(Value::as_object)
         .ok_or("it has no \"overrides\" object")?;
     let mut parsed = Parsed::default();
+    // The keys of the entries dropped, with where each is told in `dropped`.
+    let mut dropped_keys = Vec::new();
     for (key, value) in overrides {
         let bytes = serde_json::to_vec(value).unwrap_or_default();
         match Record::parse(key, &bytes) {
             Ok(r) => {
                 parsed.records.insert(key.clone(), r);
             }
-            Err(e) => parsed.dropped.push(e),
+            Err(e) => {
+                dropped_keys.push((key.as_str(), parsed.dropped.len()));
+                parsed.dropped.push(e);
+            }
         }
     }
     match doc.get("unsynced") {
@@ -119,6 +126,27 @@ pub fn parse(text: &[u8]) -> Result<Parsed, String> {
         Some(other) => parsed
             .dropped
             .push(format!("its \"unsynced\" is {other}, not a list of keys")),
+    }
+    // A dropped entry is never written to etcd: unsynced, with no record, it would be written
+    // as a delete, clearing the fleet's value of the key on every instance.
+    for (key, at) in dropped_keys {
+        if parsed.unsynced.remove(key) {
+            parsed.dropped[at].push_str(
+                "; it is listed in \"unsynced\" and is not written to etcd either: etcd keeps the fleet's value of it",
+            );
+        }
+    }
+    let not_keys: Vec<String> = parsed
+        .unsynced
+        .iter()
+        .filter(|k| Key::parse(k).is_none())
+        .cloned()
+        .collect();
+    for k in not_keys {
+        parsed.unsynced.remove(&k);
+        parsed.dropped.push(format!(
+            "\"unsynced\" holds {k:?}, not a key of an override (upstreams/NAME/backends/ADDR, an IP address and a port from 1 to 65535, or upstreams/NAME/algorithm): nothing is written to etcd for it"
+        ));
     }
     Ok(parsed)
 }
@@ -282,8 +310,10 @@ mod tests {
                 "{good}": {{"state": {{"value": "drain", "file": "up"}}}},
                 "upstreams/web/backends/127.0.0.1:9002": {{"weight": {{"value": 0, "file": 1}}}},
                 "upstreams/web/backends/127.0.0.1:9003": {{"state": {{"value": "drain", "file": "up"}}, "colour": "red"}},
+                "upstreams/web/backends/127.0.0.9:0": {{"added": {{"weight": 1}}}},
                 "elsewhere": {{}}
-            }}, "unsynced": ["{good}", 7]}}"#
+            }}, "unsynced": ["{good}", 7, "upstreams/web/backends/127.0.0.1:9003",
+                "upstreams/web/backends/127.0.0.9:0", "upstreams/web/backends/127.0.0.1:0"]}}"#
         );
         std::fs::write(&path, &text).unwrap();
         let Read::Found(p) = read(&path) else {
@@ -291,7 +321,8 @@ mod tests {
         };
         assert_eq!(p.records.keys().collect::<Vec<_>>(), vec![good]);
         assert_eq!(p.unsynced, [good.to_owned()].into());
-        assert_eq!(p.dropped.len(), 4, "{:?}", p.dropped);
+        // A dropped entry listed as unsynced is not: it would be written to etcd as a delete.
+        assert_eq!(p.dropped.len(), 6, "{:?}", p.dropped);
         let told = |what: &str, why: &str| {
             p.dropped
                 .iter()
@@ -301,6 +332,22 @@ mod tests {
         assert!(told("127.0.0.1:9003", "colour"), "{:?}", p.dropped);
         assert!(told("elsewhere", "not a key"), "{:?}", p.dropped);
         assert!(told("unsynced", "7"), "{:?}", p.dropped);
+        assert!(
+            told("127.0.0.1:9003", "not written to etcd"),
+            "{:?}",
+            p.dropped
+        );
+        assert!(told("127.0.0.9:0", "port from 1"), "{:?}", p.dropped);
+        assert!(
+            told("127.0.0.9:0", "not written to etcd"),
+            "{:?}",
+            p.dropped
+        );
+        assert!(
+            told("127.0.0.1:0", "nothing is written to etcd"),
+            "{:?}",
+            p.dropped
+        );
         let copy = p.copy.unwrap().unwrap();
         assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);

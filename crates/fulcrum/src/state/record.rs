@@ -31,7 +31,8 @@ impl Key {
     }
 
     /// Reads a key; `None` for one of another form. An upstream's name may hold a `/`: the
-    /// backend's address, which cannot, is what follows the last `/backends/`.
+    /// backend's address, which cannot, is what follows the last `/backends/`. A backend on
+    /// port 0 is none (nothing can be connected to there: the file and the API refuse it).
     pub fn parse(key: &str) -> Option<Key> {
         let rest = key.strip_prefix("upstreams/")?;
         if let Some(upstream) = rest.strip_suffix("/algorithm")
@@ -42,8 +43,8 @@ impl Key {
             });
         }
         let (upstream, addr) = rest.rsplit_once("/backends/")?;
-        let addr = addr.parse().ok()?;
-        (!upstream.is_empty()).then(|| Key::Backend {
+        let addr: SocketAddr = addr.parse().ok()?;
+        (!upstream.is_empty() && addr.port() != 0).then(|| Key::Backend {
             upstream: upstream.to_owned(),
             addr,
         })
@@ -183,7 +184,7 @@ impl Record {
     pub fn parse(key: &str, value: &[u8]) -> Result<Record, String> {
         match Key::parse(key) {
             None => Err(format!(
-                "{key:?} is not a key of an override: upstreams/NAME/backends/ADDR or upstreams/NAME/algorithm"
+                "{key:?} is not a key of an override: upstreams/NAME/backends/ADDR (an IP address and a port from 1 to 65535) or upstreams/NAME/algorithm"
             )),
             Some(Key::Backend { .. }) => serde_json::from_slice::<BackendRecord>(value)
                 .map_err(|e| format!("{key}: {e}"))
@@ -267,6 +268,8 @@ mod tests {
             "",
             "upstreams//algorithm",
             "upstreams/web/backends/nope",
+            "upstreams/web/backends/127.0.0.9:0",
+            "upstreams/web/backends/[::1]:0",
             "web/algorithm",
         ] {
             assert_eq!(Key::parse(bad), None, "{bad}");

@@ -27,6 +27,9 @@
 //! a source starts failing and once when it recovers, never per attempt. A source that never
 //! answered leaves the upstream without its backends (503 while it has none at all).
 //!
+//! The sources of an upstream are asked each on its own, the loop waiting for none of
+//! them: a source whose server does not answer holds the others back no longer.
+//!
 //! The loop runs once per upstream, from the moment control supervises it until it is retired,
 //! not once per generation: its own changes make new generations, and the state it keeps (when
 //! each source is due, whether it is failing) must outlive them. It reads the sources anew at
@@ -487,6 +490,8 @@ struct Followed {
     /// Whether the log said its answers have SRV records of port 0 (once, until an answer
     /// has none).
     port_zero_told: bool,
+    /// Whether a lookup of it is under way.
+    asking: bool,
 }
 
 /// Resolvers by their servers and bounds (one per distinct list and bounds).
@@ -497,13 +502,27 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
     let mut changes = upstream.changes();
     let mut followed: Vec<Followed> = Vec::new();
     let mut resolvers: Resolvers = HashMap::new();
+    // Each source's lookup runs on its own, the loop waiting for none: one that does not
+    // answer (up to LOOKUP_TIMEOUT) holds none of the others back. Dropped (aborted) with
+    // the loop.
+    let mut lookups: tokio::task::JoinSet<(DiscoverySettings, Result<Answer, String>)> =
+        tokio::task::JoinSet::new();
     loop {
         reconcile(&upstream, &mut followed, &mut resolvers);
         let now = Instant::now();
-        for f in followed.iter_mut().filter(|f| f.due <= now) {
-            round(&upstream, f, &mut resolvers).await;
+        for f in followed.iter_mut().filter(|f| !f.asking && f.due <= now) {
+            f.asking = true;
+            let s = f.settings.clone();
+            let r = resolver_for(&s, &mut resolvers);
+            lookups.spawn(async move {
+                let found = match r {
+                    Ok(r) => lookup(&r, &s).await,
+                    Err(e) => Err(e),
+                };
+                (s, found)
+            });
         }
-        let next = followed.iter().map(|f| f.due).min();
+        let next = followed.iter().filter(|f| !f.asking).map(|f| f.due).min();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -512,6 +531,15 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
         };
         tokio::select! {
             () = sleep => {}
+            Some(done) = lookups.join_next(), if !lookups.is_empty() => {
+                // A source that went (or changed) while it was asked: its answer is dropped.
+                if let Ok((s, found)) = done
+                    && let Some(f) = followed.iter_mut().find(|f| f.settings == s)
+                {
+                    f.asking = false;
+                    apply(&upstream, f, found);
+                }
+            }
             _ = stop.changed() => return,
             changed = changes.changed() => {
                 if changed.is_err() || changes.borrow_and_update().1 {
@@ -537,6 +565,7 @@ fn reconcile(upstream: &proxy::Upstream, followed: &mut Vec<Followed>, resolvers
                 due: Instant::now(),
                 failing: None,
                 port_zero_told: false,
+                asking: false,
             });
         }
     }
@@ -551,21 +580,20 @@ fn reconcile(upstream: &proxy::Upstream, followed: &mut Vec<Followed>, resolvers
     });
 }
 
-/// Looks one source up and applies what it found; sets when it is due again.
-async fn round(upstream: &proxy::Upstream, f: &mut Followed, resolvers: &mut Resolvers) {
-    let s = &f.settings;
+/// The resolver for source `s` (one per distinct servers and bounds, kept in `resolvers`).
+fn resolver_for(s: &DiscoverySettings, resolvers: &mut Resolvers) -> Result<TokioResolver, String> {
     let key = (s.resolvers.clone(), s.min_interval, s.max_interval);
-    let result = match resolvers.get(&key) {
-        Some(r) => lookup(r, s).await,
-        None => match resolver(&s.resolvers, s.min_interval, s.max_interval) {
-            Ok(r) => {
-                let found = lookup(&r, s).await;
-                resolvers.insert(key, r);
-                found
-            }
-            Err(e) => Err(e),
-        },
-    };
+    if let Some(r) = resolvers.get(&key) {
+        return Ok(r.clone());
+    }
+    let r = resolver(&s.resolvers, s.min_interval, s.max_interval)?;
+    resolvers.insert(key, r.clone());
+    Ok(r)
+}
+
+/// Applies what one lookup of `f` found; sets when it is due again.
+fn apply(upstream: &proxy::Upstream, f: &mut Followed, result: Result<Answer, String>) {
+    let s = &f.settings;
     let name = upstream.name();
     let port_zero = match &result {
         Ok(answer) => answer.port_zero,

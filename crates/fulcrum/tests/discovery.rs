@@ -1094,3 +1094,49 @@ fn a_name_in_the_hosts_file_resolves_through_the_system_search_list() {
         drop(child);
     });
 }
+
+/// Two sources in one upstream, one asked of a server that never answers (each of its
+/// lookups runs into fulcrum's 5 s bound): the other's answers stay fresh, its age never
+/// reaching those 5 s, since an upstream's due lookups run at once. Before, they ran one
+/// after the other and the answering source was asked only every ~6 s.
+#[test]
+fn a_source_that_does_not_answer_holds_no_other_back() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "concurrent");
+        let bs = backends_on([127, 0, 42], &["fresh"]).await;
+        let name = "fresh.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, &hosts(name, &[bs[0].addr().ip()]), &[]);
+        // Reads nothing, answers nothing; held until the end.
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cfg = config(&format!(
+            "resolvers = [\"{}\"]\n  [[upstream.backend]]\n  addr = \"{name}:{}\"\n  [upstream.discovery]\n  type = \"a\"\n  name = \"silent.fulcrum.test\"\n  port = 80\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n",
+            dns.addr,
+            bs[0].addr().port(),
+            silent.local_addr().unwrap(),
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let started = Instant::now();
+        let mut oldest = 0.0f64;
+        // Two of the silent source's lookups and more.
+        while started.elapsed() < Duration::from_secs(12) {
+            oldest = oldest.max(metric(admin, "fulcrum_discovery_answer_age_seconds", name).await);
+            // Poll interval of a loop bounded by the 12 s above.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!("the answering source's answer was at most {oldest} s old");
+        assert!(oldest < 4.0, "its answer grew {oldest} s old");
+        let failed = metric(
+            admin,
+            "fulcrum_discovery_lookup_failures_total",
+            "silent.fulcrum.test",
+        )
+        .await;
+        assert!(failed >= 2.0, "the silent source failed {failed} times");
+        drop(silent);
+    });
+}

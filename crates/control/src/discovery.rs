@@ -505,8 +505,9 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
     // Each source's lookup runs on its own, the loop waiting for none: one that does not
     // answer (up to LOOKUP_TIMEOUT) holds none of the others back. Dropped (aborted) with
     // the loop.
-    let mut lookups: tokio::task::JoinSet<(DiscoverySettings, Result<Answer, String>)> =
-        tokio::task::JoinSet::new();
+    let mut lookups: tokio::task::JoinSet<Result<Answer, String>> = tokio::task::JoinSet::new();
+    // The source each lookup under way asks.
+    let mut asked: HashMap<tokio::task::Id, DiscoverySettings> = HashMap::new();
     loop {
         reconcile(&upstream, &mut followed, &mut resolvers);
         let now = Instant::now();
@@ -514,13 +515,13 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
             f.asking = true;
             let s = f.settings.clone();
             let r = resolver_for(&s, &mut resolvers);
-            lookups.spawn(async move {
-                let found = match r {
+            let task = lookups.spawn(async move {
+                match r {
                     Ok(r) => lookup(&r, &s).await,
                     Err(e) => Err(e),
-                };
-                (s, found)
+                }
             });
+            asked.insert(task.id(), f.settings.clone());
         }
         let next = followed.iter().filter(|f| !f.asking).map(|f| f.due).min();
         let sleep = async {
@@ -531,9 +532,13 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
         };
         tokio::select! {
             () = sleep => {}
-            Some(done) = lookups.join_next(), if !lookups.is_empty() => {
+            Some(done) = lookups.join_next_with_id(), if !lookups.is_empty() => {
+                let (id, found) = match done {
+                    Ok((id, found)) => (id, found),
+                    Err(e) => (e.id(), Err(format!("the lookup stopped: {e}"))),
+                };
                 // A source that went (or changed) while it was asked: its answer is dropped.
-                if let Ok((s, found)) = done
+                if let Some(s) = asked.remove(&id)
                     && let Some(f) = followed.iter_mut().find(|f| f.settings == s)
                 {
                     f.asking = false;

@@ -18,12 +18,17 @@
 //!
 //! A name written with a trailing dot is absolute: the system's search list never applies to
 //! it. The system's resolver is configured from `/etc/resolv.conf` as glibc reads it
-//! ([`system_config`]).
+//! ([`system_config`]), and `/etc/hosts` is read before it at every lookup, as glibc's
+//! `hosts: files dns` does: a name the file has (as written) is answered from it alone,
+//! DNS not asked ([`addresses`]). One lookup takes at most [`LOOKUP_TIMEOUT`].
 //!
 //! A failed lookup (a timeout, SERVFAIL, REFUSED, NXDOMAIN, or no usable record) keeps the
 //! last known set, is counted, and is retried after `min_interval`; the log says so once when
 //! a source starts failing and once when it recovers, never per attempt. A source that never
 //! answered leaves the upstream without its backends (503 while it has none at all).
+//!
+//! The sources of an upstream are asked each on its own, the loop waiting for none of
+//! them: a source whose server does not answer holds the others back no longer.
 //!
 //! The loop runs once per upstream, from the moment control supervises it until it is retired,
 //! not once per generation: its own changes make new generations, and the state it keeps (when
@@ -36,21 +41,25 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{
     ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts,
     ServerOrderingStrategy,
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::op::Query;
 use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
+use hickory_resolver::{Hosts, TokioResolver};
 use proxy::{BackendSettings, DiscoveryQuery, DiscoverySettings, RecordKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// The shortest bound on one lookup: past it the lookup counts as failed and the source is
-/// asked again after `min_interval`. A resolver whose options allow longer (the system's
-/// `timeout` × `attempts`) gets that, and a second more ([`lookup_bound`]).
+/// The bound on one lookup, whatever the resolver's options (resolv.conf's `timeout` ×
+/// `attempts` may allow far longer): past it the lookup counts as failed and the source is
+/// asked again after `min_interval`.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The system's hosts file, read before DNS when the system's resolver is used.
+const HOSTS_FILE: &str = "/etc/hosts";
 
 /// What one good lookup found: the backends and how long the answer holds.
 #[derive(Debug)]
@@ -87,8 +96,9 @@ fn opts(min_interval: Duration, max_interval: Duration) -> ResolverOpts {
 
 /// The system's resolver configuration, from the text of its `/etc/resolv.conf`: its
 /// servers, search list and options (`ndots`, `timeout`, `attempts`, `rotate`, `edns0`) as
-/// the system's resolver would use them, the hosts file read as the system reads it; fulcrum
-/// sets only the bounds of the cache ([`bound_cache`]).
+/// the system's resolver would use them; fulcrum sets only the bounds of the cache
+/// ([`bound_cache`]). `use_hosts_file` stays on, and says [`lookup`] reads the hosts file
+/// first: hickory's own reading of it covers only the first name of the search list.
 fn system_config(
     resolv_conf: &[u8],
     min_interval: Duration,
@@ -117,16 +127,6 @@ fn rotates(resolv_conf: &[u8]) -> bool {
         let mut words = l.split_whitespace();
         words.next() == Some("options") && words.any(|w| w == "rotate")
     })
-}
-
-/// How long one lookup with `o` may take: every attempt's timeout, and a second more; at
-/// least [`LOOKUP_TIMEOUT`].
-fn lookup_bound(o: &ResolverOpts) -> Duration {
-    let attempts = u32::try_from(o.attempts.max(1)).unwrap_or(u32::MAX);
-    o.timeout
-        .saturating_mul(attempts)
-        .saturating_add(Duration::from_secs(1))
-        .max(LOOKUP_TIMEOUT)
 }
 
 /// A resolver asking `servers` (UDP, TCP for a truncated answer); none: the system's
@@ -164,20 +164,79 @@ pub fn resolver(
         .map_err(|e| format!("cannot build a resolver: {e}"))
 }
 
-/// Looks `source` up once with `resolver`: its backends, or why there are none.
+/// Looks `source` up once with `resolver`: its backends, or why there are none. With the
+/// system's resolver (it reads the hosts file), the hosts file is read anew first.
 pub async fn lookup(
     resolver: &TokioResolver,
     source: &DiscoverySettings,
 ) -> Result<Answer, String> {
-    let bound = lookup_bound(resolver.options());
-    let found = tokio::time::timeout(bound, async {
+    let hosts = if resolver.options().use_hosts_file == ResolveHosts::Never {
+        None
+    } else {
+        Some(read_hosts(HOSTS_FILE))
+    };
+    lookup_with(resolver, hosts.as_ref(), source).await
+}
+
+/// The hosts file at `path`, as the system's resolver would read it now: one missing or
+/// unreadable has no names (glibc's files source then leaves the name to DNS).
+/// A file of a few lines, read on the runtime's thread (tokio's `fs` is not built in).
+fn read_hosts(path: &str) -> Hosts {
+    let mut hosts = Hosts::default();
+    if let Ok(text) = std::fs::read(path) {
+        // Only read errors fail the parser, and a slice gives none.
+        let _ = hosts.read_hosts_conf(usable_hosts_lines(&text).as_bytes());
+    }
+    hosts
+}
+
+/// The lines of a hosts file whose first word is an address: hickory's parser would log a
+/// warning at every lookup for each other one (an address with a scope, `fe80::1%eth0`,
+/// which glibc skips too, or a stray word), and read them no differently.
+fn usable_hosts_lines(text: &[u8]) -> String {
+    let text = String::from_utf8_lossy(text);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let line = line.trim_start_matches('\u{feff}');
+        let first = line.split_whitespace().next();
+        if first.is_some_and(|w| w.parse::<IpAddr>().is_ok()) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The addresses `hosts` gives `name` (as written; the search list never applies, a trailing
+/// dot makes no difference), of both families, each once; empty when it has none.
+fn from_hosts(hosts: &Hosts, name: &Name) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for kind in [RecordType::A, RecordType::AAAA] {
+        if let Some(found) = hosts.lookup_static_host(&Query::query(name.clone(), kind)) {
+            for ip in found.answers().iter().filter_map(|r| r.data.ip_addr()) {
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+        }
+    }
+    ips
+}
+
+/// [`lookup`] with `hosts` read before DNS (none: DNS alone), bounded by [`LOOKUP_TIMEOUT`].
+async fn lookup_with(
+    resolver: &TokioResolver,
+    hosts: Option<&Hosts>,
+    source: &DiscoverySettings,
+) -> Result<Answer, String> {
+    let found = tokio::time::timeout(LOOKUP_TIMEOUT, async {
         match source.query.kind {
-            RecordKind::A => lookup_a(resolver, source).await,
-            RecordKind::Srv => lookup_srv(resolver, source).await,
+            RecordKind::A => lookup_a(resolver, hosts, source).await,
+            RecordKind::Srv => lookup_srv(resolver, hosts, source).await,
         }
     })
     .await
-    .unwrap_or_else(|_| Err(format!("no answer within {bound:?}")))?;
+    .unwrap_or_else(|_| Err(format!("no answer within {LOOKUP_TIMEOUT:?}")))?;
     if found.backends.is_empty() {
         return Err(if found.port_zero > 0 {
             format!(
@@ -259,11 +318,21 @@ fn combine(name: &str, v4: Family, v6: Family) -> Result<(Vec<IpAddr>, Option<Du
     }
 }
 
-/// The addresses of `name` (A and AAAA, asked at once), and the smallest TTL of the records.
+/// The addresses of `name` and the smallest TTL of the records: from `hosts` when it has the
+/// name (any family; held `hosts_ttl`, and DNS is not asked, as glibc's `hosts: files dns`
+/// has it), else from DNS (A and AAAA, asked at once).
 async fn addresses(
     resolver: &TokioResolver,
+    hosts: Option<&Hosts>,
+    hosts_ttl: Duration,
     name: &Name,
 ) -> Result<(Vec<IpAddr>, Option<Duration>), String> {
+    if let Some(hosts) = hosts {
+        let ips = from_hosts(hosts, name);
+        if !ips.is_empty() {
+            return Ok((ips, Some(hosts_ttl)));
+        }
+    }
     let (v4, v6) = tokio::join!(
         family(resolver, name, RecordType::A),
         family(resolver, name, RecordType::AAAA)
@@ -277,13 +346,17 @@ fn dns_name(text: &str) -> Result<Name, String> {
     Name::from_str(text).map_err(|e| format!("\"{text}\" is not a DNS name: {e}"))
 }
 
-async fn lookup_a(resolver: &TokioResolver, source: &DiscoverySettings) -> Result<Answer, String> {
+async fn lookup_a(
+    resolver: &TokioResolver,
+    hosts: Option<&Hosts>,
+    source: &DiscoverySettings,
+) -> Result<Answer, String> {
     let port = source.query.port.unwrap_or(0);
     let written = &source.query.name;
     // An address written as the name is that address (as getaddrinfo has it).
     let (ips, ttl) = match written.trim_end_matches('.').parse::<IpAddr>() {
         Ok(ip) => (vec![ip], None),
-        Err(_) => addresses(resolver, &dns_name(written)?).await?,
+        Err(_) => addresses(resolver, hosts, source.min_interval, &dns_name(written)?).await?,
     };
     let backends = ips
         .into_iter()
@@ -336,6 +409,7 @@ fn merge_srv(found: Vec<SrvBackend>) -> Vec<SrvBackend> {
 
 async fn lookup_srv(
     resolver: &TokioResolver,
+    hosts: Option<&Hosts>,
     source: &DiscoverySettings,
 ) -> Result<Answer, String> {
     let name = dns_name(&source.query.name)?;
@@ -368,7 +442,7 @@ async fn lookup_srv(
             // A target that does not resolve fails the whole lookup, so the last known set
             // stays: applying the rest would take that target's backends out on a DNS
             // hiccup (a resolver that drops the additional section, a SERVFAIL).
-            let (found, t) = addresses(resolver, &s.target)
+            let (found, t) = addresses(resolver, hosts, source.min_interval, &s.target)
                 .await
                 .map_err(|e| format!("the SRV target {e}"))?;
             if let Some(t) = t {
@@ -416,6 +490,8 @@ struct Followed {
     /// Whether the log said its answers have SRV records of port 0 (once, until an answer
     /// has none).
     port_zero_told: bool,
+    /// Whether a lookup of it is under way.
+    asking: bool,
 }
 
 /// Resolvers by their servers and bounds (one per distinct list and bounds).
@@ -426,13 +502,28 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
     let mut changes = upstream.changes();
     let mut followed: Vec<Followed> = Vec::new();
     let mut resolvers: Resolvers = HashMap::new();
+    // Each source's lookup runs on its own, the loop waiting for none: one that does not
+    // answer (up to LOOKUP_TIMEOUT) holds none of the others back. Dropped (aborted) with
+    // the loop.
+    let mut lookups: tokio::task::JoinSet<Result<Answer, String>> = tokio::task::JoinSet::new();
+    // The source each lookup under way asks.
+    let mut asked: HashMap<tokio::task::Id, DiscoverySettings> = HashMap::new();
     loop {
         reconcile(&upstream, &mut followed, &mut resolvers);
         let now = Instant::now();
-        for f in followed.iter_mut().filter(|f| f.due <= now) {
-            round(&upstream, f, &mut resolvers).await;
+        for f in followed.iter_mut().filter(|f| !f.asking && f.due <= now) {
+            f.asking = true;
+            let s = f.settings.clone();
+            let r = resolver_for(&s, &mut resolvers);
+            let task = lookups.spawn(async move {
+                match r {
+                    Ok(r) => lookup(&r, &s).await,
+                    Err(e) => Err(e),
+                }
+            });
+            asked.insert(task.id(), f.settings.clone());
         }
-        let next = followed.iter().map(|f| f.due).min();
+        let next = followed.iter().filter(|f| !f.asking).map(|f| f.due).min();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -441,6 +532,19 @@ pub async fn run(upstream: Arc<proxy::Upstream>, mut stop: watch::Receiver<bool>
         };
         tokio::select! {
             () = sleep => {}
+            Some(done) = lookups.join_next_with_id(), if !lookups.is_empty() => {
+                let (id, found) = match done {
+                    Ok((id, found)) => (id, found),
+                    Err(e) => (e.id(), Err(format!("the lookup stopped: {e}"))),
+                };
+                // A source that went (or changed) while it was asked: its answer is dropped.
+                if let Some(s) = asked.remove(&id)
+                    && let Some(f) = followed.iter_mut().find(|f| f.settings == s)
+                {
+                    f.asking = false;
+                    apply(&upstream, f, found);
+                }
+            }
             _ = stop.changed() => return,
             changed = changes.changed() => {
                 if changed.is_err() || changes.borrow_and_update().1 {
@@ -466,6 +570,7 @@ fn reconcile(upstream: &proxy::Upstream, followed: &mut Vec<Followed>, resolvers
                 due: Instant::now(),
                 failing: None,
                 port_zero_told: false,
+                asking: false,
             });
         }
     }
@@ -480,21 +585,20 @@ fn reconcile(upstream: &proxy::Upstream, followed: &mut Vec<Followed>, resolvers
     });
 }
 
-/// Looks one source up and applies what it found; sets when it is due again.
-async fn round(upstream: &proxy::Upstream, f: &mut Followed, resolvers: &mut Resolvers) {
-    let s = &f.settings;
+/// The resolver for source `s` (one per distinct servers and bounds, kept in `resolvers`).
+fn resolver_for(s: &DiscoverySettings, resolvers: &mut Resolvers) -> Result<TokioResolver, String> {
     let key = (s.resolvers.clone(), s.min_interval, s.max_interval);
-    let result = match resolvers.get(&key) {
-        Some(r) => lookup(r, s).await,
-        None => match resolver(&s.resolvers, s.min_interval, s.max_interval) {
-            Ok(r) => {
-                let found = lookup(&r, s).await;
-                resolvers.insert(key, r);
-                found
-            }
-            Err(e) => Err(e),
-        },
-    };
+    if let Some(r) = resolvers.get(&key) {
+        return Ok(r.clone());
+    }
+    let r = resolver(&s.resolvers, s.min_interval, s.max_interval)?;
+    resolvers.insert(key, r.clone());
+    Ok(r)
+}
+
+/// Applies what one lookup of `f` found; sets when it is due again.
+fn apply(upstream: &proxy::Upstream, f: &mut Followed, result: Result<Answer, String>) {
+    let s = &f.settings;
     let name = upstream.name();
     let port_zero = match &result {
         Ok(answer) => answer.port_zero,
@@ -722,11 +826,6 @@ mod tests {
         assert_eq!(o.use_hosts_file, ResolveHosts::Auto);
         assert_eq!(o.positive_max_ttl, Some(Duration::from_secs(60)));
         assert_eq!(o.negative_max_ttl, Some(Duration::from_secs(1)));
-        assert_eq!(
-            lookup_bound(&o),
-            Duration::from_secs(13),
-            "3 s × 4, and 1 s"
-        );
         let (_, plain) = system_config(
             b"nameserver 127.0.0.1\n",
             Duration::from_secs(1),
@@ -739,13 +838,9 @@ mod tests {
             ServerOrderingStrategy::RoundRobin
         );
         assert_eq!(
-            (plain.timeout, plain.attempts, lookup_bound(&plain)),
-            (Duration::from_secs(5), 2, Duration::from_secs(11)),
+            (plain.timeout, plain.attempts),
+            (Duration::from_secs(5), 2),
             "glibc's defaults"
-        );
-        assert_eq!(
-            lookup_bound(&opts(Duration::from_secs(1), Duration::from_secs(60))),
-            LOOKUP_TIMEOUT
         );
         let (_, zero) = system_config(
             b"nameserver 127.0.0.1\noptions timeout:0 attempts:0\n",
@@ -792,12 +887,11 @@ mod tests {
         (addr, rx)
     }
 
-    /// The names a resolver configured by `POD_RESOLV_CONF` (its server the test's) asks
-    /// for when looking `name` up.
-    async fn names_asked_for(name: &str) -> Vec<String> {
-        let (server, mut asked) = nxdomain_server().await;
+    /// A resolver configured by `resolv_conf`, but that it asks `server` and reads no hosts
+    /// file of its own.
+    fn resolver_of(resolv_conf: &str, server: SocketAddr) -> TokioResolver {
         let (config, mut o) = system_config(
-            POD_RESOLV_CONF.as_bytes(),
+            resolv_conf.as_bytes(),
             Duration::from_secs(1),
             Duration::from_secs(60),
         )
@@ -813,7 +907,14 @@ mod tests {
         let mut builder =
             TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
         *builder.options_mut() = o;
-        let resolver = builder.build().unwrap();
+        builder.build().unwrap()
+    }
+
+    /// The names a resolver configured by `POD_RESOLV_CONF` (its server the test's) asks
+    /// for when looking `name` up.
+    async fn names_asked_for(name: &str) -> Vec<String> {
+        let (server, mut asked) = nxdomain_server().await;
+        let resolver = resolver_of(POD_RESOLV_CONF, server);
         let mut s = source(1, 60);
         s.query.name = name.to_owned();
         let found = lookup(&resolver, &s).await;
@@ -913,5 +1014,110 @@ mod tests {
         assert_eq!(two, vec![srv(18101, 0, 1), other]);
         let summed = merge_srv(vec![srv(18101, 0, 2), srv(18101, 0, 5), srv(18101, 1, 9)]);
         assert_eq!(summed, vec![srv(18101, 0, 7)]);
+    }
+
+    fn hosts(text: &str) -> Hosts {
+        let mut h = Hosts::default();
+        h.read_hosts_conf(usable_hosts_lines(text.as_bytes()).as_bytes())
+            .unwrap();
+        h
+    }
+
+    fn name(text: &str) -> Name {
+        dns_name(text).unwrap()
+    }
+
+    /// The hosts file as glibc's files source reads it: comments, several names on a line,
+    /// both families, a scoped address skipped; the name as written, a trailing dot or not,
+    /// never with a search domain.
+    #[test]
+    fn the_hosts_file_gives_a_name_as_written() {
+        let h = hosts(
+            "\u{feff}# comment\n127.0.0.11 backend.example other # trailing\n\
+             fe80::1%eth0 scoped.example\nnot-an-address x.example\n\
+             ::1 backend.example\n127.0.0.12 Dotted.Example\n127.0.0.11 backend.example\n",
+        );
+        let v4 = IpAddr::from([127, 0, 0, 11]);
+        let v6 = IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(from_hosts(&h, &name("backend.example")), vec![v4, v6]);
+        assert_eq!(from_hosts(&h, &name("backend.example.")), vec![v4, v6]);
+        assert_eq!(from_hosts(&h, &name("other")), vec![v4]);
+        assert_eq!(
+            from_hosts(&h, &name("dotted.example.")),
+            vec![IpAddr::from([127, 0, 0, 12])]
+        );
+        assert!(from_hosts(&h, &name("scoped.example")).is_empty());
+        assert!(from_hosts(&h, &name("x.example")).is_empty());
+        assert!(from_hosts(&h, &name("backend")).is_empty());
+        assert!(from_hosts(&h, &name("backend.example.corp.test")).is_empty());
+    }
+
+    /// A name the hosts file has is answered from it, the search list and DNS never asked
+    /// (Kubernetes' hostAliases under `ndots:5`), held `min_interval`; one it has not goes
+    /// to DNS.
+    #[tokio::test]
+    async fn a_name_in_the_hosts_file_is_not_asked_of_dns() {
+        let (server, mut asked) = nxdomain_server().await;
+        let resolver = resolver_of(POD_RESOLV_CONF, server);
+        let h = hosts("127.0.0.11 backend.example\n");
+        let mut s = source(3, 60);
+        s.query.name = "backend.example".to_owned();
+        let found = lookup_with(&resolver, Some(&h), &s).await.unwrap();
+        let addrs: Vec<SocketAddr> = found.backends.iter().map(|b| b.addr).collect();
+        assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 11], 80))]);
+        assert_eq!(found.ttl, Duration::from_secs(3));
+        assert!(asked.try_recv().is_err(), "DNS was asked");
+        s.query.name = "elsewhere.example".to_owned();
+        let e = lookup_with(&resolver, Some(&h), &s).await.unwrap_err();
+        assert!(e.contains("no A or AAAA record"), "{e}");
+        assert!(asked.try_recv().is_ok(), "DNS was not asked");
+    }
+
+    /// A server that reads every query and never answers.
+    async fn silent_server() -> SocketAddr {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while socket.recv_from(&mut buf).await.is_ok() {}
+        });
+        addr
+    }
+
+    /// A dotted name the hosts file has with IPv4 only, DNS unreachable: its address, at
+    /// once (no AAAA query waits for DNS).
+    #[tokio::test]
+    async fn a_name_in_the_hosts_file_resolves_while_dns_is_down() {
+        let resolver = resolver_of(POD_RESOLV_CONF, silent_server().await);
+        let h = hosts("127.0.0.12 dotted.example\n");
+        let mut s = source(1, 60);
+        s.query.name = "dotted.example.".to_owned();
+        let started = std::time::Instant::now();
+        let found = lookup_with(&resolver, Some(&h), &s).await.unwrap();
+        let addrs: Vec<SocketAddr> = found.backends.iter().map(|b| b.addr).collect();
+        assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 12], 80))]);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    /// One lookup takes at most `LOOKUP_TIMEOUT`, however long resolv.conf lets the
+    /// resolver wait (here 30 s × 5).
+    #[tokio::test]
+    async fn a_lookup_is_bounded_whatever_resolv_conf_allows() {
+        let conf = "nameserver 127.0.0.153\noptions timeout:30 attempts:5\n";
+        let resolver = resolver_of(conf, silent_server().await);
+        assert_eq!(resolver.options().timeout, Duration::from_secs(30));
+        let s = source(1, 60);
+        let started = std::time::Instant::now();
+        let e = lookup_with(&resolver, None, &s).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(e.contains("no answer within 5s"), "{e}");
+        assert!(
+            took >= LOOKUP_TIMEOUT && took < LOOKUP_TIMEOUT + Duration::from_secs(5),
+            "{took:?}"
+        );
     }
 }

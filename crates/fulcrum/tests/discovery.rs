@@ -4,6 +4,7 @@
 //! Each test uses addresses of its own (127.0.3N.*), so that they run in parallel.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -926,6 +927,57 @@ fn can_bind_resolv_conf() -> bool {
     ok
 }
 
+/// fulcrum running `cfg` under `unshare -m`, with `resolv_conf` bound over /etc/resolv.conf
+/// (and `hosts` over /etc/hosts, if given); and its admin listener.
+fn fulcrum_under(
+    resolv_conf: &Path,
+    hosts: Option<&Path>,
+    cfg: &TempFile,
+) -> (ChildGuard, SocketAddr) {
+    let mut command = Command::new("unshare");
+    command.args(["-m", "sh", "-c"]);
+    match hosts {
+        Some(h) => command
+            .arg("mount --bind \"$1\" /etc/resolv.conf && mount --bind \"$2\" /etc/hosts && shift 2 && exec \"$@\"")
+            .arg("sh")
+            .arg(resolv_conf)
+            .arg(h),
+        None => command
+            .arg("mount --bind \"$1\" /etc/resolv.conf && shift && exec \"$@\"")
+            .arg("sh")
+            .arg(resolv_conf),
+    };
+    let mut child = ChildGuard(
+        command
+            .arg(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["run", "--config"])
+            .arg(&cfg.0)
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = common::lines_of(child.stderr.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let admin = loop {
+        let line = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("fulcrum logs its admin listener");
+        let listen = line
+            .contains(" admin listener")
+            .then(|| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))
+                    .and_then(|a| a.parse().ok())
+            })
+            .flatten();
+        if let Some(a) = listen {
+            break a;
+        }
+    };
+    (child, admin)
+}
+
 /// The system's resolver, as a Kubernetes pod has it (`search` and `options ndots:5`), with a
 /// wildcard under the search domain: a name written with a trailing dot whose record goes
 /// (`NXDOMAIN`) keeps its last set, and no query goes through the search list; before, the
@@ -962,32 +1014,7 @@ fn a_dotted_name_never_falls_through_the_system_search_list() {
             "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}.\"\n  port = {}\n  min_interval = \"1s\"\n",
             bs[0].addr().port()
         ));
-        let mut child = common::ChildGuard(
-            Command::new("unshare")
-                .args(["-m", "sh", "-c", "mount --bind \"$1\" /etc/resolv.conf && shift && exec \"$@\"", "sh"])
-                .arg(&resolv)
-                .arg(env!("CARGO_BIN_EXE_fulcrum"))
-                .args(["run", "--config"])
-                .arg(&cfg.0)
-                .env("RUST_LOG", "info")
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        let lines = common::lines_of(child.stderr.take().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let admin: SocketAddr = loop {
-            let line = lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("fulcrum logs its admin listener");
-            if let Some(a) = line.contains(" admin listener").then(|| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix("listen="))
-                    .and_then(|a| a.parse().ok())
-            }).flatten() {
-                break a;
-            }
-        };
+        let (child, admin) = fulcrum_under(&resolv, None, &cfg);
         let addrs = || -> Vec<String> { listed(admin).into_iter().map(|b| b.0).collect() };
         let found = vec![bs[0].addr().to_string()];
         wait_until(Duration::from_secs(10), "the name's backend is listed", || {
@@ -1011,5 +1038,105 @@ fn a_dotted_name_never_falls_through_the_system_search_list() {
         }
         assert_eq!(addrs(), found, "the last set stays");
         drop(child);
+    });
+}
+
+/// A name in /etc/hosts (Kubernetes' `hostAliases`, Docker's `extra_hosts`), written without a
+/// dot, under a pod's `search` list and `ndots:5`, with no DNS server answering: fulcrum
+/// takes its address from the hosts file, as getaddrinfo does, and follows an edit of the
+/// file within `min_interval`. Before, only the first search-list form was looked for in
+/// the file (hickory's `lookup`), and the name did not resolve. The resolv.conf names
+/// 127.0.0.154, where nothing listens. Skips without root.
+#[test]
+fn a_name_in_the_hosts_file_resolves_through_the_system_search_list() {
+    if !can_bind_resolv_conf() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "hosts-file");
+        let bs = backends_on([127, 0, 41], &["h1", "h2"]).await;
+        let name = "backend.example";
+        let resolv = dir.0.join("resolv.conf");
+        std::fs::write(
+            &resolv,
+            "nameserver 127.0.0.154\nsearch corp.test\noptions ndots:5 timeout:1 attempts:1\n",
+        )
+        .unwrap();
+        let hosts_file = dir.0.join("hosts");
+        let ip = |i: usize| bs[i].addr().ip();
+        std::fs::write(
+            &hosts_file,
+            format!("# the test's\n127.0.0.1 localhost\n{} {name} other\n", ip(0)),
+        )
+        .unwrap();
+        let cfg = config(&format!(
+            "  [upstream.discovery]\n  type = \"a\"\n  name = \"{name}\"\n  port = {}\n  min_interval = \"1s\"\n",
+            bs[0].addr().port()
+        ));
+        let (child, admin) = fulcrum_under(&resolv, Some(&hosts_file), &cfg);
+        let addrs = || -> Vec<String> { listed(admin).into_iter().map(|b| b.0).collect() };
+        for i in [0, 1] {
+            if i == 1 {
+                // Edited in place (the bind mount follows the file, not a new one).
+                std::fs::write(&hosts_file, hosts(name, &[ip(1)])).unwrap();
+            }
+            let want = vec![bs[i].addr().to_string()];
+            wait_until(Duration::from_secs(15), "the hosts file's address is listed", || {
+                let now = addrs();
+                if now == want {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            });
+        }
+        drop(child);
+    });
+}
+
+/// Two sources in one upstream, one asked of a server that never answers (each of its
+/// lookups runs into fulcrum's 5 s bound): the other's answers stay fresh, its age never
+/// reaching those 5 s, since an upstream's due lookups run at once. Before, they ran one
+/// after the other and the answering source was asked only every ~6 s.
+#[test]
+fn a_source_that_does_not_answer_holds_no_other_back() {
+    if !dnsmasq_installed() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = TempDir::new("discovery", "concurrent");
+        let bs = backends_on([127, 0, 42], &["fresh"]).await;
+        let name = "fresh.fulcrum.test";
+        let dns = Dnsmasq::start(&dir, &hosts(name, &[bs[0].addr().ip()]), &[]);
+        // Reads nothing, answers nothing; held until the end.
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cfg = config(&format!(
+            "resolvers = [\"{}\"]\n  [[upstream.backend]]\n  addr = \"{name}:{}\"\n  [upstream.discovery]\n  type = \"a\"\n  name = \"silent.fulcrum.test\"\n  port = 80\n  resolvers = [\"{}\"]\n  min_interval = \"1s\"\n",
+            dns.addr,
+            bs[0].addr().port(),
+            silent.local_addr().unwrap(),
+        ));
+        let fulcrum = Running::start(&cfg, 1);
+        let admin = fulcrum.admin.unwrap();
+        let started = Instant::now();
+        let mut oldest = 0.0f64;
+        // Two of the silent source's lookups and more.
+        while started.elapsed() < Duration::from_secs(12) {
+            oldest = oldest.max(metric(admin, "fulcrum_discovery_answer_age_seconds", name).await);
+            // Poll interval of a loop bounded by the 12 s above.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!("the answering source's answer was at most {oldest} s old");
+        assert!(oldest < 4.0, "its answer grew {oldest} s old");
+        let failed = metric(
+            admin,
+            "fulcrum_discovery_lookup_failures_total",
+            "silent.fulcrum.test",
+        )
+        .await;
+        assert!(failed >= 2.0, "the silent source failed {failed} times");
+        drop(silent);
     });
 }

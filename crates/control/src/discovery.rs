@@ -320,23 +320,32 @@ fn combine(name: &str, v4: Family, v6: Family) -> Result<(Vec<IpAddr>, Option<Du
 
 /// The addresses of `name` and the smallest TTL of the records: from `hosts` when it has the
 /// name (any family; held `hosts_ttl`, and DNS is not asked, as glibc's `hosts: files dns`
-/// has it), else from DNS (A and AAAA, asked at once).
+/// has it), else from DNS (A and AAAA, asked at once; A alone without `ipv6`, and a hosts
+/// file's IPv6 addresses left out too, as nginx's `ipv6=off` has it).
 async fn addresses(
     resolver: &TokioResolver,
     hosts: Option<&Hosts>,
-    hosts_ttl: Duration,
+    (hosts_ttl, ipv6): (Duration, bool),
     name: &Name,
 ) -> Result<(Vec<IpAddr>, Option<Duration>), String> {
     if let Some(hosts) = hosts {
-        let ips = from_hosts(hosts, name);
+        let mut ips = from_hosts(hosts, name);
+        ips.retain(|ip| ipv6 || ip.is_ipv4());
         if !ips.is_empty() {
             return Ok((ips, Some(hosts_ttl)));
         }
     }
-    let (v4, v6) = tokio::join!(
-        family(resolver, name, RecordType::A),
-        family(resolver, name, RecordType::AAAA)
-    );
+    let (v4, v6) = if ipv6 {
+        tokio::join!(
+            family(resolver, name, RecordType::A),
+            family(resolver, name, RecordType::AAAA)
+        )
+    } else {
+        (
+            family(resolver, name, RecordType::A).await,
+            Family::NoRecords,
+        )
+    };
     combine(&name.to_string(), v4, v6)
 }
 
@@ -356,7 +365,10 @@ async fn lookup_a(
     // An address written as the name is that address (as getaddrinfo has it).
     let (ips, ttl) = match written.trim_end_matches('.').parse::<IpAddr>() {
         Ok(ip) => (vec![ip], None),
-        Err(_) => addresses(resolver, hosts, source.min_interval, &dns_name(written)?).await?,
+        Err(_) => {
+            let within = (source.min_interval, source.ipv6);
+            addresses(resolver, hosts, within, &dns_name(written)?).await?
+        }
     };
     let backends = ips
         .into_iter()
@@ -437,12 +449,14 @@ async fn lookup_srv(
             .iter()
             .filter(|r| r.name == s.target)
             .filter_map(|r| r.data.ip_addr())
+            .filter(|ip| source.ipv6 || ip.is_ipv4())
             .collect();
         if ips.is_empty() {
             // A target that does not resolve fails the whole lookup, so the last known set
             // stays: applying the rest would take that target's backends out on a DNS
             // hiccup (a resolver that drops the additional section, a SERVFAIL).
-            let (found, t) = addresses(resolver, hosts, source.min_interval, &s.target)
+            let within = (source.min_interval, source.ipv6);
+            let (found, t) = addresses(resolver, hosts, within, &s.target)
                 .await
                 .map_err(|e| format!("the SRV target {e}"))?;
             if let Some(t) = t {
@@ -748,6 +762,7 @@ mod tests {
                 port: Some(80),
             },
             resolvers: Vec::new(),
+            ipv6: true,
             min_interval: Duration::from_secs(min),
             max_interval: Duration::from_secs(max),
             template: BackendSettings::new(SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -861,8 +876,11 @@ mod tests {
     }
 
     /// A DNS server on a loopback port that answers NXDOMAIN to every query and tells the
-    /// names it was asked.
-    async fn nxdomain_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    /// names it was asked, each with its record type.
+    async fn nxdomain_server() -> (
+        SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    ) {
         use hickory_resolver::proto::op::{Message, OpCode, ResponseCode};
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let addr = socket.local_addr().unwrap();
@@ -874,7 +892,10 @@ mod tests {
                     continue;
                 };
                 for q in &query.queries {
-                    let _ = tx.send(q.name().to_string().to_lowercase());
+                    let _ = tx.send((
+                        q.name().to_string().to_lowercase(),
+                        q.query_type().to_string(),
+                    ));
                 }
                 let mut answer =
                     Message::error_msg(query.metadata.id, OpCode::Query, ResponseCode::NXDomain);
@@ -920,7 +941,7 @@ mod tests {
         let found = lookup(&resolver, &s).await;
         assert!(found.is_err(), "{found:?}");
         let mut names = Vec::new();
-        while let Ok(n) = asked.try_recv() {
+        while let Ok((n, _)) = asked.try_recv() {
             names.push(n);
         }
         names.sort();
@@ -1071,6 +1092,33 @@ mod tests {
         let e = lookup_with(&resolver, Some(&h), &s).await.unwrap_err();
         assert!(e.contains("no A or AAAA record"), "{e}");
         assert!(asked.try_recv().is_ok(), "DNS was not asked");
+    }
+
+    /// `ipv6 = false` asks for A records alone (nginx's `resolver ... ipv6=off`), and leaves
+    /// a hosts file's IPv6 addresses out; by default both families.
+    #[tokio::test]
+    async fn without_ipv6_only_a_records_are_asked() {
+        for (ipv6, want) in [(true, vec!["A", "AAAA"]), (false, vec!["A"])] {
+            let (server, mut asked) = nxdomain_server().await;
+            let resolver = resolver_of(POD_RESOLV_CONF, server);
+            let mut s = source(1, 60);
+            s.query.name = "api.fulcrum.test.".to_owned();
+            s.ipv6 = ipv6;
+            assert!(lookup(&resolver, &s).await.is_err());
+            let mut types = Vec::new();
+            while let Ok((_, t)) = asked.try_recv() {
+                types.push(t);
+            }
+            types.sort();
+            types.dedup();
+            assert_eq!(types, want, "ipv6 = {ipv6}");
+            let h = hosts("127.0.0.11 both.example\n::11 both.example\n");
+            s.query.name = "both.example".to_owned();
+            let found = lookup_with(&resolver, Some(&h), &s).await.unwrap();
+            let families: Vec<bool> = found.backends.iter().map(|b| b.addr.is_ipv4()).collect();
+            let want = if ipv6 { vec![true, false] } else { vec![true] };
+            assert_eq!(families, want, "ipv6 = {ipv6}");
+        }
     }
 
     /// A server that reads every query and never answers.

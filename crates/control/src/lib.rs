@@ -218,6 +218,7 @@ mod tests {
             query: query.clone(),
             // No server answers there: the discovery loop fails quietly meanwhile.
             resolvers: vec![template.addr],
+            ipv6: true,
             min_interval: Duration::from_secs(1),
             max_interval: Duration::from_secs(1),
             template: template.clone(),

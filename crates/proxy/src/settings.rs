@@ -451,6 +451,10 @@ pub struct DiscoverySettings {
     /// The DNS servers to ask (UDP, then TCP for a truncated answer); empty: the system's
     /// (`/etc/resolv.conf`).
     pub resolvers: Vec<SocketAddr>,
+    /// Whether IPv6 addresses are looked for (AAAA records, and a hosts file's IPv6 lines);
+    /// `false` asks for A records alone (nginx's `resolver ... ipv6=off`), for a DNS server
+    /// that answers AAAA queries wrong, or a network without IPv6.
+    pub ipv6: bool,
     /// The shortest and the longest time between two lookups: a TTL outside is clamped.
     pub min_interval: Duration,
     pub max_interval: Duration,

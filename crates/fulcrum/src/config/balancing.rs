@@ -217,6 +217,7 @@ mod tests {
                 port: None,
             },
             resolvers: Vec::new(),
+            ipv6: true,
             min_interval: std::time::Duration::from_secs(1),
             max_interval: std::time::Duration::from_secs(60),
             template: BackendSettings::new(([0, 0, 0, 0], 0).into()),

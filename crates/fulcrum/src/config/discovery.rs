@@ -21,6 +21,7 @@ pub(super) const SECTION: Section = Section {
         "name",
         "port",
         "resolvers",
+        "ipv6",
         "min_interval",
         "max_interval",
         "weight",
@@ -42,6 +43,8 @@ pub(super) struct Discovery {
     pub query: DiscoveryQuery,
     /// `None`: the upstream's `resolvers`, or the system's.
     pub resolvers: Option<Vec<SocketAddr>>,
+    /// `None`: the upstream's `ipv6`.
+    pub ipv6: Option<bool>,
     pub min_interval: Duration,
     pub max_interval: Duration,
     pub weight: u32,
@@ -53,10 +56,12 @@ pub(super) struct Discovery {
 }
 
 impl Discovery {
-    /// Its settings, the upstream's `resolvers`, `max_fails` and `fail_timeout` filled in.
+    /// Its settings, the upstream's `resolvers`, `ipv6`, `max_fails` and `fail_timeout` filled
+    /// in.
     pub(super) fn settings(
         self,
         resolvers: &[SocketAddr],
+        ipv6: bool,
         max_fails: Option<u32>,
         fail_timeout: Option<Duration>,
     ) -> DiscoverySettings {
@@ -76,6 +81,7 @@ impl Discovery {
         DiscoverySettings {
             query: self.query,
             resolvers: self.resolvers.unwrap_or_else(|| resolvers.to_vec()),
+            ipv6: self.ipv6.unwrap_or(ipv6),
             min_interval: self.min_interval,
             max_interval: self.max_interval,
             template,
@@ -118,6 +124,7 @@ pub(super) fn read(
         });
     let port: Option<u16> = t.integer(r, "port", 1..=65535, "");
     let resolvers = t.value("resolvers").map(|_| resolvers(r, t));
+    let ipv6 = t.flag(r, "ipv6");
     let (min_interval, max_interval) = intervals(r, t);
     let weight = t.integer(r, "weight", 1..=backend::MAX_WEIGHT, "");
     let max_fails = backend::max_fails(r, t);
@@ -164,6 +171,7 @@ pub(super) fn read(
             port,
         },
         resolvers,
+        ipv6,
         min_interval,
         max_interval,
         weight: weight.unwrap_or(1),
@@ -297,6 +305,38 @@ mod tests {
             (Duration::from_secs(2), Duration::from_secs(30))
         );
         assert_eq!(d.template.max_fails, 4, "the upstream's max_fails");
+    }
+
+    /// `ipv6` (nginx's `resolver ... ipv6=`): true unless set; the upstream's is the default
+    /// of its discovery and its host-name backends, and `[upstream.discovery]` may set its own.
+    #[test]
+    fn ipv6_is_on_unless_set_off_and_the_upstream_s_is_the_default() {
+        let a = "  type = \"a\"\n  name = \"api.fulcrum.test\"\n  port = 80";
+        let c = ok(&discovered(a));
+        assert!(c.proxy.upstreams[0].discovery[0].ipv6, "on by default");
+        let c = ok(&discovered(&format!("{a}\n  ipv6 = false")));
+        assert!(!c.proxy.upstreams[0].discovery[0].ipv6);
+        let off = discovered(a).replace("max_fails = 4\n", "max_fails = 4\nipv6 = false\n");
+        let off = off.replace(
+            "  [upstream.discovery]",
+            "  [[upstream.backend]]\n  addr = \"app.fulcrum.test:8080\"\n\n  [upstream.discovery]",
+        );
+        let c = ok(&off);
+        let sources = &c.proxy.upstreams[0].discovery;
+        assert_eq!(sources.len(), 2, "{sources:?}");
+        assert!(
+            sources.iter().all(|s| !s.ipv6),
+            "the upstream's: {sources:?}"
+        );
+        let on_here = ok(&off.replace("port = 80", "port = 80\n  ipv6 = true"));
+        let ipv6: Vec<bool> = on_here.proxy.upstreams[0]
+            .discovery
+            .iter()
+            .map(|s| s.ipv6)
+            .collect();
+        assert!(ipv6.contains(&true) && ipv6.contains(&false), "{ipv6:?}");
+        let e = refused(&discovered(&format!("{a}\n  ipv6 = \"off\"")));
+        assert!(e.contains("ipv6"), "{e}");
     }
 
     /// A name written with a trailing dot is absolute (the search list never applies to

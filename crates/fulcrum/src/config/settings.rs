@@ -127,6 +127,7 @@ fn backends_and_sources(u: &mut Upstream) -> (Vec<BackendSettings>, Vec<Discover
                     port: Some(port),
                 },
                 resolvers: u.resolvers.clone(),
+                ipv6: u.ipv6,
                 min_interval: DiscoverySettings::DEFAULT_MIN_INTERVAL,
                 max_interval: DiscoverySettings::DEFAULT_MAX_INTERVAL,
                 template: settings,
@@ -134,7 +135,7 @@ fn backends_and_sources(u: &mut Upstream) -> (Vec<BackendSettings>, Vec<Discover
         }
     }
     if let Some(d) = u.discovery.take() {
-        discovery.push(d.settings(&u.resolvers, u.max_fails, u.fail_timeout));
+        discovery.push(d.settings(&u.resolvers, u.ipv6, u.max_fails, u.fail_timeout));
     }
     (backends, discovery)
 }

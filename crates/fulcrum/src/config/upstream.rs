@@ -71,6 +71,7 @@ pub(super) const SECTION: Section = Section {
         "backend",
         "discovery",
         "resolvers",
+        "ipv6",
     ],
     not_yet: &[],
 };
@@ -151,6 +152,9 @@ pub(super) struct Upstream {
     /// `resolvers`: the DNS servers of its host-name backends and the default of its
     /// discovery's (empty: the system's).
     pub resolvers: Vec<SocketAddr>,
+    /// `ipv6`: whether its host-name backends and (by default) its discovery look for IPv6
+    /// addresses (nginx's `resolver ... ipv6=`); true unless set false.
+    pub ipv6: bool,
 }
 
 /// Reads one upstream and its backends; `None` when its name is missing or wrong (the rest
@@ -183,6 +187,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         |n| format!("upstream \"{}\"", n.get_ref()),
     );
     let (discovery, resolvers) = read_discovery(r, t, &balancing);
+    let ipv6 = t.flag(r, "ipv6").unwrap_or(true);
     let discovered = t.value("discovery").is_some();
     let backends = read_backends(r, t, &balancing, &shown, discovered);
     check_ring_weight(r, t, &balancing, &backends);
@@ -232,6 +237,7 @@ pub(super) fn read(r: &mut Report<'_>, t: &Table<'_>) -> Option<Upstream> {
         backends,
         discovery,
         resolvers,
+        ipv6,
     })
 }
 

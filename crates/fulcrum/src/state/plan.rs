@@ -707,6 +707,7 @@ mod tests {
                 port: Some(80),
             },
             resolvers: Vec::new(),
+            ipv6: true,
             min_interval: std::time::Duration::from_secs(1),
             max_interval: std::time::Duration::from_secs(60),
             template: BackendSettings::new(a(80)),

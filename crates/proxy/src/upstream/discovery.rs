@@ -196,6 +196,7 @@ mod tests {
                 port: Some(80),
             },
             resolvers: Vec::new(),
+            ipv6: true,
             min_interval: Duration::from_secs(1),
             max_interval: Duration::from_secs(60),
             template: BackendSettings::new(SocketAddr::from(([0, 0, 0, 0], 0))),
